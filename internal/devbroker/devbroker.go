@@ -1,0 +1,151 @@
+// Package devbroker runs an embedded Kafka-protocol broker in-process, for
+// tests, the demo and local development. It wraps
+// github.com/twmb/franz-go/pkg/kfake, which speaks the real Kafka wire
+// protocol, so kafka-go (and kcat) talk to it as to a real cluster.
+//
+// It also has the few client-side helpers tests and the demo share:
+// producing records and reading a group's committed offsets with kafka-go.
+package devbroker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Config describes the embedded broker.
+type Config struct {
+	// Topics are created at start, each with Partitions partitions.
+	Topics []string
+	// Partitions per topic. Zero means 4.
+	Partitions int
+	// Addr is the listen address, "127.0.0.1:9092" say. Empty means a
+	// free loopback port.
+	Addr string
+}
+
+// Broker is a running embedded broker. Close stops it.
+type Broker struct {
+	c     *kfake.Cluster
+	addrs []string
+}
+
+// Start starts a single-node broker and creates cfg.Topics.
+func Start(cfg Config) (*Broker, error) {
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 4
+	}
+	if cfg.Partitions < 0 {
+		return nil, fmt.Errorf("devbroker: Partitions must be > 0, got %d", cfg.Partitions)
+	}
+	opts := []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.GroupMinSessionTimeout(time.Second),
+	}
+	if len(cfg.Topics) > 0 {
+		opts = append(opts, kfake.SeedTopics(int32(cfg.Partitions), cfg.Topics...))
+	}
+	if cfg.Addr != "" {
+		host, port, err := net.SplitHostPort(cfg.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("devbroker: listen address %q: %w", cfg.Addr, err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, fmt.Errorf("devbroker: listen port %q: %w", port, err)
+		}
+		opts = append(opts, kfake.Ports(p), kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+			return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(p)))
+		}))
+	} else {
+		opts = append(opts, kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+			return net.Listen(network, "127.0.0.1:0")
+		}))
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("devbroker: start: %w", err)
+	}
+	return &Broker{c: c, addrs: c.ListenAddrs()}, nil
+}
+
+// Addrs returns the broker's listen addresses, host:port.
+func (b *Broker) Addrs() []string { return append([]string(nil), b.addrs...) }
+
+// Addr returns the first listen address.
+func (b *Broker) Addr() string { return b.addrs[0] }
+
+// Close stops the broker. It is safe to call more than once.
+func (b *Broker) Close() { b.c.Close() }
+
+// Cluster exposes the underlying kfake cluster for fault injection.
+func (b *Broker) Cluster() *kfake.Cluster { return b.c }
+
+// NewWriter returns a kafka-go writer for the broker that waits for the
+// broker's acknowledgement and balances by key hash (so records with one
+// key land in one partition, as with real producers). Close it.
+func NewWriter(addrs []string) *kafka.Writer {
+	return &kafka.Writer{
+		Addr:         kafka.TCP(addrs...),
+		Balancer:     &kafka.Hash{},
+		RequiredAcks: kafka.RequireAll,
+		BatchSize:    1000,
+		BatchTimeout: 5 * time.Millisecond,
+		Transport:    &kafka.Transport{},
+	}
+}
+
+// CloseWriter closes w and its transport's idle connections, so that no
+// goroutine outlives it.
+func CloseWriter(w *kafka.Writer) error {
+	err := w.Close()
+	if t, ok := w.Transport.(*kafka.Transport); ok {
+		t.CloseIdleConnections()
+	}
+	return err
+}
+
+// Committed returns the group's committed offsets (the next offset to
+// read) for the partitions of topics; a partition with no commit is absent.
+func Committed(ctx context.Context, addrs []string, group string, topics map[string]int) (map[string]map[int]int64, error) {
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	client := &kafka.Client{Addr: kafka.TCP(addrs...), Transport: tr, Timeout: 10 * time.Second}
+	req := &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{}}
+	for topic, n := range topics {
+		for p := range n {
+			req.Topics[topic] = append(req.Topics[topic], p)
+		}
+	}
+	resp, err := client.OffsetFetch(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("devbroker: fetch offsets of group %q: %w", group, err)
+	}
+	if resp.Error != nil {
+		return nil, fmt.Errorf("devbroker: fetch offsets of group %q: %w", group, resp.Error)
+	}
+	out := map[string]map[int]int64{}
+	var errs []error
+	for topic, parts := range resp.Topics {
+		for _, p := range parts {
+			if p.Error != nil {
+				errs = append(errs, fmt.Errorf("%s/%d: %w", topic, p.Partition, p.Error))
+				continue
+			}
+			if p.CommittedOffset < 0 {
+				continue
+			}
+			if out[topic] == nil {
+				out[topic] = map[int]int64{}
+			}
+			out[topic][p.Partition] = p.CommittedOffset
+		}
+	}
+	return out, errors.Join(errs...)
+}
