@@ -1,0 +1,219 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/handoff-go/handoff"
+)
+
+// Defaults applied by [New] to zero fields.
+const (
+	DefaultDrainTimeout   = 30 * time.Second
+	DefaultHardStopGrace  = 5 * time.Second
+	DefaultCommitInterval = time.Second
+	DefaultSessionTimeout = 10 * time.Second
+	DefaultLockTimeout    = time.Second
+	DefaultFetchMaxWait   = 500 * time.Millisecond
+	DefaultWorkers        = 8
+	// DefaultQueueFactor times Workers is the default QueueSize.
+	DefaultQueueFactor = 8
+)
+
+// StartOffset says where a group with no committed offset starts reading a
+// partition.
+type StartOffset int
+
+const (
+	// StartFirst reads a partition from its oldest record.
+	StartFirst StartOffset = iota
+	// StartLast reads only records produced after the group joined.
+	StartLast
+)
+
+// Config configures a [Runtime]. [New] copies it, fills the defaults and
+// reports every problem at once.
+type Config struct {
+	// Brokers are the Kafka bootstrap addresses, host:port. Required when
+	// any class has topics.
+	Brokers []string
+
+	// Group is the Kafka consumer group ID shared by every instance of the
+	// service. Required when any class has topics.
+	Group string
+
+	// StatePath is the bbolt state file that holds the shutdown snapshot
+	// and the dead letters. Required. Each instance needs its own file,
+	// and it must survive restarts (a persistent volume in Kubernetes).
+	StatePath string
+
+	// Classes are the message classes; each gets its own pool. At least
+	// one is required; names and topics must be unique.
+	Classes []Class
+
+	// DrainTimeout bounds how long pools keep working once fetching has
+	// stopped. Zero means 30s. With HardStopGrace and the snapshot it must
+	// fit the pod's termination grace period.
+	DrainTimeout time.Duration
+
+	// HardStopGrace is how long handlers get to return once their context
+	// is cancelled at the end of the drain. A handler still running after
+	// it is recorded as interrupted and its message saved. Zero means 5s.
+	HardStopGrace time.Duration
+
+	// CommitInterval is how often done offsets are committed while
+	// running. Offsets are also committed at every stop. Zero means 1s.
+	CommitInterval time.Duration
+
+	// SessionTimeout is the consumer group session timeout: how long the
+	// broker waits for a dead instance's heartbeat before it gives its
+	// partitions to others. Zero means 10s.
+	SessionTimeout time.Duration
+
+	// StartOffset is where the group starts on a partition that has no
+	// committed offset. Zero means StartFirst.
+	StartOffset StartOffset
+
+	// FetchMaxWait bounds how long a fetch request waits on the broker for
+	// new records. It also bounds how long closing a partition reader
+	// takes (kafka-go's 10s default makes Close slow). Zero means 500ms.
+	FetchMaxWait time.Duration
+
+	// LockTimeout bounds how long the start waits for another process to
+	// release the state file. Zero means 1s.
+	LockTimeout time.Duration
+
+	// Logger receives the runtime's logs. Nil means discard.
+	Logger *slog.Logger
+}
+
+// Class is one message class: a handler with its own bounded pool.
+type Class struct {
+	// Name identifies the class in messages, logs and the state file.
+	// Required and unique.
+	Name string
+
+	// Topics are the Kafka topics whose records this class handles. A
+	// topic belongs to one class. Empty means the class is fed only by
+	// [Runtime.Submit].
+	Topics []string
+
+	// Handler handles one message. Required.
+	Handler handoff.HandlerFunc
+
+	// Workers bounds how many handlers of the class run at once. Zero
+	// means 8; negative is an error.
+	Workers int
+
+	// QueueSize bounds how many messages of the class wait for a worker.
+	// A full queue makes fetching of this class's topics wait, and no
+	// other class's. Zero means 8×Workers; negative is an error.
+	QueueSize int
+
+	// Ordered makes messages with the same key run one at a time, in
+	// offset (or submission) order; different keys still run in parallel.
+	Ordered bool
+}
+
+// ErrConfig is wrapped by every error [New] returns for a bad Config.
+var ErrConfig = errors.New("runtime: invalid config")
+
+// withDefaults returns a copy of cfg with zero fields filled, and every
+// problem found.
+func (cfg Config) withDefaults() (Config, error) {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...))
+	}
+	if cfg.StatePath == "" {
+		bad("StatePath is required")
+	}
+	if len(cfg.Classes) == 0 {
+		bad("at least one class is required")
+	}
+	durations := []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"DrainTimeout", &cfg.DrainTimeout, DefaultDrainTimeout},
+		{"HardStopGrace", &cfg.HardStopGrace, DefaultHardStopGrace},
+		{"CommitInterval", &cfg.CommitInterval, DefaultCommitInterval},
+		{"SessionTimeout", &cfg.SessionTimeout, DefaultSessionTimeout},
+		{"FetchMaxWait", &cfg.FetchMaxWait, DefaultFetchMaxWait},
+		{"LockTimeout", &cfg.LockTimeout, DefaultLockTimeout},
+	}
+	for _, d := range durations {
+		switch {
+		case *d.v < 0:
+			bad("%s must not be negative, got %s", d.name, *d.v)
+		case *d.v == 0:
+			*d.v = d.def
+		}
+	}
+	if cfg.StartOffset != StartFirst && cfg.StartOffset != StartLast {
+		bad("unknown StartOffset %d", cfg.StartOffset)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+
+	classes := make([]Class, len(cfg.Classes))
+	copy(classes, cfg.Classes)
+	cfg.Classes = classes
+	names := map[string]bool{}
+	topics := map[string]string{}
+	anyTopic := false
+	for i := range cfg.Classes {
+		c := &cfg.Classes[i]
+		if c.Name == "" {
+			bad("class %d has no Name", i)
+		} else if names[c.Name] {
+			bad("class %q is defined twice", c.Name)
+		}
+		names[c.Name] = true
+		if c.Handler == nil {
+			bad("class %q has no Handler", c.Name)
+		}
+		if c.Workers < 0 {
+			bad("class %q: Workers must be > 0, got %d", c.Name, c.Workers)
+		} else if c.Workers == 0 {
+			c.Workers = DefaultWorkers
+		}
+		if c.QueueSize < 0 {
+			bad("class %q: QueueSize must be > 0, got %d", c.Name, c.QueueSize)
+		} else if c.QueueSize == 0 {
+			c.QueueSize = DefaultQueueFactor * c.Workers
+		}
+		c.Topics = append([]string(nil), c.Topics...)
+		for _, t := range c.Topics {
+			if t == "" {
+				bad("class %q has an empty topic name", c.Name)
+				continue
+			}
+			if other, ok := topics[t]; ok {
+				bad("topic %q belongs to both class %q and class %q", t, other, c.Name)
+				continue
+			}
+			topics[t] = c.Name
+			anyTopic = true
+		}
+	}
+	if anyTopic {
+		if len(cfg.Brokers) == 0 {
+			bad("Brokers is required when classes have topics")
+		}
+		for _, b := range cfg.Brokers {
+			if b == "" {
+				bad("Brokers has an empty address")
+			}
+		}
+		if cfg.Group == "" {
+			bad("Group is required when classes have topics")
+		}
+	}
+	cfg.Brokers = append([]string(nil), cfg.Brokers...)
+	return cfg, errors.Join(errs...)
+}

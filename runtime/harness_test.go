@@ -1,0 +1,180 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.uber.org/goleak"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/internal/devbroker"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// kafka-go's package-level connection pool for the default
+		// transport keeps an idle reaper per address.
+		goleak.IgnoreAnyFunction("github.com/segmentio/kafka-go.(*connPool).discover"),
+	)
+}
+
+// bundle is one test's embedded broker, state file and counters.
+type bundle struct {
+	t      *testing.T
+	broker *devbroker.Broker
+	topics map[string]int // topic -> partitions
+	state  string
+	group  string
+
+	mu      sync.Mutex
+	handled map[string]int // message ID -> times handled to success
+	order   []string       // IDs in handling order
+}
+
+func setup(t *testing.T, partitions int, topics ...string) *bundle {
+	t.Helper()
+	b, err := devbroker.Start(devbroker.Config{Topics: topics, Partitions: partitions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	tp := map[string]int{}
+	for _, tt := range topics {
+		tp[tt] = partitions
+	}
+	return &bundle{
+		t: t, broker: b, topics: tp,
+		state:   filepath.Join(t.TempDir(), "state.db"),
+		group:   "g-" + t.Name(),
+		handled: map[string]int{},
+	}
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	if os.Getenv("HANDOFF_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// config returns a Config for the bundle with one class per topic, named
+// after it.
+func (b *bundle) config(h handoff.HandlerFunc, mod func(*Class)) Config {
+	cfg := Config{
+		Brokers:        b.broker.Addrs(),
+		Group:          b.group,
+		StatePath:      b.state,
+		CommitInterval: 100 * time.Millisecond,
+		SessionTimeout: 6 * time.Second,
+		FetchMaxWait:   100 * time.Millisecond,
+		Logger:         testLogger(b.t),
+	}
+	for topic := range b.topics {
+		c := Class{Name: topic, Topics: []string{topic}, Handler: h, Workers: 4, QueueSize: 32}
+		if mod != nil {
+			mod(&c)
+		}
+		cfg.Classes = append(cfg.Classes, c)
+	}
+	return cfg
+}
+
+// record notes a successful handling of m.
+func (b *bundle) record(m *handoff.Message) {
+	b.mu.Lock()
+	b.handled[m.ID]++
+	b.order = append(b.order, m.ID)
+	b.mu.Unlock()
+}
+
+func (b *bundle) counts() (unique, total int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, n := range b.handled {
+		unique++
+		total += n
+	}
+	return unique, total
+}
+
+// produce writes n records to each topic, keys spread over 13 values.
+func (b *bundle) produce(n int) int {
+	b.t.Helper()
+	w := devbroker.NewWriter(b.broker.Addrs())
+	defer devbroker.CloseWriter(w)
+	var msgs []kafka.Message
+	for topic := range b.topics {
+		for i := range n {
+			msgs = append(msgs, kafka.Message{Topic: topic, Key: fmt.Appendf(nil, "key-%d", i%13), Value: fmt.Appendf(nil, "%s-%d", topic, i)})
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		b.t.Fatal(err)
+	}
+	return len(msgs)
+}
+
+// committed sums the group's committed offsets over all partitions: with
+// topics that start empty it is the number of committed messages.
+func (b *bundle) committed() int64 {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	off, err := devbroker.Committed(ctx, b.broker.Addrs(), b.group, b.topics)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	var sum int64
+	for _, ps := range off {
+		for _, o := range ps {
+			sum += o
+		}
+	}
+	return sum
+}
+
+// waitFor polls cond until it holds or 30s pass. Polling here waits on
+// an outside system (the broker and the handlers), not on a timer.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// start runs rt in the background and returns a function that waits for
+// Run's result.
+func start(t *testing.T, rt *Runtime, ctx context.Context) func() (*Report, error) {
+	t.Helper()
+	type res struct {
+		rep *Report
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		rep, err := rt.Run(ctx)
+		ch <- res{rep, err}
+	}()
+	return func() (*Report, error) {
+		select {
+		case r := <-ch:
+			return r.rep, r.err
+		case <-time.After(60 * time.Second):
+			t.Fatal("Run did not return")
+			return nil, nil
+		}
+	}
+}

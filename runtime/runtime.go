@@ -1,0 +1,265 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/pool"
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+var (
+	// ErrNotRunning is returned by [Runtime.Submit] before [Runtime.Run]
+	// has started and once the stop has begun.
+	ErrNotRunning = errors.New("runtime: not running")
+	// ErrRunTwice is returned by a second call of [Runtime.Run]: a stopped
+	// runtime is not reused.
+	ErrRunTwice = errors.New("runtime: Run called twice")
+	// ErrUnknownClass is returned by [Runtime.Submit] for a class that is
+	// not configured.
+	ErrUnknownClass = errors.New("runtime: unknown class")
+	// ErrStopping is the cause of the handler contexts cancelled by the
+	// hard stop: context.Cause(ctx) returns it.
+	ErrStopping = errors.New("runtime: stopping")
+)
+
+const (
+	stateNew int32 = iota
+	stateRunning
+	stateDone
+)
+
+// How long the final commit and the group leave may take at most; with
+// the reader closes they make the fixed margin of a stop.
+const (
+	commitTimeout = 2 * time.Second
+	leaveTimeout  = time.Second
+)
+
+// Runtime is the main loop of a Kafka-consuming service: it feeds each
+// class's pool, commits what is safe, and on stop drains, snapshots and
+// commits. Create it with [New], run it with [Runtime.Run]. Its methods
+// are safe for concurrent use.
+type Runtime struct {
+	cfg     Config
+	log     *slog.Logger
+	classes map[string]*class
+	order   []*class // config order, for deterministic stops
+	byTopic map[string]*class
+	topics  []string
+
+	state     atomic.Int32
+	accepting atomic.Bool
+	ready     atomic.Bool
+
+	stopOnce sync.Once
+	stopCh   chan struct{} // closed when a stop is requested
+	skipOnce sync.Once
+	skipCh   chan struct{} // closed when the rest of the drain is to be skipped
+	runDone  chan struct{} // closed when Run returns
+
+	store *snapshot.Store
+
+	delMu   sync.Mutex
+	delKeys []uint64 // pending records whose messages are done
+
+	genMu sync.Mutex
+	gen   *generation
+
+	// beforeSnapshot, when set by a test, runs just before the stop's
+	// snapshot transaction.
+	beforeSnapshot func(*snapshot.Store)
+}
+
+type class struct {
+	cfg  Class
+	pool *pool.Pool[*item]
+}
+
+// New validates cfg and returns a Runtime ready to [Runtime.Run]. Every
+// problem is reported at once, each wrapping [ErrConfig].
+func New(cfg Config) (*Runtime, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	r := &Runtime{
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "runtime"),
+		classes: map[string]*class{},
+		byTopic: map[string]*class{},
+		stopCh:  make(chan struct{}),
+		skipCh:  make(chan struct{}),
+		runDone: make(chan struct{}),
+	}
+	var errs []error
+	for _, cc := range cfg.Classes {
+		c := &class{cfg: cc}
+		var keyFunc func(*item) string
+		if cc.Ordered {
+			keyFunc = itemKey
+		}
+		p, err := pool.New(pool.Config[*item]{
+			Name:       cc.Name,
+			Workers:    cc.Workers,
+			QueueSize:  cc.QueueSize,
+			Ordered:    cc.Ordered,
+			KeyFunc:    keyFunc,
+			Handler:    func(ctx context.Context, it *item) error { return cc.Handler(ctx, &it.msg) },
+			ResultFunc: r.result,
+			Logger:     cfg.Logger,
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", ErrConfig, err))
+			continue
+		}
+		c.pool = p
+		r.classes[cc.Name] = c
+		r.order = append(r.order, c)
+		for _, t := range cc.Topics {
+			r.byTopic[t] = c
+			r.topics = append(r.topics, t)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Ready reports whether the runtime has recovered its state file, joined
+// the consumer group's start and is not stopping: false the moment a stop
+// begins, so a load balancer can stop sending work.
+func (r *Runtime) Ready() bool { return r.ready.Load() }
+
+// Submit hands a message that did not come from Kafka to class's pool.
+// It blocks while the pool is full, until ctx ends. m.ID is required and
+// should be stable (the state file keeps it across restarts); m.Class is
+// set to class. The message is handled, or saved to the state file at the
+// stop and handled after the restart. Submit returns [ErrNotRunning]
+// before Run has started and once the stop has begun.
+func (r *Runtime) Submit(ctx context.Context, class string, m *handoff.Message) error {
+	if !r.accepting.Load() {
+		return ErrNotRunning
+	}
+	c := r.classes[class]
+	if c == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownClass, class)
+	}
+	if m == nil || m.ID == "" {
+		return fmt.Errorf("runtime: submit to class %q: message needs an ID", class)
+	}
+	it := &item{msg: *m}
+	it.msg.Class = class
+	if it.msg.FirstSeen.IsZero() {
+		it.msg.FirstSeen = time.Now()
+	}
+	if err := c.pool.Submit(ctx, it); err != nil {
+		if errors.Is(err, pool.ErrStopped) {
+			return ErrNotRunning
+		}
+		return fmt.Errorf("runtime: submit to class %q: %w", class, err)
+	}
+	return nil
+}
+
+// Shutdown starts the graceful stop, if it has not started, and waits
+// until [Runtime.Run] has returned or ctx ends. When ctx ends first the
+// stop escalates: the rest of the drain is skipped, as a second signal
+// does, and Shutdown returns ctx.Err() without waiting further. Before Run
+// and after it returned, Shutdown does nothing and returns nil.
+func (r *Runtime) Shutdown(ctx context.Context) error {
+	if r.state.Load() != stateRunning {
+		return nil
+	}
+	r.requestStop()
+	select {
+	case <-r.runDone:
+		return nil
+	case <-ctx.Done():
+		r.skipDrain()
+		return ctx.Err()
+	}
+}
+
+// Close is the hard stop: it skips the drain (handlers still get
+// HardStopGrace to return after their context is cancelled), saves what
+// is unprocessed, commits and waits for [Runtime.Run] to return. Before Run
+// and after it returned, Close does nothing and returns nil.
+func (r *Runtime) Close() error {
+	if r.state.Load() != stateRunning {
+		return nil
+	}
+	r.requestStop()
+	r.skipDrain()
+	<-r.runDone
+	return nil
+}
+
+func (r *Runtime) requestStop() { r.stopOnce.Do(func() { close(r.stopCh) }) }
+func (r *Runtime) skipDrain()   { r.skipOnce.Do(func() { close(r.skipCh) }) }
+
+// result is every pool's ResultFunc: it settles a handled message, and
+// makes a failed one a dead letter first.
+func (r *Runtime) result(it *item, err error) {
+	if err != nil {
+		rec := snapshot.Record{Message: it.msg, Reason: "failed", Err: err.Error(), SavedAt: time.Now()}
+		rec.Message.Attempt++
+		if _, serr := r.store.SaveDead(rec); serr != nil {
+			// Not settled: its offset stays uncommitted, so Kafka
+			// redelivers it after a restart.
+			r.log.Error("dead letter not saved; offset stays uncommitted",
+				"class", it.msg.Class, "id", it.msg.ID, "err", serr, "handler_err", err)
+			return
+		}
+		r.log.Warn("message failed; saved as dead letter", "class", it.msg.Class, "id", it.msg.ID, "err", err)
+	}
+	if it.tr != nil {
+		it.tr.settle(it.seq)
+	}
+	if it.pendingKey != 0 {
+		r.delMu.Lock()
+		r.delKeys = append(r.delKeys, it.pendingKey)
+		r.delMu.Unlock()
+	}
+}
+
+// takeDelKeys returns and forgets the pending records whose messages are done.
+func (r *Runtime) takeDelKeys() []uint64 {
+	r.delMu.Lock()
+	defer r.delMu.Unlock()
+	keys := r.delKeys
+	r.delKeys = nil
+	return keys
+}
+
+// deleteLoop removes the records of done re-pushed messages from the
+// pending bucket in batches. A crash before a batch is written leaves
+// the records there: they are re-pushed again (at-least-once).
+func (r *Runtime) deleteLoop(ctx context.Context) {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		keys := r.takeDelKeys()
+		if len(keys) == 0 {
+			continue
+		}
+		if err := r.store.DeletePending(keys...); err != nil {
+			r.log.Error("pending records of done messages not deleted; they will be re-pushed", "count", len(keys), "err", err)
+			r.delMu.Lock()
+			r.delKeys = append(keys, r.delKeys...)
+			r.delMu.Unlock()
+		}
+	}
+}

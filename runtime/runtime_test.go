@@ -1,0 +1,486 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+func TestConfigValidation(t *testing.T) {
+	h := func(context.Context, *handoff.Message) error { return nil }
+	_, err := New(Config{
+		Classes: []Class{
+			{Name: "a", Topics: []string{"t1"}, Handler: h, Workers: -1},
+			{Name: "a", Topics: []string{"t1"}, QueueSize: -2},
+			{Topics: []string{""}, Handler: h},
+		},
+		DrainTimeout: -time.Second,
+	})
+	if !errors.Is(err, ErrConfig) {
+		t.Fatalf("want ErrConfig, got %v", err)
+	}
+	for _, want := range []string{
+		"StatePath is required", `class "a" is defined twice`, `class "a": Workers must be > 0, got -1`,
+		`class "a": QueueSize must be > 0, got -2`, `class "a" has no Handler`, `topic "t1" belongs to both class "a" and class "a"`,
+		"class 2 has no Name", "empty topic name", "Brokers is required", "Group is required", "DrainTimeout must not be negative",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q:\n%v", want, err)
+		}
+	}
+	rt, err := New(Config{StatePath: "x.db", Classes: []Class{{Name: "local", Handler: h}}})
+	if err != nil {
+		t.Fatalf("a Submit-only runtime needs no brokers: %v", err)
+	}
+	if rt.cfg.DrainTimeout != DefaultDrainTimeout || rt.cfg.Classes[0].Workers != DefaultWorkers ||
+		rt.cfg.Classes[0].QueueSize != DefaultQueueFactor*DefaultWorkers {
+		t.Errorf("defaults not applied: %+v", rt.cfg)
+	}
+}
+
+// TestConsumeAndCommit: every produced message is handled once and the
+// group's committed offsets cover all of them after a graceful stop.
+func TestConsumeAndCommit(t *testing.T) {
+	b := setup(t, 3, "orders", "users", "heartbeats")
+	produced := b.produce(200)
+	var n atomic.Int64
+	all := make(chan struct{})
+	rt, err := New(b.config(func(ctx context.Context, m *handoff.Message) error {
+		b.record(m)
+		if n.Add(1) == int64(produced) {
+			close(all)
+		}
+		return nil
+	}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := start(t, rt, context.Background())
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("handled %d of %d", n.Load(), produced)
+	}
+	if err := rt.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unique, total := b.counts()
+	if unique != produced || total != produced {
+		t.Errorf("produced %d, handled %d unique, %d total", produced, unique, total)
+	}
+	if got := b.committed(); got != int64(produced) {
+		t.Errorf("committed %d, want %d", got, produced)
+	}
+	if rep.Succeeded != uint64(produced) || rep.Snapshotted != 0 {
+		t.Errorf("report: %v", rep)
+	}
+	if rt.Ready() {
+		t.Error("Ready after stop")
+	}
+	if _, err := rt.Run(context.Background()); !errors.Is(err, ErrRunTwice) {
+		t.Errorf("second Run: %v", err)
+	}
+}
+
+// TestStopSnapshotsAndRepushes is the counting test of a graceful stop
+// under load: produced = handled before the stop + snapshotted, the
+// snapshot is committed, and the restart re-pushes exactly what was saved.
+func TestStopSnapshotsAndRepushes(t *testing.T) {
+	b := setup(t, 2, "orders", "users")
+	produced := b.produce(300)
+	release := make(chan struct{})
+	var started atomic.Int64
+	slow := func(ctx context.Context, m *handoff.Message) error {
+		if started.Add(1) > 40 {
+			select { // later messages wait for the stop
+			case <-release:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}
+		b.record(m)
+		return nil
+	}
+	cfg := b.config(slow, nil)
+	cfg.DrainTimeout = 50 * time.Millisecond
+	cfg.HardStopGrace = 2 * time.Second
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	wait := start(t, rt, ctx)
+	// Wait until every worker is blocked and every queue full.
+	waitFor(t, "pools full", func() bool {
+		for _, c := range rt.order {
+			if s := c.pool.Stats(); s.Running < 4 || s.Queued < 32 {
+				return false
+			}
+		}
+		return true
+	})
+	cancel()
+	rep, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	handled1, _ := b.counts()
+	if rep.Interrupted != 8 || rep.Unstarted != 64 || rep.Snapshotted != 72 || rep.Stragglers != 0 {
+		t.Errorf("stop report: %v", rep)
+	}
+	if handled1 != 40 {
+		t.Errorf("handled %d before the stop, want 40", handled1)
+	}
+	// The commit covers what was handled and what was saved; fetched but
+	// never accepted records (one per blocked fetcher at most) are not
+	// committed and come again from Kafka.
+	committed := b.committed()
+	if committed < int64(handled1+rep.Snapshotted) || committed > int64(handled1+rep.Snapshotted) {
+		t.Errorf("committed %d, want handled %d + snapshotted %d", committed, handled1, rep.Snapshotted)
+	}
+
+	close(release)
+	var n atomic.Int64
+	all := make(chan struct{})
+	rt2, err := New(b.config(func(ctx context.Context, m *handoff.Message) error {
+		b.record(m)
+		if n.Add(1) == int64(produced-handled1) {
+			close(all)
+		}
+		return nil
+	}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait2 := start(t, rt2, context.Background())
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("second run handled %d of %d", n.Load(), produced-handled1)
+	}
+	rt2.Shutdown(context.Background())
+	rep2, err := wait2()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep2.Repushed != rep.Snapshotted {
+		t.Errorf("re-pushed %d, snapshotted %d", rep2.Repushed, rep.Snapshotted)
+	}
+	unique, total := b.counts()
+	if unique != produced || total != produced {
+		t.Errorf("produced %d: handled %d unique, %d total (duplicates %d)", produced, unique, total, total-unique)
+	}
+	if got := b.committed(); got != int64(produced) {
+		t.Errorf("committed %d, want %d", got, produced)
+	}
+	assertPending(t, b.state, 0)
+}
+
+func assertPending(t *testing.T, path string, want int) {
+	t.Helper()
+	st, err := snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	n, err := st.CountPending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != want {
+		t.Errorf("pending records: %d, want %d", n, want)
+	}
+}
+
+// TestRecoveryBeforeFetch: saved messages run before any Kafka record,
+// oldest first.
+func TestRecoveryBeforeFetch(t *testing.T) {
+	b := setup(t, 1, "orders")
+	st, err := snapshot.Open(b.state, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []snapshot.Record
+	for i := range 50 {
+		recs = append(recs, snapshot.Record{Message: handoff.Message{ID: "saved-" + string(rune('A'+i%26)) + string(rune('a'+i/26)), Class: "orders", Key: []byte("k")}, Reason: "unstarted"})
+	}
+	if _, err := st.SavePending(recs, nil); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	produced := b.produce(20)
+	var n atomic.Int64
+	all := make(chan struct{})
+	cfg := b.config(func(ctx context.Context, m *handoff.Message) error {
+		b.record(m)
+		if n.Add(1) == int64(produced+50) {
+			close(all)
+		}
+		return nil
+	}, func(c *Class) { c.Workers = 1; c.QueueSize = 100 }) // one FIFO worker: handling order = push order
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := start(t, rt, context.Background())
+	<-all
+	rt.Shutdown(context.Background())
+	rep, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Repushed != 50 {
+		t.Errorf("re-pushed %d", rep.Repushed)
+	}
+	for i, id := range b.order[:50] {
+		if id != recs[i].Message.ID {
+			t.Fatalf("message %d handled was %s, want saved %s", i, id, recs[i].Message.ID)
+		}
+	}
+	assertPending(t, b.state, 0)
+}
+
+func TestLockedStateFile(t *testing.T) {
+	b := setup(t, 1, "orders")
+	st, err := snapshot.Open(b.state, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cfg := b.config(func(context.Context, *handoff.Message) error { return nil }, nil)
+	cfg.LockTimeout = 100 * time.Millisecond
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = rt.Run(context.Background())
+	if !errors.Is(err, snapshot.ErrLocked) || !strings.Contains(err.Error(), b.state) {
+		t.Fatalf("want ErrLocked naming %s, got %v", b.state, err)
+	}
+}
+
+// TestStragglerInterrupted: a handler that ignores its context past the
+// hard-stop grace is recorded as interrupted, saved, and runs again after
+// the restart; the stop does not wait for it.
+func TestStragglerInterrupted(t *testing.T) {
+	b := setup(t, 1, "orders")
+	b.produce(1)
+	stuck := make(chan struct{})
+	entered := make(chan struct{})
+	var first atomic.Bool
+	cfg := b.config(func(ctx context.Context, m *handoff.Message) error {
+		if first.CompareAndSwap(false, true) {
+			close(entered)
+			<-stuck // ignores ctx
+			return nil
+		}
+		b.record(m)
+		return nil
+	}, nil)
+	cfg.DrainTimeout = 100 * time.Millisecond
+	cfg.HardStopGrace = 100 * time.Millisecond
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer close(stuck)
+	wait := start(t, rt, context.Background())
+	<-entered
+	begin := time.Now()
+	rt.Shutdown(context.Background())
+	rep, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Stragglers != 1 || rep.Interrupted != 1 || rep.Snapshotted != 1 {
+		t.Errorf("report: %v", rep)
+	}
+	// Not a timing assertion on speed: the stop must not wait for the
+	// straggler at all, which blocks until the test ends.
+	if took := time.Since(begin); took > cfg.DrainTimeout+cfg.HardStopGrace+10*time.Second {
+		t.Errorf("stop took %s", took)
+	}
+	if b.committed() != 1 {
+		t.Error("the saved straggler's offset is not committed")
+	}
+	done := make(chan struct{})
+	rt2, _ := New(b.config(func(ctx context.Context, m *handoff.Message) error {
+		if m.Attempt != 0 {
+			t.Errorf("interrupted attempt was counted: %d", m.Attempt)
+		}
+		b.record(m)
+		close(done)
+		return nil
+	}, nil))
+	wait2 := start(t, rt2, context.Background())
+	<-done
+	rt2.Shutdown(context.Background())
+	if _, err := wait2(); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := b.counts(); u != 1 {
+		t.Errorf("handled %d", u)
+	}
+}
+
+// TestSecondSignal: a second SIGTERM skips the rest of a long drain.
+func TestSecondSignal(t *testing.T) {
+	b := setup(t, 1, "orders")
+	b.produce(50)
+	entered := make(chan struct{}, 100)
+	cfg := b.config(func(ctx context.Context, m *handoff.Message) error {
+		entered <- struct{}{}
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}, nil)
+	cfg.DrainTimeout = time.Hour
+	cfg.HardStopGrace = time.Second
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopSignals := HandleSignals(rt, syscall.SIGUSR1)
+	defer stopSignals()
+	wait := start(t, rt, context.Background())
+	<-entered
+	syscall.Kill(syscall.Getpid(), syscall.SIGUSR1)
+	waitFor(t, "stop to begin", func() bool { return !rt.Ready() })
+	syscall.Kill(syscall.Getpid(), syscall.SIGUSR1)
+	rep, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.DrainTimedOut || rep.Interrupted == 0 || rep.Snapshotted != rep.Interrupted+rep.Unstarted {
+		t.Errorf("report: %v", rep)
+	}
+}
+
+// TestSnapshotFailureKeepsOffsets: when the snapshot cannot be written,
+// Run says how many messages were affected and their offsets stay
+// uncommitted, so a restart gets them again from Kafka.
+func TestSnapshotFailureKeepsOffsets(t *testing.T) {
+	b := setup(t, 1, "orders")
+	produced := b.produce(100)
+	var n atomic.Int64
+	cfg := b.config(func(ctx context.Context, m *handoff.Message) error {
+		if n.Add(1) > 10 {
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}
+		b.record(m)
+		return nil
+	}, nil)
+	cfg.DrainTimeout = 10 * time.Millisecond
+	cfg.HardStopGrace = time.Second
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.beforeSnapshot = func(st *snapshot.Store) { st.Close() }
+	wait := start(t, rt, context.Background())
+	waitFor(t, "pool full", func() bool { s := rt.order[0].pool.Stats(); return s.Queued == 32 })
+	rt.Shutdown(context.Background())
+	rep, err := wait()
+	if err == nil || !strings.Contains(err.Error(), "snapshot of") {
+		t.Fatalf("want snapshot error, got %v", err)
+	}
+	if rep.Snapshotted != 0 {
+		t.Errorf("report: %v", rep)
+	}
+	if got := b.committed(); got != 10 {
+		t.Errorf("committed %d, want the 10 handled only", got)
+	}
+	var m atomic.Int64
+	all := make(chan struct{})
+	rt2, _ := New(b.config(func(ctx context.Context, msg *handoff.Message) error {
+		b.record(msg)
+		if m.Add(1) == int64(produced-10) {
+			close(all)
+		}
+		return nil
+	}, nil))
+	wait2 := start(t, rt2, context.Background())
+	<-all
+	rt2.Shutdown(context.Background())
+	if _, err := wait2(); err != nil {
+		t.Fatal(err)
+	}
+	if u, total := b.counts(); u != produced || total != produced {
+		t.Errorf("produced %d, handled %d unique %d total", produced, u, total)
+	}
+}
+
+// TestSubmitSavedAtStop: submitted messages are handled, and those left at
+// the stop are saved and handled after the restart.
+func TestSubmitSavedAtStop(t *testing.T) {
+	state := t.TempDir() + "/s.db"
+	block := make(chan struct{})
+	var seen atomic.Int64
+	cfg := Config{StatePath: state, DrainTimeout: 10 * time.Millisecond, HardStopGrace: time.Second, Logger: testLogger(t),
+		Classes: []Class{{Name: "mail", Workers: 1, QueueSize: 10, Handler: func(ctx context.Context, m *handoff.Message) error {
+			if seen.Add(1) == 1 {
+				return nil
+			}
+			select {
+			case <-block:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}}}}
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Submit(context.Background(), "mail", &handoff.Message{ID: "x"}); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("Submit before Run: %v", err)
+	}
+	wait := start(t, rt, context.Background())
+	waitFor(t, "running", rt.Ready)
+	if err := rt.Submit(context.Background(), "nope", &handoff.Message{ID: "x"}); !errors.Is(err, ErrUnknownClass) {
+		t.Errorf("unknown class: %v", err)
+	}
+	if err := rt.Submit(context.Background(), "mail", &handoff.Message{}); err == nil {
+		t.Error("Submit without ID accepted")
+	}
+	for i := range 5 {
+		if err := rt.Submit(context.Background(), "mail", &handoff.Message{ID: string(rune('a' + i)), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt.Shutdown(context.Background())
+	rep, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Succeeded != 1 || rep.Snapshotted != 4 {
+		t.Errorf("report: %v", rep)
+	}
+	close(block)
+	got := make(chan string, 10)
+	cfg.Classes[0].Handler = func(ctx context.Context, m *handoff.Message) error { got <- m.ID + string(m.Value); return nil }
+	rt2, _ := New(cfg)
+	wait2 := start(t, rt2, context.Background())
+	var ids []string
+	for range 4 {
+		ids = append(ids, <-got)
+	}
+	rt2.Shutdown(context.Background())
+	if _, err := wait2(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(ids, ",") != "bv,cv,dv,ev" {
+		t.Errorf("re-pushed %v", ids)
+	}
+}

@@ -1,0 +1,245 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/handoff-go/handoff"
+)
+
+var errGenerationEnded = errors.New("runtime: consumer group generation ended before the final commit")
+
+// generation is one kafka-go consumer group generation: the partitions it
+// assigned us, their trackers, and the keeper goroutine that commits.
+type generation struct {
+	r        *Runtime
+	kg       *kafka.Generation
+	trackers []*tracker
+	// finalReq asks the keeper for the stop's final commit; it answers on
+	// the channel it is sent, then holds the generation open until the
+	// group is closed.
+	finalReq chan chan error
+	ended    chan struct{} // closed when the keeper returns
+}
+
+// consume joins generation after generation until fetchCtx ends.
+func (r *Runtime) consume(fetchCtx context.Context, cg *kafka.ConsumerGroup) {
+	for {
+		kg, err := cg.Next(fetchCtx)
+		if err != nil {
+			if fetchCtx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
+				return
+			}
+			r.log.Warn("consumer group join failed; retrying", "group", r.cfg.Group, "err", err)
+			continue
+		}
+		r.runGeneration(fetchCtx, kg)
+		if fetchCtx.Err() != nil {
+			return
+		}
+	}
+}
+
+// runGeneration fetches the generation's partitions until it ends or
+// fetchCtx ends. In the second case the keeper stays, so the stop can
+// commit through this generation.
+func (r *Runtime) runGeneration(fetchCtx context.Context, kg *kafka.Generation) {
+	g := &generation{r: r, kg: kg, finalReq: make(chan chan error), ended: make(chan struct{})}
+	gctx, cancel := context.WithCancel(fetchCtx)
+	defer cancel()
+	var fetchers sync.WaitGroup
+	n := 0
+	for topic, parts := range kg.Assignments {
+		c := r.byTopic[topic]
+		for _, pa := range parts {
+			tr := newTracker(topic, pa.ID, pa.Offset)
+			g.trackers = append(g.trackers, tr)
+			fetchers.Go(func() { r.fetch(gctx, c, tr, pa.Offset) })
+			n++
+		}
+	}
+	r.genMu.Lock()
+	r.gen = g
+	r.genMu.Unlock()
+	r.log.Info("joined group generation", "group", r.cfg.Group, "generation", kg.ID, "partitions", n)
+	kg.Start(func(kctx context.Context) { g.keep(kctx, cancel, &fetchers) })
+	<-gctx.Done()
+	fetchers.Wait()
+}
+
+// keep commits every CommitInterval. When kafka-go ends the generation
+// (rebalance, lost session) it stops this generation's fetchers and
+// commits what is settled before returning, since kafka-go waits for it
+// to move on. A late result of this generation then only marks trackers
+// nobody commits any more.
+func (g *generation) keep(kctx context.Context, stopFetch context.CancelFunc, fetchers *sync.WaitGroup) {
+	defer close(g.ended)
+	t := time.NewTicker(g.r.cfg.CommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if err := g.commit(); err != nil {
+				g.r.log.Warn("commit failed; retrying at the next interval", "generation", g.kg.ID, "err", err)
+			}
+		case reply := <-g.finalReq:
+			reply <- g.commit()
+			<-kctx.Done() // held open until the group closes
+			return
+		case <-kctx.Done():
+			stopFetch()
+			fetchers.Wait()
+			if err := g.commit(); err != nil {
+				g.r.log.Warn("commit at generation end failed", "generation", g.kg.ID, "err", err)
+			}
+			g.r.log.Info("group generation ended", "generation", g.kg.ID)
+			return
+		}
+	}
+}
+
+// commit commits every partition whose commit point moved.
+func (g *generation) commit() error {
+	offsets := map[string]map[int]int64{}
+	var moved []*tracker
+	var points []int64
+	for _, tr := range g.trackers {
+		cp, ok := tr.commitPoint()
+		if !ok {
+			continue
+		}
+		if offsets[tr.topic] == nil {
+			offsets[tr.topic] = map[int]int64{}
+		}
+		offsets[tr.topic][tr.partition] = cp
+		moved = append(moved, tr)
+		points = append(points, cp)
+	}
+	if len(moved) == 0 {
+		return nil
+	}
+	if err := g.kg.CommitOffsets(offsets); err != nil {
+		return fmt.Errorf("runtime: commit offsets of %d partitions in generation %d: %w", len(moved), g.kg.ID, err)
+	}
+	for i, tr := range moved {
+		tr.committedTo(points[i])
+	}
+	return nil
+}
+
+// finalCommit commits through the current generation, bounded by
+// commitTimeout.
+func (r *Runtime) finalCommit() error {
+	r.genMu.Lock()
+	g := r.gen
+	r.genMu.Unlock()
+	if g == nil {
+		return nil
+	}
+	timer := time.NewTimer(commitTimeout)
+	defer timer.Stop()
+	reply := make(chan error, 1)
+	select {
+	case g.finalReq <- reply:
+	case <-g.ended:
+		return errGenerationEnded
+	case <-timer.C:
+		return fmt.Errorf("runtime: final commit: keeper busy for %s", commitTimeout)
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-timer.C:
+		return fmt.Errorf("runtime: final commit did not finish in %s", commitTimeout)
+	}
+}
+
+// fetch reads one partition and hands its records to the class's pool.
+// A full pool makes it wait, which pushes back on this partition only.
+func (r *Runtime) fetch(ctx context.Context, c *class, tr *tracker, start int64) {
+	log := r.log.With("topic", tr.topic, "partition", tr.partition)
+	rd := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:     r.cfg.Brokers,
+		Topic:       tr.topic,
+		Partition:   tr.partition,
+		MinBytes:    1,
+		MaxBytes:    10 << 20,
+		MaxWait:     r.cfg.FetchMaxWait,
+		Logger:      kafkaLogger(log, false),
+		ErrorLogger: kafkaLogger(log, true),
+	})
+	defer r.closeReader(rd, log)
+	if err := rd.SetOffset(start); err != nil {
+		log.Error("reader offset not set", "offset", start, "err", err)
+		return
+	}
+	for {
+		m, err := rd.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			log.Warn("fetch failed; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		it := &item{msg: handoff.Message{
+			ID:        kafkaID(m.Topic, m.Partition, m.Offset),
+			Class:     c.cfg.Name,
+			Key:       m.Key,
+			Value:     m.Value,
+			Origin:    handoff.Origin{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset},
+			FirstSeen: time.Now(),
+		}, tr: tr}
+		if len(m.Headers) > 0 {
+			it.msg.Headers = make([]handoff.Header, len(m.Headers))
+			for i, h := range m.Headers {
+				it.msg.Headers[i] = handoff.Header{Key: h.Key, Value: h.Value}
+			}
+		}
+		it.seq = tr.add(m.Offset)
+		if err := c.pool.Submit(ctx, it); err != nil {
+			// Never accepted: it stays unsettled, so the commit stops
+			// before it and Kafka delivers it again.
+			return
+		}
+	}
+}
+
+// closeReader closes rd, waiting at most FetchMaxWait plus a second: a
+// kafka-go reader's Close can block on an in-flight fetch.
+func (r *Runtime) closeReader(rd *kafka.Reader, log *slog.Logger) {
+	done := make(chan struct{})
+	go func() { rd.Close(); close(done) }()
+	wait := r.cfg.FetchMaxWait + time.Second
+	select {
+	case <-done:
+	case <-time.After(wait):
+		log.Warn("partition reader did not close in time; left behind", "waited", wait)
+	}
+}
+
+// kafkaLogger adapts kafka-go's Printf logging to slog: debug for its
+// chatter, warn for its errors.
+func kafkaLogger(log *slog.Logger, isErr bool) kafka.LoggerFunc {
+	if isErr {
+		return func(format string, args ...any) {
+			log.Warn("kafka-go", "msg", fmt.Sprintf(format, args...))
+		}
+	}
+	return func(format string, args ...any) {
+		if log.Enabled(context.Background(), slog.LevelDebug) {
+			log.Debug("kafka-go", "msg", fmt.Sprintf(format, args...))
+		}
+	}
+}
