@@ -11,13 +11,14 @@ import (
 
 // Defaults applied by [New] to zero fields.
 const (
-	DefaultDrainTimeout   = 30 * time.Second
-	DefaultHardStopGrace  = 5 * time.Second
-	DefaultCommitInterval = time.Second
-	DefaultSessionTimeout = 10 * time.Second
-	DefaultLockTimeout    = time.Second
-	DefaultFetchMaxWait   = 500 * time.Millisecond
-	DefaultWorkers        = 8
+	DefaultDrainTimeout     = 30 * time.Second
+	DefaultHardStopGrace    = 5 * time.Second
+	DefaultCommitInterval   = time.Second
+	DefaultSessionTimeout   = 10 * time.Second
+	DefaultRebalanceTimeout = 10 * time.Second
+	DefaultLockTimeout      = time.Second
+	DefaultFetchMaxWait     = 500 * time.Millisecond
+	DefaultWorkers          = 8
 	// DefaultQueueFactor times Workers is the default QueueSize.
 	DefaultQueueFactor = 8
 )
@@ -71,6 +72,12 @@ type Config struct {
 	// broker waits for a dead instance's heartbeat before it gives its
 	// partitions to others. Zero means 10s.
 	SessionTimeout time.Duration
+
+	// RebalanceTimeout is how long the broker waits for every member to
+	// rejoin during a rebalance; a member that died without leaving holds
+	// up everyone's rejoin for up to this long (or SessionTimeout, when
+	// that ends first). Zero means 10s.
+	RebalanceTimeout time.Duration
 
 	// StartOffset is where the group starts on a partition that has no
 	// committed offset. Zero means StartFirst.
@@ -142,6 +149,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		{"HardStopGrace", &cfg.HardStopGrace, DefaultHardStopGrace},
 		{"CommitInterval", &cfg.CommitInterval, DefaultCommitInterval},
 		{"SessionTimeout", &cfg.SessionTimeout, DefaultSessionTimeout},
+		{"RebalanceTimeout", &cfg.RebalanceTimeout, DefaultRebalanceTimeout},
 		{"FetchMaxWait", &cfg.FetchMaxWait, DefaultFetchMaxWait},
 		{"LockTimeout", &cfg.LockTimeout, DefaultLockTimeout},
 	}

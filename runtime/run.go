@@ -90,6 +90,7 @@ func (r *Runtime) Run(ctx context.Context) (*Report, error) {
 			Topics:            r.topics,
 			StartOffset:       r.startOffset(),
 			SessionTimeout:    r.cfg.SessionTimeout,
+			RebalanceTimeout:  r.cfg.RebalanceTimeout,
 			HeartbeatInterval: r.cfg.SessionTimeout / 3,
 			JoinGroupBackoff:  time.Second,
 			Timeout:           5 * time.Second,
@@ -315,7 +316,10 @@ func (r *Runtime) stop(rep *Report, cancelFetch context.CancelFunc, consumer *sy
 	if closeErr != nil {
 		closeErr = fmt.Errorf("runtime: close state file: %w", closeErr)
 	}
-	return rep, errors.Join(snapErr, closeErr)
+	if commitErr != nil {
+		commitErr = fmt.Errorf("%w: %w", ErrCommit, commitErr)
+	}
+	return rep, errors.Join(snapErr, commitErr, closeErr)
 }
 
 // handled counts the handler results of every pool so far.

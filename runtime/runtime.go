@@ -24,6 +24,11 @@ var (
 	// ErrUnknownClass is returned by [Runtime.Submit] for a class that is
 	// not configured.
 	ErrUnknownClass = errors.New("runtime: unknown class")
+	// ErrCommit is wrapped by the error [Runtime.Run] returns when the
+	// stop's final offset commit failed. Nothing is lost: Kafka delivers
+	// the uncommitted messages again, some of which were already handled
+	// or saved.
+	ErrCommit = errors.New("runtime: final commit failed")
 	// ErrStopping is the cause of the handler contexts cancelled by the
 	// hard stop: context.Cause(ctx) returns it.
 	ErrStopping = errors.New("runtime: stopping")

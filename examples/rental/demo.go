@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/internal/devbroker"
+	"github.com/handoff-go/handoff/runtime"
+)
+
+// demo sizes: a burst that takes a few seconds to handle with demoWork per
+// message, stopped once demoStopAfter messages are handled.
+const (
+	demoOrders     = 3000
+	demoUsers      = 3000
+	demoHeartbeats = 6000
+	demoWork       = 5 * time.Millisecond
+	demoStopAfter  = 3000
+	demoDrain      = 20 * time.Millisecond
+)
+
+// tally counts handled messages by ID.
+type tally struct {
+	mu      sync.Mutex
+	seen    map[string]int
+	total   int
+	waiters []waiter
+}
+
+type waiter struct {
+	unique bool
+	n      int
+	ch     chan struct{}
+}
+
+func (t *tally) done(m *handoff.Message) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.seen[m.ID]++
+	t.total++
+	kept := t.waiters[:0]
+	for _, w := range t.waiters {
+		if (w.unique && len(t.seen) >= w.n) || (!w.unique && t.total >= w.n) {
+			close(w.ch)
+			continue
+		}
+		kept = append(kept, w)
+	}
+	t.waiters = kept
+}
+
+// when returns a channel closed once n messages (unique ones, if unique)
+// have been handled.
+func (t *tally) when(n int, unique bool) <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w := waiter{unique: unique, n: n, ch: make(chan struct{})}
+	if (unique && len(t.seen) >= n) || (!unique && t.total >= n) {
+		close(w.ch)
+	} else {
+		t.waiters = append(t.waiters, w)
+	}
+	return w.ch
+}
+
+func (t *tally) counts() (unique, total int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.seen), t.total
+}
+
+// demo runs the rental service twice on an embedded broker, stopping the
+// first run mid-load, and prints what happened to every message. It
+// returns 0 only when no message was lost.
+func demo(out io.Writer) int {
+	fail := func(err error) int {
+		fmt.Fprintf(os.Stderr, "rental demo: %v\n", err)
+		return 1
+	}
+	broker, err := devbroker.Start(devbroker.Config{Topics: topics, Partitions: 4})
+	if err != nil {
+		return fail(err)
+	}
+	defer broker.Close()
+	dir, err := os.MkdirTemp("", "rental-demo-")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.RemoveAll(dir)
+
+	produced, err := produceBurst(broker.Addrs())
+	if err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(out, "handoff demo: %d messages (orders %d, users %d, heartbeats %d) on an embedded broker, %s of work each\n",
+		produced, demoOrders, demoUsers, demoHeartbeats, demoWork)
+
+	t := &tally{seen: map[string]int{}}
+	h, _ := newHandlers(demoWork, "", t.done)
+	cfg := runtime.Config{
+		Brokers:       broker.Addrs(),
+		Group:         "rental-demo",
+		StatePath:     filepath.Join(dir, "rental.db"),
+		DrainTimeout:  demoDrain,
+		HardStopGrace: time.Second,
+		Classes:       h.classes(),
+		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+
+	// Run 1: stop mid-load, with a drain too short to finish.
+	rt, err := runtime.New(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	res := make(chan runResult, 1)
+	go func() { rep, err := rt.Run(context.Background()); res <- runResult{rep, err} }()
+	select {
+	case <-t.when(demoStopAfter, false):
+	case <-time.After(30 * time.Second):
+		return fail(fmt.Errorf("run 1 handled only %d messages in 30s", t.total))
+	}
+	rt.Shutdown(context.Background())
+	r1 := <-res
+	if r1.err != nil {
+		return fail(fmt.Errorf("run 1 stop: %w", r1.err))
+	}
+	u1, _ := t.counts()
+	fmt.Fprintf(out, "run 1: stopped after %d handled; drain of %s ended with work left: %v; %d saved to the state file (%d unstarted, %d interrupted)\n",
+		u1, demoDrain, r1.rep.DrainTimedOut, r1.rep.Snapshotted, r1.rep.Unstarted, r1.rep.Interrupted)
+
+	// Run 2: re-push what was saved, then consume the rest.
+	rt2, err := runtime.New(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	go func() { rep, err := rt2.Run(context.Background()); res <- runResult{rep, err} }()
+	select {
+	case <-t.when(produced, true):
+	case <-time.After(45 * time.Second):
+	}
+	rt2.Shutdown(context.Background())
+	r2 := <-res
+	if r2.err != nil {
+		return fail(fmt.Errorf("run 2 stop: %w", r2.err))
+	}
+	fmt.Fprintf(out, "run 2: re-pushed %d saved messages before fetching, then consumed the rest\n\n", r2.rep.Repushed)
+
+	unique, total := t.counts()
+	lost := produced - unique
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	for _, row := range []struct {
+		name string
+		v    any
+	}{
+		{"produced", produced},
+		{"handled", unique},
+		{"snapshotted at stop", r1.rep.Snapshotted},
+		{"re-pushed at start", r2.rep.Repushed},
+		{"lost", lost},
+		{"duplicates", total - unique},
+		{"drain time", r1.rep.Drain.Round(time.Millisecond)},
+		{"snapshot time", r1.rep.Snapshot.Round(time.Microsecond)},
+		{"stop time", r1.rep.Stop.Round(time.Millisecond)},
+	} {
+		fmt.Fprintf(tw, "%s\t%v\t\n", row.name, row.v)
+	}
+	tw.Flush()
+	if lost != 0 {
+		fmt.Fprintf(out, "\nFAIL: %d messages lost\n", lost)
+		return 1
+	}
+	fmt.Fprintln(out, "\nok: nothing lost")
+	return 0
+}
+
+type runResult struct {
+	rep *runtime.Report
+	err error
+}
+
+// produceBurst writes the demo's messages and returns how many.
+func produceBurst(addrs []string) (int, error) {
+	w := devbroker.NewWriter(addrs)
+	defer devbroker.CloseWriter(w)
+	var msgs []kafka.Message
+	add := func(topic, keyFmt string, n, keys int) {
+		for i := range n {
+			msgs = append(msgs, kafka.Message{Topic: topic, Key: fmt.Appendf(nil, keyFmt, i%keys), Value: fmt.Appendf(nil, `{"seq":%d}`, i)})
+		}
+	}
+	add(topicOrders, "order-%d", demoOrders, 200)
+	add(topicUsers, "user-%d", demoUsers, 500)
+	add(topicHeartbeats, "device-%d", demoHeartbeats, 100)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		return 0, fmt.Errorf("produce demo messages: %w", err)
+	}
+	return len(msgs), nil
+}

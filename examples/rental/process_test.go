@@ -1,0 +1,259 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/handoff-go/handoff/internal/devbroker"
+	"github.com/handoff-go/handoff/runtime"
+)
+
+// buildRental builds the example binary once per test binary.
+var buildRental = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "rental-bin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "rental")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// service is one run of the rental binary.
+type service struct {
+	cmd    *exec.Cmd
+	stdout bytes.Buffer
+	stderr bytes.Buffer
+	done   chan struct{}
+}
+
+func startService(t *testing.T, bin string, args ...string) *service {
+	t.Helper()
+	s := &service{cmd: exec.Command(bin, args...), done: make(chan struct{})}
+	s.cmd.Stdout = &s.stdout
+	s.cmd.Stderr = &s.stderr
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.cmd.Wait(); close(s.done) }()
+	t.Cleanup(func() {
+		s.cmd.Process.Kill()
+		<-s.done
+	})
+	return s
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (s *service) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-s.done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("service did not exit\nstderr:\n%s", s.stderr.String())
+	}
+	return s.cmd.ProcessState.ExitCode()
+}
+
+// report parses the "report {json}" line the service prints at exit.
+func (s *service) report(t *testing.T) runtime.Report {
+	t.Helper()
+	sc := bufio.NewScanner(bytes.NewReader(s.stdout.Bytes()))
+	for sc.Scan() {
+		if line, ok := strings.CutPrefix(sc.Text(), "report "); ok {
+			var rep runtime.Report
+			if err := json.Unmarshal([]byte(line), &rep); err != nil {
+				t.Fatal(err)
+			}
+			return rep
+		}
+	}
+	t.Fatalf("no report line in stdout:\n%s\nstderr:\n%s", s.stdout.String(), s.stderr.String())
+	return runtime.Report{}
+}
+
+// effects reads the effects file: handled count per key, and lines.
+func readEffects(t *testing.T, path string) (map[string]int, int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	lines := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if line == "" {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 4 {
+			t.Fatalf("effects line %q does not have the form <topic> <partition> <offset> <key>", line)
+		}
+		seen[f[3]]++
+		lines++
+	}
+	return seen, lines
+}
+
+// waitLines waits until the effects file has at least n lines or the
+// process exits.
+func waitLines(t *testing.T, path string, n int, s *service) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, lines := readEffects(t, path); lines >= n {
+			return
+		}
+		select {
+		case <-s.done:
+			t.Fatalf("service exited early\nstderr:\n%s", s.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("effects file did not reach %d lines", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestProcessStopAndKill runs the real binary against a broker held by
+// the test, produces under load, and stops it with SIGTERM three times and
+// SIGKILL once, restarting with the same state file. From the effects
+// file: every produced message was handled at least once; graceful stops
+// duplicate nothing but interrupted handlers.
+func TestProcessStopAndKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the example binary")
+	}
+	bin, err := buildRental()
+	if err != nil {
+		t.Fatal(err)
+	}
+	broker, err := devbroker.Start(devbroker.Config{Topics: topics, Partitions: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer broker.Close()
+	dir := t.TempDir()
+	effects := filepath.Join(dir, "effects.log")
+	args := []string{"-brokers", broker.Addr(), "-group", "rental-proc", "-state", filepath.Join(dir, "rental.db"),
+		"-drain-timeout", "100ms", "-work", "20ms", "-effects", effects}
+
+	// The producer runs through all rounds: the service is stopped under load.
+	const total = 12000
+	produced := make(chan []string, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { produced <- produceSteadily(ctx, t, broker.Addrs(), total) }()
+
+	interrupted := 0
+	began := time.Now()
+	for round := range 3 {
+		s := startService(t, bin, args...)
+		_, before := readEffects(t, effects)
+		waitLines(t, effects, before+600, s)
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		if code := s.wait(t); code != 0 {
+			t.Fatalf("round %d: exit %d after SIGTERM\nstderr:\n%s", round, code, s.stderr.String())
+		}
+		rep := s.report(t)
+		interrupted += rep.Interrupted
+		seen, lines := readEffects(t, effects)
+		t.Logf("%s SIGTERM round %d: snapshotted %d (unstarted %d, interrupted %d), re-pushed at start %d, drain %s, snapshot %s, stop %s; effects %d lines, %d unique",
+			time.Since(began).Round(time.Millisecond), round, rep.Snapshotted, rep.Unstarted, rep.Interrupted, rep.Repushed, rep.Drain, rep.Snapshot, rep.Stop, lines, len(seen))
+		if dups := lines - len(seen); dups > interrupted {
+			t.Errorf("after graceful stops: %d duplicates, but only %d handlers were interrupted", dups, interrupted)
+		}
+	}
+
+	// SIGKILL early in a run that starts by re-pushing a snapshot.
+	s := startService(t, bin, args...)
+	_, before := readEffects(t, effects)
+	waitLines(t, effects, before+50, s)
+	s.cmd.Process.Signal(syscall.SIGKILL)
+	s.wait(t)
+	_, afterKill := readEffects(t, effects)
+	t.Logf("%s SIGKILL after %d new lines", time.Since(began).Round(time.Millisecond), afterKill-before)
+
+	// Run to the end: everything produced must be handled.
+	// The catch-up run works faster; the flags are otherwise the same.
+	keys := <-produced
+	fast := append([]string(nil), args...)
+	fast[len(fast)-3] = "1ms"
+	s = startService(t, bin, fast...)
+	waitLines(t, effects, afterKill+1, s)
+	t.Logf("%s first message handled after the restart", time.Since(began).Round(time.Millisecond))
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		seen, _ := readEffects(t, effects)
+		missing := 0
+		for _, k := range keys {
+			if seen[k] == 0 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lost: %d of %d produced messages never handled\nstderr:\n%s", missing, len(keys), s.stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if code := s.wait(t); code != 0 {
+		t.Fatalf("final stop: exit %d\nstderr:\n%s", code, s.stderr.String())
+	}
+	for _, l := range strings.Split(s.stderr.String(), "\n") {
+		if strings.Contains(l, "generation") || strings.Contains(l, "recovery") {
+			t.Log(l)
+		}
+	}
+	seen, lines := readEffects(t, effects)
+	t.Logf("produced %d, handled %d unique, lost 0, duplicates %d (after 3 SIGTERM and 1 SIGKILL)", len(keys), len(seen), lines-len(seen))
+	if len(seen) != len(keys) {
+		t.Errorf("handled %d unique keys, produced %d", len(seen), len(keys))
+	}
+}
+
+// produceSteadily writes total messages with unique keys across the three
+// topics, in small batches, and returns the keys.
+func produceSteadily(ctx context.Context, t *testing.T, addrs []string, total int) []string {
+	w := devbroker.NewWriter(addrs)
+	defer devbroker.CloseWriter(w)
+	var keys []string
+	for i := 0; i < total; {
+		var batch []kafka.Message
+		for j := 0; j < 300 && i < total; j++ {
+			k := fmt.Sprintf("k%06d", i)
+			batch = append(batch, kafka.Message{Topic: topics[i%3], Key: []byte(k), Value: []byte("v")})
+			keys = append(keys, k)
+			i++
+		}
+		if err := w.WriteMessages(ctx, batch...); err != nil {
+			t.Errorf("produce: %v", err)
+			return keys
+		}
+		select {
+		case <-ctx.Done():
+			return keys
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return keys
+}

@@ -1,0 +1,40 @@
+package snapshot
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrLocked is returned by [Open] when another process (or another
+	// open handle in this process) holds the state file's lock for longer
+	// than [Options.LockTimeout].
+	ErrLocked = errors.New("snapshot: state file in use")
+
+	// ErrCorrupt is returned, wrapped, by [DecodeRecord] when its input is
+	// truncated, has trailing bytes, has an unknown format version or holds
+	// an impossible value. Every [DecodeError] wraps it too.
+	ErrCorrupt = errors.New("snapshot: corrupt record")
+)
+
+// DecodeError names the bucket and key of a stored record that failed to
+// decode. [Store.LoadPending] and [Store.Dead] report one per bad record
+// instead of failing the whole read. It wraps the decode error, so
+// errors.Is(err, [ErrCorrupt]) holds.
+type DecodeError struct {
+	// Bucket is the bucket the record was read from, e.g. [BucketPending].
+	Bucket string
+	// Key is the record's key as stored (normally 8 bytes, big-endian).
+	Key []byte
+	// Err is the decode error; it wraps [ErrCorrupt].
+	Err error
+}
+
+// Error returns "snapshot: decode <bucket>/<hex key>: <err>".
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("snapshot: decode %s/%s: %v", e.Bucket, hex.EncodeToString(e.Key), e.Err)
+}
+
+// Unwrap returns e.Err.
+func (e *DecodeError) Unwrap() error { return e.Err }

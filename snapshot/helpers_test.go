@@ -1,0 +1,172 @@
+package snapshot
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/handoff-go/handoff"
+	bolt "go.etcd.io/bbolt"
+)
+
+// testStore is the setup bundle of a store test.
+type testStore struct {
+	*Store
+	path string
+}
+
+// setup opens a fresh state file in t.TempDir. Cleanup closes the
+// current store (reopen replaces it) and checks the file's bbolt invariants (as bbolt's btesting does).
+func setup(t testing.TB) *testStore {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testStore{Store: s, path: path}
+	t.Cleanup(func() {
+		if err := ts.Store.Close(); err != nil {
+			t.Error(err)
+		}
+		checkFile(t, path)
+	})
+	return ts
+}
+
+// reopen closes the store and opens its file again, as a restart does.
+func (ts *testStore) reopen(t testing.TB) {
+	t.Helper()
+	if err := ts.Store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ts.path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.Store = s
+}
+
+// checkFile runs bbolt's consistency check on a closed state file.
+func checkFile(t testing.TB, path string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, ReadOnly: true})
+	if err != nil {
+		t.Errorf("check %s: %v", path, err)
+		return
+	}
+	defer db.Close()
+	err = db.View(func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			t.Errorf("check %s: %v", path, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// rawUpdate runs fn on the store's file with plain bbolt, the store
+// being closed meanwhile, then reopens the store.
+func (ts *testStore) rawUpdate(t testing.TB, fn func(tx *bolt.Tx) error) {
+	t.Helper()
+	if err := ts.Store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(ts.path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(fn); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ts.path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.Store = s
+}
+
+func key8(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }
+
+// fullRecord returns a record with every field set, distinct by i.
+func fullRecord(i int) Record {
+	loc := time.FixedZone("x", 3*3600+1800)
+	return Record{
+		Message: handoff.Message{
+			ID:    fmt.Sprintf("orders/%d/%d", -i, int64(-1)<<40-int64(i)),
+			Class: "orders",
+			Key:   []byte(fmt.Sprintf("key-%d", i)),
+			Value: bytes.Repeat([]byte{byte(i), 0, 0xff}, 100+i),
+			Headers: []handoff.Header{
+				{Key: "a", Value: []byte("1")},
+				{Key: "", Value: nil},
+				{Key: "empty", Value: []byte{}},
+				{Key: "ünïcode ✓", Value: []byte{0, 1, 2}},
+			},
+			Origin: handoff.Origin{
+				Topic:     "orders.v1",
+				Partition: -1 - i,
+				Offset:    -1 << 62,
+			},
+			Attempt:   7 + i,
+			FirstSeen: time.Date(2025, 3, 4, 5, 6, 7, 123456789+i, loc),
+		},
+		Reason:  "interrupted",
+		Err:     "context canceled: hard stop",
+		SavedAt: time.Date(2026, 1, 2, 3, 4, 5, 6+i, time.Local),
+	}
+}
+
+// records returns n records distinct by their ID.
+func records(n int) []Record {
+	out := make([]Record, n)
+	for i := range out {
+		out[i] = fullRecord(i)
+	}
+	return out
+}
+
+// normalized returns r as DecodeRecord returns it: times in UTC without
+// a monotonic reading.
+func normalized(r Record) Record {
+	norm := func(t time.Time) time.Time {
+		if t.IsZero() {
+			return time.Time{}
+		}
+		return t.Round(0).UTC()
+	}
+	r.Message.FirstSeen = norm(r.Message.FirstSeen)
+	r.SavedAt = norm(r.SavedAt)
+	return r
+}
+
+func requireEqualRecord(t testing.TB, got, want Record) {
+	t.Helper()
+	if want := normalized(want); !reflect.DeepEqual(got, want) {
+		t.Fatalf("record mismatch\n got: %#v\nwant: %#v", got, want)
+	}
+}
+
+// requireEntries checks entries against keys and the records saved
+// under them.
+func requireEntries(t testing.TB, got []Entry, keys []uint64, want []Record) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("got %d entries, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if got[i].Key != keys[i] {
+			t.Fatalf("entry %d: key %d, want %d", i, got[i].Key, keys[i])
+		}
+		requireEqualRecord(t, got[i].Record, want[i])
+	}
+}

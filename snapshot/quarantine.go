@@ -1,0 +1,147 @@
+package snapshot
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// quarantineVersion is the first byte of every quarantine value.
+const quarantineVersion = 1
+
+// Quarantined is a stored value that failed to decode, kept with where it
+// came from and why. Its key is a sequence number of the quarantine
+// bucket.
+type Quarantined struct {
+	// Key is the entry's key in the quarantine bucket.
+	Key uint64
+	// Bucket is the bucket the value was moved from, e.g. [BucketPending].
+	Bucket string
+	// OrigKey is the value's key in Bucket.
+	OrigKey []byte
+	// Err is the text of the decode error.
+	Err string
+	// Raw is the value exactly as it was stored.
+	Raw []byte
+	// At is when the value was moved, in UTC.
+	At time.Time
+}
+
+// Quarantined returns every quarantined value in the order they were
+// moved. A quarantine entry that is itself unreadable is returned with
+// its whole stored value in Raw, an empty Bucket and the reason in Err,
+// so that nothing is hidden from an operator.
+func (s *Store) Quarantined() ([]Quarantined, error) {
+	var out []Quarantined
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b, err := bucket(tx, BucketQuarantine)
+		if err != nil {
+			return err
+		}
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if v == nil {
+				continue // a nested bucket: not ours, nothing to show
+			}
+			q, err := decodeQuarantined(v)
+			if err != nil {
+				q = Quarantined{Err: err.Error(), Raw: slices.Clone(v)}
+			}
+			if len(k) == 8 {
+				q.Key = binary.BigEndian.Uint64(k)
+			}
+			out = append(out, q)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: list quarantine of %s: %w", s.path, err)
+	}
+	return out, nil
+}
+
+// quarantine moves the values named by bad from bucket name to the
+// quarantine bucket in one write transaction. Each value is decoded again
+// first: one that is gone, or now decodes, stays out of it.
+func (s *Store) quarantine(name string, bad []*DecodeError) error {
+	now := time.Now()
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		src, err := bucket(tx, name)
+		if err != nil {
+			return err
+		}
+		dst, err := bucket(tx, BucketQuarantine)
+		if err != nil {
+			return err
+		}
+		dst.FillPercent = 1.0
+		for _, de := range bad {
+			v := src.Get(de.Key)
+			if v == nil {
+				continue // deleted since, or a nested bucket
+			}
+			if len(de.Key) == 8 {
+				if _, err := DecodeRecord(v); err == nil {
+					continue
+				}
+			}
+			seq, err := dst.NextSequence()
+			if err != nil {
+				return fmt.Errorf("next sequence of bucket %s: %w", BucketQuarantine, err)
+			}
+			qv := appendQuarantined(nil, name, de.Key, de.Err.Error(), now, v)
+			if err := dst.Put(seqKey(seq), qv); err != nil {
+				return fmt.Errorf("put %s/%016x: %w", BucketQuarantine, seq, err)
+			}
+			if err := src.Delete(de.Key); err != nil {
+				return fmt.Errorf("delete %s/%x: %w", name, de.Key, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("snapshot: quarantine %d undecodable %s records in %s: %w", len(bad), name, s.path, err)
+	}
+	return nil
+}
+
+// appendQuarantined appends a quarantine value: version, bucket, original
+// key, error text, time, then the raw value up to the end.
+func appendQuarantined(dst []byte, bucket string, key []byte, errText string, at time.Time, raw []byte) []byte {
+	dst = slices.Grow(dst, 1+4*binary.MaxVarintLen64+len(bucket)+len(key)+len(errText)+1+2*binary.MaxVarintLen64+len(raw))
+	dst = append(dst, quarantineVersion)
+	dst = appendString(dst, bucket)
+	dst = binary.AppendUvarint(dst, uint64(len(key)))
+	dst = append(dst, key...)
+	dst = appendString(dst, errText)
+	dst = appendTime(dst, at)
+	return append(dst, raw...)
+}
+
+// decodeQuarantined decodes a value written by appendQuarantined. Like
+// DecodeRecord it never panics and shares no memory with b.
+func decodeQuarantined(b []byte) (Quarantined, error) {
+	if len(b) == 0 {
+		return Quarantined{}, fmt.Errorf("snapshot: corrupt quarantine entry: empty")
+	}
+	if b[0] != quarantineVersion {
+		return Quarantined{}, fmt.Errorf("snapshot: corrupt quarantine entry: unknown format version %d", b[0])
+	}
+	d := decoder{b: slices.Clone(b), off: 1}
+	var q Quarantined
+	q.Bucket = d.string("bucket")
+	n := d.uvarint("original key", "length")
+	if d.err == nil {
+		q.OrigKey = d.span("original key", n)
+	}
+	q.Err = d.string("error")
+	q.At = d.time("time")
+	if d.err != nil {
+		return Quarantined{}, fmt.Errorf("snapshot: corrupt quarantine entry: %w", d.err)
+	}
+	q.Raw = d.b[d.off:len(d.b):len(d.b)]
+	return q, nil
+}
