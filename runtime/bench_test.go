@@ -26,9 +26,12 @@ import (
 // Speed lives here, never in timed assertions: these benchmarks report
 // figures and check only counts. Run them with
 //
-//	go test -run='^$' -bench=. -benchtime=1x ./runtime/
+//	go test -run='^$' -bench='EndToEnd|Repush' -benchtime=5x ./runtime/
+//	go test -run='^$' -bench=Tracker ./runtime/
 //
-// BenchmarkEndToEnd runs max(3, b.N) interleaved rounds per variant.
+// BenchmarkEndToEnd runs one interleaved round (raw kafka-go, then the
+// runtime) per iteration, and at least 3. BenchmarkTracker needs the
+// default benchtime: one iteration of it means nothing.
 
 const (
 	e2ePartitions = 4
@@ -48,11 +51,18 @@ type e2eVariant struct {
 	workers int
 }
 
+// e2eGroups numbers the consumer groups: every side of every round reads
+// all messages with a group of its own.
+var e2eGroups atomic.Int64
+
 // e2eResult is one side of one round, in messages per second from the
 // generation join to the last message handled, and to the commit that
 // covers every message.
 type e2eResult struct {
 	handled, committed float64
+	// commitLag is the time from the last message handled to the commit
+	// covering all of them.
+	commitLag time.Duration
 }
 
 // BenchmarkEndToEnd compares the runtime with hand-written kafka-go over
@@ -86,23 +96,32 @@ func BenchmarkEndToEnd(b *testing.B) {
 
 	for _, v := range []e2eVariant{noop, slow} {
 		b.Run(v.name, func(b *testing.B) {
-			rounds := max(3, b.N)
 			var raw, rt []e2eResult
 			var ratio, ratioCommitted []float64
-			for round := range rounds {
-				r := runRawKafkaGo(b, broker.Addrs(), fmt.Sprintf("raw-%s-%d", v.name, round), v)
-				h := runHandoff(b, broker.Addrs(), fmt.Sprintf("rt-%s-%d", v.name, round), v)
+			round := func() {
+				k := len(raw)
+				id := e2eGroups.Add(1)
+				r := runRawKafkaGo(b, broker.Addrs(), fmt.Sprintf("raw-%s-%d", v.name, id), v)
+				h := runHandoff(b, broker.Addrs(), fmt.Sprintf("rt-%s-%d", v.name, id), v)
 				b.Logf("round %d: raw %.0f msgs/s (committed %.0f), runtime %.0f msgs/s (committed %.0f), ratio %.3f",
-					round, r.handled, r.committed, h.handled, h.committed, h.handled/r.handled)
+					k, r.handled, r.committed, h.handled, h.committed, h.handled/r.handled)
 				raw, rt = append(raw, r), append(rt, h)
 				ratio = append(ratio, h.handled/r.handled)
 				ratioCommitted = append(ratioCommitted, h.committed/r.committed)
+			}
+			for b.Loop() {
+				round()
+			}
+			for len(raw) < 3 { // the timer is stopped: these only add samples
+				round()
 			}
 			rawRate, rtRate := median(handledRates(raw)), median(handledRates(rt))
 			b.ReportMetric(rawRate, "raw_msgs/s")
 			b.ReportMetric(rtRate, "runtime_msgs/s")
 			b.ReportMetric(median(ratio), "runtime/raw")
 			b.ReportMetric(median(ratioCommitted), "runtime/raw_committed")
+			b.ReportMetric(float64(median(commitLags(raw)).Milliseconds()), "raw_commit_lag_ms")
+			b.ReportMetric(float64(median(commitLags(rt)).Milliseconds()), "runtime_commit_lag_ms")
 			if v.work > 0 {
 				ceiling := float64(v.workers*len(v.topics)) / v.work.Seconds()
 				b.ReportMetric(rawRate/ceiling, "raw_ceiling_frac")
@@ -303,9 +322,11 @@ func runRawKafkaGo(b *testing.B, addrs []string, group string, v e2eVariant) e2e
 	})
 
 	var res e2eResult
+	var handledAt time.Time
 	select {
 	case <-all:
-		res.handled = float64(v.n) / time.Since(began).Seconds()
+		handledAt = time.Now()
+		res.handled = float64(v.n) / handledAt.Sub(began).Seconds()
 	case <-ctx.Done():
 		b.Fatalf("raw kafka-go: handled %d of %d", handled.Load(), v.n)
 	}
@@ -313,6 +334,7 @@ func runRawKafkaGo(b *testing.B, addrs []string, group string, v e2eVariant) e2e
 		b.Fatal(err)
 	}
 	res.committed = float64(v.n) / time.Since(began).Seconds()
+	res.commitLag = time.Since(handledAt)
 	stopFetch()
 	readers.Wait()
 	if got := committedSum(b, addrs, group, v.topics); got != int64(v.n) {
@@ -393,6 +415,7 @@ func runHandoff(b *testing.B, addrs []string, group string, v e2eVariant) e2eRes
 		time.Sleep(10 * time.Millisecond)
 	}
 	res.committed = float64(v.n) / time.Since(began).Seconds()
+	res.commitLag = time.Since(handledAt)
 	if err := rt.Shutdown(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -437,7 +460,15 @@ func handledRates(rs []e2eResult) []float64 {
 	return out
 }
 
-func median(xs []float64) float64 {
+func commitLags(rs []e2eResult) []time.Duration {
+	out := make([]time.Duration, len(rs))
+	for i, r := range rs {
+		out[i] = r.commitLag
+	}
+	return out
+}
+
+func median[T float64 | time.Duration](xs []T) T {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	if len(s)%2 == 1 {

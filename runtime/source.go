@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -179,6 +180,12 @@ func (r *Runtime) fetch(ctx context.Context, c *class, tr *tracker, start int64)
 		log.Error("reader offset not set", "offset", start, "err", err)
 		return
 	}
+	// Every record of this reader has tr's topic and partition, so the
+	// "topic/partition/" of kafkaID is made once and each ID costs one
+	// allocation.
+	idPrefix := kafkaID(tr.topic, tr.partition, 0)
+	idPrefix = idPrefix[:len(idPrefix)-1]
+	var idBuf [64]byte
 	for {
 		m, err := rd.FetchMessage(ctx)
 		if err != nil {
@@ -194,7 +201,7 @@ func (r *Runtime) fetch(ctx context.Context, c *class, tr *tracker, start int64)
 			continue
 		}
 		it := &item{msg: handoff.Message{
-			ID:        kafkaID(m.Topic, m.Partition, m.Offset),
+			ID:        string(strconv.AppendInt(append(idBuf[:0], idPrefix...), m.Offset, 10)),
 			Class:     c.cfg.Name,
 			Key:       m.Key,
 			Value:     m.Value,

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -161,7 +162,7 @@ func TestProcessStopAndKill(t *testing.T) {
 	defer cancel()
 	go func() { produced <- produceSteadily(ctx, t, broker.Addrs(), total) }()
 
-	interrupted := 0
+	interrupted, lastSnapshot := 0, 0
 	began := time.Now()
 	for round := range 3 {
 		s := startService(t, bin, args...)
@@ -173,6 +174,7 @@ func TestProcessStopAndKill(t *testing.T) {
 		}
 		rep := s.report(t)
 		interrupted += rep.Interrupted
+		lastSnapshot = rep.Snapshotted
 		seen, lines := readEffects(t, effects)
 		t.Logf("%s SIGTERM round %d: snapshotted %d (unstarted %d, interrupted %d), re-pushed at start %d, drain %s, snapshot %s, stop %s; effects %d lines, %d unique",
 			time.Since(began).Round(time.Millisecond), round, rep.Snapshotted, rep.Unstarted, rep.Interrupted, rep.Repushed, rep.Drain, rep.Snapshot, rep.Stop, lines, len(seen))
@@ -189,12 +191,17 @@ func TestProcessStopAndKill(t *testing.T) {
 	s.wait(t)
 	_, afterKill := readEffects(t, effects)
 	t.Logf("%s SIGKILL after %d new lines", time.Since(began).Round(time.Millisecond), afterKill-before)
+	// The killed run started by re-pushing the last snapshot and died
+	// before handling that many: a crash during recovery.
+	if lastSnapshot == 0 || afterKill-before >= lastSnapshot {
+		t.Errorf("the kill did not land during recovery: snapshot %d, handled %d before the kill", lastSnapshot, afterKill-before)
+	}
 
 	// Run to the end: everything produced must be handled.
 	// The catch-up run works faster; the flags are otherwise the same.
 	keys := <-produced
 	fast := append([]string(nil), args...)
-	fast[len(fast)-3] = "1ms"
+	fast[slices.Index(fast, "-work")+1] = "1ms"
 	s = startService(t, bin, fast...)
 	waitLines(t, effects, afterKill+1, s)
 	t.Logf("%s first message handled after the restart", time.Since(began).Round(time.Millisecond))

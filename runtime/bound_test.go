@@ -1,0 +1,66 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/handoff-go/handoff"
+)
+
+// TestStopBoundedWhenBrokerHangs: with a broker that stops answering
+// (commit, leave, fetch, heartbeat all hang), the stop still ends within
+// DrainTimeout + HardStopGrace plus its fixed margin, saves what is left,
+// and reports that the final commit failed.
+func TestStopBoundedWhenBrokerHangs(t *testing.T) {
+	b := setup(t, 2, "orders")
+	produced := b.produce(100)
+	var n atomic.Int64
+	half := make(chan struct{})
+	cfg := b.config(func(ctx context.Context, m *handoff.Message) error {
+		if n.Add(1) == int64(produced/2) {
+			close(half)
+		}
+		if n.Load() > int64(produced/2) {
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}
+		return nil
+	}, nil)
+	cfg.DrainTimeout = 200 * time.Millisecond
+	cfg.HardStopGrace = 200 * time.Millisecond
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := start(t, rt, context.Background())
+	<-half
+	// From now on the broker reads requests and never answers.
+	b.broker.Cluster().Control(func(kmsg.Request) (kmsg.Response, error, bool) {
+		b.broker.Cluster().KeepControl()
+		return nil, nil, true
+	})
+	begin := time.Now()
+	rt.Shutdown(context.Background())
+	rep, err := wait()
+	took := time.Since(begin)
+	if !errors.Is(err, ErrCommit) {
+		t.Errorf("want ErrCommit, got %v", err)
+	}
+	// The bound: drain + grace + fixed margin (reader close, commit,
+	// leave: about 4.1s here) + snapshot. 10s of slack for a loaded
+	// machine; a hang would be unbounded.
+	limit := cfg.DrainTimeout + cfg.HardStopGrace + cfg.FetchMaxWait + time.Second + commitTimeout + leaveTimeout + rep.Snapshot + 10*time.Second
+	if took > limit {
+		t.Errorf("stop took %s, bound %s", took, limit)
+	}
+	if rep.Snapshotted == 0 {
+		t.Errorf("nothing saved: %v", rep)
+	}
+	t.Logf("stop against a hung broker: %s (quiesce %s, commit %s, leave %s)", took.Round(time.Millisecond),
+		rep.Quiesce.Round(time.Millisecond), rep.Commit.Round(time.Millisecond), rep.Leave.Round(time.Millisecond))
+}

@@ -1,0 +1,135 @@
+package runtime
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// TestRecoveryQuarantineAndUnknownClass: at start, an undecodable record
+// is quarantined, a message of a class that no longer exists becomes a
+// dead letter, and the good records around them are re-pushed.
+func TestRecoveryQuarantineAndUnknownClass(t *testing.T) {
+	state := t.TempDir() + "/s.db"
+	st, err := snapshot.Open(state, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.SavePending([]snapshot.Record{
+		{Message: handoff.Message{ID: "a", Class: "mail"}},
+		{Message: handoff.Message{ID: "b", Class: "gone"}},
+		{Message: handoff.Message{ID: "c", Class: "mail"}},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	// Garbage between them, written with raw bbolt as a torn or foreign
+	// write would leave it.
+	db, err := bolt.Open(state, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte(snapshot.BucketPending)).Put([]byte{0, 0, 0, 0, 0, 0, 0, 2, 0}, []byte{0xff, 0x01})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	got := make(chan string, 10)
+	rt, err := New(Config{StatePath: state, Logger: testLogger(t), Classes: []Class{{Name: "mail", Workers: 1,
+		Handler: func(_ context.Context, m *handoff.Message) error { got <- m.ID; return nil }}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := start(t, rt, context.Background())
+	if a, c := <-got, <-got; a != "a" || c != "c" {
+		t.Errorf("re-pushed %s, %s", a, c)
+	}
+	rt.Shutdown(context.Background())
+	rep, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Repushed != 2 || rep.Quarantined != 1 || rep.UnknownClass != 1 {
+		t.Errorf("report: repushed %d quarantined %d unknown %d", rep.Repushed, rep.Quarantined, rep.UnknownClass)
+	}
+	st, err = snapshot.Open(state, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	q, err := st.Quarantined()
+	if err != nil || len(q) != 1 || q[0].Bucket != snapshot.BucketPending || q[0].Err == "" {
+		t.Errorf("quarantine: %+v %v", q, err)
+	}
+	dead, _, err := st.Dead()
+	if err != nil || len(dead) != 1 || dead[0].Record.Message.ID != "b" || dead[0].Record.Reason != "unknown class" {
+		t.Errorf("dead letters: %+v %v", dead, err)
+	}
+	if n, _ := st.CountPending(); n != 0 {
+		t.Errorf("pending %d", n)
+	}
+}
+
+// TestFailedBecomesDeadLetter: a failed message is saved as a dead letter
+// with its error and attempt, its offset is committed, and the partition
+// moves on.
+func TestFailedBecomesDeadLetter(t *testing.T) {
+	b := setup(t, 1, "orders")
+	produced := b.produce(20)
+	var n int
+	all := make(chan struct{})
+	cfg := b.config(func(_ context.Context, m *handoff.Message) error {
+		b.mu.Lock()
+		n++
+		if n == produced {
+			close(all)
+		}
+		b.mu.Unlock()
+		if string(m.Value) == "orders-3" {
+			return handoff.Permanent(errPoison)
+		}
+		if string(m.Value) == "orders-4" {
+			panic("boom")
+		}
+		return nil
+	}, func(c *Class) { c.Workers = 1 })
+	rt, _ := New(cfg)
+	wait := start(t, rt, context.Background())
+	<-all
+	rt.Shutdown(context.Background())
+	rep, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Failed != 2 || rep.Succeeded != uint64(produced-2) {
+		t.Errorf("report %v", rep)
+	}
+	if got := b.committed(); got != int64(produced) {
+		t.Errorf("committed %d, want %d", got, produced)
+	}
+	st, _ := snapshot.Open(b.state, snapshot.Options{})
+	defer st.Close()
+	dead, _, _ := st.Dead()
+	if len(dead) != 2 {
+		t.Fatalf("dead letters: %d", len(dead))
+	}
+	for _, d := range dead {
+		if d.Record.Reason != "failed" || d.Record.Err == "" || d.Record.Message.Attempt != 1 || !d.Record.Message.Origin.IsKafka() {
+			t.Errorf("dead letter %+v", d.Record)
+		}
+	}
+}
+
+var errPoison = errString("poison message")
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
