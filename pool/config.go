@@ -1,0 +1,85 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+)
+
+// Config describes one pool. [New] copies it; changing it afterwards has no
+// effect.
+type Config[T any] struct {
+	// Name is the message class the pool serves. It names the pool in
+	// errors and is the "class" attribute of its logs. Required.
+	Name string
+
+	// Workers is the most handlers that run at once. It must be > 0; there
+	// is no default.
+	Workers int
+
+	// QueueSize is the most items the pool holds accepted but not started.
+	// While it holds that many, [Pool.Submit] blocks. In an Ordered pool the
+	// items waiting behind a busy key count too. It must be > 0; there is no
+	// default (an unbounded queue is what this package exists to avoid).
+	QueueSize int
+
+	// Ordered makes items with the same key (see KeyFunc) run one at a time,
+	// in submission order; items with different keys still run in parallel.
+	// The next item of a key starts only after the previous one's handler
+	// and ResultFunc have returned; among items whose key is free, the
+	// oldest starts first. False means items start in submission order but
+	// may run and finish in any order.
+	Ordered bool
+
+	// KeyFunc gives an item's ordering key. It is called once per item, in
+	// Submit, on the caller's goroutine. Required when Ordered, and must be
+	// nil otherwise (a key without ordering is most likely a forgotten
+	// Ordered).
+	KeyFunc func(v T) string
+
+	// Handler handles one item. Its context is cancelled only by
+	// [Pool.Stop], with the cause given to Stop (context.Cause). A panic is
+	// recovered and becomes a *handoff.PanicError; the worker survives.
+	// Required.
+	Handler func(ctx context.Context, v T) error
+
+	// ResultFunc, if set, is called on the worker goroutine once Handler has
+	// returned: err nil means done, non-nil means failed (a recovered panic
+	// arrives as *handoff.PanicError). In an Ordered pool it returns before
+	// the next item of the same key starts. It is not called for items
+	// [Pool.Stop] reports as interrupted. It must not panic and must not
+	// call Stop. Nil means results are only counted in [Pool.Stats].
+	ResultFunc func(v T, err error)
+
+	// Logger receives the pool's logs, with "component"="pool" and
+	// "class"=Name added. Nil discards them.
+	Logger *slog.Logger
+}
+
+// validate reports every problem of cfg at once.
+func (cfg *Config[T]) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("pool %q: "+format, append([]any{cfg.Name}, args...)...))
+	}
+	if cfg.Name == "" {
+		bad("Name is required")
+	}
+	if cfg.Workers <= 0 {
+		bad("Workers must be > 0, got %d", cfg.Workers)
+	}
+	if cfg.QueueSize <= 0 {
+		bad("QueueSize must be > 0, got %d", cfg.QueueSize)
+	}
+	if cfg.Ordered && cfg.KeyFunc == nil {
+		bad("KeyFunc is required when Ordered")
+	}
+	if !cfg.Ordered && cfg.KeyFunc != nil {
+		bad("KeyFunc is set but Ordered is false")
+	}
+	if cfg.Handler == nil {
+		bad("Handler is required")
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,46 @@
+// Package pool runs one message class's handlers: a bounded number of
+// workers behind a bounded queue, with optional per-key ordering, a drain
+// and a hard stop that hands back everything not handled.
+//
+// A [Pool] is generic over its item type, so the caller can carry its own
+// bookkeeping with each item at no extra cost. It knows nothing of Kafka,
+// of the runtime or of the state file. The workers are
+// github.com/alitto/pond/v2 goroutines; admission, ordering and the
+// accounting of every item are this package's own. A pool holds no
+// goroutine while idle.
+//
+// # Backpressure
+//
+// [Pool.Submit] blocks while [Config.QueueSize] items are accepted and not
+// started, until there is room, the caller's ctx ends or [Pool.Stop]
+// begins. Waiting Submits get room first come, first served, and items
+// start in submission order as far as their keys allow.
+//
+// # Ordering
+//
+// With [Config.Ordered], items with the same key run one at a time in
+// submission order; items with different keys run in parallel. Among the
+// items whose key is free the oldest starts first, so a single-worker pool
+// runs everything in submission order. The next item of a key starts only
+// after the previous one's ResultFunc has returned, so a caller can record
+// the outcome before it is overtaken. Items waiting behind a busy key
+// count against QueueSize.
+//
+// # Results
+//
+// Each accepted item ends in exactly one way: done or failed (reported to
+// [Config.ResultFunc] and counted in [Stats]), or handed back by
+// [Pool.Stop] as unstarted or interrupted. A panic in a handler is
+// recovered, logged with its stack and reported as a *handoff.PanicError;
+// the worker survives.
+//
+// # Stopping
+//
+// [Pool.Drain] waits for the pool to be empty without refusing new items;
+// call it once nothing submits any more. [Pool.Stop] is the hard stop:
+// it refuses new items, takes out the unstarted ones, cancels the
+// handlers' context with a cause and waits a bounded grace for them.
+// Handlers that return an error once cancelled, and those still running
+// after the grace (stragglers), are returned as interrupted: at-least-once
+// delivery means they will run again.
+package pool

@@ -1,0 +1,100 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// TestHammer submits from several goroutines while Stop runs, and relies on
+// the harness's cleanup to check that every accepted item is reported
+// exactly once: by ResultFunc, or by Stop as unstarted or interrupted.
+func TestHammer(t *testing.T) {
+	t.Parallel()
+	for _, ordered := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ordered=%v", ordered), func(t *testing.T) {
+			t.Parallel()
+			for round := range hammerRounds {
+				t.Run(fmt.Sprint("round", round), func(t *testing.T) {
+					hammer(t, ordered)
+				})
+			}
+		})
+	}
+}
+
+func hammer(t *testing.T, ordered bool) {
+	errFail := errors.New("fail")
+	cfg := Config[item]{Workers: 4, QueueSize: 8, Ordered: ordered,
+		Handler: func(ctx context.Context, it item) error {
+			for range rand.IntN(20) {
+				runtime.Gosched()
+			}
+			switch {
+			case ctx.Err() != nil && it.id%2 == 0:
+				return context.Cause(ctx) // interrupted
+			case it.id%5 == 0:
+				return errFail
+			}
+			return nil
+		},
+	}
+	if ordered {
+		cfg.KeyFunc = keyOf
+	}
+	h := setup(t, cfg)
+
+	// Odd submitters give up when their ctx is cancelled, at a random
+	// point before the stop; even ones submit until ErrStopped.
+	const submitters = 6
+	threshold := int64(rand.IntN(300))
+	giveUpAt := rand.Int64N(threshold + 1)
+	var accepted atomic.Int64
+	giveUpCtx, giveUp := context.WithCancel(context.Background())
+	defer giveUp()
+	stopNow := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	for s := range submitters {
+		ctx := context.Background()
+		if s%2 == 1 {
+			ctx = giveUpCtx
+		}
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				it := item{id: s*1_000_000 + n, key: fmt.Sprint("k", rand.IntN(16))}
+				err := h.submit(ctx, it)
+				if errors.Is(err, ErrStopped) || (s%2 == 1 && errors.Is(err, context.Canceled)) {
+					return
+				}
+				if err != nil {
+					t.Errorf("Submit: %v", err)
+					return
+				}
+				total := accepted.Add(1)
+				if total >= giveUpAt {
+					giveUp()
+				}
+				if total >= threshold {
+					once.Do(func() { close(stopNow) })
+				}
+			}
+		})
+	}
+	<-stopNow
+	drained := make(chan error, 1)
+	go func() { drained <- h.p.Drain(context.Background()) }()
+	res := h.stop(waitLimit, nil)
+	wg.Wait()
+	if err := <-drained; err != nil {
+		t.Errorf("Drain across Stop: %v", err)
+	}
+	if res.Stragglers != 0 {
+		t.Errorf("%d stragglers, want none", res.Stragglers)
+	}
+}

@@ -1,0 +1,404 @@
+package pool
+
+import (
+	"context"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+
+	"github.com/alitto/pond/v2"
+
+	"github.com/handoff-go/handoff"
+)
+
+// Pool runs one message class's handlers on a bounded number of workers
+// behind a bounded queue. Make one with [New]; all its methods are safe for
+// concurrent use. A stopped Pool is not reused.
+//
+// Each pond task is a worker loop: it starts the first ready item, runs
+// it, reports it and takes the next, until nothing is ready. The pool
+// keeps at most Workers loops, so pond's own queue stays empty and pond's
+// blocking and futures, which cannot honour a caller's ctx or tell "ran"
+// from "dropped", are never relied on.
+type Pool[T any] struct {
+	name       string
+	ordered    bool
+	maxWorkers int
+	queueSize  int
+	keyFunc    func(T) string
+	handler    func(context.Context, T) error
+	resultFunc func(T, error)
+	log        *slog.Logger
+
+	workers pond.Pool
+	workFn  func() // p.work, bound once so that dispatch allocates nothing
+
+	stopCh chan struct{} // closed when Stop begins
+
+	// workCtx is the context every handler gets. It outlives any caller's
+	// ctx on purpose: only Stop ends it, with the cause Stop was given.
+	workCtx context.Context
+	cancel  context.CancelCauseFunc
+
+	succeeded atomic.Uint64
+	failed    atomic.Uint64
+
+	mu          sync.Mutex
+	stopped     bool
+	unstarted   list[T]              // accepted, not started, submission order
+	running     list[T]              // handlers running or reporting their result
+	ready       readySet[T]          // Ordered: unstarted items whose key is free
+	seq         uint32               // Ordered: acceptance counter, wrapping
+	keys        map[string]*entry[T] // Ordered: last accepted item of each busy key
+	waiters     waitList[T]          // Submits waiting for room, first come first served
+	queued      int                  // len(unstarted)
+	nrunning    int                  // len(running)
+	loops       int                  // worker loops dispatched and not returned
+	loopsDone   chan struct{}        // closed when loops reaches 0; made by waitLoops
+	idle        chan struct{}        // closed when queued+nrunning reaches 0; made by Drain
+	stopDone    chan struct{}        // closed when nrunning reaches 0; made by Stop
+	interrupted []T                  // returned an error after Stop cancelled workCtx
+}
+
+// New checks cfg and returns a pool ready for [Pool.Submit]. It reports
+// every problem of cfg at once, each naming the pool. New starts no
+// goroutine: workers start with the first item and exit when idle.
+func New[T any](cfg Config[T]) (*Pool[T], error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Pool[T]{
+		name:       cfg.Name,
+		ordered:    cfg.Ordered,
+		maxWorkers: cfg.Workers,
+		queueSize:  cfg.QueueSize,
+		keyFunc:    cfg.KeyFunc,
+		handler:    cfg.Handler,
+		resultFunc: cfg.ResultFunc,
+		log:        log.With("component", "pool", "class", cfg.Name),
+		// pond's queue stays unbounded and, with at most Workers loops,
+		// empty. Its panic recovery is off: handler panics are recovered
+		// in call, and any other panic is a bug here or in ResultFunc that
+		// must not leave the accounting silently stuck.
+		workers: pond.NewPool(cfg.Workers, pond.WithoutPanicRecovery()),
+		stopCh:  make(chan struct{}),
+	}
+	p.workFn = p.work
+	p.workCtx, p.cancel = context.WithCancelCause(context.Background())
+	if cfg.Ordered {
+		p.keys = make(map[string]*entry[T])
+	}
+	return p, nil
+}
+
+// Name returns the pool's class name, [Config.Name].
+func (p *Pool[T]) Name() string { return p.name }
+
+// Submit hands v to the pool.
+//
+// It blocks while the pool holds [Config.QueueSize] unstarted items, until
+// there is room, ctx ends (it returns ctx.Err() and v is not accepted) or
+// [Pool.Stop] begins (it returns [ErrStopped] and v is not accepted). ctx
+// only bounds this wait and is not the handler's context; a Submit that
+// finds room does not look at it. Waiting Submits get room first come,
+// first served. Safe for concurrent use; in an Ordered pool, concurrent
+// Submits of the same key are ordered as they are accepted.
+//
+// On a nil error the pool owns v: its handler will run, or [Pool.Stop]
+// will return it.
+func (p *Pool[T]) Submit(ctx context.Context, v T) error {
+	var key string
+	if p.ordered {
+		key = p.keyFunc(v)
+	}
+	e := &entry[T]{v: v, key: key}
+
+	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		return ErrStopped
+	}
+	if p.queued < p.queueSize && p.waiters.head == nil {
+		dispatch := p.admitLocked(e)
+		p.mu.Unlock()
+		if dispatch {
+			p.dispatch()
+		}
+		return nil
+	}
+	w := &waiter[T]{e: e, ch: make(chan struct{})}
+	p.waiters.pushBack(w)
+	p.mu.Unlock()
+
+	var err error
+	select {
+	case <-w.ch:
+		return nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-p.stopCh:
+		err = ErrStopped
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if w.granted {
+		return nil // admitted before we gave up: the pool owns v
+	}
+	p.waiters.remove(w)
+	return err
+}
+
+// admitLocked queues accepted e and reports whether a new worker loop must
+// be dispatched for it.
+func (p *Pool[T]) admitLocked(e *entry[T]) bool {
+	p.unstarted.pushBack(e)
+	p.queued++
+	if p.ordered {
+		p.seq++
+		e.seq = p.seq
+		tail, busy := p.keys[e.key]
+		p.keys[e.key] = e
+		if busy {
+			tail.keyNext = e
+			return false
+		}
+		p.ready.fresh.push(e)
+	}
+	if p.loops < p.maxWorkers {
+		p.loops++
+		return true
+	}
+	return false
+}
+
+// dispatch starts one worker loop; the caller has counted it in loops.
+func (p *Pool[T]) dispatch() {
+	// pond refuses a task only once stopped, and this pool never stops
+	// its pond pool (see Stop).
+	if err := p.workers.Go(p.workFn); err != nil {
+		panic("pool: pond refused a worker: " + err.Error())
+	}
+}
+
+// work is the pond task: a worker loop.
+func (p *Pool[T]) work() {
+	p.mu.Lock()
+	for {
+		e, dispatch := p.startLocked()
+		if e == nil {
+			p.loopExitLocked()
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		if dispatch {
+			p.dispatch()
+		}
+		claimed, interrupted := p.report(e, p.call(e))
+		p.mu.Lock()
+		if claimed {
+			p.doneLocked(e, interrupted)
+		}
+	}
+}
+
+// startLocked moves the first ready item to running and gives the slot it
+// frees to the first waiting Submit. It returns nil when nothing is ready,
+// and whether admitting the waiter's item needs a new worker loop.
+func (p *Pool[T]) startLocked() (e *entry[T], dispatch bool) {
+	if p.ordered {
+		e = p.ready.pop()
+	} else {
+		e = p.unstarted.head
+	}
+	if e == nil {
+		return nil, false
+	}
+	p.unstarted.remove(e)
+	p.running.pushBack(e)
+	p.queued--
+	p.nrunning++
+	e.state.Store(stateRunning)
+	if w := p.waiters.head; w != nil {
+		p.waiters.remove(w)
+		w.granted = true
+		dispatch = p.admitLocked(w.e)
+		close(w.ch)
+	}
+	return e, dispatch
+}
+
+// call runs e's handler, turning a panic into a *handoff.PanicError. If
+// the handler calls runtime.Goexit this goroutine cannot be kept: call
+// reports e itself and hands the loop over to a new one.
+func (p *Pool[T]) call(e *entry[T]) (err error) {
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		if r := recover(); r != nil {
+			stack := debug.Stack()
+			err = &handoff.PanicError{Value: r, Stack: stack}
+			p.log.Error("handler panicked", "err", err, "stack", string(stack))
+			return
+		}
+		err = errGoexit
+		p.log.Error("handler called runtime.Goexit", "err", err, "stack", string(debug.Stack()))
+		claimed, interrupted := p.report(e, err)
+		p.mu.Lock()
+		if claimed {
+			p.doneLocked(e, interrupted)
+		}
+		// Hand this loop's place over to a new one if there is work.
+		handover := p.hasReadyLocked()
+		if !handover {
+			p.loopExitLocked()
+		}
+		p.mu.Unlock()
+		if handover {
+			p.dispatch()
+		}
+	}()
+	err = p.handler(p.workCtx, e.v)
+	returned = true
+	return err
+}
+
+// report claims e's result from a concurrent Stop and, unless e was
+// interrupted, calls ResultFunc and counts it. claimed false means Stop
+// already returned e as a straggler: the result is dropped.
+func (p *Pool[T]) report(e *entry[T], err error) (claimed, interrupted bool) {
+	if !e.state.CompareAndSwap(stateRunning, stateFinishing) {
+		return false, false
+	}
+	if err != nil && p.workCtx.Err() != nil {
+		return true, true // Stop returns it
+	}
+	if p.resultFunc != nil {
+		p.resultFunc(e.v, err)
+	}
+	if err == nil {
+		p.succeeded.Add(1)
+	} else {
+		p.failed.Add(1)
+	}
+	return true, false
+}
+
+// doneLocked takes reported e off the running list and, in an Ordered
+// pool, makes the next item of its key ready.
+func (p *Pool[T]) doneLocked(e *entry[T], interrupted bool) {
+	if interrupted {
+		p.interrupted = append(p.interrupted, e.v)
+	}
+	p.running.remove(e)
+	p.nrunning--
+	if p.ordered {
+		if n := e.keyNext; n == nil {
+			delete(p.keys, e.key)
+		} else if !p.stopped {
+			p.ready.promoted.push(n) // the calling loop picks it up
+		}
+		e.keyNext = nil
+	}
+	if p.stopDone != nil && p.nrunning == 0 {
+		close(p.stopDone)
+		p.stopDone = nil
+	}
+	p.noteIdleLocked()
+}
+
+// loopExitLocked counts a worker loop out.
+func (p *Pool[T]) loopExitLocked() {
+	p.loops--
+	if p.loops == 0 && p.loopsDone != nil {
+		close(p.loopsDone)
+		p.loopsDone = nil
+	}
+}
+
+// waitLoops blocks until no worker loop is left. Only once the pool is
+// stopped can no new one start.
+func (p *Pool[T]) waitLoops() {
+	p.mu.Lock()
+	if p.loops == 0 {
+		p.mu.Unlock()
+		return
+	}
+	if p.loopsDone == nil {
+		p.loopsDone = make(chan struct{})
+	}
+	done := p.loopsDone
+	p.mu.Unlock()
+	<-done
+}
+
+func (p *Pool[T]) hasReadyLocked() bool {
+	if p.ordered {
+		return !p.ready.empty()
+	}
+	return p.unstarted.head != nil
+}
+
+// noteIdleLocked wakes Drain callers once nothing is queued or running.
+func (p *Pool[T]) noteIdleLocked() {
+	if p.idle != nil && p.queued+p.nrunning == 0 {
+		close(p.idle)
+		p.idle = nil
+	}
+}
+
+// Drain blocks until no item is queued or running, or until ctx ends, when
+// it returns context.Cause(ctx). It does not stop Submit: items submitted
+// meanwhile are waited for too. After [Pool.Stop], handlers still running
+// past the grace (stragglers) no longer count. Safe for concurrent use.
+func (p *Pool[T]) Drain(ctx context.Context) error {
+	p.mu.Lock()
+	if p.queued+p.nrunning == 0 {
+		p.mu.Unlock()
+		return nil
+	}
+	if p.idle == nil {
+		p.idle = make(chan struct{})
+	}
+	idle := p.idle
+	p.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// Stats is a point-in-time view of a pool.
+type Stats struct {
+	// Queued counts items accepted and not started, including those
+	// waiting behind a busy key; Submits still waiting for room are not
+	// counted.
+	Queued int
+	// Running counts handlers running or reporting their result, not
+	// counting stragglers left behind by Stop.
+	Running int
+	// Succeeded counts handlers that returned nil, Failed those that
+	// returned an error or panicked; each is counted after its ResultFunc.
+	// Items interrupted by Stop are in neither.
+	Succeeded, Failed uint64
+}
+
+// Stats returns the pool's counts. It does not wait for handlers and is
+// safe for concurrent use. Queued and Running are read together; an item
+// that has just finished may briefly show in Succeeded or Failed while still
+// counted in Running.
+func (p *Pool[T]) Stats() Stats {
+	p.mu.Lock()
+	q, r := p.queued, p.nrunning
+	p.mu.Unlock()
+	return Stats{Queued: q, Running: r, Succeeded: p.succeeded.Load(), Failed: p.failed.Load()}
+}
