@@ -40,9 +40,29 @@ var buildRental = sync.OnceValues(func() (string, error) {
 type service struct {
 	cmd    *exec.Cmd
 	stdout bytes.Buffer
-	stderr bytes.Buffer
+	stderr syncBuffer
 	done   chan struct{}
 }
+
+// syncBuffer is a bytes.Buffer the test may read while the process writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *service) stderrText() string { return s.stderr.String() }
 
 func startService(t *testing.T, bin string, args ...string) *service {
 	t.Helper()
@@ -263,4 +283,59 @@ func produceSteadily(ctx context.Context, t *testing.T, addrs []string, total in
 		}
 	}
 	return keys
+}
+
+// TestProcessSecondSignal: with a drain that would take a minute, a second
+// SIGTERM skips the rest of it; the service still saves what is left,
+// commits and exits 0, and the next start handles the saved messages.
+func TestProcessSecondSignal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the example binary")
+	}
+	bin, err := buildRental()
+	if err != nil {
+		t.Fatal(err)
+	}
+	broker, err := devbroker.Start(devbroker.Config{Topics: topics, Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer broker.Close()
+	keys := produceSteadily(context.Background(), t, broker.Addrs(), 600)
+	dir := t.TempDir()
+	effects := filepath.Join(dir, "effects.log")
+	args := []string{"-brokers", broker.Addr(), "-state", filepath.Join(dir, "rental.db"),
+		"-drain-timeout", "1m", "-work", "500ms", "-effects", effects}
+	s := startService(t, bin, args...)
+	waitLines(t, effects, 1, s)
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	// The stop has begun once the service logs it; then signal again.
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(s.stderrText(), "stop begins") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no stop logged\n%s", s.stderrText())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if code := s.wait(t); code != 0 {
+		t.Fatalf("exit %d\n%s", code, s.stderrText())
+	}
+	rep := s.report(t)
+	if !rep.DrainTimedOut || rep.Drain > 30*time.Second || rep.Snapshotted == 0 {
+		t.Fatalf("second signal did not cut the drain short: %+v", rep)
+	}
+	t.Logf("second SIGTERM: drain %s, snapshotted %d, stop %s", rep.Drain, rep.Snapshotted, rep.Stop)
+
+	fast := append([]string(nil), args...)
+	fast[slices.Index(fast, "-work")+1] = "0s"
+	s = startService(t, bin, fast...)
+	waitLines(t, effects, len(keys), s)
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if code := s.wait(t); code != 0 {
+		t.Fatalf("exit %d\n%s", code, s.stderrText())
+	}
+	if seen, _ := readEffects(t, effects); len(seen) != len(keys) {
+		t.Errorf("handled %d of %d", len(seen), len(keys))
+	}
 }
