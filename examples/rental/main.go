@@ -33,6 +33,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/handoff-go/handoff/examples/rental/rental"
 	"github.com/handoff-go/handoff/runtime"
 )
 
@@ -56,7 +57,7 @@ func run(args []string) int {
 		return 2
 	}
 	if *brokers == "" {
-		return demo(os.Stdout)
+		return rental.Demo(os.Stdout)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return serve(log, serviceConfig{
@@ -77,18 +78,18 @@ type serviceConfig struct {
 // serve runs the service until a signal and prints the stop report as
 // one JSON line on stdout.
 func serve(log *slog.Logger, sc serviceConfig) int {
-	h, err := newHandlers(sc.work, sc.effects, nil)
+	h, err := rental.New(rental.Options{Work: sc.work, EffectsPath: sc.effects})
 	if err != nil {
 		log.Error("effects file not opened", "err", err)
 		return 2
 	}
-	defer h.close()
+	defer h.Close()
 	rt, err := runtime.New(runtime.Config{
 		Brokers:      sc.brokers,
 		Group:        sc.group,
 		StatePath:    sc.state,
 		DrainTimeout: sc.drain,
-		Classes:      h.classes(),
+		Classes:      h.Classes(),
 		Logger:       log,
 	})
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/handoff-go/handoff/examples/rental/rental"
 	"github.com/handoff-go/handoff/internal/devbroker"
 	"github.com/handoff-go/handoff/runtime"
 )
@@ -165,7 +166,7 @@ func TestProcessStopAndKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	broker, err := devbroker.Start(devbroker.Config{Topics: topics, Partitions: 4})
+	broker, err := devbroker.Start(devbroker.Config{Topics: rental.Topics(), Partitions: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +269,7 @@ func produceSteadily(ctx context.Context, t *testing.T, addrs []string, total in
 		var batch []kafka.Message
 		for j := 0; j < 300 && i < total; j++ {
 			k := fmt.Sprintf("k%06d", i)
-			batch = append(batch, kafka.Message{Topic: topics[i%3], Key: []byte(k), Value: []byte("v")})
+			batch = append(batch, kafka.Message{Topic: rental.Topics()[i%3], Key: []byte(k), Value: []byte("v")})
 			keys = append(keys, k)
 			i++
 		}
@@ -296,7 +297,7 @@ func TestProcessSecondSignal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	broker, err := devbroker.Start(devbroker.Config{Topics: topics, Partitions: 2})
+	broker, err := devbroker.Start(devbroker.Config{Topics: rental.Topics(), Partitions: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package rental
 
 import (
 	"context"
@@ -79,15 +79,15 @@ func (t *tally) counts() (unique, total int) {
 	return len(t.seen), t.total
 }
 
-// demo runs the rental service twice on an embedded broker, stopping the
+// Demo runs the rental service twice on an embedded broker, stopping the
 // first run mid-load, and prints what happened to every message. It
-// returns 0 only when no message was lost.
-func demo(out io.Writer) int {
+// returns the exit status: 0 only when no message was lost.
+func Demo(out io.Writer) int {
 	fail := func(err error) int {
 		fmt.Fprintf(os.Stderr, "rental demo: %v\n", err)
 		return 1
 	}
-	broker, err := devbroker.Start(devbroker.Config{Topics: topics, Partitions: 4})
+	broker, err := devbroker.Start(devbroker.Config{Topics: Topics(), Partitions: 4})
 	if err != nil {
 		return fail(err)
 	}
@@ -106,14 +106,18 @@ func demo(out io.Writer) int {
 		produced, demoOrders, demoUsers, demoHeartbeats, demoWork)
 
 	t := &tally{seen: map[string]int{}}
-	h, _ := newHandlers(demoWork, "", t.done)
+	h, err := New(Options{Work: demoWork, OnDone: t.done})
+	if err != nil {
+		return fail(err)
+	}
+	defer h.Close()
 	cfg := runtime.Config{
 		Brokers:       broker.Addrs(),
 		Group:         "rental-demo",
 		StatePath:     filepath.Join(dir, "rental.db"),
 		DrainTimeout:  demoDrain,
 		HardStopGrace: time.Second,
-		Classes:       h.classes(),
+		Classes:       h.Classes(),
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 
@@ -198,9 +202,9 @@ func produceBurst(addrs []string) (int, error) {
 			msgs = append(msgs, kafka.Message{Topic: topic, Key: fmt.Appendf(nil, keyFmt, i%keys), Value: fmt.Appendf(nil, `{"seq":%d}`, i)})
 		}
 	}
-	add(topicOrders, "order-%d", demoOrders, 200)
-	add(topicUsers, "user-%d", demoUsers, 500)
-	add(topicHeartbeats, "device-%d", demoHeartbeats, 100)
+	add(TopicOrders, "order-%d", demoOrders, 200)
+	add(TopicUsers, "user-%d", demoUsers, 500)
+	add(TopicHeartbeats, "device-%d", demoHeartbeats, 100)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := w.WriteMessages(ctx, msgs...); err != nil {
