@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 )
 
 // Config describes one pool. [New] copies it; changing it afterwards has no
@@ -18,9 +19,13 @@ type Config[T any] struct {
 	// is no default.
 	Workers int
 
-	// QueueSize is the most items the pool holds accepted but not started.
+	// QueueSize is the most items the pool holds accepted but not running.
 	// While it holds that many, [Pool.Submit] blocks. In an Ordered pool the
-	// items waiting behind a busy key count too. It must be > 0; there is no
+	// items waiting behind a busy key count too, and so do items waiting
+	// out a retry delay (see RetryFunc), so a class whose items keep failing
+	// pushes back on its own submitters. A retry never waits for room: it
+	// may take the pool over QueueSize by up to Workers items, and Submit
+	// waits until the pool is back under it. It must be > 0; there is no
 	// default (an unbounded queue is what this package exists to avoid).
 	QueueSize int
 
@@ -51,6 +56,24 @@ type Config[T any] struct {
 	// [Pool.Stop] reports as interrupted. It must not panic and must not
 	// call Stop. Nil means results are only counted in [Pool.Stats].
 	ResultFunc func(v T, err error)
+
+	// RetryFunc, if set, is called on the worker goroutine when Handler
+	// returns an error or panics (not for an item interrupted by
+	// [Pool.Stop]), before ResultFunc. If it returns retry true the attempt
+	// is not reported (ResultFunc is not called, Failed is not counted,
+	// Retried is): the item waits after without holding a worker, so other
+	// items keep flowing, and then runs again ahead of the items accepted
+	// after it. In an Ordered pool its key stays busy while it waits: later
+	// items of the key stay queued behind it, other keys flow. After zero
+	// or less means it is ready again at once. Waiting items count against
+	// QueueSize; [Pool.Drain] does not wait for them and [Pool.Stop] hands
+	// them back in [StopResult.Waiting].
+	//
+	// v is the item itself: with a pointer T, RetryFunc may update it (count
+	// the attempt) and the next attempt sees it. RetryFunc must not block,
+	// panic or call Stop. Nil means no item is retried: every error is
+	// reported to ResultFunc.
+	RetryFunc func(v T, err error) (after time.Duration, retry bool)
 
 	// Logger receives the pool's logs, with "component"="pool" and
 	// "class"=Name added. Nil discards them.

@@ -12,9 +12,10 @@
 // # Backpressure
 //
 // [Pool.Submit] blocks while [Config.QueueSize] items are accepted and not
-// started, until there is room, the caller's ctx ends or [Pool.Stop]
-// begins. Waiting Submits get room first come, first served, and items
-// start in submission order as far as their keys allow.
+// running (queued, or waiting out a retry delay), until there is room, the
+// caller's ctx ends or [Pool.Stop] begins. Waiting Submits get room first
+// come, first served, and items start in submission order as far as their
+// keys allow.
 //
 // # Ordering
 //
@@ -26,19 +27,29 @@
 // the outcome before it is overtaken. Items waiting behind a busy key
 // count against QueueSize.
 //
+// # Retries
+//
+// With [Config.RetryFunc], a failed attempt may be retried instead of
+// reported: the item waits out a delay without holding a worker, then runs
+// again ahead of the items accepted after it. In an Ordered pool its key
+// stays busy meanwhile, so per-key order holds while other keys flow.
+// Waiting items count against QueueSize, so a class whose items keep
+// failing slows its own submitters down rather than growing without bound.
+//
 // # Results
 //
 // Each accepted item ends in exactly one way: done or failed (reported to
 // [Config.ResultFunc] and counted in [Stats]), or handed back by
-// [Pool.Stop] as unstarted or interrupted. A panic in a handler is
-// recovered, logged with its stack and reported as a *handoff.PanicError;
-// the worker survives.
+// [Pool.Stop] as unstarted, waiting (out a retry delay) or interrupted. A
+// panic in a handler is recovered, logged with its stack and reported as a
+// *handoff.PanicError; the worker survives.
 //
 // # Stopping
 //
-// [Pool.Drain] waits for the pool to be empty without refusing new items;
-// call it once nothing submits any more. [Pool.Stop] is the hard stop:
-// it refuses new items, takes out the unstarted ones, cancels the
+// [Pool.Drain] waits until nothing runs or is ready to run, without
+// refusing new items; call it once nothing submits any more. It does not
+// wait out retry delays. [Pool.Stop] is the hard stop: it refuses new
+// items, takes out the unstarted and the waiting ones, cancels the
 // handlers' context with a cause and waits a bounded grace for them.
 // Handlers that return an error once cancelled, and those still running
 // after the grace (stragglers), are returned as interrupted: at-least-once

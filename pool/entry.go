@@ -2,23 +2,27 @@ package pool
 
 import "sync/atomic"
 
-// States of an entry. queued -> running and queued -> taken change under
-// Pool.mu; running -> finishing (by the worker) and running -> straggler
-// (by Stop) race, and the compare-and-swap decides who reports the item.
+// States of an entry. queued -> running, finishing -> waiting -> queued and
+// queued or waiting -> taken change under Pool.mu; running -> finishing (by
+// the worker) and running -> straggler (by Stop) race, and the
+// compare-and-swap decides who reports the item.
 const (
 	stateQueued    uint32 = iota // accepted, not started
 	stateRunning                 // handler running
 	stateFinishing               // handler returned; the worker reports it
-	stateTaken                   // taken out unstarted by Stop
+	stateTaken                   // taken out unstarted or waiting by Stop
 	stateStraggler               // reported by Stop as interrupted; its result is dropped
+	stateWaiting                 // failed, waiting out its retry delay
 )
 
-// entry carries one accepted item. It is on exactly one of the pool's two
-// intrusive lists: unstarted (while queued) or running.
+// entry carries one accepted item. It is on exactly one of the pool's three
+// intrusive lists: unstarted (while queued), running, or waiting (while it
+// waits out a retry delay). Its size is kept at 64 bytes, a size class: the
+// retry timer lives in Pool.timers, not here.
 type entry[T any] struct {
 	v          T
 	key        string    // ordering key; Ordered pools only
-	prev, next *entry[T] // unstarted list, then running list
+	prev, next *entry[T] // unstarted, running or waiting list
 	readyNext  *entry[T] // readySet.fresh; Ordered pools only
 	keyNext    *entry[T] // next item of the same key; Ordered pools only
 	seq        uint32    // acceptance order, wrapping; Ordered pools only
@@ -39,6 +43,21 @@ func (l *list[T]) pushBack(e *entry[T]) {
 		l.tail.next = e
 	}
 	l.tail = e
+}
+
+// insertBefore links e in front of at, or at the back when at is nil.
+func (l *list[T]) insertBefore(e, at *entry[T]) {
+	if at == nil {
+		l.pushBack(e)
+		return
+	}
+	e.prev, e.next = at.prev, at
+	if at.prev == nil {
+		l.head = e
+	} else {
+		at.prev.next = e
+	}
+	at.prev = e
 }
 
 func (l *list[T]) remove(e *entry[T]) {
@@ -120,8 +139,11 @@ type readyItem[T any] struct {
 }
 
 // before reports whether seq a was given out before seq b. The counter
-// wraps, but the items alive at once (at most QueueSize + Workers) span far
-// less than half its range, so the difference decides.
+// wraps, so the difference decides; that is right as long as fewer than
+// 2^31 items are accepted while one item stays in the pool. Items alive at
+// once are few (about QueueSize + Workers), but an item behind a busy key,
+// or waiting out retry delays, keeps its seq for as long as it stays; past
+// that span only the order across keys suffers (see Pool.requeueLocked).
 func before(a, b uint32) bool { return int32(a-b) < 0 }
 
 func (h *readyHeap[T]) push(e *entry[T]) {

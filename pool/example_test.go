@@ -94,3 +94,44 @@ func ExamplePool_Stop() {
 	// interrupted: [o1] stragglers: 0
 	// pool: stopped
 }
+
+// A failed payment is retried with backoff, without holding the only
+// worker; RetryFunc counts the attempts on the item.
+func ExampleConfig_retryFunc() {
+	type payment struct {
+		id       string
+		attempts int
+	}
+	errDeclined := errors.New("gateway busy")
+	done := make(chan error, 1)
+	p, err := pool.New(pool.Config[*payment]{
+		Name:      "payments",
+		Workers:   1,
+		QueueSize: 4,
+		Handler: func(ctx context.Context, pm *payment) error {
+			if pm.attempts < 2 {
+				return errDeclined
+			}
+			return nil
+		},
+		RetryFunc: func(pm *payment, err error) (time.Duration, bool) {
+			pm.attempts++
+			return time.Duration(pm.attempts) * time.Millisecond, pm.attempts <= 5
+		},
+		ResultFunc: func(pm *payment, err error) { done <- err },
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	pm := &payment{id: "p1"}
+	if err := p.Submit(context.Background(), pm); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Println("result:", <-done, "after", pm.attempts, "retries")
+	res := p.Stop(time.Second, nil)
+	fmt.Println("retried:", p.Stats().Retried, "handed back:", len(res.Unstarted)+len(res.Waiting)+len(res.Interrupted))
+	// Output:
+	// result: <nil> after 2 retries
+	// retried: 2 handed back: 0
+}

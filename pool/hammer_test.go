@@ -9,11 +9,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
-// TestHammer submits from several goroutines while Stop runs, and relies on
-// the harness's cleanup to check that every accepted item is reported
-// exactly once: by ResultFunc, or by Stop as unstarted or interrupted.
+// TestHammer submits from several goroutines while Stop runs, with
+// attempts failing and retried after random delays, and relies on the
+// harness's cleanup to check that every accepted item is reported exactly
+// once: by ResultFunc, or by Stop as unstarted, waiting or interrupted.
 func TestHammer(t *testing.T) {
 	t.Parallel()
 	for _, ordered := range []bool{false, true} {
@@ -40,8 +42,15 @@ func hammer(t *testing.T, ordered bool) {
 				return context.Cause(ctx) // interrupted
 			case it.id%5 == 0:
 				return errFail
+			case rand.IntN(3) == 0:
+				return errRetry
 			}
 			return nil
+		},
+		// Most failed attempts wait a few microseconds, so that timers
+		// fire as Stop begins; some give up and are reported as failed.
+		RetryFunc: func(_ item, err error) (time.Duration, bool) {
+			return time.Duration(rand.IntN(50)) * time.Microsecond, rand.IntN(8) != 0
 		},
 	}
 	if ordered {

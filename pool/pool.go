@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/alitto/pond/v2"
 
@@ -29,6 +30,7 @@ type Pool[T any] struct {
 	keyFunc    func(T) string
 	handler    func(context.Context, T) error
 	resultFunc func(T, error)
+	retryFunc  func(T, error) (time.Duration, bool)
 	log        *slog.Logger
 
 	workers pond.Pool
@@ -43,22 +45,34 @@ type Pool[T any] struct {
 
 	succeeded atomic.Uint64
 	failed    atomic.Uint64
+	retried   atomic.Uint64
+
+	// timerWG counts the retry timers whose callback may still run: Stop
+	// waits for it, so no callback outlives Stop.
+	timerWG sync.WaitGroup
+	// testHookWake, when set by a test, runs at the start of every retry
+	// timer callback, before it takes mu.
+	testHookWake func()
 
 	mu          sync.Mutex
 	stopped     bool
 	unstarted   list[T]              // accepted, not started, submission order
 	running     list[T]              // handlers running or reporting their result
+	waiting     list[T]              // waiting out a retry delay, in the order they began
 	ready       readySet[T]          // Ordered: unstarted items whose key is free
 	seq         uint32               // Ordered: acceptance counter, wrapping
 	keys        map[string]*entry[T] // Ordered: last accepted item of each busy key
 	waiters     waitList[T]          // Submits waiting for room, first come first served
-	queued      int                  // len(unstarted)
+	queued      int                  // len(unstarted) + len(waiting): what QueueSize bounds
+	nwaiting    int                  // len(waiting)
 	nrunning    int                  // len(running)
 	loops       int                  // worker loops dispatched and not returned
 	loopsDone   chan struct{}        // closed when loops reaches 0; made by waitLoops
-	idle        chan struct{}        // closed when queued+nrunning reaches 0; made by Drain
+	idle        chan struct{}        // closed when idleLocked becomes true; made by Drain
 	stopDone    chan struct{}        // closed when nrunning reaches 0; made by Stop
 	interrupted []T                  // returned an error after Stop cancelled workCtx
+	// timers holds the retry timer of each waiting item; RetryFunc only.
+	timers map[*entry[T]]*time.Timer
 }
 
 // New checks cfg and returns a pool ready for [Pool.Submit]. It reports
@@ -80,6 +94,7 @@ func New[T any](cfg Config[T]) (*Pool[T], error) {
 		keyFunc:    cfg.KeyFunc,
 		handler:    cfg.Handler,
 		resultFunc: cfg.ResultFunc,
+		retryFunc:  cfg.RetryFunc,
 		log:        log.With("component", "pool", "class", cfg.Name),
 		// pond's queue stays unbounded and, with at most Workers loops,
 		// empty. Its panic recovery is off: handler panics are recovered
@@ -93,6 +108,9 @@ func New[T any](cfg Config[T]) (*Pool[T], error) {
 	if cfg.Ordered {
 		p.keys = make(map[string]*entry[T])
 	}
+	if cfg.RetryFunc != nil {
+		p.timers = make(map[*entry[T]]*time.Timer)
+	}
 	return p, nil
 }
 
@@ -101,7 +119,8 @@ func (p *Pool[T]) Name() string { return p.name }
 
 // Submit hands v to the pool.
 //
-// It blocks while the pool holds [Config.QueueSize] unstarted items, until
+// It blocks while the pool holds [Config.QueueSize] items accepted and not
+// running (queued, or waiting out a retry delay), until
 // there is room, ctx ends (it returns ctx.Err() and v is not accepted) or
 // [Pool.Stop] begins (it returns [ErrStopped] and v is not accepted). ctx
 // only bounds this wait and is not the handler's context; a Submit that
@@ -199,16 +218,15 @@ func (p *Pool[T]) work() {
 		if dispatch {
 			p.dispatch()
 		}
-		claimed, interrupted := p.report(e, p.call(e))
+		out, after := p.report(e, p.call(e))
 		p.mu.Lock()
-		if claimed {
-			p.doneLocked(e, interrupted)
-		}
+		p.settleLocked(e, out, after)
 	}
 }
 
 // startLocked moves the first ready item to running and gives the slot it
-// frees to the first waiting Submit. It returns nil when nothing is ready,
+// frees, if that brings the pool under QueueSize (retries may have taken it
+// over), to the first waiting Submit. It returns nil when nothing is ready,
 // and whether admitting the waiter's item needs a new worker loop.
 func (p *Pool[T]) startLocked() (e *entry[T], dispatch bool) {
 	if p.ordered {
@@ -224,7 +242,7 @@ func (p *Pool[T]) startLocked() (e *entry[T], dispatch bool) {
 	p.queued--
 	p.nrunning++
 	e.state.Store(stateRunning)
-	if w := p.waiters.head; w != nil {
+	if w := p.waiters.head; w != nil && p.queued < p.queueSize {
 		p.waiters.remove(w)
 		w.granted = true
 		dispatch = p.admitLocked(w.e)
@@ -250,11 +268,9 @@ func (p *Pool[T]) call(e *entry[T]) (err error) {
 		}
 		err = errGoexit
 		p.log.Error("handler called runtime.Goexit", "err", err, "stack", string(debug.Stack()))
-		claimed, interrupted := p.report(e, err)
+		out, after := p.report(e, err)
 		p.mu.Lock()
-		if claimed {
-			p.doneLocked(e, interrupted)
-		}
+		p.settleLocked(e, out, after)
 		// Hand this loop's place over to a new one if there is work.
 		handover := p.hasReadyLocked()
 		if !handover {
@@ -270,15 +286,34 @@ func (p *Pool[T]) call(e *entry[T]) (err error) {
 	return err
 }
 
-// report claims e's result from a concurrent Stop and, unless e was
-// interrupted, calls ResultFunc and counts it. claimed false means Stop
-// already returned e as a straggler: the result is dropped.
-func (p *Pool[T]) report(e *entry[T], err error) (claimed, interrupted bool) {
+// outcome is how an attempt of an item ended, as [Pool.report] decides.
+type outcome uint8
+
+const (
+	outcomeReported    outcome = iota // ResultFunc called, counted
+	outcomeDropped                    // Stop returned e as a straggler
+	outcomeInterrupted                // error after Stop cancelled workCtx: Stop returns e
+	outcomeRetry                      // RetryFunc asked for another attempt
+)
+
+// report claims e's result from a concurrent Stop and decides the
+// attempt's outcome: an error after Stop cancelled workCtx is interrupted;
+// another error may be retried if RetryFunc says so; otherwise ResultFunc
+// is called and the result counted. It runs without mu.
+func (p *Pool[T]) report(e *entry[T], err error) (outcome, time.Duration) {
 	if !e.state.CompareAndSwap(stateRunning, stateFinishing) {
-		return false, false
+		return outcomeDropped, 0
 	}
-	if err != nil && p.workCtx.Err() != nil {
-		return true, true // Stop returns it
+	if err != nil {
+		if p.workCtx.Err() != nil {
+			return outcomeInterrupted, 0
+		}
+		if p.retryFunc != nil {
+			if after, retry := p.retryFunc(e.v, err); retry {
+				p.retried.Add(1)
+				return outcomeRetry, after
+			}
+		}
 	}
 	if p.resultFunc != nil {
 		p.resultFunc(e.v, err)
@@ -288,7 +323,20 @@ func (p *Pool[T]) report(e *entry[T], err error) (claimed, interrupted bool) {
 	} else {
 		p.failed.Add(1)
 	}
-	return true, false
+	return outcomeReported, 0
+}
+
+// settleLocked acts on the outcome report gave for running e.
+func (p *Pool[T]) settleLocked(e *entry[T], out outcome, after time.Duration) {
+	switch out {
+	case outcomeReported:
+		p.doneLocked(e, false)
+	case outcomeInterrupted:
+		p.doneLocked(e, true)
+	case outcomeRetry:
+		p.retryLocked(e, after)
+	}
+	// outcomeDropped: Stop has taken e off the running list.
 }
 
 // doneLocked takes reported e off the running list and, in an Ordered
@@ -307,6 +355,12 @@ func (p *Pool[T]) doneLocked(e *entry[T], interrupted bool) {
 		}
 		e.keyNext = nil
 	}
+	p.leftRunningLocked()
+}
+
+// leftRunningLocked wakes Stop and Drain callers once an item has left
+// the running list.
+func (p *Pool[T]) leftRunningLocked() {
 	if p.stopDone != nil && p.nrunning == 0 {
 		close(p.stopDone)
 		p.stopDone = nil
@@ -346,21 +400,33 @@ func (p *Pool[T]) hasReadyLocked() bool {
 	return p.unstarted.head != nil
 }
 
-// noteIdleLocked wakes Drain callers once nothing is queued or running.
+// idleLocked reports whether nothing is running and nothing is ready to
+// run: what Drain waits for. Items waiting out a retry delay, and in an
+// Ordered pool the items queued behind their key, may remain.
+func (p *Pool[T]) idleLocked() bool {
+	return p.nrunning == 0 && !p.hasReadyLocked()
+}
+
+// noteIdleLocked wakes Drain callers once the pool is idle.
 func (p *Pool[T]) noteIdleLocked() {
-	if p.idle != nil && p.queued+p.nrunning == 0 {
+	if p.idle != nil && p.idleLocked() {
 		close(p.idle)
 		p.idle = nil
 	}
 }
 
-// Drain blocks until no item is queued or running, or until ctx ends, when
-// it returns context.Cause(ctx). It does not stop Submit: items submitted
-// meanwhile are waited for too. After [Pool.Stop], handlers still running
-// past the grace (stragglers) no longer count. Safe for concurrent use.
+// Drain blocks until no item is running or ready to run, or until ctx
+// ends, when it returns context.Cause(ctx). It does not stop Submit: items
+// submitted meanwhile are waited for too. Items waiting out a retry delay
+// (see [Config.RetryFunc]) are not waited for, nor, in an Ordered pool,
+// the items queued behind their key: Drain may return with them in the
+// pool, for [Pool.Stop] to hand back. A delay that ends during Drain makes
+// its item ready, and Drain waits for it as for any other. After
+// [Pool.Stop], handlers still running past the grace (stragglers) no
+// longer count. Safe for concurrent use.
 func (p *Pool[T]) Drain(ctx context.Context) error {
 	p.mu.Lock()
-	if p.queued+p.nrunning == 0 {
+	if p.idleLocked() {
 		p.mu.Unlock()
 		return nil
 	}
@@ -379,26 +445,33 @@ func (p *Pool[T]) Drain(ctx context.Context) error {
 
 // Stats is a point-in-time view of a pool.
 type Stats struct {
-	// Queued counts items accepted and not started, including those
-	// waiting behind a busy key; Submits still waiting for room are not
-	// counted.
+	// Queued counts items accepted and ready or waiting for their turn,
+	// including those queued behind a busy key; Submits still waiting for
+	// room are not counted, nor are items waiting out a retry delay.
 	Queued int
+	// Waiting counts items waiting out a retry delay (see
+	// [Config.RetryFunc]). [Config.QueueSize] bounds Queued + Waiting.
+	Waiting int
 	// Running counts handlers running or reporting their result, not
 	// counting stragglers left behind by Stop.
 	Running int
 	// Succeeded counts handlers that returned nil, Failed those that
-	// returned an error or panicked; each is counted after its ResultFunc.
-	// Items interrupted by Stop are in neither.
+	// returned an error or panicked and were not retried; each is counted
+	// after its ResultFunc. Items interrupted by Stop are in neither.
 	Succeeded, Failed uint64
+	// Retried counts failed attempts that RetryFunc sent back to wait and
+	// run again; such an attempt is in neither Succeeded nor Failed.
+	Retried uint64
 }
 
 // Stats returns the pool's counts. It does not wait for handlers and is
-// safe for concurrent use. Queued and Running are read together; an item
-// that has just finished may briefly show in Succeeded or Failed while still
-// counted in Running.
+// safe for concurrent use. Queued, Waiting and Running are read together;
+// an item that has just finished may briefly show in Succeeded, Failed or
+// Retried while still counted in Running.
 func (p *Pool[T]) Stats() Stats {
 	p.mu.Lock()
-	q, r := p.queued, p.nrunning
+	q, w, r := p.queued-p.nwaiting, p.nwaiting, p.nrunning
 	p.mu.Unlock()
-	return Stats{Queued: q, Running: r, Succeeded: p.succeeded.Load(), Failed: p.failed.Load()}
+	return Stats{Queued: q, Waiting: w, Running: r,
+		Succeeded: p.succeeded.Load(), Failed: p.failed.Load(), Retried: p.retried.Load()}
 }

@@ -28,7 +28,7 @@ func keyOf(it item) string { return it.key }
 
 // harness wraps a pool under test and records every outcome, so that each
 // test's cleanup can check the accounting: every accepted item is reported
-// exactly once, by ResultFunc or by Stop.
+// exactly once, by ResultFunc or by Stop, and every retry is counted.
 type harness struct {
 	t *testing.T
 	p *Pool[item]
@@ -37,6 +37,7 @@ type harness struct {
 	submitted []int
 	results   map[int]error // ResultFunc calls
 	calls     int           // ResultFunc calls, duplicates included
+	retries   uint64        // RetryFunc calls that asked for a retry
 	stops     []StopResult[item]
 }
 
@@ -45,7 +46,8 @@ type harness struct {
 const waitLimit = 10 * time.Second
 
 // setup makes a pool from cfg, filling Name, Workers, QueueSize and
-// Handler when zero, and wrapping ResultFunc to record results.
+// Handler when zero, wrapping ResultFunc to record results and RetryFunc,
+// if set, to count retries.
 func setup(t *testing.T, cfg Config[item]) *harness {
 	t.Helper()
 	h := &harness{t: t, results: make(map[int]error)}
@@ -70,6 +72,17 @@ func setup(t *testing.T, cfg Config[item]) *harness {
 		h.results[it.id] = err
 		h.calls++
 		h.mu.Unlock()
+	}
+	if retry := cfg.RetryFunc; retry != nil {
+		cfg.RetryFunc = func(it item, err error) (time.Duration, bool) {
+			after, ok := retry(it, err)
+			if ok {
+				h.mu.Lock()
+				h.retries++
+				h.mu.Unlock()
+			}
+			return after, ok
+		}
 	}
 	p, err := New(cfg)
 	if err != nil {
@@ -147,6 +160,9 @@ func (h *harness) check() {
 		for _, it := range res.Unstarted {
 			note(it.id, "unstarted")
 		}
+		for _, it := range res.Waiting {
+			note(it.id, "waiting")
+		}
 		for _, it := range res.Interrupted {
 			note(it.id, "interrupted")
 		}
@@ -170,8 +186,11 @@ func (h *harness) check() {
 	if st.Succeeded+st.Failed != uint64(len(h.results)) || st.Failed != failed {
 		t.Errorf("Stats %+v, want %d results of which %d failed", st, len(h.results), failed)
 	}
-	if st.Queued != 0 || st.Running != 0 {
-		t.Errorf("Stats after stop %+v, want nothing queued or running", st)
+	if st.Retried != h.retries {
+		t.Errorf("Stats %+v, want %d retried", st, h.retries)
+	}
+	if st.Queued != 0 || st.Waiting != 0 || st.Running != 0 {
+		t.Errorf("Stats after stop %+v, want nothing queued, waiting or running", st)
 	}
 }
 

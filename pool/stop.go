@@ -8,12 +8,19 @@ import (
 
 // StopResult is what [Pool.Stop] hands back: every accepted item that was
 // not handled to the end. Each accepted item is either counted in
-// [Stats] Succeeded or Failed, or in exactly one of Unstarted and
+// [Stats] Succeeded or Failed, or in exactly one of Unstarted, Waiting and
 // Interrupted.
 type StopResult[T any] struct {
-	// Unstarted holds the items whose handler never started, in submission
-	// order, including those waiting behind a busy key.
+	// Unstarted holds the items not running and not waiting out a retry
+	// delay, in submission order: those whose handler never started,
+	// including those queued behind a busy key (a waiting item's key
+	// too), and retried items whose delay had ended.
 	Unstarted []T
+	// Waiting holds the items that were waiting out a retry delay (see
+	// [Config.RetryFunc]), in the order they began waiting. Each has run
+	// and failed at least once; in an Ordered pool each comes before the
+	// items of its key in Unstarted.
+	Waiting []T
 	// Interrupted holds the items whose handler was cancelled by Stop and
 	// returned an error within the grace, then the stragglers.
 	Interrupted []T
@@ -27,7 +34,9 @@ type StopResult[T any] struct {
 //
 // Stop makes Submit fail with [ErrStopped] (Submits already waiting
 // included), starts no further item and takes out every unstarted item,
-// in submission order, including those waiting behind a busy key.
+// in submission order, including those waiting behind a busy key. It
+// stops the retry timers and takes out the items waiting out a retry
+// delay: none of them runs again, even if its timer fires as Stop begins.
 // It cancels the handlers' context with cause (nil means [ErrHardStop]),
 // then waits up to grace for running handlers to return; zero or negative
 // grace means it does not wait. A handler that returns nil within grace is done as
@@ -35,14 +44,17 @@ type StopResult[T any] struct {
 // is cancelled is interrupted, not failed: ResultFunc is not called and
 // the item goes into Interrupted. One still running after grace is a
 // straggler: it goes into Interrupted and its result, whenever it comes,
-// is dropped (ResultFunc is never called for it).
+// is dropped (ResultFunc is never called for it). RetryFunc is not called
+// for interrupted items; an item that RetryFunc sends back to wait after
+// Stop began goes into Waiting.
 //
 // Stop returns only after every ResultFunc call for handlers that returned
 // within grace has completed; it must not be called from a Handler or a
 // ResultFunc. It does not wait for stragglers: each keeps its pond worker
 // goroutine blocked until the handler returns, and a handler that never
 // returns leaks it. Without stragglers, every worker goroutine has done its
-// work when Stop returns and exits at once.
+// work when Stop returns and exits at once; retry timer callbacks have
+// returned.
 //
 // Only the first Stop does anything; later ones, even while the first is
 // still running, return an empty result at once.
@@ -60,8 +72,8 @@ func (p *Pool[T]) Stop(grace time.Duration, cause error) StopResult[T] {
 	}
 	p.stopped = true
 	close(p.stopCh)
-	if p.queued > 0 {
-		res.Unstarted = make([]T, 0, p.queued)
+	if n := p.queued - p.nwaiting; n > 0 {
+		res.Unstarted = make([]T, 0, n)
 	}
 	for e := p.unstarted.head; e != nil; {
 		next := e.next
@@ -73,7 +85,8 @@ func (p *Pool[T]) Stop(grace time.Duration, cause error) StopResult[T] {
 	p.unstarted = list[T]{}
 	p.ready.reset()
 	clear(p.keys)
-	p.queued = 0
+	p.queued -= len(res.Unstarted)
+	res.Waiting = p.takeWaitingLocked(res.Waiting)
 	running := p.nrunning
 	var done chan struct{}
 	if running > 0 {
@@ -121,8 +134,10 @@ func (p *Pool[T]) Stop(grace time.Duration, cause error) StopResult[T] {
 	p.mu.Lock()
 	res.Interrupted = append(p.interrupted, stragglers...)
 	p.interrupted = nil
+	res.Waiting = p.takeWaitingLocked(res.Waiting) // sent back after Stop began
 	p.mu.Unlock()
 	res.Stragglers = len(stragglers)
+	p.timerWG.Wait() // callbacks that fired as Stop began
 
 	if res.Stragglers == 0 {
 		// No handler is running and nothing is ready: the worker loops
@@ -136,11 +151,11 @@ func (p *Pool[T]) Stop(grace time.Duration, cause error) StopResult[T] {
 	// A stop after a complete drain is routine; handing items back is the
 	// escalation worth a warning.
 	level := slog.LevelInfo
-	if len(res.Unstarted)+len(res.Interrupted) > 0 {
+	if len(res.Unstarted)+len(res.Waiting)+len(res.Interrupted) > 0 {
 		level = slog.LevelWarn
 	}
 	p.log.Log(context.Background(), level, "pool stopped",
-		"unstarted", len(res.Unstarted), "running", running, "interrupted", len(res.Interrupted),
+		"unstarted", len(res.Unstarted), "waiting", len(res.Waiting), "running", running, "interrupted", len(res.Interrupted),
 		"stragglers", res.Stragglers, "grace", grace, "cause", cause, "took", time.Since(began))
 	return res
 }

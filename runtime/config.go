@@ -121,7 +121,26 @@ type Class struct {
 
 	// Ordered makes messages with the same key run one at a time, in
 	// offset (or submission) order; different keys still run in parallel.
+	// When a message of an ordered class becomes a dead letter, or waits
+	// for a delayed redelivery, later messages with its key are parked in
+	// the state file behind it (their offsets committed) until it
+	// succeeds or is discarded; then they run in their original order.
 	Ordered bool
+
+	// Retry is the class's failure policy: retries in place with backoff,
+	// delayed redeliveries, dead letters. The zero value retries up to 3
+	// attempts with 100ms..5s backoff, then makes a dead letter.
+	Retry RetryPolicy
+
+	// Timeout bounds each handler call through its context's deadline. A
+	// handler that times out has failed recoverably. Zero means no limit.
+	Timeout time.Duration
+
+	// DeadLetterTopic, if set, is a Kafka topic each dead letter of this
+	// class is also published to, with headers naming its origin, attempts
+	// and error (see [HeaderOriginTopic]). The state file keeps the dead
+	// letter either way.
+	DeadLetterTopic string
 }
 
 // ErrConfig is wrapped by every error [New] returns for a bad Config.
@@ -194,6 +213,14 @@ func (cfg Config) withDefaults() (Config, error) {
 			bad("class %q: QueueSize must be > 0, got %d", c.Name, c.QueueSize)
 		} else if c.QueueSize == 0 {
 			c.QueueSize = DefaultQueueFactor * c.Workers
+		}
+		c.Retry.validate(c.Name, bad)
+		c.Retry.withDefaults()
+		if c.Timeout < 0 {
+			bad("class %q: Timeout must not be negative, got %s", c.Name, c.Timeout)
+		}
+		if c.DeadLetterTopic != "" && len(cfg.Brokers) == 0 {
+			bad("class %q: DeadLetterTopic needs Brokers", c.Name)
 		}
 		c.Topics = append([]string(nil), c.Topics...)
 		for _, t := range c.Topics {

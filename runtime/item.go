@@ -2,31 +2,80 @@ package runtime
 
 import (
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/snapshot"
 )
 
-// item is what a pool carries: the message and where to report its end.
+// source says where a message in a pool came from, and so what must be
+// done with that origin when the message is done or saved elsewhere.
+type source uint8
+
+const (
+	fromKafka   source = iota // settle its offset in tr
+	fromSubmit                // nothing to clean up
+	fromPending               // delete pending record key
+	fromDelayed               // delete delayed record delayedKey
+	fromParked                // delete parked record parkedKey
+	fromDead                  // a requeued dead letter: delete dead record key
+)
+
+// persisted reports whether the message has a record in the state file.
+func (s source) persisted() bool { return s >= fromPending }
+
+// item is what a pool carries: the message and its bookkeeping.
 type item struct {
 	msg handoff.Message
-	// tr and seq place a Kafka message in its partition's tracker; tr is
-	// nil for a submitted or re-pushed message.
+	src source
+	// tr and seq place a Kafka message in its partition's tracker.
 	tr  *tracker
 	seq uint64
-	// pendingKey is the key of the message's record in the pending bucket
-	// when it was re-pushed from the state file, zero otherwise.
-	pendingKey uint64
+	// key of the record the message came from (fromPending, fromDead).
+	key        uint64
+	delayedKey snapshot.DelayedKey
+	parkedKey  snapshot.ParkedKey
+
+	// firstFailed and redeliveries carry the failure history.
+	firstFailed  time.Time
+	redeliveries int
+	// verdict and wait are set by the retry decision for the result.
+	verdict verdict
+	wait    time.Duration
+	// release, when set, is told when the item leaves the pool: done,
+	// failed, or parked again. It belongs to release relGen of its key.
+	release *sync.WaitGroup
+	relGen  uint64
 }
 
 func itemKey(it *item) string { return string(it.msg.Key) }
 
+// record returns the item as a state-file record.
+func (it *item) record(reason string, err error, now time.Time) snapshot.Record {
+	rec := snapshot.Record{Message: it.msg, Reason: reason, SavedAt: now, FirstFailed: it.firstFailed, Redeliveries: it.redeliveries}
+	if err != nil {
+		rec.Err = err.Error()
+	}
+	return rec
+}
+
+// fromRecord makes an item of a stored record.
+func fromRecord(rec snapshot.Record, src source) *item {
+	return &item{msg: rec.Message, src: src, firstFailed: rec.FirstFailed, redeliveries: rec.Redeliveries}
+}
+
 // kafkaID is the stable ID of a Kafka record: topic/partition/offset.
 func kafkaID(topic string, partition int, offset int64) string {
+	return string(strconv.AppendInt(kafkaIDPrefix(topic, partition), offset, 10))
+}
+
+// kafkaIDPrefix returns "topic/partition/", the part of kafkaID that one
+// partition's records share.
+func kafkaIDPrefix(topic string, partition int) []byte {
 	b := make([]byte, 0, len(topic)+24)
 	b = append(b, topic...)
 	b = append(b, '/')
 	b = strconv.AppendInt(b, int64(partition), 10)
-	b = append(b, '/')
-	b = strconv.AppendInt(b, offset, 10)
-	return string(b)
+	return append(b, '/')
 }

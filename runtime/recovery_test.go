@@ -89,7 +89,7 @@ func TestFailedBecomesDeadLetter(t *testing.T) {
 	cfg := b.config(func(_ context.Context, m *handoff.Message) error {
 		b.mu.Lock()
 		n++
-		if n == produced {
+		if n == produced+2 { // the panicking one runs 3 times
 			close(all)
 		}
 		b.mu.Unlock()
@@ -100,7 +100,11 @@ func TestFailedBecomesDeadLetter(t *testing.T) {
 			panic("boom")
 		}
 		return nil
-	}, func(c *Class) { c.Workers = 1 })
+	}, func(c *Class) {
+		c.Workers = 1
+		c.Retry.InitialBackoff = time.Millisecond
+		c.Retry.MaxBackoff = time.Millisecond
+	})
 	rt, _ := New(cfg)
 	wait := start(t, rt, context.Background())
 	<-all
@@ -109,7 +113,7 @@ func TestFailedBecomesDeadLetter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Failed != 2 || rep.Succeeded != uint64(produced-2) {
+	if rep.DeadLettered != 2 || rep.Retried != 2 || rep.Succeeded != uint64(produced-2) {
 		t.Errorf("report %v", rep)
 	}
 	if got := b.committed(); got != int64(produced) {
@@ -121,9 +125,13 @@ func TestFailedBecomesDeadLetter(t *testing.T) {
 	if len(dead) != 2 {
 		t.Fatalf("dead letters: %d", len(dead))
 	}
+	// The permanent error is not retried; the panic is, up to MaxAttempts.
+	wantAttempts := map[string]int{"orders-3": 1, "orders-4": DefaultMaxAttempts}
 	for _, d := range dead {
-		if d.Record.Reason != "failed" || d.Record.Err == "" || d.Record.Message.Attempt != 1 || !d.Record.Message.Origin.IsKafka() {
-			t.Errorf("dead letter %+v", d.Record)
+		rec := d.Record
+		if rec.Reason != "failed" || rec.Err == "" || rec.Message.Attempt != wantAttempts[string(rec.Message.Value)] ||
+			!rec.Message.Origin.IsKafka() || rec.FirstFailed.IsZero() || rec.SavedAt.Before(rec.FirstFailed) {
+			t.Errorf("dead letter %+v", rec)
 		}
 	}
 }

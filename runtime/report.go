@@ -17,10 +17,22 @@ type Report struct {
 	// longer exists; they became dead letters.
 	UnknownClass int
 
-	// Succeeded and Failed count handler results over the whole run.
-	// Failed messages became dead letters.
-	Succeeded uint64
-	Failed    uint64
+	// BlockedKeys is how many keys of ordered classes were blocked (behind
+	// a dead letter or a redelivery) or releasing at start.
+	BlockedKeys int
+
+	// Outcomes over the whole run. Succeeded: handled. Retried: retries
+	// in place. DeadLettered: saved as dead letters (failed for good,
+	// bad input, unknown class). Redelivered: stored for a delayed
+	// redelivery. Parked: saved behind a blocked key; Released: parked
+	// messages handed back to their pool. Deferred: Kafka records stored
+	// until their deliver-at header's time; Scheduled: messages stored by
+	// Runtime.Schedule; Delivered: delayed messages handed to their pool
+	// when due. Requeued, Discarded: dead letters requeued or discarded
+	// through the API. Published: dead letters sent to a dead-letter
+	// topic.
+	Succeeded, Retried, DeadLettered, Redelivered, Parked, Released,
+	Deferred, Scheduled, Delivered, Requeued, Discarded, Published uint64
 
 	// Drained is how many messages finished during the drain phase.
 	Drained uint64
@@ -33,6 +45,9 @@ type Report struct {
 	Snapshotted int
 	// Unstarted is how many messages were taken out of the pools unstarted.
 	Unstarted int
+	// Waiting is how many were waiting out a retry backoff; they are saved
+	// with their attempt count.
+	Waiting int
 	// Interrupted is how many handlers were cut short by the hard stop
 	// (they will run again after the restart). Stragglers of them had not
 	// returned by HardStopGrace.
@@ -46,7 +61,15 @@ type Report struct {
 }
 
 func (r *Report) String() string {
-	return fmt.Sprintf("repushed=%d succeeded=%d failed=%d drained=%d snapshotted=%d unstarted=%d interrupted=%d stragglers=%d drain=%s snapshot=%s stop=%s",
-		r.Repushed, r.Succeeded, r.Failed, r.Drained, r.Snapshotted, r.Unstarted, r.Interrupted, r.Stragglers,
+	return fmt.Sprintf("repushed=%d succeeded=%d retried=%d dead_lettered=%d redelivered=%d parked=%d drained=%d snapshotted=%d unstarted=%d waiting=%d interrupted=%d stragglers=%d drain=%s snapshot=%s stop=%s",
+		r.Repushed, r.Succeeded, r.Retried, r.DeadLettered, r.Redelivered, r.Parked, r.Drained, r.Snapshotted, r.Unstarted, r.Waiting, r.Interrupted, r.Stragglers,
 		r.Drain.Round(time.Millisecond), r.Snapshot.Round(time.Millisecond), r.Stop.Round(time.Millisecond))
+}
+
+// fillCounts copies the runtime's outcome counters into rep.
+func (r *Runtime) fillCounts(rep *Report) {
+	s := &r.stats
+	rep.Succeeded, rep.Retried, rep.DeadLettered, rep.Redelivered = s.succeeded.Load(), s.retried.Load(), s.deadLettered.Load(), s.redelivered.Load()
+	rep.Parked, rep.Released, rep.Deferred, rep.Scheduled = s.parked.Load(), s.released.Load(), s.deferred.Load(), s.scheduled.Load()
+	rep.Delivered, rep.Requeued, rep.Discarded, rep.Published = s.delivered.Load(), s.requeued.Load(), s.discarded.Load(), s.published.Load()
 }

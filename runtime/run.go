@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/handoff-go/handoff/pool"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -48,6 +50,7 @@ func (r *Runtime) Run(ctx context.Context) (*Report, error) {
 		return rep, fmt.Errorf("runtime: open state file: %w", err)
 	}
 	r.store = store
+	r.storeOpen.Store(true)
 
 	// runCtx ends when a stop is requested; it bounds the recovery push.
 	runCtx, cancelRun := context.WithCancel(context.Background())
@@ -63,21 +66,43 @@ func (r *Runtime) Run(ctx context.Context) (*Report, error) {
 	var bg sync.WaitGroup
 	delCtx, stopDeletes := context.WithCancel(context.Background())
 	bg.Go(func() { r.deleteLoop(delCtx) })
+	// The scheduler and key releases feed the pools: they stop at the
+	// quiesce, with fetching.
+	feedCtx, stopFeeds := context.WithCancel(context.Background())
+	r.relMu.Lock()
+	r.relCtx = feedCtx
+	r.relMu.Unlock()
+	var feeds sync.WaitGroup
+	stopFeeding := func() {
+		r.relMu.Lock()
+		stopFeeds()
+		r.relMu.Unlock()
+		feeds.Wait()
+		r.releases.Wait()
+	}
+	r.openDLQ()
 	r.accepting.Store(true)
 
 	if err := r.recover(runCtx, rep); err != nil {
 		r.accepting.Store(false)
+		stopFeeding()
 		stopDeletes()
 		bg.Wait()
 		// Nothing was fetched; pools hold only re-pushed messages, which
 		// are still in the state file.
 		for _, c := range r.order {
-			c.pool.Stop(0, err)
+			res := c.pool.Stop(0, err)
+			for _, it := range slices.Concat(res.Unstarted, res.Waiting, res.Interrupted) {
+				r.leftPool(it)
+			}
 		}
+		r.closeDLQ()
+		r.storeOpen.Store(false)
 		return rep, errors.Join(err, r.store.Close())
 	}
 	r.log.Info("recovery finished", "repushed", rep.Repushed, "quarantined", rep.Quarantined,
-		"unknown_class", rep.UnknownClass, "took", time.Since(started))
+		"unknown_class", rep.UnknownClass, "blocked_keys", rep.BlockedKeys, "took", time.Since(started))
+	feeds.Go(func() { r.sched.run(feedCtx) })
 
 	fetchCtx, cancelFetch := context.WithCancel(context.Background())
 	defer cancelFetch()
@@ -109,7 +134,7 @@ func (r *Runtime) Run(ctx context.Context) (*Report, error) {
 	r.log.Info("running", "classes", len(r.order), "topics", len(r.topics), "group", r.cfg.Group)
 
 	<-r.stopCh
-	return r.stop(rep, cancelFetch, &consumer, cg, func() { stopDeletes(); bg.Wait() })
+	return r.stop(rep, func() { cancelFetch(); stopFeeding() }, &consumer, cg, func() { stopDeletes(); bg.Wait() })
 }
 
 func (r *Runtime) startOffset() int64 {
@@ -119,11 +144,15 @@ func (r *Runtime) startOffset() int64 {
 	return kafka.FirstOffset
 }
 
-// recover re-pushes the pending records of the state file into their
-// pools, oldest first. A record stays in the file until its message is
-// done, so a crash here loses nothing. A stop during recovery leaves the
-// records not yet pushed where they are.
+// recover restores the state of ordered classes' keys and re-pushes the
+// pending records of the state file into their pools, oldest first. A
+// record stays in the file until its message is done, so a crash here
+// loses nothing. A stop during recovery leaves the records not yet pushed
+// where they are.
 func (r *Runtime) recover(ctx context.Context, rep *Report) error {
+	if err := r.restoreKeys(rep); err != nil {
+		return fmt.Errorf("runtime: recover: %w", err)
+	}
 	entries, bad, err := r.store.LoadPending()
 	if err != nil {
 		return fmt.Errorf("runtime: recover: %w", err)
@@ -132,34 +161,168 @@ func (r *Runtime) recover(ctx context.Context, rep *Report) error {
 	for _, de := range bad {
 		r.log.Error("undecodable record moved to quarantine", "err", de)
 	}
-	var orphans []snapshot.Record
-	var orphanKeys []uint64
 	for _, e := range entries {
 		c := r.classes[e.Record.Message.Class]
 		if c == nil {
-			rec := e.Record
-			rec.Reason = "unknown class"
-			rec.Err = fmt.Sprintf("runtime: class %q is not configured", rec.Message.Class)
-			rec.SavedAt = time.Now()
-			orphans = append(orphans, rec)
-			orphanKeys = append(orphanKeys, e.Key)
+			if !r.orphan(e.Record, func(tx *snapshot.Tx) error { return tx.DeletePending(e.Key) }) {
+				return fmt.Errorf("runtime: recover: could not dead-letter a message of unknown class %q", e.Record.Message.Class)
+			}
+			rep.UnknownClass++
 			continue
 		}
-		if err := c.pool.Submit(ctx, &item{msg: e.Record.Message, pendingKey: e.Key}); err != nil {
-			r.log.Info("recovery stopped by the stop; the rest stays in the state file", "left", len(entries)-rep.Repushed-len(orphans))
+		it := fromRecord(e.Record, fromPending)
+		it.key = e.Key
+		if err := c.pool.Submit(ctx, it); err != nil {
+			r.log.Info("recovery stopped by the stop; the rest stays in the state file", "left", len(entries)-rep.Repushed-rep.UnknownClass)
 			break
 		}
 		rep.Repushed++
 	}
-	if len(orphans) > 0 {
-		if _, err := r.store.SaveDead(orphans...); err != nil {
-			return fmt.Errorf("runtime: recover: dead-letter %d messages of unknown classes: %w", len(orphans), err)
+	return nil
+}
+
+// orphan makes a saved message whose class is not configured a dead
+// letter, removing its record with del in the same transaction.
+func (r *Runtime) orphan(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool {
+	rec.Reason = reasonUnknown
+	rec.Err = fmt.Sprintf("runtime: class %q is not configured", rec.Message.Class)
+	rec.SavedAt = time.Now()
+	err := r.store.Update(func(tx *snapshot.Tx) error {
+		if _, err := tx.SaveDead(rec); err != nil {
+			return err
 		}
-		if err := r.store.DeletePending(orphanKeys...); err != nil {
-			return fmt.Errorf("runtime: recover: %w", err)
+		return del(tx)
+	})
+	if err != nil {
+		r.log.Error("message of unknown class not dead-lettered", "class", rec.Message.Class, "id", rec.Message.ID, "err", err)
+		return false
+	}
+	r.stats.deadLettered.Add(1)
+	r.log.Warn("saved message of an unknown class became a dead letter", "class", rec.Message.Class, "id", rec.Message.ID)
+	return true
+}
+
+// unparkStrays moves parked messages whose class is gone to the dead
+// letters, and those whose class is no longer ordered to pending, where the
+// recovery re-pushes them.
+func (r *Runtime) unparkStrays() error {
+	parked, err := r.store.ParkedKeys()
+	if err != nil {
+		return err
+	}
+	for _, pk := range parked {
+		c := r.classes[pk.Class]
+		if c != nil && c.cfg.Ordered {
+			continue
 		}
-		rep.UnknownClass = len(orphans)
-		r.log.Warn("saved messages of unknown classes became dead letters", "count", len(orphans))
+		entries, err := r.store.Parked(pk.Class, pk.Key)
+		if err != nil {
+			return err
+		}
+		err = r.store.Update(func(tx *snapshot.Tx) error {
+			for _, e := range entries {
+				rec := e.Record
+				var err error
+				if c == nil {
+					rec.Reason = reasonUnknown
+					rec.Err = fmt.Sprintf("runtime: class %q is not configured", pk.Class)
+					_, err = tx.SaveDead(rec)
+				} else {
+					_, err = tx.SavePending(rec)
+				}
+				if err != nil {
+					return err
+				}
+				if err := tx.DeleteParked(e.Key); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		r.log.Warn("parked messages of a class that is gone or no longer ordered moved", "class", pk.Class,
+			"count", len(entries), "to_dead_letters", c == nil)
+	}
+	return nil
+}
+
+// restoreKeys rebuilds the blocked and releasing keys of ordered classes
+// from the state file: a dead letter or a message waiting for redelivery
+// blocks its key; a key with parked messages and no blocker is released.
+func (r *Runtime) restoreKeys(rep *Report) error {
+	if err := r.unparkStrays(); err != nil {
+		return err
+	}
+	ordered := false
+	for _, c := range r.order {
+		ordered = ordered || c.cfg.Ordered
+	}
+	if !ordered {
+		return nil
+	}
+	block := func(rec snapshot.Record) {
+		c := r.classes[rec.Message.Class]
+		if c == nil || !c.cfg.Ordered {
+			return
+		}
+		r.block(c, &item{msg: rec.Message})
+	}
+	for after := uint64(0); ; {
+		page, next, err := r.store.DeadPage("", after, 1000)
+		if err != nil {
+			return err
+		}
+		for _, e := range page {
+			block(e.Record)
+		}
+		if next == 0 {
+			break
+		}
+		after = next
+	}
+	var after snapshot.DelayedKey
+	for {
+		page, err := r.store.ListDelayed(after, 1000)
+		if err != nil {
+			return err
+		}
+		for _, e := range page {
+			if e.Record.Reason == reasonRedelivery {
+				block(e.Record)
+			}
+		}
+		if len(page) < 1000 {
+			break
+		}
+		after = page[len(page)-1].Key
+	}
+	parked, err := r.store.ParkedKeys()
+	if err != nil {
+		return err
+	}
+	for _, pk := range parked {
+		c := r.classes[pk.Class]
+		if c == nil || !c.cfg.Ordered {
+			continue // moved by unparkStrays
+		}
+		c.parking.mu.Lock()
+		st := c.parking.keys[string(pk.Key)]
+		if st == nil {
+			c.parking.keys[string(pk.Key)] = &keyState{releasing: true, release: 1}
+		}
+		c.parking.mu.Unlock()
+		if st == nil {
+			r.startRelease(c, pk.Key, 1)
+		}
+	}
+	for _, c := range r.order {
+		if c.parking != nil {
+			c.parking.mu.Lock()
+			rep.BlockedKeys += len(c.parking.keys)
+			c.parking.mu.Unlock()
+		}
 	}
 	return nil
 }
@@ -212,34 +375,37 @@ func (r *Runtime) stop(rep *Report, cancelFetch context.CancelFunc, consumer *sy
 
 	// 3. Hard stop: take out what has not started, cancel what runs.
 	phase = time.Now()
-	results := make([]struct {
-		unstarted, interrupted []*item
-		stragglers             int
-	}, len(r.order))
+	results := make([]pool.StopResult[*item], len(r.order))
 	var stops sync.WaitGroup
 	for i, c := range r.order {
-		stops.Go(func() {
-			res := c.pool.Stop(r.cfg.HardStopGrace, ErrStopping)
-			results[i].unstarted, results[i].interrupted, results[i].stragglers = res.Unstarted, res.Interrupted, res.Stragglers
-		})
+		stops.Go(func() { results[i] = c.pool.Stop(r.cfg.HardStopGrace, ErrStopping) })
 	}
 	stops.Wait()
-	var left []*item
-	var reasons []string
+	type leftover struct {
+		it     *item
+		reason string
+	}
+	var left []leftover
 	for _, res := range results {
-		rep.Unstarted += len(res.unstarted)
-		rep.Interrupted += len(res.interrupted)
-		rep.Stragglers += res.stragglers
-		// Interrupted first: each started before any unstarted message
-		// of its key, and the restart re-pushes in save order.
-		for _, it := range res.interrupted {
-			left = append(left, it)
-			reasons = append(reasons, "interrupted")
+		rep.Unstarted += len(res.Unstarted)
+		rep.Interrupted += len(res.Interrupted)
+		rep.Waiting += len(res.Waiting)
+		rep.Stragglers += res.Stragglers
+		// Interrupted first, then those waiting out a backoff: each
+		// started before any unstarted message of its key, and the
+		// restart re-pushes in save order.
+		for _, it := range res.Interrupted {
+			left = append(left, leftover{it, reasonInterrupted})
 		}
-		for _, it := range res.unstarted {
-			left = append(left, it)
-			reasons = append(reasons, "unstarted")
+		for _, it := range res.Waiting {
+			left = append(left, leftover{it, reasonBackoff})
 		}
+		for _, it := range res.Unstarted {
+			left = append(left, leftover{it, reasonUnstarted})
+		}
+	}
+	for _, l := range left {
+		r.leftPool(l.it)
 	}
 	rep.HardStop = time.Since(phase)
 	if rep.Stragglers > 0 {
@@ -247,7 +413,7 @@ func (r *Runtime) stop(rep *Report, cancelFetch context.CancelFunc, consumer *sy
 			"phase", "hard_stop", "stragglers", rep.Stragglers, "grace", r.cfg.HardStopGrace)
 	}
 	r.log.Info("stop phase done", "phase", "hard_stop", "unstarted", rep.Unstarted,
-		"interrupted", rep.Interrupted, "took", rep.HardStop)
+		"interrupted", rep.Interrupted, "waiting", rep.Waiting, "took", rep.HardStop)
 
 	// 4. Snapshot: ONE transaction saves what is left and forgets the
 	// re-pushed messages that are done.
@@ -256,20 +422,38 @@ func (r *Runtime) stop(rep *Report, cancelFetch context.CancelFunc, consumer *sy
 	now := time.Now()
 	var recs []snapshot.Record
 	var saved []*item
-	for i, it := range left {
-		if it.pendingKey != 0 {
-			continue // re-pushed and not done: its record is still there
+	var updates []*item // persisted messages whose attempt count moved
+	for _, l := range left {
+		switch {
+		case !l.it.src.persisted():
+			recs = append(recs, l.it.record(l.reason, nil, now))
+			saved = append(saved, l.it)
+		case l.reason == reasonBackoff:
+			updates = append(updates, l.it)
 		}
-		recs = append(recs, snapshot.Record{Message: it.msg, Reason: reasons[i], SavedAt: now})
-		saved = append(saved, it)
+		// Otherwise its record is still there, unchanged.
 	}
-	del := r.takeDelKeys()
+	del := r.takeDone()
 	if r.beforeSnapshot != nil {
 		r.beforeSnapshot(r.store)
 	}
 	var snapErr error
-	if len(recs) > 0 || len(del) > 0 {
-		if _, err := r.store.SavePending(recs, del); err != nil {
+	if len(recs) > 0 || !del.empty() || len(updates) > 0 {
+		err := r.store.Update(func(tx *snapshot.Tx) error {
+			if _, err := tx.SavePending(recs...); err != nil {
+				return err
+			}
+			if err := del.delete(tx); err != nil {
+				return err
+			}
+			for _, it := range updates {
+				if err := putSource(tx, it, it.record(reasonBackoff, nil, now)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
 			snapErr = fmt.Errorf("runtime: snapshot of %d messages failed; their offsets are not committed and Kafka will deliver them again: %w", len(recs), err)
 			r.log.Error("snapshot failed", "phase", "snapshot", "messages", len(recs), "err", err)
 		}
@@ -277,7 +461,7 @@ func (r *Runtime) stop(rep *Report, cancelFetch context.CancelFunc, consumer *sy
 	if snapErr == nil {
 		rep.Snapshotted = len(recs)
 		for _, it := range saved {
-			if it.tr != nil {
+			if it.src == fromKafka {
 				it.tr.settle(it.seq)
 			}
 		}
@@ -306,12 +490,14 @@ func (r *Runtime) stop(rep *Report, cancelFetch context.CancelFunc, consumer *sy
 			r.log.Warn("leaving the group did not finish in time; the broker will expire the session", "phase", "leave", "waited", leaveTimeout)
 		}
 	}
+	r.closeDLQ()
+	r.storeOpen.Store(false)
 	closeErr := r.store.Close()
 	rep.Leave = time.Since(phase)
-	rep.Succeeded, rep.Failed = r.outcomes()
+	r.fillCounts(rep)
 	rep.Stop = time.Since(begin)
 	r.log.Info("stop complete", "drained", rep.Drained, "snapshotted", rep.Snapshotted, "unstarted", rep.Unstarted,
-		"interrupted", rep.Interrupted, "stragglers", rep.Stragglers, "succeeded", rep.Succeeded, "failed", rep.Failed,
+		"interrupted", rep.Interrupted, "stragglers", rep.Stragglers, "succeeded", rep.Succeeded, "dead_lettered", rep.DeadLettered, "retried", rep.Retried,
 		"repushed", rep.Repushed, "took", rep.Stop)
 	if closeErr != nil {
 		closeErr = fmt.Errorf("runtime: close state file: %w", closeErr)
@@ -322,17 +508,24 @@ func (r *Runtime) stop(rep *Report, cancelFetch context.CancelFunc, consumer *sy
 	return rep, errors.Join(snapErr, commitErr, closeErr)
 }
 
-// handled counts the handler results of every pool so far.
+// handled counts the messages that left the pools for good so far.
 func (r *Runtime) handled() uint64 {
-	s, f := r.outcomes()
-	return s + f
+	return r.stats.succeeded.Load() + r.stats.deadLettered.Load() + r.stats.redelivered.Load() +
+		r.stats.parked.Load() + r.stats.deferred.Load()
 }
 
-func (r *Runtime) outcomes() (succeeded, failed uint64) {
-	for _, c := range r.order {
-		st := c.pool.Stats()
-		succeeded += st.Succeeded
-		failed += st.Failed
+// putSource overwrites, inside tx, the record a persisted item came from.
+func putSource(tx *snapshot.Tx, it *item, rec snapshot.Record) error {
+	switch it.src {
+	case fromPending:
+		return tx.PutPending(it.key, rec)
+	case fromDelayed:
+		return tx.PutDelayed(it.delayedKey, rec)
+	case fromParked:
+		return tx.PutParked(it.parkedKey, rec)
+	case fromDead:
+		rec.Reason = reasonFailed
+		return tx.PutDead(it.key, rec)
 	}
-	return succeeded, failed
+	return nil
 }

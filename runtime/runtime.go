@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/pool"
 	"github.com/handoff-go/handoff/snapshot"
@@ -60,6 +62,7 @@ type Runtime struct {
 	topics  []string
 
 	state     atomic.Int32
+	storeOpen atomic.Bool // store is set and open: the admin API may use it
 	accepting atomic.Bool
 	ready     atomic.Bool
 
@@ -70,21 +73,39 @@ type Runtime struct {
 	runDone  chan struct{} // closed when Run returns
 
 	store *snapshot.Store
+	sched *scheduler
+	dlq   *kafka.Writer // dead-letter topics, when a class has one
+	stats counters
 
 	delMu   sync.Mutex
-	delKeys []uint64 // pending records whose messages are done
+	delDone doneRecords // records whose messages are done, deleted in batches
 
 	genMu sync.Mutex
 	gen   *generation
+
+	// Key releases of ordered classes; relCtx ends at the stop.
+	relMu    sync.Mutex
+	relCtx   context.Context
+	releases sync.WaitGroup
+
+	reqMu     sync.Mutex
+	requeuing map[uint64]bool // dead letters requeued and not finished
 
 	// beforeSnapshot, when set by a test, runs just before the stop's
 	// snapshot transaction.
 	beforeSnapshot func(*snapshot.Store)
 }
 
+// counters are the runtime's outcome counts, reported in [Report].
+type counters struct {
+	succeeded, retried, deadLettered, redelivered, parked, released,
+	deferred, scheduled, delivered, requeued, requeuedDone, discarded, published atomic.Uint64
+}
+
 type class struct {
-	cfg  Class
-	pool *pool.Pool[*item]
+	cfg     Class
+	pool    *pool.Pool[*item]
+	parking *parking // ordered classes only
 }
 
 // New validates cfg and returns a Runtime ready to [Runtime.Run]. Every
@@ -95,20 +116,23 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	r := &Runtime{
-		cfg:     cfg,
-		log:     cfg.Logger.With("component", "runtime"),
-		classes: map[string]*class{},
-		byTopic: map[string]*class{},
-		stopCh:  make(chan struct{}),
-		skipCh:  make(chan struct{}),
-		runDone: make(chan struct{}),
+		cfg:       cfg,
+		log:       cfg.Logger.With("component", "runtime"),
+		classes:   map[string]*class{},
+		byTopic:   map[string]*class{},
+		stopCh:    make(chan struct{}),
+		skipCh:    make(chan struct{}),
+		runDone:   make(chan struct{}),
+		requeuing: map[uint64]bool{},
 	}
+	r.sched = newScheduler(r)
 	var errs []error
 	for _, cc := range cfg.Classes {
 		c := &class{cfg: cc}
 		var keyFunc func(*item) string
 		if cc.Ordered {
 			keyFunc = itemKey
+			c.parking = &parking{keys: map[string]*keyState{}}
 		}
 		p, err := pool.New(pool.Config[*item]{
 			Name:       cc.Name,
@@ -116,8 +140,9 @@ func New(cfg Config) (*Runtime, error) {
 			QueueSize:  cc.QueueSize,
 			Ordered:    cc.Ordered,
 			KeyFunc:    keyFunc,
-			Handler:    func(ctx context.Context, it *item) error { return cc.Handler(ctx, &it.msg) },
-			ResultFunc: r.result,
+			Handler:    r.handler(c),
+			RetryFunc:  r.retry(c),
+			ResultFunc: r.result(c),
 			Logger:     cfg.Logger,
 		})
 		if err != nil {
@@ -160,7 +185,7 @@ func (r *Runtime) Submit(ctx context.Context, class string, m *handoff.Message) 
 	if m == nil || m.ID == "" {
 		return fmt.Errorf("runtime: submit to class %q: message needs an ID", class)
 	}
-	it := &item{msg: *m}
+	it := &item{msg: *m, src: fromSubmit}
 	it.msg.Class = class
 	if it.msg.FirstSeen.IsZero() {
 		it.msg.FirstSeen = time.Now()
@@ -210,43 +235,35 @@ func (r *Runtime) Close() error {
 func (r *Runtime) requestStop() { r.stopOnce.Do(func() { close(r.stopCh) }) }
 func (r *Runtime) skipDrain()   { r.skipOnce.Do(func() { close(r.skipCh) }) }
 
-// result is every pool's ResultFunc: it settles a handled message, and
-// makes a failed one a dead letter first.
-func (r *Runtime) result(it *item, err error) {
-	if err != nil {
-		rec := snapshot.Record{Message: it.msg, Reason: "failed", Err: err.Error(), SavedAt: time.Now()}
-		rec.Message.Attempt++
-		if _, serr := r.store.SaveDead(rec); serr != nil {
-			// Not settled: its offset stays uncommitted, so Kafka
-			// redelivers it after a restart.
-			r.log.Error("dead letter not saved; offset stays uncommitted",
-				"class", it.msg.Class, "id", it.msg.ID, "err", serr, "handler_err", err)
-			return
-		}
-		r.log.Warn("message failed; saved as dead letter", "class", it.msg.Class, "id", it.msg.ID, "err", err)
-	}
-	if it.tr != nil {
-		it.tr.settle(it.seq)
-	}
-	if it.pendingKey != 0 {
-		r.delMu.Lock()
-		r.delKeys = append(r.delKeys, it.pendingKey)
-		r.delMu.Unlock()
-	}
+// doneRecords are the pending and delayed records whose messages are
+// done, waiting to be deleted in one transaction.
+type doneRecords struct {
+	pending []uint64
+	delayed []snapshot.DelayedKey
 }
 
-// takeDelKeys returns and forgets the pending records whose messages are done.
-func (r *Runtime) takeDelKeys() []uint64 {
+func (d doneRecords) empty() bool { return len(d.pending)+len(d.delayed) == 0 }
+
+// delete deletes them inside tx.
+func (d doneRecords) delete(tx *snapshot.Tx) error {
+	if err := tx.DeletePending(d.pending...); err != nil {
+		return err
+	}
+	return tx.DeleteDelayed(d.delayed...)
+}
+
+// takeDone returns and forgets the records of done messages.
+func (r *Runtime) takeDone() doneRecords {
 	r.delMu.Lock()
 	defer r.delMu.Unlock()
-	keys := r.delKeys
-	r.delKeys = nil
-	return keys
+	d := r.delDone
+	r.delDone = doneRecords{}
+	return d
 }
 
-// deleteLoop removes the records of done re-pushed messages from the
-// pending bucket in batches. A crash before a batch is written leaves
-// the records there: they are re-pushed again (at-least-once).
+// deleteLoop removes the records of done re-pushed and delayed messages
+// in batches, one transaction every 200ms. A crash before a batch is
+// written leaves the records there: they run again (at-least-once).
 func (r *Runtime) deleteLoop(ctx context.Context) {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
@@ -256,14 +273,16 @@ func (r *Runtime) deleteLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		keys := r.takeDelKeys()
-		if len(keys) == 0 {
+		d := r.takeDone()
+		if d.empty() {
 			continue
 		}
-		if err := r.store.DeletePending(keys...); err != nil {
-			r.log.Error("pending records of done messages not deleted; they will be re-pushed", "count", len(keys), "err", err)
+		if err := r.store.Update(d.delete); err != nil {
+			r.log.Error("records of done messages not deleted; they will run again", "pending", len(d.pending),
+				"delayed", len(d.delayed), "err", err)
 			r.delMu.Lock()
-			r.delKeys = append(keys, r.delKeys...)
+			r.delDone.pending = append(d.pending, r.delDone.pending...)
+			r.delDone.delayed = append(d.delayed, r.delDone.delayed...)
 			r.delMu.Unlock()
 		}
 	}

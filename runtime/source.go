@@ -183,8 +183,7 @@ func (r *Runtime) fetch(ctx context.Context, c *class, tr *tracker, start int64)
 	// Every record of this reader has tr's topic and partition, so the
 	// "topic/partition/" of kafkaID is made once and each ID costs one
 	// allocation.
-	idPrefix := kafkaID(tr.topic, tr.partition, 0)
-	idPrefix = idPrefix[:len(idPrefix)-1]
+	idPrefix := kafkaIDPrefix(tr.topic, tr.partition)
 	var idBuf [64]byte
 	for {
 		m, err := rd.FetchMessage(ctx)
@@ -207,7 +206,7 @@ func (r *Runtime) fetch(ctx context.Context, c *class, tr *tracker, start int64)
 			Value:     m.Value,
 			Origin:    handoff.Origin{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset},
 			FirstSeen: time.Now(),
-		}, tr: tr}
+		}, src: fromKafka, tr: tr}
 		if len(m.Headers) > 0 {
 			it.msg.Headers = make([]handoff.Header, len(m.Headers))
 			for i, h := range m.Headers {

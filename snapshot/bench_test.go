@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -136,4 +137,120 @@ func BenchmarkDecode(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkSaveDeadConcurrent is dead-lettering under load: each of
+// many goroutines saves one record per call, as the runtime does per
+// failed message, and bbolt's Batch shares one transaction and one fsync
+// among the calls that arrive within its 10ms window. Fsync is on. One
+// iteration is one round: every goroutine saves one record.
+func BenchmarkSaveDeadConcurrent(b *testing.B) {
+	recs := benchRecordSet(1024)
+	for _, goroutines := range []int{16, 256} {
+		b.Run(fmt.Sprintf("goroutines=%d", goroutines), func(b *testing.B) {
+			s, err := Open(filepath.Join(b.TempDir(), "state.db"), Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			b.ReportAllocs()
+			for b.Loop() {
+				var wg sync.WaitGroup
+				for g := range goroutines {
+					wg.Go(func() {
+						if _, err := s.SaveDead(recs[g%len(recs)]); err != nil {
+							b.Error(err)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			b.ReportMetric(float64(goroutines)*float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}
+
+// BenchmarkDelayed100k schedules 100k messages of 1 KiB in one
+// SaveDelayed, then drains them as the scheduler does: DueDelayed of
+// 1000, DeleteDelayed of those, until none is left. Fsync is on.
+// save-msgs/s and drain-msgs/s time the two halves; B/waiting-msg is the
+// file's growth per scheduled message.
+func BenchmarkDelayed100k(b *testing.B) {
+	recs := benchRecordSet(benchRecords)
+	now := time.Now()
+	items := make([]Delayed, len(recs))
+	for i := range items {
+		// Dues spread over a minute, not in save order.
+		items[i] = Delayed{Due: now.Add(-time.Duration((i*7919)%60_000) * time.Millisecond), Record: recs[i]}
+	}
+	dir := b.TempDir()
+	var saveTime, drainTime time.Duration
+	var grown int64
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		b.StopTimer()
+		path := filepath.Join(dir, fmt.Sprintf("state-%d.db", i))
+		i++
+		s, err := Open(path, Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		empty := fileSize(b, path)
+		b.StartTimer()
+
+		start := time.Now()
+		if _, err := s.SaveDelayed(items...); err != nil {
+			b.Fatal(err)
+		}
+		saveTime += time.Since(start)
+		grown += fileSize(b, path) - empty
+
+		start = time.Now()
+		drained := 0
+		for {
+			due, _, err := s.DueDelayed(nil, now, 1000)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(due) == 0 {
+				break
+			}
+			keys := make([]DelayedKey, len(due))
+			for j := range due {
+				keys[j] = due[j].Key
+			}
+			if err := s.DeleteDelayed(keys...); err != nil {
+				b.Fatal(err)
+			}
+			drained += len(due)
+		}
+		drainTime += time.Since(start)
+		if drained != benchRecords {
+			b.Fatalf("drained %d of %d", drained, benchRecords)
+		}
+
+		b.StopTimer()
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.Remove(path); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	n := float64(benchRecords) * float64(b.N)
+	b.ReportMetric(n/b.Elapsed().Seconds(), "msgs/s")
+	b.ReportMetric(n/saveTime.Seconds(), "save-msgs/s")
+	b.ReportMetric(n/drainTime.Seconds(), "drain-msgs/s")
+	b.ReportMetric(float64(grown)/n, "B/waiting-msg")
+}
+
+func fileSize(b *testing.B, path string) int64 {
+	b.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return fi.Size()
 }

@@ -1,9 +1,11 @@
 package snapshot
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
-
-	bolt "go.etcd.io/bbolt"
+	"math"
+	"time"
 )
 
 // SaveDead writes dead letters, in the record format of the pending
@@ -20,24 +22,94 @@ func (s *Store) SaveDead(recs ...Record) ([]uint64, error) {
 	var keys []uint64
 	// Batch may run fn more than once, each time in a fresh transaction:
 	// it only puts immutable values and replaces keys, so that is safe.
-	fn := func(tx *bolt.Tx) error {
-		b, err := bucket(tx, BucketDead)
-		if err != nil {
-			return err
-		}
-		keys, err = appendValues(b, BucketDead, vals)
+	fn := func(tx *Tx) error {
+		var err error
+		keys, err = tx.putNew(BucketDead, vals)
 		return err
 	}
-	var err error
+	run := s.update
 	if len(recs) == 1 {
-		err = s.db.Batch(fn)
-	} else {
-		err = s.db.Update(fn)
+		run = s.batch
 	}
-	if err != nil {
+	if err := run(fn); err != nil {
 		return nil, fmt.Errorf("snapshot: save %d dead letters to %s: %w", len(recs), s.path, err)
 	}
 	return keys, nil
+}
+
+// SaveDead writes dead letters into the dead bucket, as [Store.SaveDead]
+// does, and returns their keys in the order of recs.
+func (tx *Tx) SaveDead(recs ...Record) ([]uint64, error) {
+	keys, err := tx.putNew(BucketDead, encodeAll(recs))
+	if err != nil {
+		return nil, tx.errorf(err, "save %d dead letters", len(recs))
+	}
+	return keys, nil
+}
+
+// GetDead returns the dead letter with the given key; false when there is
+// none. A record that does not decode is reported as a [*DecodeError],
+// with true.
+func (s *Store) GetDead(key uint64) (Record, bool, error) {
+	var (
+		r  Record
+		ok bool
+	)
+	err := s.view(func(tx *Tx) error {
+		var err error
+		r, ok, err = tx.getSeq(BucketDead, key)
+		return err
+	})
+	var de *DecodeError
+	if errors.As(err, &de) {
+		return Record{}, true, err
+	}
+	if err != nil {
+		return Record{}, false, fmt.Errorf("snapshot: get dead letter %d from %s: %w", key, s.path, err)
+	}
+	return r, ok, nil
+}
+
+// GetDead returns the dead letter with the given key, as [Store.GetDead]
+// does.
+func (tx *Tx) GetDead(key uint64) (Record, bool, error) {
+	r, ok, err := tx.getSeq(BucketDead, key)
+	var de *DecodeError
+	if err != nil && !errors.As(err, &de) {
+		return Record{}, false, tx.errorf(err, "get dead letter %d", key)
+	}
+	return r, ok, err
+}
+
+// PutDead replaces the dead letter under key with rec: a requeued dead
+// letter that failed again keeps its key. It returns an error wrapping
+// [ErrNotFound] when there is no dead letter under key (it was discarded
+// meanwhile) and writes nothing then; the transaction stays usable.
+func (tx *Tx) PutDead(key uint64, rec Record) error {
+	return tx.replace(BucketDead, seqKey(key), fmt.Sprintf("%016x", key), &rec)
+}
+
+// replace overwrites the record under the existing key k of bucket name
+// with rec, or returns an error wrapping ErrNotFound naming the bucket
+// and keyText. Used by the Put methods of Tx.
+func (tx *Tx) replace(name string, k []byte, keyText string, rec *Record) error {
+	b, err := tx.bucket(name)
+	if err != nil {
+		return tx.errorf(err, "replace %s/%s", name, keyText)
+	}
+	if len(k) == 0 || b.Get(k) == nil {
+		return fmt.Errorf("%w: %s/%s in %s", ErrNotFound, name, keyText, tx.s.path)
+	}
+	if err := b.Put(k, AppendRecord(nil, rec)); err != nil {
+		return tx.errorf(err, "replace %s/%s", name, keyText)
+	}
+	return nil
+}
+
+// DeleteDead deletes the dead letters with the given keys. Deleting a
+// missing key is not an error.
+func (tx *Tx) DeleteDead(keys ...uint64) error {
+	return tx.errorf(tx.deleteSeq(BucketDead, keys), "delete %d dead letters", len(keys))
 }
 
 // Dead returns every dead letter in save order. A record that cannot be
@@ -48,9 +120,9 @@ func (s *Store) Dead() ([]Entry, []*DecodeError, error) {
 		entries []Entry
 		bad     []*DecodeError
 	)
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *Tx) error {
 		var err error
-		entries, bad, err = readBucket(tx, BucketDead)
+		entries, bad, err = tx.readAll(BucketDead)
 		return err
 	})
 	if err != nil {
@@ -59,21 +131,136 @@ func (s *Store) Dead() ([]Entry, []*DecodeError, error) {
 	return entries, bad, nil
 }
 
+// DeadPage returns up to limit dead letters of class ("" means every
+// class) with keys greater than after, in key order (save order), and
+// the key to pass as after for the next page: 0 when no dead letter of
+// class follows. A limit of zero or less means no limit. It reads one
+// transaction, so a page is consistent, but pages are not with each
+// other: a dead letter saved between two calls shows up on a later page.
+//
+// Filtering by class reads only the start of each record, yet a filtered
+// page may still walk the whole bucket. A dead letter that cannot be
+// decoded is not in the page: err then joins a [*DecodeError] for each
+// (errors.Is(err, [ErrCorrupt]) holds) and the page is returned with it.
+// Nothing is moved: DeadPage only reads.
+func (s *Store) DeadPage(class string, after uint64, limit int) ([]Entry, uint64, error) {
+	var (
+		page []Entry
+		bad  []error
+		next uint64
+	)
+	err := s.view(func(tx *Tx) error {
+		if after == math.MaxUint64 {
+			return nil
+		}
+		b, err := tx.bucket(BucketDead)
+		if err != nil {
+			return err
+		}
+		c := b.Cursor()
+		var last uint64 // last key looked at, the after of the next page
+		for k, v := c.Seek(seqKey(after + 1)); k != nil; k, v = c.Next() {
+			if class != "" && v != nil {
+				if cl, ok := recordClass(v); ok && string(cl) != class {
+					if len(k) == 8 {
+						last = binary.BigEndian.Uint64(k)
+					}
+					continue
+				}
+			}
+			if limit > 0 && len(page) == limit {
+				next = last
+				break
+			}
+			if len(k) == 8 {
+				last = binary.BigEndian.Uint64(k)
+			}
+			e, de := decodeEntry(BucketDead, k, v)
+			if de != nil {
+				bad = append(bad, de)
+				continue
+			}
+			page = append(page, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("snapshot: list dead letters of %s: %w", s.path, err)
+	}
+	return page, next, errors.Join(bad...)
+}
+
+// recordClass returns the class of the encoded record b, read without
+// decoding the rest, and false when b does not start as a record does.
+// The class aliases b.
+func recordClass(b []byte) ([]byte, bool) {
+	if len(b) == 0 || b[0] != formatVersion {
+		return nil, false
+	}
+	d := decoder{b: b, off: 1}
+	d.span("id", d.uvarint("id", "length"))
+	class := d.span("class", d.uvarint("class", "length"))
+	return class, d.err == nil
+}
+
 // DeleteDead deletes the dead letters with the given keys in one write
 // transaction. Deleting a missing key is not an error.
 func (s *Store) DeleteDead(keys ...uint64) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b, err := bucket(tx, BucketDead)
-		if err != nil {
-			return err
-		}
-		return deleteKeys(b, BucketDead, keys)
-	})
-	if err != nil {
+	if err := s.update(func(tx *Tx) error { return tx.deleteSeq(BucketDead, keys) }); err != nil {
 		return fmt.Errorf("snapshot: delete %d dead letters from %s: %w", len(keys), s.path, err)
 	}
 	return nil
+}
+
+// RequeueDead moves the dead letters with the given keys to the pending
+// bucket in one write transaction, so that the next start re-pushes them,
+// and returns their new pending keys in the order of keys. Each moves
+// with a fresh retry budget, as the runtime's own requeue gives: Attempt
+// and Redeliveries 0, FirstFailed zero; Reason becomes "requeued" and
+// SavedAt now, Err (the last error) stays. It is meant for the offline
+// CLI: a running runtime reads the pending bucket only when it starts.
+//
+// It moves all or nothing: a key with no dead letter (or named twice)
+// fails the call with an error wrapping [ErrNotFound], one that does not
+// decode with a [*DecodeError].
+func (s *Store) RequeueDead(keys ...uint64) ([]uint64, error) {
+	if len(keys) == 0 {
+		return []uint64{}, nil
+	}
+	now := time.Now()
+	var pending []uint64
+	err := s.update(func(tx *Tx) error {
+		dead, err := tx.bucket(BucketDead)
+		if err != nil {
+			return err
+		}
+		vals := make([][]byte, len(keys))
+		for i, key := range keys {
+			k := seqKey(key)
+			v := dead.Get(k)
+			if v == nil {
+				return fmt.Errorf("%w: %s/%016x", ErrNotFound, BucketDead, key)
+			}
+			r, err := DecodeRecord(v)
+			if err != nil {
+				return &DecodeError{Bucket: BucketDead, Key: k, Err: err}
+			}
+			r.Message.Attempt, r.Redeliveries, r.FirstFailed = 0, 0, time.Time{}
+			r.Reason = "requeued"
+			r.SavedAt = now
+			vals[i] = AppendRecord(nil, &r)
+			if err := dead.Delete(k); err != nil {
+				return fmt.Errorf("delete %s/%016x: %w", BucketDead, key, err)
+			}
+		}
+		pending, err = tx.putNew(BucketPending, vals)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: requeue %d dead letters in %s: %w", len(keys), s.path, err)
+	}
+	return pending, nil
 }

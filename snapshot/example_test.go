@@ -75,3 +75,43 @@ func Example() {
 	// re-push 2 orders/0/42 unstarted
 	// undecodable 0 left 0
 }
+
+// ExampleStore_Update moves a re-pushed message that failed for good from
+// the pending bucket to the dead letters in one transaction: a crash
+// leaves it in one place or the other, never in both or neither.
+func ExampleStore_Update() {
+	dir, err := os.MkdirTemp("", "snapshot-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	s, err := snapshot.Open(filepath.Join(dir, "state.db"), snapshot.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close()
+	msg := handoff.Message{ID: "orders/0/7", Class: "orders", Value: []byte("paid")}
+	keys, err := s.SavePending([]snapshot.Record{{Message: msg, Reason: "unstarted"}}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	now := time.Now()
+	dead := snapshot.Record{Message: msg, Reason: "failed", Err: "card declined", FirstFailed: now, SavedAt: now}
+	err = s.Update(func(tx *snapshot.Tx) error {
+		if _, err := tx.SaveDead(dead); err != nil {
+			return err
+		}
+		return tx.DeletePending(keys[0])
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	counts, err := s.Counts()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("pending", counts[snapshot.BucketPending], "dead", counts[snapshot.BucketDead])
+	// Output:
+	// pending 0 dead 1
+}

@@ -120,9 +120,11 @@ func fullRecord(i int) Record {
 			Attempt:   7 + i,
 			FirstSeen: time.Date(2025, 3, 4, 5, 6, 7, 123456789+i, loc),
 		},
-		Reason:  "interrupted",
-		Err:     "context canceled: hard stop",
-		SavedAt: time.Date(2026, 1, 2, 3, 4, 5, 6+i, time.Local),
+		Reason:       "interrupted",
+		Err:          "context canceled: hard stop",
+		FirstFailed:  time.Date(2025, 12, 31, 23, 0, 0, 999+i, loc),
+		Redeliveries: 2 + i,
+		SavedAt:      time.Date(2026, 1, 2, 3, 4, 5, 6+i, time.Local),
 	}
 }
 
@@ -145,6 +147,7 @@ func normalized(r Record) Record {
 		return t.Round(0).UTC()
 	}
 	r.Message.FirstSeen = norm(r.Message.FirstSeen)
+	r.FirstFailed = norm(r.FirstFailed)
 	r.SavedAt = norm(r.SavedAt)
 	return r
 }

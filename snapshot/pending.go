@@ -3,10 +3,7 @@ package snapshot
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 	"slices"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Entry is a stored record with its key in its bucket. Keys are sequence
@@ -37,15 +34,12 @@ func (s *Store) SavePending(recs []Record, del []uint64) ([]uint64, error) {
 	}
 	vals := encodeAll(recs)
 	var keys []uint64
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b, err := bucket(tx, BucketPending)
-		if err != nil {
+	err := s.update(func(tx *Tx) error {
+		if err := tx.deleteSeq(BucketPending, del); err != nil {
 			return err
 		}
-		if err := deleteKeys(b, BucketPending, del); err != nil {
-			return err
-		}
-		keys, err = appendValues(b, BucketPending, vals)
+		var err error
+		keys, err = tx.putNew(BucketPending, vals)
 		return err
 	})
 	if err != nil {
@@ -55,6 +49,29 @@ func (s *Store) SavePending(recs []Record, del []uint64) ([]uint64, error) {
 		return nil, fmt.Errorf("snapshot: save %d pending records to %s: %w", len(recs), s.path, err)
 	}
 	return keys, nil
+}
+
+// SavePending writes recs into the pending bucket, as
+// [Store.SavePending] does, and returns their keys in the order of recs.
+func (tx *Tx) SavePending(recs ...Record) ([]uint64, error) {
+	keys, err := tx.putNew(BucketPending, encodeAll(recs))
+	if err != nil {
+		return nil, tx.errorf(err, "save %d pending records", len(recs))
+	}
+	return keys, nil
+}
+
+// DeletePending deletes the pending records with the given keys. Deleting
+// a missing key is not an error.
+func (tx *Tx) DeletePending(keys ...uint64) error {
+	return tx.errorf(tx.deleteSeq(BucketPending, keys), "delete %d pending records", len(keys))
+}
+
+// PutPending replaces the pending record under key with rec, as
+// [Tx.PutDead] does for a dead letter: an error wrapping [ErrNotFound]
+// when there is none.
+func (tx *Tx) PutPending(key uint64, rec Record) error {
+	return tx.replace(BucketPending, seqKey(key), fmt.Sprintf("%016x", key), &rec)
 }
 
 // LoadPending returns every pending record in save order. It does not
@@ -74,9 +91,9 @@ func (s *Store) LoadPending() ([]Entry, []*DecodeError, error) {
 		entries []Entry
 		bad     []*DecodeError
 	)
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *Tx) error {
 		var err error
-		entries, bad, err = readBucket(tx, BucketPending)
+		entries, bad, err = tx.readAll(BucketPending)
 		return err
 	})
 	if err != nil {
@@ -98,13 +115,7 @@ func (s *Store) DeletePending(keys ...uint64) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	err := s.db.Batch(func(tx *bolt.Tx) error {
-		b, err := bucket(tx, BucketPending)
-		if err != nil {
-			return err
-		}
-		return deleteKeys(b, BucketPending, keys)
-	})
+	err := s.batch(func(tx *Tx) error { return tx.deleteSeq(BucketPending, keys) })
 	if err != nil {
 		return fmt.Errorf("snapshot: delete %d pending records from %s: %w", len(keys), s.path, err)
 	}
@@ -114,79 +125,48 @@ func (s *Store) DeletePending(keys ...uint64) error {
 // CountPending returns the number of records in the pending bucket,
 // counting those that would fail to decode. It reads keys only.
 func (s *Store) CountPending() (int, error) {
-	n, err := s.count(BucketPending)
+	var n int
+	err := s.view(func(tx *Tx) error {
+		var err error
+		n, err = tx.count(BucketPending)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("snapshot: count pending records in %s: %w", s.path, err)
 	}
 	return n, nil
 }
 
-func (s *Store) count(name string) (int, error) {
-	n := 0
-	err := s.db.View(func(tx *bolt.Tx) error {
-		b, err := bucket(tx, name)
-		if err != nil {
-			return err
-		}
-		c := b.Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if v != nil {
-				n++
-			}
-		}
-		return nil
-	})
-	return n, err
+// encodeAll encodes recs into a few large buffers and returns one capped
+// sub-slice per record (see encodeEach).
+func encodeAll(recs []Record) [][]byte {
+	return encodeEach(len(recs), func(i int) *Record { return &recs[i] })
 }
 
-// encodeAll encodes recs into a few large buffers and returns one capped
-// sub-slice per record. Nothing is ever written over, as bbolt's Put
-// requires.
-func encodeAll(recs []Record) [][]byte {
-	vals := make([][]byte, len(recs))
+// encodeEach encodes the n records at(0) ... at(n-1) into buffers of
+// chunkSize, or less for a few small records (a buffer is sized for the
+// records left as if they were all the size of the next), and returns
+// one capped sub-slice per record. Nothing is ever written over, as
+// bbolt's Put requires.
+func encodeEach(n int, at func(i int) *Record) [][]byte {
+	vals := make([][]byte, n)
 	var chunk []byte
-	for i := range recs {
-		if need := maxEncodedSize(&recs[i]); cap(chunk)-len(chunk) < need {
-			chunk = make([]byte, 0, max(chunkSize, need))
+	for i := range n {
+		r := at(i)
+		if need := maxEncodedSize(r); cap(chunk)-len(chunk) < need {
+			chunk = make([]byte, 0, max(need, min(chunkSize, need*(n-i))))
 		}
 		start := len(chunk)
-		chunk = AppendRecord(chunk, &recs[i])
+		chunk = AppendRecord(chunk, r)
 		vals[i] = chunk[start:len(chunk):len(chunk)]
 	}
 	return vals
 }
 
-// appendValues puts vals under the bucket's next sequence numbers and
-// returns those keys. Keys only grow, so pages are filled completely.
-func appendValues(b *bolt.Bucket, name string, vals [][]byte) ([]uint64, error) {
-	if len(vals) == 0 {
-		return []uint64{}, nil
-	}
-	b.FillPercent = 1.0
-	seq := b.Sequence()
-	if seq > math.MaxUint64-uint64(len(vals)) {
-		return nil, fmt.Errorf("bucket %s sequence %d exhausted", name, seq)
-	}
-	keys := make([]uint64, len(vals))
-	var k [8]byte
-	for i, v := range vals {
-		seq++
-		keys[i] = seq
-		binary.BigEndian.PutUint64(k[:], seq) // Put copies the key
-		if err := b.Put(k[:], v); err != nil {
-			return nil, fmt.Errorf("put %s/%016x: %w", name, seq, err)
-		}
-	}
-	if err := b.SetSequence(seq); err != nil {
-		return nil, fmt.Errorf("set sequence of bucket %s: %w", name, err)
-	}
-	return keys, nil
-}
-
-// readBucket decodes every record of the named bucket in key order.
+// readAll decodes every record of the named bucket in key order.
 // Records that fail to decode are returned as DecodeErrors.
-func readBucket(tx *bolt.Tx, name string) ([]Entry, []*DecodeError, error) {
-	b, err := bucket(tx, name)
+func (tx *Tx) readAll(name string) ([]Entry, []*DecodeError, error) {
+	b, err := tx.bucket(name)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -196,21 +176,31 @@ func readBucket(tx *bolt.Tx, name string) ([]Entry, []*DecodeError, error) {
 	)
 	c := b.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
-		var r Record
-		var err error
-		switch {
-		case v == nil:
-			err = fmt.Errorf("%w: nested bucket where a record belongs", ErrCorrupt)
-		case len(k) != 8:
-			err = fmt.Errorf("%w: key is %d bytes, want 8", ErrCorrupt, len(k))
-		default:
-			r, err = DecodeRecord(v)
-		}
+		e, err := decodeEntry(name, k, v)
 		if err != nil {
-			bad = append(bad, &DecodeError{Bucket: name, Key: slices.Clone(k), Err: err})
+			bad = append(bad, err)
 			continue
 		}
-		entries = append(entries, Entry{Key: binary.BigEndian.Uint64(k), Record: r})
+		entries = append(entries, e)
 	}
 	return entries, bad, nil
+}
+
+// decodeEntry decodes the record v stored under the 8-byte key k of
+// bucket name.
+func decodeEntry(name string, k, v []byte) (Entry, *DecodeError) {
+	var r Record
+	var err error
+	switch {
+	case v == nil:
+		err = fmt.Errorf("%w: nested bucket where a record belongs", ErrCorrupt)
+	case len(k) != 8:
+		err = fmt.Errorf("%w: key is %d bytes, want 8", ErrCorrupt, len(k))
+	default:
+		r, err = DecodeRecord(v)
+	}
+	if err != nil {
+		return Entry{}, &DecodeError{Bucket: name, Key: slices.Clone(k), Err: err}
+	}
+	return Entry{Key: binary.BigEndian.Uint64(k), Record: r}, nil
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // quarantineVersion is the first byte of every quarantine value.
@@ -36,8 +34,8 @@ type Quarantined struct {
 // so that nothing is hidden from an operator.
 func (s *Store) Quarantined() ([]Quarantined, error) {
 	var out []Quarantined
-	err := s.db.View(func(tx *bolt.Tx) error {
-		b, err := bucket(tx, BucketQuarantine)
+	err := s.view(func(tx *Tx) error {
+		b, err := tx.bucket(BucketQuarantine)
 		if err != nil {
 			return err
 		}
@@ -64,16 +62,17 @@ func (s *Store) Quarantined() ([]Quarantined, error) {
 }
 
 // quarantine moves the values named by bad from bucket name to the
-// quarantine bucket in one write transaction. Each value is decoded again
-// first: one that is gone, or now decodes, stays out of it.
+// quarantine bucket in one write transaction. Each value is checked again
+// first: one that is gone, or now reads, stays out of it. A delayed
+// record also leaves the ID index.
 func (s *Store) quarantine(name string, bad []*DecodeError) error {
 	now := time.Now()
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		src, err := bucket(tx, name)
+	err := s.update(func(tx *Tx) error {
+		src, err := tx.bucket(name)
 		if err != nil {
 			return err
 		}
-		dst, err := bucket(tx, BucketQuarantine)
+		dst, err := tx.bucket(BucketQuarantine)
 		if err != nil {
 			return err
 		}
@@ -83,10 +82,8 @@ func (s *Store) quarantine(name string, bad []*DecodeError) error {
 			if v == nil {
 				continue // deleted since, or a nested bucket
 			}
-			if len(de.Key) == 8 {
-				if _, err := DecodeRecord(v); err == nil {
-					continue
-				}
+			if checkStored(name, de.Key, v) == nil {
+				continue
 			}
 			seq, err := dst.NextSequence()
 			if err != nil {
@@ -99,6 +96,11 @@ func (s *Store) quarantine(name string, bad []*DecodeError) error {
 			if err := src.Delete(de.Key); err != nil {
 				return fmt.Errorf("delete %s/%x: %w", name, de.Key, err)
 			}
+			if name == BucketDelayed {
+				if err := tx.unindexDelayed(de.Key); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	})
@@ -106,6 +108,28 @@ func (s *Store) quarantine(name string, bad []*DecodeError) error {
 		return fmt.Errorf("snapshot: quarantine %d undecodable %s records in %s: %w", len(bad), name, s.path, err)
 	}
 	return nil
+}
+
+// checkStored returns why the value v stored under key k of bucket name
+// cannot be read, or nil when it can: its key must have the bucket's
+// shape and its value must decode.
+func checkStored(name string, k, v []byte) error {
+	switch name {
+	case BucketDelayed:
+		if _, err := splitDelayedKey(k); err != nil {
+			return err
+		}
+	case BucketParked:
+		if _, _, _, err := splitParkedKey(k); err != nil {
+			return err
+		}
+	default:
+		if len(k) != 8 {
+			return fmt.Errorf("%w: key is %d bytes, want 8", ErrCorrupt, len(k))
+		}
+	}
+	_, err := DecodeRecord(v)
+	return err
 }
 
 // appendQuarantined appends a quarantine value: version, bucket, original

@@ -23,7 +23,14 @@ type Record struct {
 	Reason string
 	// Err is the text of the last error, if any.
 	Err string
-	// SavedAt is when the record was written.
+	// FirstFailed is when the message first failed; zero if it never
+	// did. It stays put while the message is retried, delayed or parked.
+	FirstFailed time.Time
+	// Redeliveries counts the persisted delayed redeliveries the message
+	// has had.
+	Redeliveries int
+	// SavedAt is when the record was written: for a dead letter, when it
+	// last failed.
 	SavedAt time.Time
 }
 
@@ -54,6 +61,8 @@ func AppendRecord(dst []byte, r *Record) []byte {
 	dst = appendTime(dst, m.FirstSeen)
 	dst = appendString(dst, r.Reason)
 	dst = appendString(dst, r.Err)
+	dst = appendTime(dst, r.FirstFailed)
+	dst = binary.AppendVarint(dst, int64(r.Redeliveries))
 	dst = appendTime(dst, r.SavedAt)
 	return dst
 }
@@ -74,6 +83,8 @@ func maxEncodedSize(r *Record) int {
 		1 + 2*v + // first seen
 		v + len(r.Reason) +
 		v + len(r.Err) +
+		1 + 2*v + // first failed
+		v + // redeliveries
 		1 + 2*v // saved at
 	for i := range m.Headers {
 		n += 2*v + len(m.Headers[i].Key) + len(m.Headers[i].Value)
@@ -152,6 +163,8 @@ func DecodeRecord(b []byte) (Record, error) {
 	m.FirstSeen = d.time("first seen")
 	r.Reason = d.string("reason")
 	r.Err = d.string("error")
+	r.FirstFailed = d.time("first failed")
+	r.Redeliveries = d.int("redeliveries")
 	r.SavedAt = d.time("saved at")
 	if d.err == nil && d.off != len(d.b) {
 		d.fail("%d trailing bytes", len(d.b)-d.off)

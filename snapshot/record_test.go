@@ -15,7 +15,8 @@ import (
 func edgeRecords() map[string]Record {
 	return map[string]Record{
 		"zero": {},
-		"now":  {SavedAt: time.Now(), Message: handoff.Message{FirstSeen: time.Now().In(time.FixedZone("y", -3600))}}, // monotonic reading, zones
+		"now": {SavedAt: time.Now(), FirstFailed: time.Now().In(time.FixedZone("z", 5*3600)),
+			Message: handoff.Message{FirstSeen: time.Now().In(time.FixedZone("y", -3600))}}, // monotonic reading, zones
 		"full": fullRecord(3),
 		"empty not nil": {Message: handoff.Message{
 			Key: []byte{}, Value: []byte{}, Headers: []handoff.Header{},
@@ -29,10 +30,11 @@ func edgeRecords() map[string]Record {
 			Attempt:   1<<62 + 5,
 			FirstSeen: time.Unix(0, 0), // the epoch is not the zero time
 			Value:     []byte{0},
-		}, SavedAt: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)},
+		}, SavedAt: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), FirstFailed: time.Unix(-1, 0), Redeliveries: -1 << 62},
 		"far past": {
-			SavedAt: time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC), // one nanosecond after the zero time
-			Message: handoff.Message{FirstSeen: time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC)},
+			SavedAt:     time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC), // one nanosecond after the zero time
+			FirstFailed: time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC).Add(-time.Nanosecond),
+			Message:     handoff.Message{FirstSeen: time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC)},
 		},
 	}
 }
@@ -65,12 +67,16 @@ func TestRecordRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			requireEqualRecord(t, got, r)
-			if !got.SavedAt.Equal(r.SavedAt) || !got.Message.FirstSeen.Equal(r.Message.FirstSeen) {
-				t.Fatalf("times differ: %v %v, want %v %v", got.SavedAt, got.Message.FirstSeen, r.SavedAt, r.Message.FirstSeen)
+			if !got.SavedAt.Equal(r.SavedAt) || !got.Message.FirstSeen.Equal(r.Message.FirstSeen) || !got.FirstFailed.Equal(r.FirstFailed) {
+				t.Fatalf("times differ: %v %v %v, want %v %v %v", got.SavedAt, got.Message.FirstSeen, got.FirstFailed,
+					r.SavedAt, r.Message.FirstSeen, r.FirstFailed)
 			}
 			// The zero time comes back as time.Time{} itself.
 			if r.SavedAt.IsZero() && got.SavedAt != (time.Time{}) {
 				t.Fatalf("zero SavedAt decoded as %#v", got.SavedAt)
+			}
+			if r.FirstFailed.IsZero() && got.FirstFailed != (time.Time{}) {
+				t.Fatalf("zero FirstFailed decoded as %#v", got.FirstFailed)
 			}
 
 			// Nothing aliases the input.

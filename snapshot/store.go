@@ -4,14 +4,16 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
 
-// Bucket names. Open creates all four.
+// Bucket names. Open creates all of them.
 const (
 	// BucketPending holds the records saved at shutdown, to be re-pushed
 	// on the next start.
@@ -21,9 +23,20 @@ const (
 	// BucketQuarantine holds stored values that failed to decode, moved
 	// there by [Store.LoadPending].
 	BucketQuarantine = "quarantine"
+	// BucketDelayed holds messages to deliver later, under keys of their
+	// due time and ID (see [DelayedKey]).
+	BucketDelayed = "delayed"
+	// BucketDelayedIDs indexes BucketDelayed by message ID: ID -> key.
+	BucketDelayedIDs = "delayed_ids"
+	// BucketParked holds the messages parked behind a dead letter of
+	// their ordering key (see [ParkedKey]).
+	BucketParked = "parked"
 	// BucketMeta holds facts about the file itself (its format version).
 	BucketMeta = "meta"
 )
+
+// buckets lists every bucket Open creates.
+var buckets = []string{BucketPending, BucketDead, BucketQuarantine, BucketDelayed, BucketDelayedIDs, BucketParked, BucketMeta}
 
 // metaFormatKey is the key, in BucketMeta, of the file format version.
 const metaFormatKey = "format"
@@ -63,6 +76,8 @@ type Store struct {
 	db   *bolt.DB
 	path string
 
+	delayedReads atomic.Uint64
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -92,7 +107,7 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("snapshot: open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range []string{BucketPending, BucketDead, BucketQuarantine, BucketMeta} {
+		for _, name := range buckets {
 			if _, err := tx.CreateBucketIfNotExists([]byte(name)); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
@@ -135,22 +150,91 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// bucket returns the named bucket of tx, or an error naming it when the
-// file has lost it.
-func bucket(tx *bolt.Tx, name string) (*bolt.Bucket, error) {
-	b := tx.Bucket([]byte(name))
-	if b == nil {
-		return nil, fmt.Errorf("bucket %s missing", name)
+// Counts returns the number of records in each bucket that holds them:
+// [BucketPending], [BucketDead], [BucketQuarantine], [BucketDelayed] and
+// [BucketParked], read in one transaction. It reads keys only, so
+// records that would fail to decode are counted too.
+func (s *Store) Counts() (map[string]int, error) {
+	names := []string{BucketPending, BucketDead, BucketQuarantine, BucketDelayed, BucketParked}
+	out := make(map[string]int, len(names))
+	err := s.view(func(tx *Tx) error {
+		for _, name := range names {
+			n, err := tx.count(name)
+			if err != nil {
+				return err
+			}
+			out[name] = n
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: count records in %s: %w", s.path, err)
 	}
-	return b, nil
+	return out, nil
+}
+
+// count returns the number of records in the named bucket, nested
+// buckets left out. It reads keys only.
+func (tx *Tx) count(name string) (int, error) {
+	b, err := tx.bucket(name)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if v != nil {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // seqKey returns the 8-byte big-endian key of sequence number n.
 func seqKey(n uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), n) }
 
-// deleteKeys deletes the records with the given keys from b. A missing
-// key is not an error, so it is safe to run twice.
-func deleteKeys(b *bolt.Bucket, name string, keys []uint64) error {
+// putNew puts vals under the named bucket's next sequence numbers and
+// returns those keys. Keys only grow, so pages are filled completely.
+// bbolt keeps each value until the commit: they must not be written over.
+func (tx *Tx) putNew(name string, vals [][]byte) ([]uint64, error) {
+	if len(vals) == 0 {
+		return []uint64{}, nil
+	}
+	b, err := tx.bucket(name)
+	if err != nil {
+		return nil, err
+	}
+	b.FillPercent = 1.0
+	seq := b.Sequence()
+	if seq > math.MaxUint64-uint64(len(vals)) {
+		return nil, fmt.Errorf("bucket %s sequence %d exhausted", name, seq)
+	}
+	keys := make([]uint64, len(vals))
+	var k [8]byte
+	for i, v := range vals {
+		seq++
+		keys[i] = seq
+		binary.BigEndian.PutUint64(k[:], seq) // Put copies the key
+		if err := b.Put(k[:], v); err != nil {
+			return nil, fmt.Errorf("put %s/%016x: %w", name, seq, err)
+		}
+	}
+	if err := b.SetSequence(seq); err != nil {
+		return nil, fmt.Errorf("set sequence of bucket %s: %w", name, err)
+	}
+	return keys, nil
+}
+
+// deleteSeq deletes the records with the given sequence keys from the
+// named bucket. A missing key is not an error, so it is safe to run twice.
+func (tx *Tx) deleteSeq(name string, keys []uint64) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	b, err := tx.bucket(name)
+	if err != nil {
+		return err
+	}
 	var k [8]byte
 	for _, n := range keys {
 		binary.BigEndian.PutUint64(k[:], n)
@@ -159,4 +243,23 @@ func deleteKeys(b *bolt.Bucket, name string, keys []uint64) error {
 		}
 	}
 	return nil
+}
+
+// getSeq decodes the record under sequence key n of the named bucket. A
+// record that does not decode is reported as a [*DecodeError].
+func (tx *Tx) getSeq(name string, n uint64) (Record, bool, error) {
+	b, err := tx.bucket(name)
+	if err != nil {
+		return Record{}, false, err
+	}
+	k := seqKey(n)
+	v := b.Get(k)
+	if v == nil {
+		return Record{}, false, nil
+	}
+	r, err := DecodeRecord(v)
+	if err != nil {
+		return Record{}, true, &DecodeError{Bucket: name, Key: k, Err: err}
+	}
+	return r, true, nil
 }

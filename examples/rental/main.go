@@ -18,6 +18,7 @@
 //	-drain-timeout DURATION         bounded drain at stop (default 30s)
 //	-work DURATION                  simulated work per message (default 0)
 //	-effects PATH                   append "<topic> <partition> <offset> <key>" per handled message
+//	-fail-rate FRACTION             fraction of handler attempts that fail recoverably (default 0)
 //
 // Exit status: 0 after a clean stop; 1 when the stop could not save or
 // commit safely; 2 for bad flags or a start failure.
@@ -49,6 +50,7 @@ func run(args []string) int {
 	drain := fs.Duration("drain-timeout", 30*time.Second, "how long the stop drains the pools")
 	work := fs.Duration("work", 0, "simulated work per message")
 	effects := fs.String("effects", "", "append one line \"<topic> <partition> <offset> <key>\" per handled message")
+	failRate := fs.Float64("fail-rate", 0, "fraction of handler attempts that fail recoverably (retried, then dead-lettered)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -62,25 +64,26 @@ func run(args []string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return serve(log, serviceConfig{
 		brokers: strings.Split(*brokers, ","), group: *group, state: *state,
-		drain: *drain, work: *work, effects: *effects,
+		drain: *drain, work: *work, effects: *effects, failRate: *failRate,
 	})
 }
 
 type serviceConfig struct {
-	brokers []string
-	group   string
-	state   string
-	drain   time.Duration
-	work    time.Duration
-	effects string
+	brokers  []string
+	group    string
+	state    string
+	drain    time.Duration
+	work     time.Duration
+	effects  string
+	failRate float64
 }
 
 // serve runs the service until a signal and prints the stop report as
 // one JSON line on stdout.
 func serve(log *slog.Logger, sc serviceConfig) int {
-	h, err := rental.New(rental.Options{Work: sc.work, EffectsPath: sc.effects})
+	h, err := rental.New(rental.Options{Work: sc.work, EffectsPath: sc.effects, FailRate: sc.failRate})
 	if err != nil {
-		log.Error("effects file not opened", "err", err)
+		log.Error("bad options", "err", err)
 		return 2
 	}
 	defer h.Close()

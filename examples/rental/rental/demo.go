@@ -27,6 +27,11 @@ const (
 	demoWork       = 5 * time.Millisecond
 	demoStopAfter  = 3000
 	demoDrain      = 20 * time.Millisecond
+	// demoFailRate of attempts fail recoverably (retried in place);
+	// every demoPoisonEvery-th order and user message is poison until the
+	// "operator" cures it and requeues the dead letters.
+	demoFailRate    = 0.02
+	demoPoisonEvery = 700
 )
 
 // tally counts handled messages by ID.
@@ -98,15 +103,16 @@ func Demo(out io.Writer) int {
 	}
 	defer os.RemoveAll(dir)
 
-	produced, err := produceBurst(broker.Addrs())
+	produced, poison, err := produceBurst(broker.Addrs())
 	if err != nil {
 		return fail(err)
 	}
-	fmt.Fprintf(out, "handoff demo: %d messages (orders %d, users %d, heartbeats %d) on an embedded broker, %s of work each\n",
-		produced, demoOrders, demoUsers, demoHeartbeats, demoWork)
+	fmt.Fprintf(out, "handoff demo: %d messages (orders %d, users %d, heartbeats %d) on an embedded broker, %s of work each,\n"+
+		"  %.0f%% of attempts fail and are retried, %d poison messages fail for good until an operator fixes the bug\n",
+		produced, demoOrders, demoUsers, demoHeartbeats, demoWork, demoFailRate*100, poison)
 
 	t := &tally{seen: map[string]int{}}
-	h, err := New(Options{Work: demoWork, OnDone: t.done})
+	h, err := New(Options{Work: demoWork, OnDone: t.done, FailRate: demoFailRate})
 	if err != nil {
 		return fail(err)
 	}
@@ -118,7 +124,7 @@ func Demo(out io.Writer) int {
 		DrainTimeout:  demoDrain,
 		HardStopGrace: time.Second,
 		Classes:       h.Classes(),
-		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	}
 
 	// Run 1: stop mid-load, with a drain too short to finish.
@@ -142,12 +148,21 @@ func Demo(out io.Writer) int {
 	fmt.Fprintf(out, "run 1: stopped after %d handled; drain of %s ended with work left: %v; %d saved to the state file (%d unstarted, %d interrupted)\n",
 		u1, demoDrain, r1.rep.DrainTimedOut, r1.rep.Snapshotted, r1.rep.Unstarted, r1.rep.Interrupted)
 
-	// Run 2: re-push what was saved, then consume the rest.
+	// Run 2: re-push what was saved, then consume the rest. The poison
+	// messages become dead letters, and later changes of a poison order
+	// are parked behind it; then the "operator" fixes the bug and
+	// requeues the dead letters, which releases the parked ones.
 	rt2, err := runtime.New(cfg)
 	if err != nil {
 		return fail(err)
 	}
 	go func() { rep, err := rt2.Run(context.Background()); res <- runResult{rep, err} }()
+	requeued, err := healAfter(rt2, t, produced, h)
+	if err != nil {
+		rt2.Shutdown(context.Background())
+		<-res
+		return fail(err)
+	}
 	select {
 	case <-t.when(produced, true):
 	case <-time.After(45 * time.Second):
@@ -157,7 +172,8 @@ func Demo(out io.Writer) int {
 	if r2.err != nil {
 		return fail(fmt.Errorf("run 2 stop: %w", r2.err))
 	}
-	fmt.Fprintf(out, "run 2: re-pushed %d saved messages before fetching, then consumed the rest\n\n", r2.rep.Repushed)
+	fmt.Fprintf(out, "run 2: re-pushed %d saved messages before fetching, then consumed the rest;\n"+
+		"  %d dead letters requeued after the fix, %d parked messages released behind them\n\n", r2.rep.Repushed, requeued, r2.rep.Released)
 
 	unique, total := t.counts()
 	lost := produced - unique
@@ -172,6 +188,11 @@ func Demo(out io.Writer) int {
 		{"re-pushed at start", r2.rep.Repushed},
 		{"lost", lost},
 		{"duplicates", total - unique},
+		{"retried in place", r1.rep.Retried + r2.rep.Retried},
+		{"dead-lettered", r1.rep.DeadLettered + r2.rep.DeadLettered},
+		{"redelivered later", r1.rep.Redelivered + r2.rep.Redelivered},
+		{"parked", r1.rep.Parked + r2.rep.Parked},
+		{"requeued", r2.rep.Requeued},
 		{"drain time", r1.rep.Drain.Round(time.Millisecond)},
 		{"snapshot time", r1.rep.Snapshot.Round(time.Microsecond)},
 		{"stop time", r1.rep.Stop.Round(time.Millisecond)},
@@ -192,23 +213,67 @@ type runResult struct {
 	err error
 }
 
-// produceBurst writes the demo's messages and returns how many.
-func produceBurst(addrs []string) (int, error) {
+// healAfter waits until every message is handled but the poison ones,
+// which are dead letters (with their keys' later messages parked), then
+// cures the service and requeues every dead letter. It returns how many.
+func healAfter(rt *runtime.Runtime, t *tally, produced int, h *Service) (int, error) {
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		u, _ := t.counts()
+		dead, _, err := rt.DeadLetters("", 0, 1000)
+		// Settled: every message handled, a dead letter, or parked behind
+		// one (two poison orders may share a key).
+		if err == nil && len(dead) > 0 && u+len(dead)+parkedCount(rt) >= produced {
+			h.Cure()
+			for _, dl := range dead {
+				if err := rt.Requeue(context.Background(), dl.Key); err != nil {
+					return 0, fmt.Errorf("requeue dead letter %d: %w", dl.Key, err)
+				}
+			}
+			return len(dead), nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("run 2: %d handled, %d dead letters after 45s", u, len(dead))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func parkedCount(rt *runtime.Runtime) int {
+	keys, err := rt.ParkedKeys()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, k := range keys {
+		n += k.Count
+	}
+	return n
+}
+
+// produceBurst writes the demo's messages and returns how many, and how
+// many of them are poison.
+func produceBurst(addrs []string) (produced, poison int, err error) {
 	w := devbroker.NewWriter(addrs)
 	defer devbroker.CloseWriter(w)
 	var msgs []kafka.Message
-	add := func(topic, keyFmt string, n, keys int) {
+	add := func(topic, keyFmt string, n, keys int, poisoned bool) {
 		for i := range n {
-			msgs = append(msgs, kafka.Message{Topic: topic, Key: fmt.Appendf(nil, keyFmt, i%keys), Value: fmt.Appendf(nil, `{"seq":%d}`, i)})
+			v := fmt.Appendf(nil, `{"seq":%d}`, i)
+			if poisoned && i%demoPoisonEvery == demoPoisonEvery/2 {
+				v = fmt.Appendf(nil, `{"seq":%d,"poison":true}`, i)
+				poison++
+			}
+			msgs = append(msgs, kafka.Message{Topic: topic, Key: fmt.Appendf(nil, keyFmt, i%keys), Value: v})
 		}
 	}
-	add(TopicOrders, "order-%d", demoOrders, 200)
-	add(TopicUsers, "user-%d", demoUsers, 500)
-	add(TopicHeartbeats, "device-%d", demoHeartbeats, 100)
+	add(TopicOrders, "order-%d", demoOrders, 200, true)
+	add(TopicUsers, "user-%d", demoUsers, 500, true)
+	add(TopicHeartbeats, "device-%d", demoHeartbeats, 100, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := w.WriteMessages(ctx, msgs...); err != nil {
-		return 0, fmt.Errorf("produce demo messages: %w", err)
+		return 0, 0, fmt.Errorf("produce demo messages: %w", err)
 	}
-	return len(msgs), nil
+	return len(msgs), poison, nil
 }

@@ -4,10 +4,14 @@
 package rental
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/handoff-go/handoff"
@@ -34,19 +38,39 @@ type Options struct {
 	EffectsPath string
 	// OnDone, if set, is called after each handled message.
 	OnDone func(m *handoff.Message)
+	// FailRate is the fraction of attempts that fail with a recoverable
+	// error (drawn per attempt), to exercise retries, redeliveries and
+	// dead letters. Zero means none.
+	FailRate float64
 }
+
+// ErrSimulated is the recoverable error of the FailRate attempts.
+var ErrSimulated = errors.New("rental: simulated failure")
+
+// ErrPoison is the permanent error of a message whose value contains
+// "poison" until [Service.Cure] is called: a bug an operator fixes, then
+// requeues the dead letters.
+var ErrPoison = errors.New("rental: poison message")
 
 // Service holds what the three classes share: the simulated work, the
 // effects file and the demo's hook.
 type Service struct {
-	work    time.Duration
-	effects *os.File
-	onDone  func(m *handoff.Message)
+	work     time.Duration
+	effects  *os.File
+	onDone   func(m *handoff.Message)
+	failRate float64
+	cured    atomic.Bool
 }
+
+// Cure makes poison messages succeed from now on.
+func (h *Service) Cure() { h.cured.Store(true) }
 
 // New opens the effects file, if any. Close it with [Service.Close].
 func New(opts Options) (*Service, error) {
-	h := &Service{work: opts.Work, onDone: opts.OnDone}
+	if opts.FailRate < 0 || opts.FailRate > 1 {
+		return nil, fmt.Errorf("rental: fail rate must be in [0, 1], got %v", opts.FailRate)
+	}
+	h := &Service{work: opts.Work, onDone: opts.OnDone, failRate: opts.FailRate}
 	if opts.EffectsPath != "" {
 		f, err := os.OpenFile(opts.EffectsPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 		if err != nil {
@@ -65,12 +89,20 @@ func (h *Service) Close() error {
 	return nil
 }
 
-// Classes is the service's class table: each class its own pool size.
+// Classes is the service's class table: each class its own pool size and
+// failure policy. Orders are ordered per order key, so a failed order
+// parks that order's later changes; user messages get delayed
+// redeliveries; heartbeats are cheap and get one quick retry.
 func (h *Service) Classes() []runtime.Class {
+	quick := runtime.RetryPolicy{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}
+	users := quick
+	users.Redeliveries, users.RedeliveryDelay = 2, time.Second
+	beats := quick
+	beats.MaxAttempts = 2
 	return []runtime.Class{
-		{Name: "orders", Topics: []string{TopicOrders}, Handler: h.handle, Workers: 8, QueueSize: 64, Ordered: true},
-		{Name: "users", Topics: []string{TopicUsers}, Handler: h.handle, Workers: 4, QueueSize: 32},
-		{Name: "heartbeats", Topics: []string{TopicHeartbeats}, Handler: h.handle, Workers: 16, QueueSize: 256},
+		{Name: "orders", Topics: []string{TopicOrders}, Handler: h.handle, Workers: 8, QueueSize: 64, Ordered: true, Retry: quick},
+		{Name: "users", Topics: []string{TopicUsers}, Handler: h.handle, Workers: 4, QueueSize: 32, Retry: users},
+		{Name: "heartbeats", Topics: []string{TopicHeartbeats}, Handler: h.handle, Workers: 16, QueueSize: 256, Retry: beats},
 	}
 }
 
@@ -85,6 +117,12 @@ func (h *Service) handle(ctx context.Context, m *handoff.Message) error {
 			t.Stop()
 			return context.Cause(ctx)
 		}
+	}
+	if !h.cured.Load() && bytes.Contains(m.Value, []byte("poison")) {
+		return handoff.Permanent(ErrPoison)
+	}
+	if h.failRate > 0 && rand.Float64() < h.failRate {
+		return ErrSimulated
 	}
 	if h.effects != nil {
 		line := make([]byte, 0, 64)

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// deadSelection is which dead letters requeue and discard act on: the
+// keys given, or --all (of --class).
+type deadSelection struct {
+	all   bool
+	class string
+}
+
+func (s *deadSelection) register(cmd *cobra.Command, verb string) {
+	cmd.Flags().BoolVar(&s.all, "all", false, verb+" every dead letter (of --class, if given) instead of the KEYs")
+	cmd.Flags().StringVar(&s.class, "class", "", "with --all: only dead letters of this message class")
+}
+
+// parse checks the arguments after STATE against the flags and returns
+// the keys given, without touching the file.
+func (s *deadSelection) parse(args []string) ([]uint64, error) {
+	switch {
+	case s.all && len(args) > 0:
+		return nil, usagef("give KEYs or --all, not both")
+	case !s.all && len(args) == 0:
+		return nil, usagef("missing KEY after STATE (or --all)")
+	case !s.all && s.class != "":
+		return nil, usagef("--class needs --all")
+	}
+	keys := make([]uint64, 0, len(args))
+	for _, a := range args {
+		k, err := parseKey(a)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
+}
+
+// resolve returns the keys to act on: the given ones, each checked to be
+// a dead letter of st (a usage error names those that are not), or all
+// dead letters of the class. Dead letters that cannot be decoded are
+// included only when undecodable is true (discard): with the given keys
+// they are otherwise an error, with --all they are left out and
+// returned.
+func (s *deadSelection) resolve(st *snapshot.Store, keys []uint64, undecodable bool) ([]uint64, []*snapshot.DecodeError, error) {
+	if !s.all {
+		var missing []string
+		for _, k := range keys {
+			_, ok, err := st.GetDead(k)
+			var de *snapshot.DecodeError
+			switch {
+			case errors.As(err, &de) && undecodable:
+			case errors.As(err, &de):
+				return nil, nil, fmt.Errorf("dead letter %d in %s cannot be decoded, so it cannot be requeued (discard it): %w", k, st.Path(), err)
+			case err != nil:
+				return nil, nil, err
+			case !ok:
+				missing = append(missing, fmt.Sprint(k))
+			}
+		}
+		if len(missing) > 0 {
+			return nil, nil, usagef("no dead letter with key %s in %s; nothing changed", strings.Join(missing, ", "), st.Path())
+		}
+		return keys, nil, nil
+	}
+	var all []uint64
+	bad, err := walkDead(st, s.class, func(page []snapshot.Entry) {
+		for i := range page {
+			all = append(all, page[i].Key)
+		}
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if undecodable && s.class == "" {
+		for _, de := range bad {
+			if k := decodeErrorKey(de); k != 0 {
+				all = append(all, k)
+			}
+		}
+		bad = nil
+	}
+	return all, bad, nil
+}
+
+// what names the selection for messages: "dead letters" or "dead letters
+// of class C".
+func (s *deadSelection) what() string {
+	if s.class != "" {
+		return fmt.Sprintf("dead letters of class %q", s.class)
+	}
+	return "dead letters"
+}
+
+func newDeadRequeueCmd() *cobra.Command {
+	var (
+		sf  stateFlags
+		sel deadSelection
+	)
+	cmd := &cobra.Command{
+		Use:   "requeue STATE KEY... | --all [--class C]",
+		Short: "Move dead letters back to pending, to be handled again at the service's next start",
+		Long: `Requeue moves the given dead letters (or all, or all of a class) of the
+state file STATE to its pending bucket in one transaction, with their
+attempt count reset. The service re-pushes pending messages into their
+class's pool when it next starts, before it fetches from Kafka.`,
+		Args: stateArgs(0, -1, "KEY"),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			if err := sf.validate(); err != nil {
+				return err
+			}
+			keys, err := sel.parse(args[1:])
+			if err != nil {
+				return err
+			}
+			return withState(args[0], &sf, func(st *snapshot.Store) error {
+				keys, bad, err := sel.resolve(st, keys, false)
+				if err != nil {
+					return err
+				}
+				warnUndecodable(cmd.ErrOrStderr(), bad)
+				if len(keys) == 0 {
+					_, err := fmt.Fprintf(cmd.OutOrStdout(), "no %s to requeue\n", sel.what())
+					return err
+				}
+				newKeys, err := st.RequeueDead(keys...)
+				if err != nil {
+					return err
+				}
+				out := cmd.OutOrStdout()
+				if !sel.all {
+					for i, k := range keys {
+						if i < len(newKeys) {
+							fmt.Fprintf(out, "dead %d -> pending %d\n", k, newKeys[i])
+						}
+					}
+				}
+				_, err = fmt.Fprintf(out, "requeued %d %s to pending; the service handles them again at its next start\n",
+					len(newKeys), sel.what())
+				return err
+			})
+		}),
+	}
+	sf.register(cmd)
+	sel.register(cmd, "requeue")
+	return cmd
+}

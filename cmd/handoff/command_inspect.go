@@ -1,0 +1,244 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// pageSize is how many records a command reads per transaction when it
+// walks a whole bucket.
+const pageSize = 1000
+
+// bucketReport is one bucket's line of 'inspect'.
+type bucketReport struct {
+	Name    string `json:"name"`
+	Records int    `json:"records"`
+	// Oldest and Newest are the earliest and latest SavedAt (for the
+	// quarantine: when the value was moved there).
+	Oldest time.Time `json:"oldest,omitzero"`
+	Newest time.Time `json:"newest,omitzero"`
+	// Classes counts the decodable records per message class.
+	Classes map[string]int `json:"classes,omitempty"`
+	// NextDue is, for the delayed bucket, the earliest due time.
+	NextDue time.Time `json:"next_due,omitzero"`
+
+	seen bool // Oldest and Newest hold a time
+}
+
+func (b *bucketReport) saw(class string, t time.Time) {
+	if b.Classes != nil {
+		b.Classes[class]++
+	}
+	if t.IsZero() {
+		return
+	}
+	if !b.seen || t.Before(b.Oldest) {
+		b.Oldest = t
+	}
+	if !b.seen || t.After(b.Newest) {
+		b.Newest = t
+	}
+	b.seen = true
+}
+
+type inspectReport struct {
+	Path    string          `json:"path"`
+	Size    int64           `json:"size_bytes"`
+	Buckets []*bucketReport `json:"buckets"`
+	// Quarantined is how many undecodable pending or parked records this
+	// inspect moved to the quarantine bucket (as the service would).
+	Quarantined int `json:"quarantined_now,omitempty"`
+}
+
+func newInspectCmd() *cobra.Command {
+	var (
+		sf       stateFlags
+		jsonFlag bool
+	)
+	cmd := &cobra.Command{
+		Use:   "inspect STATE",
+		Short: "Show how many records each bucket of a state file holds, per class, and their ages",
+		Long: `Inspect prints, for each bucket of the state file STATE (pending, dead,
+delayed, parked, quarantine), how many records it holds and the oldest and
+newest save time, and the count per message class; for delayed messages
+also the earliest due time.
+
+Undecodable pending and parked records are moved to the quarantine
+bucket, as the service would do, and reported; nothing else is changed.`,
+		Args: stateArgs(0, 0, ""),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			if err := sf.validate(); err != nil {
+				return err
+			}
+			var rep *inspectReport
+			err := withState(args[0], &sf, func(st *snapshot.Store) error {
+				var err error
+				rep, err = inspect(st)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if fi, err := os.Stat(args[0]); err == nil {
+				rep.Size = fi.Size()
+			}
+			if jsonFlag {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			}
+			return printInspect(cmd.OutOrStdout(), rep)
+		}),
+	}
+	sf.register(cmd)
+	cmd.Flags().BoolVar(&jsonFlag, "json", false, "print JSON instead of a table")
+	return cmd
+}
+
+// inspect reads every bucket of st.
+func inspect(st *snapshot.Store) (*inspectReport, error) {
+	rep := &inspectReport{Path: st.Path()}
+	byName := map[string]*bucketReport{}
+	add := func(name string) *bucketReport {
+		b := &bucketReport{Name: name}
+		byName[name] = b
+		rep.Buckets = append(rep.Buckets, b)
+		return b
+	}
+
+	before, err := st.Counts()
+	if err != nil {
+		return nil, err
+	}
+
+	pending := add(snapshot.BucketPending)
+	pending.Classes = map[string]int{}
+	entries, _, err := st.LoadPending()
+	if err != nil {
+		return nil, err
+	}
+	for i := range entries {
+		pending.saw(entries[i].Record.Message.Class, entries[i].Record.SavedAt)
+	}
+
+	dead := add(snapshot.BucketDead)
+	dead.Classes = map[string]int{}
+	_, err = walkDead(st, "", func(page []snapshot.Entry) {
+		for i := range page {
+			dead.saw(page[i].Record.Message.Class, page[i].Record.SavedAt)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	delayed := add(snapshot.BucketDelayed)
+	delayed.Classes = map[string]int{}
+	// No limit: a short page cannot tell the end from skipped
+	// undecodable records.
+	des, err := st.ListDelayed(nil, 0)
+	if _, ok := decodeErrors(err); err != nil && !ok {
+		return nil, err
+	}
+	for i := range des {
+		delayed.saw(des[i].Record.Message.Class, des[i].Record.SavedAt)
+		if delayed.NextDue.IsZero() || des[i].Due.Before(delayed.NextDue) {
+			delayed.NextDue = des[i].Due
+		}
+	}
+
+	parked := add(snapshot.BucketParked)
+	parked.Classes = map[string]int{}
+	pks, err := st.ParkedKeys()
+	if err != nil {
+		return nil, err
+	}
+	for _, pk := range pks {
+		recs, err := st.Parked(pk.Class, pk.Key)
+		if err != nil {
+			return nil, err
+		}
+		for i := range recs {
+			parked.saw(pk.Class, recs[i].Record.SavedAt)
+		}
+	}
+
+	quar := add(snapshot.BucketQuarantine)
+	qs, err := st.Quarantined()
+	if err != nil {
+		return nil, err
+	}
+	for i := range qs {
+		quar.saw("", qs[i].At)
+	}
+
+	// The counts are the file's own, undecodable records included.
+	counts, err := st.Counts()
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range slices.Sorted(maps.Keys(counts)) {
+		if name == snapshot.BucketMeta {
+			continue
+		}
+		b := byName[name]
+		if b == nil {
+			b = add(name)
+		}
+		b.Records = counts[name]
+	}
+	rep.Quarantined = counts[snapshot.BucketQuarantine] - before[snapshot.BucketQuarantine]
+	return rep, nil
+}
+
+func printInspect(w io.Writer, rep *inspectReport) error {
+	fmt.Fprintf(w, "state file  %s (%s)\n\n", rep.Path, fmtSize(rep.Size))
+	tab := newTable(w)
+	tab.row("BUCKET", "RECORDS", "OLDEST", "NEWEST")
+	for _, b := range rep.Buckets {
+		tab.row(b.Name, b.Records, fmtTime(b.Oldest), fmtTime(b.Newest))
+		decoded := 0
+		for _, c := range slices.Sorted(maps.Keys(b.Classes)) {
+			tab.row("  "+oneLine(c, 40), b.Classes[c], "", "")
+			decoded += b.Classes[c]
+		}
+		if b.Classes != nil && decoded < b.Records {
+			tab.row("  (undecodable)", b.Records-decoded, "", "")
+		}
+	}
+	if err := tab.flush(); err != nil {
+		return err
+	}
+	for _, b := range rep.Buckets {
+		if !b.NextDue.IsZero() {
+			fmt.Fprintf(w, "\nnext delayed message due %s\n", fmtTime(b.NextDue))
+		}
+	}
+	if rep.Quarantined > 0 {
+		fmt.Fprintf(w, "\nmoved %d undecodable records to quarantine\n", rep.Quarantined)
+	}
+	return nil
+}
+
+// fmtSize prints a file size in bytes with a binary unit.
+func fmtSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// corruptFile writes a state file with records in every bucket, made
+// with the snapshot API, plus one undecodable record in pending and one
+// in dead (written with bbolt, as a damaged file would hold).
+func corruptFile(t *testing.T) (path string, t0 time.Time) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "state.db")
+	st, err := snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	rec := func(id, class string, at time.Time) snapshot.Record {
+		return snapshot.Record{Message: handoff.Message{ID: id, Class: class, Key: []byte("k"), Value: []byte(id)}, Reason: "test", SavedAt: at}
+	}
+	if _, err := st.SavePending([]snapshot.Record{rec("p1", "orders", t0)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.SaveDead(rec("d1", "orders", t0.Add(time.Minute)), rec("d2", "users", t0.Add(2*time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.SaveDelayed(
+		snapshot.Delayed{Due: t0.Add(time.Hour), Record: rec("l1", "orders", t0.Add(3*time.Minute))},
+		snapshot.Delayed{Due: t0.Add(30 * time.Minute), Record: rec("l2", "users", t0.Add(4*time.Minute))},
+	); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Park("orders", []byte("k"), rec("q1", "orders", t0.Add(5*time.Minute)), rec("q2", "orders", t0.Add(6*time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range []string{snapshot.BucketPending, snapshot.BucketDead} {
+			b := tx.Bucket([]byte(name))
+			if err := b.Put(binary.BigEndian.AppendUint64(nil, 100), []byte{1, 2, 3}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err := errors.Join(err, db.Close()); err != nil {
+		t.Fatal(err)
+	}
+	return path, t0
+}
+
+func TestInspectEveryBucket(t *testing.T) {
+	t.Parallel()
+	path, t0 := corruptFile(t)
+	r := run(t, "inspect", path)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	ts := func(d time.Duration) string { return fmtTime(t0.Add(d)) }
+	want := fmt.Sprintf(`BUCKET         RECORDS  OLDEST                NEWEST
+pending        1        %[1]s  %[1]s
+  orders       1
+dead           3        %[2]s  %[3]s
+  orders       1
+  users        1
+  (undecodable)  1
+delayed        2        %[4]s  %[5]s
+  orders       1
+  users        1
+parked         2        %[6]s  %[7]s
+  orders       2
+quarantine     1        `, ts(0), ts(time.Minute), ts(2*time.Minute), ts(3*time.Minute), ts(4*time.Minute), ts(5*time.Minute), ts(6*time.Minute))
+	// Column widths depend on the longest cell; compare cell by cell.
+	norm := func(s string) string { return regexp.MustCompile(` {2,}`).ReplaceAllString(s, " | ") }
+	if !strings.Contains(norm(r.stdout), norm(want)) {
+		t.Errorf("inspect:\n%s\nwant it to contain:\n%s", r.stdout, want)
+	}
+	for _, w := range []string{
+		"next delayed message due " + ts(30*time.Minute) + "\n",
+		"moved 1 undecodable records to quarantine\n",
+	} {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("inspect does not say %q:\n%s", w, r.stdout)
+		}
+	}
+
+	r = run(t, "inspect", "--json", path)
+	var rep inspectReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, b := range rep.Buckets {
+		got[b.Name] = b.Records
+		if b.Name == "delayed" && !b.NextDue.Equal(t0.Add(30*time.Minute)) {
+			t.Errorf("next due %v", b.NextDue)
+		}
+	}
+	if fmt.Sprint(got) != "map[dead:3 delayed:2 parked:2 pending:1 quarantine:1]" || rep.Quarantined != 0 {
+		t.Errorf("json counts %v, quarantined now %d", got, rep.Quarantined)
+	}
+}
+
+// TestUndecodableDeadLetter: an undecodable dead letter is reported, never
+// requeued, and can be discarded.
+func TestUndecodableDeadLetter(t *testing.T) {
+	t.Parallel()
+	path, _ := corruptFile(t)
+	warn := "warning: dead letter 100 cannot be decoded and is left out (only 'dead discard' can remove it): "
+
+	r := run(t, "dead", "list", path)
+	if r.code != 0 || strings.Count(r.stdout, "\n") != 3 || !strings.HasPrefix(r.stderr, warn) {
+		t.Errorf("list: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = run(t, "dead", "show", path, "100")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "snapshot: decode dead/0000000000000064") {
+		t.Errorf("show: exit %d %q", r.code, r.stderr)
+	}
+	r = run(t, "dead", "requeue", path, "100")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "handoff: dead letter 100 in "+path+" cannot be decoded, so it cannot be requeued (discard it)") {
+		t.Errorf("requeue by key: exit %d %q", r.code, r.stderr)
+	}
+	r = run(t, "dead", "requeue", path, "--all", "--class", "users")
+	if r.code != 0 || !strings.Contains(r.stdout, `requeued 1 dead letters of class "users"`) {
+		t.Errorf("requeue users: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	r = run(t, "dead", "requeue", path, "--all")
+	if r.code != 0 || !strings.Contains(r.stdout, "requeued 1 dead letters to pending") || !strings.HasPrefix(r.stderr, warn) {
+		t.Errorf("requeue --all: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	r = run(t, "dead", "discard", path, "100")
+	if r.code != 0 || r.stdout != "discarded 1 dead letters\n" {
+		t.Errorf("discard: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	r = run(t, "inspect", "--json", path)
+	var rep inspectReport
+	json.Unmarshal([]byte(r.stdout), &rep)
+	for _, b := range rep.Buckets {
+		if b.Name == "dead" && b.Records != 0 || b.Name == "pending" && b.Records != 3 {
+			t.Errorf("after: %+v", b)
+		}
+	}
+}

@@ -1,0 +1,397 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/spf13/cobra"
+
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// headerReplayedFrom is the header replay adds to every message it
+// produces: the message's handoff ID.
+const headerReplayedFrom = "handoff-replayed-from"
+
+type replayFlags struct {
+	state      stateFlags
+	brokers    []string
+	dead       bool
+	batch      int
+	topics     []string
+	ackTimeout time.Duration
+}
+
+func newReplayCmd() *cobra.Command {
+	var f replayFlags
+	cmd := &cobra.Command{
+		Use:   "replay STATE --brokers HOST:PORT[,...]",
+		Short: "Produce a retired instance's saved messages back to their Kafka topics",
+		Long: `Replay produces the pending messages of the state file STATE (with --dead,
+the dead letters too) to the topic and partition they were read from, with
+their key, value and headers plus a header handoff-replayed-from holding
+the message ID. Use it for an instance that will not start again: its
+saved messages then reach whichever instance consumes those topics.
+
+Messages are sent in batches; a batch's records are deleted from the file
+only once the broker has acknowledged them (acks=all). Ctrl-C finishes the
+batch in flight, deletes what was acknowledged and stops: running replay
+again sends the rest, nothing twice. (A second Ctrl-C quits at once; the
+batch in flight may then be sent again by the next replay.)
+
+Messages submitted in-process have no topic: they are skipped and left in
+the file unless --topic maps their class to one.`,
+		Args: stateArgs(0, 0, ""),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			return runReplay(cmd, args[0], &f)
+		}),
+	}
+	f.state.register(cmd)
+	fl := cmd.Flags()
+	fl.StringSliceVar(&f.brokers, "brokers", nil, "Kafka bootstrap brokers, host:port[,host:port] (required)")
+	fl.BoolVar(&f.dead, "dead", false, "replay the dead letters too, after the pending messages")
+	fl.IntVar(&f.batch, "batch", 500, "messages per batch: produced, acknowledged, then deleted from the file together")
+	fl.StringArrayVar(&f.topics, "topic", nil, "CLASS=TOPIC: produce messages of CLASS that have no origin topic to TOPIC (repeatable)")
+	fl.DurationVar(&f.ackTimeout, "ack-timeout", 30*time.Second, "how long one batch may wait for the broker's acknowledgement")
+	return cmd
+}
+
+// replayItem is one record to replay.
+type replayItem struct {
+	bucket    string // snapshot.BucketPending or snapshot.BucketDead
+	key       uint64
+	partition int // the origin partition, -1 for none
+	msg       kafka.Message
+}
+
+// replayPlan is what a replay will do.
+type replayPlan struct {
+	items   []replayItem
+	pending int            // items from the pending bucket
+	dead    int            // items from the dead bucket
+	skipped map[string]int // class -> records without a topic
+	bad     int            // undecodable pending records moved to quarantine
+	badDead []*snapshot.DecodeError
+}
+
+func (f *replayFlags) parse() (map[string]string, error) {
+	if err := f.state.validate(); err != nil {
+		return nil, err
+	}
+	var brokers []string
+	for _, b := range f.brokers {
+		if b = strings.TrimSpace(b); b != "" {
+			brokers = append(brokers, b)
+		}
+	}
+	if len(brokers) == 0 {
+		return nil, usagef("--brokers is required: host:port[,host:port]")
+	}
+	f.brokers = brokers
+	if f.batch <= 0 {
+		return nil, usagef("--batch must be > 0, got %d", f.batch)
+	}
+	if f.ackTimeout <= 0 {
+		return nil, usagef("--ack-timeout must be > 0, got %s", f.ackTimeout)
+	}
+	topics := map[string]string{}
+	for _, t := range f.topics {
+		class, topic, ok := strings.Cut(t, "=")
+		if !ok || class == "" || topic == "" {
+			return nil, usagef("--topic %q: want CLASS=TOPIC", t)
+		}
+		if prev, dup := topics[class]; dup && prev != topic {
+			return nil, usagef("--topic maps class %q twice (%s, %s)", class, prev, topic)
+		}
+		topics[class] = topic
+	}
+	return topics, nil
+}
+
+func runReplay(cmd *cobra.Command, path string, f *replayFlags) error {
+	topics, err := f.parse()
+	if err != nil {
+		return err
+	}
+	// Ctrl-C or SIGTERM stops after the batch in flight. After the first
+	// signal the default action is back, so a second one quits at once.
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	context.AfterFunc(ctx, stop)
+
+	return withState(path, &f.state, func(st *snapshot.Store) error {
+		plan, err := planReplay(st, f.dead, topics)
+		if err != nil {
+			return err
+		}
+		out := cmd.OutOrStdout()
+		if plan.bad > 0 {
+			fmt.Fprintf(out, "moved %d undecodable pending records to quarantine; they are not replayed\n", plan.bad)
+		}
+		warnUndecodable(cmd.ErrOrStderr(), plan.badDead)
+		sent, runErr := sendAll(ctx, st, f, plan, newProgress(cmd.ErrOrStderr(), len(plan.items)))
+		summary := fmt.Sprintf("replayed %d of %d messages (pending %d, dead letters %d) from %s",
+			sent, len(plan.items), plan.pending, plan.dead, path)
+		if !f.dead {
+			summary = fmt.Sprintf("replayed %d of %d pending messages from %s", sent, len(plan.items), path)
+		}
+		fmt.Fprintln(out, summary)
+		if n := sum(plan.skipped); n > 0 {
+			var parts []string
+			for _, c := range slices.Sorted(maps.Keys(plan.skipped)) {
+				parts = append(parts, fmt.Sprintf("%s %d", oneLine(c, 40), plan.skipped[c]))
+			}
+			fmt.Fprintf(out, "skipped %d messages with no origin topic (class %s): they were submitted in-process; "+
+				"map their class with --topic CLASS=TOPIC to replay them\n", n, strings.Join(parts, ", "))
+		}
+		if err := printLeft(out, st); err != nil {
+			return errors.Join(runErr, err)
+		}
+		return runErr
+	})
+}
+
+// printLeft says what the state file still holds, if anything.
+func printLeft(w io.Writer, st *snapshot.Store) error {
+	counts, err := st.Counts()
+	if err != nil {
+		return err
+	}
+	var parts []string
+	for _, name := range []string{snapshot.BucketPending, snapshot.BucketDead, snapshot.BucketDelayed, snapshot.BucketParked, snapshot.BucketQuarantine} {
+		if counts[name] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", name, counts[name]))
+		}
+	}
+	if len(parts) == 0 {
+		_, err = fmt.Fprintf(w, "%s holds no more messages\n", st.Path())
+		return err
+	}
+	_, err = fmt.Fprintf(w, "left in %s: %s (replay sends pending messages, and dead letters with --dead; "+
+		"'handoff inspect' shows the rest)\n", st.Path(), strings.Join(parts, ", "))
+	return err
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// planReplay reads what to replay from st.
+func planReplay(st *snapshot.Store, dead bool, topics map[string]string) (*replayPlan, error) {
+	plan := &replayPlan{skipped: map[string]int{}}
+	add := func(bucket string, key uint64, r *snapshot.Record) bool {
+		m := &r.Message
+		topic := m.Origin.Topic
+		partition := -1
+		if topic != "" {
+			partition = m.Origin.Partition
+		} else if topic = topics[m.Class]; topic == "" {
+			plan.skipped[m.Class]++
+			return false
+		}
+		headers := make([]kafka.Header, 0, len(m.Headers)+1)
+		for _, h := range m.Headers {
+			headers = append(headers, kafka.Header{Key: h.Key, Value: h.Value})
+		}
+		headers = append(headers, kafka.Header{Key: headerReplayedFrom, Value: []byte(m.ID)})
+		plan.items = append(plan.items, replayItem{
+			bucket:    bucket,
+			key:       key,
+			partition: partition,
+			msg:       kafka.Message{Topic: topic, Key: m.Key, Value: m.Value, Headers: headers},
+		})
+		return true
+	}
+	entries, bad, err := st.LoadPending()
+	if err != nil {
+		return nil, err
+	}
+	plan.bad = len(bad)
+	for i := range entries {
+		if add(snapshot.BucketPending, entries[i].Key, &entries[i].Record) {
+			plan.pending++
+		}
+	}
+	if !dead {
+		return plan, nil
+	}
+	bad, err = walkDead(st, "", func(page []snapshot.Entry) {
+		for i := range page {
+			if add(snapshot.BucketDead, page[i].Key, &page[i].Record) {
+				plan.dead++
+			}
+		}
+	})
+	plan.badDead = bad
+	return plan, err
+}
+
+// errInterrupted is returned by replay when it was stopped before the end.
+var errInterrupted = errors.New("replay interrupted")
+
+// sendAll produces plan's items in batches and deletes each batch's
+// acknowledged records from st before the next batch starts. It returns
+// how many were sent and deleted.
+//
+// A batch is never abandoned half-way: it is produced under a context
+// that ctx's cancellation does not reach (bounded by --ack-timeout), and
+// ctx is checked between batches only. So when ctx is cancelled, every
+// record is either acknowledged and deleted, or was never handed to the
+// producer.
+func sendAll(ctx context.Context, st *snapshot.Store, f *replayFlags, plan *replayPlan, prog progress) (int, error) {
+	defer prog.finish()
+	if len(plan.items) == 0 {
+		return 0, nil
+	}
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{
+		Addr:         kafka.TCP(f.brokers...),
+		Balancer:     &originBalancer{},
+		RequiredAcks: kafka.RequireAll,
+		BatchSize:    f.batch,
+		BatchTimeout: time.Millisecond,
+		Transport:    tr,
+	}
+	sent := 0
+	var err error
+	for start := 0; start < len(plan.items) && err == nil; start += f.batch {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w: %d of %d messages replayed and deleted from %s; run the same command again to replay the rest",
+				errInterrupted, sent, len(plan.items), st.Path())
+			break
+		}
+		batch := plan.items[start:min(start+f.batch, len(plan.items))]
+		var n int
+		n, err = sendBatch(ctx, st, w, batch, f.ackTimeout)
+		sent += n
+		prog.add(n)
+	}
+	if cerr := w.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("close producer: %w", cerr)
+	}
+	return sent, err
+}
+
+// sendBatch produces batch and deletes the records the broker
+// acknowledged. It returns how many that was.
+func sendBatch(ctx context.Context, st *snapshot.Store, w *kafka.Writer, batch []replayItem, ackTimeout time.Duration) (int, error) {
+	msgs := make([]kafka.Message, len(batch))
+	for i := range batch {
+		msgs[i] = batch[i].msg
+		msgs[i].WriterData = &batch[i]
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+	defer cancel()
+	werr := w.WriteMessages(wctx, msgs...)
+
+	// Which messages were acknowledged: all of them, those without an
+	// error in a WriteErrors, or (any other error: the call failed before
+	// producing, or timed out not knowing) none.
+	acked := make([]bool, len(batch))
+	var perMsg kafka.WriteErrors
+	switch {
+	case werr == nil:
+		for i := range acked {
+			acked[i] = true
+		}
+	case errors.As(werr, &perMsg) && len(perMsg) == len(batch):
+		for i, e := range perMsg {
+			acked[i] = e == nil
+		}
+	}
+	var pend, dead []uint64
+	n := 0
+	for i, ok := range acked {
+		if !ok {
+			continue
+		}
+		n++
+		if batch[i].bucket == snapshot.BucketDead {
+			dead = append(dead, batch[i].key)
+		} else {
+			pend = append(pend, batch[i].key)
+		}
+	}
+	// One transaction for both buckets (Store.DeletePending would wait
+	// for others to join its batch).
+	var derr error
+	if n > 0 {
+		derr = st.Update(func(tx *snapshot.Tx) error {
+			if err := tx.DeletePending(pend...); err != nil {
+				return err
+			}
+			return tx.DeleteDead(dead...)
+		})
+	}
+	if derr != nil {
+		return 0, fmt.Errorf("%d messages were delivered but their records could not be deleted from %s "+
+			"(replaying again would send them twice): %w", n, st.Path(), derr)
+	}
+	if werr != nil {
+		return n, batchError(werr, batch, acked, ackTimeout)
+	}
+	return n, nil
+}
+
+// batchError describes a failed batch: the first failure with the record
+// it concerns, and what is known about the rest.
+func batchError(werr error, batch []replayItem, acked []bool, ackTimeout time.Duration) error {
+	var perMsg kafka.WriteErrors
+	if errors.As(werr, &perMsg) && len(perMsg) == len(batch) {
+		failed := 0
+		first := -1
+		for i, e := range perMsg {
+			if e != nil {
+				failed++
+				if first < 0 {
+					first = i
+				}
+			}
+		}
+		it := batch[first]
+		return fmt.Errorf("produce %d of %d messages of the batch failed (the others were delivered and deleted); "+
+			"first: %s key %d to topic %s: %w", failed, len(batch), it.bucket, it.key, it.msg.Topic, perMsg[first])
+	}
+	var tooLarge kafka.MessageTooLargeError
+	if errors.As(werr, &tooLarge) {
+		if it, ok := tooLarge.Message.WriterData.(*replayItem); ok {
+			return fmt.Errorf("%s key %d is larger than the producer's batch limit; nothing of its batch was sent: %w",
+				it.bucket, it.key, werr)
+		}
+	}
+	if errors.Is(werr, context.DeadlineExceeded) {
+		return fmt.Errorf("batch of %d messages not acknowledged within --ack-timeout %s; they stay in the file, "+
+			"and replaying again may send those the broker did receive twice: %w", len(batch), ackTimeout, werr)
+	}
+	return fmt.Errorf("produce batch of %d messages (first: %s key %d to topic %s); nothing of it was deleted: %w",
+		len(batch), batch[0].bucket, batch[0].key, batch[0].msg.Topic, werr)
+}
+
+// originBalancer sends a message to the partition it was read from (its
+// WriterData is its *replayItem) when the topic still has it, else by key
+// hash as kafka.Hash does.
+type originBalancer struct {
+	fallback kafka.Hash
+}
+
+func (b *originBalancer) Balance(msg kafka.Message, partitions ...int) int {
+	if it, ok := msg.WriterData.(*replayItem); ok && it.partition >= 0 && slices.Contains(partitions, it.partition) {
+		return it.partition
+	}
+	return b.fallback.Balance(msg, partitions...)
+}

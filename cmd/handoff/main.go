@@ -1,0 +1,205 @@
+// Command handoff is the operator tool of handoff.
+//
+// It works offline on the state file of a stopped service (the bbolt file
+// a runtime keeps per instance), replays a retired instance's saved
+// messages back to Kafka, and runs an embedded Kafka-protocol broker and
+// the demo for local development:
+//
+//	handoff inspect STATE                      counts and ages per bucket and class
+//	handoff dead list STATE                    dead letters, a page at a time
+//	handoff dead show STATE KEY                one dead letter in full
+//	handoff dead requeue STATE KEY...|--all    move dead letters to pending
+//	handoff dead discard STATE KEY...|--all    delete dead letters
+//	handoff replay STATE --brokers HOST:PORT   produce saved messages to their topics
+//	handoff broker                             embedded broker until Ctrl-C
+//	handoff demo                               the rental demo
+//
+// # State files
+//
+// A running service holds its state file's lock. Every command on a state
+// file waits at most --lock-timeout (500ms) for it, then fails saying the
+// file is in use: stop the service first, or use the service's admin API.
+// A command never creates a state file that does not exist.
+//
+// # Exit status
+//
+// 0 on success, 1 when the command failed (the message names the file and
+// key), 2 for bad usage (unknown flag, missing or malformed argument, a key
+// the file does not hold). A failed or rejected command changes nothing
+// unless its message says so; replay keeps what the broker acknowledged.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	os.Exit(execute(context.Background(), newRootCmd(), os.Args[1:]))
+}
+
+// Exit statuses.
+const (
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// newRootCmd builds the whole command tree. It keeps no state outside the
+// tree, so tests build one per run.
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "handoff",
+		Short: "Inspect and repair handoff state files, replay them to Kafka, run a dev broker or the demo",
+		Long: `handoff operates the state file (bbolt) that a handoff runtime keeps per
+service instance: pending (saved at the last stop, re-pushed at the next
+start), dead letters, quarantine, delayed and parked messages.
+
+Commands on a state file work offline, on a stopped service's file.`,
+		Version:       version(),
+		Args:          noArgs,
+		RunE:          missingCommand,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.CompletionOptions.HiddenDefaultCmd = true
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	root.AddCommand(
+		newInspectCmd(),
+		newDeadCmd(),
+		newReplayCmd(),
+		newBrokerCmd(),
+		newDemoCmd(),
+	)
+	return root
+}
+
+// execute runs root with args, prints the error if any, and returns the
+// exit status.
+func execute(ctx context.Context, root *cobra.Command, args []string) int {
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return 0
+	}
+	code := exitCode(err)
+	fmt.Fprintf(root.ErrOrStderr(), "handoff: %v\n", err)
+	if code == exitUsage && cmd != nil {
+		fmt.Fprintf(root.ErrOrStderr(), "run '%s --help' for usage\n", cmd.CommandPath())
+	}
+	return code
+}
+
+// usageError is bad command-line input: exit status 2.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return &usageError{fmt.Errorf(format, args...)}
+}
+
+// exitError carries the exit status of an error returned by a command's
+// RunE.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// exitCode maps an error from Execute to an exit status. Errors that did
+// not come out of a command's run function are cobra's own (unknown
+// command or flag, wrong arguments): usage errors.
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var u *usageError
+	if errors.As(err, &u) {
+		return exitUsage
+	}
+	var e *exitError
+	if errors.As(err, &e) {
+		return e.code
+	}
+	return exitUsage
+}
+
+// runE wraps a command's run function so that its errors are failures
+// (exit status 1) unless they are usage errors.
+func runE(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		err := fn(cmd, args)
+		if err == nil {
+			return nil
+		}
+		var u *usageError
+		var e *exitError
+		if errors.As(err, &u) || errors.As(err, &e) {
+			return err
+		}
+		return &exitError{code: exitFailure, err: err}
+	}
+}
+
+// missingCommand is the run function of a command that only groups
+// others.
+func missingCommand(cmd *cobra.Command, _ []string) error {
+	var names []string
+	for _, c := range cmd.Commands() {
+		if c.IsAvailableCommand() {
+			names = append(names, c.Name())
+		}
+	}
+	return usagef("%s needs a command: %s", cmd.CommandPath(), strings.Join(names, ", "))
+}
+
+// noArgs rejects positional arguments, naming the first.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		if cmd.HasSubCommands() {
+			return usagef("unknown command %q for %q", args[0], cmd.CommandPath())
+		}
+		return usagef("%s takes no arguments, got %q", cmd.CommandPath(), args[0])
+	}
+	return nil
+}
+
+// version returns the module version the binary was built from, with its
+// VCS revision when known.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+			if len(rev) > 12 {
+				rev = rev[:12]
+			}
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if rev != "" {
+		v += " (" + rev + dirty + ")"
+	}
+	return v
+}

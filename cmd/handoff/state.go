@@ -1,0 +1,100 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// defaultLockTimeout is how long a command waits for a running service's
+// lock on the state file.
+const defaultLockTimeout = 500 * time.Millisecond
+
+// stateFlags are the flags of every command that opens a state file.
+type stateFlags struct {
+	lockTimeout time.Duration
+}
+
+func (f *stateFlags) register(cmd *cobra.Command) {
+	cmd.Flags().DurationVar(&f.lockTimeout, "lock-timeout", defaultLockTimeout,
+		"how long to wait for another process's lock on the state file")
+}
+
+func (f *stateFlags) validate() error {
+	if f.lockTimeout <= 0 {
+		return usagef("--lock-timeout must be > 0, got %s", f.lockTimeout)
+	}
+	return nil
+}
+
+// lockedError says that a running service holds the state file.
+type lockedError struct {
+	path string
+	wait time.Duration
+	err  error // wraps snapshot.ErrLocked
+}
+
+func (e *lockedError) Error() string {
+	return fmt.Sprintf("%s is in use by a running service (lock not released within %s): "+
+		"stop the service first, or use that service's admin API to list, requeue or discard its dead letters",
+		e.path, e.wait)
+}
+
+func (e *lockedError) Unwrap() error { return e.err }
+
+// withState opens the existing state file at path, runs fn on it and
+// closes it, joining the errors.
+func withState(path string, f *stateFlags, fn func(st *snapshot.Store) error) (err error) {
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("state file %s does not exist", path)
+	case err != nil:
+		return fmt.Errorf("state file %s: %w", path, err)
+	case fi.IsDir():
+		return fmt.Errorf("state file %s is a directory", path)
+	}
+	st, err := snapshot.Open(path, snapshot.Options{LockTimeout: f.lockTimeout})
+	if errors.Is(err, snapshot.ErrLocked) {
+		return &lockedError{path: path, wait: f.lockTimeout, err: err}
+	}
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, st.Close()) }()
+	return fn(st)
+}
+
+// parseKey parses a record key as printed by the commands: a decimal
+// sequence number.
+func parseKey(s string) (uint64, error) {
+	k, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || k == 0 {
+		return 0, usagef("malformed key %q: want a positive decimal number, as 'dead list' prints", s)
+	}
+	return k, nil
+}
+
+// stateArgs returns an Args validator for commands taking STATE and then
+// between min and max more arguments (max < 0: any number), described by
+// more for the error message.
+func stateArgs(min, max int, more string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		switch {
+		case len(args) == 0:
+			return usagef("missing STATE, the path of a state file")
+		case len(args)-1 < min:
+			return usagef("missing %s after STATE", more)
+		case max >= 0 && len(args)-1 > max:
+			return usagef("unexpected argument %q", args[1+max])
+		}
+		return nil
+	}
+}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// sameState fails t when the records of a and b differ in keys.
+func sameState(t *testing.T, a, b fileState) {
+	t.Helper()
+	if !slices.Equal(sortedKeys(a.dead), sortedKeys(b.dead)) || !slices.Equal(sortedKeys(a.pending), sortedKeys(b.pending)) {
+		t.Errorf("state changed: dead %v -> %v, pending %v -> %v",
+			slices.Sorted(maps.Keys(a.dead)), slices.Sorted(maps.Keys(b.dead)), slices.Sorted(maps.Keys(a.pending)), slices.Sorted(maps.Keys(b.pending)))
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	path := stateFile(t)
+	before := readState(t, path)
+	good := fmt.Sprint(sortedKeys(before.dead)[0])
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"show malformed key", []string{"dead", "show", path, "abc"}, `malformed key "abc"`},
+		{"show zero key", []string{"dead", "show", path, "0"}, `malformed key "0"`},
+		{"show negative key", []string{"dead", "show", path, "--", "-3"}, `malformed key "-3"`},
+		{"show unknown key", []string{"dead", "show", path, "9999"}, "no dead letter with key 9999 in " + path},
+		{"show without key", []string{"dead", "show", path}, "missing KEY after STATE"},
+		{"show two keys", []string{"dead", "show", path, "1", "2"}, `unexpected argument "2"`},
+		{"list without state", []string{"dead", "list"}, "missing STATE"},
+		{"list bad limit", []string{"dead", "list", path, "--limit", "0"}, "--limit must be > 0"},
+		{"list bad after", []string{"dead", "list", path, "--after", "x"}, `invalid argument "x" for "--after"`},
+		{"requeue nothing", []string{"dead", "requeue", path}, "missing KEY after STATE (or --all)"},
+		{"requeue keys and all", []string{"dead", "requeue", path, good, "--all"}, "give KEYs or --all, not both"},
+		{"requeue class without all", []string{"dead", "requeue", path, good, "--class", "orders"}, "--class needs --all"},
+		{"requeue unknown and good key", []string{"dead", "requeue", path, good, "9999", "8888"}, "no dead letter with key 9999, 8888 in " + path + "; nothing changed"},
+		{"requeue malformed key", []string{"dead", "requeue", path, good, "1x"}, `malformed key "1x"`},
+		{"discard unknown key", []string{"dead", "discard", path, "9999", good}, "no dead letter with key 9999"},
+		{"discard nothing", []string{"dead", "discard", path}, "missing KEY after STATE (or --all)"},
+		{"bad lock timeout", []string{"inspect", "--lock-timeout", "0s", path}, "--lock-timeout must be > 0"},
+		{"replay without brokers", []string{"replay", path}, "--brokers is required"},
+		{"replay bad topic map", []string{"replay", path, "--brokers", "127.0.0.1:1", "--topic", "local"}, `--topic "local": want CLASS=TOPIC`},
+		{"replay bad batch", []string{"replay", path, "--brokers", "127.0.0.1:1", "--batch", "0"}, "--batch must be > 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, tc.args...)
+			if r.code != exitUsage {
+				t.Errorf("exit status %d, want %d; stdout %q stderr %q", r.code, exitUsage, r.stdout, r.stderr)
+			}
+			if !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("stderr does not say %q:\n%s", tc.want, r.stderr)
+			}
+			if r.stdout != "" {
+				t.Errorf("stdout: %q", r.stdout)
+			}
+		})
+	}
+	sameState(t, before, readState(t, path))
+}
+
+func TestMissingFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "nope.db")
+	for _, args := range [][]string{
+		{"inspect", path},
+		{"dead", "list", path},
+		{"dead", "requeue", path, "--all"},
+		{"replay", path, "--brokers", "127.0.0.1:1"},
+	} {
+		r := run(t, args...)
+		if r.code != exitFailure || !strings.Contains(r.stderr, "handoff: state file "+path+" does not exist") {
+			t.Errorf("%v: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("a command created %s: %v", path, err)
+	}
+	dir := t.TempDir()
+	if r := run(t, "inspect", dir); r.code != exitFailure || !strings.Contains(r.stderr, "is a directory") {
+		t.Errorf("inspect of a directory: %d %q", r.code, r.stderr)
+	}
+	junk := filepath.Join(dir, "junk.db")
+	os.WriteFile(junk, []byte(strings.Repeat("not a bbolt file ", 1000)), 0o600)
+	if r := run(t, "inspect", junk); r.code != exitFailure || !strings.Contains(r.stderr, "handoff: snapshot: open "+junk) {
+		t.Errorf("inspect of a junk file: %d %q", r.code, r.stderr)
+	}
+}
+
+// TestLocked: a state file held by another process (a running service)
+// is refused by every command with a clear error and exit status 1.
+func TestLocked(t *testing.T) {
+	t.Parallel()
+	path := stateFile(t)
+	before := readState(t, path)
+	st, err := snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"inspect", path},
+		{"dead", "list", path},
+		{"dead", "show", path, "1"},
+		{"dead", "requeue", path, "--all"},
+		{"dead", "discard", path, "1"},
+		{"replay", path, "--brokers", "127.0.0.1:1"},
+	} {
+		r := run(t, append(args, "--lock-timeout", "50ms")...)
+		want := "handoff: " + path + " is in use by a running service (lock not released within 50ms): " +
+			"stop the service first, or use that service's admin API to list, requeue or discard its dead letters\n"
+		if r.code != exitFailure || r.stderr != want {
+			t.Errorf("%v: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sameState(t, before, readState(t, path))
+}

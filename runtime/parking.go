@@ -1,0 +1,178 @@
+package runtime
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// keyState is the state of one key of an ordered class that is not free.
+//
+// A key is blocked while one of its messages is a dead letter or waits for
+// a delayed redelivery: blocker is that message's ID, and later messages
+// of the key are parked in the state file as they come up. When the
+// blocker succeeds or is discarded the key is releasing: its parked
+// messages run in park order, and messages that come up meanwhile are
+// parked behind them. When none is left the key is free (no entry).
+type keyState struct {
+	blocker   string
+	releasing bool
+	// release numbers the key's releases: a release goroutine stops as
+	// soon as a newer one has started, so two never push the same records.
+	release uint64
+}
+
+// parking holds the key states of one ordered class. mu also serializes
+// the parking writes, so that a key's parked messages keep their order and
+// a release sees every one of them.
+type parking struct {
+	mu   sync.Mutex
+	keys map[string]*keyState
+}
+
+// gate decides whether an ordered class's message may run now. When it may
+// not, the message is parked (or, when it is a parked one whose key got
+// blocked again, left where it is) and gate returns errDiverted.
+func (r *Runtime) gate(c *class, it *item) (run bool, err error) {
+	p := c.parking
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.keys[string(it.msg.Key)]
+	switch {
+	case st == nil:
+		return true, nil
+	case st.blocker != "":
+		if it.msg.ID == st.blocker {
+			return true, nil // the blocker's own redelivery or requeue
+		}
+	case st.releasing:
+		if it.src == fromParked && it.relGen == st.release {
+			return true, nil // pushed by the key's current release
+		}
+	}
+	if it.src == fromParked {
+		// Still parked, in its place: the key was blocked again, or a
+		// newer release pushes it.
+		return false, errDiverted
+	}
+	rec := it.record(reasonParked, nil, time.Now())
+	if !r.moveTo(it, "park message", func(tx *snapshot.Tx) error { return tx.Park(c.cfg.Name, it.msg.Key, rec) }) {
+		return true, nil // could not park: run it rather than lose its place
+	}
+	r.stats.parked.Add(1)
+	r.log.Debug("message parked behind its key's blocker", "class", c.cfg.Name, "id", it.msg.ID, "blocker", st.blocker)
+	return false, errDiverted
+}
+
+// block makes it the blocker of its key: a dead letter or a message that
+// waits for a delayed redelivery.
+func (r *Runtime) block(c *class, it *item) {
+	p := c.parking
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.keys[string(it.msg.Key)]
+	if st == nil {
+		st = &keyState{}
+		p.keys[string(it.msg.Key)] = st
+	}
+	st.blocker, st.releasing = it.msg.ID, false
+}
+
+// unblock is called when an ordered class's message is done: if it was its
+// key's blocker, the key's parked messages are released.
+func (r *Runtime) unblock(c *class, it *item) {
+	r.unblockKey(c, it.msg.Key, it.msg.ID)
+}
+
+func (r *Runtime) unblockKey(c *class, key []byte, id string) {
+	p := c.parking
+	p.mu.Lock()
+	st := p.keys[string(key)]
+	if st == nil || st.blocker != id {
+		p.mu.Unlock()
+		return
+	}
+	st.blocker, st.releasing = "", true
+	st.release++
+	n := st.release
+	p.mu.Unlock()
+	r.startRelease(c, key, n)
+}
+
+// startRelease runs release number n of key in a goroutine the stop joins.
+func (r *Runtime) startRelease(c *class, key []byte, n uint64) {
+	r.relMu.Lock()
+	defer r.relMu.Unlock()
+	if r.relCtx == nil || r.relCtx.Err() != nil {
+		return // stopping: the next start releases the key
+	}
+	key = append([]byte(nil), key...)
+	r.releases.Go(func() { r.release(r.relCtx, c, key, n) })
+}
+
+// current reports whether release n of key is still the key's release.
+func (p *parking) current(key []byte, n uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.keys[string(key)]
+	return st != nil && st.releasing && st.release == n
+}
+
+// release re-pushes a releasing key's parked messages, in park order, batch
+// by batch, until none is left, then frees the key. A parked message's
+// record is deleted only once it is done.
+func (r *Runtime) release(ctx context.Context, c *class, key []byte, n uint64) {
+	p := c.parking
+	for {
+		if !p.current(key, n) {
+			return // blocked again, or a newer release took over
+		}
+		entries, err := r.store.Parked(c.cfg.Name, key)
+		if err != nil {
+			r.log.Error("parked messages not read; the key stays parked until the next start", "class", c.cfg.Name, "err", err)
+			return
+		}
+		if len(entries) == 0 {
+			p.mu.Lock()
+			// Parking writes hold mu, so a second look under it is final.
+			entries, err = r.store.Parked(c.cfg.Name, key)
+			if err == nil && len(entries) == 0 {
+				if st := p.keys[string(key)]; st != nil && st.releasing && st.release == n {
+					delete(p.keys, string(key))
+				}
+				p.mu.Unlock()
+				return
+			}
+			p.mu.Unlock()
+			if err != nil {
+				r.log.Error("parked messages not read; the key stays parked until the next start", "class", c.cfg.Name, "err", err)
+				return
+			}
+		}
+		var wg sync.WaitGroup
+		for _, e := range entries {
+			if !p.current(key, n) {
+				break // the rest stay parked for the next release
+			}
+			it := fromRecord(e.Record, fromParked)
+			it.parkedKey = e.Key
+			it.relGen = n
+			it.release = &wg
+			wg.Add(1)
+			if err := c.pool.Submit(ctx, it); err != nil {
+				wg.Done()
+				return // stopping: the rest stay parked
+			}
+			r.stats.released.Add(1)
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return // the stop takes the submitted ones out of the pools
+		}
+	}
+}

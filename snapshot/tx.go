@@ -1,0 +1,124 @@
+package snapshot
+
+import (
+	"bytes"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Tx is one transaction on the state file, given to the function passed
+// to [Store.Update] or [Store.View]. Its methods are the single-call
+// methods of [Store] without a transaction of their own, so that several
+// of them commit together or not at all: a dead letter saved and its
+// pending record deleted, a message parked, a delayed record replaced by
+// a dead letter.
+//
+// A Tx is valid only while that function runs: it must not be kept or
+// used from another goroutine. Its write methods fail in a [Store.View].
+// Each error starts with "snapshot:", names the file and the bucket and
+// key concerned (a [*DecodeError] names only the bucket and key), and
+// wraps the cause; after an error the transaction stays usable, and fn
+// decides whether to return it. Bytes returned by its methods are copies
+// and outlive the transaction.
+type Tx struct {
+	tx *bolt.Tx
+	s  *Store
+}
+
+// Update runs fn in one read-write transaction and commits it, with one
+// fsync, when fn returns nil; when fn returns an error, nothing fn wrote
+// is kept and Update returns that error unchanged. A failure to begin or
+// commit the transaction is returned as an error naming the file.
+//
+// Update blocks while another write transaction runs and holds the
+// file's single writer lock while fn runs: fn should do no slow work.
+// Concurrent calls are safe; fn must not keep the Tx.
+func (s *Store) Update(fn func(tx *Tx) error) error {
+	return s.public(s.db.Update, "update", fn)
+}
+
+// View runs fn in a read-only transaction. It does not block writers,
+// nor is it blocked by them. It returns fn's error unchanged.
+func (s *Store) View(fn func(tx *Tx) error) error {
+	return s.public(s.db.View, "read", fn)
+}
+
+// public runs fn for Update and View: fn's own error comes back
+// unchanged, bbolt's failure to begin or commit wrapped with the file's
+// name.
+func (s *Store) public(method func(func(*bolt.Tx) error) error, verb string, fn func(tx *Tx) error) error {
+	var fnFailed bool
+	err := method(func(btx *bolt.Tx) error {
+		err := fn(&Tx{tx: btx, s: s})
+		fnFailed = err != nil
+		return err
+	})
+	if err != nil && !fnFailed {
+		return fmt.Errorf("snapshot: %s %s: %w", verb, s.path, err)
+	}
+	return err
+}
+
+// update, view and batch run fn, given the package's own Tx, in a
+// transaction of their kind and return any error as it is: the Store
+// method calling them wraps it with what it was doing.
+func (s *Store) update(fn func(tx *Tx) error) error {
+	return s.db.Update(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx, s: s}) })
+}
+
+func (s *Store) view(fn func(tx *Tx) error) error {
+	return s.db.View(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx, s: s}) })
+}
+
+// batch runs fn through bbolt's Batch: concurrent callers share one
+// transaction and one fsync, and a call may wait up to 10ms for others to
+// join. fn may run more than once, each time in a fresh transaction, so
+// it must be idempotent and reset whatever it returns.
+func (s *Store) batch(fn func(tx *Tx) error) error {
+	return s.db.Batch(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx, s: s}) })
+}
+
+// bucket returns the named bucket, or an error naming it when the file
+// has lost it.
+func (tx *Tx) bucket(name string) (*bolt.Bucket, error) {
+	b := tx.tx.Bucket([]byte(name))
+	if b == nil {
+		return nil, fmt.Errorf("bucket %s missing", name)
+	}
+	return b, nil
+}
+
+// errorf wraps err, when it is not nil, as "snapshot: <what> in <file>:
+// <err>". The inner error names the bucket and key.
+func (tx *Tx) errorf(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("snapshot: "+format+" in %s: %w", append(args, tx.s.path, err)...)
+}
+
+// cursor is a bbolt cursor with seekAfter.
+type cursor struct{ *bolt.Cursor }
+
+// cursor returns a cursor on the named bucket.
+func (tx *Tx) cursor(name string) (cursor, error) {
+	b, err := tx.bucket(name)
+	if err != nil {
+		return cursor{}, err
+	}
+	return cursor{b.Cursor()}, nil
+}
+
+// seekAfter moves to the first key strictly greater than after, or to
+// the first key when after is empty, and returns it.
+func (c cursor) seekAfter(after []byte) (k, v []byte) {
+	if len(after) == 0 {
+		return c.First()
+	}
+	k, v = c.Seek(after)
+	if k != nil && bytes.Equal(k, after) {
+		return c.Next()
+	}
+	return k, v
+}
