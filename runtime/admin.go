@@ -121,7 +121,7 @@ func (r *Runtime) Requeue(ctx context.Context, key uint64) error {
 		r.requeueDone(key)
 		return fmt.Errorf("runtime: requeue dead letter %d: %w", key, err)
 	}
-	r.stats.requeued.Add(1)
+	r.inc(c, outRequeued)
 	r.log.Info("dead letter requeued", "class", c.cfg.Name, "id", dl.Message.ID, "key", key)
 	return nil
 }
@@ -142,9 +142,10 @@ func (r *Runtime) Discard(key uint64) error {
 	if err := r.store.DeleteDead(key); err != nil {
 		return fmt.Errorf("runtime: discard dead letter %d: %w", key, err)
 	}
-	r.stats.discarded.Add(1)
+	c := r.classes[dl.Message.Class]
+	r.inc(c, outDiscarded)
 	r.log.Info("dead letter discarded", "class", dl.Message.Class, "id", dl.Message.ID, "key", key)
-	if c := r.classes[dl.Message.Class]; c != nil && c.cfg.Ordered {
+	if c != nil && c.cfg.Ordered {
 		r.unblockKey(c, dl.Message.Key, dl.Message.ID)
 	}
 	return nil
@@ -204,7 +205,7 @@ func (r *Runtime) Schedule(ctx context.Context, class string, m *handoff.Message
 		return fmt.Errorf("runtime: schedule %s to class %q: %w", m.ID, class, err)
 	}
 	if added[0] {
-		r.stats.scheduled.Add(1)
+		r.inc(c, outScheduled)
 		r.sched.wake(at)
 	}
 	return nil

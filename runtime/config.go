@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/handoff-go/handoff"
 )
 
@@ -94,6 +96,11 @@ type Config struct {
 
 	// Logger receives the runtime's logs. Nil means discard.
 	Logger *slog.Logger
+
+	// Registerer, if set, gets the runtime's Prometheus metrics (see the
+	// package doc's Metrics section). Nil means no metrics; the default
+	// registry is never used implicitly.
+	Registerer prometheus.Registerer
 }
 
 // Class is one message class: a handler with its own bounded pool.

@@ -55,7 +55,15 @@ func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 			ctx, cancel = context.WithTimeoutCause(ctx, c.cfg.Timeout, ErrHandlerTimeout)
 			defer cancel()
 		}
-		return c.cfg.Handler(ctx, &it.msg)
+		if r.metrics == nil && !c.svc.sample() {
+			return c.cfg.Handler(ctx, &it.msg)
+		}
+		began := time.Now()
+		err := c.cfg.Handler(ctx, &it.msg)
+		d := time.Since(began)
+		c.svc.observe(d)
+		r.metrics.observeHandler(c.index, d)
+		return err
 	}
 }
 
@@ -74,7 +82,7 @@ func (r *Runtime) retry(c *class) func(*item, error) (time.Duration, bool) {
 		}
 		it.verdict, it.wait = c.cfg.Retry.decide(err, it.msg.Attempt, it.redeliveries, it.firstFailed, now, nil)
 		if it.verdict == retryInPlace {
-			r.stats.retried.Add(1)
+			r.inc(c, outRetried)
 			r.log.Debug("handler failed; retrying in place", "class", c.cfg.Name, "id", it.msg.ID,
 				"attempt", it.msg.Attempt, "wait", it.wait, "err", err)
 			return it.wait, true
@@ -114,7 +122,7 @@ func (r *Runtime) leftPool(it *item) {
 
 // done settles a handled message and forgets its record.
 func (r *Runtime) done(c *class, it *item) {
-	r.stats.succeeded.Add(1)
+	r.inc(c, outSucceeded)
 	switch it.src {
 	case fromKafka:
 		it.tr.settle(it.seq)
@@ -130,7 +138,7 @@ func (r *Runtime) done(c *class, it *item) {
 		r.logStoreErr("delete done parked message", it, r.store.DeleteParked(it.parkedKey))
 	case fromDead:
 		r.logStoreErr("delete requeued dead letter", it, r.store.DeleteDead(it.key))
-		r.stats.requeuedDone.Add(1)
+		r.inc(c, outRequeuedDone)
 	}
 	if c.cfg.Ordered {
 		r.unblock(c, it)
@@ -194,7 +202,7 @@ func (r *Runtime) deadLetter(c *class, it *item, herr error) {
 	} else if !r.moveTo(it, "save dead letter", func(tx *snapshot.Tx) error { _, err := tx.SaveDead(rec); return err }) {
 		return
 	}
-	r.stats.deadLettered.Add(1)
+	r.inc(c, outDeadLettered)
 	r.log.Warn("message became a dead letter", "class", c.cfg.Name, "id", it.msg.ID,
 		"attempt", it.msg.Attempt, "err", herr)
 	if c.cfg.Ordered {
@@ -212,7 +220,7 @@ func (r *Runtime) redeliver(c *class, it *item, herr error) {
 		it.redeliveries--
 		return
 	}
-	r.stats.redelivered.Add(1)
+	r.inc(c, outRedelivered)
 	r.log.Info("message failed; redelivery scheduled", "class", c.cfg.Name, "id", it.msg.ID,
 		"attempt", it.msg.Attempt, "redelivery", it.redeliveries, "due", due, "err", herr)
 	if c.cfg.Ordered {
@@ -229,7 +237,7 @@ func (r *Runtime) deferDelivery(c *class, it *item, at time.Time) bool {
 	if !r.moveTo(it, "save delayed message", func(tx *snapshot.Tx) error { return saveDelayed(tx, at, rec) }) {
 		return false
 	}
-	r.stats.deferred.Add(1)
+	r.inc(c, outDeferred)
 	r.sched.wake(at)
 	return true
 }
@@ -280,7 +288,7 @@ func (r *Runtime) publishDead(c *class, rec snapshot.Record) {
 			"topic", c.cfg.DeadLetterTopic, "err", err)
 		return
 	}
-	r.stats.published.Add(1)
+	r.inc(c, outPublished)
 }
 
 // openDLQ makes the writer for dead-letter topics when a class has one. It

@@ -61,7 +61,7 @@ func (r *Runtime) gate(c *class, it *item) (run bool, err error) {
 	if !r.moveTo(it, "park message", func(tx *snapshot.Tx) error { return tx.Park(c.cfg.Name, it.msg.Key, rec) }) {
 		return true, nil // could not park: run it rather than lose its place
 	}
-	r.stats.parked.Add(1)
+	r.inc(c, outParked)
 	r.log.Debug("message parked behind its key's blocker", "class", c.cfg.Name, "id", it.msg.ID, "blocker", st.blocker)
 	return false, errDiverted
 }
@@ -165,7 +165,7 @@ func (r *Runtime) release(ctx context.Context, c *class, key []byte, n uint64) {
 				wg.Done()
 				return // stopping: the rest stay parked
 			}
-			r.stats.released.Add(1)
+			r.inc(c, outReleased)
 		}
 		done := make(chan struct{})
 		go func() { wg.Wait(); close(done) }()

@@ -69,7 +69,7 @@ func (r *Report) String() string {
 // fillCounts copies the runtime's outcome counters into rep.
 func (r *Runtime) fillCounts(rep *Report) {
 	s := &r.stats
-	rep.Succeeded, rep.Retried, rep.DeadLettered, rep.Redelivered = s.succeeded.Load(), s.retried.Load(), s.deadLettered.Load(), s.redelivered.Load()
-	rep.Parked, rep.Released, rep.Deferred, rep.Scheduled = s.parked.Load(), s.released.Load(), s.deferred.Load(), s.scheduled.Load()
-	rep.Delivered, rep.Requeued, rep.Discarded, rep.Published = s.delivered.Load(), s.requeued.Load(), s.discarded.Load(), s.published.Load()
+	rep.Succeeded, rep.Retried, rep.DeadLettered, rep.Redelivered = s[outSucceeded].Load(), s[outRetried].Load(), s[outDeadLettered].Load(), s[outRedelivered].Load()
+	rep.Parked, rep.Released, rep.Deferred, rep.Scheduled = s[outParked].Load(), s[outReleased].Load(), s[outDeferred].Load(), s[outScheduled].Load()
+	rep.Delivered, rep.Requeued, rep.Discarded, rep.Published = s[outDelivered].Load(), s[outRequeued].Load(), s[outDiscarded].Load(), s[outPublished].Load()
 }

@@ -66,6 +66,7 @@ func (r *Runtime) Run(ctx context.Context) (*Report, error) {
 	var bg sync.WaitGroup
 	delCtx, stopDeletes := context.WithCancel(context.Background())
 	bg.Go(func() { r.deleteLoop(delCtx) })
+	bg.Go(func() { r.watchBudget(delCtx) })
 	// The scheduler and key releases feed the pools: they stop at the
 	// quiesce, with fetching.
 	feedCtx, stopFeeds := context.WithCancel(context.Background())
@@ -197,7 +198,7 @@ func (r *Runtime) orphan(rec snapshot.Record, del func(tx *snapshot.Tx) error) b
 		r.log.Error("message of unknown class not dead-lettered", "class", rec.Message.Class, "id", rec.Message.ID, "err", err)
 		return false
 	}
-	r.stats.deadLettered.Add(1)
+	r.inc(nil, outDeadLettered)
 	r.log.Warn("saved message of an unknown class became a dead letter", "class", rec.Message.Class, "id", rec.Message.ID)
 	return true
 }
@@ -340,6 +341,7 @@ func (r *Runtime) stop(rep *Report, cancelFetch context.CancelFunc, consumer *sy
 	cancelFetch()
 	consumer.Wait()
 	rep.Quiesce = time.Since(phase)
+	r.metrics.setPhase("quiesce", rep.Quiesce)
 	r.log.Info("stop phase done", "phase", "quiesce", "took", rep.Quiesce)
 
 	// 2. Drain, bounded by DrainTimeout and by a second signal.
@@ -366,6 +368,7 @@ func (r *Runtime) stop(rep *Report, cancelFetch context.CancelFunc, consumer *sy
 	drains.Wait()
 	cancelDrain()
 	rep.Drain = time.Since(phase)
+	r.metrics.setPhase("drain", rep.Drain)
 	rep.Drained = r.handled() - before
 	if rep.DrainTimedOut {
 		r.log.Warn("drain ended with work left", "phase", "drain", "drained", rep.Drained, "took", rep.Drain)
@@ -408,6 +411,7 @@ func (r *Runtime) stop(rep *Report, cancelFetch context.CancelFunc, consumer *sy
 		r.leftPool(l.it)
 	}
 	rep.HardStop = time.Since(phase)
+	r.metrics.setPhase("hard_stop", rep.HardStop)
 	if rep.Stragglers > 0 {
 		r.log.Warn("handlers did not return by the hard-stop grace; recorded as interrupted",
 			"phase", "hard_stop", "stragglers", rep.Stragglers, "grace", r.cfg.HardStopGrace)
@@ -467,12 +471,15 @@ func (r *Runtime) stop(rep *Report, cancelFetch context.CancelFunc, consumer *sy
 		}
 	}
 	rep.Snapshot = time.Since(phase)
+	r.metrics.setPhase("snapshot", rep.Snapshot)
+	r.metrics.setSnapshot(rep.Snapshotted)
 	r.log.Info("stop phase done", "phase", "snapshot", "saved", rep.Snapshotted, "took", rep.Snapshot)
 
 	// 5. Commit what is done or saved.
 	phase = time.Now()
 	commitErr := r.finalCommit()
 	rep.Commit = time.Since(phase)
+	r.metrics.setPhase("commit", rep.Commit)
 	if commitErr != nil {
 		r.log.Warn("final commit failed; Kafka will deliver the uncommitted messages again", "phase", "commit", "err", commitErr)
 	} else {
@@ -494,6 +501,7 @@ func (r *Runtime) stop(rep *Report, cancelFetch context.CancelFunc, consumer *sy
 	r.storeOpen.Store(false)
 	closeErr := r.store.Close()
 	rep.Leave = time.Since(phase)
+	r.metrics.setPhase("leave", rep.Leave)
 	r.fillCounts(rep)
 	rep.Stop = time.Since(begin)
 	r.log.Info("stop complete", "drained", rep.Drained, "snapshotted", rep.Snapshotted, "unstarted", rep.Unstarted,
@@ -510,8 +518,8 @@ func (r *Runtime) stop(rep *Report, cancelFetch context.CancelFunc, consumer *sy
 
 // handled counts the messages that left the pools for good so far.
 func (r *Runtime) handled() uint64 {
-	return r.stats.succeeded.Load() + r.stats.deadLettered.Load() + r.stats.redelivered.Load() +
-		r.stats.parked.Load() + r.stats.deferred.Load()
+	return r.stats[outSucceeded].Load() + r.stats[outDeadLettered].Load() + r.stats[outRedelivered].Load() +
+		r.stats[outParked].Load() + r.stats[outDeferred].Load()
 }
 
 // putSource overwrites, inside tx, the record a persisted item came from.

@@ -72,10 +72,11 @@ type Runtime struct {
 	skipCh   chan struct{} // closed when the rest of the drain is to be skipped
 	runDone  chan struct{} // closed when Run returns
 
-	store *snapshot.Store
-	sched *scheduler
-	dlq   *kafka.Writer // dead-letter topics, when a class has one
-	stats counters
+	store   *snapshot.Store
+	sched   *scheduler
+	dlq     *kafka.Writer // dead-letter topics, when a class has one
+	stats   counters
+	metrics *metrics
 
 	delMu   sync.Mutex
 	delDone doneRecords // records whose messages are done, deleted in batches
@@ -96,16 +97,48 @@ type Runtime struct {
 	beforeSnapshot func(*snapshot.Store)
 }
 
-// counters are the runtime's outcome counts, reported in [Report].
-type counters struct {
-	succeeded, retried, deadLettered, redelivered, parked, released,
-	deferred, scheduled, delivered, requeued, requeuedDone, discarded, published atomic.Uint64
+// outcome names a counted result of handling; see [Report].
+type outcome int
+
+const (
+	outSucceeded outcome = iota
+	outRetried
+	outDeadLettered
+	outRedelivered
+	outParked
+	outReleased
+	outDeferred
+	outScheduled
+	outDelivered
+	outRequeued
+	outRequeuedDone
+	outDiscarded
+	outPublished
+	numOutcomes
+)
+
+// outcomeNames are the outcome label values of handoff_messages_total.
+var outcomeNames = [numOutcomes]string{"succeeded", "retried", "dead_lettered", "redelivered", "parked", "released",
+	"deferred", "scheduled", "delivered", "requeued", "requeued_done", "discarded", "published"}
+
+// counters are outcome counts, runtime-wide and per class.
+type counters [numOutcomes]atomic.Uint64
+
+// inc counts one o for class c (nil when the class is not configured).
+func (r *Runtime) inc(c *class, o outcome) {
+	r.stats[o].Add(1)
+	if c != nil {
+		c.stats[o].Add(1)
+	}
 }
 
 type class struct {
 	cfg     Class
 	pool    *pool.Pool[*item]
 	parking *parking // ordered classes only
+	stats   counters
+	svc     serviceTime
+	index   int // in Runtime.order
 }
 
 // New validates cfg and returns a Runtime ready to [Runtime.Run]. Every
@@ -128,7 +161,7 @@ func New(cfg Config) (*Runtime, error) {
 	r.sched = newScheduler(r)
 	var errs []error
 	for _, cc := range cfg.Classes {
-		c := &class{cfg: cc}
+		c := &class{cfg: cc, index: len(r.order)}
 		var keyFunc func(*item) string
 		if cc.Ordered {
 			keyFunc = itemKey
@@ -160,6 +193,11 @@ func New(cfg Config) (*Runtime, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	m, err := newMetrics(cfg.Registerer, r)
+	if err != nil {
+		return nil, fmt.Errorf("runtime: register metrics: %w", err)
+	}
+	r.metrics = m
 	return r, nil
 }
 

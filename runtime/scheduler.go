@@ -77,7 +77,7 @@ func (s *scheduler) run(ctx context.Context) {
 			if err := c.pool.Submit(ctx, it); err != nil {
 				return // stopping: the record stays for the next start
 			}
-			s.r.stats.delivered.Add(1)
+			s.r.inc(c, outDelivered)
 		}
 		if len(due) == schedBatch {
 			continue

@@ -130,6 +130,7 @@ func (g *generation) commit() error {
 	}
 	for i, tr := range moved {
 		tr.committedTo(points[i])
+		g.r.metrics.setLag(tr.topic, tr.partition, tr.lag())
 	}
 	return nil
 }
@@ -214,6 +215,7 @@ func (r *Runtime) fetch(ctx context.Context, c *class, tr *tracker, start int64)
 			}
 		}
 		it.seq = tr.add(m.Offset)
+		tr.hwm.Store(m.HighWaterMark)
 		if err := c.pool.Submit(ctx, it); err != nil {
 			// Never accepted: it stays unsettled, so the commit stops
 			// before it and Kafka delivers it again.

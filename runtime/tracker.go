@@ -1,6 +1,9 @@
 package runtime
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // tracker keeps the commit point of one partition in one generation.
 //
@@ -24,6 +27,8 @@ type tracker struct {
 	next    int64 // offset after the last fetched; -1 before any fetch
 	// committed is the last offset committed to Kafka (the next to read).
 	committed int64
+	// hwm is the partition's high watermark as of the last fetch.
+	hwm atomic.Int64
 }
 
 func newTracker(topic string, partition int, start int64) *tracker {
@@ -108,4 +113,15 @@ func (t *tracker) unsettled() int {
 		}
 	}
 	return n
+}
+
+// lag returns the high watermark minus the committed offset.
+func (t *tracker) lag() int64 {
+	t.mu.Lock()
+	c := t.committed
+	t.mu.Unlock()
+	if c < 0 {
+		return 0
+	}
+	return max(t.hwm.Load()-c, 0)
 }

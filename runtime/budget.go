@@ -1,0 +1,90 @@
+package runtime
+
+import (
+	"context"
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// serviceTime keeps an exponentially weighted mean of a class's handler
+// time. With W workers busy, a class handles W / mean messages per second,
+// so queued work Q drains in about Q × mean / W: that is the drain
+// estimate, compared with DrainTimeout. The mean, not the observed
+// completion rate, is used because an idle or half-busy class completes
+// fewer messages than it could.
+type serviceTime struct {
+	n    atomic.Uint64
+	mean atomic.Uint64 // float64 bits, seconds
+}
+
+// sampleEvery is how often a handler call is timed when no metrics are
+// registered (with metrics every call is, for the histogram).
+const sampleEvery = 8
+
+// sample reports whether this call should be timed.
+func (s *serviceTime) sample() bool { return s.n.Add(1)%sampleEvery == 1 }
+
+// observe folds one handler time into the mean (weight 1/16 per sample).
+func (s *serviceTime) observe(d time.Duration) {
+	for {
+		old := s.mean.Load()
+		m := math.Float64frombits(old)
+		x := d.Seconds()
+		if old == 0 {
+			m = x
+		} else {
+			m += (x - m) / 16
+		}
+		if s.mean.CompareAndSwap(old, math.Float64bits(m)) {
+			return
+		}
+	}
+}
+
+// rate is the class's handling capacity in messages per second, zero
+// before the first timed call.
+func (c *class) capacity() float64 {
+	m := math.Float64frombits(c.svc.mean.Load())
+	if m <= 0 {
+		return 0
+	}
+	return float64(c.cfg.Workers) / m
+}
+
+// drainEstimate returns how long inFlight messages (queued and running)
+// would take to drain at rate, in seconds, and whether that exceeds
+// DrainTimeout. An ordered class whose work sits on few keys drains
+// slower than this: it assumes every worker can be busy.
+func (r *Runtime) drainEstimate(c *class, inFlight int, rate float64) (float64, bool) {
+	if rate <= 0 || inFlight == 0 {
+		return 0, false
+	}
+	est := float64(inFlight) / rate
+	return est, est > r.cfg.DrainTimeout.Seconds()
+}
+
+// watchBudget checks every class's drain estimate once a second and warns,
+// at most every 30s per class, when a stop now could not drain it.
+func (r *Runtime) watchBudget(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	last := make([]time.Time, len(r.order))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for i, cs := range r.Stats() {
+			r.metrics.setBudget(cs)
+			if cs.OverBudget && time.Since(last[i]) >= 30*time.Second {
+				last[i] = time.Now()
+				r.log.Warn("queued work would not drain within DrainTimeout; a stop now would snapshot part of it",
+					"class", cs.Name, "queued", cs.Queued, "running", cs.Running, "rate", math.Round(cs.Rate),
+					"estimate", time.Duration(cs.DrainEstimate*float64(time.Second)).Round(time.Millisecond),
+					"drain_timeout", r.cfg.DrainTimeout)
+			}
+		}
+	}
+}

@@ -1,0 +1,153 @@
+package runtime
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the runtime's Prometheus metrics, registered on
+// Config.Registerer. A nil *metrics (no Registerer) records nothing.
+//
+// Per class: handoff_messages_total{class,outcome} (counters read from the
+// runtime's own outcome counts), handoff_pool_queued, handoff_pool_waiting,
+// handoff_pool_running, handoff_pool_workers{class},
+// handoff_handler_duration_seconds{class}, handoff_drain_estimate_seconds
+// and handoff_drain_over_budget{class}. Runtime-wide: handoff_ready,
+// handoff_stop_phase_duration_seconds{phase} and handoff_snapshot_messages
+// (of the last stop), handoff_state_records{bucket}, and
+// handoff_commit_lag{topic,partition} (high watermark minus committed
+// offset, as of the last fetch and commit).
+type metrics struct {
+	handler     *prometheus.HistogramVec
+	handlerObs  []prometheus.Observer // per class, in r.order
+	drainEst    *prometheus.GaugeVec
+	overBudget  *prometheus.GaugeVec
+	phase       *prometheus.GaugeVec
+	snapshotMsg prometheus.Gauge
+	commitLag   *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	m := &metrics{
+		handler: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "handoff_handler_duration_seconds", Help: "Time handlers take, per class.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+		}, []string{"class"}),
+		drainEst: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "handoff_drain_estimate_seconds", Help: "How long the class's queued and running work would take to drain at its recent handling rate.",
+		}, []string{"class"}),
+		overBudget: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "handoff_drain_over_budget", Help: "1 when the class's drain estimate exceeds DrainTimeout: a stop now would snapshot part of its queue.",
+		}, []string{"class"}),
+		phase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "handoff_stop_phase_duration_seconds", Help: "Duration of each phase of the last stop.",
+		}, []string{"phase"}),
+		snapshotMsg: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "handoff_snapshot_messages", Help: "Messages saved to the state file by the last stop.",
+		}),
+		commitLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "handoff_commit_lag", Help: "High watermark minus committed offset per partition, as of the last commit.",
+		}, []string{"topic", "partition"}),
+	}
+	cs := []prometheus.Collector{m.handler, m.drainEst, m.overBudget, m.phase, m.snapshotMsg, m.commitLag,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_ready", Help: "1 while the runtime is running and not stopping."},
+			func() float64 { return b2f(r.Ready()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_state_records_pending", Help: "Records in the state file's pending bucket."},
+			func() float64 { return r.stateCount("pending") }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_state_records_dead", Help: "Dead letters in the state file."},
+			func() float64 { return r.stateCount("dead") }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_state_records_parked", Help: "Parked messages in the state file."},
+			func() float64 { return r.stateCount("parked") }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_state_records_delayed", Help: "Delayed messages in the state file."},
+			func() float64 { return r.stateCount("delayed") }),
+	}
+	for _, c := range r.order {
+		labels := prometheus.Labels{"class": c.cfg.Name}
+		for o := range numOutcomes {
+			cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "handoff_messages_total", Help: "Messages by class and outcome.",
+				ConstLabels: prometheus.Labels{"class": c.cfg.Name, "outcome": outcomeNames[o]},
+			}, func() float64 { return float64(c.stats[o].Load()) }))
+		}
+		p := c.pool
+		cs = append(cs,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_pool_queued", Help: "Messages waiting for a worker.", ConstLabels: labels},
+				func() float64 { return float64(p.Stats().Queued) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_pool_waiting", Help: "Messages waiting out a retry backoff.", ConstLabels: labels},
+				func() float64 { return float64(p.Stats().Waiting) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_pool_running", Help: "Handlers running.", ConstLabels: labels},
+				func() float64 { return float64(p.Stats().Running) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_pool_workers", Help: "The class's worker bound.", ConstLabels: labels},
+				func() float64 { return float64(c.cfg.Workers) }),
+		)
+		m.handlerObs = append(m.handlerObs, m.handler.WithLabelValues(c.cfg.Name))
+	}
+	var errs []error
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// stateCount counts a bucket of the open state file, or NaN-free 0 when
+// it is not open.
+func (r *Runtime) stateCount(bucket string) float64 {
+	st, err := r.openStore()
+	if err != nil {
+		return 0
+	}
+	counts, err := st.Counts()
+	if err != nil {
+		return 0
+	}
+	return float64(counts[bucket])
+}
+
+func (m *metrics) observeHandler(i int, d time.Duration) {
+	if m != nil {
+		m.handlerObs[i].Observe(d.Seconds())
+	}
+}
+
+func (m *metrics) setBudget(cs ClassStats) {
+	if m != nil {
+		m.drainEst.WithLabelValues(cs.Name).Set(cs.DrainEstimate)
+		m.overBudget.WithLabelValues(cs.Name).Set(b2f(cs.OverBudget))
+	}
+}
+
+func (m *metrics) setPhase(phase string, d time.Duration) {
+	if m != nil {
+		m.phase.WithLabelValues(phase).Set(d.Seconds())
+	}
+}
+
+func (m *metrics) setSnapshot(n int) {
+	if m != nil {
+		m.snapshotMsg.Set(float64(n))
+	}
+}
+
+func (m *metrics) setLag(topic string, partition int, lag int64) {
+	if m != nil {
+		m.commitLag.WithLabelValues(topic, strconv.Itoa(partition)).Set(float64(lag))
+	}
+}
