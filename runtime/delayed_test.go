@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -367,4 +368,56 @@ func TestDeadLetterTopic(t *testing.T) {
 		!strings.Contains(h[HeaderError], "cannot parse") || h[HeaderClass] != "orders" {
 		t.Errorf("headers %v", h)
 	}
+}
+
+// TestOfflineRequeueRunsFirst: a dead letter requeued offline (the CLI
+// moves it to pending) runs before the messages parked behind it.
+func TestOfflineRequeueRunsFirst(t *testing.T) {
+	b := setup(t, 1, "orders")
+	w := devbroker.NewWriter(b.broker.Addrs())
+	var msgs []kafka.Message
+	for i := range 4 {
+		msgs = append(msgs, kafka.Message{Topic: "orders", Key: []byte("k"), Value: fmt.Appendf(nil, "v%d", i)})
+	}
+	w.WriteMessages(context.Background(), msgs...)
+	devbroker.CloseWriter(w)
+	var poison atomic.Bool
+	poison.Store(true)
+	handled := make(chan string, 10)
+	cfg := b.config(func(_ context.Context, m *handoff.Message) error {
+		if poison.Load() && string(m.Value) == "v1" {
+			return handoff.Permanent(errors.New("poison"))
+		}
+		handled <- string(m.Value)
+		return nil
+	}, func(c *Class) { c.Ordered = true })
+	rt, _ := New(cfg)
+	wait := start(t, rt, context.Background())
+	<-handled
+	waitFor(t, "parking", func() bool { return rt.stats[outParked].Load() == 2 })
+	rt.Shutdown(context.Background())
+	if _, err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := snapshot.Open(b.state, snapshot.Options{})
+	dead, _, _ := st.Dead()
+	if _, err := st.RequeueDead(dead[0].Key); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	poison.Store(false)
+	rt2, _ := New(cfg)
+	wait2 := start(t, rt2, context.Background())
+	var order []string
+	for range 3 {
+		order = append(order, <-handled)
+	}
+	rt2.Shutdown(context.Background())
+	if _, err := wait2(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(order, ",") != "v1,v2,v3" {
+		t.Errorf("order %v", order)
+	}
+	assertCount(t, b.state, snapshot.BucketParked, 0)
 }

@@ -176,3 +176,38 @@ func (r *Runtime) release(ctx context.Context, c *class, key []byte, n uint64) {
 		}
 	}
 }
+
+// blockIfReleasing makes it its key's blocker when the key is releasing
+// and no release has started: used at start for a dead letter requeued
+// offline, which must run before the messages parked behind it.
+func (r *Runtime) blockIfReleasing(c *class, it *item) {
+	p := c.parking
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st := p.keys[string(it.msg.Key)]; st != nil && st.releasing && st.blocker == "" {
+		st.blocker, st.releasing = it.msg.ID, false
+	}
+}
+
+// startRestoredReleases starts the releases of the keys restored as
+// releasing at start.
+func (r *Runtime) startRestoredReleases() {
+	for _, c := range r.order {
+		if c.parking == nil {
+			continue
+		}
+		c.parking.mu.Lock()
+		var keys [][]byte
+		var gens []uint64
+		for k, st := range c.parking.keys {
+			if st.releasing {
+				keys = append(keys, []byte(k))
+				gens = append(gens, st.release)
+			}
+		}
+		c.parking.mu.Unlock()
+		for i, k := range keys {
+			r.startRelease(c, k, gens[i])
+		}
+	}
+}

@@ -154,6 +154,9 @@ func (r *Runtime) recover(ctx context.Context, rep *Report) error {
 	if err := r.restoreKeys(rep); err != nil {
 		return fmt.Errorf("runtime: recover: %w", err)
 	}
+	// Keys left releasing (parked messages, no blocker) start releasing
+	// once the saved messages are pushed.
+	defer r.startRestoredReleases()
 	entries, bad, err := r.store.LoadPending()
 	if err != nil {
 		return fmt.Errorf("runtime: recover: %w", err)
@@ -173,6 +176,12 @@ func (r *Runtime) recover(ctx context.Context, rep *Report) error {
 		}
 		it := fromRecord(e.Record, fromPending)
 		it.key = e.Key
+		if c.cfg.Ordered && e.Record.Reason == snapshot.ReasonRequeued {
+			// A dead letter requeued offline: it is older than the
+			// messages parked behind it, so it runs first and its success
+			// releases them.
+			r.blockIfReleasing(c, it)
+		}
 		if err := c.pool.Submit(ctx, it); err != nil {
 			r.log.Info("recovery stopped by the stop; the rest stays in the state file", "left", len(entries)-rep.Repushed-rep.UnknownClass)
 			break
@@ -309,14 +318,10 @@ func (r *Runtime) restoreKeys(rep *Report) error {
 			continue // moved by unparkStrays
 		}
 		c.parking.mu.Lock()
-		st := c.parking.keys[string(pk.Key)]
-		if st == nil {
+		if c.parking.keys[string(pk.Key)] == nil {
 			c.parking.keys[string(pk.Key)] = &keyState{releasing: true, release: 1}
 		}
 		c.parking.mu.Unlock()
-		if st == nil {
-			r.startRelease(c, pk.Key, 1)
-		}
 	}
 	for _, c := range r.order {
 		if c.parking != nil {

@@ -215,6 +215,10 @@ func (s *Store) DeleteDead(keys ...uint64) error {
 	return nil
 }
 
+// ReasonRequeued is the Reason of a pending record that [Store.RequeueDead]
+// moved from the dead letters.
+const ReasonRequeued = "requeued"
+
 // RequeueDead moves the dead letters with the given keys to the pending
 // bucket in one write transaction, so that the next start re-pushes them,
 // and returns their new pending keys in the order of keys. Each moves
@@ -249,7 +253,7 @@ func (s *Store) RequeueDead(keys ...uint64) ([]uint64, error) {
 				return &DecodeError{Bucket: BucketDead, Key: k, Err: err}
 			}
 			r.Message.Attempt, r.Redeliveries, r.FirstFailed = 0, 0, time.Time{}
-			r.Reason = "requeued"
+			r.Reason = ReasonRequeued
 			r.SavedAt = now
 			vals[i] = AppendRecord(nil, &r)
 			if err := dead.Delete(k); err != nil {
