@@ -169,9 +169,21 @@ func deleteSource(tx *snapshot.Tx, it *item) error {
 // its source record in the same transaction, and then settles its offset:
 // the offset counts as persisted once the transaction has committed. On
 // failure nothing is settled, so Kafka delivers the message again after a
-// restart.
+// restart. Workers' moves share transactions (one fsync for many).
 func (r *Runtime) moveTo(it *item, what string, save func(tx *snapshot.Tx) error) bool {
-	err := r.store.Update(func(tx *snapshot.Tx) error {
+	return r.move(r.store.Batch, it, what, save)
+}
+
+// moveNow is moveTo in a transaction of its own, for callers that hold a
+// lock and must not wait for a shared one to fill.
+func (r *Runtime) moveNow(it *item, what string, save func(tx *snapshot.Tx) error) bool {
+	return r.move(r.store.Update, it, what, save)
+}
+
+func (r *Runtime) move(run func(func(*snapshot.Tx) error) error, it *item, what string, save func(tx *snapshot.Tx) error) bool {
+	// save and deleteSource act only through tx: a Batch may run this
+	// twice, the first time rolled back.
+	err := run(func(tx *snapshot.Tx) error {
 		// Delete first: a delayed record's new version has the same ID,
 		// which SaveDelayed would take for a duplicate.
 		if err := deleteSource(tx, it); err != nil {

@@ -58,7 +58,7 @@ func (r *Runtime) gate(c *class, it *item) (run bool, err error) {
 		return false, errDiverted
 	}
 	rec := it.record(reasonParked, nil, time.Now())
-	if !r.moveTo(it, "park message", func(tx *snapshot.Tx) error { return tx.Park(c.cfg.Name, it.msg.Key, rec) }) {
+	if !r.moveNow(it, "park message", func(tx *snapshot.Tx) error { return tx.Park(c.cfg.Name, it.msg.Key, rec) }) {
 		return true, nil // could not park: run it rather than lose its place
 	}
 	r.inc(c, outParked)

@@ -78,6 +78,9 @@ type Store struct {
 
 	delayedReads atomic.Uint64
 
+	// group is the group commit of Batch.
+	group groupCommit
+
 	closeOnce sync.Once
 	closeErr  error
 }

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"bytes"
 	"fmt"
+	"sync"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -36,6 +37,84 @@ type Tx struct {
 // Concurrent calls are safe; fn must not keep the Tx.
 func (s *Store) Update(fn func(tx *Tx) error) error {
 	return s.public(s.db.Update, "update", fn)
+}
+
+// Batch runs fn in a read-write transaction shared with concurrent Batch
+// callers: a group commit. The first caller to find no transaction under
+// way leads: it runs its own fn and every fn queued meanwhile in one
+// transaction, then the ones queued during that commit, until none is
+// left. So n concurrent callers pay about one fsync, not n, and no caller
+// waits for a timer (bbolt's own Batch waits up to 10ms for a batch to
+// fill). If one fn fails the transaction is rolled back, that caller gets
+// its error and the others run again without it, so fn may run more than
+// once and must act only through tx. Batch returns once the transaction
+// holding fn's writes has committed.
+func (s *Store) Batch(fn func(tx *Tx) error) error {
+	return s.group.run(s, fn)
+}
+
+// groupCommit queues Batch calls for the leader.
+type groupCommit struct {
+	mu      sync.Mutex
+	leading bool
+	queue   []*groupCall
+}
+
+type groupCall struct {
+	fn   func(tx *Tx) error
+	err  error
+	done chan struct{}
+}
+
+func (g *groupCommit) run(s *Store, fn func(tx *Tx) error) error {
+	call := &groupCall{fn: fn, done: make(chan struct{})}
+	g.mu.Lock()
+	g.queue = append(g.queue, call)
+	if g.leading {
+		g.mu.Unlock()
+		<-call.done
+		return call.err
+	}
+	g.leading = true
+	for len(g.queue) > 0 {
+		calls := g.queue
+		g.queue = nil
+		g.mu.Unlock()
+		s.commitGroup(calls)
+		g.mu.Lock()
+	}
+	g.leading = false
+	g.mu.Unlock()
+	<-call.done
+	return call.err
+}
+
+// commitGroup runs calls in one transaction; a call whose fn fails is
+// answered with its error and the rest run again without it.
+func (s *Store) commitGroup(calls []*groupCall) {
+	for len(calls) > 0 {
+		failed := -1
+		err := s.public(s.db.Update, "update", func(tx *Tx) error {
+			for i, c := range calls {
+				if err := c.fn(tx); err != nil {
+					failed = i
+					return err
+				}
+			}
+			return nil
+		})
+		if failed >= 0 {
+			calls[failed].err = err
+			close(calls[failed].done)
+			calls = append(calls[:failed:failed], calls[failed+1:]...)
+			continue
+		}
+		for _, c := range calls {
+			c.err = err // nil, or the commit's failure for every one
+			close(c.done)
+		}
+		return
+	}
 }
 
 // View runs fn in a read-only transaction. It does not block writers,
