@@ -145,8 +145,8 @@ func Demo(out io.Writer) int {
 		return fail(fmt.Errorf("run 1 stop: %w", r1.err))
 	}
 	u1, _ := t.counts()
-	fmt.Fprintf(out, "run 1: stopped after %d handled; drain of %s ended with work left: %v; %d saved to the state file (%d unstarted, %d interrupted)\n",
-		u1, demoDrain, r1.rep.DrainTimedOut, r1.rep.Snapshotted, r1.rep.Unstarted, r1.rep.Interrupted)
+	fmt.Fprintf(out, "run 1: stopped after %d handled; drain of %s ended with work left: %v; %d saved to the state file (%d unstarted, %d interrupted, %d waiting out a retry)\n",
+		u1, demoDrain, r1.rep.DrainTimedOut, r1.rep.Snapshotted, r1.rep.Unstarted, r1.rep.Interrupted, r1.rep.Waiting)
 
 	// Run 2: re-push what was saved, then consume the rest. The poison
 	// messages become dead letters, and later changes of a poison order
