@@ -182,23 +182,12 @@ func (r *Runtime) Delayed(after snapshot.DelayedKey, limit int) ([]DelayedMessag
 // (as [Runtime.Submit]). m.ID is required; a second message with an ID
 // already waiting is ignored.
 func (r *Runtime) Schedule(ctx context.Context, class string, m *handoff.Message, at time.Time) error {
-	if !r.accepting.Load() {
-		return ErrNotRunning
-	}
-	c := r.classes[class]
-	if c == nil {
-		return fmt.Errorf("%w: %q", ErrUnknownClass, class)
-	}
-	if m == nil || m.ID == "" {
-		return fmt.Errorf("runtime: schedule to class %q: message needs an ID", class)
+	c, msg, err := r.accept("schedule", class, m)
+	if err != nil {
+		return err
 	}
 	if !at.After(time.Now()) {
 		return r.Submit(ctx, class, m)
-	}
-	msg := *m
-	msg.Class = class
-	if msg.FirstSeen.IsZero() {
-		msg.FirstSeen = time.Now()
 	}
 	added, err := r.store.SaveDelayed(snapshot.Delayed{Due: at, Record: snapshot.Record{Message: msg, Reason: reasonScheduled, SavedAt: time.Now()}})
 	if err != nil {

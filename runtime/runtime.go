@@ -213,28 +213,38 @@ func (r *Runtime) Ready() bool { return r.ready.Load() }
 // stop and handled after the restart. Submit returns [ErrNotRunning]
 // before Run has started and once the stop has begun.
 func (r *Runtime) Submit(ctx context.Context, class string, m *handoff.Message) error {
-	if !r.accepting.Load() {
-		return ErrNotRunning
+	c, msg, err := r.accept("submit", class, m)
+	if err != nil {
+		return err
 	}
-	c := r.classes[class]
-	if c == nil {
-		return fmt.Errorf("%w: %q", ErrUnknownClass, class)
-	}
-	if m == nil || m.ID == "" {
-		return fmt.Errorf("runtime: submit to class %q: message needs an ID", class)
-	}
-	it := &item{msg: *m, src: fromSubmit}
-	it.msg.Class = class
-	if it.msg.FirstSeen.IsZero() {
-		it.msg.FirstSeen = time.Now()
-	}
-	if err := c.pool.Submit(ctx, it); err != nil {
+	if err := c.pool.Submit(ctx, &item{msg: msg, src: fromSubmit}); err != nil {
 		if errors.Is(err, pool.ErrStopped) {
 			return ErrNotRunning
 		}
 		return fmt.Errorf("runtime: submit to class %q: %w", class, err)
 	}
 	return nil
+}
+
+// accept checks a message handed in by Submit or Schedule and returns its
+// class and a copy with Class and FirstSeen set.
+func (r *Runtime) accept(verb, class string, m *handoff.Message) (*class, handoff.Message, error) {
+	if !r.accepting.Load() {
+		return nil, handoff.Message{}, ErrNotRunning
+	}
+	c := r.classes[class]
+	if c == nil {
+		return nil, handoff.Message{}, fmt.Errorf("%w: %q", ErrUnknownClass, class)
+	}
+	if m == nil || m.ID == "" {
+		return nil, handoff.Message{}, fmt.Errorf("runtime: %s to class %q: message needs an ID", verb, class)
+	}
+	msg := *m
+	msg.Class = class
+	if msg.FirstSeen.IsZero() {
+		msg.FirstSeen = time.Now()
+	}
+	return c, msg, nil
 }
 
 // Shutdown starts the graceful stop, if it has not started, and waits
