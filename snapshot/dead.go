@@ -10,10 +10,9 @@ import (
 
 // SaveDead writes dead letters, in the record format of the pending
 // bucket, into the dead bucket in one write transaction and returns their
-// keys in the order of recs. A single record goes through bbolt's Batch,
-// so concurrent callers share one transaction and one fsync (a call may
-// wait up to 10ms for others to join). With no records it does not touch
-// the file.
+// keys in the order of recs. A single record goes through the group
+// commit of [Store.Batch], so concurrent callers share one transaction and
+// one fsync. With no records it does not touch the file.
 func (s *Store) SaveDead(recs ...Record) ([]uint64, error) {
 	if len(recs) == 0 {
 		return []uint64{}, nil

@@ -88,9 +88,9 @@ func splitDelayedKey(k []byte) ([]byte, error) {
 // and reports for each item whether it was stored: false when a record
 // with the same message ID is already waiting (an earlier item of the
 // same call included), which is then left as it is. Once a record is
-// deleted its ID may be delayed again. A single item goes through bbolt's
-// Batch, so concurrent callers share one transaction and one fsync (a
-// call may wait up to 10ms for others to join).
+// deleted its ID may be delayed again. A single item goes through the
+// group commit of [Store.Batch], so concurrent callers share one
+// transaction and one fsync.
 //
 // An item with an empty message ID fails the call, before anything is
 // written, with an error wrapping [ErrNoID]. An ID of more than 32 KiB
@@ -320,9 +320,8 @@ func (s *Store) DelayedReads() uint64 { return s.delayedReads.Load() }
 
 // DeleteDelayed deletes the delayed records with the given keys, and
 // their ID index entries, in one write transaction. Deleting a missing
-// key is not an error. Concurrent calls are coalesced into one
-// transaction (bbolt's Batch), so a call may wait up to 10ms for others
-// to join it.
+// key is not an error. Concurrent calls share one transaction (the group
+// commit of [Store.Batch]).
 func (s *Store) DeleteDelayed(keys ...DelayedKey) error {
 	if len(keys) == 0 {
 		return nil

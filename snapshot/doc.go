@@ -22,6 +22,8 @@
 //	delayed_ids  ID             -> its key in delayed
 //	parked       class key seq  -> record   parked behind a dead letter
 //	meta         "format"       -> 1 byte, the file format version (1)
+//	             "group"        -> the consumer group the file belongs to
+//	             "instance"     -> the instance name that last started on it
 //
 // Keys of pending, dead and quarantine are big-endian uint64 sequence
 // numbers of their bucket, starting at 1 and never reused, so key order is

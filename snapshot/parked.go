@@ -115,9 +115,9 @@ func uvarintLen(n uint64) int {
 // (class, key): the messages of an ordered class's key that wait for a
 // dead letter of that key to be requeued and succeed, or be discarded.
 // A nil and an empty key are the same key here. All of recs are stored
-// in one write transaction; a single record goes through bbolt's Batch,
-// as Park is called per message from many goroutines, so a call may wait
-// up to 10ms for others to join. With no records Park does not touch the
+// in one write transaction; a single record goes through the group commit
+// of [Store.Batch], as Park is called per message from many goroutines.
+// With no records Park does not touch the
 // file. class and key together must stay under 32 KiB (bbolt's key
 // limit), or Park fails.
 func (s *Store) Park(class string, key []byte, recs ...Record) error {
@@ -302,8 +302,7 @@ func (s *Store) ParkedKeys() ([]ParkedCount, error) {
 
 // DeleteParked deletes the parked records with the given keys in one
 // write transaction. Deleting a missing key is not an error. Concurrent
-// calls are coalesced into one transaction (bbolt's Batch), so a call may
-// wait up to 10ms for others to join it.
+// calls share one transaction (the group commit of [Store.Batch]).
 func (s *Store) DeleteParked(keys ...ParkedKey) error {
 	if len(keys) == 0 {
 		return nil

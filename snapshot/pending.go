@@ -109,8 +109,7 @@ func (s *Store) LoadPending() ([]Entry, []*DecodeError, error) {
 
 // DeletePending deletes the pending records with the given keys in one
 // write transaction. Deleting a missing key is not an error. Concurrent
-// calls are coalesced into one transaction (bbolt's Batch), so a call may
-// wait up to 10ms for others to join it.
+// calls share one transaction (the group commit of [Store.Batch]).
 func (s *Store) DeletePending(keys ...uint64) error {
 	if len(keys) == 0 {
 		return nil

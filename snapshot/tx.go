@@ -150,12 +150,11 @@ func (s *Store) view(fn func(tx *Tx) error) error {
 	return s.db.View(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx, s: s}) })
 }
 
-// batch runs fn through bbolt's Batch: concurrent callers share one
-// transaction and one fsync, and a call may wait up to 10ms for others to
-// join. fn may run more than once, each time in a fresh transaction, so
-// it must be idempotent and reset whatever it returns.
+// batch runs fn through the group commit of [Store.Batch]: concurrent
+// callers share one fsync, and none waits for a timer. fn may run more
+// than once, each time in a fresh transaction.
 func (s *Store) batch(fn func(tx *Tx) error) error {
-	return s.db.Batch(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx, s: s}) })
+	return s.group.run(s, fn)
 }
 
 // bucket returns the named bucket, or an error naming it when the file
