@@ -173,7 +173,6 @@ func TestRedelivery(t *testing.T) {
 	if b.committed() != 1 {
 		t.Error("stored message's offset not committed")
 	}
-	began := time.Now()
 	rt2, _ := New(cfg)
 	wait2 := start(t, rt2, context.Background())
 	first := <-runs  // redelivery 1 (due 300ms after the failure)
@@ -190,7 +189,6 @@ func TestRedelivery(t *testing.T) {
 	if gap := second.at.Sub(first.at); gap < 600*time.Millisecond {
 		t.Errorf("second redelivery %s after the first, want at least 600ms", gap)
 	}
-	_ = began
 	st, _ := snapshot.Open(b.state, snapshot.Options{})
 	defer st.Close()
 	dead, _, _ := st.Dead()
