@@ -33,7 +33,8 @@ func (p *Pool[T]) wake(e *entry[T]) {
 		p.testHookWake()
 	}
 	p.mu.Lock()
-	if p.stopped {
+	if p.stopped || e.state.Load() != stateWaiting {
+		// Stop has begun, or Remove has taken e.
 		p.mu.Unlock()
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +20,7 @@ const (
 	DefaultSessionTimeout   = 10 * time.Second
 	DefaultRebalanceTimeout = 10 * time.Second
 	DefaultLockTimeout      = time.Second
+	DefaultRevokeTimeout    = 5 * time.Second
 	DefaultFetchMaxWait     = 500 * time.Millisecond
 	DefaultWorkers          = 8
 	// DefaultQueueFactor times Workers is the default QueueSize.
@@ -36,6 +38,36 @@ const (
 	StartLast
 )
 
+// StopPolicy says what a class's stop does with the Kafka messages it has
+// not finished: unstarted, waiting out a retry backoff, or interrupted by
+// the hard stop.
+type StopPolicy int
+
+const (
+	// StopSnapshot saves them in the state file, commits their offsets,
+	// and re-pushes them on this instance's next start. It needs the state
+	// file to survive the restart (a persistent volume per instance); a
+	// key whose partition moves to another instance meanwhile may run out
+	// of order (see docs/scaleout.md).
+	StopSnapshot StopPolicy = iota
+	// StopRedeliver neither saves nor settles them: the final commit stops
+	// before the first of them, and whoever owns the partition next reads
+	// them again from Kafka, in offset order. Messages that did not come
+	// from Kafka (Submit, the state file) are still saved.
+	StopRedeliver
+)
+
+// String returns "snapshot" or "redeliver".
+func (p StopPolicy) String() string {
+	switch p {
+	case StopSnapshot:
+		return "snapshot"
+	case StopRedeliver:
+		return "redeliver"
+	}
+	return fmt.Sprintf("StopPolicy(%d)", int(p))
+}
+
 // Config configures a [Runtime]. [New] copies it, fills the defaults and
 // reports every problem at once.
 type Config struct {
@@ -46,6 +78,20 @@ type Config struct {
 	// Group is the Kafka consumer group ID shared by every instance of the
 	// service. Required when any class has topics.
 	Group string
+
+	// Instance names this instance in logs and in the state file. A state
+	// file records the group and the instance that first used it; a
+	// different Instance on the same file is allowed (a replica took over
+	// the volume) and logged at Warn. Empty means the hostname.
+	Instance string
+
+	// RevokeTimeout bounds how long, when a rebalance takes partitions
+	// away, the generation's end waits for this instance's running
+	// handlers of those partitions before its final commit. Handlers
+	// still running after it finish anyway but commit nothing (their
+	// partition's next owner reads them again). It must be less than
+	// RebalanceTimeout. Zero means 5s.
+	RevokeTimeout time.Duration
 
 	// StatePath is the bbolt state file that holds the shutdown snapshot
 	// and the dead letters. Required. Each instance needs its own file,
@@ -143,6 +189,12 @@ type Class struct {
 	// handler that times out has failed recoverably. Zero means no limit.
 	Timeout time.Duration
 
+	// StopPolicy says what the stop does with the class's unfinished Kafka
+	// messages: save them ([StopSnapshot]) or leave them uncommitted for
+	// the partition's next owner ([StopRedeliver]). Zero means
+	// StopSnapshot.
+	StopPolicy StopPolicy
+
 	// DeadLetterTopic, if set, is a Kafka topic each dead letter of this
 	// class is also published to, with headers naming its origin, attempts
 	// and error (see [HeaderOriginTopic]). The state file keeps the dead
@@ -178,6 +230,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		{"RebalanceTimeout", &cfg.RebalanceTimeout, DefaultRebalanceTimeout},
 		{"FetchMaxWait", &cfg.FetchMaxWait, DefaultFetchMaxWait},
 		{"LockTimeout", &cfg.LockTimeout, DefaultLockTimeout},
+		{"RevokeTimeout", &cfg.RevokeTimeout, DefaultRevokeTimeout},
 	}
 	for _, d := range durations {
 		switch {
@@ -186,6 +239,16 @@ func (cfg Config) withDefaults() (Config, error) {
 		case *d.v == 0:
 			*d.v = d.def
 		}
+	}
+	if cfg.RevokeTimeout >= cfg.RebalanceTimeout {
+		bad("RevokeTimeout (%s) must be less than RebalanceTimeout (%s)", cfg.RevokeTimeout, cfg.RebalanceTimeout)
+	}
+	if cfg.Instance == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "unknown"
+		}
+		cfg.Instance = host
 	}
 	if cfg.StartOffset != StartFirst && cfg.StartOffset != StartLast {
 		bad("unknown StartOffset %d", cfg.StartOffset)
@@ -223,6 +286,9 @@ func (cfg Config) withDefaults() (Config, error) {
 		}
 		c.Retry.validate(c.Name, bad)
 		c.Retry.withDefaults()
+		if c.StopPolicy != StopSnapshot && c.StopPolicy != StopRedeliver {
+			bad("class %q: unknown StopPolicy %d", c.Name, c.StopPolicy)
+		}
 		if c.Timeout < 0 {
 			bad("class %q: Timeout must not be negative, got %s", c.Name, c.Timeout)
 		}

@@ -40,9 +40,17 @@ type Report struct {
 	// second signal) with work left.
 	DrainTimedOut bool
 	// Snapshotted is how many messages were saved to the state file at
-	// the stop: Unstarted plus Interrupted, less those that were already
-	// there because they had been re-pushed.
+	// the stop: Unstarted plus Waiting plus Interrupted, less those that
+	// were already there because they had been re-pushed and those given
+	// back (GivenBack).
 	Snapshotted int
+	// GivenBack is how many Kafka messages of [StopRedeliver] classes the
+	// stop left unsaved and uncommitted (of Unstarted, Waiting and
+	// Interrupted): the partition's next owner reads them again.
+	GivenBack int
+	// Revoked is how many unstarted Kafka messages rebalances took out of
+	// the pools and gave back to their partitions' next owners.
+	Revoked int
 	// Unstarted is how many messages were taken out of the pools unstarted.
 	Unstarted int
 	// Waiting is how many were waiting out a retry backoff; they are saved
@@ -72,4 +80,5 @@ func (r *Runtime) fillCounts(rep *Report) {
 	rep.Succeeded, rep.Retried, rep.DeadLettered, rep.Redelivered = s[outSucceeded].Load(), s[outRetried].Load(), s[outDeadLettered].Load(), s[outRedelivered].Load()
 	rep.Parked, rep.Released, rep.Deferred, rep.Scheduled = s[outParked].Load(), s[outReleased].Load(), s[outDeferred].Load(), s[outScheduled].Load()
 	rep.Delivered, rep.Requeued, rep.Discarded, rep.Published = s[outDelivered].Load(), s[outRequeued].Load(), s[outDiscarded].Load(), s[outPublished].Load()
+	rep.Revoked = int(r.revoked.Load())
 }

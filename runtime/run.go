@@ -49,6 +49,9 @@ func (r *Runtime) Run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return rep, fmt.Errorf("runtime: open state file: %w", err)
 	}
+	if err := r.checkIdentity(store); err != nil {
+		return rep, errors.Join(err, store.Close())
+	}
 	r.store = store
 	r.storeOpen.Store(true)
 
@@ -136,6 +139,39 @@ func (r *Runtime) Run(ctx context.Context) (*Report, error) {
 
 	<-r.stopCh
 	return r.stop(rep, func() { cancelFetch(); stopFeeding() }, &consumer, cg, func() { stopDeletes(); bg.Wait() })
+}
+
+// checkIdentity records the group and the instance in a new state file,
+// and refuses a file of another group. A file of another instance of the
+// same group is taken over with a warning.
+func (r *Runtime) checkIdentity(store *snapshot.Store) error {
+	group, ok, err := store.Meta(snapshot.MetaGroup)
+	if err != nil {
+		return fmt.Errorf("runtime: check state file identity: %w", err)
+	}
+	switch {
+	case ok && r.cfg.Group != "" && string(group) != r.cfg.Group:
+		return fmt.Errorf("%w: %s belongs to group %q, configured group is %q", ErrOtherGroup, store.Path(), group, r.cfg.Group)
+	case !ok && r.cfg.Group != "":
+		if err := store.PutMeta(snapshot.MetaGroup, []byte(r.cfg.Group)); err != nil {
+			return fmt.Errorf("runtime: record group in state file: %w", err)
+		}
+	}
+	inst, ok, err := store.Meta(snapshot.MetaInstance)
+	if err != nil {
+		return fmt.Errorf("runtime: check state file identity: %w", err)
+	}
+	if ok && string(inst) == r.cfg.Instance {
+		return nil
+	}
+	if ok {
+		r.log.Warn("state file was written by another instance of the group; taking it over", "path", store.Path(),
+			"group", r.cfg.Group, "previous_instance", string(inst), "instance", r.cfg.Instance)
+	}
+	if err := store.PutMeta(snapshot.MetaInstance, []byte(r.cfg.Instance)); err != nil {
+		return fmt.Errorf("runtime: record instance in state file: %w", err)
+	}
+	return nil
 }
 
 func (r *Runtime) startOffset() int64 {
@@ -394,11 +430,18 @@ func (r *Runtime) stop(rep *Report, cancelFetch context.CancelFunc, consumer *sy
 		reason string
 	}
 	var left []leftover
-	for _, res := range results {
+	for i, res := range results {
 		rep.Unstarted += len(res.Unstarted)
 		rep.Interrupted += len(res.Interrupted)
 		rep.Waiting += len(res.Waiting)
 		rep.Stragglers += res.Stragglers
+		if r.order[i].cfg.StopPolicy == StopRedeliver {
+			// Kafka messages stay unsettled: the commit stops before
+			// them and the partition's next owner reads them again.
+			res.Interrupted = r.giveBack(res.Interrupted, &rep.GivenBack)
+			res.Waiting = r.giveBack(res.Waiting, &rep.GivenBack)
+			res.Unstarted = r.giveBack(res.Unstarted, &rep.GivenBack)
+		}
 		// Interrupted first, then those waiting out a backoff: each
 		// started before any unstarted message of its key, and the
 		// restart re-pushes in save order.
@@ -485,9 +528,17 @@ func (r *Runtime) stop(rep *Report, cancelFetch context.CancelFunc, consumer *sy
 	commitErr := r.finalCommit()
 	rep.Commit = time.Since(phase)
 	r.metrics.setPhase("commit", rep.Commit)
-	if commitErr != nil {
+	switch {
+	case errors.Is(commitErr, errGenerationEnded):
+		// A rebalance ended the generation during the stop; its end
+		// committed what was settled then, and the partitions' new owners
+		// read the rest again. Nothing is unsafe, so the stop is clean.
+		r.log.Warn("generation ended during the stop; messages settled after it will be delivered again to the partitions' new owners",
+			"phase", "commit")
+		commitErr = nil
+	case commitErr != nil:
 		r.log.Warn("final commit failed; Kafka will deliver the uncommitted messages again", "phase", "commit", "err", commitErr)
-	} else {
+	default:
 		r.log.Info("stop phase done", "phase", "commit", "took", rep.Commit)
 	}
 
@@ -519,6 +570,22 @@ func (r *Runtime) stop(rep *Report, cancelFetch context.CancelFunc, consumer *sy
 		commitErr = fmt.Errorf("%w: %w", ErrCommit, commitErr)
 	}
 	return rep, errors.Join(snapErr, commitErr, closeErr)
+}
+
+// giveBack returns the items of its that did not come from Kafka, and
+// counts the others in n, releasing their ties to the pool: they stay
+// unsettled in their trackers.
+func (r *Runtime) giveBack(its []*item, n *int) []*item {
+	kept := its[:0]
+	for _, it := range its {
+		if it.src != fromKafka {
+			kept = append(kept, it)
+			continue
+		}
+		*n++
+		r.leftPool(it)
+	}
+	return kept
 }
 
 // handled counts the messages that left the pools for good so far.

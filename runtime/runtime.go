@@ -31,6 +31,11 @@ var (
 	// the uncommitted messages again, some of which were already handled
 	// or saved.
 	ErrCommit = errors.New("runtime: final commit failed")
+	// ErrOtherGroup is returned by [Runtime.Run] when the state file was
+	// written by an instance of another consumer group: its saved
+	// messages belong to that group's partitions. The error names the
+	// file and both groups.
+	ErrOtherGroup = errors.New("runtime: state file belongs to another consumer group")
 	// ErrStopping is the cause of the handler contexts cancelled by the
 	// hard stop: context.Cause(ctx) returns it.
 	ErrStopping = errors.New("runtime: stopping")
@@ -81,8 +86,9 @@ type Runtime struct {
 	delMu   sync.Mutex
 	delDone doneRecords // records whose messages are done, deleted in batches
 
-	genMu sync.Mutex
-	gen   *generation
+	genMu   sync.Mutex
+	gen     *generation
+	revoked atomic.Int64 // messages given back at rebalances
 
 	// Key releases of ordered classes; relCtx ends at the stop.
 	relMu    sync.Mutex

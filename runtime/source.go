@@ -96,13 +96,62 @@ func (g *generation) keep(kctx context.Context, stopFetch context.CancelFunc, fe
 		case <-kctx.Done():
 			stopFetch()
 			fetchers.Wait()
+			given, left := g.revoke()
 			if err := g.commit(); err != nil {
 				g.r.log.Warn("commit at generation end failed", "generation", g.kg.ID, "err", err)
 			}
-			g.r.log.Info("group generation ended", "generation", g.kg.ID)
+			g.r.log.Info("group generation ended", "generation", g.kg.ID, "given_back", given, "still_running", left)
 			return
 		}
 	}
+}
+
+// revoke is the generation's end at a rebalance: it takes this
+// generation's unstarted and backing-off Kafka messages out of the pools
+// and gives them back (unsettled: the commit stops before them and the
+// partition's next owner reads them again), then waits up to
+// RevokeTimeout for the running ones to settle. It returns how many were
+// given back and how many still run; those finish but only mark this
+// generation's trackers, which nobody commits any more.
+func (g *generation) revoke() (given, left int) {
+	mine := make(map[*tracker]bool, len(g.trackers))
+	for _, tr := range g.trackers {
+		mine[tr] = true
+	}
+	match := func(it *item) bool { return it.src == fromKafka && mine[it.tr] }
+	take := func() {
+		for _, c := range g.r.order {
+			if len(c.cfg.Topics) == 0 {
+				continue
+			}
+			for _, it := range c.pool.Remove(match) {
+				it.tr.abandoned.Add(1)
+				g.r.leftPool(it)
+				given++
+			}
+		}
+	}
+	inFlight := func() int {
+		n := 0
+		for _, tr := range g.trackers {
+			n += tr.inFlight()
+		}
+		return n
+	}
+	take()
+	deadline := time.Now().Add(g.r.cfg.RevokeTimeout)
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for left = inFlight(); left > 0 && time.Now().Before(deadline); left = inFlight() {
+		<-t.C
+		take() // a handler that failed meanwhile waits out a backoff
+	}
+	g.r.revoked.Add(int64(given))
+	if left > 0 {
+		g.r.log.Warn("handlers of revoked partitions still running; their results will not be committed",
+			"generation", g.kg.ID, "running", left, "waited", g.r.cfg.RevokeTimeout)
+	}
+	return given, left
 }
 
 // commit commits every partition whose commit point moved.
@@ -219,6 +268,7 @@ func (r *Runtime) fetch(ctx context.Context, c *class, tr *tracker, start int64)
 		if err := c.pool.Submit(ctx, it); err != nil {
 			// Never accepted: it stays unsettled, so the commit stops
 			// before it and Kafka delivers it again.
+			tr.abandoned.Add(1)
 			return
 		}
 	}

@@ -29,6 +29,9 @@ type tracker struct {
 	committed int64
 	// hwm is the partition's high watermark as of the last fetch.
 	hwm atomic.Int64
+	// abandoned counts fetched offsets that will never settle here: given
+	// back at a rebalance or never accepted by a pool.
+	abandoned atomic.Int64
 }
 
 func newTracker(topic string, partition int, start int64) *tracker {
@@ -113,6 +116,12 @@ func (t *tracker) unsettled() int {
 		}
 	}
 	return n
+}
+
+// inFlight returns how many fetched offsets may still settle: neither
+// settled nor abandoned.
+func (t *tracker) inFlight() int {
+	return t.unsettled() - int(t.abandoned.Load())
 }
 
 // lag returns the high watermark minus the committed offset.

@@ -19,6 +19,8 @@
 //	-work DURATION                  simulated work per message (default 0)
 //	-effects PATH                   append "<topic> <partition> <offset> <key>" per handled message
 //	-fail-rate FRACTION             fraction of handler attempts that fail recoverably (default 0)
+//	-admin ADDR                     serve the admin endpoints and dashboard on ADDR (no host: 127.0.0.1); off by default
+//	-admin-token TOKEN              token for the admin endpoints that requeue or discard; none means read-only
 //
 // Exit status: 0 after a clean stop; 1 when the stop could not save or
 // commit safely; 2 for bad flags or a start failure.
@@ -32,8 +34,13 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/handoff-go/handoff/admin"
 	"github.com/handoff-go/handoff/examples/rental/rental"
 	"github.com/handoff-go/handoff/runtime"
 )
@@ -51,6 +58,10 @@ func run(args []string) int {
 	work := fs.Duration("work", 0, "simulated work per message")
 	effects := fs.String("effects", "", "append one line \"<topic> <partition> <offset> <key>\" per handled message")
 	failRate := fs.Float64("fail-rate", 0, "fraction of handler attempts that fail recoverably (retried, then dead-lettered)")
+	adminAddr := fs.String("admin", "", "serve the admin endpoints and dashboard on `ADDR` (host:port; no host means 127.0.0.1); off when empty")
+	adminToken := fs.String("admin-token", "", "`TOKEN` the admin endpoints that requeue or discard dead letters require; none means they are disabled")
+	var stopPolicy stopPolicyFlag
+	fs.Var(&stopPolicy, "stop-policy", "what the stop does with unfinished Kafka messages: snapshot (save them) or redeliver (leave them to the partition's next owner)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -59,12 +70,18 @@ func run(args []string) int {
 		return 2
 	}
 	if *brokers == "" {
+		if *adminAddr != "" {
+			fmt.Fprintln(os.Stderr, "rental: -admin needs service mode (-brokers)")
+			return 2
+		}
 		return rental.Demo(os.Stdout)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return serve(log, serviceConfig{
 		brokers: strings.Split(*brokers, ","), group: *group, state: *state,
 		drain: *drain, work: *work, effects: *effects, failRate: *failRate,
+		admin: *adminAddr, adminToken: *adminToken,
+		stopPolicy: stopPolicy.p,
 	})
 }
 
@@ -76,6 +93,11 @@ type serviceConfig struct {
 	work     time.Duration
 	effects  string
 	failRate float64
+	// admin is the admin server's address; empty means none.
+	admin      string
+	adminToken string
+
+	stopPolicy runtime.StopPolicy
 }
 
 // serve runs the service until a signal and prints the stop report as
@@ -87,21 +109,32 @@ func serve(log *slog.Logger, sc serviceConfig) int {
 		return 2
 	}
 	defer h.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	rt, err := runtime.New(runtime.Config{
 		Brokers:      sc.brokers,
 		Group:        sc.group,
 		StatePath:    sc.state,
 		DrainTimeout: sc.drain,
-		Classes:      h.Classes(),
+		Classes:      withStopPolicy(h.Classes(), sc.stopPolicy),
 		Logger:       log,
+		Registerer:   reg,
 	})
 	if err != nil {
 		log.Error("bad configuration", "err", err)
 		return 2
 	}
+	stopAdmin := func() {}
+	if sc.admin != "" {
+		if stopAdmin, err = serveAdmin(log, rt, reg, sc); err != nil {
+			log.Error("admin server not started", "err", err)
+			return 2
+		}
+	}
 	stop := runtime.HandleSignals(rt)
 	defer stop()
 	rep, err := rt.Run(context.Background())
+	stopAdmin() // it served through the stop; Run has returned
 	if rep != nil {
 		line, _ := json.Marshal(rep)
 		fmt.Printf("report %s\n", line)
@@ -111,4 +144,26 @@ func serve(log *slog.Logger, sc serviceConfig) int {
 		return 1
 	}
 	return 0
+}
+
+// serveAdmin starts the admin server on sc.admin and returns the function
+// that shuts it down and waits for it.
+func serveAdmin(log *slog.Logger, rt *runtime.Runtime, reg *prometheus.Registry, sc serviceConfig) (func(), error) {
+	h, err := admin.NewHandler(rt, admin.Options{Token: sc.adminToken, Gatherer: reg, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := admin.Listen(sc.admin)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("admin server listening", "addr", ln.Addr().String(), "token", sc.adminToken != "")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := admin.Serve(ctx, ln, h); err != nil {
+			log.Warn("admin server stopped with an error", "err", err)
+		}
+	})
+	return func() { cancel(); wg.Wait() }, nil
 }

@@ -1,0 +1,360 @@
+package admin
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/runtime"
+)
+
+// Paging bounds of the list endpoints.
+const (
+	defaultLimit = 100
+	maxLimit     = 1000
+)
+
+// requeueTimeout bounds how long a requeue waits for room in a full pool.
+const requeueTimeout = 5 * time.Second
+
+func (h *handler) metrics(w http.ResponseWriter, r *http.Request) {
+	if h.metricsH == nil {
+		writeError(w, http.StatusNotFound, "admin: metrics are not enabled: Options.Gatherer is nil")
+		return
+	}
+	h.metricsH.ServeHTTP(w, r)
+}
+
+// classesJSON is the body of GET /api/classes.
+type classesJSON struct {
+	Ready               bool        `json:"ready"`
+	DrainTimeoutSeconds float64     `json:"drain_timeout_seconds"`
+	Classes             []classJSON `json:"classes"`
+}
+
+// classJSON is one class's [runtime.ClassStats].
+type classJSON struct {
+	Name      string   `json:"name"`
+	Topics    []string `json:"topics"`
+	Ordered   bool     `json:"ordered"`
+	Workers   int      `json:"workers"`
+	QueueSize int      `json:"queue_size"`
+	Queued    int      `json:"queued"`
+	Waiting   int      `json:"waiting"`
+	Running   int      `json:"running"`
+	// QueueFill is Queued / QueueSize.
+	QueueFill float64 `json:"queue_fill"`
+	Succeeded uint64  `json:"succeeded"`
+	Failed    uint64  `json:"failed"`
+	Retried   uint64  `json:"retried"`
+	// Rate is the handling capacity in messages per second, 0 when unknown.
+	Rate                 float64 `json:"rate"`
+	DrainEstimateSeconds float64 `json:"drain_estimate_seconds"`
+	OverBudget           bool    `json:"over_budget"`
+}
+
+func toClassJSON(cs runtime.ClassStats) classJSON {
+	c := classJSON{
+		Name: cs.Name, Topics: cs.Topics, Ordered: cs.Ordered, Workers: cs.Workers, QueueSize: cs.QueueSize,
+		Queued: cs.Queued, Waiting: cs.Waiting, Running: cs.Running,
+		Succeeded: cs.Succeeded, Failed: cs.Failed, Retried: cs.Retried,
+		Rate: cs.Rate, DrainEstimateSeconds: cs.DrainEstimate, OverBudget: cs.OverBudget,
+	}
+	if c.Topics == nil {
+		c.Topics = []string{}
+	}
+	if cs.QueueSize > 0 {
+		c.QueueFill = float64(cs.Queued) / float64(cs.QueueSize)
+	}
+	return c
+}
+
+func (h *handler) apiClasses(w http.ResponseWriter, r *http.Request) {
+	stats := h.rt.Stats()
+	out := classesJSON{Ready: h.rt.Ready(), DrainTimeoutSeconds: h.rt.DrainTimeout(), Classes: make([]classJSON, len(stats))}
+	for i, cs := range stats {
+		out.Classes[i] = toClassJSON(cs)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// messageJSON is a message envelope. Byte fields are base64, null when
+// nil; their *_text twins are set when the bytes are valid UTF-8.
+type messageJSON struct {
+	ID             string       `json:"id"`
+	Class          string       `json:"class"`
+	MessageKey     []byte       `json:"message_key"`
+	MessageKeyText *string      `json:"message_key_text,omitempty"`
+	Value          []byte       `json:"value"`
+	ValueText      *string      `json:"value_text,omitempty"`
+	Headers        []headerJSON `json:"headers"`
+	Topic          string       `json:"topic,omitempty"`
+	Partition      int          `json:"partition"`
+	Offset         int64        `json:"offset"`
+	Attempt        int          `json:"attempt"`
+	FirstSeen      time.Time    `json:"first_seen,omitzero"`
+}
+
+type headerJSON struct {
+	Key       string  `json:"key"`
+	Value     []byte  `json:"value"`
+	ValueText *string `json:"value_text,omitempty"`
+}
+
+// text returns b as a string when it is valid UTF-8, else nil.
+func text(b []byte) *string {
+	if b == nil || !utf8.Valid(b) {
+		return nil
+	}
+	s := string(b)
+	return &s
+}
+
+func toMessageJSON(m *handoff.Message) messageJSON {
+	j := messageJSON{
+		ID: m.ID, Class: m.Class, MessageKey: m.Key, MessageKeyText: text(m.Key), Value: m.Value, ValueText: text(m.Value),
+		Headers: make([]headerJSON, len(m.Headers)), Topic: m.Origin.Topic, Partition: m.Origin.Partition, Offset: m.Origin.Offset,
+		Attempt: m.Attempt, FirstSeen: m.FirstSeen,
+	}
+	for i, hd := range m.Headers {
+		j.Headers[i] = headerJSON{Key: hd.Key, Value: hd.Value, ValueText: text(hd.Value)}
+	}
+	return j
+}
+
+// deadJSON is a dead letter: its state-file key, the message (Attempt
+// counts the failed attempts) and its failures.
+type deadJSON struct {
+	Key uint64 `json:"key"`
+	messageJSON
+	Error       string    `json:"error"`
+	FirstFailed time.Time `json:"first_failed,omitzero"`
+	LastFailed  time.Time `json:"last_failed,omitzero"`
+}
+
+func toDeadJSON(dl *runtime.DeadLetter) deadJSON {
+	return deadJSON{Key: dl.Key, messageJSON: toMessageJSON(&dl.Message), Error: dl.Err, FirstFailed: dl.FirstFailed, LastFailed: dl.LastFailed}
+}
+
+// deadPageJSON is the body of GET /api/dead.
+type deadPageJSON struct {
+	DeadLetters []deadJSON `json:"dead_letters"`
+	// Next is the after of the next page; absent on the last.
+	Next uint64 `json:"next,omitempty"`
+}
+
+// parseLimit reads the limit parameter: defaultLimit when absent.
+func parseLimit(r *http.Request) (int, error) {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return defaultLimit, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > maxLimit {
+		return 0, fmt.Errorf("admin: limit must be an integer from 1 to %d, got %q", maxLimit, s)
+	}
+	return n, nil
+}
+
+// parseKey reads a dead letter key: a decimal uint64.
+func parseKey(s string) (uint64, error) {
+	k, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("admin: dead letter key must be a decimal number, got %q", s)
+	}
+	return k, nil
+}
+
+func (h *handler) apiDeadList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var after uint64
+	if s := q.Get("after"); s != "" {
+		a, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "admin: after must be a dead letter key (a decimal number), got %q", s)
+			return
+		}
+		after = a
+	}
+	limit, err := parseLimit(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%s", err)
+		return
+	}
+	dls, next, err := h.rt.DeadLetters(q.Get("class"), after, limit)
+	if err != nil {
+		h.runtimeError(w, "list dead letters", err)
+		return
+	}
+	out := deadPageJSON{DeadLetters: make([]deadJSON, len(dls)), Next: next}
+	for i := range dls {
+		out.DeadLetters[i] = toDeadJSON(&dls[i])
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (h *handler) apiDeadGet(w http.ResponseWriter, r *http.Request) {
+	key, err := parseKey(r.PathValue("key"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%s", err)
+		return
+	}
+	dl, err := h.rt.GetDeadLetter(key)
+	if err != nil {
+		h.runtimeError(w, fmt.Sprintf("get dead letter %d", key), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toDeadJSON(&dl))
+}
+
+// actionJSON is the body of a successful requeue or discard.
+type actionJSON struct {
+	Key    uint64 `json:"key"`
+	Status string `json:"status"`
+}
+
+func (h *handler) apiRequeue(w http.ResponseWriter, r *http.Request) {
+	if !h.authorizeBearer(w, r) {
+		return
+	}
+	key, err := parseKey(r.PathValue("key"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%s", err)
+		return
+	}
+	if err := h.requeue(r.Context(), key); err != nil {
+		h.runtimeError(w, fmt.Sprintf("requeue dead letter %d", key), err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, actionJSON{Key: key, Status: "requeued"})
+}
+
+func (h *handler) apiDiscard(w http.ResponseWriter, r *http.Request) {
+	if !h.authorizeBearer(w, r) {
+		return
+	}
+	key, err := parseKey(r.PathValue("key"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%s", err)
+		return
+	}
+	if err := h.rt.Discard(key); err != nil {
+		h.runtimeError(w, fmt.Sprintf("discard dead letter %d", key), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, actionJSON{Key: key, Status: "discarded"})
+}
+
+// requeue requeues key, waiting at most requeueTimeout for room in its
+// class's pool.
+func (h *handler) requeue(ctx context.Context, key uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, requeueTimeout)
+	defer cancel()
+	return h.rt.Requeue(ctx, key)
+}
+
+// parkedJSON is one parked key of an ordered class.
+type parkedJSON struct {
+	Class   string    `json:"class"`
+	Key     []byte    `json:"key"`
+	KeyText *string   `json:"key_text,omitempty"`
+	Count   int       `json:"count"`
+	Oldest  time.Time `json:"oldest,omitzero"`
+}
+
+func (h *handler) apiParked(w http.ResponseWriter, r *http.Request) {
+	keys, err := h.rt.ParkedKeys()
+	if err != nil {
+		h.runtimeError(w, "list parked keys", err)
+		return
+	}
+	out := struct {
+		Parked []parkedJSON `json:"parked"`
+	}{Parked: make([]parkedJSON, len(keys))}
+	for i, k := range keys {
+		out.Parked[i] = parkedJSON{Class: k.Class, Key: k.Key, KeyText: text(k.Key), Count: k.Count, Oldest: k.Oldest}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// delayedJSON is one delayed message. Cursor is its key in the state file,
+// base64url without padding: pass it as after for the next page.
+type delayedJSON struct {
+	Cursor string    `json:"cursor"`
+	Due    time.Time `json:"due"`
+	messageJSON
+	Reason       string `json:"reason"`
+	Error        string `json:"error,omitempty"`
+	Redeliveries int    `json:"redeliveries"`
+}
+
+func (h *handler) apiDelayed(w http.ResponseWriter, r *http.Request) {
+	var after []byte
+	if s := r.URL.Query().Get("after"); s != "" {
+		a, err := base64.RawURLEncoding.DecodeString(s)
+		if err != nil || len(a) < 8 {
+			writeError(w, http.StatusBadRequest, "admin: after must be the cursor of a delayed message (base64url), got %q", s)
+			return
+		}
+		after = a
+	}
+	limit, err := parseLimit(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%s", err)
+		return
+	}
+	entries, err := h.rt.Delayed(after, limit)
+	if err != nil {
+		h.runtimeError(w, "list delayed messages", err)
+		return
+	}
+	out := struct {
+		Delayed []delayedJSON `json:"delayed"`
+		// Next is the after of the next page; absent when this page is
+		// not full.
+		Next string `json:"next,omitempty"`
+	}{Delayed: make([]delayedJSON, len(entries))}
+	for i, e := range entries {
+		out.Delayed[i] = delayedJSON{
+			Cursor: base64.RawURLEncoding.EncodeToString(e.Key), Due: e.Due, messageJSON: toMessageJSON(&e.Record.Message),
+			Reason: e.Record.Reason, Error: e.Record.Err, Redeliveries: e.Record.Redeliveries,
+		}
+	}
+	if len(entries) == limit {
+		out.Next = out.Delayed[len(entries)-1].Cursor
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// statusOf maps a runtime error to an HTTP status.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, runtime.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, runtime.ErrRequeued), errors.Is(err, runtime.ErrUnknownClass):
+		return http.StatusConflict
+	case errors.Is(err, runtime.ErrNotRunning), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// runtimeError answers a failed runtime call: what names the call.
+func (h *handler) runtimeError(w http.ResponseWriter, what string, err error) {
+	status := statusOf(err)
+	msg := err.Error()
+	if errors.Is(err, context.DeadlineExceeded) {
+		msg = fmt.Sprintf("the class's pool stayed full for %s: %v", requeueTimeout, err)
+	}
+	if status == http.StatusInternalServerError {
+		h.log.Error("admin request failed", "what", what, "err", err)
+	}
+	writeError(w, status, "admin: %s: %s", what, msg)
+}

@@ -1,0 +1,364 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"html/template"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/handoff-go/handoff/runtime"
+)
+
+//go:embed dashboard.html
+var dashboardHTML string
+
+var dashboardTmpl = template.Must(template.New("dashboard").Funcs(template.FuncMap{
+	"seconds": fmtSeconds,
+	"when":    fmtTime,
+	"short":   short,
+	"pct":     func(f float64) string { return strconv.Itoa(int(math.Round(f*100))) + "%" },
+	"bar":     func(f float64) string { return strconv.FormatFloat(100*min(max(f, 0), 1), 'f', 1, 64) + "%" },
+}).Parse(dashboardHTML))
+
+// How many rows the dashboard shows per table.
+const (
+	pageDead    = 50
+	pageParked  = 20
+	pageDelayed = 20
+)
+
+// page is what the dashboard template renders.
+type page struct {
+	Base    string
+	Nonce   string
+	Refresh int64 // milliseconds; 0 means no reload
+	Now     time.Time
+
+	Ready           bool
+	DrainTimeout    float64
+	Classes         []classView
+	TokenConfigured bool
+	LoggedIn        bool
+	Flash           string
+	FlashErr        bool
+
+	DeadClass string
+	DeadAfter uint64
+	Dead      []deadView
+	DeadNext  uint64
+	DeadErr   string
+
+	Parked    []parkedJSON
+	ParkedErr string
+
+	Delayed    []delayedView
+	DelayedErr string
+}
+
+// classView is one class card.
+type classView struct {
+	classJSON
+	// BudgetFill is DrainEstimate / DrainTimeout.
+	BudgetFill float64
+}
+
+type deadView struct {
+	Key                     uint64
+	Class, ID, MsgKey, Err  string
+	Attempts                int
+	FirstFailed, LastFailed time.Time
+}
+
+type delayedView struct {
+	Due                 time.Time
+	Class, ID, Reason   string
+	Redeliveries, Tries int
+}
+
+func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p := page{
+		Base:            basePath(r),
+		Nonce:           nonce(),
+		Refresh:         max(h.refresh.Milliseconds(), 0),
+		Now:             time.Now().UTC(),
+		Ready:           h.rt.Ready(),
+		DrainTimeout:    h.rt.DrainTimeout(),
+		TokenConfigured: len(h.token) > 0,
+		LoggedIn:        h.loggedIn(r),
+		DeadClass:       q.Get("class"),
+	}
+	p.Flash, p.FlashErr = flash(q.Get("msg"), q.Get("key"))
+	for _, cs := range h.rt.Stats() {
+		cv := classView{classJSON: toClassJSON(cs)}
+		if p.DrainTimeout > 0 {
+			cv.BudgetFill = cs.DrainEstimate / p.DrainTimeout
+		}
+		p.Classes = append(p.Classes, cv)
+	}
+
+	if s := q.Get("after"); s != "" {
+		a, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			p.Flash, p.FlashErr = fmt.Sprintf("Ignored a bad after parameter %q: it must be a dead letter key.", s), true
+		}
+		p.DeadAfter = a
+	}
+	if dls, next, err := h.rt.DeadLetters(p.DeadClass, p.DeadAfter, pageDead); err != nil {
+		p.DeadErr = errText(err)
+	} else {
+		p.DeadNext = next
+		for _, dl := range dls {
+			p.Dead = append(p.Dead, deadView{
+				Key: dl.Key, Class: dl.Message.Class, ID: dl.Message.ID, MsgKey: printable(dl.Message.Key), Err: dl.Err,
+				Attempts: dl.Message.Attempt, FirstFailed: dl.FirstFailed, LastFailed: dl.LastFailed,
+			})
+		}
+	}
+	if keys, err := h.rt.ParkedKeys(); err != nil {
+		p.ParkedErr = errText(err)
+	} else {
+		for i, k := range keys {
+			if i == pageParked {
+				break
+			}
+			p.Parked = append(p.Parked, parkedJSON{Class: k.Class, KeyText: ptr(printable(k.Key)), Count: k.Count, Oldest: k.Oldest})
+		}
+	}
+	if entries, err := h.rt.Delayed(nil, pageDelayed); err != nil {
+		p.DelayedErr = errText(err)
+	} else {
+		for _, e := range entries {
+			m := &e.Record.Message
+			p.Delayed = append(p.Delayed, delayedView{Due: e.Due, Class: m.Class, ID: m.ID, Reason: e.Record.Reason,
+				Redeliveries: e.Record.Redeliveries, Tries: m.Attempt})
+		}
+	}
+
+	var buf bytes.Buffer
+	if err := dashboardTmpl.Execute(&buf, p); err != nil {
+		h.log.Error("dashboard not rendered", "err", err)
+		writeError(w, http.StatusInternalServerError, "admin: render dashboard: %v", err)
+		return
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", "text/html; charset=utf-8")
+	hd.Set("Content-Security-Policy", fmt.Sprintf("default-src 'none'; style-src 'nonce-%[1]s'; style-src-attr 'unsafe-inline'; script-src 'nonce-%[1]s'; "+
+		"form-action 'self'; base-uri 'self'; frame-ancestors 'none'", p.Nonce))
+	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("X-Frame-Options", "DENY")
+	w.Write(buf.Bytes())
+}
+
+func (h *handler) uiLogin(w http.ResponseWriter, r *http.Request) {
+	if !h.sameOrigin(w, r) {
+		return
+	}
+	switch {
+	case len(h.token) == 0:
+		h.back(w, r, "no-token", 0)
+	case !h.tokenOK(r.PostFormValue("token")):
+		h.log.Warn("dashboard login with a wrong token", "remote", r.RemoteAddr)
+		h.back(w, r, "bad-token", 0)
+	default:
+		h.setSession(w, r, false)
+		h.back(w, r, "logged-in", 0)
+	}
+}
+
+func (h *handler) uiLogout(w http.ResponseWriter, r *http.Request) {
+	if !h.sameOrigin(w, r) {
+		return
+	}
+	h.setSession(w, r, true)
+	h.back(w, r, "logged-out", 0)
+}
+
+func (h *handler) uiRequeue(w http.ResponseWriter, r *http.Request) {
+	h.uiAction(w, r, "requeued", func(ctx context.Context, key uint64) error { return h.requeue(ctx, key) })
+}
+
+func (h *handler) uiDiscard(w http.ResponseWriter, r *http.Request) {
+	h.uiAction(w, r, "discarded", func(_ context.Context, key uint64) error { return h.rt.Discard(key) })
+}
+
+// uiAction runs a dashboard button's action when the session allows it
+// and sends the browser back to the dashboard with the outcome.
+func (h *handler) uiAction(w http.ResponseWriter, r *http.Request, done string, act func(context.Context, uint64) error) {
+	if !h.sameOrigin(w, r) {
+		return
+	}
+	switch {
+	case len(h.token) == 0:
+		h.back(w, r, "no-token", 0)
+		return
+	case !h.loggedIn(r):
+		h.back(w, r, "login-first", 0)
+		return
+	}
+	key, err := parseKey(r.PathValue("key"))
+	if err != nil {
+		h.back(w, r, "bad-key", 0)
+		return
+	}
+	if err := act(r.Context(), key); err != nil {
+		code := "failed"
+		switch {
+		case errors.Is(err, runtime.ErrNotFound):
+			code = "not-found"
+		case errors.Is(err, runtime.ErrRequeued):
+			code = "busy"
+		case errors.Is(err, runtime.ErrUnknownClass):
+			code = "unknown-class"
+		case errors.Is(err, runtime.ErrNotRunning):
+			code = "not-running"
+		case errors.Is(err, context.DeadlineExceeded):
+			code = "pool-full"
+		default:
+			h.log.Error("dashboard action failed", "action", done, "key", key, "err", err)
+		}
+		h.back(w, r, code, key)
+		return
+	}
+	h.back(w, r, done, key)
+}
+
+// sameOrigin rejects cross-origin browser posts (CSRF) with 403.
+func (h *handler) sameOrigin(w http.ResponseWriter, r *http.Request) bool {
+	if err := h.csrf.Check(r); err != nil {
+		writeError(w, http.StatusForbidden, "admin: %v", err)
+		return false
+	}
+	return true
+}
+
+// back redirects to the dashboard, showing the message of code.
+func (h *handler) back(w http.ResponseWriter, r *http.Request, code string, key uint64) {
+	v := url.Values{"msg": {code}}
+	if key != 0 {
+		v.Set("key", strconv.FormatUint(key, 10))
+	}
+	http.Redirect(w, r, basePath(r)+"?"+v.Encode(), http.StatusSeeOther)
+}
+
+// flashes are the dashboard's messages by code; %s is the dead letter key.
+// Codes come from the query, so only these texts can ever be shown.
+var flashes = map[string]struct {
+	text string
+	err  bool
+}{
+	"logged-in":     {"Logged in: requeue and discard are enabled.", false},
+	"logged-out":    {"Logged out.", false},
+	"requeued":      {"Dead letter %s requeued: it runs again in its class.", false},
+	"discarded":     {"Dead letter %s discarded.", false},
+	"bad-token":     {"Wrong token.", true},
+	"no-token":      {"No token is configured: requeue and discard are disabled.", true},
+	"login-first":   {"Log in with the admin token first.", true},
+	"bad-key":       {"That is not a dead letter key.", true},
+	"not-found":     {"Dead letter %s does not exist (handled or discarded already?).", true},
+	"busy":          {"Dead letter %s was requeued and has not finished yet.", true},
+	"unknown-class": {"Dead letter %s belongs to a class that is not configured: it cannot be requeued.", true},
+	"not-running":   {"The runtime is not running (stopping?): try again after the restart.", true},
+	"pool-full":     {"Dead letter %s was not requeued: its class's queue stayed full.", true},
+	"failed":        {"The action on dead letter %s failed; the service log says why.", true},
+}
+
+func flash(code, key string) (string, bool) {
+	f, ok := flashes[code]
+	if !ok {
+		return "", false
+	}
+	if !strings.Contains(f.text, "%s") {
+		return f.text, f.err
+	}
+	if _, err := strconv.ParseUint(key, 10, 64); err != nil {
+		key = "?"
+	}
+	return fmt.Sprintf(f.text, key), f.err
+}
+
+// basePath returns the path the handler is mounted at, with a trailing
+// slash: "/" at the root, "/admin/" under http.StripPrefix("/admin", h).
+func basePath(r *http.Request) string {
+	orig := r.URL.Path
+	if u, err := url.ParseRequestURI(r.RequestURI); err == nil && u.Path != "" {
+		orig = u.Path
+	}
+	if prefix, ok := strings.CutSuffix(orig, r.URL.Path); ok {
+		return strings.TrimSuffix(prefix, "/") + "/"
+	}
+	return "/"
+}
+
+// nonce returns a fresh CSP nonce.
+func nonce() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return base64.RawStdEncoding.EncodeToString(b)
+}
+
+func errText(err error) string {
+	if errors.Is(err, runtime.ErrNotRunning) {
+		return "The runtime is not running: the state file is closed."
+	}
+	return err.Error()
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// printable renders a message key for a table cell: its text when it is
+// valid UTF-8 without control characters, else hex; nil as "∅".
+func printable(b []byte) string {
+	if b == nil {
+		return "∅"
+	}
+	if utf8.Valid(b) && !bytes.ContainsFunc(b, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return short(string(b))
+	}
+	return short(fmt.Sprintf("0x%x", b))
+}
+
+// short cuts s to 60 runes.
+func short(s string) string {
+	if utf8.RuneCountInString(s) <= 60 {
+		return s
+	}
+	return string([]rune(s)[:59]) + "…"
+}
+
+// fmtSeconds renders a duration given in seconds.
+func fmtSeconds(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < 10*time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	default:
+		return d.Round(time.Second).String()
+	}
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "–"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}

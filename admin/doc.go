@@ -1,0 +1,59 @@
+// Package admin is handoff's operator surface: an [http.Handler] with
+// health and readiness probes, Prometheus metrics, a JSON API over a
+// [runtime.Runtime] (per-class stats, dead letters, parked keys, delayed
+// messages) and a small server-rendered dashboard.
+//
+// A service mounts the handler [NewHandler] returns on a listener of its
+// own, off by default and on the loopback interface by default ([Listen],
+// [Serve]); docs/admin.md in the repository describes every endpoint.
+//
+// # Endpoints
+//
+//	GET  /healthz                      200 "ok" while the process lives
+//	GET  /readyz                       200 while Runtime.Ready, else 503
+//	GET  /metrics                      Options.Gatherer in the Prometheus text format
+//	GET  /api/classes                  per-class stats
+//	GET  /api/dead?class=&after=&limit= dead letters, paged
+//	GET  /api/dead/{key}               one dead letter
+//	POST /api/dead/{key}/requeue       hand a dead letter back to its class (token)
+//	POST /api/dead/{key}/discard       delete a dead letter (token)
+//	GET  /api/parked                   parked keys of ordered classes
+//	GET  /api/delayed?after=&limit=    delayed messages, in due order
+//	GET  /                             the dashboard
+//	POST /ui/login, /ui/logout         the dashboard's session
+//	POST /ui/dead/{key}/requeue        the dashboard's buttons (session)
+//	POST /ui/dead/{key}/discard
+//
+// Errors are JSON objects {"error": "..."} naming what failed, with the
+// status saying why: 400 malformed input, 401 a missing or wrong token,
+// 403 no token configured, 404 no such dead letter or path, 405 a wrong
+// method (with Allow), 409 a dead letter that is already requeued, 503 a
+// runtime that is not running.
+//
+// # Message bytes in JSON
+//
+// Message keys, values and header values are []byte and so base64 in JSON
+// (null when nil, "" when empty: Kafka tells them apart). Next to each, a
+// *_text field ("message_key_text", "value_text", header "value_text")
+// holds the same bytes as a string when they are valid UTF-8, and is
+// absent otherwise.
+//
+// # Authentication
+//
+// Reading needs no token: bind the handler to a trusted interface. Every
+// mutating endpoint needs Options.Token. The API takes it as
+// "Authorization: Bearer <token>"; without one it answers 401, with a wrong
+// one 401, and when Options.Token is empty 403: mutating is then disabled.
+// The dashboard has a login form that sets an HttpOnly, SameSite=Strict
+// session cookie (an HMAC of the token and the login time, valid for 12
+// hours, so the token itself is never stored in the browser); its form
+// posts are also checked against cross-origin requests with
+// [http.CrossOriginProtection]. Tokens are compared in constant time.
+//
+// # Logging
+//
+// Each request is logged to Options.Logger with its method, path, status
+// and duration, never message contents: successful reads at Debug (probes
+// and scrapes are frequent), mutations and errors at Info, server errors
+// at Error.
+package admin

@@ -1,0 +1,227 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/handoff-go/handoff/runtime"
+)
+
+// ErrConfig is wrapped by every error [NewHandler] returns for bad
+// arguments.
+var ErrConfig = errors.New("admin: invalid options")
+
+// Options configures the handler [NewHandler] returns.
+type Options struct {
+	// Token is the secret that mutating endpoints (requeue, discard)
+	// require: as "Authorization: Bearer <token>" on the API, through the
+	// dashboard's login form on the page. Empty means mutating endpoints
+	// are disabled and answer 403.
+	Token string
+
+	// Gatherer is served on /metrics, usually the prometheus.Registry
+	// passed to the runtime as Config.Registerer. Nil means /metrics
+	// answers 404.
+	Gatherer prometheus.Gatherer
+
+	// Logger receives one record per request: method, path, status and
+	// duration. Nil means discard.
+	Logger *slog.Logger
+
+	// Refresh is how often the dashboard reloads itself (it skips a
+	// reload while an input field has the focus). Zero means 5s; negative
+	// means never.
+	Refresh time.Duration
+}
+
+// handler serves the admin endpoints of one runtime.
+type handler struct {
+	rt    *runtime.Runtime
+	log   *slog.Logger
+	token []byte
+	// metricsH serves /metrics; nil without a Gatherer.
+	metricsH http.Handler
+	refresh  time.Duration
+	mux      *http.ServeMux
+	csrf     *http.CrossOriginProtection
+}
+
+// NewHandler returns the admin handler of rt: probes, metrics, the JSON
+// API and the dashboard (see the package doc). It reads rt's state on
+// each request and is safe for concurrent use; it may serve before
+// [runtime.Runtime.Run] starts and after it returns (endpoints that need
+// the state file then answer 503). Mount it at the root of a server, or
+// under a prefix with [http.StripPrefix] ("/admin", no trailing slash).
+func NewHandler(rt *runtime.Runtime, opts Options) (http.Handler, error) {
+	var errs []error
+	if rt == nil {
+		errs = append(errs, fmt.Errorf("%w: nil runtime", ErrConfig))
+	}
+	if opts.Token != "" && (strings.TrimSpace(opts.Token) != opts.Token ||
+		strings.ContainsFunc(opts.Token, func(r rune) bool { return r < 0x20 || r == 0x7f })) {
+		errs = append(errs, fmt.Errorf("%w: Token must not have control characters or surrounding spaces", ErrConfig))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	h := &handler{
+		rt:      rt,
+		log:     opts.Logger,
+		token:   []byte(opts.Token),
+		refresh: opts.Refresh,
+		mux:     http.NewServeMux(),
+		csrf:    http.NewCrossOriginProtection(),
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	h.log = h.log.With("component", "admin")
+	if opts.Gatherer != nil {
+		h.metricsH = promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{})
+	}
+	if h.refresh == 0 {
+		h.refresh = 5 * time.Second
+	}
+	h.routes()
+	return h, nil
+}
+
+// routes registers every endpoint, and for each path a fallback that
+// answers 405 with Allow and a JSON body: a pattern with a method is more
+// specific than the same path without one.
+func (h *handler) routes() {
+	type route struct {
+		method, path string
+		fn           http.HandlerFunc
+	}
+	table := []route{
+		{"GET", "/healthz", h.healthz},
+		{"GET", "/readyz", h.readyz},
+		{"GET", "/metrics", h.metrics},
+		{"GET", "/api/classes", h.apiClasses},
+		{"GET", "/api/dead", h.apiDeadList},
+		{"GET", "/api/dead/{key}", h.apiDeadGet},
+		{"POST", "/api/dead/{key}/requeue", h.apiRequeue},
+		{"POST", "/api/dead/{key}/discard", h.apiDiscard},
+		{"GET", "/api/parked", h.apiParked},
+		{"GET", "/api/delayed", h.apiDelayed},
+		{"GET", "/{$}", h.dashboard},
+		{"POST", "/ui/login", h.uiLogin},
+		{"POST", "/ui/logout", h.uiLogout},
+		{"POST", "/ui/dead/{key}/requeue", h.uiRequeue},
+		{"POST", "/ui/dead/{key}/discard", h.uiDiscard},
+	}
+	allowed := map[string][]string{}
+	var paths []string
+	for _, rt := range table {
+		h.mux.HandleFunc(rt.method+" "+rt.path, rt.fn)
+		if _, ok := allowed[rt.path]; !ok {
+			paths = append(paths, rt.path)
+		}
+		allowed[rt.path] = append(allowed[rt.path], rt.method)
+		if rt.method == "GET" {
+			allowed[rt.path] = append(allowed[rt.path], "HEAD")
+		}
+	}
+	for _, p := range paths {
+		allow := strings.Join(slices.Sorted(slices.Values(allowed[p])), ", ")
+		h.mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeError(w, http.StatusMethodNotAllowed, "admin: method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow)
+		})
+	}
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "admin: no endpoint %s", r.URL.Path)
+	})
+}
+
+// ServeHTTP logs the request and hands it to the mux.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	began := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	hd := w.Header()
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Cache-Control", "no-store")
+	h.mux.ServeHTTP(sw, r)
+	status := sw.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	level := slog.LevelDebug
+	switch {
+	case status >= 500:
+		level = slog.LevelError
+	case status >= 400 || (r.Method != http.MethodGet && r.Method != http.MethodHead):
+		level = slog.LevelInfo
+	}
+	h.log.LogAttrs(r.Context(), level, "request", slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.Int("status", status), slog.Duration("took", time.Since(began)))
+}
+
+// statusWriter remembers the status written through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// errorJSON is the body of every error response.
+type errorJSON struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, format string, args ...any) {
+	writeJSON(w, status, errorJSON{Error: fmt.Sprintf(format, args...)})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		// Only our own types are encoded; this is a programmer error.
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(errorJSON{Error: "admin: encode response: " + err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Write([]byte("ok\n"))
+}
+
+func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if !h.rt.Ready() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte("not ready\n"))
+		return
+	}
+	w.Write([]byte("ok\n"))
+}

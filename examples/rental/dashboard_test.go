@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/admin"
+	"github.com/handoff-go/handoff/examples/rental/rental"
+	"github.com/handoff-go/handoff/internal/devbroker"
+	"github.com/handoff-go/handoff/runtime"
+)
+
+const chromium = "/usr/bin/chromium"
+
+// screenshotPath is where HANDOFF_SCREENSHOT=1 saves the dashboard.
+var screenshotPath = filepath.Join("..", "..", "docs", "dashboard.png")
+
+// TestDashboardInBrowser runs the rental classes on an embedded broker
+// with one poison message per topic, serves the admin handler, and drives
+// the dashboard in headless Chromium: the three class cards show, the
+// operator logs in, the bug is fixed (Service.Cure), Requeue is clicked on
+// the orders dead letter, and after a reload its row is gone and the
+// orders card counts more successes (the dead letter and the message
+// parked behind it). With HANDOFF_SCREENSHOT=1 it also runs the handlers
+// slowly under a burst, so the cards show queues, and saves the page to
+// docs/dashboard.png.
+func TestDashboardInBrowser(t *testing.T) {
+	if _, err := os.Stat(chromium); err != nil {
+		t.Skipf("needs %s: install the Debian packages chromium and chromium-driver (apt-get install chromium chromium-driver)", chromium)
+	}
+	if testing.Short() {
+		t.Skip("starts a browser")
+	}
+	shoot := os.Getenv("HANDOFF_SCREENSHOT") == "1"
+	work, drain := time.Duration(0), 30*time.Second
+	if shoot {
+		work, drain = 400*time.Millisecond, 5*time.Second
+	}
+
+	broker, err := devbroker.Start(devbroker.Config{Topics: rental.Topics(), Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer broker.Close()
+	const perTopic = 20
+	var msgs []kafka.Message
+	for _, topic := range rental.Topics() {
+		msgs = append(msgs, kafka.Message{Topic: topic, Key: []byte(topic + "-bad"), Value: []byte("poison: " + topic)})
+		for i := range perTopic {
+			msgs = append(msgs, kafka.Message{Topic: topic, Key: fmt.Appendf(nil, "%s-%d", topic, i), Value: []byte("ok")})
+		}
+	}
+	// Parked behind the orders dead letter until it is requeued.
+	msgs = append(msgs, kafka.Message{Topic: rental.TopicOrders, Key: []byte("orders-bad"), Value: []byte("after the bad one")})
+	produce(t, broker, msgs)
+
+	svc, err := rental.New(rental.Options{Work: work})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	reg := prometheus.NewRegistry()
+	rt, err := runtime.New(runtime.Config{
+		Brokers: broker.Addrs(), Group: "rental-dashboard", StatePath: filepath.Join(t.TempDir(), "rental.db"),
+		Classes: svc.Classes(), Registerer: reg, DrainTimeout: drain, HardStopGrace: time.Second,
+		CommitInterval: 100 * time.Millisecond, FetchMaxWait: 100 * time.Millisecond, SessionTimeout: 6 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { _, err := rt.Run(context.Background()); ran <- err }()
+	defer func() {
+		rt.Shutdown(context.Background())
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	const token = "rental-admin-token"
+	h, err := admin.NewHandler(rt, admin.Options{Token: token, Gatherer: reg, Refresh: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	// One dead letter per class, and the rest handled.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		dls, _, err := rt.DeadLetters("", 0, 10)
+		if err != nil && !errors.Is(err, runtime.ErrNotRunning) { // not started yet
+			t.Fatal(err)
+		}
+		var ok uint64
+		for _, cs := range rt.Stats() {
+			ok += cs.Succeeded
+		}
+		if len(dls) == 3 && ok == 3*perTopic {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d dead letters, %d handled; want 3 and %d", len(dls), ok, 3*perTopic)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	orders, _, _ := rt.DeadLetters("orders", 0, 1)
+	if len(orders) != 1 {
+		t.Fatalf("orders dead letters: %+v", orders)
+	}
+	deadKey := orders[0].Key
+	// A message for later, for the delayed table.
+	if err := rt.Schedule(context.Background(), "users", &handoff.Message{ID: "welcome-mail-42", Key: []byte("user-42"), Value: []byte("send")},
+		time.Now().Add(10*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx := browser(t)
+	do(t, ctx, "load the dashboard", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#class-heartbeats")))
+	cards := value(t, ctx, "read the cards", chromedp.Evaluate[[]string](`[...document.querySelectorAll(".card h3")].map(e => e.firstChild.textContent.trim())`))
+	if strings.Join(cards, ",") != "orders,users,heartbeats" {
+		t.Fatalf("class cards %q, want orders, users, heartbeats", cards)
+	}
+	disabled := value(t, ctx, "read the Requeue button", chromedp.Evaluate[bool](fmt.Sprintf(`document.querySelector("#requeue-%d").disabled`, deadKey)))
+	do(t, ctx, "log in",
+		chromedp.SendKeys(chromedp.CSS("#token"), token),
+		chromedp.Submit(chromedp.CSS("#token")),
+		chromedp.WaitVisible(chromedp.CSS("#session")),
+	)
+	if !disabled {
+		t.Error("Requeue was enabled before the login")
+	}
+
+	if shoot {
+		screenshot(t, ctx, srv.URL, broker, rt)
+	}
+
+	// A fresh page without the login's message, so the next #flash is
+	// the answer to the click.
+	do(t, ctx, "reload", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#class-orders")))
+	before := cardCount(t, ctx, "#succeeded-orders")
+	svc.Cure()
+	do(t, ctx, "click Requeue",
+		chromedp.Click(chromedp.CSS(fmt.Sprintf("#requeue-%d", deadKey))),
+		chromedp.WaitVisible(chromedp.CSS("#flash")),
+	)
+	flash := value(t, ctx, "read the message", chromedp.Text(chromedp.CSS("#flash")))
+	if !strings.Contains(flash, fmt.Sprintf("Dead letter %d requeued", deadKey)) {
+		t.Fatalf("flash after Requeue: %q", flash)
+	}
+	// Reload until the row is gone and the orders card counts the
+	// requeued message and the one parked behind it.
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		do(t, ctx, "reload", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#class-orders")))
+		gone := value(t, ctx, "look for the row", chromedp.Evaluate[bool](fmt.Sprintf(`document.querySelector("#dead-%d") === null`, deadKey)))
+		after := cardCount(t, ctx, "#succeeded-orders")
+		if gone && after >= before+2 {
+			t.Logf("orders succeeded %d -> %d; dead letter %d gone from the page", before, after, deadKey)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after Requeue: row gone %v, orders succeeded %d -> %d", gone, before, after)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := rt.GetDeadLetter(deadKey); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("dead letter %d after the requeue: %v", deadKey, err)
+	}
+}
+
+// browser starts headless Chromium with a fresh profile; it is closed at
+// the end of the test.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromium),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1360, 900),
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(allocCtx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(func() {
+		cancelTimeout()
+		cancelCtx()
+		cancelAlloc()
+	})
+	return ctx
+}
+
+// do runs steps in the browser.
+func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// value runs a in the browser and returns its value.
+func value[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+// cardCount reads a number shown on the page.
+func cardCount(t *testing.T, ctx context.Context, sel string) uint64 {
+	t.Helper()
+	s := value(t, ctx, "read "+sel, chromedp.Text(chromedp.CSS(sel)))
+	n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		t.Fatalf("%s shows %q", sel, s)
+	}
+	return n
+}
+
+func produce(t *testing.T, broker *devbroker.Broker, msgs []kafka.Message) {
+	t.Helper()
+	w := devbroker.NewWriter(broker.Addrs())
+	defer devbroker.CloseWriter(w)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// screenshot loads a burst so the cards show work in progress, and saves
+// the page to docs/dashboard.png.
+func screenshot(t *testing.T, ctx context.Context, url string, broker *devbroker.Broker, rt *runtime.Runtime) {
+	t.Helper()
+	var msgs []kafka.Message
+	for i := range 600 {
+		topic := rental.Topics()[i%3]
+		msgs = append(msgs, kafka.Message{Topic: topic, Key: fmt.Appendf(nil, "burst-%d", i), Value: []byte("ok")})
+	}
+	produce(t, broker, msgs)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := rt.Stats()
+		if st[2].Queued > st[2].QueueSize/2 && st[0].Running > 0 && st[1].Running > 0 && st[2].Rate > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no backlog for the screenshot: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	do(t, ctx, "reload for the screenshot", chromedp.Navigate(url+"/"), chromedp.WaitVisible(chromedp.CSS("#class-orders")))
+	png := value(t, ctx, "screenshot", chromedp.FullScreenshot(100))
+	if err := os.WriteFile(screenshotPath, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("saved %s (%d bytes)", screenshotPath, len(png))
+}

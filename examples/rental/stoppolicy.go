@@ -1,0 +1,32 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/handoff-go/handoff/runtime"
+)
+
+// stopPolicyFlag is the -stop-policy flag: snapshot or redeliver.
+type stopPolicyFlag struct{ p runtime.StopPolicy }
+
+func (f *stopPolicyFlag) String() string { return f.p.String() }
+
+func (f *stopPolicyFlag) Set(s string) error {
+	switch s {
+	case "snapshot":
+		f.p = runtime.StopSnapshot
+	case "redeliver":
+		f.p = runtime.StopRedeliver
+	default:
+		return fmt.Errorf("want snapshot or redeliver, got %q", s)
+	}
+	return nil
+}
+
+// withStopPolicy returns classes with StopPolicy set to p.
+func withStopPolicy(classes []runtime.Class, p runtime.StopPolicy) []runtime.Class {
+	for i := range classes {
+		classes[i].StopPolicy = p
+	}
+	return classes
+}

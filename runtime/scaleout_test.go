@@ -1,0 +1,187 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// TestStopRedeliver is the counting test of a graceful stop under load
+// with StopRedeliver: nothing of Kafka is saved, the commit stops before
+// the first unfinished message of each partition, and a restart with an
+// empty state file handles everything.
+func TestStopRedeliver(t *testing.T) {
+	b := setup(t, 2, "orders", "users")
+	produced := b.produce(300)
+	release := make(chan struct{})
+	var started atomic.Int64
+	slow := func(ctx context.Context, m *handoff.Message) error {
+		if started.Add(1) > 40 {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}
+		b.record(m)
+		return nil
+	}
+	redeliver := func(c *Class) { c.StopPolicy = StopRedeliver }
+	cfg := b.config(slow, redeliver)
+	cfg.DrainTimeout = 50 * time.Millisecond
+	cfg.HardStopGrace = 2 * time.Second
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	wait := start(t, rt, ctx)
+	waitFor(t, "pools full", func() bool {
+		for _, c := range rt.order {
+			if s := c.pool.Stats(); s.Running < 4 || s.Queued < 32 {
+				return false
+			}
+		}
+		return true
+	})
+	cancel()
+	rep, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	handled1, _ := b.counts()
+	if rep.Interrupted != 8 || rep.Unstarted != 64 || rep.GivenBack != 72 || rep.Snapshotted != 0 {
+		t.Errorf("stop report: %v", rep)
+	}
+	assertPending(t, b.state, 0)
+	committed := b.committed()
+	if committed > int64(handled1) {
+		t.Errorf("committed %d, more than the %d handled", committed, handled1)
+	}
+
+	close(release)
+	var n atomic.Int64
+	want := int64(produced) - committed
+	all := make(chan struct{})
+	rt2, err := New(b.config(func(ctx context.Context, m *handoff.Message) error {
+		b.record(m)
+		if n.Add(1) == want {
+			close(all)
+		}
+		return nil
+	}, redeliver))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait2 := start(t, rt2, context.Background())
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("second run handled %d of %d", n.Load(), want)
+	}
+	rt2.Shutdown(context.Background())
+	rep2, err := wait2()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep2.Repushed != 0 {
+		t.Errorf("re-pushed %d", rep2.Repushed)
+	}
+	unique, total := b.counts()
+	if unique != produced {
+		t.Errorf("produced %d, handled %d unique: lost %d", produced, unique, produced-unique)
+	}
+	if dup := total - unique; dup != handled1-int(committed) {
+		t.Errorf("duplicates %d, want handled-before-stop %d - committed %d", dup, handled1, committed)
+	}
+	if got := b.committed(); got != int64(produced) {
+		t.Errorf("committed %d, want %d", got, produced)
+	}
+	t.Logf("produced %d, handled before stop %d, committed at stop %d, given back %d, duplicates %d",
+		produced, handled1, committed, rep.GivenBack, total-unique)
+}
+
+// TestStateFileIdentity: a state file records its group and instance; a
+// file of another group is refused, another instance of the same group
+// takes it over with a warning.
+func TestStateFileIdentity(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "s.db")
+	h := func(context.Context, *handoff.Message) error { return nil }
+	var logs syncBuf
+	runOnce := func(group, instance string) error {
+		t.Helper()
+		// Topics need brokers; the group is all that matters here, so
+		// the class is Submit-only and Group is set by hand.
+		rt, err := New(Config{StatePath: state, Instance: instance, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			Classes: []Class{{Name: "c", Handler: h}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt.cfg.Group = group
+		ctx, cancel := context.WithCancel(context.Background())
+		wait := start(t, rt, ctx)
+		go func() {
+			for !rt.Ready() && rt.state.Load() != stateDone {
+				time.Sleep(time.Millisecond)
+			}
+			cancel()
+		}()
+		_, err = wait()
+		cancel()
+		return err
+	}
+	if err := runOnce("g1", "pod-0"); err != nil {
+		t.Fatal(err)
+	}
+	err := runOnce("g2", "pod-0")
+	if !errors.Is(err, ErrOtherGroup) {
+		t.Fatalf("other group: %v", err)
+	}
+	for _, want := range []string{state, `"g1"`, `"g2"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	if err := runOnce("g1", "pod-1"); err != nil {
+		t.Fatalf("other instance, same group: %v", err)
+	}
+	if s := logs.String(); !strings.Contains(s, "level=WARN") || !strings.Contains(s, "previous_instance=pod-0") {
+		t.Errorf("no warning for the takeover:\n%s", s)
+	}
+	st, err := snapshot.Open(state, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	g, _, _ := st.Meta(snapshot.MetaGroup)
+	i, _, _ := st.Meta(snapshot.MetaInstance)
+	if string(g) != "g1" || string(i) != "pod-1" {
+		t.Errorf("meta group %q instance %q", g, i)
+	}
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
