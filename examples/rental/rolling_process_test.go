@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/handoff-go/handoff/examples/rental/rental"
+	"github.com/handoff-go/handoff/internal/devbroker"
+)
+
+// TestProcessRollingDeploy runs three rental processes in one consumer
+// group, each with its own state file, and while 60k messages are produced
+// restarts them one by one (5 rolling restarts) and kills one with
+// SIGKILL, for each stop policy. All write one effects file (O_APPEND, one
+// write per line), so its order is the global handling order. It asserts
+// lost = 0 and reports duplicates and per-key order inversions.
+func TestProcessRollingDeploy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three example binaries")
+	}
+	bin, err := buildRental()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, policy := range []string{"snapshot", "redeliver"} {
+		t.Run(policy, func(t *testing.T) {
+			rollingDeploy(t, bin, policy)
+		})
+	}
+}
+
+func rollingDeploy(t *testing.T, bin, policy string) {
+	broker, err := devbroker.Start(devbroker.Config{Topics: rental.Topics(), Partitions: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer broker.Close()
+	dir := t.TempDir()
+	effects := filepath.Join(dir, "effects.log")
+	args := func(i int) []string {
+		return []string{"-brokers", broker.Addr(), "-group", "rolling", "-state", filepath.Join(dir, fmt.Sprintf("state-%d.db", i)),
+			"-drain-timeout", "50ms", "-work", "10ms", "-effects", effects, "-stop-policy", policy}
+	}
+	const total = 60_000
+	produced := make(chan int, 1)
+	go func() { produced <- produceKeyed(t, broker.Addrs(), total, 600) }()
+
+	procs := make([]*service, 3)
+	for i := range procs {
+		procs[i] = startService(t, bin, args(i)...)
+	}
+	began := time.Now()
+	// joined waits until instance i has joined a generation, so each stop
+	// lands on an instance that owns partitions and has work in flight.
+	joined := func(i int) {
+		deadline := time.Now().Add(60 * time.Second)
+		for !strings.Contains(procs[i].stderrText(), "joined group generation") {
+			if time.Now().After(deadline) {
+				t.Fatalf("instance %d did not join\n%s", i, procs[i].stderrText())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for i := range procs {
+		joined(i)
+	}
+	step := func(what string, i int, sig syscall.Signal) {
+		_, before := readEffects(t, effects)
+		waitLines(t, effects, before+1000, procs[(i+1)%3])
+		procs[i].cmd.Process.Signal(sig)
+		code := procs[i].wait(t)
+		if sig == syscall.SIGTERM && code != 0 {
+			t.Fatalf("%s %d: exit %d\n%s", what, i, code, procs[i].stderrText())
+		}
+		var rep string
+		if sig == syscall.SIGTERM {
+			r := procs[i].report(t)
+			rep = fmt.Sprintf("saved %d, given back %d, drain %s", r.Snapshotted, r.GivenBack, r.Drain.Round(time.Millisecond))
+		}
+		t.Logf("%s: %s instance %d %s", time.Since(began).Round(time.Millisecond), what, i, rep)
+		procs[i] = startService(t, bin, args(i)...)
+		if sig == syscall.SIGTERM {
+			joined(i) // after a kill the rejoin waits out the session: go on
+		}
+	}
+	for round := range 5 {
+		step("rolling restart", round%3, syscall.SIGTERM)
+	}
+	step("kill -9", 2, syscall.SIGKILL)
+	n := <-produced
+
+	// Wait until every record is handled, or nothing moves for 20s.
+	deadline := time.Now().Add(3 * time.Minute)
+	lastLines, lastMove := -1, time.Now()
+	for {
+		st := effectStats(t, effects)
+		if st.unique == n {
+			break
+		}
+		if st.lines != lastLines {
+			lastLines, lastMove = st.lines, time.Now()
+		} else if time.Since(lastMove) > 20*time.Second {
+			break
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for i, p := range procs {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		if code := p.wait(t); code != 0 {
+			t.Errorf("final stop of instance %d: exit %d\n%s", i, code, p.stderrText())
+		}
+	}
+	st := effectStats(t, effects)
+	t.Logf("policy %s: produced %d, handled %d unique, lost %d, duplicates %d, per-key order inversions %d (5 rolling restarts, 1 kill, 3 instances)",
+		policy, n, st.unique, n-st.unique, st.lines-st.unique, st.inversions)
+	if st.unique != n {
+		t.Errorf("lost %d messages", n-st.unique)
+	}
+}
+
+type effStats struct{ lines, unique, inversions int }
+
+// effectStats reads the shared effects file: lines, unique records, and
+// per-key inversions (a record handled for the first time after a later
+// offset of its key was).
+func effectStats(t *testing.T, path string) effStats {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var st effStats
+	seen := map[string]bool{}
+	maxOff := map[string]int64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 4 {
+			continue
+		}
+		st.lines++
+		id := f[0] + "/" + f[1] + "/" + f[2]
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		st.unique++
+		off, _ := strconv.ParseInt(f[2], 10, 64)
+		k := f[0] + "/" + f[3]
+		if m, ok := maxOff[k]; ok && off < m {
+			st.inversions++
+		} else {
+			maxOff[k] = off
+		}
+	}
+	return st
+}
+
+// produceKeyed writes total messages over the three topics with keys
+// reused (keys per topic), in batches, and returns how many it wrote.
+func produceKeyed(t *testing.T, addrs []string, total, keys int) int {
+	w := devbroker.NewWriter(addrs)
+	defer devbroker.CloseWriter(w)
+	n := 0
+	for n < total {
+		var batch []kafka.Message
+		for j := 0; j < 1000 && n < total; j++ {
+			batch = append(batch, kafka.Message{Topic: rental.Topics()[n%3], Key: fmt.Appendf(nil, "key-%d", n%keys), Value: []byte("v")})
+			n++
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := w.WriteMessages(ctx, batch...)
+		cancel()
+		if err != nil {
+			t.Errorf("produce: %v", err)
+			return n - len(batch)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return n
+}
