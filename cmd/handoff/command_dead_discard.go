@@ -21,30 +21,12 @@ state file STATE in one transaction. They cannot be recovered: use 'dead
 show' or 'dead list --json' first if you may need them. Dead letters that
 cannot be decoded are deleted too, by key or with --all (without --class).`,
 		Args: stateArgs(0, -1, "KEY"),
-		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			if err := sf.validate(); err != nil {
+		RunE: sel.run(&sf, "discard", true, func(cmd *cobra.Command, st *snapshot.Store, keys []uint64) error {
+			if err := st.DeleteDead(keys...); err != nil {
 				return err
 			}
-			keys, err := sel.parse(args[1:])
-			if err != nil {
-				return err
-			}
-			return withState(args[0], &sf, func(st *snapshot.Store) error {
-				keys, bad, err := sel.resolve(st, keys, true)
-				if err != nil {
-					return err
-				}
-				warnUndecodable(cmd.ErrOrStderr(), bad)
-				if len(keys) == 0 {
-					_, err := fmt.Fprintf(cmd.OutOrStdout(), "no %s to discard\n", sel.what())
-					return err
-				}
-				if err := st.DeleteDead(keys...); err != nil {
-					return err
-				}
-				_, err = fmt.Fprintf(cmd.OutOrStdout(), "discarded %d %s\n", len(keys), sel.what())
-				return err
-			})
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "discarded %d %s\n", len(keys), sel.what())
+			return err
 		}),
 	}
 	sf.register(cmd)

@@ -23,6 +23,33 @@ func (s *deadSelection) register(cmd *cobra.Command, verb string) {
 	cmd.Flags().StringVar(&s.class, "class", "", "with --all: only dead letters of this message class")
 }
 
+// run is the RunE of requeue and discard: it checks the flags, opens the
+// state file, resolves the selection (allowBad: undecodable dead letters
+// may be selected) and calls act with the keys, unless there are none.
+func (s *deadSelection) run(sf *stateFlags, verb string, allowBad bool, act func(cmd *cobra.Command, st *snapshot.Store, keys []uint64) error) func(*cobra.Command, []string) error {
+	return runE(func(cmd *cobra.Command, args []string) error {
+		if err := sf.validate(); err != nil {
+			return err
+		}
+		keys, err := s.parse(args[1:])
+		if err != nil {
+			return err
+		}
+		return withState(args[0], sf, func(st *snapshot.Store) error {
+			keys, bad, err := s.resolve(st, keys, allowBad)
+			if err != nil {
+				return err
+			}
+			warnUndecodable(cmd.ErrOrStderr(), bad)
+			if len(keys) == 0 {
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "no %s to %s\n", s.what(), verb)
+				return err
+			}
+			return act(cmd, st, keys)
+		})
+	})
+}
+
 // parse checks the arguments after STATE against the flags and returns
 // the keys given, without touching the file.
 func (s *deadSelection) parse(args []string) ([]uint64, error) {
@@ -116,40 +143,22 @@ state file STATE to its pending bucket in one transaction, with their
 attempt count reset. The service re-pushes pending messages into their
 class's pool when it next starts, before it fetches from Kafka.`,
 		Args: stateArgs(0, -1, "KEY"),
-		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			if err := sf.validate(); err != nil {
-				return err
-			}
-			keys, err := sel.parse(args[1:])
+		RunE: sel.run(&sf, "requeue", false, func(cmd *cobra.Command, st *snapshot.Store, keys []uint64) error {
+			newKeys, err := st.RequeueDead(keys...)
 			if err != nil {
 				return err
 			}
-			return withState(args[0], &sf, func(st *snapshot.Store) error {
-				keys, bad, err := sel.resolve(st, keys, false)
-				if err != nil {
-					return err
-				}
-				warnUndecodable(cmd.ErrOrStderr(), bad)
-				if len(keys) == 0 {
-					_, err := fmt.Fprintf(cmd.OutOrStdout(), "no %s to requeue\n", sel.what())
-					return err
-				}
-				newKeys, err := st.RequeueDead(keys...)
-				if err != nil {
-					return err
-				}
-				out := cmd.OutOrStdout()
-				if !sel.all {
-					for i, k := range keys {
-						if i < len(newKeys) {
-							fmt.Fprintf(out, "dead %d -> pending %d\n", k, newKeys[i])
-						}
+			out := cmd.OutOrStdout()
+			if !sel.all {
+				for i, k := range keys {
+					if i < len(newKeys) {
+						fmt.Fprintf(out, "dead %d -> pending %d\n", k, newKeys[i])
 					}
 				}
-				_, err = fmt.Fprintf(out, "requeued %d %s to pending; the service handles them again at its next start\n",
-					len(newKeys), sel.what())
-				return err
-			})
+			}
+			_, err = fmt.Fprintf(out, "requeued %d %s to pending; the service handles them again at its next start\n",
+				len(newKeys), sel.what())
+			return err
 		}),
 	}
 	sf.register(cmd)
