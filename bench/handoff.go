@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/handoff-go/handoff"
+	hrt "github.com/handoff-go/handoff/runtime"
+)
+
+// runHandoff consumes s's topics with the runtime, one class per entry
+// of s.classes, until the group's commit covers all n; it calls m.end
+// then and shuts the runtime down.
+func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
+	var tm timing
+	dir, err := os.MkdirTemp("", "handoff-bench-")
+	if err != nil {
+		return tm, err
+	}
+	defer os.RemoveAll(dir)
+
+	var handled atomic.Int64
+	var handledAt time.Time
+	all := make(chan struct{})
+	h := func(context.Context, *handoff.Message) error {
+		if s.work > 0 {
+			time.Sleep(s.work)
+		}
+		if handled.Add(1) == int64(s.n) {
+			handledAt = time.Now()
+			close(all)
+		}
+		return nil
+	}
+	joined := make(chan time.Time, 1)
+	cfg := hrt.Config{
+		Brokers:        []string{s.br.addr},
+		Group:          s.group,
+		StatePath:      filepath.Join(dir, "state.db"),
+		CommitInterval: s.commitInterval,
+		Logger: slog.New(tapHandler{fn: func(r slog.Record) {
+			if r.Message == "joined group generation" {
+				select {
+				case joined <- r.Time:
+				default:
+				}
+			}
+		}}),
+	}
+	for i, topics := range s.classes {
+		cfg.Classes = append(cfg.Classes, hrt.Class{
+			Name: fmt.Sprintf("class-%d", i), Topics: topics, Handler: h, Workers: s.workers,
+		})
+	}
+	rt, err := hrt.New(cfg)
+	if err != nil {
+		return tm, err
+	}
+	type result struct {
+		rep *hrt.Report
+		err error
+	}
+	ran := make(chan result, 1)
+	go func() {
+		rep, err := rt.Run(context.Background())
+		ran <- result{rep, err}
+	}()
+	fail := func(err error) (timing, error) {
+		rt.Close()
+		<-ran
+		return tm, err
+	}
+
+	select {
+	case <-all:
+	case <-ctx.Done():
+		return fail(fmt.Errorf("runtime: handled %d of %d: %w", handled.Load(), s.n, ctx.Err()))
+	}
+	m.handled()
+	tm.handled = handledAt
+	select {
+	case tm.began = <-joined:
+	default:
+		return fail(fmt.Errorf("runtime: no generation join logged"))
+	}
+	if tm.committed, err = s.br.waitCommitted(ctx, s.group, s.topics(), s.n); err != nil {
+		return fail(err)
+	}
+	m.end()
+
+	stopAt := time.Now()
+	if err := rt.Shutdown(ctx); err != nil {
+		return tm, fmt.Errorf("runtime: shutdown: %w", err)
+	}
+	r := <-ran
+	tm.stop = time.Since(stopAt)
+	if r.err != nil {
+		return tm, fmt.Errorf("runtime: run: %w", r.err)
+	}
+	if r.rep.Succeeded != uint64(s.n) {
+		return tm, fmt.Errorf("runtime: %d succeeded, want %d", r.rep.Succeeded, s.n)
+	}
+	return tm, nil
+}
+
+// tapHandler passes every Info-or-above record to fn and writes warnings
+// and errors to stderr. It keeps no attributes of With.
+type tapHandler struct {
+	fn func(slog.Record)
+}
+
+func (h tapHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+
+func (h tapHandler) Handle(_ context.Context, r slog.Record) error {
+	h.fn(r)
+	if r.Level >= slog.LevelWarn {
+		msg := r.Message
+		r.Attrs(func(a slog.Attr) bool { msg += " " + a.String(); return true })
+		fmt.Fprintf(os.Stderr, "runtime: %s %s\n", r.Level, msg)
+	}
+	return nil
+}
+
+func (h tapHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h tapHandler) WithGroup(string) slog.Handler      { return h }

@@ -1,0 +1,347 @@
+// Command bench measures the handoff runtime against raw kafka-go, side
+// by side in one run, over an embedded Kafka-protocol broker that runs in
+// a separate process (this binary, re-executed):
+//
+//	go run ./bench                      # the table, 3 rounds
+//	go run ./bench -plot docs/scaling.png # plus the scaling sweep
+//
+// Each side of each round reads every message with a fresh consumer
+// group, until the group's committed offsets cover all of them. Sides
+// alternate, and their order flips every round. CPU, allocations and peak
+// RSS are the measuring process's only: the broker is elsewhere.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const valueSize = 256
+
+// config is the command line.
+type config struct {
+	n, slowN       int
+	rounds         int
+	tablePartition int // partitions per topic of the table's topics
+	workers        int // per class, with the 2ms handler
+	work           time.Duration
+	commitInterval time.Duration
+	partitions     []int  // sweep: total partitions over 3 topics
+	classes        []int  // sweep: classes over max(classes) topics
+	sweepN         int    // messages per sweep point
+	plot           string // sweep and write the PNG here; empty: no sweep
+	table          bool
+	profileDir     string
+	timeout        time.Duration
+}
+
+func main() {
+	if spec := os.Getenv(brokerEnv); spec != "" {
+		os.Exit(brokerChild(spec))
+	}
+	var cfg config
+	var parts, classes string
+	flag.IntVar(&cfg.n, "n", 1_000_000, "messages for the no-op comparison (over 3 topics)")
+	flag.IntVar(&cfg.slowN, "slow-n", 24_000, "messages for the 2ms-handler comparison")
+	flag.IntVar(&cfg.rounds, "rounds", 3, "interleaved rounds; figures are medians")
+	flag.IntVar(&cfg.tablePartition, "table-partitions", 4, "partitions per topic for the table")
+	flag.IntVar(&cfg.workers, "workers", 16, "workers per class (topic) with the slow handler; raw gets workers × 3")
+	flag.DurationVar(&cfg.work, "work", 2*time.Millisecond, "the slow handler's sleep")
+	flag.DurationVar(&cfg.commitInterval, "commit-interval", time.Second, "commit tick, runtime and raw alike")
+	flag.StringVar(&parts, "partitions", "3,12,30", "sweep: total partitions, over 3 topics (multiples of 3)")
+	flag.StringVar(&classes, "classes", "1,3,8", "sweep: classes, over max(classes) topics of 3 partitions")
+	flag.IntVar(&cfg.sweepN, "sweep-n", 0, "messages per sweep point; 0 means -n")
+	flag.StringVar(&cfg.plot, "plot", "", "run the sweep and draw it as a PNG at this path (docs/scaling.png)")
+	flag.BoolVar(&cfg.table, "table", true, "run the side-by-side table")
+	flag.StringVar(&cfg.profileDir, "profile", "", "write CPU and allocation profiles of the first no-op round's sides to this directory")
+	flag.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "give up after this long")
+	flag.Parse()
+	var err error
+	if cfg.partitions, err = intList(parts); err == nil {
+		cfg.classes, err = intList(classes)
+	}
+	if err == nil {
+		err = cfg.check()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	defer cancel()
+	if err := run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func (c *config) check() error {
+	if c.n <= 0 || c.slowN <= 0 || c.rounds <= 0 || c.tablePartition <= 0 || c.workers <= 0 {
+		return fmt.Errorf("-n, -slow-n, -rounds, -table-partitions and -workers must be > 0")
+	}
+	for _, p := range c.partitions {
+		if p <= 0 || p%3 != 0 {
+			return fmt.Errorf("-partitions: %d is not a positive multiple of 3", p)
+		}
+	}
+	for _, k := range c.classes {
+		if k <= 0 {
+			return fmt.Errorf("-classes: %d must be > 0", k)
+		}
+	}
+	if c.sweepN == 0 {
+		c.sweepN = c.n
+	}
+	return nil
+}
+
+func intList(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("bad number %q in %q", f, s)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// run runs the table and, with cfg.plot, the sweep. Progress goes to
+// log, results to out.
+func run(ctx context.Context, cfg config, out, log io.Writer) error {
+	if cfg.table {
+		rows, err := runTable(ctx, cfg, log)
+		if err != nil {
+			return err
+		}
+		printTable(out, cfg, rows)
+	}
+	if cfg.plot != "" {
+		sw, err := runSweep(ctx, cfg, log)
+		if err != nil {
+			return err
+		}
+		printSweep(out, sw)
+		if err := writePlot(cfg.plot, sw); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "\nplot written to %s\n", cfg.plot)
+	}
+	return nil
+}
+
+// sample is one side of one round, per message where it says so.
+type sample struct {
+	handled, committed float64 // messages/s from the join
+	cpuUS, allocs      float64 // per message
+	peakRSS            uint64
+	stop               time.Duration
+}
+
+type sideFunc func(context.Context, spec, *meter) (timing, error)
+
+var groups int
+
+// measure runs one side with a fresh group; with prof non-empty it
+// writes CPU and allocation profiles of it as prof-cpu.pprof and
+// prof-allocs-{before,after}.pprof.
+func measure(ctx context.Context, side sideFunc, s spec, prof string) (sample, error) {
+	groups++
+	s.group = fmt.Sprintf("bench-%d-%d", os.Getpid(), groups)
+	if prof != "" {
+		if err := writeAllocs(prof + "-allocs-before.pprof"); err != nil {
+			return sample{}, err
+		}
+		f, err := os.Create(prof + "-cpu.pprof")
+		if err != nil {
+			return sample{}, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return sample{}, err
+		}
+	}
+	m := startMeter()
+	tm, err := side(ctx, s, m)
+	if prof != "" {
+		pprof.StopCPUProfile()
+		if err == nil {
+			err = writeAllocs(prof + "-allocs-after.pprof")
+		}
+	}
+	if err != nil {
+		return sample{}, err
+	}
+	n := float64(s.n)
+	return sample{
+		handled:   n / tm.handled.Sub(tm.began).Seconds(),
+		committed: n / tm.committed.Sub(tm.began).Seconds(),
+		cpuUS:     float64((m.endUse.cpu - m.start.cpu).Microseconds()) / n,
+		allocs:    float64(m.endUse.mallocs-m.start.mallocs) / n,
+		peakRSS:   m.peak,
+		stop:      tm.stop,
+	}, nil
+}
+
+func writeAllocs(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	err = pprof.Lookup("allocs").WriteTo(f, 0)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// row is one line of the table: medians over the rounds.
+type row struct {
+	name    string
+	ref     string // the row it is compared with; "" for a reference
+	ceiling float64
+	med     sample
+	ratios  []float64 // handled rate / ref's, per round
+	cratios []float64 // committed rate / ref's, per round
+}
+
+func runTable(ctx context.Context, cfg config, log io.Writer) ([]*row, error) {
+	slept := sleepTime(cfg.work)
+	noop := []string{"noop-a", "noop-b", "noop-c"}
+	slow := []string{"slow-a", "slow-b", "slow-c"}
+	br, err := startBroker(slices.Concat(noop, slow), cfg.tablePartition)
+	if err != nil {
+		return nil, err
+	}
+	defer br.close()
+	fmt.Fprintf(log, "broker process %d on %s; producing %d + %d messages of %d bytes\n",
+		br.cmd.Process.Pid, br.addr, cfg.n, cfg.slowN, valueSize)
+	if err := br.produce(ctx, noop, cfg.n, valueSize); err != nil {
+		return nil, err
+	}
+	if err := br.produce(ctx, slow, cfg.slowN, valueSize); err != nil {
+		return nil, err
+	}
+	one := func(ts []string) [][]string {
+		var cs [][]string
+		for _, t := range ts {
+			cs = append(cs, []string{t})
+		}
+		return cs
+	}
+	type variant struct {
+		raw, rt *row
+		s       spec
+	}
+	total := cfg.workers * len(slow)
+	ceiling := float64(total) / slept.Seconds()
+	vs := []variant{
+		{raw: &row{name: "raw kafka-go, one committer, no-op"}, rt: &row{name: "handoff runtime, no-op", ref: "raw"},
+			s: spec{br: br, classes: one(noop), n: cfg.n, commitInterval: cfg.commitInterval}},
+		{raw: &row{name: fmt.Sprintf("raw kafka-go + pond (%d workers), %s handler", total, cfg.work), ceiling: ceiling},
+			rt: &row{name: fmt.Sprintf("handoff runtime (3 × %d workers), %s handler", cfg.workers, cfg.work), ref: "raw", ceiling: ceiling},
+			s:  spec{br: br, classes: one(slow), n: cfg.slowN, work: cfg.work, workers: cfg.workers, commitInterval: cfg.commitInterval}},
+	}
+	fmt.Fprintf(log, "time.Sleep(%s) takes %s here: worker ceiling %.0f msgs/s\n", cfg.work, slept, ceiling)
+	raws := make([][]sample, len(vs))
+	rts := make([][]sample, len(vs))
+	for r := range cfg.rounds {
+		for i, v := range vs {
+			sides := []struct {
+				name string
+				fn   sideFunc
+				out  *[]sample
+			}{{"raw", runRaw, &raws[i]}, {"handoff", runHandoff, &rts[i]}}
+			if r%2 == 1 {
+				slices.Reverse(sides)
+			}
+			for _, sd := range sides {
+				prof := ""
+				if cfg.profileDir != "" && r == 0 && i == 0 {
+					prof = filepath.Join(cfg.profileDir, sd.name)
+				}
+				smp, err := measure(ctx, sd.fn, v.s, prof)
+				if err != nil {
+					return nil, err
+				}
+				*sd.out = append(*sd.out, smp)
+				fmt.Fprintf(log, "round %d %-8s %-7s %9.0f msgs/s handled, %9.0f committed, %.2f µs CPU/msg, %.2f allocs/msg, stop %s\n",
+					r, []string{"no-op", "slow"}[i], sd.name, smp.handled, smp.committed, smp.cpuUS, smp.allocs, smp.stop.Round(time.Millisecond))
+			}
+		}
+		for i, v := range vs {
+			v.rt.ratios = append(v.rt.ratios, rts[i][r].handled/raws[i][r].handled)
+			v.rt.cratios = append(v.rt.cratios, rts[i][r].committed/raws[i][r].committed)
+		}
+	}
+	var rows []*row
+	for i, v := range vs {
+		v.raw.med, v.rt.med = medianSample(raws[i]), medianSample(rts[i])
+		rows = append(rows, v.raw, v.rt)
+	}
+	return rows, nil
+}
+
+func medianSample(ss []sample) sample {
+	pick := func(f func(sample) float64) float64 {
+		xs := make([]float64, len(ss))
+		for i, s := range ss {
+			xs[i] = f(s)
+		}
+		return median(xs)
+	}
+	return sample{
+		handled:   pick(func(s sample) float64 { return s.handled }),
+		committed: pick(func(s sample) float64 { return s.committed }),
+		cpuUS:     pick(func(s sample) float64 { return s.cpuUS }),
+		allocs:    pick(func(s sample) float64 { return s.allocs }),
+		peakRSS:   uint64(pick(func(s sample) float64 { return float64(s.peakRSS) })),
+		stop:      time.Duration(pick(func(s sample) float64 { return float64(s.stop) })),
+	}
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func printTable(w io.Writer, cfg config, rows []*row) {
+	fmt.Fprintf(w, "\n%d interleaved rounds, medians; 3 topics × %d partitions, %d-byte values; no-op n=%d, slow n=%d; commit every %s\n\n",
+		cfg.rounds, cfg.tablePartition, valueSize, cfg.n, cfg.slowN, cfg.commitInterval)
+	fmt.Fprintln(w, "| stack | handled msgs/s | committed msgs/s | vs raw (handled) | vs raw (committed) | of ceiling | CPU µs/msg | allocs/msg | peak RSS MiB | stop |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, r := range rows {
+		ratio, cratio, ceil := "1.00", "1.00", "–"
+		if r.ref != "" {
+			ratio = fmt.Sprintf("%.2f (%.2f–%.2f)", median(r.ratios), slices.Min(r.ratios), slices.Max(r.ratios))
+			cratio = fmt.Sprintf("%.2f (%.2f–%.2f)", median(r.cratios), slices.Min(r.cratios), slices.Max(r.cratios))
+		}
+		if r.ceiling > 0 {
+			ceil = fmt.Sprintf("%.2f", r.med.handled/r.ceiling)
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %.0f | %s | %s | %s | %.2f | %.2f | %.0f | %s |\n",
+			r.name, r.med.handled, r.med.committed, ratio, cratio, ceil, r.med.cpuUS, r.med.allocs,
+			float64(r.med.peakRSS)/(1<<20), r.med.stop.Round(time.Millisecond))
+	}
+}
