@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alitto/pond/v2"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/internal/devbroker"
+	"github.com/handoff-go/handoff/internal/rawkafka"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -157,186 +157,37 @@ func produceBench(b *testing.B, addrs, topics []string, n int) {
 	}
 }
 
-// rawPart is one assigned partition of the raw kafka-go consumer.
-type rawPart struct {
-	topic     string
-	id        int
-	start     int64
-	next      atomic.Int64  // no-op handling: offset after the last handled
-	done      []atomic.Bool // pooled handling: done flag per offset
-	cursor    int64         // pooled handling: first offset not done (committer only)
-	committed int64         // committer only
-}
-
-// watermark returns the offset after the contiguous handled prefix.
-func (p *rawPart) watermark() int64 {
-	if p.done == nil {
-		return p.next.Load()
-	}
-	for p.cursor < int64(len(p.done)) && p.done[p.cursor].Load() {
-		p.cursor++
-	}
-	return p.cursor
-}
-
 // runRawKafkaGo consumes v's topics the way a service written directly on
-// kafka-go would, until its group's committed offsets cover all v.n.
+// kafka-go would (internal/rawkafka), until its group's committed offsets
+// cover all v.n.
 func runRawKafkaGo(b *testing.B, addrs []string, group string, v e2eVariant) e2eResult {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), e2eTimeout)
 	defer cancel()
-	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
-		ID:                group,
-		Brokers:           addrs,
-		Topics:            v.topics,
-		StartOffset:       kafka.FirstOffset,
-		SessionTimeout:    DefaultSessionTimeout,
-		HeartbeatInterval: DefaultSessionTimeout / 3,
-		JoinGroupBackoff:  time.Second,
-		Timeout:           5 * time.Second,
+	total := v.workers * len(v.topics)
+	c, err := rawkafka.Start(ctx, rawkafka.Config{
+		Brokers: addrs, Group: group, Topics: v.topics, Partitions: e2ePartitions, N: v.n,
+		// With work: the runtime's default queue, 8 per worker.
+		Work: v.work, Workers: total, QueueSize: DefaultQueueFactor * total,
+		CommitInterval: DefaultCommitInterval, SessionTimeout: DefaultSessionTimeout, FetchMaxWait: DefaultFetchMaxWait,
+		Logf: b.Logf,
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer cg.Close()
-	gen, err := cg.Next(ctx)
-	if err != nil {
+	if err := c.Handled(ctx); err != nil {
 		b.Fatal(err)
 	}
-	began := time.Now()
-
-	var workers pond.Pool
-	if v.work > 0 {
-		total := v.workers * len(v.topics)
-		// The runtime's default queue: 8 per worker.
-		workers = pond.NewPool(total, pond.WithQueueSize(DefaultQueueFactor*total))
-		defer workers.StopAndWait()
-	}
-	var handled atomic.Int64
-	all := make(chan struct{})
-	count := func() {
-		if handled.Add(1) == int64(v.n) {
-			close(all)
-		}
-	}
-
-	var parts []*rawPart
-	for topic, pas := range gen.Assignments {
-		for _, pa := range pas {
-			p := &rawPart{topic: topic, id: pa.ID, start: pa.Offset}
-			if v.work > 0 {
-				p.done = make([]atomic.Bool, v.n) // topics start empty: offsets < n
-			}
-			parts = append(parts, p)
-		}
-	}
-	if len(parts) != len(v.topics)*e2ePartitions {
-		b.Fatalf("raw kafka-go: assigned %d partitions, want %d", len(parts), len(v.topics)*e2ePartitions)
-	}
-
-	fetchCtx, stopFetch := context.WithCancel(ctx)
-	defer stopFetch()
-	var readers sync.WaitGroup
-	for _, p := range parts {
-		readers.Go(func() {
-			rd := kafka.NewReader(kafka.ReaderConfig{
-				Brokers:   addrs,
-				Topic:     p.topic,
-				Partition: p.id,
-				MinBytes:  1,
-				MaxBytes:  10 << 20,
-				MaxWait:   DefaultFetchMaxWait,
-			})
-			defer rd.Close()
-			if err := rd.SetOffset(p.start); err != nil {
-				b.Error(err)
-				return
-			}
-			for {
-				m, err := rd.FetchMessage(fetchCtx)
-				if err != nil {
-					if fetchCtx.Err() == nil {
-						b.Errorf("raw kafka-go: fetch %s/%d: %v", p.topic, p.id, err)
-					}
-					return
-				}
-				if workers == nil {
-					p.next.Store(m.Offset + 1)
-					count()
-					continue
-				}
-				off := m.Offset
-				if err := workers.Go(func() {
-					time.Sleep(v.work)
-					p.done[off].Store(true)
-					count()
-				}); err != nil {
-					return
-				}
-			}
-		})
-	}
-
-	// One committer for all partitions: every second, and once all are
-	// handled.
-	final := make(chan error, 1)
-	gen.Start(func(gctx context.Context) {
-		commit := func() error {
-			offsets := map[string]map[int]int64{}
-			var moved []*rawPart
-			var points []int64
-			for _, p := range parts {
-				if wm := p.watermark(); wm > p.committed {
-					if offsets[p.topic] == nil {
-						offsets[p.topic] = map[int]int64{}
-					}
-					offsets[p.topic][p.id] = wm
-					moved = append(moved, p)
-					points = append(points, wm)
-				}
-			}
-			if err := gen.CommitOffsets(offsets); err != nil {
-				return err
-			}
-			for i, p := range moved {
-				p.committed = points[i]
-			}
-			return nil
-		}
-		t := time.NewTicker(DefaultCommitInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				if err := commit(); err != nil {
-					b.Logf("raw kafka-go: commit: %v", err)
-				}
-			case <-all:
-				final <- commit()
-				return
-			case <-gctx.Done():
-				final <- fmt.Errorf("raw kafka-go: generation ended early")
-				return
-			}
-		}
-	})
-
 	var res e2eResult
-	var handledAt time.Time
-	select {
-	case <-all:
-		handledAt = time.Now()
-		res.handled = float64(v.n) / handledAt.Sub(began).Seconds()
-	case <-ctx.Done():
-		b.Fatalf("raw kafka-go: handled %d of %d", handled.Load(), v.n)
-	}
-	if err := <-final; err != nil {
+	res.handled = float64(v.n) / c.HandledAt.Sub(c.Began).Seconds()
+	if err := c.FinalCommit(); err != nil {
 		b.Fatal(err)
 	}
-	res.committed = float64(v.n) / time.Since(began).Seconds()
-	res.commitLag = time.Since(handledAt)
-	stopFetch()
-	readers.Wait()
+	res.committed = float64(v.n) / time.Since(c.Began).Seconds()
+	res.commitLag = time.Since(c.HandledAt)
+	if err := c.Close(); err != nil {
+		b.Fatal(err)
+	}
 	if got := committedSum(b, addrs, group, v.topics); got != int64(v.n) {
 		b.Fatalf("raw kafka-go: committed offsets sum to %d, want %d", got, v.n)
 	}
