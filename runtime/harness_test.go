@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,4 +178,79 @@ func start(t *testing.T, rt *Runtime, ctx context.Context) func() (*Report, erro
 			return nil, nil
 		}
 	}
+}
+
+// stopUnderLoad runs a runtime on the bundle whose handlers block after
+// the first 40 messages, stops it once every pool has its 4 workers
+// blocked and its queue of 32 full, and returns the stop's report and a
+// function that unblocks the handlers still blocked. mod adjusts each
+// class.
+func (b *bundle) stopUnderLoad(mod func(*Class)) (*Report, func()) {
+	b.t.Helper()
+	release := make(chan struct{})
+	var started atomic.Int64
+	slow := func(ctx context.Context, m *handoff.Message) error {
+		if started.Add(1) > 40 {
+			select { // later messages wait for the stop
+			case <-release:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}
+		b.record(m)
+		return nil
+	}
+	cfg := b.config(slow, mod)
+	cfg.DrainTimeout = 50 * time.Millisecond
+	cfg.HardStopGrace = 2 * time.Second
+	rt, err := New(cfg)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	wait := start(b.t, rt, ctx)
+	waitFor(b.t, "pools full", func() bool {
+		for _, c := range rt.order {
+			if s := c.pool.Stats(); s.Running < 4 || s.Queued < 32 {
+				return false
+			}
+		}
+		return true
+	})
+	cancel()
+	rep, err := wait()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return rep, func() { close(release) }
+}
+
+// runUntil runs a fresh runtime on the bundle until it has handled want
+// messages, stops it and returns its report.
+func (b *bundle) runUntil(want int64, mod func(*Class)) *Report {
+	b.t.Helper()
+	var n atomic.Int64
+	all := make(chan struct{})
+	rt, err := New(b.config(func(ctx context.Context, m *handoff.Message) error {
+		b.record(m)
+		if n.Add(1) == want {
+			close(all)
+		}
+		return nil
+	}, mod))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	wait := start(b.t, rt, context.Background())
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		b.t.Fatalf("run handled %d of %d", n.Load(), want)
+	}
+	rt.Shutdown(context.Background())
+	rep, err := wait()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return rep
 }

@@ -99,42 +99,7 @@ func TestConsumeAndCommit(t *testing.T) {
 func TestStopSnapshotsAndRepushes(t *testing.T) {
 	b := setup(t, 2, "orders", "users")
 	produced := b.produce(300)
-	release := make(chan struct{})
-	var started atomic.Int64
-	slow := func(ctx context.Context, m *handoff.Message) error {
-		if started.Add(1) > 40 {
-			select { // later messages wait for the stop
-			case <-release:
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			}
-		}
-		b.record(m)
-		return nil
-	}
-	cfg := b.config(slow, nil)
-	cfg.DrainTimeout = 50 * time.Millisecond
-	cfg.HardStopGrace = 2 * time.Second
-	rt, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	wait := start(t, rt, ctx)
-	// Wait until every worker is blocked and every queue full.
-	waitFor(t, "pools full", func() bool {
-		for _, c := range rt.order {
-			if s := c.pool.Stats(); s.Running < 4 || s.Queued < 32 {
-				return false
-			}
-		}
-		return true
-	})
-	cancel()
-	rep, err := wait()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep, release := b.stopUnderLoad(nil)
 	handled1, _ := b.counts()
 	if rep.Interrupted != 8 || rep.Unstarted != 64 || rep.Snapshotted != 72 || rep.Stragglers != 0 {
 		t.Errorf("stop report: %v", rep)
@@ -150,30 +115,8 @@ func TestStopSnapshotsAndRepushes(t *testing.T) {
 		t.Errorf("committed %d, want handled %d + snapshotted %d", committed, handled1, rep.Snapshotted)
 	}
 
-	close(release)
-	var n atomic.Int64
-	all := make(chan struct{})
-	rt2, err := New(b.config(func(ctx context.Context, m *handoff.Message) error {
-		b.record(m)
-		if n.Add(1) == int64(produced-handled1) {
-			close(all)
-		}
-		return nil
-	}, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait2 := start(t, rt2, context.Background())
-	select {
-	case <-all:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("second run handled %d of %d", n.Load(), produced-handled1)
-	}
-	rt2.Shutdown(context.Background())
-	rep2, err := wait2()
-	if err != nil {
-		t.Fatal(err)
-	}
+	release()
+	rep2 := b.runUntil(int64(produced-handled1), nil)
 	if rep2.Repushed != rep.Snapshotted {
 		t.Errorf("re-pushed %d, snapshotted %d", rep2.Repushed, rep.Snapshotted)
 	}

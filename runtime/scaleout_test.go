@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,42 +21,8 @@ import (
 func TestStopRedeliver(t *testing.T) {
 	b := setup(t, 2, "orders", "users")
 	produced := b.produce(300)
-	release := make(chan struct{})
-	var started atomic.Int64
-	slow := func(ctx context.Context, m *handoff.Message) error {
-		if started.Add(1) > 40 {
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			}
-		}
-		b.record(m)
-		return nil
-	}
 	redeliver := func(c *Class) { c.StopPolicy = StopRedeliver }
-	cfg := b.config(slow, redeliver)
-	cfg.DrainTimeout = 50 * time.Millisecond
-	cfg.HardStopGrace = 2 * time.Second
-	rt, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	wait := start(t, rt, ctx)
-	waitFor(t, "pools full", func() bool {
-		for _, c := range rt.order {
-			if s := c.pool.Stats(); s.Running < 4 || s.Queued < 32 {
-				return false
-			}
-		}
-		return true
-	})
-	cancel()
-	rep, err := wait()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep, release := b.stopUnderLoad(redeliver)
 	handled1, _ := b.counts()
 	if rep.Interrupted != 8 || rep.Unstarted != 64 || rep.GivenBack != 72 || rep.Snapshotted != 0 {
 		t.Errorf("stop report: %v", rep)
@@ -68,31 +33,8 @@ func TestStopRedeliver(t *testing.T) {
 		t.Errorf("committed %d, more than the %d handled", committed, handled1)
 	}
 
-	close(release)
-	var n atomic.Int64
-	want := int64(produced) - committed
-	all := make(chan struct{})
-	rt2, err := New(b.config(func(ctx context.Context, m *handoff.Message) error {
-		b.record(m)
-		if n.Add(1) == want {
-			close(all)
-		}
-		return nil
-	}, redeliver))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait2 := start(t, rt2, context.Background())
-	select {
-	case <-all:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("second run handled %d of %d", n.Load(), want)
-	}
-	rt2.Shutdown(context.Background())
-	rep2, err := wait2()
-	if err != nil {
-		t.Fatal(err)
-	}
+	release()
+	rep2 := b.runUntil(int64(produced)-committed, redeliver)
 	if rep2.Repushed != 0 {
 		t.Errorf("re-pushed %d", rep2.Repushed)
 	}
