@@ -15,7 +15,8 @@ import (
 // Attempt.
 //
 // A handler may read a Message concurrently with nothing else; it must not
-// keep Key, Value or Headers after it returns without copying them.
+// keep m, or its Key, Value or Headers, after it returns without copying
+// them: the runtime reuses the envelope of a handled Kafka message.
 type Message struct {
 	// ID is stable across restarts: "topic/partition/offset" for a Kafka
 	// record, the caller's ID otherwise.

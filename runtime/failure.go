@@ -95,7 +95,6 @@ func (r *Runtime) retry(c *class) func(*item, error) (time.Duration, bool) {
 // ones redelivered later or made dead letters.
 func (r *Runtime) result(c *class) func(*item, error) {
 	return func(it *item, err error) {
-		defer r.leftPool(it)
 		switch {
 		case err == nil:
 			r.done(c, it)
@@ -104,6 +103,14 @@ func (r *Runtime) result(c *class) func(*item, error) {
 			r.redeliver(c, it, err)
 		default:
 			r.deadLetter(c, it, err)
+		}
+		r.leftPool(it)
+		if it.src == fromKafka {
+			// Nothing refers to a Kafka item once its result is in: the
+			// pool is done with it and the handler must not keep it.
+			// Items the stop or a rebalance takes out never get here.
+			*it = item{}
+			r.items.Put(it)
 		}
 	}
 }

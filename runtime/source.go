@@ -249,7 +249,8 @@ func (r *Runtime) fetch(ctx context.Context, c *class, tr *tracker, start int64)
 			}
 			continue
 		}
-		it := &item{msg: handoff.Message{
+		it := r.items.Get().(*item)
+		*it = item{msg: handoff.Message{
 			ID:        string(strconv.AppendInt(append(idBuf[:0], idPrefix...), m.Offset, 10)),
 			Class:     c.cfg.Name,
 			Key:       m.Key,
