@@ -71,6 +71,7 @@ type Pool[T any] struct {
 	idle        chan struct{}        // closed when idleLocked becomes true; made by Drain
 	stopDone    chan struct{}        // closed when nrunning reaches 0; made by Stop
 	interrupted []T                  // returned an error after Stop cancelled workCtx
+	free        []*entry[T]          // recycled entries, for Submit
 	// timers holds the retry timer of each waiting item; RetryFunc only.
 	timers map[*entry[T]]*time.Timer
 }
@@ -135,13 +136,13 @@ func (p *Pool[T]) Submit(ctx context.Context, v T) error {
 	if p.ordered {
 		key = p.keyFunc(v)
 	}
-	e := &entry[T]{v: v, key: key}
 
 	p.mu.Lock()
 	if p.stopped {
 		p.mu.Unlock()
 		return ErrStopped
 	}
+	e := p.newEntryLocked(v, key)
 	if p.queued < p.queueSize && p.waiters.head == nil {
 		dispatch := p.admitLocked(e)
 		p.mu.Unlock()
@@ -331,12 +332,41 @@ func (p *Pool[T]) settleLocked(e *entry[T], out outcome, after time.Duration) {
 	switch out {
 	case outcomeReported:
 		p.doneLocked(e, false)
+		p.recycleLocked(e)
 	case outcomeInterrupted:
 		p.doneLocked(e, true)
 	case outcomeRetry:
 		p.retryLocked(e, after)
 	}
 	// outcomeDropped: Stop has taken e off the running list.
+}
+
+// newEntryLocked returns an entry for v, reusing a recycled one when it
+// can.
+func (p *Pool[T]) newEntryLocked(v T, key string) *entry[T] {
+	if n := len(p.free); n > 0 {
+		e := p.free[n-1]
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
+		e.v, e.key = v, key
+		return e
+	}
+	return &entry[T]{v: v, key: key}
+}
+
+// recycleLocked keeps e, whose item was reported and which is on no list
+// any more, for a later Submit: one allocation less per item. Only Submit
+// reuses entries, and only before Stop began, so an entry Stop holds is
+// never reused under it. At most Workers+QueueSize entries are kept.
+func (p *Pool[T]) recycleLocked(e *entry[T]) {
+	if len(p.free) >= p.maxWorkers+p.queueSize {
+		return
+	}
+	var zero T
+	e.v, e.key, e.seq = zero, "", 0
+	e.prev, e.next, e.readyNext, e.keyNext = nil, nil, nil, nil
+	e.state.Store(stateQueued)
+	p.free = append(p.free, e)
 }
 
 // doneLocked takes reported e off the running list and, in an Ordered
