@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -131,52 +130,23 @@ func (b *broker) produce(ctx context.Context, topics []string, n, valueSize int)
 	return nil
 }
 
-// committedSum sums group's committed offsets over topics: with topics
-// that started empty, the number of committed messages. client is reused
-// between polls.
-func (b *broker) committedSum(ctx context.Context, client *kafka.Client, group string, topics []string) (int64, error) {
-	req := &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{}}
-	for _, t := range topics {
-		for p := range b.partitions {
-			req.Topics[t] = append(req.Topics[t], p)
-		}
-	}
-	resp, err := client.OffsetFetch(ctx, req)
-	if err != nil {
-		return 0, fmt.Errorf("bench: fetch offsets of group %q: %w", group, err)
-	}
-	if resp.Error != nil {
-		return 0, fmt.Errorf("bench: fetch offsets of group %q: %w", group, resp.Error)
-	}
-	var sum int64
-	var errs []error
-	for topic, parts := range resp.Topics {
-		for _, p := range parts {
-			if p.Error != nil {
-				errs = append(errs, fmt.Errorf("%s/%d: %w", topic, p.Partition, p.Error))
-				continue
-			}
-			if p.CommittedOffset > 0 {
-				sum += p.CommittedOffset
-			}
-		}
-	}
-	return sum, errors.Join(errs...)
-}
-
 // waitCommitted polls every 10ms until group's committed offsets over
 // topics sum to n, and returns when it saw that.
 func (b *broker) waitCommitted(ctx context.Context, group string, topics []string, n int) (time.Time, error) {
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	client := &kafka.Client{Addr: kafka.TCP(b.addr), Transport: tr, Timeout: 10 * time.Second}
+	offsets := devbroker.NewOffsets([]string{b.addr})
+	defer offsets.Close()
+	tp := map[string]int{}
+	for _, t := range topics {
+		tp[t] = b.partitions
+	}
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for {
-		sum, err := b.committedSum(ctx, client, group, topics)
+		off, err := offsets.Committed(ctx, group, tp)
 		if err != nil {
-			return time.Time{}, err
+			return time.Time{}, fmt.Errorf("bench: %w", err)
 		}
+		sum := devbroker.Sum(off)
 		if sum == int64(n) {
 			return time.Now(), nil
 		}

@@ -294,13 +294,7 @@ func committedSum(b *testing.B, addrs []string, group string, topics []string) i
 	if err != nil {
 		b.Fatal(err)
 	}
-	var sum int64
-	for _, ps := range off {
-		for _, o := range ps {
-			sum += o
-		}
-	}
-	return sum
+	return devbroker.Sum(off)
 }
 
 func handledRates(rs []e2eResult) []float64 {

@@ -134,13 +134,7 @@ func (b *bundle) committed() int64 {
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	var sum int64
-	for _, ps := range off {
-		for _, o := range ps {
-			sum += o
-		}
-	}
-	return sum
+	return devbroker.Sum(off)
 }
 
 // waitFor polls cond until it holds or 30s pass. Polling here waits on

@@ -111,19 +111,33 @@ func CloseWriter(w *kafka.Writer) error {
 	return err
 }
 
-// Committed returns the group's committed offsets (the next offset to
-// read) for the partitions of topics; a partition with no commit is absent.
-func Committed(ctx context.Context, addrs []string, group string, topics map[string]int) (map[string]map[int]int64, error) {
+// Offsets reads consumer groups' committed offsets through one kafka-go
+// client, so that a caller polling them reuses its connection. Close it.
+type Offsets struct {
+	tr     *kafka.Transport
+	client *kafka.Client
+}
+
+// NewOffsets returns an Offsets for the broker at addrs.
+func NewOffsets(addrs []string) *Offsets {
 	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	client := &kafka.Client{Addr: kafka.TCP(addrs...), Transport: tr, Timeout: 10 * time.Second}
+	return &Offsets{tr: tr, client: &kafka.Client{Addr: kafka.TCP(addrs...), Transport: tr, Timeout: 10 * time.Second}}
+}
+
+// Close closes the client's idle connections.
+func (o *Offsets) Close() { o.tr.CloseIdleConnections() }
+
+// Committed returns the group's committed offsets (the next offset to
+// read) for the partitions of topics (topic -> partition count); a
+// partition with no commit is absent.
+func (o *Offsets) Committed(ctx context.Context, group string, topics map[string]int) (map[string]map[int]int64, error) {
 	req := &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{}}
 	for topic, n := range topics {
 		for p := range n {
 			req.Topics[topic] = append(req.Topics[topic], p)
 		}
 	}
-	resp, err := client.OffsetFetch(ctx, req)
+	resp, err := o.client.OffsetFetch(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("devbroker: fetch offsets of group %q: %w", group, err)
 	}
@@ -148,4 +162,23 @@ func Committed(ctx context.Context, addrs []string, group string, topics map[str
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// Committed is [Offsets.Committed] with a client of its own.
+func Committed(ctx context.Context, addrs []string, group string, topics map[string]int) (map[string]map[int]int64, error) {
+	o := NewOffsets(addrs)
+	defer o.Close()
+	return o.Committed(ctx, group, topics)
+}
+
+// Sum adds up committed offsets: for topics that started empty, the number
+// of committed messages.
+func Sum(offsets map[string]map[int]int64) int64 {
+	var sum int64
+	for _, ps := range offsets {
+		for _, o := range ps {
+			sum += o
+		}
+	}
+	return sum
 }
