@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,7 +12,6 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/internal/testio"
 	"github.com/handoff-go/handoff/runtime"
 )
 
@@ -38,28 +37,11 @@ type bundle struct {
 	rt  *runtime.Runtime
 	srv *httptest.Server
 
-	cured   atomic.Bool   // poison values succeed once set
-	unblock chan struct{} // closed to let "block" values finish (after poison is cured)
-	handled chan string   // IDs handled with success
-	logs    syncBuffer    // the handler's request log, JSON lines
+	cured   atomic.Bool       // poison values succeed once set
+	unblock chan struct{}     // closed to let "block" values finish (after poison is cured)
+	handled chan string       // IDs handled with success
+	logs    testio.SyncBuffer // the handler's request log, JSON lines
 	seq     atomic.Int64
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // setup starts the runtime and the handler with opts (Gatherer and

@@ -1,41 +1,22 @@
 package pool
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/internal/testio"
 )
-
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 func TestPanic(t *testing.T) {
 	t.Parallel()
 
 	errBoom := errors.New("boom")
-	var logs syncBuffer
+	var logs testio.SyncBuffer
 	h := setup(t, Config[item]{Name: "orders", Workers: 1,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		Handler: func(_ context.Context, it item) error {

@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/handoff-go/handoff/internal/devbroker"
+	"github.com/handoff-go/handoff/internal/testio"
 )
 
 // lineWaiter records what is written and closes ready once a line
@@ -43,7 +44,7 @@ func TestBroker(t *testing.T) {
 	w := &lineWaiter{re: regexp.MustCompile(`broker listening on (\S+) \(topics a, b, 3 partitions each\); Ctrl-C to stop\n`), ready: make(chan struct{})}
 	root := newRootCmd()
 	root.SetOut(w)
-	var errb syncBuffer
+	var errb testio.SyncBuffer
 	root.SetErr(&errb)
 	done := make(chan int, 1)
 	go func() {

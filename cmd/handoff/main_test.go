@@ -1,15 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/handoff-go/handoff/internal/testio"
 	"go.uber.org/goleak"
 )
 
@@ -48,7 +47,7 @@ func run(t *testing.T, args ...string) result {
 // goes to it too.
 func runWith(t *testing.T, ctx context.Context, errW io.Writer, args ...string) result {
 	t.Helper()
-	var out, errb syncBuffer
+	var out, errb testio.SyncBuffer
 	root := newRootCmd()
 	root.SetOut(&out)
 	if errW != nil {
@@ -59,25 +58,6 @@ func runWith(t *testing.T, ctx context.Context, errW io.Writer, args ...string) 
 	root.SetIn(strings.NewReader(""))
 	code := execute(ctx, root, args)
 	return result{stdout: out.String(), stderr: errb.String(), code: code}
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent
-// readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // copyFile copies the file at src into t's temp dir and returns the copy's

@@ -10,9 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/handoff-go/handoff/examples/rental/rental"
-	"github.com/handoff-go/handoff/internal/devbroker"
 )
 
 // adminAddr waits for the service to log its admin server's address.
@@ -55,18 +52,8 @@ func get(url string) (int, string) {
 // and /metrics shows the finished quiesce phase while the drain is still
 // running. The server is down once the process has exited 0.
 func TestProcessAdminDuringStop(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the example binary")
-	}
-	bin, err := buildRental()
-	if err != nil {
-		t.Fatal(err)
-	}
-	broker, err := devbroker.Start(devbroker.Config{Topics: rental.Topics(), Partitions: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer broker.Close()
+	bin := rentalBinary(t)
+	broker := startBroker(t, 2)
 	produceSteadily(context.Background(), t, broker.Addrs(), 300)
 	dir := t.TempDir()
 	effects := filepath.Join(dir, "effects.log")
@@ -130,13 +117,7 @@ func TestProcessAdminDuringStop(t *testing.T) {
 // TestAdminFlagNeedsServiceMode: the demo has no admin server; asking for
 // one is a usage error.
 func TestAdminFlagNeedsServiceMode(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the example binary")
-	}
-	bin, err := buildRental()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := rentalBinary(t)
 	s := startService(t, bin, "-admin", ":0")
 	if code := s.wait(t); code != 2 || !strings.Contains(s.stderrText(), "-admin needs service mode") {
 		t.Errorf("exit %d, stderr %q", code, s.stderrText())

@@ -50,11 +50,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		work, drain = 400*time.Millisecond, 5*time.Second
 	}
 
-	broker, err := devbroker.Start(devbroker.Config{Topics: rental.Topics(), Partitions: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer broker.Close()
+	broker := startBroker(t, 2)
 	const perTopic = 20
 	var msgs []kafka.Message
 	for _, topic := range rental.Topics() {

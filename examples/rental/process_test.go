@@ -20,6 +20,7 @@ import (
 
 	"github.com/handoff-go/handoff/examples/rental/rental"
 	"github.com/handoff-go/handoff/internal/devbroker"
+	"github.com/handoff-go/handoff/internal/testio"
 	"github.com/handoff-go/handoff/runtime"
 	"github.com/handoff-go/handoff/snapshot"
 )
@@ -42,26 +43,34 @@ var buildRental = sync.OnceValues(func() (string, error) {
 type service struct {
 	cmd    *exec.Cmd
 	stdout bytes.Buffer
-	stderr syncBuffer
+	stderr testio.SyncBuffer
 	done   chan struct{}
 }
 
-// syncBuffer is a bytes.Buffer the test may read while the process writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// rentalBinary skips the test in -short mode and returns the example
+// binary, built once per test binary.
+func rentalBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the example binary")
+	}
+	bin, err := buildRental()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// startBroker starts an embedded broker with the rental topics, closed
+// when the test ends.
+func startBroker(t *testing.T, partitions int) *devbroker.Broker {
+	t.Helper()
+	broker, err := devbroker.Start(devbroker.Config{Topics: rental.Topics(), Partitions: partitions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Close)
+	return broker
 }
 
 func (s *service) stderrText() string { return s.stderr.String() }
@@ -161,18 +170,8 @@ func waitLines(t *testing.T, path string, n int, s *service) {
 // produced message was handled at least once or is a dead letter; graceful
 // stops duplicate nothing but interrupted handlers.
 func TestProcessStopAndKill(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the example binary")
-	}
-	bin, err := buildRental()
-	if err != nil {
-		t.Fatal(err)
-	}
-	broker, err := devbroker.Start(devbroker.Config{Topics: rental.Topics(), Partitions: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer broker.Close()
+	bin := rentalBinary(t)
+	broker := startBroker(t, 4)
 	dir := t.TempDir()
 	effects := filepath.Join(dir, "effects.log")
 	const failRate = "0.05"
@@ -323,18 +322,8 @@ func produceSteadily(ctx context.Context, t *testing.T, addrs []string, total in
 // SIGTERM skips the rest of it; the service still saves what is left,
 // commits and exits 0, and the next start handles the saved messages.
 func TestProcessSecondSignal(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the example binary")
-	}
-	bin, err := buildRental()
-	if err != nil {
-		t.Fatal(err)
-	}
-	broker, err := devbroker.Start(devbroker.Config{Topics: rental.Topics(), Partitions: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer broker.Close()
+	bin := rentalBinary(t)
+	broker := startBroker(t, 2)
 	keys := produceSteadily(context.Background(), t, broker.Addrs(), 600)
 	dir := t.TempDir()
 	effects := filepath.Join(dir, "effects.log")

@@ -24,13 +24,7 @@ import (
 // write per line), so its order is the global handling order. It asserts
 // lost = 0 and reports duplicates and per-key order inversions.
 func TestProcessRollingDeploy(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs three example binaries")
-	}
-	bin, err := buildRental()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := rentalBinary(t)
 	for _, policy := range []string{"snapshot", "redeliver"} {
 		t.Run(policy, func(t *testing.T) {
 			rollingDeploy(t, bin, policy)
@@ -39,11 +33,7 @@ func TestProcessRollingDeploy(t *testing.T) {
 }
 
 func rollingDeploy(t *testing.T, bin, policy string) {
-	broker, err := devbroker.Start(devbroker.Config{Topics: rental.Topics(), Partitions: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer broker.Close()
+	broker := startBroker(t, 4)
 	dir := t.TempDir()
 	effects := filepath.Join(dir, "effects.log")
 	args := func(i int) []string {
