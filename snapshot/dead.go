@@ -26,10 +26,7 @@ func (s *Store) SaveDead(recs ...Record) ([]uint64, error) {
 		keys, err = tx.putNew(BucketDead, vals)
 		return err
 	}
-	run := s.update
-	if len(recs) == 1 {
-		run = s.batch
-	}
+	run := s.writer(len(recs))
 	if err := run(fn); err != nil {
 		return nil, fmt.Errorf("snapshot: save %d dead letters to %s: %w", len(recs), s.path, err)
 	}

@@ -110,10 +110,7 @@ func (s *Store) SaveDelayed(items ...Delayed) ([]bool, error) {
 		saved, err = tx.saveDelayed(items, vals)
 		return err
 	}
-	run := s.update
-	if len(items) == 1 {
-		run = s.batch
-	}
+	run := s.writer(len(items))
 	if err := run(fn); err != nil {
 		return nil, fmt.Errorf("snapshot: save %d delayed messages to %s: %w", len(items), s.path, err)
 	}

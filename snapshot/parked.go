@@ -125,10 +125,7 @@ func (s *Store) Park(class string, key []byte, recs ...Record) error {
 		return nil
 	}
 	vals := encodeAll(recs)
-	run := s.update
-	if len(recs) == 1 {
-		run = s.batch
-	}
+	run := s.writer(len(recs))
 	// Batch may run fn again in a fresh transaction: park then takes new
 	// sequence numbers from that transaction's view, which is safe.
 	if err := run(func(tx *Tx) error { return tx.park(class, key, vals) }); err != nil {

@@ -150,6 +150,16 @@ func (s *Store) view(fn func(tx *Tx) error) error {
 	return s.db.View(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx, s: s}) })
 }
 
+// writer returns how a write of n records runs: one record through the
+// group commit, so that callers saving one record each from many
+// goroutines share fsyncs; more in a transaction of their own.
+func (s *Store) writer(n int) func(fn func(tx *Tx) error) error {
+	if n == 1 {
+		return s.batch
+	}
+	return s.update
+}
+
 // batch runs fn through the group commit of [Store.Batch]: concurrent
 // callers share one fsync, and none waits for a timer. fn may run more
 // than once, each time in a fresh transaction.
