@@ -65,13 +65,8 @@ func fromRecord(rec snapshot.Record, src source) *item {
 	return &item{msg: rec.Message, src: src, firstFailed: rec.FirstFailed, redeliveries: rec.Redeliveries}
 }
 
-// kafkaID is the stable ID of a Kafka record: topic/partition/offset.
-func kafkaID(topic string, partition int, offset int64) string {
-	return string(strconv.AppendInt(kafkaIDPrefix(topic, partition), offset, 10))
-}
-
-// kafkaIDPrefix returns "topic/partition/", the part of kafkaID that one
-// partition's records share.
+// kafkaIDPrefix returns "topic/partition/": a Kafka record's stable ID is
+// that prefix and its offset, so one partition's records share it.
 func kafkaIDPrefix(topic string, partition int) []byte {
 	b := make([]byte, 0, len(topic)+24)
 	b = append(b, topic...)

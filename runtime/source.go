@@ -231,7 +231,7 @@ func (r *Runtime) fetch(ctx context.Context, c *class, tr *tracker, start int64)
 		return
 	}
 	// Every record of this reader has tr's topic and partition, so the
-	// "topic/partition/" of kafkaID is made once and each ID costs one
+	// "topic/partition/" of the ID is made once and each ID costs one
 	// allocation.
 	idPrefix := kafkaIDPrefix(tr.topic, tr.partition)
 	var idBuf [64]byte
