@@ -42,7 +42,7 @@ func deadLetterOf(e snapshot.Entry) DeadLetter {
 		FirstFailed: e.Record.FirstFailed, LastFailed: e.Record.SavedAt}
 }
 
-// store returns the open state file, or ErrNotRunning.
+// openStore returns the open state file, or ErrNotRunning.
 func (r *Runtime) openStore() (*snapshot.Store, error) {
 	if !r.storeOpen.Load() {
 		return nil, ErrNotRunning

@@ -42,7 +42,7 @@ func (s *serviceTime) observe(d time.Duration) {
 	}
 }
 
-// rate is the class's handling capacity in messages per second, zero
+// capacity is the class's handling capacity in messages per second, zero
 // before the first timed call.
 func (c *class) capacity() float64 {
 	m := math.Float64frombits(c.svc.mean.Load())

@@ -107,7 +107,7 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// stateCount counts a bucket of the open state file, or NaN-free 0 when
+// stateCount counts a bucket of the open state file, or returns 0 when
 // it is not open.
 func (r *Runtime) stateCount(bucket string) float64 {
 	st, err := r.openStore()
