@@ -64,6 +64,17 @@ func TestDrainBudget(t *testing.T) {
 	if cs := rt.Stats()[0]; cs.OverBudget || cs.DrainEstimate != 0 {
 		t.Errorf("idle class: %+v", cs)
 	}
+	// The state file's buckets, counted once per scrape.
+	scraped, err := testutil.CollectAndFormat(reg, expfmt.TypeTextPlain, "handoff_state_records_pending", "handoff_state_records_dead",
+		"handoff_state_records_parked", "handoff_state_records_delayed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"handoff_state_records_pending 0", "handoff_state_records_dead 0", "handoff_state_records_parked 0", "handoff_state_records_delayed 0"} {
+		if !strings.Contains(string(scraped), want) {
+			t.Errorf("metrics lack %s:\n%s", want, scraped)
+		}
+	}
 	rt.Shutdown(context.Background())
 	if _, err := wait(); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/handoff-go/handoff/snapshot"
 )
 
 // metrics are the runtime's Prometheus metrics, registered on
@@ -17,7 +19,8 @@ import (
 // handoff_handler_duration_seconds{class}, handoff_drain_estimate_seconds
 // and handoff_drain_over_budget{class}. Runtime-wide: handoff_ready,
 // handoff_stop_phase_duration_seconds{phase} and handoff_snapshot_messages
-// (of the last stop), handoff_state_records{bucket}, and
+// (of the last stop), handoff_state_records_{pending,dead,parked,delayed},
+// and
 // handoff_commit_lag{topic,partition} (high watermark minus committed
 // offset, as of the last fetch and commit).
 type metrics struct {
@@ -58,14 +61,7 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 	cs := []prometheus.Collector{m.handler, m.drainEst, m.overBudget, m.phase, m.snapshotMsg, m.commitLag,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_ready", Help: "1 while the runtime is running and not stopping."},
 			func() float64 { return b2f(r.Ready()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_state_records_pending", Help: "Records in the state file's pending bucket."},
-			func() float64 { return r.stateCount("pending") }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_state_records_dead", Help: "Dead letters in the state file."},
-			func() float64 { return r.stateCount("dead") }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_state_records_parked", Help: "Parked messages in the state file."},
-			func() float64 { return r.stateCount("parked") }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_state_records_delayed", Help: "Delayed messages in the state file."},
-			func() float64 { return r.stateCount("delayed") }),
+		newStateCollector(r),
 	}
 	for _, c := range r.order {
 		labels := prometheus.Labels{"class": c.cfg.Name}
@@ -107,18 +103,46 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// stateCount counts a bucket of the open state file, or returns 0 when
-// it is not open.
-func (r *Runtime) stateCount(bucket string) float64 {
-	st, err := r.openStore()
+// stateCollector exports the record counts of the state file's buckets
+// as handoff_state_records_{pending,dead,parked,delayed}. Store.Counts
+// walks the buckets, so a scrape calls it once for all four.
+type stateCollector struct {
+	r     *Runtime
+	descs map[string]*prometheus.Desc // bucket -> metric
+}
+
+func newStateCollector(r *Runtime) *stateCollector {
+	c := &stateCollector{r: r, descs: map[string]*prometheus.Desc{}}
+	for bucket, help := range map[string]string{
+		snapshot.BucketPending: "Records in the state file's pending bucket.",
+		snapshot.BucketDead:    "Dead letters in the state file.",
+		snapshot.BucketParked:  "Parked messages in the state file.",
+		snapshot.BucketDelayed: "Delayed messages in the state file.",
+	} {
+		c.descs[bucket] = prometheus.NewDesc("handoff_state_records_"+bucket, help, nil, nil)
+	}
+	return c
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+// Collect reports nothing while the state file is not open.
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	st, err := c.r.openStore()
 	if err != nil {
-		return 0
+		return
 	}
 	counts, err := st.Counts()
 	if err != nil {
-		return 0
+		return
 	}
-	return float64(counts[bucket])
+	for bucket, d := range c.descs {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(counts[bucket]))
+	}
 }
 
 func (m *metrics) observeHandler(i int, d time.Duration) {
