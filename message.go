@@ -19,7 +19,10 @@ import (
 // them: the runtime reuses the envelope of a handled Kafka message.
 type Message struct {
 	// ID is stable across restarts: "topic/partition/offset" for a Kafka
-	// record, the caller's ID otherwise.
+	// record, the caller's ID otherwise. The IDs of Kafka records share
+	// memory blocks of about 1 KiB: an ID kept after the handler returns
+	// keeps its block alive, so copy it (strings.Clone) to keep a few out
+	// of many.
 	ID string
 
 	// Class names the message class (and so the pool) that handles it.

@@ -40,7 +40,7 @@ func BenchmarkDeadLetters(b *testing.B) {
 		began := time.Now()
 		go func() {
 			for dead.Load() < n {
-				if rt.stats[outDeadLettered].Load() >= n {
+				if rt.total(outDeadLettered) >= n {
 					close(all)
 					return
 				}

@@ -499,7 +499,9 @@ func BenchmarkTracker(b *testing.B) {
 		var off int64
 		for b.Loop() {
 			tr.settle(tr.add(off))
-			off++
+			if off++; off%4096 == 0 {
+				tr.commitPoint() // as the keeper does: frees settled segments
+			}
 		}
 	})
 
@@ -560,9 +562,9 @@ func BenchmarkTracker(b *testing.B) {
 func benchOutOfOrder(b *testing.B, window, slowEvery int) {
 	tr := newTracker("t", 0, 0)
 	rng := rand.New(rand.NewPCG(1, 2))
-	inflight := make([]uint64, 0, window)
+	inflight := make([]slot, 0, window)
 	var off int64
-	var slow uint64
+	var slow slot
 	haveSlow := false
 	b.ReportAllocs()
 	for b.Loop() {

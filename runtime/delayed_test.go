@@ -219,7 +219,7 @@ func TestRequeueAndDiscard(t *testing.T) {
 	if v := <-handled; v != "c5" {
 		t.Fatalf("handled %s; a and b should be parked", v)
 	}
-	waitFor(t, "parking", func() bool { return rt.stats[outParked].Load() == 3 })
+	waitFor(t, "parking", func() bool { return rt.total(outParked) == 3 })
 	keys, err := rt.ParkedKeys()
 	if err != nil || len(keys) != 2 || keys[0].Count+keys[1].Count != 3 {
 		t.Fatalf("parked keys %+v %v", keys, err)
@@ -295,7 +295,7 @@ func TestParkedSurviveRestart(t *testing.T) {
 	rt, _ := New(cfg)
 	wait := start(t, rt, context.Background())
 	<-handled // v0
-	waitFor(t, "parking", func() bool { return rt.stats[outParked].Load() == 3 })
+	waitFor(t, "parking", func() bool { return rt.total(outParked) == 3 })
 	rt.Shutdown(context.Background())
 	if _, err := wait(); err != nil {
 		t.Fatal(err)
@@ -347,7 +347,7 @@ func TestDeadLetterTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait := start(t, rt, context.Background())
-	waitFor(t, "published", func() bool { return rt.stats[outPublished].Load() == 1 })
+	waitFor(t, "published", func() bool { return rt.total(outPublished) == 1 })
 	rt.Shutdown(context.Background())
 	if _, err := wait(); err != nil {
 		t.Fatal(err)
@@ -394,7 +394,7 @@ func TestOfflineRequeueRunsFirst(t *testing.T) {
 	rt, _ := New(cfg)
 	wait := start(t, rt, context.Background())
 	<-handled
-	waitFor(t, "parking", func() bool { return rt.stats[outParked].Load() == 2 })
+	waitFor(t, "parking", func() bool { return rt.total(outParked) == 2 })
 	rt.Shutdown(context.Background())
 	if _, err := wait(); err != nil {
 		t.Fatal(err)

@@ -55,7 +55,7 @@ func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 			ctx, cancel = context.WithTimeoutCause(ctx, c.cfg.Timeout, ErrHandlerTimeout)
 			defer cancel()
 		}
-		if r.metrics == nil && !c.svc.sample() {
+		if r.metrics == nil && !sample() {
 			return c.cfg.Handler(ctx, &it.msg)
 		}
 		began := time.Now()
@@ -132,7 +132,7 @@ func (r *Runtime) done(c *class, it *item) {
 	r.inc(c, outSucceeded)
 	switch it.src {
 	case fromKafka:
-		it.tr.settle(it.seq)
+		it.tr.settle(it.slot)
 	case fromPending:
 		r.delMu.Lock()
 		r.delDone.pending = append(r.delDone.pending, it.key)
@@ -204,7 +204,7 @@ func (r *Runtime) move(run func(func(*snapshot.Tx) error) error, it *item, what 
 		return false
 	}
 	if it.src == fromKafka {
-		it.tr.settle(it.seq)
+		it.tr.settle(it.slot)
 	}
 	return true
 }

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
@@ -29,9 +30,9 @@ func (s source) persisted() bool { return s >= fromPending }
 type item struct {
 	msg handoff.Message
 	src source
-	// tr and seq place a Kafka message in its partition's tracker.
-	tr  *tracker
-	seq uint64
+	// tr and slot place a Kafka message in its partition's tracker.
+	tr   *tracker
+	slot slot
 	// key of the record the message came from (fromPending, fromDead).
 	key        uint64
 	delayedKey snapshot.DelayedKey
@@ -73,4 +74,35 @@ func kafkaIDPrefix(topic string, partition int) []byte {
 	b = append(b, '/')
 	b = strconv.AppendInt(b, int64(partition), 10)
 	return append(b, '/')
+}
+
+// idBlockSize is the size of the blocks kafkaIDs carves IDs from: about
+// 40 IDs of a 25-byte "topic/partition/offset" per allocation.
+const idBlockSize = 1024
+
+// kafkaIDs makes the IDs of one partition's records. It carves them from
+// shared blocks instead of allocating a string per message: the fetch
+// loop's one allocation per record otherwise. The bytes behind an ID are
+// never written again once it is handed out, as unsafe.String requires.
+// An ID kept after its message is handled keeps its block alive, at most
+// idBlockSize bytes; the runtime copies the IDs it keeps (parking).
+type kafkaIDs struct {
+	prefix []byte // "topic/partition/"
+	block  []byte
+}
+
+func newKafkaIDs(topic string, partition int) *kafkaIDs {
+	return &kafkaIDs{prefix: kafkaIDPrefix(topic, partition)}
+}
+
+// id returns the ID of the record at offset.
+func (k *kafkaIDs) id(offset int64) string {
+	const maxOffsetLen = 20 // digits of the largest int64, and a sign
+	if cap(k.block)-len(k.block) < len(k.prefix)+maxOffsetLen {
+		k.block = make([]byte, 0, max(idBlockSize, len(k.prefix)+maxOffsetLen))
+	}
+	start := len(k.block)
+	k.block = append(k.block, k.prefix...)
+	k.block = strconv.AppendInt(k.block, offset, 10)
+	return unsafe.String(&k.block[start], len(k.block)-start)
 }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -77,7 +78,7 @@ func (r *Runtime) block(c *class, it *item) {
 		st = &keyState{}
 		p.keys[string(it.msg.Key)] = st
 	}
-	st.blocker, st.releasing = it.msg.ID, false
+	st.blocker, st.releasing = strings.Clone(it.msg.ID), false
 }
 
 // unblock is called when an ordered class's message is done: if it was its
@@ -185,7 +186,7 @@ func (r *Runtime) blockIfReleasing(c *class, it *item) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if st := p.keys[string(it.msg.Key)]; st != nil && st.releasing && st.blocker == "" {
-		st.blocker, st.releasing = it.msg.ID, false
+		st.blocker, st.releasing = strings.Clone(it.msg.ID), false
 	}
 }
 

@@ -76,9 +76,8 @@ func (r *Report) String() string {
 
 // fillCounts copies the runtime's outcome counters into rep.
 func (r *Runtime) fillCounts(rep *Report) {
-	s := &r.stats
-	rep.Succeeded, rep.Retried, rep.DeadLettered, rep.Redelivered = s[outSucceeded].Load(), s[outRetried].Load(), s[outDeadLettered].Load(), s[outRedelivered].Load()
-	rep.Parked, rep.Released, rep.Deferred, rep.Scheduled = s[outParked].Load(), s[outReleased].Load(), s[outDeferred].Load(), s[outScheduled].Load()
-	rep.Delivered, rep.Requeued, rep.Discarded, rep.Published = s[outDelivered].Load(), s[outRequeued].Load(), s[outDiscarded].Load(), s[outPublished].Load()
+	rep.Succeeded, rep.Retried, rep.DeadLettered, rep.Redelivered = r.total(outSucceeded), r.total(outRetried), r.total(outDeadLettered), r.total(outRedelivered)
+	rep.Parked, rep.Released, rep.Deferred, rep.Scheduled = r.total(outParked), r.total(outReleased), r.total(outDeferred), r.total(outScheduled)
+	rep.Delivered, rep.Requeued, rep.Discarded, rep.Published = r.total(outDelivered), r.total(outRequeued), r.total(outDiscarded), r.total(outPublished)
 	rep.Revoked = int(r.revoked.Load())
 }

@@ -514,7 +514,7 @@ func (r *Runtime) stop(rep *Report, cancelFetch context.CancelFunc, consumer *sy
 		rep.Snapshotted = len(recs)
 		for _, it := range saved {
 			if it.src == fromKafka {
-				it.tr.settle(it.seq)
+				it.tr.settle(it.slot)
 			}
 		}
 	}
@@ -590,8 +590,8 @@ func (r *Runtime) giveBack(its []*item, n *int) []*item {
 
 // handled counts the messages that left the pools for good so far.
 func (r *Runtime) handled() uint64 {
-	return r.stats[outSucceeded].Load() + r.stats[outDeadLettered].Load() + r.stats[outRedelivered].Load() +
-		r.stats[outParked].Load() + r.stats[outDeferred].Load()
+	return r.total(outSucceeded) + r.total(outDeadLettered) + r.total(outRedelivered) +
+		r.total(outParked) + r.total(outDeferred)
 }
 
 // putSource overwrites, inside tx, the record a persisted item came from.

@@ -80,11 +80,13 @@ type Runtime struct {
 	store   *snapshot.Store
 	sched   *scheduler
 	dlq     *kafka.Writer // dead-letter topics, when a class has one
-	stats   counters
+	stats   counters      // outcomes of no configured class; see total
 	metrics *metrics
 	// items recycles the items of fetched Kafka messages: one allocation
 	// less per message on the hot path.
 	items sync.Pool
+	// epoch is when New ran; see now.
+	epoch time.Time
 
 	delMu   sync.Mutex
 	delDone doneRecords // records whose messages are done, deleted in batches
@@ -134,11 +136,31 @@ var outcomeNames = [numOutcomes]string{"succeeded", "retried", "dead_lettered", 
 type counters [numOutcomes]atomic.Uint64
 
 // inc counts one o for class c (nil when the class is not configured).
+// Each count lands in one place, the class's counters or, without a
+// class, the runtime's own: one atomic add per outcome on the hot path.
 func (r *Runtime) inc(c *class, o outcome) {
-	r.stats[o].Add(1)
 	if c != nil {
 		c.stats[o].Add(1)
+	} else {
+		r.stats[o].Add(1)
 	}
+}
+
+// now is time.Now from one clock read instead of two: epoch plus the
+// monotonic time since it (time.Now reads the wall clock as well). It is
+// what the fetch loop stamps FirstSeen with, once per message. Unlike
+// time.Now its wall reading does not follow a step of the system clock
+// after New; the monotonic reading is the same.
+func (r *Runtime) now() time.Time { return r.epoch.Add(time.Since(r.epoch)) }
+
+// total returns the runtime-wide count of o: every class's and those
+// without a class.
+func (r *Runtime) total(o outcome) uint64 {
+	n := r.stats[o].Load()
+	for _, c := range r.order {
+		n += c.stats[o].Load()
+	}
+	return n
 }
 
 type class struct {
@@ -158,6 +180,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	r := &Runtime{
+		epoch:     time.Now(),
 		cfg:       cfg,
 		log:       cfg.Logger.With("component", "runtime"),
 		classes:   map[string]*class{},

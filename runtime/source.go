@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -230,11 +229,7 @@ func (r *Runtime) fetch(ctx context.Context, c *class, tr *tracker, start int64)
 		log.Error("reader offset not set", "offset", start, "err", err)
 		return
 	}
-	// Every record of this reader has tr's topic and partition, so the
-	// "topic/partition/" of the ID is made once and each ID costs one
-	// allocation.
-	idPrefix := kafkaIDPrefix(tr.topic, tr.partition)
-	var idBuf [64]byte
+	ids := newKafkaIDs(tr.topic, tr.partition)
 	for {
 		m, err := rd.FetchMessage(ctx)
 		if err != nil {
@@ -251,12 +246,12 @@ func (r *Runtime) fetch(ctx context.Context, c *class, tr *tracker, start int64)
 		}
 		it := r.items.Get().(*item)
 		*it = item{msg: handoff.Message{
-			ID:        string(strconv.AppendInt(append(idBuf[:0], idPrefix...), m.Offset, 10)),
+			ID:        ids.id(m.Offset),
 			Class:     c.cfg.Name,
 			Key:       m.Key,
 			Value:     m.Value,
 			Origin:    handoff.Origin{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset},
-			FirstSeen: time.Now(),
+			FirstSeen: r.now(),
 		}, src: fromKafka, tr: tr}
 		if len(m.Headers) > 0 {
 			it.msg.Headers = make([]handoff.Header, len(m.Headers))
@@ -264,7 +259,7 @@ func (r *Runtime) fetch(ctx context.Context, c *class, tr *tracker, start int64)
 				it.msg.Headers[i] = handoff.Header{Key: h.Key, Value: h.Value}
 			}
 		}
-		it.seq = tr.add(m.Offset)
+		it.slot = tr.add(m.Offset)
 		tr.hwm.Store(m.HighWaterMark)
 		if err := c.pool.Submit(ctx, it); err != nil {
 			// Never accepted: it stays unsettled, so the commit stops

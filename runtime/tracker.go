@@ -11,22 +11,36 @@ import (
 // in the state file) in any order; the commit point is the lowest offset
 // not yet settled, or the offset after the last one fetched when all are.
 // Kafka offsets need not be contiguous (compaction, transaction markers),
-// so the tracker keeps the fetched offsets themselves, addressed by a
-// per-tracker sequence number. A tracker belongs to one generation: a late
-// result of an older generation marks the old tracker, which nobody
-// commits any more, and so never moves a newer generation's offsets.
+// so the tracker keeps the fetched offsets themselves. A tracker belongs
+// to one generation: a late result of an older generation marks the old
+// tracker, which nobody commits any more, and so never moves a newer
+// generation's offsets.
+//
+// The per-message calls take no lock. The offsets live in a chain of
+// fixed-size segments: the partition's fetch loop, the only caller of
+// add, fills them in order and publishes each slot with an atomic store
+// of the segment's count; settle is one atomic store of the slot's flag,
+// from any goroutine. The committer (commitPoint, unsettled, under mu)
+// walks the settled prefix from where it last stopped and drops the
+// segments behind it; add does the same when it starts a segment, so
+// memory follows the unsettled window.
 type tracker struct {
 	topic     string
 	partition int
 
-	mu      sync.Mutex
-	base    uint64  // sequence number of offs[head]
-	head    int     // first unsettled slot
-	offs    []int64 // fetched offsets, in fetch order, from head on
-	settled []bool
-	next    int64 // offset after the last fetched; -1 before any fetch
+	// tail is the segment add appends to; the fetch loop's only.
+	tail *segment
+
+	mu   sync.Mutex
+	head *segment // first segment with a slot not known settled
+	hi   int32    // first slot of head not known settled
+	// end is the offset after the last offset of the settled prefix: the
+	// commit point when every fetched offset is settled (-1 while
+	// unknown: nothing fetched and no start offset).
+	end int64
 	// committed is the last offset committed to Kafka (the next to read).
 	committed int64
+
 	// hwm is the partition's high watermark as of the last fetch.
 	hwm atomic.Int64
 	// abandoned counts fetched offsets that will never settle here: given
@@ -34,51 +48,81 @@ type tracker struct {
 	abandoned atomic.Int64
 }
 
+// segSize is the number of offsets a segment holds: a segment is about
+// 2.3 KiB, allocated once per segSize fetched messages.
+const segSize = 256
+
+// segment is a run of fetched offsets and their settled flags.
+type segment struct {
+	offs    [segSize]int64
+	settled [segSize]atomic.Bool
+	n       atomic.Int32 // slots published by add
+	next    atomic.Pointer[segment]
+}
+
+// slot names one fetched offset in its tracker: what settle needs.
+type slot struct {
+	seg *segment
+	i   int32
+}
+
 func newTracker(topic string, partition int, start int64) *tracker {
-	t := &tracker{topic: topic, partition: partition, next: -1, committed: -1}
+	s := new(segment)
+	t := &tracker{topic: topic, partition: partition, tail: s, head: s, end: -1, committed: -1}
 	if start >= 0 {
-		t.next = start
+		t.end = start
 		t.committed = start
 	}
 	return t
 }
 
-// add records a fetched offset and returns its sequence number.
-func (t *tracker) add(offset int64) uint64 {
-	t.mu.Lock()
-	seq := t.base + uint64(len(t.offs)-t.head)
-	t.offs = append(t.offs, offset)
-	t.settled = append(t.settled, false)
-	t.next = offset + 1
-	t.mu.Unlock()
-	return seq
+// add records a fetched offset and returns its slot. Only the partition's
+// fetch loop calls it, in fetch order.
+func (t *tracker) add(offset int64) slot {
+	s := t.tail
+	i := s.n.Load()
+	if i == segSize {
+		ns := new(segment)
+		s.next.Store(ns)
+		t.tail, s, i = ns, ns, 0
+		// Drop the settled segments now rather than at the next commit,
+		// so memory follows the unsettled window, not the commit interval.
+		// Never wait for the committer for it.
+		if t.mu.TryLock() {
+			t.advanceLocked()
+			t.mu.Unlock()
+		}
+	}
+	s.offs[i] = offset
+	s.n.Store(i + 1) // publishes offs[i] to the committer
+	return slot{seg: s, i: i}
 }
 
-// settle marks the offset with sequence number seq done or persisted.
-func (t *tracker) settle(seq uint64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if seq < t.base {
-		return // already behind the commit point
-	}
-	i := t.head + int(seq-t.base)
-	if i >= len(t.offs) {
-		return
-	}
-	t.settled[i] = true
-	if i != t.head {
-		return
-	}
-	for t.head < len(t.offs) && t.settled[t.head] {
-		t.head++
-		t.base++
-	}
-	// Compact once the settled prefix is the larger half.
-	if t.head > 1024 && t.head*2 > len(t.offs) {
-		n := copy(t.offs, t.offs[t.head:])
-		copy(t.settled, t.settled[t.head:])
-		t.offs, t.settled = t.offs[:n], t.settled[:n]
-		t.head = 0
+// settle marks the offset in sl done or persisted. Settling twice is
+// harmless.
+func (t *tracker) settle(sl slot) {
+	sl.seg.settled[sl.i].Store(true)
+}
+
+// advanceLocked moves head past the settled prefix and returns the commit
+// point. An offset published after the scan looked at its segment's count
+// is not seen, which only keeps the commit point lower.
+func (t *tracker) advanceLocked() int64 {
+	for {
+		s := t.head
+		n := s.n.Load()
+		for t.hi < n && s.settled[t.hi].Load() {
+			t.end = s.offs[t.hi] + 1
+			t.hi++
+		}
+		if t.hi < n {
+			return s.offs[t.hi]
+		}
+		next := s.next.Load()
+		if t.hi < segSize || next == nil {
+			return t.end
+		}
+		t.head, t.hi = next, 0
 	}
 }
 
@@ -87,12 +131,7 @@ func (t *tracker) settle(seq uint64) {
 func (t *tracker) commitPoint() (int64, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var cp int64
-	if t.head < len(t.offs) {
-		cp = t.offs[t.head]
-	} else {
-		cp = t.next
-	}
+	cp := t.advanceLocked()
 	return cp, cp >= 0 && cp > t.committed
 }
 
@@ -109,13 +148,17 @@ func (t *tracker) committedTo(offset int64) {
 func (t *tracker) unsettled() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := 0
-	for _, s := range t.settled[t.head:] {
-		if !s {
-			n++
+	t.advanceLocked()
+	count := 0
+	for s, from := t.head, t.hi; s != nil; s, from = s.next.Load(), 0 {
+		n := s.n.Load()
+		for i := from; i < n; i++ {
+			if !s.settled[i].Load() {
+				count++
+			}
 		}
 	}
-	return n
+	return count
 }
 
 // inFlight returns how many fetched offsets may still settle: neither

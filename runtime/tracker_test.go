@@ -1,7 +1,10 @@
 package runtime
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -13,7 +16,7 @@ func TestTrackerCommitRule(t *testing.T) {
 	}
 	// Offsets with a gap (compaction): 10, 11, 13, 14, 15.
 	offs := []int64{10, 11, 13, 14, 15}
-	seqs := make([]uint64, len(offs))
+	seqs := make([]slot, len(offs))
 	for i, o := range offs {
 		seqs[i] = tr.add(o)
 	}
@@ -53,7 +56,7 @@ func TestTrackerRandomOrder(t *testing.T) {
 		tr := newTracker("t", 0, 0)
 		const n = 5000
 		var offs []int64
-		var seqs []uint64
+		var seqs []slot
 		o := int64(0)
 		for range n {
 			o += 1 + int64(rng.IntN(3)) // gaps
@@ -82,5 +85,116 @@ func TestTrackerRandomOrder(t *testing.T) {
 		if cp, _ := tr.commitPoint(); cp != o+1 {
 			t.Fatalf("all settled: commit point %d, want %d", cp, o+1)
 		}
+	}
+}
+
+// TestTrackerConcurrent runs the tracker as the runtime does: one fetch
+// loop adds, several workers settle in any order, and a committer asks for
+// the commit point meanwhile. Every offset below a commit point must have
+// been settled before it was returned, commit points never go back, and
+// once all are settled the point is the offset after the last. Run with
+// -race: it also checks the publication of slots without a lock.
+func TestTrackerConcurrent(t *testing.T) {
+	const n = 20_000
+	tr := newTracker("t", 0, 0)
+	offs := make([]int64, n)
+	var settled [n]atomic.Bool // the model: set before settle is called
+	work := make(chan int, 64)
+	slots := make([]slot, n)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			var held []int
+			for i := range work {
+				held = append(held, i)
+				if len(held) < 8 {
+					continue
+				}
+				k := rng.IntN(len(held)) // settle out of order
+				settled[held[k]].Store(true)
+				tr.settle(slots[held[k]])
+				held = append(held[:k], held[k+1:]...)
+			}
+			for _, i := range held {
+				settled[i].Store(true)
+				tr.settle(slots[i])
+			}
+		})
+	}
+	stop := make(chan struct{})
+	committerDone := make(chan error, 1)
+	go func() {
+		last := int64(0)
+		for {
+			select {
+			case <-stop:
+				committerDone <- nil
+				return
+			default:
+			}
+			cp, ok := tr.commitPoint()
+			if cp < last {
+				committerDone <- fmt.Errorf("commit point went back from %d to %d", last, cp)
+				return
+			}
+			last = cp
+			if ok {
+				tr.committedTo(cp)
+			}
+			// offs[i] = 3i+1: every offset below cp belongs to an index
+			// below (cp+1)/3.
+			for i := range min((cp+1)/3, n) {
+				if !settled[i].Load() {
+					committerDone <- fmt.Errorf("commit point %d passes unsettled offset %d", cp, offs[i])
+					return
+				}
+			}
+		}
+	}()
+	for i := range n {
+		offs[i] = 3*int64(i) + 1 // gaps, as after compaction
+		slots[i] = tr.add(offs[i])
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(stop)
+	if err := <-committerDone; err != nil {
+		t.Fatal(err)
+	}
+	if cp, _ := tr.commitPoint(); cp != offs[n-1]+1 {
+		t.Fatalf("all settled: commit point %d, want %d", cp, offs[n-1]+1)
+	}
+	if u := tr.unsettled(); u != 0 {
+		t.Fatalf("unsettled %d after all settled", u)
+	}
+	if tr.head != tr.tail {
+		t.Errorf("settled segments are still held: head is not the tail")
+	}
+}
+
+// TestTrackerUnsettled counts unsettled offsets across segments.
+func TestTrackerUnsettled(t *testing.T) {
+	tr := newTracker("t", 0, 0)
+	var slots []slot
+	for o := range int64(3*segSize + 10) {
+		slots = append(slots, tr.add(o))
+	}
+	for i, sl := range slots {
+		if i%5 != 0 {
+			tr.settle(sl)
+		}
+	}
+	want := (len(slots) + 4) / 5
+	if u := tr.unsettled(); u != want {
+		t.Fatalf("unsettled %d, want %d", u, want)
+	}
+	tr.abandoned.Add(2)
+	if f := tr.inFlight(); f != want-2 {
+		t.Fatalf("in flight %d, want %d", f, want-2)
+	}
+	if cp, _ := tr.commitPoint(); cp != 0 {
+		t.Fatalf("commit point %d, want 0", cp)
 	}
 }
