@@ -124,6 +124,24 @@ func (b *bundle) produce(n int) int {
 	return len(msgs)
 }
 
+// produceValues writes one record per value to topic, all with one key
+// (so one partition, in this order), and returns how many.
+func (b *bundle) produceValues(topic string, values ...string) int {
+	b.t.Helper()
+	w := devbroker.NewWriter(b.broker.Addrs())
+	defer devbroker.CloseWriter(w)
+	msgs := make([]kafka.Message, len(values))
+	for i, v := range values {
+		msgs[i] = kafka.Message{Topic: topic, Key: []byte("one-key"), Value: []byte(v)}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		b.t.Fatal(err)
+	}
+	return len(msgs)
+}
+
 // committed sums the group's committed offsets over all partitions: with
 // topics that start empty it is the number of committed messages.
 func (b *bundle) committed() int64 {

@@ -26,6 +26,9 @@ type generation struct {
 	// group is closed.
 	finalReq chan chan error
 	ended    chan struct{} // closed when the keeper returns
+	// caughtUp is how a fetch loop tells the keeper its partition caught
+	// up with the high watermark; see keep.
+	caughtUp chan struct{}
 }
 
 // consume joins generation after generation until fetchCtx ends.
@@ -50,7 +53,8 @@ func (r *Runtime) consume(fetchCtx context.Context, cg *kafka.ConsumerGroup) {
 // fetchCtx ends. In the second case the keeper stays, so the stop can
 // commit through this generation.
 func (r *Runtime) runGeneration(fetchCtx context.Context, kg *kafka.Generation) {
-	g := &generation{r: r, kg: kg, finalReq: make(chan chan error), ended: make(chan struct{})}
+	g := &generation{r: r, kg: kg, finalReq: make(chan chan error), ended: make(chan struct{}),
+		caughtUp: make(chan struct{}, 1)}
 	gctx, cancel := context.WithCancel(fetchCtx)
 	defer cancel()
 	var fetchers sync.WaitGroup
@@ -60,7 +64,7 @@ func (r *Runtime) runGeneration(fetchCtx context.Context, kg *kafka.Generation) 
 		for _, pa := range parts {
 			tr := newTracker(topic, pa.ID, pa.Offset)
 			g.trackers = append(g.trackers, tr)
-			fetchers.Go(func() { r.fetch(gctx, c, tr, pa.Offset) })
+			fetchers.Go(func() { r.fetch(gctx, g, c, tr, pa.Offset) })
 			n++
 		}
 	}
@@ -73,20 +77,53 @@ func (r *Runtime) runGeneration(fetchCtx context.Context, kg *kafka.Generation) 
 	fetchers.Wait()
 }
 
-// keep commits every CommitInterval. When kafka-go ends the generation
-// (rebalance, lost session) it stops this generation's fetchers and
-// commits what is settled before returning, since kafka-go waits for it
-// to move on. A late result of this generation then only marks trackers
-// nobody commits any more.
+// keep commits every CommitInterval, and sooner once the flow stops:
+// when a partition has caught up with its high watermark and everything
+// fetched from the caught-up partitions is settled, it commits at once
+// (but not within minCommitGap of the last commit), so after a burst
+// the commit follows the last message within milliseconds rather than up
+// to a CommitInterval later. Until then it looks again after 1 ms, then
+// 2, 4, … up to the next tick.
+//
+// When kafka-go ends the generation (rebalance, lost session) it stops
+// this generation's fetchers and commits what is settled before
+// returning, since kafka-go waits for it to move on. A late result of
+// this generation then only marks trackers nobody commits any more.
 func (g *generation) keep(kctx context.Context, stopFetch context.CancelFunc, fetchers *sync.WaitGroup) {
 	defer close(g.ended)
-	t := time.NewTicker(g.r.cfg.CommitInterval)
+	interval := g.r.cfg.CommitInterval
+	t := time.NewTicker(interval)
 	defer t.Stop()
+	soon := time.NewTimer(0)
+	soon.Stop()
+	defer soon.Stop()
+	var last time.Time     // last commit
+	var wait time.Duration // until soon looks again; 0 while not armed
+	commit := func(when string) {
+		if err := g.commit(); err != nil {
+			g.r.log.Warn("commit failed; retrying at the next interval", "generation", g.kg.ID, "when", when, "err", err)
+		}
+		last = time.Now()
+	}
 	for {
 		select {
 		case <-t.C:
-			if err := g.commit(); err != nil {
-				g.r.log.Warn("commit failed; retrying at the next interval", "generation", g.kg.ID, "err", err)
+			commit("interval")
+		case <-g.caughtUp:
+			if wait == 0 {
+				wait = time.Millisecond
+				soon.Reset(max(wait, minCommitGap(interval)-time.Since(last)))
+			}
+		case <-soon.C:
+			switch idle, some := g.idle(); {
+			case idle:
+				commit("caught up")
+				wait = 0
+			case !some: // traffic resumed: the ticker commits
+				wait = 0
+			default:
+				wait = min(2*wait, interval)
+				soon.Reset(wait)
 			}
 		case reply := <-g.finalReq:
 			reply <- g.commit()
@@ -153,6 +190,31 @@ func (g *generation) revoke() (given, left int) {
 	return given, left
 }
 
+// minCommitGap is the least time between two commits made because the
+// flow stopped: it bounds them to 10 a second under a trickle of
+// messages that each catch the partition up.
+func minCommitGap(interval time.Duration) time.Duration {
+	return min(interval, 100*time.Millisecond)
+}
+
+// idle reports whether some partition is caught up with its high
+// watermark (some) and whether, in addition, every caught-up partition
+// has all it fetched settled (idle): the moment to commit without waiting
+// for the interval.
+func (g *generation) idle() (idle, some bool) {
+	idle = true
+	for _, tr := range g.trackers {
+		if !tr.caughtUp.Load() {
+			continue
+		}
+		some = true
+		if !tr.allSettled() {
+			idle = false
+		}
+	}
+	return idle && some, some
+}
+
 // commit commits every partition whose commit point moved.
 func (g *generation) commit() error {
 	offsets := map[string]map[int]int64{}
@@ -212,7 +274,7 @@ func (r *Runtime) finalCommit() error {
 
 // fetch reads one partition and hands its records to the class's pool.
 // A full pool makes it wait, which pushes back on this partition only.
-func (r *Runtime) fetch(ctx context.Context, c *class, tr *tracker, start int64) {
+func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracker, start int64) {
 	log := r.log.With("topic", tr.topic, "partition", tr.partition)
 	rd := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:     r.cfg.Brokers,
@@ -230,6 +292,7 @@ func (r *Runtime) fetch(ctx context.Context, c *class, tr *tracker, start int64)
 		return
 	}
 	ids := newKafkaIDs(tr.topic, tr.partition)
+	caughtUp := false
 	for {
 		m, err := rd.FetchMessage(ctx)
 		if err != nil {
@@ -261,11 +324,22 @@ func (r *Runtime) fetch(ctx context.Context, c *class, tr *tracker, start int64)
 		}
 		it.slot = tr.add(m.Offset)
 		tr.hwm.Store(m.HighWaterMark)
+		last := m.Offset+1 >= m.HighWaterMark
 		if err := c.pool.Submit(ctx, it); err != nil {
 			// Never accepted: it stays unsettled, so the commit stops
 			// before it and Kafka delivers it again.
 			tr.abandoned.Add(1)
 			return
+		}
+		if last != caughtUp { // written on change only: the keeper reads it
+			caughtUp = last
+			tr.caughtUp.Store(last)
+		}
+		if last {
+			select {
+			case g.caughtUp <- struct{}{}:
+			default:
+			}
 		}
 	}
 }

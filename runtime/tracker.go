@@ -43,6 +43,9 @@ type tracker struct {
 
 	// hwm is the partition's high watermark as of the last fetch.
 	hwm atomic.Int64
+	// caughtUp is whether the last record fetched was the partition's
+	// last one (its offset + 1 was the high watermark).
+	caughtUp atomic.Bool
 	// abandoned counts fetched offsets that will never settle here: given
 	// back at a rebalance or never accepted by a pool.
 	abandoned atomic.Int64
@@ -133,6 +136,14 @@ func (t *tracker) commitPoint() (int64, bool) {
 	defer t.mu.Unlock()
 	cp := t.advanceLocked()
 	return cp, cp >= 0 && cp > t.committed
+}
+
+// allSettled reports whether every offset fetched so far is settled.
+func (t *tracker) allSettled() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advanceLocked()
+	return t.hi >= t.head.n.Load()
 }
 
 // committedTo records a successful commit of offset.
