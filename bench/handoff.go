@@ -25,14 +25,19 @@ func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
 	defer os.RemoveAll(dir)
 
 	var handled atomic.Int64
-	var handledAt time.Time
+	var firstAt, handledAt time.Time
+	var first atomic.Pointer[time.Time]
 	all := make(chan struct{})
 	h := func(context.Context, *handoff.Message) error {
 		if s.work > 0 {
 			time.Sleep(s.work)
 		}
+		if first.Load() == nil {
+			now := time.Now()
+			first.CompareAndSwap(nil, &now)
+		}
 		if handled.Add(1) == int64(s.n) {
-			handledAt = time.Now()
+			firstAt, handledAt = *first.Load(), time.Now()
 			close(all)
 		}
 		return nil
@@ -82,7 +87,7 @@ func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
 		return fail(fmt.Errorf("runtime: handled %d of %d: %w", handled.Load(), s.n, ctx.Err()))
 	}
 	m.handled()
-	tm.handled = handledAt
+	tm.first, tm.handled = firstAt, handledAt
 	select {
 	case tm.began = <-joined:
 	default:

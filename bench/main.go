@@ -32,6 +32,7 @@ const valueSize = 256
 // config is the command line.
 type config struct {
 	n, slowN       int
+	memN           int // queued-memory measure; 0: none
 	rounds         int
 	tablePartition int // partitions per topic of the table's topics
 	workers        int // per class, with the 2ms handler
@@ -54,6 +55,7 @@ func main() {
 	var parts, classes string
 	flag.IntVar(&cfg.n, "n", 1_000_000, "messages for the no-op comparison (over 3 topics)")
 	flag.IntVar(&cfg.slowN, "slow-n", 24_000, "messages for the 2ms-handler comparison")
+	flag.IntVar(&cfg.memN, "mem-n", 20_000, "messages of 1 KiB for the memory-per-queued-message measure; 0 skips it")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "interleaved rounds; figures are medians")
 	flag.IntVar(&cfg.tablePartition, "table-partitions", 4, "partitions per topic for the table")
 	flag.IntVar(&cfg.workers, "workers", 16, "workers per class (topic) with the slow handler; raw gets workers × 3")
@@ -92,6 +94,9 @@ func (c *config) check() error {
 	if c.n <= 0 || c.slowN <= 0 || c.rounds <= 0 || c.tablePartition <= 0 || c.workers <= 0 {
 		return fmt.Errorf("-n, -slow-n, -rounds, -table-partitions and -workers must be > 0")
 	}
+	if c.memN < 0 {
+		return fmt.Errorf("-mem-n must be >= 0")
+	}
 	for _, p := range c.partitions {
 		if p <= 0 || p%3 != 0 {
 			return fmt.Errorf("-partitions: %d is not a positive multiple of 3", p)
@@ -127,11 +132,11 @@ func intList(s string) ([]int, error) {
 // log, results to out.
 func run(ctx context.Context, cfg config, out, log io.Writer) error {
 	if cfg.table {
-		rows, err := runTable(ctx, cfg, log)
+		rows, mem, err := runTable(ctx, cfg, log)
 		if err != nil {
 			return err
 		}
-		printTable(out, cfg, rows)
+		printTable(out, cfg, rows, mem)
 	}
 	if cfg.plot != "" {
 		sw, err := runSweep(ctx, cfg, log)
@@ -150,9 +155,14 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 // sample is one side of one round, per message where it says so.
 type sample struct {
 	handled, committed float64 // messages/s from the join
-	cpuUS, allocs      float64 // per message
-	peakRSS            uint64
-	stop               time.Duration
+	// steady is messages/s from the first message handled to the last:
+	// the rate once fetching runs, without the join and the first fetch,
+	// which cost every stack the same. The worker ceiling is compared
+	// with it.
+	steady        float64
+	cpuUS, allocs float64 // per message
+	peakRSS       uint64
+	stop          time.Duration
 }
 
 type sideFunc func(context.Context, spec, *meter) (timing, error)
@@ -193,6 +203,7 @@ func measure(ctx context.Context, side sideFunc, s spec, prof string) (sample, e
 	return sample{
 		handled:   n / tm.handled.Sub(tm.began).Seconds(),
 		committed: n / tm.committed.Sub(tm.began).Seconds(),
+		steady:    (n - 1) / tm.handled.Sub(tm.first).Seconds(),
 		cpuUS:     float64((m.endUse.cpu - m.start.cpu).Microseconds()) / n,
 		allocs:    float64(m.endUse.mallocs-m.start.mallocs) / n,
 		peakRSS:   m.peak,
@@ -222,22 +233,35 @@ type row struct {
 	cratios []float64 // committed rate / ref's, per round
 }
 
-func runTable(ctx context.Context, cfg config, log io.Writer) ([]*row, error) {
+func runTable(ctx context.Context, cfg config, log io.Writer) ([]*row, *queued, error) {
 	slept := sleepTime(cfg.work)
 	noop := []string{"noop-a", "noop-b", "noop-c"}
 	slow := []string{"slow-a", "slow-b", "slow-c"}
-	br, err := startBroker(slices.Concat(noop, slow), cfg.tablePartition)
+	const memTopic = "mem"
+	br, err := startBroker(slices.Concat(noop, slow, []string{memTopic}), cfg.tablePartition)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer br.close()
 	fmt.Fprintf(log, "broker process %d on %s; producing %d + %d messages of %d bytes\n",
 		br.cmd.Process.Pid, br.addr, cfg.n, cfg.slowN, valueSize)
 	if err := br.produce(ctx, noop, cfg.n, valueSize); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := br.produce(ctx, slow, cfg.slowN, valueSize); err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	var mem *queued
+	if cfg.memN > 0 {
+		if err := br.produce(ctx, []string{memTopic}, cfg.memN, memValueSize); err != nil {
+			return nil, nil, err
+		}
+		q, err := queuedMemory(ctx, br, memTopic, cfg.memN)
+		if err != nil {
+			return nil, nil, err
+		}
+		mem = &q
+		fmt.Fprintf(log, "queued memory: %.0f bytes per queued message, payload %.0f bytes\n", q.perMsg, q.payload)
 	}
 	one := func(ts []string) [][]string {
 		var cs [][]string
@@ -279,11 +303,11 @@ func runTable(ctx context.Context, cfg config, log io.Writer) ([]*row, error) {
 				}
 				smp, err := measure(ctx, sd.fn, v.s, prof)
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				*sd.out = append(*sd.out, smp)
-				fmt.Fprintf(log, "round %d %-8s %-7s %9.0f msgs/s handled, %9.0f committed, %.2f µs CPU/msg, %.2f allocs/msg, stop %s\n",
-					r, []string{"no-op", "slow"}[i], sd.name, smp.handled, smp.committed, smp.cpuUS, smp.allocs, smp.stop.Round(time.Millisecond))
+				fmt.Fprintf(log, "round %d %-8s %-7s %9.0f msgs/s handled, %9.0f committed, %9.0f steady, %.2f µs CPU/msg, %.2f allocs/msg, stop %s\n",
+					r, []string{"no-op", "slow"}[i], sd.name, smp.handled, smp.committed, smp.steady, smp.cpuUS, smp.allocs, smp.stop.Round(time.Millisecond))
 			}
 		}
 		for i, v := range vs {
@@ -296,7 +320,7 @@ func runTable(ctx context.Context, cfg config, log io.Writer) ([]*row, error) {
 		v.raw.med, v.rt.med = medianSample(raws[i]), medianSample(rts[i])
 		rows = append(rows, v.raw, v.rt)
 	}
-	return rows, nil
+	return rows, mem, nil
 }
 
 func medianSample(ss []sample) sample {
@@ -310,6 +334,7 @@ func medianSample(ss []sample) sample {
 	return sample{
 		handled:   pick(func(s sample) float64 { return s.handled }),
 		committed: pick(func(s sample) float64 { return s.committed }),
+		steady:    pick(func(s sample) float64 { return s.steady }),
 		cpuUS:     pick(func(s sample) float64 { return s.cpuUS }),
 		allocs:    pick(func(s sample) float64 { return s.allocs }),
 		peakRSS:   uint64(pick(func(s sample) float64 { return float64(s.peakRSS) })),
@@ -326,10 +351,10 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func printTable(w io.Writer, cfg config, rows []*row) {
+func printTable(w io.Writer, cfg config, rows []*row, mem *queued) {
 	fmt.Fprintf(w, "\n%d interleaved rounds, medians; 3 topics × %d partitions, %d-byte values; no-op n=%d, slow n=%d; commit every %s\n\n",
 		cfg.rounds, cfg.tablePartition, valueSize, cfg.n, cfg.slowN, cfg.commitInterval)
-	fmt.Fprintln(w, "| stack | handled msgs/s | committed msgs/s | vs raw (handled) | vs raw (committed) | of ceiling | CPU µs/msg | allocs/msg | peak RSS MiB | stop |")
+	fmt.Fprintln(w, "| stack | handled msgs/s | committed msgs/s | vs raw (handled) | vs raw (committed) | of ceiling (steady) | CPU µs/msg | allocs/msg | peak RSS MiB | stop |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, r := range rows {
 		ratio, cratio, ceil := "1.00", "1.00", "–"
@@ -338,10 +363,14 @@ func printTable(w io.Writer, cfg config, rows []*row) {
 			cratio = fmt.Sprintf("%.2f (%.2f–%.2f)", median(r.cratios), slices.Min(r.cratios), slices.Max(r.cratios))
 		}
 		if r.ceiling > 0 {
-			ceil = fmt.Sprintf("%.2f", r.med.handled/r.ceiling)
+			ceil = fmt.Sprintf("%.2f", r.med.steady/r.ceiling)
 		}
 		fmt.Fprintf(w, "| %s | %.0f | %.0f | %s | %s | %s | %.2f | %.2f | %.0f | %s |\n",
 			r.name, r.med.handled, r.med.committed, ratio, cratio, ceil, r.med.cpuUS, r.med.allocs,
 			float64(r.med.peakRSS)/(1<<20), r.med.stop.Round(time.Millisecond))
+	}
+	if mem != nil {
+		fmt.Fprintf(w, "\nMemory per queued message (%d messages of %d-byte values queued behind a blocked worker, live heap after GC): %.0f bytes for a %.0f-byte payload, %.2f× the payload\n",
+			mem.n, memValueSize, mem.perMsg, mem.payload, mem.perMsg/mem.payload)
 	}
 }

@@ -32,12 +32,12 @@ func (s spec) topics() []string {
 	return out
 }
 
-// timing is what one side measured: the generation join, the last
-// message handled, the first poll that saw the commit cover all n, and
-// how long the stop took after that.
+// timing is what one side measured: the generation join, the first and
+// the last message handled, the first poll that saw the commit cover all
+// n, and how long the stop took after that.
 type timing struct {
-	began, handled, committed time.Time
-	stop                      time.Duration
+	began, first, handled, committed time.Time
+	stop                             time.Duration
 }
 
 // runRaw consumes s's topics the way a service written directly on
@@ -65,7 +65,7 @@ func runRaw(ctx context.Context, s spec, m *meter) (timing, error) {
 		return tm, err
 	}
 	m.handled()
-	tm.handled = c.HandledAt
+	tm.first, tm.handled = c.FirstAt, c.HandledAt
 	if err := c.FinalCommit(); err != nil {
 		c.Close()
 		return tm, err

@@ -53,3 +53,28 @@ func TestCommitWhenCaughtUp(t *testing.T) {
 		t.Fatalf("produced %d, handled %d unique, %d in all", produced, u, total)
 	}
 }
+
+// TestCommitBudget: a burst of one commit per partition at once, then one
+// per gap.
+func TestCommitBudget(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	gap := 100 * time.Millisecond
+	b := newCommitBudget(3, gap, t0)
+	for i := range 3 {
+		if d := b.take(t0); d != 0 {
+			t.Fatalf("take %d of the burst: wait %s", i, d)
+		}
+	}
+	if d := b.take(t0); d != gap {
+		t.Fatalf("after the burst: wait %s, want %s", d, gap)
+	}
+	if d := b.take(t0.Add(40 * time.Millisecond)); d != 60*time.Millisecond {
+		t.Fatalf("40ms later: wait %s, want 60ms", d)
+	}
+	if d := b.take(t0.Add(gap)); d != 0 {
+		t.Fatalf("a gap later: wait %s, want 0", d)
+	}
+	if d := b.take(t0.Add(time.Hour)); d != 0 || b.tokens != 2 {
+		t.Fatalf("an hour later: wait %s, %v tokens left; want 0 and 2 (the burst is capped at 3)", d, b.tokens)
+	}
+}

@@ -115,9 +115,9 @@ type Config struct {
 	// CommitInterval is how often done offsets are committed while
 	// running. Offsets are also committed at every stop, and as soon as
 	// the partitions that caught up with their high watermark have all
-	// they fetched settled (at most every 100ms, or CommitInterval if
-	// shorter): after a burst the commit follows its last message within
-	// milliseconds. Zero means 1s.
+	// they fetched settled (10 such commits a second on average, one per
+	// partition at once): after a burst the commit follows its last
+	// message within milliseconds. Zero means 1s.
 	CommitInterval time.Duration
 
 	// SessionTimeout is the consumer group session timeout: how long the

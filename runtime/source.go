@@ -80,10 +80,10 @@ func (r *Runtime) runGeneration(fetchCtx context.Context, kg *kafka.Generation) 
 // keep commits every CommitInterval, and sooner once the flow stops:
 // when a partition has caught up with its high watermark and everything
 // fetched from the caught-up partitions is settled, it commits at once
-// (but not within minCommitGap of the last commit), so after a burst
+// (within the commitBudget: 10 such commits a second), so after a burst
 // the commit follows the last message within milliseconds rather than up
 // to a CommitInterval later. Until then it looks again after 1 ms, then
-// 2, 4, … up to the next tick.
+// 2, 4, … up to maxIdlePoll.
 //
 // When kafka-go ends the generation (rebalance, lost session) it stops
 // this generation's fetchers and commits what is settled before
@@ -97,13 +97,12 @@ func (g *generation) keep(kctx context.Context, stopFetch context.CancelFunc, fe
 	soon := time.NewTimer(0)
 	soon.Stop()
 	defer soon.Stop()
-	var last time.Time     // last commit
 	var wait time.Duration // until soon looks again; 0 while not armed
+	budget := newCommitBudget(len(g.trackers), minCommitGap(interval), time.Now())
 	commit := func(when string) {
 		if err := g.commit(); err != nil {
 			g.r.log.Warn("commit failed; retrying at the next interval", "generation", g.kg.ID, "when", when, "err", err)
 		}
-		last = time.Now()
 	}
 	for {
 		select {
@@ -112,17 +111,21 @@ func (g *generation) keep(kctx context.Context, stopFetch context.CancelFunc, fe
 		case <-g.caughtUp:
 			if wait == 0 {
 				wait = time.Millisecond
-				soon.Reset(max(wait, minCommitGap(interval)-time.Since(last)))
+				soon.Reset(wait)
 			}
 		case <-soon.C:
 			switch idle, some := g.idle(); {
 			case idle:
+				if later := budget.take(time.Now()); later > 0 {
+					soon.Reset(later)
+					break
+				}
 				commit("caught up")
 				wait = 0
 			case !some: // traffic resumed: the ticker commits
 				wait = 0
 			default:
-				wait = min(2*wait, interval)
+				wait = min(2*wait, maxIdlePoll, interval)
 				soon.Reset(wait)
 			}
 		case reply := <-g.finalReq:
@@ -190,11 +193,43 @@ func (g *generation) revoke() (given, left int) {
 	return given, left
 }
 
-// minCommitGap is the least time between two commits made because the
-// flow stopped: it bounds them to 10 a second under a trickle of
-// messages that each catch the partition up.
+// maxIdlePoll is the longest the keeper waits before it looks again
+// whether caught-up partitions have all they fetched settled: what a
+// commit may lag behind the end of a burst, beyond the commit itself.
+const maxIdlePoll = 16 * time.Millisecond
+
+// minCommitGap is the mean time between commits made because the flow
+// stopped, over time: it bounds them to 10 a second under a trickle of
+// messages that each catch a partition up.
 func minCommitGap(interval time.Duration) time.Duration {
 	return min(interval, 100*time.Millisecond)
+}
+
+// commitBudget is a token bucket for the commits made because the flow
+// stopped: one token per gap, up to one per partition, so the partitions
+// of a burst that end one after the other are each committed at once,
+// while a steady trickle gets one commit per gap.
+type commitBudget struct {
+	tokens, max float64
+	gap         time.Duration
+	at          time.Time // of the last refill
+}
+
+func newCommitBudget(partitions int, gap time.Duration, now time.Time) *commitBudget {
+	n := float64(max(partitions, 1))
+	return &commitBudget{tokens: n, max: n, gap: gap, at: now}
+}
+
+// take spends a token and returns 0, or returns how long until one is
+// there.
+func (b *commitBudget) take(now time.Time) time.Duration {
+	b.tokens = min(b.max, b.tokens+float64(now.Sub(b.at))/float64(b.gap))
+	b.at = now
+	if b.tokens >= 1 {
+		b.tokens--
+		return 0
+	}
+	return time.Duration((1 - b.tokens) * float64(b.gap))
 }
 
 // idle reports whether some partition is caught up with its high

@@ -55,10 +55,12 @@ type Consumer struct {
 	all       chan struct{}
 	final     chan error
 	handled   atomic.Int64
+	first     atomic.Pointer[time.Time]
 
-	// Began is when the generation was joined; HandledAt when the last
-	// message was handled (valid once Handled returned nil).
-	Began, HandledAt time.Time
+	// Began is when the generation was joined; FirstAt when the first
+	// message was handled and HandledAt the last (valid once Handled
+	// returned nil).
+	Began, FirstAt, HandledAt time.Time
 }
 
 type part struct {
@@ -131,7 +133,12 @@ func Start(ctx context.Context, cfg Config) (*Consumer, error) {
 }
 
 func (c *Consumer) count() {
+	if c.first.Load() == nil {
+		now := time.Now()
+		c.first.CompareAndSwap(nil, &now)
+	}
 	if c.handled.Add(1) == int64(c.cfg.N) {
+		c.FirstAt = *c.first.Load()
 		c.HandledAt = time.Now()
 		close(c.all)
 	}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"time"
+
+	"github.com/handoff-go/handoff"
+	hrt "github.com/handoff-go/handoff/runtime"
+)
+
+// memValueSize is the value size of the queued-memory measure.
+const memValueSize = 1024
+
+// queued is what the queued-memory measure found.
+type queued struct {
+	n               int
+	perMsg, payload float64 // bytes per message: live heap, key + value
+}
+
+// queuedMemory measures the live heap each queued Kafka message costs
+// the consumer process (the broker is another one): topic's n records
+// (values of memValueSize bytes, keys as br.produce makes them) fetched
+// and waiting in one class's queue behind one blocked worker. It is the
+// heap after a GC with all n in the pool, minus the heap after a GC
+// before the runtime was made, over n.
+func queuedMemory(ctx context.Context, br *broker, topic string, n int) (queued, error) {
+	q := queued{n: n}
+	for i := range n {
+		q.payload += float64(len("key-"+strconv.Itoa(i)) + memValueSize)
+	}
+	q.payload /= float64(n)
+	dir, err := os.MkdirTemp("", "handoff-bench-mem-")
+	if err != nil {
+		return q, err
+	}
+	defer os.RemoveAll(dir)
+	heap := func() uint64 {
+		goruntime.GC()
+		var ms goruntime.MemStats
+		goruntime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+
+	before := heap()
+	block := make(chan struct{})
+	rt, err := hrt.New(hrt.Config{
+		Brokers:   []string{br.addr},
+		Group:     fmt.Sprintf("bench-mem-%d", os.Getpid()),
+		StatePath: filepath.Join(dir, "state.db"),
+		Classes: []hrt.Class{{Name: topic, Topics: []string{topic}, Workers: 1, QueueSize: n,
+			Handler: func(ctx context.Context, _ *handoff.Message) error {
+				select {
+				case <-block:
+				case <-ctx.Done():
+				}
+				return nil
+			}}},
+		Logger: slog.New(tapHandler{fn: func(slog.Record) {}}),
+	})
+	if err != nil {
+		return q, err
+	}
+	ran := make(chan error, 1)
+	go func() {
+		_, err := rt.Run(context.Background())
+		ran <- err
+	}()
+	stop := func() error {
+		close(block)
+		err := rt.Shutdown(ctx)
+		if rerr := <-ran; err == nil {
+			err = rerr
+		}
+		return err
+	}
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for s := rt.Stats()[0]; s.Queued+s.Running < n; s = rt.Stats()[0] {
+		select {
+		case <-ctx.Done():
+			stop()
+			return q, fmt.Errorf("queued memory: %d of %d queued: %w", s.Queued+s.Running, n, ctx.Err())
+		case <-t.C:
+		}
+	}
+	q.perMsg = float64(heap()-before) / float64(n)
+	if err := stop(); err != nil {
+		return q, fmt.Errorf("queued memory: runtime: %w", err)
+	}
+	return q, nil
+}
