@@ -38,13 +38,14 @@ func TestBrokerProcessStops(t *testing.T) {
 }
 
 // TestSmoke runs a tiny configuration of everything: the table (both
-// comparisons, one round) and a two-point sweep with its plot. Figures
+// comparisons and the queued-memory measure, one round) and a two-point
+// sweep (runtime and raw) with its plot. Figures
 // are not checked, only that every side finished and reported.
 func TestSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := config{
-		n: 2000, slowN: 200, rounds: 1, tablePartition: 2, workers: 4,
+		n: 2000, slowN: 200, memN: 500, rounds: 1, tablePartition: 2, workers: 4,
 		work: 2 * time.Millisecond, commitInterval: 100 * time.Millisecond,
 		partitions: []int{3}, classes: []int{2}, sweepN: 1000,
 		plot: filepath.Join(t.TempDir(), "scaling.png"), table: true,
@@ -58,7 +59,7 @@ func TestSmoke(t *testing.T) {
 	}
 	t.Log("\n" + log.String() + out.String())
 	for _, want := range []string{"raw kafka-go, one committer, no-op", "handoff runtime, no-op",
-		"2ms handler", "3 partitions (3 topics)", "2 classes (2 topics × 3 partitions)"} {
+		"2ms handler", "3 partitions (3 topics)", "2 classes (2 topics × 3 partitions)", "Memory per queued message"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
