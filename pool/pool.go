@@ -43,8 +43,10 @@ type Pool[T any] struct {
 	workCtx context.Context
 	cancel  context.CancelCauseFunc
 
-	succeeded atomic.Uint64
-	failed    atomic.Uint64
+	// succeeded and failed are counted under mu, where the worker loop
+	// settles the item anyway: no shared counter write per item.
+	succeeded uint64
+	failed    uint64
 	retried   atomic.Uint64
 
 	// timerWG counts the retry timers whose callback may still run: Stop
@@ -291,7 +293,8 @@ func (p *Pool[T]) call(e *entry[T]) (err error) {
 type outcome uint8
 
 const (
-	outcomeReported    outcome = iota // ResultFunc called, counted
+	outcomeSucceeded   outcome = iota // ResultFunc called with nil
+	outcomeFailed                     // ResultFunc called with an error
 	outcomeDropped                    // Stop returned e as a straggler
 	outcomeInterrupted                // error after Stop cancelled workCtx: Stop returns e
 	outcomeRetry                      // RetryFunc asked for another attempt
@@ -300,7 +303,7 @@ const (
 // report claims e's result from a concurrent Stop and decides the
 // attempt's outcome: an error after Stop cancelled workCtx is interrupted;
 // another error may be retried if RetryFunc says so; otherwise ResultFunc
-// is called and the result counted. It runs without mu.
+// is called (settleLocked counts the result). It runs without mu.
 func (p *Pool[T]) report(e *entry[T], err error) (outcome, time.Duration) {
 	if !e.state.CompareAndSwap(stateRunning, stateFinishing) {
 		return outcomeDropped, 0
@@ -319,18 +322,21 @@ func (p *Pool[T]) report(e *entry[T], err error) (outcome, time.Duration) {
 	if p.resultFunc != nil {
 		p.resultFunc(e.v, err)
 	}
-	if err == nil {
-		p.succeeded.Add(1)
-	} else {
-		p.failed.Add(1)
+	if err != nil {
+		return outcomeFailed, 0
 	}
-	return outcomeReported, 0
+	return outcomeSucceeded, 0
 }
 
 // settleLocked acts on the outcome report gave for running e.
 func (p *Pool[T]) settleLocked(e *entry[T], out outcome, after time.Duration) {
 	switch out {
-	case outcomeReported:
+	case outcomeSucceeded, outcomeFailed:
+		if out == outcomeSucceeded {
+			p.succeeded++
+		} else {
+			p.failed++
+		}
 		p.doneLocked(e, false)
 		p.recycleLocked(e)
 	case outcomeInterrupted:
@@ -500,8 +506,9 @@ type Stats struct {
 // Retried while still counted in Running.
 func (p *Pool[T]) Stats() Stats {
 	p.mu.Lock()
-	q, w, r := p.queued-p.nwaiting, p.nwaiting, p.nrunning
+	s := Stats{Queued: p.queued - p.nwaiting, Waiting: p.nwaiting, Running: p.nrunning,
+		Succeeded: p.succeeded, Failed: p.failed}
 	p.mu.Unlock()
-	return Stats{Queued: q, Waiting: w, Running: r,
-		Succeeded: p.succeeded.Load(), Failed: p.failed.Load(), Retried: p.retried.Load()}
+	s.Retried = p.retried.Load()
+	return s
 }

@@ -129,7 +129,6 @@ func (r *Runtime) leftPool(it *item) {
 
 // done settles a handled message and forgets its record.
 func (r *Runtime) done(c *class, it *item) {
-	r.inc(c, outSucceeded)
 	switch it.src {
 	case fromKafka:
 		it.tr.settle(it.slot)

@@ -69,7 +69,7 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 			cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "handoff_messages_total", Help: "Messages by class and outcome.",
 				ConstLabels: prometheus.Labels{"class": c.cfg.Name, "outcome": outcomeNames[o]},
-			}, func() float64 { return float64(c.stats[o].Load()) }))
+			}, func() float64 { return float64(c.count(o)) }))
 		}
 		p := c.pool
 		cs = append(cs,
