@@ -193,7 +193,27 @@ func (r *Runtime) recover(ctx context.Context, rep *Report) error {
 	// Keys left releasing (parked messages, no blocker) start releasing
 	// once the saved messages are pushed.
 	defer r.startRestoredReleases()
-	entries, bad, err := r.store.LoadPending()
+	// The records are pushed batch by batch while the next ones are
+	// still being read from the file.
+	var failed error
+	stopped := false
+	bad, err := r.store.ScanPending(func(batch []snapshot.Entry) bool {
+		for i := range batch {
+			pushed, err := r.repush(ctx, &batch[i], rep)
+			if err != nil {
+				failed = err
+				return false
+			}
+			if !pushed {
+				stopped = true
+				return false
+			}
+		}
+		return true
+	})
+	if failed != nil {
+		return fmt.Errorf("runtime: recover: %w", failed)
+	}
 	if err != nil {
 		return fmt.Errorf("runtime: recover: %w", err)
 	}
@@ -201,30 +221,39 @@ func (r *Runtime) recover(ctx context.Context, rep *Report) error {
 	for _, de := range bad {
 		r.log.Error("undecodable record moved to quarantine", "err", de)
 	}
-	for _, e := range entries {
-		c := r.classes[e.Record.Message.Class]
-		if c == nil {
-			if !r.orphan(e.Record, func(tx *snapshot.Tx) error { return tx.DeletePending(e.Key) }) {
-				return fmt.Errorf("runtime: recover: could not dead-letter a message of unknown class %q", e.Record.Message.Class)
-			}
-			rep.UnknownClass++
-			continue
-		}
-		it := fromRecord(e.Record, fromPending)
-		it.key = e.Key
-		if c.cfg.Ordered && e.Record.Reason == snapshot.ReasonRequeued {
-			// A dead letter requeued offline: it is older than the
-			// messages parked behind it, so it runs first and its success
-			// releases them.
-			r.blockIfReleasing(c, it)
-		}
-		if err := c.pool.Submit(ctx, it); err != nil {
-			r.log.Info("recovery stopped by the stop; the rest stays in the state file", "left", len(entries)-rep.Repushed-rep.UnknownClass)
-			break
-		}
-		rep.Repushed++
+	if stopped {
+		r.log.Info("recovery stopped by the stop; the rest stays in the state file", "repushed", rep.Repushed)
 	}
 	return nil
+}
+
+// repush pushes the pending record e into the pool of its class, or makes
+// it a dead letter when its class is not configured. It reports false
+// when the stop ended the push, and an error when the dead letter could
+// not be written.
+func (r *Runtime) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (bool, error) {
+	c := r.classes[e.Record.Message.Class]
+	if c == nil {
+		key := e.Key
+		if !r.orphan(e.Record, func(tx *snapshot.Tx) error { return tx.DeletePending(key) }) {
+			return false, fmt.Errorf("could not dead-letter a message of unknown class %q", e.Record.Message.Class)
+		}
+		rep.UnknownClass++
+		return true, nil
+	}
+	it := fromRecord(e.Record, fromPending)
+	it.key = e.Key
+	if c.cfg.Ordered && e.Record.Reason == snapshot.ReasonRequeued {
+		// A dead letter requeued offline: it is older than the messages
+		// parked behind it, so it runs first and its success releases
+		// them.
+		r.blockIfReleasing(c, it)
+	}
+	if err := c.pool.Submit(ctx, it); err != nil {
+		return false, nil
+	}
+	rep.Repushed++
+	return true, nil
 }
 
 // orphan makes a saved message whose class is not configured a dead

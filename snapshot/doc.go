@@ -89,9 +89,10 @@
 // # Quarantine entry format
 //
 // The readers on the delivery path, [Store.LoadPending],
-// [Store.DueDelayed], [Store.Parked] and [Store.ParkedKeys], move a value
-// that fails to decode (or a key of the wrong shape) into the quarantine
-// bucket, so that it cannot stall delivery, as
+// [Store.ScanPending], [Store.DueDelayed], [Store.Parked] and
+// [Store.ParkedKeys], move a value that fails to decode (or a key of the
+// wrong shape) into the quarantine bucket, so that it cannot stall
+// delivery, as
 //
 //	version      1 byte, 1
 //	bucket       string   the bucket it came from

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"testing"
@@ -12,7 +13,8 @@ import (
 // FuzzDecodeRecord checks the decoding invariants listed in the package
 // documentation on arbitrary input: DecodeRecord never panics; a failure
 // wraps ErrCorrupt; a decoded record shares no memory with its input; and
-// it encodes back to bytes that decode to a deeply equal record.
+// it encodes back to bytes that decode to a deeply equal record. The
+// in-place decoder that ScanPending uses returns the same.
 func FuzzDecodeRecord(f *testing.F) {
 	for _, r := range edgeRecords() {
 		valid := AppendRecord(nil, &r)
@@ -29,8 +31,14 @@ func FuzzDecodeRecord(f *testing.F) {
 	}
 	f.Add([]byte{})
 	f.Add([]byte{1})
+	in := newInterner() // shared by every input, as by the records of a scan
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeRecord(b)
+		// The in-place decoder of ScanPending agrees, interned strings or not.
+		owned, ownedErr := decodeOwned(bytes.Clone(b), in)
+		if fmt.Sprint(err) != fmt.Sprint(ownedErr) || !reflect.DeepEqual(r, owned) {
+			t.Fatalf("decodeOwned disagrees with DecodeRecord\nDecodeRecord: %#v, %v\ndecodeOwned:  %#v, %v", r, err, owned, ownedErr)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("error %v does not wrap ErrCorrupt", err)

@@ -1,9 +1,11 @@
 package snapshot
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"sync"
 )
 
 // Entry is a stored record with its key in its bucket. Keys are sequence
@@ -86,25 +88,56 @@ func (tx *Tx) PutPending(key uint64, rec Record) error {
 // returns the entries and decode errors it has together with the error.
 //
 // A clean load is a read-only transaction and does not block writers.
+// [Store.ScanPending] reads the same records a batch at a time.
 func (s *Store) LoadPending() ([]Entry, []*DecodeError, error) {
-	var (
-		entries []Entry
-		bad     []*DecodeError
-	)
-	err := s.view(func(tx *Tx) error {
-		var err error
-		entries, bad, err = tx.readAll(BucketPending)
-		return err
+	var entries []Entry
+	bad, err := s.ScanPending(func(batch []Entry) bool {
+		entries = append(entries, batch...)
+		return true
 	})
+	return entries, bad, err
+}
+
+// scanBatchSize is the most entries [Store.ScanPending] passes at a time.
+const scanBatchSize = 256
+
+// ScanPending calls fn with every pending record in save order, in
+// batches (of up to 256 records and about 32 KiB of values), and returns
+// the records that could not be decoded. It is [Store.LoadPending] for a caller that works through the
+// records a batch at a time, as the runtime's re-push does: a goroutine
+// of its own copies the records out of the file, in one read-only
+// transaction and without waiting for fn, while the calling goroutine
+// decodes each batch and calls fn with it. So fn handles the first
+// records while the next are still being read, and no slice of all the
+// records is ever built.
+//
+// fn runs in the calling goroutine, outside any transaction: it may
+// block, and it may use the Store, writes included. The batch slice is
+// reused once fn returns, so fn must copy the entries it keeps. The
+// entries share no memory with the file. To spare allocations, the byte
+// fields of the entries of a batch are capped sub-slices of one block, so
+// an append to one never writes over another, but one kept Value keeps
+// its whole block alive; equal strings of few values (class, topic,
+// header keys, reason) share their memory. When fn returns false,
+// ScanPending stops.
+//
+// Undecodable records are reported and quarantined as LoadPending does,
+// in key order, after fn's last call: after a stop, only those in the
+// batches read before it. When moving them fails, ScanPending returns
+// them together with the error. Like LoadPending, it deletes nothing.
+func (s *Store) ScanPending(fn func(batch []Entry) bool) ([]*DecodeError, error) {
+	feed := newRawFeed()
+	go s.readRaw(BucketPending, feed)
+	bad, err := decodeFeed(BucketPending, feed, fn)
 	if err != nil {
-		return nil, nil, fmt.Errorf("snapshot: load pending records from %s: %w", s.path, err)
+		return nil, fmt.Errorf("snapshot: load pending records from %s: %w", s.path, err)
 	}
 	if len(bad) > 0 {
 		if err := s.quarantine(BucketPending, bad); err != nil {
-			return entries, bad, err
+			return bad, err
 		}
 	}
-	return entries, bad, nil
+	return bad, nil
 }
 
 // DeletePending deletes the pending records with the given keys in one
@@ -188,7 +221,19 @@ func (tx *Tx) readAll(name string) ([]Entry, []*DecodeError, error) {
 // decodeEntry decodes the record v stored under the 8-byte key k of
 // bucket name.
 func decodeEntry(name string, k, v []byte) (Entry, *DecodeError) {
-	var r Record
+	if de := checkShape(name, k, v); de != nil {
+		return Entry{}, de
+	}
+	r, err := DecodeRecord(v)
+	if err != nil {
+		return Entry{}, &DecodeError{Bucket: name, Key: slices.Clone(k), Err: err}
+	}
+	return Entry{Key: binary.BigEndian.Uint64(k), Record: r}, nil
+}
+
+// checkShape reports a key k and value v of bucket name that cannot hold
+// a record: a nested bucket, or a key that is not 8 bytes.
+func checkShape(name string, k, v []byte) *DecodeError {
 	var err error
 	switch {
 	case v == nil:
@@ -196,10 +241,204 @@ func decodeEntry(name string, k, v []byte) (Entry, *DecodeError) {
 	case len(k) != 8:
 		err = fmt.Errorf("%w: key is %d bytes, want 8", ErrCorrupt, len(k))
 	default:
-		r, err = DecodeRecord(v)
+		return nil
 	}
+	return &DecodeError{Bucket: name, Key: slices.Clone(k), Err: err}
+}
+
+// rawRecord is a record copied out of the file, not yet decoded.
+type rawRecord struct {
+	key uint64
+	val []byte       // a copy (in readRaw, the file's until ownValues)
+	bad *DecodeError // instead of val, for a key or value of the wrong shape
+}
+
+// blockSize bounds the values of one batch of raw records, which are
+// copied out of the file into one block of memory.
+const blockSize = 32 << 10
+
+// ownValues replaces the values of recs, which point into the file, by
+// copies: capped sub-slices of one block, so that an append to one cannot
+// write over the next. One allocation serves many records (some 28 of
+// 1 KiB), and bytes.Join does not zero it before it copies; the block is
+// freed once nothing refers to any of its values.
+func ownValues(recs []rawRecord) {
+	vals := make([][]byte, 0, len(recs))
+	for _, r := range recs {
+		vals = append(vals, r.val)
+	}
+	block := bytes.Join(vals, nil)
+	for i := range recs {
+		n := len(recs[i].val)
+		recs[i].val, block = block[:n:n], block[n:]
+	}
+}
+
+// decode decodes r in place into an entry of bucket name, taking strings
+// of few values from in.
+func (r rawRecord) decode(name string, in interner) (Entry, *DecodeError) {
+	if r.bad != nil {
+		return Entry{}, r.bad
+	}
+	rec, err := decodeOwned(r.val, in)
 	if err != nil {
-		return Entry{}, &DecodeError{Bucket: name, Key: slices.Clone(k), Err: err}
+		return Entry{}, &DecodeError{Bucket: name, Key: seqKey(r.key), Err: err}
 	}
-	return Entry{Key: binary.BigEndian.Uint64(k), Record: r}, nil
+	return Entry{Key: r.key, Record: rec}, nil
+}
+
+// readRaw copies the records of bucket name out of the file into feed, in
+// key order and in batches, in one read-only transaction, until the end
+// or until feed is stopped; then it finishes feed with the transaction's
+// error. A batch holds up to scanBatchSize records and, but for its last
+// record, less than blockSize bytes of values.
+func (s *Store) readRaw(name string, feed *rawFeed) {
+	err := s.view(func(tx *Tx) error {
+		b, err := tx.bucket(name)
+		if err != nil {
+			return err
+		}
+		var (
+			batch []rawRecord
+			size  int
+		)
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			r := rawRecord{bad: checkShape(name, k, v)}
+			if r.bad == nil {
+				r.key, r.val = binary.BigEndian.Uint64(k), v // copied by ownValues
+				size += len(v)
+			}
+			batch = append(batch, r)
+			if len(batch) == scanBatchSize || size >= blockSize {
+				ownValues(batch)
+				if !feed.put(batch) {
+					return nil
+				}
+				batch, size = make([]rawRecord, 0, cap(batch)), 0
+			}
+		}
+		if len(batch) > 0 {
+			ownValues(batch)
+			feed.put(batch)
+		}
+		return nil
+	})
+	feed.finish(err)
+}
+
+// decodeFeed decodes the batches of feed into entries of bucket name and
+// calls fn with each, until the feed ends or fn returns false. It returns
+// the records that failed to decode, in key order, or the reader's error.
+// Either way the reader has finished when it returns.
+func decodeFeed(name string, feed *rawFeed, fn func(batch []Entry) bool) ([]*DecodeError, error) {
+	var (
+		bad   []*DecodeError
+		batch []Entry
+		in    = newInterner()
+	)
+	for {
+		raws, ok := feed.next()
+		if !ok {
+			return bad, feed.err
+		}
+		batch = batch[:0]
+		for _, r := range raws {
+			e, de := r.decode(name, in)
+			if de != nil {
+				bad = append(bad, de)
+				continue
+			}
+			batch = append(batch, e)
+		}
+		if len(batch) > 0 && !fn(batch) {
+			feed.stop()
+			return bad, nil
+		}
+	}
+}
+
+// rawFeed passes batches of raw records from the goroutine that reads
+// them, inside a read transaction, to the one that decodes them. put
+// never blocks, so the queue holds as many batches as the reader gets
+// ahead: the reader must not keep its transaction open while it waits for
+// the decoder's caller, which may be writing to the file, and a write
+// that grows the file's memory map waits for every read transaction to
+// end.
+type rawFeed struct {
+	mu      sync.Mutex
+	queue   [][]rawRecord
+	stopped bool // the decoder wants no more batches
+	done    bool // the reader has finished: its transaction is over
+	err     error
+
+	// ready holds a token when the queue or done changed since the
+	// decoder last looked.
+	ready chan struct{}
+}
+
+func newRawFeed() *rawFeed { return &rawFeed{ready: make(chan struct{}, 1)} }
+
+// put queues batch, unless the decoder has stopped: then it reports false
+// and the reader should stop too.
+func (f *rawFeed) put(batch []rawRecord) bool {
+	f.mu.Lock()
+	ok := !f.stopped
+	if ok {
+		f.queue = append(f.queue, batch)
+	}
+	f.mu.Unlock()
+	f.wake()
+	return ok
+}
+
+// finish records the end of the reader, with its error.
+func (f *rawFeed) finish(err error) {
+	f.mu.Lock()
+	f.done, f.err = true, err
+	f.mu.Unlock()
+	f.wake()
+}
+
+func (f *rawFeed) wake() {
+	select {
+	case f.ready <- struct{}{}:
+	default: // a token is already waiting
+	}
+}
+
+// next returns the oldest queued batch, waiting for one while the reader
+// runs. It returns false once the reader has finished and every batch has
+// been taken; then f.err may be read.
+func (f *rawFeed) next() ([]rawRecord, bool) {
+	for {
+		f.mu.Lock()
+		if len(f.queue) > 0 {
+			batch := f.queue[0]
+			f.queue[0] = nil
+			f.queue = f.queue[1:]
+			f.mu.Unlock()
+			return batch, true
+		}
+		done := f.done
+		f.mu.Unlock()
+		if done {
+			return nil, false
+		}
+		<-f.ready
+	}
+}
+
+// stop tells the reader to stop, drops the batches it queued and waits
+// for it to finish.
+func (f *rawFeed) stop() {
+	f.mu.Lock()
+	f.stopped = true
+	f.queue = nil
+	f.mu.Unlock()
+	for {
+		if _, ok := f.next(); !ok {
+			return
+		}
+	}
 }

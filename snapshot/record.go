@@ -127,20 +127,29 @@ func appendTime(dst []byte, t time.Time) []byte {
 // b is truncated, has bytes after the last field, starts with an unknown
 // format version, or holds a value out of range.
 func DecodeRecord(b []byte) (Record, error) {
+	// One copy for all byte fields: Key, Value and header values are
+	// capped sub-slices of it, so nothing aliases b and an append to one
+	// field cannot overwrite the next.
+	return decodeOwned(slices.Clone(b), nil)
+}
+
+// decodeOwned decodes b in place, as [DecodeRecord] decodes a copy: the
+// byte fields of the result are capped sub-slices of b, so the caller
+// must own b and never write to it again. Strings are copies; those that
+// name one of a few values (class, topic, header keys, reason) come from
+// in when it is not nil.
+func decodeOwned(b []byte, in interner) (Record, error) {
 	if len(b) == 0 {
 		return Record{}, fmt.Errorf("%w: empty", ErrCorrupt)
 	}
 	if b[0] != formatVersion {
 		return Record{}, fmt.Errorf("%w: unknown format version %d", ErrCorrupt, b[0])
 	}
-	// One copy for all byte fields: Key, Value and header values are
-	// capped sub-slices of it, so nothing aliases b and an append to one
-	// field cannot overwrite the next.
-	d := decoder{b: slices.Clone(b), off: 1}
+	d := decoder{b: b, off: 1}
 	var r Record
 	m := &r.Message
 	m.ID = d.string("id")
-	m.Class = d.string("class")
+	m.Class = d.stringIn("class", in)
 	m.Key = d.bytes("key")
 	m.Value = d.bytes("value")
 	if n := d.uvarint("header count", ""); n > 0 && d.err == nil {
@@ -151,17 +160,17 @@ func DecodeRecord(b []byte) (Record, error) {
 		} else {
 			m.Headers = make([]handoff.Header, n)
 			for i := range m.Headers {
-				m.Headers[i].Key = d.string("header key")
+				m.Headers[i].Key = d.stringIn("header key", in)
 				m.Headers[i].Value = d.bytes("header value")
 			}
 		}
 	}
-	m.Origin.Topic = d.string("topic")
+	m.Origin.Topic = d.stringIn("topic", in)
 	m.Origin.Partition = d.int("partition")
 	m.Origin.Offset = d.varint("offset", "")
 	m.Attempt = d.int("attempt")
 	m.FirstSeen = d.time("first seen")
-	r.Reason = d.string("reason")
+	r.Reason = d.stringIn("reason", in)
 	r.Err = d.string("error")
 	r.FirstFailed = d.time("first failed")
 	r.Redeliveries = d.int("redeliveries")
@@ -254,12 +263,15 @@ func (d *decoder) span(field string, n uint64) []byte {
 	return s
 }
 
-func (d *decoder) string(field string) string {
+func (d *decoder) string(field string) string { return d.stringIn(field, nil) }
+
+// stringIn reads a string, from in when it is not nil.
+func (d *decoder) stringIn(field string, in interner) string {
 	n := d.uvarint(field, "length")
 	if d.err != nil {
 		return ""
 	}
-	return string(d.span(field, n))
+	return in.string(d.span(field, n))
 }
 
 func (d *decoder) bytes(field string) []byte {
@@ -299,4 +311,35 @@ func (d *decoder) time(field string) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(sec, int64(nsec)).UTC()
+}
+
+// interner hands out one string per distinct byte sequence, so that the
+// records of one load share the strings of fields that name one of a few
+// values and allocate each only once. It holds at most maxInterned
+// strings of at most maxInternedLen bytes: past that it copies, as
+// string(b) does. A nil interner always copies. It is not safe for
+// concurrent use.
+type interner map[string]string
+
+const (
+	maxInterned    = 1024
+	maxInternedLen = 128
+)
+
+// newInterner returns an empty interner.
+func newInterner() interner { return make(interner) }
+
+// string returns b as a string.
+func (in interner) string(b []byte) string {
+	if in == nil || len(b) > maxInternedLen {
+		return string(b)
+	}
+	if s, ok := in[string(b)]; ok { // the lookup does not allocate
+		return s
+	}
+	s := string(b)
+	if len(in) < maxInterned {
+		in[s] = s
+	}
+	return s
 }
