@@ -55,7 +55,7 @@ func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 			ctx, cancel = context.WithTimeoutCause(ctx, c.cfg.Timeout, ErrHandlerTimeout)
 			defer cancel()
 		}
-		if r.metrics == nil && !sample() {
+		if r.metrics == nil && !sample(it) {
 			return c.cfg.Handler(ctx, &it.msg)
 		}
 		began := time.Now()

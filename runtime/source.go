@@ -342,15 +342,13 @@ func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracke
 			}
 			continue
 		}
-		it := r.items.Get().(*item)
-		*it = item{msg: handoff.Message{
-			ID:        ids.id(m.Offset),
-			Class:     c.cfg.Name,
-			Key:       m.Key,
-			Value:     m.Value,
-			Origin:    handoff.Origin{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset},
-			FirstSeen: r.now(),
-		}, src: fromKafka, tr: tr}
+		it := r.items.Get().(*item) // zero: result clears an item before it returns it
+		it.msg.ID = ids.id(m.Offset)
+		it.msg.Class = c.cfg.Name
+		it.msg.Key, it.msg.Value = m.Key, m.Value
+		it.msg.Origin = handoff.Origin{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
+		it.msg.FirstSeen = r.now()
+		it.src, it.tr = fromKafka, tr
 		if len(m.Headers) > 0 {
 			it.msg.Headers = make([]handoff.Header, len(m.Headers))
 			for i, h := range m.Headers {
