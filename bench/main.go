@@ -25,6 +25,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	hrt "github.com/handoff-go/handoff/runtime"
 )
 
 const valueSize = 256
@@ -231,6 +233,9 @@ type row struct {
 	med     sample
 	ratios  []float64 // handled rate / ref's, per round
 	cratios []float64 // committed rate / ref's, per round
+	// sameQueue is the handled rate over raw kafka-go's with the same
+	// reader queue, per round (the no-op runtime row only).
+	sameQueue []float64
 }
 
 func runTable(ctx context.Context, cfg config, log io.Writer) ([]*row, *queued, error) {
@@ -270,15 +275,20 @@ func runTable(ctx context.Context, cfg config, log io.Writer) ([]*row, *queued, 
 		}
 		return cs
 	}
+	// A variant is raw kafka-go (kafka-go's defaults, the reference) and
+	// the runtime on the same topics, and for the no-op one also raw
+	// kafka-go with the runtime's reader queue (rawq), to tell what that
+	// setting alone gives.
 	type variant struct {
-		raw, rt *row
-		s       spec
+		raw, rt, rawq *row
+		s             spec
 	}
 	total := cfg.workers * len(slow)
 	ceiling := float64(total) / slept.Seconds()
 	vs := []variant{
 		{raw: &row{name: "raw kafka-go, one committer, no-op"}, rt: &row{name: "handoff runtime, no-op", ref: "raw"},
-			s: spec{br: br, classes: one(noop), n: cfg.n, commitInterval: cfg.commitInterval}},
+			rawq: &row{name: fmt.Sprintf("raw kafka-go, one committer, reader queue %d (as the runtime's), no-op", hrt.DefaultFetchQueue), ref: "raw"},
+			s:    spec{br: br, classes: one(noop), n: cfg.n, commitInterval: cfg.commitInterval}},
 		{raw: &row{name: fmt.Sprintf("raw kafka-go + pond (%d workers), %s handler", total, cfg.work), ceiling: ceiling},
 			rt: &row{name: fmt.Sprintf("handoff runtime (3 × %d workers), %s handler", cfg.workers, cfg.work), ref: "raw", ceiling: ceiling},
 			s:  spec{br: br, classes: one(slow), n: cfg.slowN, work: cfg.work, workers: cfg.workers, commitInterval: cfg.commitInterval}},
@@ -286,22 +296,30 @@ func runTable(ctx context.Context, cfg config, log io.Writer) ([]*row, *queued, 
 	fmt.Fprintf(log, "time.Sleep(%s) takes %s here: worker ceiling %.0f msgs/s\n", cfg.work, slept, ceiling)
 	raws := make([][]sample, len(vs))
 	rts := make([][]sample, len(vs))
+	rawqs := make([][]sample, len(vs))
 	for r := range cfg.rounds {
 		for i, v := range vs {
-			sides := []struct {
+			type side struct {
 				name string
 				fn   sideFunc
+				s    spec
 				out  *[]sample
-			}{{"raw", runRaw, &raws[i]}, {"handoff", runHandoff, &rts[i]}}
-			if r%2 == 1 {
-				slices.Reverse(sides)
 			}
+			sides := []side{{"raw", runRaw, v.s, &raws[i]}, {"handoff", runHandoff, v.s, &rts[i]}}
+			if v.rawq != nil {
+				sq := v.s
+				sq.readerQueue = hrt.DefaultFetchQueue
+				sides = append(sides, side{"raw-q", runRaw, sq, &rawqs[i]})
+			}
+			// Each side goes first in turn.
+			k := r % len(sides)
+			sides = append(sides[k:], sides[:k]...)
 			for _, sd := range sides {
 				prof := ""
 				if cfg.profileDir != "" && r == 0 && i == 0 {
 					prof = filepath.Join(cfg.profileDir, sd.name)
 				}
-				smp, err := measure(ctx, sd.fn, v.s, prof)
+				smp, err := measure(ctx, sd.fn, sd.s, prof)
 				if err != nil {
 					return nil, nil, err
 				}
@@ -313,12 +331,21 @@ func runTable(ctx context.Context, cfg config, log io.Writer) ([]*row, *queued, 
 		for i, v := range vs {
 			v.rt.ratios = append(v.rt.ratios, rts[i][r].handled/raws[i][r].handled)
 			v.rt.cratios = append(v.rt.cratios, rts[i][r].committed/raws[i][r].committed)
+			if v.rawq != nil {
+				v.rawq.ratios = append(v.rawq.ratios, rawqs[i][r].handled/raws[i][r].handled)
+				v.rawq.cratios = append(v.rawq.cratios, rawqs[i][r].committed/raws[i][r].committed)
+				v.rt.sameQueue = append(v.rt.sameQueue, rts[i][r].handled/rawqs[i][r].handled)
+			}
 		}
 	}
 	var rows []*row
 	for i, v := range vs {
 		v.raw.med, v.rt.med = medianSample(raws[i]), medianSample(rts[i])
 		rows = append(rows, v.raw, v.rt)
+		if v.rawq != nil {
+			v.rawq.med = medianSample(rawqs[i])
+			rows = append(rows, v.rawq)
+		}
 	}
 	return rows, mem, nil
 }
@@ -368,6 +395,12 @@ func printTable(w io.Writer, cfg config, rows []*row, mem *queued) {
 		fmt.Fprintf(w, "| %s | %.0f | %.0f | %s | %s | %s | %.2f | %.2f | %.0f | %s |\n",
 			r.name, r.med.handled, r.med.committed, ratio, cratio, ceil, r.med.cpuUS, r.med.allocs,
 			float64(r.med.peakRSS)/(1<<20), r.med.stop.Round(time.Millisecond))
+	}
+	for _, r := range rows {
+		if len(r.sameQueue) > 0 {
+			fmt.Fprintf(w, "\n%s vs raw kafka-go with the same reader queue: %.2f (%.2f–%.2f)\n",
+				r.name, median(r.sameQueue), slices.Min(r.sameQueue), slices.Max(r.sameQueue))
+		}
 	}
 	if mem != nil {
 		fmt.Fprintf(w, "\nMemory per queued message (%d messages of %d-byte values queued behind a blocked worker, live heap after GC): %.0f bytes for a %.0f-byte payload, %.2f× the payload\n",

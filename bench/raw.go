@@ -22,6 +22,9 @@ type spec struct {
 	// with work, raw kafka-go gets one pond pool of workers × classes.
 	workers        int
 	commitInterval time.Duration
+	// readerQueue is raw kafka-go's ReaderConfig.QueueCapacity; zero is
+	// kafka-go's default (100). The runtime uses its FetchQueue.
+	readerQueue int
 }
 
 func (s spec) topics() []string {
@@ -54,7 +57,8 @@ func runRaw(ctx context.Context, s spec, m *meter) (timing, error) {
 		Brokers: []string{s.br.addr}, Group: s.group, Topics: topics, Partitions: s.br.partitions, N: s.n,
 		Work: s.work, Workers: total, QueueSize: hrt.DefaultQueueFactor * total,
 		CommitInterval: s.commitInterval, SessionTimeout: hrt.DefaultSessionTimeout, FetchMaxWait: hrt.DefaultFetchMaxWait,
-		Logf: func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) },
+		QueueCapacity: s.readerQueue,
+		Logf:          func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) },
 	})
 	if err != nil {
 		return tm, err

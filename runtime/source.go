@@ -312,14 +312,15 @@ func (r *Runtime) finalCommit() error {
 func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracker, start int64) {
 	log := r.log.With("topic", tr.topic, "partition", tr.partition)
 	rd := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:     r.cfg.Brokers,
-		Topic:       tr.topic,
-		Partition:   tr.partition,
-		MinBytes:    1,
-		MaxBytes:    10 << 20,
-		MaxWait:     r.cfg.FetchMaxWait,
-		Logger:      kafkaLogger(log, false),
-		ErrorLogger: kafkaLogger(log, true),
+		Brokers:       r.cfg.Brokers,
+		Topic:         tr.topic,
+		Partition:     tr.partition,
+		MinBytes:      1,
+		MaxBytes:      10 << 20,
+		MaxWait:       r.cfg.FetchMaxWait,
+		QueueCapacity: r.cfg.FetchQueue,
+		Logger:        kafkaLogger(log, false),
+		ErrorLogger:   kafkaLogger(log, true),
 	})
 	defer r.closeReader(rd, log)
 	if err := rd.SetOffset(start); err != nil {

@@ -40,6 +40,8 @@ type Config struct {
 	// Reader settings, as the runtime uses them.
 	SessionTimeout time.Duration
 	FetchMaxWait   time.Duration
+	// QueueCapacity is each reader's; zero is kafka-go's default (100).
+	QueueCapacity int
 	// Logf, if set, is told about commit failures (the committer retries).
 	Logf func(format string, args ...any)
 }
@@ -152,6 +154,8 @@ func (c *Consumer) fetch(ctx context.Context, p *part) {
 		MinBytes:  1,
 		MaxBytes:  10 << 20,
 		MaxWait:   c.cfg.FetchMaxWait,
+
+		QueueCapacity: c.cfg.QueueCapacity,
 	})
 	defer rd.Close()
 	if err := rd.SetOffset(p.start); err != nil {
