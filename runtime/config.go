@@ -22,7 +22,7 @@ const (
 	DefaultLockTimeout      = time.Second
 	DefaultRevokeTimeout    = 5 * time.Second
 	DefaultFetchMaxWait     = 500 * time.Millisecond
-	DefaultFetchQueue       = 300
+	DefaultFetchQueue       = 1000
 	DefaultWorkers          = 8
 	// DefaultQueueFactor times Workers is the default QueueSize.
 	DefaultQueueFactor = 8
@@ -147,10 +147,11 @@ type Config struct {
 	// crosses from kafka-go's reader goroutine to the fetch loop over a
 	// channel of this capacity: a deeper one wakes the fetch loop less
 	// often, which is most of the CPU the runtime saves per message with
-	// it (see docs/bench.md), at the cost of up to FetchQueue records of
-	// memory per assigned partition. Records still in it at a stop were
-	// never accepted: they stay unsettled and Kafka delivers them again.
-	// Zero means 300.
+	// it (see docs/bench.md), at the cost of up to FetchQueue decoded
+	// records of memory per assigned partition: about 30 MB with 1 KiB
+	// records on 30 partitions; lower it for large records. Records still
+	// in it at a stop were never accepted: they stay unsettled and Kafka
+	// delivers them again. Zero means 1000.
 	FetchQueue int
 
 	// LockTimeout bounds how long the start waits for another process to
