@@ -45,7 +45,7 @@ func TestSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := config{
-		n: 2000, slowN: 200, memN: 500, rounds: 1, tablePartition: 2, workers: 4,
+		n: 2000, slowN: 200, memN: 500, fullStop: true, rounds: 1, tablePartition: 2, workers: 4,
 		work: 2 * time.Millisecond, commitInterval: 100 * time.Millisecond,
 		partitions: []int{3}, classes: []int{2}, sweepN: 1000,
 		plot: filepath.Join(t.TempDir(), "scaling.png"), table: true,
@@ -59,7 +59,7 @@ func TestSmoke(t *testing.T) {
 	}
 	t.Log("\n" + log.String() + out.String())
 	for _, want := range []string{"raw kafka-go, one committer, no-op", "handoff runtime, no-op",
-		"2ms handler", "3 partitions (3 topics)", "2 classes (2 topics × 3 partitions)", "Memory per queued message", "with the same reader queue"} {
+		"2ms handler", "3 partitions (3 topics)", "2 classes (2 topics × 3 partitions)", "Memory per queued message", "with the same reader queue", "Stop with full pools"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -78,6 +78,23 @@ func TestNiceStep(t *testing.T) {
 	for _, c := range []struct{ in, want float64 }{{0.7, 1}, {1, 1}, {1.1, 2}, {3, 5}, {120_000, 200_000}, {600, 1000}} {
 		if got := niceStep(c.in); got != c.want {
 			t.Errorf("niceStep(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+// TestGlyphs: every letter and digit the labels may use has a glyph of
+// five rows of one width.
+func TestGlyphs(t *testing.T) {
+	for _, r := range "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/-+%.,=() " {
+		g, ok := glyphs[r]
+		if !ok {
+			t.Errorf("no glyph for %q", r)
+			continue
+		}
+		for _, row := range g {
+			if len(row) != len(g[0]) {
+				t.Errorf("glyph %q has rows of different widths", r)
+			}
 		}
 	}
 }

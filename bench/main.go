@@ -34,7 +34,8 @@ const valueSize = 256
 // config is the command line.
 type config struct {
 	n, slowN       int
-	memN           int // queued-memory measure; 0: none
+	memN           int  // queued-memory measure; 0: none
+	fullStop       bool // the full-pools stop measure
 	rounds         int
 	tablePartition int // partitions per topic of the table's topics
 	workers        int // per class, with the 2ms handler
@@ -58,6 +59,7 @@ func main() {
 	flag.IntVar(&cfg.n, "n", 1_000_000, "messages for the no-op comparison (over 3 topics)")
 	flag.IntVar(&cfg.slowN, "slow-n", 24_000, "messages for the 2ms-handler comparison")
 	flag.IntVar(&cfg.memN, "mem-n", 20_000, "messages of 1 KiB for the memory-per-queued-message measure; 0 skips it")
+	flag.BoolVar(&cfg.fullStop, "full-stop", true, "measure a stop with full pools")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "interleaved rounds; figures are medians")
 	flag.IntVar(&cfg.tablePartition, "table-partitions", 4, "partitions per topic for the table")
 	flag.IntVar(&cfg.workers, "workers", 16, "workers per class (topic) with the slow handler; raw gets workers × 3")
@@ -134,11 +136,11 @@ func intList(s string) ([]int, error) {
 // log, results to out.
 func run(ctx context.Context, cfg config, out, log io.Writer) error {
 	if cfg.table {
-		rows, mem, err := runTable(ctx, cfg, log)
+		rows, mem, stop, err := runTable(ctx, cfg, log)
 		if err != nil {
 			return err
 		}
-		printTable(out, cfg, rows, mem)
+		printTable(out, cfg, rows, mem, stop)
 	}
 	if cfg.plot != "" {
 		sw, err := runSweep(ctx, cfg, log)
@@ -238,35 +240,49 @@ type row struct {
 	sameQueue []float64
 }
 
-func runTable(ctx context.Context, cfg config, log io.Writer) ([]*row, *queued, error) {
+func runTable(ctx context.Context, cfg config, log io.Writer) ([]*row, *queued, *fullStop, error) {
 	slept := sleepTime(cfg.work)
 	noop := []string{"noop-a", "noop-b", "noop-c"}
 	slow := []string{"slow-a", "slow-b", "slow-c"}
 	const memTopic = "mem"
-	br, err := startBroker(slices.Concat(noop, slow, []string{memTopic}), cfg.tablePartition)
+	stopTopics := []string{"stop-a", "stop-b", "stop-c"}
+	br, err := startBroker(slices.Concat(noop, slow, []string{memTopic}, stopTopics), cfg.tablePartition)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer br.close()
 	fmt.Fprintf(log, "broker process %d on %s; producing %d + %d messages of %d bytes\n",
 		br.cmd.Process.Pid, br.addr, cfg.n, cfg.slowN, valueSize)
 	if err := br.produce(ctx, noop, cfg.n, valueSize); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err := br.produce(ctx, slow, cfg.slowN, valueSize); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var mem *queued
 	if cfg.memN > 0 {
 		if err := br.produce(ctx, []string{memTopic}, cfg.memN, memValueSize); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		q, err := queuedMemory(ctx, br, memTopic, cfg.memN)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		mem = &q
 		fmt.Fprintf(log, "queued memory: %.0f bytes per queued message, payload %.0f bytes\n", q.perMsg, q.payload)
+	}
+	var stop *fullStop
+	if cfg.fullStop {
+		if err := br.produce(ctx, stopTopics, 3000, valueSize); err != nil {
+			return nil, nil, nil, err
+		}
+		f, err := stopFullPools(ctx, br, stopTopics, hrt.DefaultWorkers)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		stop = &f
+		fmt.Fprintf(log, "full-pools stop: %s, snapshot %s, rest %s\n", f.took.Round(time.Millisecond),
+			f.rep.Snapshot.Round(time.Millisecond), f.rest().Round(time.Millisecond))
 	}
 	one := func(ts []string) [][]string {
 		var cs [][]string
@@ -321,7 +337,7 @@ func runTable(ctx context.Context, cfg config, log io.Writer) ([]*row, *queued, 
 				}
 				smp, err := measure(ctx, sd.fn, sd.s, prof)
 				if err != nil {
-					return nil, nil, err
+					return nil, nil, nil, err
 				}
 				*sd.out = append(*sd.out, smp)
 				fmt.Fprintf(log, "round %d %-8s %-7s %9.0f msgs/s handled, %9.0f committed, %9.0f steady, %.2f µs CPU/msg, %.2f allocs/msg, stop %s\n",
@@ -347,7 +363,7 @@ func runTable(ctx context.Context, cfg config, log io.Writer) ([]*row, *queued, 
 			rows = append(rows, v.rawq)
 		}
 	}
-	return rows, mem, nil
+	return rows, mem, stop, nil
 }
 
 func medianSample(ss []sample) sample {
@@ -378,7 +394,7 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func printTable(w io.Writer, cfg config, rows []*row, mem *queued) {
+func printTable(w io.Writer, cfg config, rows []*row, mem *queued, stop *fullStop) {
 	fmt.Fprintf(w, "\n%d interleaved rounds, medians; 3 topics × %d partitions, %d-byte values; no-op n=%d, slow n=%d; commit every %s\n\n",
 		cfg.rounds, cfg.tablePartition, valueSize, cfg.n, cfg.slowN, cfg.commitInterval)
 	fmt.Fprintln(w, "| stack | handled msgs/s | committed msgs/s | vs raw (handled) | vs raw (committed) | of ceiling (steady) | CPU µs/msg | allocs/msg | peak RSS MiB | stop |")
@@ -405,5 +421,11 @@ func printTable(w io.Writer, cfg config, rows []*row, mem *queued) {
 	if mem != nil {
 		fmt.Fprintf(w, "\nMemory per queued message (%d messages of %d-byte values queued behind a blocked worker, live heap after GC): %.0f bytes for a %.0f-byte payload, %.2f× the payload\n",
 			mem.n, memValueSize, mem.perMsg, mem.payload, mem.perMsg/mem.payload)
+	}
+	if stop != nil {
+		r := stop.rep
+		fmt.Fprintf(w, "\nStop with full pools (3 classes × %d workers that ignore their context, queues full; DrainTimeout %s, HardStopGrace %s): %s = DrainTimeout + HardStopGrace + snapshot %s (%d messages) + %s (goal: at most 1s); unstarted %d, interrupted %d, stragglers %d\n",
+			hrt.DefaultWorkers, stop.drainTimeout, stop.grace, stop.took.Round(time.Millisecond), r.Snapshot.Round(time.Millisecond),
+			r.Snapshotted, stop.rest().Round(time.Millisecond), r.Unstarted, r.Interrupted, r.Stragglers)
 	}
 }
