@@ -66,15 +66,7 @@ func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
 	if err != nil {
 		return tm, err
 	}
-	type result struct {
-		rep *hrt.Report
-		err error
-	}
-	ran := make(chan result, 1)
-	go func() {
-		rep, err := rt.Run(context.Background())
-		ran <- result{rep, err}
-	}()
+	ran := runInBackground(rt)
 	fail := func(err error) (timing, error) {
 		rt.Close()
 		<-ran
@@ -111,6 +103,22 @@ func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
 		return tm, fmt.Errorf("runtime: %d succeeded, want %d", r.rep.Succeeded, s.n)
 	}
 	return tm, nil
+}
+
+// runResult is what Run returned.
+type runResult struct {
+	rep *hrt.Report
+	err error
+}
+
+// runInBackground runs rt and hands Run's result over on the channel.
+func runInBackground(rt *hrt.Runtime) <-chan runResult {
+	ran := make(chan runResult, 1)
+	go func() {
+		rep, err := rt.Run(context.Background())
+		ran <- runResult{rep, err}
+	}()
+	return ran
 }
 
 // tapHandler passes every Info-or-above record to fn and writes warnings

@@ -66,16 +66,12 @@ func queuedMemory(ctx context.Context, br *broker, topic string, n int) (queued,
 	if err != nil {
 		return q, err
 	}
-	ran := make(chan error, 1)
-	go func() {
-		_, err := rt.Run(context.Background())
-		ran <- err
-	}()
+	ran := runInBackground(rt)
 	stop := func() error {
 		close(block)
 		err := rt.Shutdown(ctx)
-		if rerr := <-ran; err == nil {
-			err = rerr
+		if r := <-ran; err == nil {
+			err = r.err
 		}
 		return err
 	}

@@ -59,15 +59,7 @@ func stopFullPools(ctx context.Context, br *broker, topics []string, workers int
 	if err != nil {
 		return f, err
 	}
-	type result struct {
-		rep *hrt.Report
-		err error
-	}
-	ran := make(chan result, 1)
-	go func() {
-		rep, err := rt.Run(context.Background())
-		ran <- result{rep, err}
-	}()
+	ran := runInBackground(rt)
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
 	for full := false; !full; {

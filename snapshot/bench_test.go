@@ -96,17 +96,24 @@ func BenchmarkSavePending100k(b *testing.B) {
 	}
 }
 
-// BenchmarkLoadPending100k is the recovery read of a 100k-record
-// snapshot (1 KiB values) that is already in the page cache.
-func BenchmarkLoadPending100k(b *testing.B) {
+// benchPendingStore returns a store (closed with the benchmark) holding
+// benchRecords pending records of 1 KiB values.
+func benchPendingStore(b *testing.B) *Store {
 	s, err := Open(filepath.Join(b.TempDir(), "state.db"), Options{NoSync: true})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
+	b.Cleanup(func() { s.Close() })
 	if _, err := s.SavePending(benchRecordSet(benchRecords), nil); err != nil {
 		b.Fatal(err)
 	}
+	return s
+}
+
+// BenchmarkLoadPending100k is the recovery read of a 100k-record
+// snapshot (1 KiB values) that is already in the page cache.
+func BenchmarkLoadPending100k(b *testing.B) {
+	s := benchPendingStore(b)
 	b.ReportAllocs()
 	for b.Loop() {
 		entries, bad, err := s.LoadPending()
@@ -121,14 +128,7 @@ func BenchmarkLoadPending100k(b *testing.B) {
 // BenchmarkLoadPending100k a batch at a time, as the runtime's re-push
 // does, without collecting the entries.
 func BenchmarkScanPending100k(b *testing.B) {
-	s, err := Open(filepath.Join(b.TempDir(), "state.db"), Options{NoSync: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.SavePending(benchRecordSet(benchRecords), nil); err != nil {
-		b.Fatal(err)
-	}
+	s := benchPendingStore(b)
 	b.ReportAllocs()
 	for b.Loop() {
 		n := 0
