@@ -59,7 +59,7 @@ func TestSmoke(t *testing.T) {
 	}
 	t.Log("\n" + log.String() + out.String())
 	for _, want := range []string{"raw kafka-go, one committer, no-op", "handoff runtime, no-op",
-		"2ms handler", "3 partitions (3 topics)", "2 classes (2 topics × 3 partitions)", "Memory per queued message", "with the same reader queue", "Stop with full pools"} {
+		"2ms handler", "3 partitions (3 topics)", "2 classes (2 topics × 3 partitions)", "Memory per queued message", "with the same reader queue", "Stop with full pools", "workers busy"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}

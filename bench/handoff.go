@@ -27,10 +27,13 @@ func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
 	var handled atomic.Int64
 	var firstAt, handledAt time.Time
 	var first atomic.Pointer[time.Time]
+	var slept atomic.Int64
 	all := make(chan struct{})
 	h := func(context.Context, *handoff.Message) error {
 		if s.work > 0 {
+			began := time.Now()
 			time.Sleep(s.work)
+			slept.Add(int64(time.Since(began)))
 		}
 		if first.Load() == nil {
 			now := time.Now()
@@ -79,7 +82,7 @@ func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
 		return fail(fmt.Errorf("runtime: handled %d of %d: %w", handled.Load(), s.n, ctx.Err()))
 	}
 	m.handled()
-	tm.first, tm.handled = firstAt, handledAt
+	tm.first, tm.handled, tm.slept = firstAt, handledAt, time.Duration(slept.Load())
 	select {
 	case tm.began = <-joined:
 	default:

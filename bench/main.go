@@ -163,7 +163,13 @@ type sample struct {
 	// the rate once fetching runs, without the join and the first fetch,
 	// which cost every stack the same. The worker ceiling is compared
 	// with it.
-	steady        float64
+	steady float64
+	// busy is, with the slow handler, the share of the workers' time
+	// spent in the handler's sleep during the steady part: the steady rate
+	// over workers ÷ the mean sleep as measured in the run. Unlike the
+	// ceiling of a sleep timed alone, it does not count how late a sleeping
+	// goroutine wakes on a busy machine, which no stack controls.
+	busy          float64
 	cpuUS, allocs float64 // per message
 	peakRSS       uint64
 	stop          time.Duration
@@ -208,11 +214,24 @@ func measure(ctx context.Context, side sideFunc, s spec, prof string) (sample, e
 		handled:   n / tm.handled.Sub(tm.began).Seconds(),
 		committed: n / tm.committed.Sub(tm.began).Seconds(),
 		steady:    (n - 1) / tm.handled.Sub(tm.first).Seconds(),
+		busy:      busy(s, tm),
 		cpuUS:     float64((m.endUse.cpu - m.start.cpu).Microseconds()) / n,
 		allocs:    float64(m.endUse.mallocs-m.start.mallocs) / n,
 		peakRSS:   m.peak,
 		stop:      tm.stop,
 	}, nil
+}
+
+// busy returns the workers' busy share for a slow-handler side (see
+// sample.busy), zero otherwise.
+func busy(s spec, tm timing) float64 {
+	workers := s.workers * len(s.classes)
+	if s.work == 0 || workers == 0 || tm.slept == 0 {
+		return 0
+	}
+	n := float64(s.n)
+	steady := (n - 1) / tm.handled.Sub(tm.first).Seconds()
+	return steady * (tm.slept.Seconds() / n) / float64(workers)
 }
 
 func writeAllocs(path string) error {
@@ -340,8 +359,8 @@ func runTable(ctx context.Context, cfg config, log io.Writer) ([]*row, *queued, 
 					return nil, nil, nil, err
 				}
 				*sd.out = append(*sd.out, smp)
-				fmt.Fprintf(log, "round %d %-8s %-7s %9.0f msgs/s handled, %9.0f committed, %9.0f steady, %.2f µs CPU/msg, %.2f allocs/msg, stop %s\n",
-					r, []string{"no-op", "slow"}[i], sd.name, smp.handled, smp.committed, smp.steady, smp.cpuUS, smp.allocs, smp.stop.Round(time.Millisecond))
+				fmt.Fprintf(log, "round %d %-8s %-7s %9.0f msgs/s handled, %9.0f committed, %9.0f steady, %.2f busy, %.2f µs CPU/msg, %.2f allocs/msg, stop %s\n",
+					r, []string{"no-op", "slow"}[i], sd.name, smp.handled, smp.committed, smp.steady, smp.busy, smp.cpuUS, smp.allocs, smp.stop.Round(time.Millisecond))
 			}
 		}
 		for i, v := range vs {
@@ -378,6 +397,7 @@ func medianSample(ss []sample) sample {
 		handled:   pick(func(s sample) float64 { return s.handled }),
 		committed: pick(func(s sample) float64 { return s.committed }),
 		steady:    pick(func(s sample) float64 { return s.steady }),
+		busy:      pick(func(s sample) float64 { return s.busy }),
 		cpuUS:     pick(func(s sample) float64 { return s.cpuUS }),
 		allocs:    pick(func(s sample) float64 { return s.allocs }),
 		peakRSS:   uint64(pick(func(s sample) float64 { return float64(s.peakRSS) })),
@@ -397,19 +417,20 @@ func median(xs []float64) float64 {
 func printTable(w io.Writer, cfg config, rows []*row, mem *queued, stop *fullStop) {
 	fmt.Fprintf(w, "\n%d interleaved rounds, medians; 3 topics × %d partitions, %d-byte values; no-op n=%d, slow n=%d; commit every %s\n\n",
 		cfg.rounds, cfg.tablePartition, valueSize, cfg.n, cfg.slowN, cfg.commitInterval)
-	fmt.Fprintln(w, "| stack | handled msgs/s | committed msgs/s | vs raw (handled) | vs raw (committed) | of ceiling (steady) | CPU µs/msg | allocs/msg | peak RSS MiB | stop |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(w, "| stack | handled msgs/s | committed msgs/s | vs raw (handled) | vs raw (committed) | of ceiling (steady) | workers busy | CPU µs/msg | allocs/msg | peak RSS MiB | stop |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, r := range rows {
-		ratio, cratio, ceil := "1.00", "1.00", "–"
+		ratio, cratio, ceil, busy := "1.00", "1.00", "–", "–"
 		if r.ref != "" {
 			ratio = fmt.Sprintf("%.2f (%.2f–%.2f)", median(r.ratios), slices.Min(r.ratios), slices.Max(r.ratios))
 			cratio = fmt.Sprintf("%.2f (%.2f–%.2f)", median(r.cratios), slices.Min(r.cratios), slices.Max(r.cratios))
 		}
 		if r.ceiling > 0 {
 			ceil = fmt.Sprintf("%.2f", r.med.steady/r.ceiling)
+			busy = fmt.Sprintf("%.2f", r.med.busy)
 		}
-		fmt.Fprintf(w, "| %s | %.0f | %.0f | %s | %s | %s | %.2f | %.2f | %.0f | %s |\n",
-			r.name, r.med.handled, r.med.committed, ratio, cratio, ceil, r.med.cpuUS, r.med.allocs,
+		fmt.Fprintf(w, "| %s | %.0f | %.0f | %s | %s | %s | %s | %.2f | %.2f | %.0f | %s |\n",
+			r.name, r.med.handled, r.med.committed, ratio, cratio, ceil, busy, r.med.cpuUS, r.med.allocs,
 			float64(r.med.peakRSS)/(1<<20), r.med.stop.Round(time.Millisecond))
 	}
 	for _, r := range rows {

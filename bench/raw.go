@@ -41,6 +41,8 @@ func (s spec) topics() []string {
 type timing struct {
 	began, first, handled, committed time.Time
 	stop                             time.Duration
+	// slept is how long the handlers' sleeps took in all (slow handler).
+	slept time.Duration
 }
 
 // runRaw consumes s's topics the way a service written directly on
@@ -69,7 +71,7 @@ func runRaw(ctx context.Context, s spec, m *meter) (timing, error) {
 		return tm, err
 	}
 	m.handled()
-	tm.first, tm.handled = c.FirstAt, c.HandledAt
+	tm.first, tm.handled, tm.slept = c.FirstAt, c.HandledAt, c.Slept()
 	if err := c.FinalCommit(); err != nil {
 		c.Close()
 		return tm, err

@@ -58,6 +58,7 @@ type Consumer struct {
 	final     chan error
 	handled   atomic.Int64
 	first     atomic.Pointer[time.Time]
+	slept     atomic.Int64 // ns the Work sleeps took, in all
 
 	// Began is when the generation was joined; FirstAt when the first
 	// message was handled and HandledAt the last (valid once Handled
@@ -178,7 +179,9 @@ func (c *Consumer) fetch(ctx context.Context, p *part) {
 		}
 		off := m.Offset
 		if err := c.workers.Go(func() {
+			began := time.Now()
 			time.Sleep(c.cfg.Work)
+			c.slept.Add(int64(time.Since(began)))
 			p.done[off].Store(true)
 			c.count()
 		}); err != nil {
@@ -239,6 +242,9 @@ func (c *Consumer) Handled(ctx context.Context) error {
 		return fmt.Errorf("rawkafka: handled %d of %d: %w", c.handled.Load(), c.cfg.N, ctx.Err())
 	}
 }
+
+// Slept returns how long the Work sleeps took in all so far.
+func (c *Consumer) Slept() time.Duration { return time.Duration(c.slept.Load()) }
 
 // FinalCommit waits for the commit made once all N were handled.
 func (c *Consumer) FinalCommit() error {
