@@ -40,7 +40,8 @@
 // Cancelling Run's context, [Runtime.Shutdown] or [Runtime.Close] starts
 // the stop, whose phases are logged and timed in the [Report]:
 //
-//  1. Quiesce: [Runtime.Ready] turns false, fetching stops.
+//  1. Quiesce: [Runtime.Ready] turns false, fetching stops (the partition
+//     readers close in the background, joined in step 6).
 //  2. Drain: pools keep working until empty or DrainTimeout. A second
 //     signal (see [HandleSignals]) or Shutdown's context ending skips the
 //     rest.
@@ -53,7 +54,8 @@
 //     that fails, those offsets are not committed and Run returns an error
 //     with the count.
 //  5. Commit: offsets by the rule above, at most 2s.
-//  6. Leave the group (at most 1s) and close the state file.
+//  6. Wait for the readers to close (each at most FetchMaxWait + 1s), leave
+//     the group (at most 1s) and close the state file.
 //
 // Every call into kafka-go that can block during the stop is bounded, so a
 // stop ends within DrainTimeout + HardStopGrace + the snapshot + about 4s,

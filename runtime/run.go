@@ -571,8 +571,11 @@ func (r *Runtime) stop(rep *Report, cancelFetch context.CancelFunc, consumer *sy
 		r.log.Info("stop phase done", "phase", "commit", "took", rep.Commit)
 	}
 
-	// 6. Leave the group and close the state file.
+	// 6. Let the partition readers finish closing (each bounded by
+	// FetchMaxWait plus a second; they have been closing since the
+	// quiesce), leave the group and close the state file.
 	phase = time.Now()
+	r.closing.Wait()
 	if cg != nil {
 		closed := make(chan struct{})
 		go func() { cg.Close(); close(closed) }()

@@ -87,6 +87,8 @@ type Runtime struct {
 	items sync.Pool
 	// epoch is when New ran; see now.
 	epoch time.Time
+	// closing counts the partition readers still being closed.
+	closing sync.WaitGroup
 
 	delMu   sync.Mutex
 	delDone doneRecords // records whose messages are done, deleted in batches

@@ -322,7 +322,11 @@ func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracke
 		Logger:        kafkaLogger(log, false),
 		ErrorLogger:   kafkaLogger(log, true),
 	})
-	defer r.closeReader(rd, log)
+	// Closed in the background: the stop's quiesce needs the fetch loop
+	// gone, not the reader closed (kafka-go's Close waits for an
+	// in-flight fetch). The stop joins the closes before leaving the
+	// group.
+	defer r.closing.Go(func() { r.closeReader(rd, log) })
 	if err := rd.SetOffset(start); err != nil {
 		log.Error("reader offset not set", "offset", start, "err", err)
 		return
