@@ -210,11 +210,12 @@ func measure(ctx context.Context, side sideFunc, s spec, prof string) (sample, e
 		return sample{}, err
 	}
 	n := float64(s.n)
+	steady := (n - 1) / tm.handled.Sub(tm.first).Seconds()
 	return sample{
 		handled:   n / tm.handled.Sub(tm.began).Seconds(),
 		committed: n / tm.committed.Sub(tm.began).Seconds(),
-		steady:    (n - 1) / tm.handled.Sub(tm.first).Seconds(),
-		busy:      busy(s, tm),
+		steady:    steady,
+		busy:      busy(s, tm, steady),
 		cpuUS:     float64((m.endUse.cpu - m.start.cpu).Microseconds()) / n,
 		allocs:    float64(m.endUse.mallocs-m.start.mallocs) / n,
 		peakRSS:   m.peak,
@@ -222,16 +223,14 @@ func measure(ctx context.Context, side sideFunc, s spec, prof string) (sample, e
 	}, nil
 }
 
-// busy returns the workers' busy share for a slow-handler side (see
-// sample.busy), zero otherwise.
-func busy(s spec, tm timing) float64 {
+// busy returns the workers' busy share for a slow-handler side with the
+// given steady rate (see sample.busy), zero otherwise.
+func busy(s spec, tm timing, steady float64) float64 {
 	workers := s.workers * len(s.classes)
 	if s.work == 0 || workers == 0 || tm.slept == 0 {
 		return 0
 	}
-	n := float64(s.n)
-	steady := (n - 1) / tm.handled.Sub(tm.first).Seconds()
-	return steady * (tm.slept.Seconds() / n) / float64(workers)
+	return steady * (tm.slept.Seconds() / float64(s.n)) / float64(workers)
 }
 
 func writeAllocs(path string) error {

@@ -23,6 +23,21 @@ type queued struct {
 	perMsg, payload float64 // bytes per message: live heap, key + value
 }
 
+// waitStats polls cond (which reads the runtime's Stats) every 5 ms until
+// it holds or ctx ends.
+func waitStats(ctx context.Context, cond func() bool) error {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
 // queuedMemory measures the live heap each queued Kafka message costs
 // the consumer process (the broker is another one): topic's n records
 // (values of memValueSize bytes, keys as br.produce makes them) fetched
@@ -75,15 +90,10 @@ func queuedMemory(ctx context.Context, br *broker, topic string, n int) (queued,
 		}
 		return err
 	}
-	t := time.NewTicker(5 * time.Millisecond)
-	defer t.Stop()
-	for s := rt.Stats()[0]; s.Queued+s.Running < n; s = rt.Stats()[0] {
-		select {
-		case <-ctx.Done():
-			stop()
-			return q, fmt.Errorf("queued memory: %d of %d queued: %w", s.Queued+s.Running, n, ctx.Err())
-		case <-t.C:
-		}
+	queued := func() int { s := rt.Stats()[0]; return s.Queued + s.Running }
+	if err := waitStats(ctx, func() bool { return queued() >= n }); err != nil {
+		stop()
+		return q, fmt.Errorf("queued memory: %d of %d queued: %w", queued(), n, err)
 	}
 	q.perMsg = float64(heap()-before) / float64(n)
 	if err := stop(); err != nil {

@@ -60,20 +60,18 @@ func stopFullPools(ctx context.Context, br *broker, topics []string, workers int
 		return f, err
 	}
 	ran := runInBackground(rt)
-	t := time.NewTicker(5 * time.Millisecond)
-	defer t.Stop()
-	for full := false; !full; {
-		select {
-		case <-ctx.Done():
-			rt.Close()
-			<-ran
-			return f, fmt.Errorf("full-pools stop: pools did not fill: %w", ctx.Err())
-		case <-t.C:
-		}
-		full = true
+	full := func() bool {
 		for _, s := range rt.Stats() {
-			full = full && s.Running == s.Workers && s.Queued == s.QueueSize
+			if s.Running < s.Workers || s.Queued < s.QueueSize {
+				return false
+			}
 		}
+		return true
+	}
+	if err := waitStats(ctx, full); err != nil {
+		rt.Close()
+		<-ran
+		return f, fmt.Errorf("full-pools stop: pools did not fill: %w", err)
 	}
 	begin := time.Now()
 	if err := rt.Shutdown(ctx); err != nil {
