@@ -145,7 +145,7 @@ func (b *bundle) submit(class, k, v string) string {
 // deadLetters returns every dead letter.
 func (b *bundle) deadLetters() []runtime.DeadLetter {
 	b.t.Helper()
-	dls, _, err := b.rt.DeadLetters("", 0, 1000)
+	dls, _, err := b.rt.DeadLetters("", "", 1000)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -324,12 +324,12 @@ func TestDeadLetterList(t *testing.T) {
 
 	resp, body := b.do("GET", "/api/dead?class=jobs&limit=2")
 	p1 := decode[deadPageJSON](t, resp, body, 200)
-	if len(p1.DeadLetters) != 2 || p1.Next == 0 || p1.DeadLetters[0].Key != keys[0] {
+	if len(p1.DeadLetters) != 2 || p1.Next == "" || p1.DeadLetters[0].Key != keys[0] {
 		t.Fatalf("page 1: %s", body)
 	}
-	resp, body = b.do("GET", fmt.Sprintf("/api/dead?class=jobs&limit=2&after=%d", p1.Next))
+	resp, body = b.do("GET", fmt.Sprintf("/api/dead?class=jobs&limit=2&after=%s", p1.Next))
 	p2 := decode[deadPageJSON](t, resp, body, 200)
-	if len(p2.DeadLetters) != 1 || p2.Next != 0 || p2.DeadLetters[0].Key != keys[2] {
+	if len(p2.DeadLetters) != 1 || p2.Next != "" || p2.DeadLetters[0].Key != keys[2] {
 		t.Fatalf("page 2: %s", body)
 	}
 	if strings.Contains(string(body), `"next"`) {

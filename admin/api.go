@@ -2,7 +2,7 @@ package admin
 
 import (
 	"context"
-	"encoding/base64"
+
 	"errors"
 	"fmt"
 	"net/http"
@@ -77,7 +77,7 @@ func toClassJSON(cs runtime.ClassStats) classJSON {
 
 func (h *handler) apiClasses(w http.ResponseWriter, r *http.Request) {
 	stats := h.rt.Stats()
-	out := classesJSON{Ready: h.rt.Ready(), DrainTimeoutSeconds: h.rt.DrainTimeout(), Classes: make([]classJSON, len(stats))}
+	out := classesJSON{Ready: h.rt.Ready(), DrainTimeoutSeconds: h.rt.DrainTimeout().Seconds(), Classes: make([]classJSON, len(stats))}
 	for i, cs := range stats {
 		out.Classes[i] = toClassJSON(cs)
 	}
@@ -145,8 +145,9 @@ func toDeadJSON(dl *runtime.DeadLetter) deadJSON {
 // deadPageJSON is the body of GET /api/dead.
 type deadPageJSON struct {
 	DeadLetters []deadJSON `json:"dead_letters"`
-	// Next is the after of the next page; absent on the last.
-	Next uint64 `json:"next,omitempty"`
+	// Next is the after of the next page (an opaque cursor); absent on
+	// the last.
+	Next runtime.Cursor `json:"next,omitempty"`
 }
 
 // parseLimit reads the limit parameter: defaultLimit when absent.
@@ -173,21 +174,17 @@ func parseKey(s string) (uint64, error) {
 
 func (h *handler) apiDeadList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	var after uint64
-	if s := q.Get("after"); s != "" {
-		a, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "admin: after must be a dead letter key (a decimal number), got %q", s)
-			return
-		}
-		after = a
-	}
+	after := runtime.Cursor(q.Get("after"))
 	limit, err := parseLimit(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%s", err)
 		return
 	}
 	dls, next, err := h.rt.DeadLetters(q.Get("class"), after, limit)
+	if errors.Is(err, runtime.ErrBadCursor) {
+		writeError(w, http.StatusBadRequest, "admin: after must be the next of an earlier page: %v", err)
+		return
+	}
 	if err != nil {
 		h.runtimeError(w, "list dead letters", err)
 		return
@@ -244,7 +241,7 @@ func (h *handler) apiDiscard(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%s", err)
 		return
 	}
-	if err := h.rt.Discard(key); err != nil {
+	if err := h.rt.Discard(r.Context(), key); err != nil {
 		h.runtimeError(w, fmt.Sprintf("discard dead letter %d", key), err)
 		return
 	}
@@ -283,11 +280,11 @@ func (h *handler) apiParked(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// delayedJSON is one delayed message. Cursor is its key in the state file,
-// base64url without padding: pass it as after for the next page.
+// delayedJSON is one delayed message. Cursor is its place in the listing
+// (opaque): pass it as after for what follows it.
 type delayedJSON struct {
-	Cursor string    `json:"cursor"`
-	Due    time.Time `json:"due"`
+	Cursor runtime.Cursor `json:"cursor"`
+	Due    time.Time      `json:"due"`
 	messageJSON
 	Reason       string `json:"reason"`
 	Error        string `json:"error,omitempty"`
@@ -295,21 +292,17 @@ type delayedJSON struct {
 }
 
 func (h *handler) apiDelayed(w http.ResponseWriter, r *http.Request) {
-	var after []byte
-	if s := r.URL.Query().Get("after"); s != "" {
-		a, err := base64.RawURLEncoding.DecodeString(s)
-		if err != nil || len(a) < 8 {
-			writeError(w, http.StatusBadRequest, "admin: after must be the cursor of a delayed message (base64url), got %q", s)
-			return
-		}
-		after = a
-	}
+	after := runtime.Cursor(r.URL.Query().Get("after"))
 	limit, err := parseLimit(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%s", err)
 		return
 	}
-	entries, err := h.rt.Delayed(after, limit)
+	entries, next, err := h.rt.Delayed(after, limit)
+	if errors.Is(err, runtime.ErrBadCursor) {
+		writeError(w, http.StatusBadRequest, "admin: after must be the cursor of a delayed message: %v", err)
+		return
+	}
 	if err != nil {
 		h.runtimeError(w, "list delayed messages", err)
 		return
@@ -318,18 +311,24 @@ func (h *handler) apiDelayed(w http.ResponseWriter, r *http.Request) {
 		Delayed []delayedJSON `json:"delayed"`
 		// Next is the after of the next page; absent when this page is
 		// not full.
-		Next string `json:"next,omitempty"`
-	}{Delayed: make([]delayedJSON, len(entries))}
+		Next runtime.Cursor `json:"next,omitempty"`
+	}{Delayed: make([]delayedJSON, len(entries)), Next: next}
 	for i, e := range entries {
 		out.Delayed[i] = delayedJSON{
-			Cursor: base64.RawURLEncoding.EncodeToString(e.Key), Due: e.Due, messageJSON: toMessageJSON(&e.Record.Message),
-			Reason: e.Record.Reason, Error: e.Record.Err, Redeliveries: e.Record.Redeliveries,
+			Cursor: e.Cursor, Due: e.Due, messageJSON: toMessageJSON(&e.Message),
+			Reason: delayedReason(e), Error: e.Err, Redeliveries: e.Redeliveries,
 		}
 	}
-	if len(entries) == limit {
-		out.Next = out.Delayed[len(entries)-1].Cursor
-	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// delayedReason is why a delayed message waits: "redelivery" or
+// "scheduled".
+func delayedReason(e runtime.DelayedMessage) string {
+	if e.Redelivery {
+		return "redelivery"
+	}
+	return "scheduled"
 }
 
 // statusOf maps a runtime error to an HTTP status.

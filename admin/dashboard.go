@@ -54,9 +54,9 @@ type page struct {
 	FlashErr        bool
 
 	DeadClass string
-	DeadAfter uint64
+	DeadAfter runtime.Cursor
 	Dead      []deadView
-	DeadNext  uint64
+	DeadNext  runtime.Cursor
 	DeadErr   string
 
 	Parked    []parkedJSON
@@ -94,7 +94,7 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 		Refresh:         max(h.refresh.Milliseconds(), 0),
 		Now:             time.Now().UTC(),
 		Ready:           h.rt.Ready(),
-		DrainTimeout:    h.rt.DrainTimeout(),
+		DrainTimeout:    h.rt.DrainTimeout().Seconds(),
 		TokenConfigured: len(h.token) > 0,
 		LoggedIn:        h.loggedIn(r),
 		DeadClass:       q.Get("class"),
@@ -108,14 +108,14 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 		p.Classes = append(p.Classes, cv)
 	}
 
-	if s := q.Get("after"); s != "" {
-		a, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			p.Flash, p.FlashErr = fmt.Sprintf("Ignored a bad after parameter %q: it must be a dead letter key.", s), true
-		}
-		p.DeadAfter = a
+	p.DeadAfter = runtime.Cursor(q.Get("after"))
+	dls, next, err := h.rt.DeadLetters(p.DeadClass, p.DeadAfter, pageDead)
+	if errors.Is(err, runtime.ErrBadCursor) {
+		p.Flash, p.FlashErr = fmt.Sprintf("Ignored a bad after parameter %q: it must be the cursor of a dead-letter page.", p.DeadAfter), true
+		p.DeadAfter = ""
+		dls, next, err = h.rt.DeadLetters(p.DeadClass, "", pageDead)
 	}
-	if dls, next, err := h.rt.DeadLetters(p.DeadClass, p.DeadAfter, pageDead); err != nil {
+	if err != nil {
 		p.DeadErr = errText(err)
 	} else {
 		p.DeadNext = next
@@ -136,13 +136,13 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 			p.Parked = append(p.Parked, parkedJSON{Class: k.Class, KeyText: ptr(printable(k.Key)), Count: k.Count, Oldest: k.Oldest})
 		}
 	}
-	if entries, err := h.rt.Delayed(nil, pageDelayed); err != nil {
+	if entries, _, err := h.rt.Delayed("", pageDelayed); err != nil {
 		p.DelayedErr = errText(err)
 	} else {
 		for _, e := range entries {
-			m := &e.Record.Message
-			p.Delayed = append(p.Delayed, delayedView{Due: e.Due, Class: m.Class, ID: m.ID, Reason: e.Record.Reason,
-				Redeliveries: e.Record.Redeliveries, Tries: m.Attempt})
+			m := &e.Message
+			p.Delayed = append(p.Delayed, delayedView{Due: e.Due, Class: m.Class, ID: m.ID, Reason: delayedReason(e),
+				Redeliveries: e.Redeliveries, Tries: m.Attempt})
 		}
 	}
 
@@ -190,7 +190,7 @@ func (h *handler) uiRequeue(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) uiDiscard(w http.ResponseWriter, r *http.Request) {
-	h.uiAction(w, r, "discarded", func(_ context.Context, key uint64) error { return h.rt.Discard(key) })
+	h.uiAction(w, r, "discarded", func(ctx context.Context, key uint64) error { return h.rt.Discard(ctx, key) })
 }
 
 // uiAction runs a dashboard button's action when the session allows it

@@ -220,9 +220,6 @@ type Class struct {
 	DeadLetterTopic string
 }
 
-// ErrConfig is wrapped by every error [New] returns for a bad Config.
-var ErrConfig = errors.New("runtime: invalid config")
-
 // withDefaults returns a copy of cfg with zero fields filled, and every
 // problem found.
 func (cfg Config) withDefaults() (Config, error) {

@@ -43,7 +43,7 @@ func TestScheduleSurvivesRestart(t *testing.T) {
 	if r := <-got; r.id != "now" {
 		t.Fatalf("first handled %s", r.id)
 	}
-	list, err := rt.Delayed(nil, 10)
+	list, _, err := rt.Delayed("", 10)
 	if err != nil || len(list) != 2 {
 		t.Fatalf("delayed: %v %v", list, err)
 	}
@@ -224,14 +224,14 @@ func TestRequeueAndDiscard(t *testing.T) {
 	if err != nil || len(keys) != 2 || keys[0].Count+keys[1].Count != 3 {
 		t.Fatalf("parked keys %+v %v", keys, err)
 	}
-	dls, next, err := rt.DeadLetters("orders", 0, 1)
-	if err != nil || len(dls) != 1 || next == 0 {
-		t.Fatalf("page 1: %+v %d %v", dls, next, err)
+	dls, next, err := rt.DeadLetters("orders", "", 1)
+	if err != nil || len(dls) != 1 || next == "" {
+		t.Fatalf("page 1: %+v %q %v", dls, next, err)
 	}
 	dlA := dls[0]
 	dls, next, err = rt.DeadLetters("orders", next, 1)
-	if err != nil || len(dls) != 1 || next != 0 {
-		t.Fatalf("page 2: %+v %d %v", dls, next, err)
+	if err != nil || len(dls) != 1 || next != "" {
+		t.Fatalf("page 2: %+v %q %v", dls, next, err)
 	}
 	dlB := dls[0]
 	if string(dlA.Message.Value) == "b2" { // two workers: either may fail first
@@ -254,16 +254,16 @@ func TestRequeueAndDiscard(t *testing.T) {
 		}
 	}
 	// Discard b's: b4 runs.
-	if err := rt.Discard(dlB.Key); err != nil {
+	if err := rt.Discard(context.Background(), dlB.Key); err != nil {
 		t.Fatal(err)
 	}
 	if v := <-handled; v != "b4" {
 		t.Fatalf("handled %s, want b4", v)
 	}
-	if err := rt.Discard(dlB.Key); !errors.Is(err, ErrNotFound) {
+	if err := rt.Discard(context.Background(), dlB.Key); !errors.Is(err, ErrNotFound) {
 		t.Errorf("second discard: %v", err)
 	}
-	waitFor(t, "dead letter removed", func() bool { d, _, _ := rt.DeadLetters("", 0, 10); return len(d) == 0 })
+	waitFor(t, "dead letter removed", func() bool { d, _, _ := rt.DeadLetters("", "", 10); return len(d) == 0 })
 	rt.Shutdown(context.Background())
 	rep, err := wait()
 	if err != nil {
@@ -307,7 +307,7 @@ func TestParkedSurviveRestart(t *testing.T) {
 	rt2, _ := New(cfg)
 	wait2 := start(t, rt2, context.Background())
 	waitFor(t, "ready", rt2.Ready)
-	dls, _, _ := rt2.DeadLetters("", 0, 10)
+	dls, _, _ := rt2.DeadLetters("", "", 10)
 	if len(dls) != 1 {
 		t.Fatalf("dead letters after restart: %d", len(dls))
 	}

@@ -48,7 +48,7 @@ func ExampleRuntime_Requeue() {
 	var dead []runtime.DeadLetter
 	for len(dead) == 0 { // the handler runs on a worker
 		time.Sleep(time.Millisecond)
-		dead, _, _ = rt.DeadLetters("mail", 0, 10)
+		dead, _, _ = rt.DeadLetters("mail", "", 10)
 	}
 	fmt.Printf("dead letter %s after %d attempt: %s\n", dead[0].Message.ID, dead[0].Message.Attempt, dead[0].Err)
 

@@ -302,7 +302,7 @@ func TestOrderedParkingProperty(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatalf("handled %d of %d", count, n)
 				}
-				dls, _, err := rt.DeadLetters("", 0, 100)
+				dls, _, err := rt.DeadLetters("", "", 100)
 				if err != nil {
 					t.Fatal(err)
 				}

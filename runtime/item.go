@@ -1,30 +1,12 @@
 package runtime
 
 import (
-	"strconv"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
 )
-
-// source says where a message in a pool came from, and so what must be
-// done with that origin when the message is done or saved elsewhere.
-type source uint8
-
-const (
-	fromKafka   source = iota // settle its offset in tr
-	fromSubmit                // nothing to clean up
-	fromPending               // delete pending record key
-	fromDelayed               // delete delayed record delayedKey
-	fromParked                // delete parked record parkedKey
-	fromDead                  // a requeued dead letter: delete dead record key
-)
-
-// persisted reports whether the message has a record in the state file.
-func (s source) persisted() bool { return s >= fromPending }
 
 // item is what a pool carries: the message and its bookkeeping.
 type item struct {
@@ -52,6 +34,94 @@ type item struct {
 
 func itemKey(it *item) string { return string(it.msg.Key) }
 
+// source says where a message in a pool came from, and so what must be
+// done with that origin when the message is done, saved elsewhere or
+// saved again. Its methods below are the only place that tells the
+// sources apart.
+type source uint8
+
+const (
+	fromKafka   source = iota // settle its offset in tr
+	fromSubmit                // nothing to clean up
+	fromPending               // delete pending record key
+	fromDelayed               // delete delayed record delayedKey
+	fromParked                // delete parked record parkedKey
+	fromDead                  // a requeued dead letter: delete dead record key
+)
+
+// persisted reports whether the message has a record in the state file.
+func (s source) persisted() bool { return s >= fromPending }
+
+// settle marks a Kafka message's offset done or persisted in its
+// tracker, so the commit may pass it; other messages have no offset.
+func (it *item) settle() {
+	if it.src == fromKafka {
+		it.tr.settle(it.slot)
+	}
+}
+
+// forget removes what the message's origin keeps once it is done: a
+// Kafka offset is settled, a pending or delayed record queued for the
+// batched delete, a parked record or a requeued dead letter deleted at
+// once.
+func (it *item) forget(r *Runtime, c *class) {
+	switch it.src {
+	case fromKafka:
+		it.tr.settle(it.slot)
+	case fromPending:
+		r.deletes.pending(it.key)
+	case fromDelayed:
+		r.deletes.delayed(it.delayedKey)
+	case fromParked:
+		r.logStoreErr("delete done parked message", it, r.store.DeleteParked(it.parkedKey))
+	case fromDead:
+		r.logStoreErr("delete requeued dead letter", it, r.store.DeleteDead(it.key))
+		r.inc(c, outRequeuedDone)
+	}
+}
+
+// deleteSource removes, inside tx, the record the message came from.
+func (it *item) deleteSource(tx *snapshot.Tx) error {
+	switch it.src {
+	case fromPending:
+		return tx.DeletePending(it.key)
+	case fromDelayed:
+		return tx.DeleteDelayed(it.delayedKey)
+	case fromParked:
+		return tx.DeleteParked(it.parkedKey)
+	}
+	return nil
+}
+
+// putSource overwrites, inside tx, the record a persisted message came
+// from with rec (a requeued dead letter stays a dead letter).
+func (it *item) putSource(tx *snapshot.Tx, rec snapshot.Record) error {
+	switch it.src {
+	case fromPending:
+		return tx.PutPending(it.key, rec)
+	case fromDelayed:
+		return tx.PutDelayed(it.delayedKey, rec)
+	case fromParked:
+		return tx.PutParked(it.parkedKey, rec)
+	case fromDead:
+		rec.Reason = reasonFailed
+		return tx.PutDead(it.key, rec)
+	}
+	return nil
+}
+
+// Reasons recorded with saved messages.
+const (
+	reasonUnstarted   = "unstarted"
+	reasonInterrupted = "interrupted"
+	reasonBackoff     = "backoff"
+	reasonFailed      = "failed"
+	reasonRedelivery  = "redelivery"
+	reasonScheduled   = "scheduled"
+	reasonParked      = "parked"
+	reasonUnknown     = "unknown class"
+)
+
 // record returns the item as a state-file record.
 func (it *item) record(reason string, err error, now time.Time) snapshot.Record {
 	rec := snapshot.Record{Message: it.msg, Reason: reason, SavedAt: now, FirstFailed: it.firstFailed, Redeliveries: it.redeliveries}
@@ -64,45 +134,4 @@ func (it *item) record(reason string, err error, now time.Time) snapshot.Record 
 // fromRecord makes an item of a stored record.
 func fromRecord(rec snapshot.Record, src source) *item {
 	return &item{msg: rec.Message, src: src, firstFailed: rec.FirstFailed, redeliveries: rec.Redeliveries}
-}
-
-// kafkaIDPrefix returns "topic/partition/": a Kafka record's stable ID is
-// that prefix and its offset, so one partition's records share it.
-func kafkaIDPrefix(topic string, partition int) []byte {
-	b := make([]byte, 0, len(topic)+24)
-	b = append(b, topic...)
-	b = append(b, '/')
-	b = strconv.AppendInt(b, int64(partition), 10)
-	return append(b, '/')
-}
-
-// idBlockSize is the size of the blocks kafkaIDs carves IDs from: about
-// 40 IDs of a 25-byte "topic/partition/offset" per allocation.
-const idBlockSize = 1024
-
-// kafkaIDs makes the IDs of one partition's records. It carves them from
-// shared blocks instead of allocating a string per message: the fetch
-// loop's one allocation per record otherwise. The bytes behind an ID are
-// never written again once it is handed out, as unsafe.String requires.
-// An ID kept after its message is handled keeps its block alive, at most
-// idBlockSize bytes; the runtime copies the IDs it keeps (parking).
-type kafkaIDs struct {
-	prefix []byte // "topic/partition/"
-	block  []byte
-}
-
-func newKafkaIDs(topic string, partition int) *kafkaIDs {
-	return &kafkaIDs{prefix: kafkaIDPrefix(topic, partition)}
-}
-
-// id returns the ID of the record at offset.
-func (k *kafkaIDs) id(offset int64) string {
-	const maxOffsetLen = 20 // digits of the largest int64, and a sign
-	if cap(k.block)-len(k.block) < len(k.prefix)+maxOffsetLen {
-		k.block = make([]byte, 0, max(idBlockSize, len(k.prefix)+maxOffsetLen))
-	}
-	start := len(k.block)
-	k.block = append(k.block, k.prefix...)
-	k.block = strconv.AppendInt(k.block, offset, 10)
-	return unsafe.String(&k.block[start], len(k.block)-start)
 }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -104,13 +105,47 @@ func (r *Runtime) unblockKey(c *class, key []byte, id string) {
 
 // startRelease runs release number n of key in a goroutine the stop joins.
 func (r *Runtime) startRelease(c *class, key []byte, n uint64) {
-	r.relMu.Lock()
-	defer r.relMu.Unlock()
-	if r.relCtx == nil || r.relCtx.Err() != nil {
-		return // stopping: the next start releases the key
-	}
 	key = append([]byte(nil), key...)
-	r.releases.Go(func() { r.release(r.relCtx, c, key, n) })
+	r.releases.start(func(ctx context.Context) { r.release(ctx, c, key, n) })
+}
+
+// releases runs the key releases of ordered classes. They feed the pools,
+// so they stop at the quiesce, with fetching: close ends their context and
+// joins them; a release started after it does not run (the next start
+// releases the key).
+type releases struct {
+	mu     sync.Mutex
+	ctx    context.Context // nil until open, ended by close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// open lets releases start.
+func (rs *releases) open() {
+	rs.mu.Lock()
+	rs.ctx, rs.cancel = context.WithCancel(context.Background())
+	rs.mu.Unlock()
+}
+
+// start runs fn in a goroutine close joins, unless releases are not open.
+func (rs *releases) start(fn func(ctx context.Context)) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.ctx == nil || rs.ctx.Err() != nil {
+		return
+	}
+	ctx := rs.ctx
+	rs.wg.Go(func() { fn(ctx) })
+}
+
+// close ends the releases' context and waits for them to return.
+func (rs *releases) close() {
+	rs.mu.Lock()
+	if rs.cancel != nil {
+		rs.cancel()
+	}
+	rs.mu.Unlock()
+	rs.wg.Wait()
 }
 
 // current reports whether release n of key is still the key's release.
@@ -211,4 +246,35 @@ func (r *Runtime) startRestoredReleases() {
 			r.startRelease(c, k, gens[i])
 		}
 	}
+}
+
+// ParkedKey is a key of an ordered class whose messages wait behind a
+// blocker (a dead letter or a message waiting for redelivery).
+type ParkedKey struct {
+	// Class is the ordered class the key belongs to.
+	Class string
+	// Key is the message key; nil for the empty (or nil) key.
+	Key []byte
+	// Count is how many messages are parked under it.
+	Count int
+	// Oldest is when its first parked message was parked.
+	Oldest time.Time
+}
+
+// ParkedKeys lists every parked key with its count, in class and key
+// order. It reads the state file and needs a running runtime.
+func (r *Runtime) ParkedKeys() ([]ParkedKey, error) {
+	st, err := r.openStore()
+	if err != nil {
+		return nil, err
+	}
+	counts, err := st.ParkedKeys()
+	if err != nil {
+		return nil, fmt.Errorf("runtime: parked keys: %w", err)
+	}
+	out := make([]ParkedKey, len(counts))
+	for i, pc := range counts {
+		out[i] = ParkedKey{Class: pc.Class, Key: pc.Key, Count: pc.Count, Oldest: pc.Oldest}
+	}
+	return out, nil
 }

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/handoff-go/handoff/pool"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -31,114 +29,150 @@ import (
 // their count.
 //
 // Run installs no signal handler; see [HandleSignals]. It may be called
-// once.
-func (r *Runtime) Run(ctx context.Context) (*Report, error) {
-	if !r.state.CompareAndSwap(stateNew, stateRunning) {
+// once; a second call returns [ErrRunTwice].
+func (r *Runtime) Run(ctx context.Context) (rep *Report, err error) {
+	if !r.life.state.CompareAndSwap(stateNew, stateRunning) {
 		return nil, ErrRunTwice
 	}
+	s := &runState{r: r, rep: &Report{}}
 	defer func() {
-		r.state.Store(stateDone)
-		close(r.runDone)
+		r.life.err = err
+		r.life.state.Store(stateDone)
+		close(r.life.done)
 	}()
-	rep := &Report{}
-	stopWatch := context.AfterFunc(ctx, r.requestStop)
+	stopWatch := context.AfterFunc(ctx, r.life.requestStop)
 	defer stopWatch()
 
-	started := time.Now()
+	if err := s.open(); err != nil {
+		return s.rep, err
+	}
+	if err := s.start(); err != nil {
+		// Nothing was fetched: the pools hold only re-pushed messages,
+		// which are still in the state file, and submitted ones, which
+		// the stop saves. The drain is skipped.
+		r.life.skipDrain()
+		_, stopErr := s.stop(0, err)
+		return s.rep, errors.Join(err, stopErr)
+	}
+	<-r.life.stopCh
+	return s.stop(r.cfg.HardStopGrace, ErrStopping)
+}
+
+// runState is what one Run owns from its start to the end of its stop:
+// the loops it started, in the order the stop ends them, and the report.
+// Its start steps are in this file, its stop phases in stop.go.
+type runState struct {
+	r   *Runtime
+	rep *Report
+
+	// Fetching: the consumer group and the loop that joins its
+	// generations (group.go). They end at the quiesce.
+	cg        *kafka.ConsumerGroup
+	stopFetch context.CancelFunc
+	consumer  sync.WaitGroup
+
+	// The scheduler feeds the pools besides fetching (and the key
+	// releases, r.releases); it ends at the quiesce too.
+	stopFeeds context.CancelFunc
+	feeds     sync.WaitGroup
+
+	// Background loops that use the state file: the batched deletes and
+	// the drain-budget watcher. They end at the snapshot.
+	stopBackground context.CancelFunc
+	background     sync.WaitGroup
+
+	// left is what the hard stop took out of the pools, for the snapshot.
+	left []leftover
+	// Errors of the stop's phases, joined into Run's.
+	snapErr, commitErr, closeErr error
+}
+
+// open is the start's first step: it opens the state file and checks
+// that it belongs to this group.
+func (s *runState) open() error {
+	r := s.r
 	store, err := snapshot.Open(r.cfg.StatePath, snapshot.Options{LockTimeout: r.cfg.LockTimeout})
 	if err != nil {
-		return rep, fmt.Errorf("runtime: open state file: %w", err)
+		return fmt.Errorf("runtime: open state file: %w", err)
 	}
 	if err := r.checkIdentity(store); err != nil {
-		return rep, errors.Join(err, store.Close())
+		return errors.Join(err, store.Close())
 	}
 	r.store = store
 	r.storeOpen.Store(true)
+	return nil
+}
 
+// start recovers the state file into the pools, then starts the
+// scheduler and joins the consumer group. A stop requested meanwhile ends
+// the recovery early (what is not pushed stays in the file) and skips the
+// join. It returns an error only when the recovery failed.
+func (s *runState) start() error {
+	r := s.r
+	started := time.Now()
 	// runCtx ends when a stop is requested; it bounds the recovery push.
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	defer cancelRun()
 	go func() {
 		select {
-		case <-r.stopCh:
+		case <-r.life.stopCh:
 			cancelRun()
 		case <-runCtx.Done():
 		}
 	}()
 
-	var bg sync.WaitGroup
-	delCtx, stopDeletes := context.WithCancel(context.Background())
-	bg.Go(func() { r.deleteLoop(delCtx) })
-	bg.Go(func() { r.watchBudget(delCtx) })
-	// The scheduler and key releases feed the pools: they stop at the
-	// quiesce, with fetching.
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	s.stopBackground = stopBackground
+	s.background.Go(func() { r.deletes.run(bgCtx, r.store, r.log) })
+	s.background.Go(func() { r.watchBudget(bgCtx) })
 	feedCtx, stopFeeds := context.WithCancel(context.Background())
-	r.relMu.Lock()
-	r.relCtx = feedCtx
-	r.relMu.Unlock()
-	var feeds sync.WaitGroup
-	stopFeeding := func() {
-		r.relMu.Lock()
-		stopFeeds()
-		r.relMu.Unlock()
-		feeds.Wait()
-		r.releases.Wait()
-	}
+	s.stopFeeds = stopFeeds
+	fetchCtx, stopFetch := context.WithCancel(context.Background())
+	s.stopFetch = stopFetch
+	r.releases.open()
 	r.openDLQ()
 	r.accepting.Store(true)
 
-	if err := r.recover(runCtx, rep); err != nil {
-		r.accepting.Store(false)
-		stopFeeding()
-		stopDeletes()
-		bg.Wait()
-		// Nothing was fetched; pools hold only re-pushed messages, which
-		// are still in the state file.
-		for _, c := range r.order {
-			res := c.pool.Stop(0, err)
-			for _, it := range slices.Concat(res.Unstarted, res.Waiting, res.Interrupted) {
-				r.leftPool(it)
-			}
-		}
-		r.closeDLQ()
-		r.storeOpen.Store(false)
-		return rep, errors.Join(err, r.store.Close())
+	if err := r.recover(runCtx, s.rep); err != nil {
+		return err
 	}
+	rep := s.rep
 	r.log.Info("recovery finished", "repushed", rep.Repushed, "quarantined", rep.Quarantined,
 		"unknown_class", rep.UnknownClass, "blocked_keys", rep.BlockedKeys, "took", time.Since(started))
-	feeds.Go(func() { r.sched.run(feedCtx) })
-
-	fetchCtx, cancelFetch := context.WithCancel(context.Background())
-	defer cancelFetch()
-	var cg *kafka.ConsumerGroup
-	var consumer sync.WaitGroup
+	s.feeds.Go(func() { r.sched.run(feedCtx) })
 	if len(r.topics) > 0 && runCtx.Err() == nil {
-		cg, err = kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
-			ID:                r.cfg.Group,
-			Brokers:           r.cfg.Brokers,
-			Topics:            r.topics,
-			StartOffset:       r.startOffset(),
-			SessionTimeout:    r.cfg.SessionTimeout,
-			RebalanceTimeout:  r.cfg.RebalanceTimeout,
-			HeartbeatInterval: r.cfg.SessionTimeout / 3,
-			JoinGroupBackoff:  time.Second,
-			Timeout:           5 * time.Second,
-			Logger:            kafkaLogger(r.log, false),
-			ErrorLogger:       kafkaLogger(r.log, true),
-		})
-		if err != nil {
-			// Validated in New; this means kafka-go disagrees.
-			r.log.Error("consumer group not created", "err", err)
-			r.requestStop()
-		} else {
-			consumer.Go(func() { r.consume(fetchCtx, cg) })
-		}
+		s.join(fetchCtx)
 	}
 	r.ready.Store(true)
 	r.log.Info("running", "classes", len(r.order), "topics", len(r.topics), "group", r.cfg.Group)
+	return nil
+}
 
-	<-r.stopCh
-	return r.stop(rep, func() { cancelFetch(); stopFeeding() }, &consumer, cg, func() { stopDeletes(); bg.Wait() })
+// join creates the consumer group and starts the loop that joins its
+// generations until fetchCtx ends.
+func (s *runState) join(fetchCtx context.Context) {
+	r := s.r
+	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                r.cfg.Group,
+		Brokers:           r.cfg.Brokers,
+		Topics:            r.topics,
+		StartOffset:       r.startOffset(),
+		SessionTimeout:    r.cfg.SessionTimeout,
+		RebalanceTimeout:  r.cfg.RebalanceTimeout,
+		HeartbeatInterval: r.cfg.SessionTimeout / 3,
+		JoinGroupBackoff:  time.Second,
+		Timeout:           5 * time.Second,
+		Logger:            kafkaLogger(r.log, false),
+		ErrorLogger:       kafkaLogger(r.log, true),
+	})
+	if err != nil {
+		// Validated in New; this means kafka-go disagrees.
+		r.log.Error("consumer group not created", "err", err)
+		r.life.requestStop()
+		return
+	}
+	s.cg = cg
+	s.consumer.Go(func() { r.consume(fetchCtx, cg) })
 }
 
 // checkIdentity records the group and the instance in a new state file,
@@ -181,463 +215,3 @@ func (r *Runtime) startOffset() int64 {
 	return kafka.FirstOffset
 }
 
-// recover restores the state of ordered classes' keys and re-pushes the
-// pending records of the state file into their pools, oldest first. A
-// record stays in the file until its message is done, so a crash here
-// loses nothing. A stop during recovery leaves the records not yet pushed
-// where they are.
-func (r *Runtime) recover(ctx context.Context, rep *Report) error {
-	if err := r.restoreKeys(rep); err != nil {
-		return fmt.Errorf("runtime: recover: %w", err)
-	}
-	// Keys left releasing (parked messages, no blocker) start releasing
-	// once the saved messages are pushed.
-	defer r.startRestoredReleases()
-	// The records are pushed batch by batch while the next ones are
-	// still being read from the file.
-	var failed error
-	stopped := false
-	bad, err := r.store.ScanPending(func(batch []snapshot.Entry) bool {
-		for i := range batch {
-			pushed, err := r.repush(ctx, &batch[i], rep)
-			if err != nil {
-				failed = err
-				return false
-			}
-			if !pushed {
-				stopped = true
-				return false
-			}
-		}
-		return true
-	})
-	if failed != nil {
-		return fmt.Errorf("runtime: recover: %w", failed)
-	}
-	if err != nil {
-		return fmt.Errorf("runtime: recover: %w", err)
-	}
-	rep.Quarantined = len(bad)
-	for _, de := range bad {
-		r.log.Error("undecodable record moved to quarantine", "err", de)
-	}
-	if stopped {
-		r.log.Info("recovery stopped by the stop; the rest stays in the state file", "repushed", rep.Repushed)
-	}
-	return nil
-}
-
-// repush pushes the pending record e into the pool of its class, or makes
-// it a dead letter when its class is not configured. It reports false
-// when the stop ended the push, and an error when the dead letter could
-// not be written.
-func (r *Runtime) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (bool, error) {
-	c := r.classes[e.Record.Message.Class]
-	if c == nil {
-		key := e.Key
-		if !r.orphan(e.Record, func(tx *snapshot.Tx) error { return tx.DeletePending(key) }) {
-			return false, fmt.Errorf("could not dead-letter a message of unknown class %q", e.Record.Message.Class)
-		}
-		rep.UnknownClass++
-		return true, nil
-	}
-	it := fromRecord(e.Record, fromPending)
-	it.key = e.Key
-	if c.cfg.Ordered && e.Record.Reason == snapshot.ReasonRequeued {
-		// A dead letter requeued offline: it is older than the messages
-		// parked behind it, so it runs first and its success releases
-		// them.
-		r.blockIfReleasing(c, it)
-	}
-	if err := c.pool.Submit(ctx, it); err != nil {
-		return false, nil
-	}
-	rep.Repushed++
-	return true, nil
-}
-
-// orphan makes a saved message whose class is not configured a dead
-// letter, removing its record with del in the same transaction.
-func (r *Runtime) orphan(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool {
-	rec.Reason = reasonUnknown
-	rec.Err = fmt.Sprintf("runtime: class %q is not configured", rec.Message.Class)
-	rec.SavedAt = time.Now()
-	err := r.store.Update(func(tx *snapshot.Tx) error {
-		if _, err := tx.SaveDead(rec); err != nil {
-			return err
-		}
-		return del(tx)
-	})
-	if err != nil {
-		r.log.Error("message of unknown class not dead-lettered", "class", rec.Message.Class, "id", rec.Message.ID, "err", err)
-		return false
-	}
-	r.inc(nil, outDeadLettered)
-	r.log.Warn("saved message of an unknown class became a dead letter", "class", rec.Message.Class, "id", rec.Message.ID)
-	return true
-}
-
-// unparkStrays moves parked messages whose class is gone to the dead
-// letters, and those whose class is no longer ordered to pending, where the
-// recovery re-pushes them.
-func (r *Runtime) unparkStrays() error {
-	parked, err := r.store.ParkedKeys()
-	if err != nil {
-		return err
-	}
-	for _, pk := range parked {
-		c := r.classes[pk.Class]
-		if c != nil && c.cfg.Ordered {
-			continue
-		}
-		entries, err := r.store.Parked(pk.Class, pk.Key)
-		if err != nil {
-			return err
-		}
-		err = r.store.Update(func(tx *snapshot.Tx) error {
-			for _, e := range entries {
-				rec := e.Record
-				var err error
-				if c == nil {
-					rec.Reason = reasonUnknown
-					rec.Err = fmt.Sprintf("runtime: class %q is not configured", pk.Class)
-					_, err = tx.SaveDead(rec)
-				} else {
-					_, err = tx.SavePending(rec)
-				}
-				if err != nil {
-					return err
-				}
-				if err := tx.DeleteParked(e.Key); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		r.log.Warn("parked messages of a class that is gone or no longer ordered moved", "class", pk.Class,
-			"count", len(entries), "to_dead_letters", c == nil)
-	}
-	return nil
-}
-
-// restoreKeys rebuilds the blocked and releasing keys of ordered classes
-// from the state file: a dead letter or a message waiting for redelivery
-// blocks its key; a key with parked messages and no blocker is released.
-func (r *Runtime) restoreKeys(rep *Report) error {
-	if err := r.unparkStrays(); err != nil {
-		return err
-	}
-	ordered := false
-	for _, c := range r.order {
-		ordered = ordered || c.cfg.Ordered
-	}
-	if !ordered {
-		return nil
-	}
-	block := func(rec snapshot.Record) {
-		c := r.classes[rec.Message.Class]
-		if c == nil || !c.cfg.Ordered {
-			return
-		}
-		r.block(c, &item{msg: rec.Message})
-	}
-	for after := uint64(0); ; {
-		page, next, err := r.store.DeadPage("", after, 1000)
-		if err != nil {
-			return err
-		}
-		for _, e := range page {
-			block(e.Record)
-		}
-		if next == 0 {
-			break
-		}
-		after = next
-	}
-	var after snapshot.DelayedKey
-	for {
-		page, err := r.store.ListDelayed(after, 1000)
-		if err != nil {
-			return err
-		}
-		for _, e := range page {
-			if e.Record.Reason == reasonRedelivery {
-				block(e.Record)
-			}
-		}
-		if len(page) < 1000 {
-			break
-		}
-		after = page[len(page)-1].Key
-	}
-	parked, err := r.store.ParkedKeys()
-	if err != nil {
-		return err
-	}
-	for _, pk := range parked {
-		c := r.classes[pk.Class]
-		if c == nil || !c.cfg.Ordered {
-			continue // moved by unparkStrays
-		}
-		c.parking.mu.Lock()
-		if c.parking.keys[string(pk.Key)] == nil {
-			c.parking.keys[string(pk.Key)] = &keyState{releasing: true, release: 1}
-		}
-		c.parking.mu.Unlock()
-	}
-	for _, c := range r.order {
-		if c.parking != nil {
-			c.parking.mu.Lock()
-			rep.BlockedKeys += len(c.parking.keys)
-			c.parking.mu.Unlock()
-		}
-	}
-	return nil
-}
-
-// stop runs the stop phases: quiesce, drain, hard stop, snapshot, commit,
-// leave.
-func (r *Runtime) stop(rep *Report, cancelFetch context.CancelFunc, consumer *sync.WaitGroup, cg *kafka.ConsumerGroup, stopBackground func()) (*Report, error) {
-	begin := time.Now()
-	r.ready.Store(false)
-	r.accepting.Store(false)
-	r.log.Info("stop begins")
-
-	// 1. Quiesce: no more fetching.
-	phase := time.Now()
-	cancelFetch()
-	consumer.Wait()
-	rep.Quiesce = time.Since(phase)
-	r.metrics.setPhase("quiesce", rep.Quiesce)
-	r.log.Info("stop phase done", "phase", "quiesce", "took", rep.Quiesce)
-
-	// 2. Drain, bounded by DrainTimeout and by a second signal.
-	phase = time.Now()
-	before := r.handled()
-	drainCtx, cancelDrain := context.WithTimeoutCause(context.Background(), r.cfg.DrainTimeout,
-		errors.New("runtime: drain timeout"))
-	go func() {
-		select {
-		case <-r.skipCh:
-			cancelDrain()
-		case <-drainCtx.Done():
-		}
-	}()
-	var drains sync.WaitGroup
-	var timedOut sync.Once
-	for _, c := range r.order {
-		drains.Go(func() {
-			if err := c.pool.Drain(drainCtx); err != nil {
-				timedOut.Do(func() { rep.DrainTimedOut = true })
-			}
-		})
-	}
-	drains.Wait()
-	cancelDrain()
-	rep.Drain = time.Since(phase)
-	r.metrics.setPhase("drain", rep.Drain)
-	rep.Drained = r.handled() - before
-	if rep.DrainTimedOut {
-		r.log.Warn("drain ended with work left", "phase", "drain", "drained", rep.Drained, "took", rep.Drain)
-	} else {
-		r.log.Info("stop phase done", "phase", "drain", "drained", rep.Drained, "took", rep.Drain)
-	}
-
-	// 3. Hard stop: take out what has not started, cancel what runs.
-	phase = time.Now()
-	results := make([]pool.StopResult[*item], len(r.order))
-	var stops sync.WaitGroup
-	for i, c := range r.order {
-		stops.Go(func() { results[i] = c.pool.Stop(r.cfg.HardStopGrace, ErrStopping) })
-	}
-	stops.Wait()
-	type leftover struct {
-		it     *item
-		reason string
-	}
-	var left []leftover
-	for i, res := range results {
-		rep.Unstarted += len(res.Unstarted)
-		rep.Interrupted += len(res.Interrupted)
-		rep.Waiting += len(res.Waiting)
-		rep.Stragglers += res.Stragglers
-		if r.order[i].cfg.StopPolicy == StopRedeliver {
-			// Kafka messages stay unsettled: the commit stops before
-			// them and the partition's next owner reads them again.
-			res.Interrupted = r.giveBack(res.Interrupted, &rep.GivenBack)
-			res.Waiting = r.giveBack(res.Waiting, &rep.GivenBack)
-			res.Unstarted = r.giveBack(res.Unstarted, &rep.GivenBack)
-		}
-		// Interrupted first, then those waiting out a backoff: each
-		// started before any unstarted message of its key, and the
-		// restart re-pushes in save order.
-		for _, it := range res.Interrupted {
-			left = append(left, leftover{it, reasonInterrupted})
-		}
-		for _, it := range res.Waiting {
-			left = append(left, leftover{it, reasonBackoff})
-		}
-		for _, it := range res.Unstarted {
-			left = append(left, leftover{it, reasonUnstarted})
-		}
-	}
-	for _, l := range left {
-		r.leftPool(l.it)
-	}
-	rep.HardStop = time.Since(phase)
-	r.metrics.setPhase("hard_stop", rep.HardStop)
-	if rep.Stragglers > 0 {
-		r.log.Warn("handlers did not return by the hard-stop grace; recorded as interrupted",
-			"phase", "hard_stop", "stragglers", rep.Stragglers, "grace", r.cfg.HardStopGrace)
-	}
-	r.log.Info("stop phase done", "phase", "hard_stop", "unstarted", rep.Unstarted,
-		"interrupted", rep.Interrupted, "waiting", rep.Waiting, "took", rep.HardStop)
-
-	// 4. Snapshot: ONE transaction saves what is left and forgets the
-	// re-pushed messages that are done.
-	phase = time.Now()
-	stopBackground()
-	now := time.Now()
-	var recs []snapshot.Record
-	var saved []*item
-	var updates []*item // persisted messages whose attempt count moved
-	for _, l := range left {
-		switch {
-		case !l.it.src.persisted():
-			recs = append(recs, l.it.record(l.reason, nil, now))
-			saved = append(saved, l.it)
-		case l.reason == reasonBackoff:
-			updates = append(updates, l.it)
-		}
-		// Otherwise its record is still there, unchanged.
-	}
-	del := r.takeDone()
-	if r.beforeSnapshot != nil {
-		r.beforeSnapshot(r.store)
-	}
-	var snapErr error
-	if len(recs) > 0 || !del.empty() || len(updates) > 0 {
-		err := r.store.Update(func(tx *snapshot.Tx) error {
-			if _, err := tx.SavePending(recs...); err != nil {
-				return err
-			}
-			if err := del.delete(tx); err != nil {
-				return err
-			}
-			for _, it := range updates {
-				if err := putSource(tx, it, it.record(reasonBackoff, nil, now)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			snapErr = fmt.Errorf("runtime: snapshot of %d messages failed; their offsets are not committed and Kafka will deliver them again: %w", len(recs), err)
-			r.log.Error("snapshot failed", "phase", "snapshot", "messages", len(recs), "err", err)
-		}
-	}
-	if snapErr == nil {
-		rep.Snapshotted = len(recs)
-		for _, it := range saved {
-			if it.src == fromKafka {
-				it.tr.settle(it.slot)
-			}
-		}
-	}
-	rep.Snapshot = time.Since(phase)
-	r.metrics.setPhase("snapshot", rep.Snapshot)
-	r.metrics.setSnapshot(rep.Snapshotted)
-	r.log.Info("stop phase done", "phase", "snapshot", "saved", rep.Snapshotted, "took", rep.Snapshot)
-
-	// 5. Commit what is done or saved.
-	phase = time.Now()
-	commitErr := r.finalCommit()
-	rep.Commit = time.Since(phase)
-	r.metrics.setPhase("commit", rep.Commit)
-	switch {
-	case errors.Is(commitErr, errGenerationEnded):
-		// A rebalance ended the generation during the stop; its end
-		// committed what was settled then, and the partitions' new owners
-		// read the rest again. Nothing is unsafe, so the stop is clean.
-		r.log.Warn("generation ended during the stop; messages settled after it will be delivered again to the partitions' new owners",
-			"phase", "commit")
-		commitErr = nil
-	case commitErr != nil:
-		r.log.Warn("final commit failed; Kafka will deliver the uncommitted messages again", "phase", "commit", "err", commitErr)
-	default:
-		r.log.Info("stop phase done", "phase", "commit", "took", rep.Commit)
-	}
-
-	// 6. Let the partition readers finish closing (each bounded by
-	// FetchMaxWait plus a second; they have been closing since the
-	// quiesce), leave the group and close the state file.
-	phase = time.Now()
-	r.closing.Wait()
-	if cg != nil {
-		closed := make(chan struct{})
-		go func() { cg.Close(); close(closed) }()
-		select {
-		case <-closed:
-		case <-time.After(leaveTimeout):
-			r.log.Warn("leaving the group did not finish in time; the broker will expire the session", "phase", "leave", "waited", leaveTimeout)
-		}
-	}
-	r.closeDLQ()
-	r.storeOpen.Store(false)
-	closeErr := r.store.Close()
-	rep.Leave = time.Since(phase)
-	r.metrics.setPhase("leave", rep.Leave)
-	r.fillCounts(rep)
-	rep.Stop = time.Since(begin)
-	r.log.Info("stop complete", "drained", rep.Drained, "snapshotted", rep.Snapshotted, "unstarted", rep.Unstarted,
-		"interrupted", rep.Interrupted, "stragglers", rep.Stragglers, "succeeded", rep.Succeeded, "dead_lettered", rep.DeadLettered, "retried", rep.Retried,
-		"repushed", rep.Repushed, "took", rep.Stop)
-	if closeErr != nil {
-		closeErr = fmt.Errorf("runtime: close state file: %w", closeErr)
-	}
-	if commitErr != nil {
-		commitErr = fmt.Errorf("%w: %w", ErrCommit, commitErr)
-	}
-	return rep, errors.Join(snapErr, commitErr, closeErr)
-}
-
-// giveBack returns the items of its that did not come from Kafka, and
-// counts the others in n, releasing their ties to the pool: they stay
-// unsettled in their trackers.
-func (r *Runtime) giveBack(its []*item, n *int) []*item {
-	kept := its[:0]
-	for _, it := range its {
-		if it.src != fromKafka {
-			kept = append(kept, it)
-			continue
-		}
-		*n++
-		r.leftPool(it)
-	}
-	return kept
-}
-
-// handled counts the messages that left the pools for good so far.
-func (r *Runtime) handled() uint64 {
-	return r.total(outSucceeded) + r.total(outDeadLettered) + r.total(outRedelivered) +
-		r.total(outParked) + r.total(outDeferred)
-}
-
-// putSource overwrites, inside tx, the record a persisted item came from.
-func putSource(tx *snapshot.Tx, it *item, rec snapshot.Record) error {
-	switch it.src {
-	case fromPending:
-		return tx.PutPending(it.key, rec)
-	case fromDelayed:
-		return tx.PutDelayed(it.delayedKey, rec)
-	case fromParked:
-		return tx.PutParked(it.parkedKey, rec)
-	case fromDead:
-		rec.Reason = reasonFailed
-		return tx.PutDead(it.key, rec)
-	}
-	return nil
-}

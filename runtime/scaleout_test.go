@@ -72,7 +72,7 @@ func TestStateFileIdentity(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		wait := start(t, rt, ctx)
 		go func() {
-			for !rt.Ready() && rt.state.Load() != stateDone {
+			for !rt.Ready() && rt.life.state.Load() != stateDone {
 				time.Sleep(time.Millisecond)
 			}
 			cancel()

@@ -28,10 +28,10 @@ func HandleSignals(rt *Runtime, sigs ...os.Signal) (stop func()) {
 			case s := <-ch:
 				if n == 0 {
 					rt.log.Info("signal received; stopping gracefully", "signal", s.String())
-					rt.requestStop()
+					rt.life.requestStop()
 				} else {
 					rt.log.Warn("second signal received; skipping the rest of the drain", "signal", s.String())
-					rt.skipDrain()
+					rt.life.skipDrain()
 				}
 			case <-quit:
 				return

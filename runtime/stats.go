@@ -44,6 +44,3 @@ func (r *Runtime) Stats() []ClassStats {
 	}
 	return out
 }
-
-// DrainTimeout returns the configured drain bound.
-func (r *Runtime) DrainTimeout() float64 { return r.cfg.DrainTimeout.Seconds() }

@@ -96,7 +96,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// One dead letter per class, and the rest handled.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		dls, _, err := rt.DeadLetters("", 0, 10)
+		dls, _, err := rt.DeadLetters("", "", 10)
 		if err != nil && !errors.Is(err, runtime.ErrNotRunning) { // not started yet
 			t.Fatal(err)
 		}
@@ -112,7 +112,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	orders, _, _ := rt.DeadLetters("orders", 0, 1)
+	orders, _, _ := rt.DeadLetters("orders", "", 1)
 	if len(orders) != 1 {
 		t.Fatalf("orders dead letters: %+v", orders)
 	}

@@ -220,7 +220,7 @@ func healAfter(rt *runtime.Runtime, t *tally, produced int, h *Service) (int, er
 	deadline := time.Now().Add(45 * time.Second)
 	for {
 		u, _ := t.counts()
-		dead, _, err := rt.DeadLetters("", 0, 1000)
+		dead, _, err := rt.DeadLetters("", "", 1000)
 		// Settled: every message handled, a dead letter, or parked behind
 		// one (two poison orders may share a key).
 		if err == nil && len(dead) > 0 && u+len(dead)+parkedCount(rt) >= produced {

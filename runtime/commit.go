@@ -1,0 +1,195 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Commits: the keeper goroutine of each generation commits what its
+// trackers (tracker.go) have settled, on an interval and as soon as the
+// flow stops; the stop's final commit goes through it too.
+
+// keep commits every CommitInterval, and sooner once the flow stops:
+// when a partition has caught up with its high watermark and everything
+// fetched from the caught-up partitions is settled, it commits at once
+// (within the commitBudget: 10 such commits a second), so after a burst
+// the commit follows the last message within milliseconds rather than up
+// to a CommitInterval later. Until then it looks again after 1 ms, then
+// 2, 4, … up to maxIdlePoll.
+//
+// When kafka-go ends the generation (rebalance, lost session) it stops
+// this generation's fetchers and commits what is settled before
+// returning, since kafka-go waits for it to move on. A late result of
+// this generation then only marks trackers nobody commits any more.
+func (g *generation) keep(kctx context.Context, stopFetch context.CancelFunc, fetchers *sync.WaitGroup) {
+	defer close(g.ended)
+	interval := g.r.cfg.CommitInterval
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	soon := time.NewTimer(0)
+	soon.Stop()
+	defer soon.Stop()
+	var wait time.Duration // until soon looks again; 0 while not armed
+	budget := newCommitBudget(len(g.trackers), minCommitGap(interval), time.Now())
+	commit := func(when string) {
+		if err := g.commit(); err != nil {
+			g.r.log.Warn("commit failed; retrying at the next interval", "generation", g.kg.ID, "when", when, "err", err)
+		}
+	}
+	for {
+		select {
+		case <-t.C:
+			commit("interval")
+		case <-g.caughtUp:
+			if wait == 0 {
+				wait = time.Millisecond
+				soon.Reset(wait)
+			}
+		case <-soon.C:
+			switch idle, some := g.idle(); {
+			case idle:
+				if later := budget.take(time.Now()); later > 0 {
+					soon.Reset(later)
+					break
+				}
+				commit("caught up")
+				wait = 0
+			case !some: // traffic resumed: the ticker commits
+				wait = 0
+			default:
+				wait = min(2*wait, maxIdlePoll, interval)
+				soon.Reset(wait)
+			}
+		case reply := <-g.finalReq:
+			reply <- g.commit()
+			<-kctx.Done() // held open until the group closes
+			return
+		case <-kctx.Done():
+			stopFetch()
+			fetchers.Wait()
+			given, left := g.revoke()
+			if err := g.commit(); err != nil {
+				g.r.log.Warn("commit at generation end failed", "generation", g.kg.ID, "err", err)
+			}
+			g.r.log.Info("group generation ended", "generation", g.kg.ID, "given_back", given, "still_running", left)
+			return
+		}
+	}
+}
+
+// maxIdlePoll is the longest the keeper waits before it looks again
+// whether caught-up partitions have all they fetched settled: what a
+// commit may lag behind the end of a burst, beyond the commit itself.
+const maxIdlePoll = 16 * time.Millisecond
+
+// minCommitGap is the mean time between commits made because the flow
+// stopped, over time: it bounds them to 10 a second under a trickle of
+// messages that each catch a partition up.
+func minCommitGap(interval time.Duration) time.Duration {
+	return min(interval, 100*time.Millisecond)
+}
+
+// commitBudget is a token bucket for the commits made because the flow
+// stopped: one token per gap, up to one per partition, so the partitions
+// of a burst that end one after the other are each committed at once,
+// while a steady trickle gets one commit per gap.
+type commitBudget struct {
+	tokens, max float64
+	gap         time.Duration
+	at          time.Time // of the last refill
+}
+
+func newCommitBudget(partitions int, gap time.Duration, now time.Time) *commitBudget {
+	n := float64(max(partitions, 1))
+	return &commitBudget{tokens: n, max: n, gap: gap, at: now}
+}
+
+// take spends a token and returns 0, or returns how long until one is
+// there.
+func (b *commitBudget) take(now time.Time) time.Duration {
+	b.tokens = min(b.max, b.tokens+float64(now.Sub(b.at))/float64(b.gap))
+	b.at = now
+	if b.tokens >= 1 {
+		b.tokens--
+		return 0
+	}
+	return time.Duration((1 - b.tokens) * float64(b.gap))
+}
+
+// idle reports whether some partition is caught up with its high
+// watermark (some) and whether, in addition, every caught-up partition
+// has all it fetched settled (idle): the moment to commit without waiting
+// for the interval.
+func (g *generation) idle() (idle, some bool) {
+	idle = true
+	for _, tr := range g.trackers {
+		if !tr.caughtUp.Load() {
+			continue
+		}
+		some = true
+		if !tr.allSettled() {
+			idle = false
+		}
+	}
+	return idle && some, some
+}
+
+// commit commits every partition whose commit point moved.
+func (g *generation) commit() error {
+	offsets := map[string]map[int]int64{}
+	var moved []*tracker
+	var points []int64
+	for _, tr := range g.trackers {
+		cp, ok := tr.commitPoint()
+		if !ok {
+			continue
+		}
+		if offsets[tr.topic] == nil {
+			offsets[tr.topic] = map[int]int64{}
+		}
+		offsets[tr.topic][tr.partition] = cp
+		moved = append(moved, tr)
+		points = append(points, cp)
+	}
+	if len(moved) == 0 {
+		return nil
+	}
+	if err := g.kg.CommitOffsets(offsets); err != nil {
+		return fmt.Errorf("runtime: commit offsets of %d partitions in generation %d: %w", len(moved), g.kg.ID, err)
+	}
+	for i, tr := range moved {
+		tr.committedTo(points[i])
+		g.r.metrics.setLag(tr.topic, tr.partition, tr.lag())
+	}
+	return nil
+}
+
+// finalCommit commits through the current generation, bounded by
+// commitTimeout.
+func (r *Runtime) finalCommit() error {
+	r.genMu.Lock()
+	g := r.gen
+	r.genMu.Unlock()
+	if g == nil {
+		return nil
+	}
+	timer := time.NewTimer(commitTimeout)
+	defer timer.Stop()
+	reply := make(chan error, 1)
+	select {
+	case g.finalReq <- reply:
+	case <-g.ended:
+		return errGenerationEnded
+	case <-timer.C:
+		return fmt.Errorf("runtime: final commit: keeper busy for %s", commitTimeout)
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-timer.C:
+		return fmt.Errorf("runtime: final commit did not finish in %s", commitTimeout)
+	}
+}
+

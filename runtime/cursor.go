@@ -1,0 +1,77 @@
+package runtime
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// Cursor marks a place in a paged listing ([Runtime.DeadLetters],
+// [Runtime.Delayed]): pass the one a page returned to get the page after
+// it. The zero Cursor ("") asks for the first page, and a listing returns
+// it when there is no next page. A Cursor is opaque text, safe in a URL
+// query; it stays valid across restarts on the same state file. A cursor
+// of one listing given to another, or text no listing made, is refused
+// with an error wrapping [ErrBadCursor].
+type Cursor string
+
+// Cursor kinds: the first byte of a cursor's text.
+const (
+	cursorDead    = 'd'
+	cursorDelayed = 'w'
+)
+
+func makeCursor(kind byte, raw []byte) Cursor {
+	return Cursor(string(kind) + base64.RawURLEncoding.EncodeToString(raw))
+}
+
+// raw returns the state-file key a cursor of kind holds, nil for the zero
+// cursor.
+func (c Cursor) raw(kind byte, what string) ([]byte, error) {
+	if c == "" {
+		return nil, nil
+	}
+	if c[0] != kind {
+		return nil, fmt.Errorf("%w: %q is not a cursor of %s", ErrBadCursor, string(c), what)
+	}
+	b, err := base64.RawURLEncoding.DecodeString(string(c[1:]))
+	if err != nil || len(b) == 0 {
+		return nil, fmt.Errorf("%w: %q is not a cursor of %s", ErrBadCursor, string(c), what)
+	}
+	return b, nil
+}
+
+// deadCursor is the cursor after dead letter key; zero for key 0 (no next
+// page).
+func deadCursor(key uint64) Cursor {
+	if key == 0 {
+		return ""
+	}
+	return makeCursor(cursorDead, binary.BigEndian.AppendUint64(nil, key))
+}
+
+func (c Cursor) deadKey() (uint64, error) {
+	b, err := c.raw(cursorDead, "dead letters")
+	if err != nil || b == nil {
+		return 0, err
+	}
+	if len(b) != 8 {
+		return 0, fmt.Errorf("%w: %q is not a cursor of dead letters", ErrBadCursor, string(c))
+	}
+	return binary.BigEndian.Uint64(b), nil
+}
+
+func delayedCursor(key snapshot.DelayedKey) Cursor { return makeCursor(cursorDelayed, key) }
+
+func (c Cursor) delayedKey() (snapshot.DelayedKey, error) {
+	b, err := c.raw(cursorDelayed, "delayed messages")
+	if err != nil || b == nil {
+		return nil, err
+	}
+	if len(b) < 8 {
+		return nil, fmt.Errorf("%w: %q is not a cursor of delayed messages", ErrBadCursor, string(c))
+	}
+	return snapshot.DelayedKey(b), nil
+}

@@ -1,0 +1,260 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// deadLetter saves a failed message as a dead letter and, in an ordered
+// class, parks its key.
+func (r *Runtime) deadLetter(c *class, it *item, herr error) {
+	rec := it.record(reasonFailed, herr, time.Now())
+	if it.src == fromDead {
+		// A requeued dead letter failed again: update it in place.
+		if !r.moveTo(it, "update dead letter", func(tx *snapshot.Tx) error { return tx.PutDead(it.key, rec) }) {
+			return
+		}
+	} else if !r.moveTo(it, "save dead letter", func(tx *snapshot.Tx) error { _, err := tx.SaveDead(rec); return err }) {
+		return
+	}
+	r.inc(c, outDeadLettered)
+	r.log.Warn("message became a dead letter", "class", c.cfg.Name, "id", it.msg.ID,
+		"attempt", it.msg.Attempt, "err", herr)
+	if c.cfg.Ordered {
+		r.block(c, it)
+	}
+	r.publishDead(c, rec)
+}
+
+// publishTimeout bounds one publish of a dead letter to its topic.
+const publishTimeout = 5 * time.Second
+
+// publishDead sends a dead letter to the class's DeadLetterTopic, if any.
+// The state file keeps it whatever happens here.
+func (r *Runtime) publishDead(c *class, rec snapshot.Record) {
+	if c.cfg.DeadLetterTopic == "" || r.dlq == nil {
+		return
+	}
+	m := rec.Message
+	headers := []kafka.Header{
+		{Key: HeaderClass, Value: []byte(c.cfg.Name)},
+		{Key: HeaderID, Value: []byte(m.ID)},
+		{Key: HeaderAttempts, Value: strconv.AppendInt(nil, int64(m.Attempt), 10)},
+		{Key: HeaderError, Value: []byte(rec.Err)},
+	}
+	if m.Origin.IsKafka() {
+		headers = append(headers,
+			kafka.Header{Key: HeaderOriginTopic, Value: []byte(m.Origin.Topic)},
+			kafka.Header{Key: HeaderOriginPartition, Value: strconv.AppendInt(nil, int64(m.Origin.Partition), 10)},
+			kafka.Header{Key: HeaderOriginOffset, Value: strconv.AppendInt(nil, m.Origin.Offset, 10)})
+	}
+	for _, h := range m.Headers {
+		headers = append(headers, kafka.Header{Key: h.Key, Value: h.Value})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+	defer cancel()
+	err := r.dlq.WriteMessages(ctx, kafka.Message{Topic: c.cfg.DeadLetterTopic, Key: m.Key, Value: m.Value, Headers: headers})
+	if err != nil {
+		r.log.Error("dead letter not published; it stays in the state file", "class", c.cfg.Name, "id", m.ID,
+			"topic", c.cfg.DeadLetterTopic, "err", err)
+		return
+	}
+	r.inc(c, outPublished)
+}
+
+// openDLQ makes the writer for dead-letter topics when a class has one. It
+// has its own transport, closed with it.
+func (r *Runtime) openDLQ() {
+	for _, c := range r.order {
+		if c.cfg.DeadLetterTopic != "" {
+			r.dlq = &kafka.Writer{
+				Addr:                   kafka.TCP(r.cfg.Brokers...),
+				Balancer:               &kafka.Hash{},
+				RequiredAcks:           kafka.RequireAll,
+				BatchTimeout:           time.Millisecond,
+				AllowAutoTopicCreation: false,
+				Transport:              &kafka.Transport{},
+			}
+			return
+		}
+	}
+}
+
+func (r *Runtime) closeDLQ() {
+	if r.dlq == nil {
+		return
+	}
+	if err := r.dlq.Close(); err != nil {
+		r.log.Warn("dead-letter writer close failed", "err", err)
+	}
+	r.dlq.Transport.(*kafka.Transport).CloseIdleConnections()
+}
+
+// DeadLetter is a message that failed for good, as the state file keeps it.
+type DeadLetter struct {
+	// Key identifies the dead letter in the state file; pass it to
+	// [Runtime.Requeue] and [Runtime.Discard].
+	Key uint64
+	// Message is the envelope; Message.Attempt counts the failed attempts.
+	Message handoff.Message
+	// Err is the last error's text.
+	Err string
+	// FirstFailed and LastFailed bound the failures.
+	FirstFailed, LastFailed time.Time
+}
+
+func deadLetterOf(e snapshot.Entry) DeadLetter {
+	return DeadLetter{Key: e.Key, Message: e.Record.Message, Err: e.Record.Err,
+		FirstFailed: e.Record.FirstFailed, LastFailed: e.Record.SavedAt}
+}
+
+// DeadLetters returns up to limit dead letters of class ("" for every
+// class) in the order they failed, starting after the cursor after (the
+// zero Cursor for the first page), and the cursor of the next page (zero
+// when there is none). It reads the state file and needs a running
+// runtime; it does not wait for handlers.
+func (r *Runtime) DeadLetters(class string, after Cursor, limit int) ([]DeadLetter, Cursor, error) {
+	st, err := r.openStore()
+	if err != nil {
+		return nil, "", err
+	}
+	if limit <= 0 {
+		return nil, "", fmt.Errorf("runtime: dead letters: limit must be > 0, got %d", limit)
+	}
+	from, err := after.deadKey()
+	if err != nil {
+		return nil, "", err
+	}
+	entries, next, err := st.DeadPage(class, from, limit)
+	if err != nil {
+		return nil, "", fmt.Errorf("runtime: dead letters: %w", err)
+	}
+	out := make([]DeadLetter, len(entries))
+	for i, e := range entries {
+		out[i] = deadLetterOf(e)
+	}
+	return out, deadCursor(next), nil
+}
+
+// GetDeadLetter returns one dead letter, or an error wrapping ErrNotFound.
+func (r *Runtime) GetDeadLetter(key uint64) (DeadLetter, error) {
+	st, err := r.openStore()
+	if err != nil {
+		return DeadLetter{}, err
+	}
+	rec, ok, err := st.GetDead(key)
+	if err != nil {
+		return DeadLetter{}, fmt.Errorf("runtime: dead letter %d: %w", key, err)
+	}
+	if !ok {
+		return DeadLetter{}, fmt.Errorf("%w: dead letter %d", ErrNotFound, key)
+	}
+	return deadLetterOf(snapshot.Entry{Key: key, Record: rec}), nil
+}
+
+// Requeue hands a dead letter back to its class's pool with its attempt
+// count reset. Its record is removed only once it is handled; if it fails
+// for good again the record is updated. In an ordered class its key's
+// parked messages run after it succeeds. Requeue blocks while the pool is
+// full, until ctx ends. It returns an error wrapping [ErrRequeued] while
+// the same dead letter's requeue has not finished, and [ErrNotRunning]
+// once the stop has begun.
+func (r *Runtime) Requeue(ctx context.Context, key uint64) error {
+	dl, err := r.GetDeadLetter(key)
+	if err != nil {
+		return err
+	}
+	c := r.classes[dl.Message.Class]
+	if c == nil {
+		return fmt.Errorf("%w: dead letter %d has class %q", ErrUnknownClass, key, dl.Message.Class)
+	}
+	if !r.accepting.Load() {
+		return ErrNotRunning
+	}
+	if !r.requeues.start(key) {
+		return fmt.Errorf("%w: dead letter %d", ErrRequeued, key)
+	}
+	it := &item{msg: dl.Message, src: fromDead, key: key}
+	it.msg.Attempt = 0
+	if c.cfg.Ordered {
+		r.block(c, it) // it is its key's blocker; it may run
+	}
+	if err := c.pool.Submit(ctx, it); err != nil {
+		r.requeues.finish(key)
+		return fmt.Errorf("runtime: requeue dead letter %d: %w", key, err)
+	}
+	r.inc(c, outRequeued)
+	r.log.Info("dead letter requeued", "class", c.cfg.Name, "id", dl.Message.ID, "key", key)
+	return nil
+}
+
+// Discard deletes a dead letter. In an ordered class its key's parked
+// messages are released. It writes the state file once (one fsync) and
+// returns ctx's error without writing when ctx has ended; the write
+// itself is not interrupted.
+func (r *Runtime) Discard(ctx context.Context, key uint64) error {
+	dl, err := r.GetDeadLetter(key)
+	if err != nil {
+		return err
+	}
+	if r.requeues.busy(key) {
+		return fmt.Errorf("%w: dead letter %d", ErrRequeued, key)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("runtime: discard dead letter %d: %w", key, err)
+	}
+	if err := r.store.DeleteDead(key); err != nil {
+		return fmt.Errorf("runtime: discard dead letter %d: %w", key, err)
+	}
+	c := r.classes[dl.Message.Class]
+	r.inc(c, outDiscarded)
+	r.log.Info("dead letter discarded", "class", dl.Message.Class, "id", dl.Message.ID, "key", key)
+	if c != nil && c.cfg.Ordered {
+		r.unblockKey(c, dl.Message.Key, dl.Message.ID)
+	}
+	return nil
+}
+
+// requeues are the dead letters requeued and not finished: a second
+// requeue or a discard of one of them is refused until it leaves its
+// pool.
+type requeues struct {
+	mu   sync.Mutex
+	keys map[uint64]bool
+}
+
+// start marks key requeued and reports whether it was not already.
+func (q *requeues) start(key uint64) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.keys[key] {
+		return false
+	}
+	if q.keys == nil {
+		q.keys = map[uint64]bool{}
+	}
+	q.keys[key] = true
+	return true
+}
+
+// finish forgets key's requeue.
+func (q *requeues) finish(key uint64) {
+	q.mu.Lock()
+	delete(q.keys, key)
+	q.mu.Unlock()
+}
+
+// busy reports whether key's requeue has not finished.
+func (q *requeues) busy(key uint64) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.keys[key]
+}

@@ -1,0 +1,136 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// Messages that wait in the state file's delayed bucket for their due
+// time come from three places: a failed message's persisted redelivery
+// (redeliver), a Kafka record whose HeaderDeliverAt is in the future
+// (deferDelivery) and Runtime.Schedule. The scheduler (scheduler.go)
+// hands them to their pools when due.
+
+// redeliver stores a failed message for a delayed redelivery.
+func (r *Runtime) redeliver(c *class, it *item, herr error) {
+	it.redeliveries++
+	due := time.Now().Add(it.wait)
+	rec := it.record(reasonRedelivery, herr, time.Now())
+	if !r.moveTo(it, "save delayed redelivery", func(tx *snapshot.Tx) error { return saveDelayed(tx, due, rec) }) {
+		it.redeliveries--
+		return
+	}
+	r.inc(c, outRedelivered)
+	r.log.Info("message failed; redelivery scheduled", "class", c.cfg.Name, "id", it.msg.ID,
+		"attempt", it.msg.Attempt, "redelivery", it.redeliveries, "due", due, "err", herr)
+	if c.cfg.Ordered {
+		r.block(c, it)
+	}
+	r.sched.wake(due)
+}
+
+// deferDelivery stores a Kafka message whose header asks for a later
+// delivery, and reports whether it did; if not, the message runs now
+// rather than wait in memory.
+func (r *Runtime) deferDelivery(c *class, it *item, at time.Time) bool {
+	rec := it.record(reasonScheduled, nil, time.Now())
+	if !r.moveTo(it, "save delayed message", func(tx *snapshot.Tx) error { return saveDelayed(tx, at, rec) }) {
+		return false
+	}
+	r.inc(c, outDeferred)
+	r.sched.wake(at)
+	return true
+}
+
+// saveDelayed stores rec due at due, refusing to drop it as a duplicate.
+func saveDelayed(tx *snapshot.Tx, due time.Time, rec snapshot.Record) error {
+	added, err := tx.SaveDelayed(snapshot.Delayed{Due: due, Record: rec})
+	if err != nil {
+		return err
+	}
+	if !added[0] {
+		return fmt.Errorf("%w: %s", errDuplicateDelayed, rec.Message.ID)
+	}
+	return nil
+}
+
+// Schedule hands m to class's pool at the time at. Until then it waits in
+// the state file, so a restart loses none. A time not after now means now
+// (as [Runtime.Submit], and it blocks as Submit does). m.ID is required; a
+// second message with an ID already waiting is ignored. Schedule writes
+// the state file (one fsync) before it returns; it returns
+// [ErrNotRunning] before Run has started and once the stop has begun.
+func (r *Runtime) Schedule(ctx context.Context, class string, m *handoff.Message, at time.Time) error {
+	c, msg, err := r.accept("schedule", class, m)
+	if err != nil {
+		return err
+	}
+	if !at.After(time.Now()) {
+		return r.Submit(ctx, class, m)
+	}
+	added, err := r.store.SaveDelayed(snapshot.Delayed{Due: at, Record: snapshot.Record{Message: msg, Reason: reasonScheduled, SavedAt: time.Now()}})
+	if err != nil {
+		return fmt.Errorf("runtime: schedule %s to class %q: %w", m.ID, class, err)
+	}
+	if added[0] {
+		r.inc(c, outScheduled)
+		r.sched.wake(at)
+	}
+	return nil
+}
+
+// DelayedMessage is a message waiting in the state file for its due time:
+// scheduled ([Runtime.Schedule] or a [HeaderDeliverAt] header) or waiting
+// for a redelivery of its class's RetryPolicy.
+type DelayedMessage struct {
+	// Message is the envelope as it will be handed to its class.
+	Message handoff.Message
+	// Due is when it will be handed to its class.
+	Due time.Time
+	// Redelivery is true for a failed message's persisted redelivery,
+	// false for a scheduled one.
+	Redelivery bool
+	// Err is the last error's text, for a redelivery.
+	Err string
+	// Redeliveries counts the redeliveries it has had, this one included.
+	Redeliveries int
+	// Cursor is this message's place in the listing: pass it to
+	// [Runtime.Delayed] to list what is due after it.
+	Cursor Cursor
+}
+
+// Delayed returns up to limit delayed messages in due order, starting
+// after the cursor after (the zero Cursor for the first page), and the
+// cursor of the next page (zero when this page is the last). It reads the
+// state file and needs a running runtime.
+func (r *Runtime) Delayed(after Cursor, limit int) ([]DelayedMessage, Cursor, error) {
+	st, err := r.openStore()
+	if err != nil {
+		return nil, "", err
+	}
+	if limit <= 0 {
+		return nil, "", fmt.Errorf("runtime: delayed messages: limit must be > 0, got %d", limit)
+	}
+	from, err := after.delayedKey()
+	if err != nil {
+		return nil, "", err
+	}
+	entries, err := st.ListDelayed(from, limit)
+	if err != nil {
+		return nil, "", fmt.Errorf("runtime: delayed messages: %w", err)
+	}
+	out := make([]DelayedMessage, len(entries))
+	for i, e := range entries {
+		out[i] = DelayedMessage{Message: e.Record.Message, Due: e.Due, Redelivery: e.Record.Reason == reasonRedelivery,
+			Err: e.Record.Err, Redeliveries: e.Record.Redeliveries, Cursor: delayedCursor(e.Key)}
+	}
+	var next Cursor
+	if len(out) == limit {
+		next = out[len(out)-1].Cursor
+	}
+	return out, next, nil
+}

@@ -1,0 +1,94 @@
+package runtime
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// deleteInterval is how often the records of done re-pushed and delayed
+// messages are deleted, in one transaction each time.
+const deleteInterval = 200 * time.Millisecond
+
+// deletes collects the pending and delayed records whose messages are
+// done, so that they are deleted many in one transaction (one fsync)
+// instead of one each. Workers add to it; run deletes every
+// deleteInterval, and the stop's snapshot takes what is left into its
+// own transaction. A crash before a batch is written leaves the records
+// there: they run again (at-least-once).
+type deletes struct {
+	mu   sync.Mutex
+	done doneRecords
+}
+
+// doneRecords are records of done messages, waiting to be deleted.
+type doneRecords struct {
+	pending []uint64
+	delayed []snapshot.DelayedKey
+}
+
+func (d doneRecords) empty() bool { return len(d.pending)+len(d.delayed) == 0 }
+
+// delete deletes them inside tx.
+func (d doneRecords) delete(tx *snapshot.Tx) error {
+	if err := tx.DeletePending(d.pending...); err != nil {
+		return err
+	}
+	return tx.DeleteDelayed(d.delayed...)
+}
+
+// pending queues the pending record key for deletion.
+func (d *deletes) pending(key uint64) {
+	d.mu.Lock()
+	d.done.pending = append(d.done.pending, key)
+	d.mu.Unlock()
+}
+
+// delayed queues the delayed record key for deletion.
+func (d *deletes) delayed(key snapshot.DelayedKey) {
+	d.mu.Lock()
+	d.done.delayed = append(d.done.delayed, key)
+	d.mu.Unlock()
+}
+
+// take returns and forgets the queued records.
+func (d *deletes) take() doneRecords {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := d.done
+	d.done = doneRecords{}
+	return out
+}
+
+// putBack queues again records whose delete failed, before the newer ones.
+func (d *deletes) putBack(failed doneRecords) {
+	d.mu.Lock()
+	d.done.pending = append(failed.pending, d.done.pending...)
+	d.done.delayed = append(failed.delayed, d.done.delayed...)
+	d.mu.Unlock()
+}
+
+// run deletes the queued records every deleteInterval until ctx ends.
+func (d *deletes) run(ctx context.Context, store *snapshot.Store, log *slog.Logger) {
+	t := time.NewTicker(deleteInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		batch := d.take()
+		if batch.empty() {
+			continue
+		}
+		if err := store.Update(batch.delete); err != nil {
+			log.Error("records of done messages not deleted; they will run again", "pending", len(batch.pending),
+				"delayed", len(batch.delayed), "err", err)
+			d.putBack(batch)
+		}
+	}
+}

@@ -1,0 +1,159 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// The pool calls three functions per message, all made here for each
+// class: handler runs it, retry decides after a failed attempt whether
+// to retry in place, result settles it once it leaves the pool.
+
+// handler wraps a class's handler: it defers messages whose header asks
+// for later delivery, parks messages of a blocked key, and bounds the call
+// by the class's Timeout.
+func (r *Runtime) handler(c *class) func(context.Context, *item) error {
+	return func(ctx context.Context, it *item) error {
+		if it.src == fromKafka {
+			if at, ok, err := deliverAt(&it.msg); err != nil {
+				return err // permanent: a dead letter
+			} else if ok && at.After(time.Now()) && r.deferDelivery(c, it, at) {
+				return errDiverted
+			}
+		}
+		if c.cfg.Ordered {
+			if run, err := r.gate(c, it); !run {
+				return err
+			}
+		}
+		if c.cfg.Timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeoutCause(ctx, c.cfg.Timeout, ErrHandlerTimeout)
+			defer cancel()
+		}
+		if r.metrics == nil && !sample(it) {
+			return c.cfg.Handler(ctx, &it.msg)
+		}
+		began := time.Now()
+		err := c.cfg.Handler(ctx, &it.msg)
+		d := time.Since(began)
+		c.svc.observe(d)
+		r.metrics.observeHandler(c.index, d)
+		return err
+	}
+}
+
+// retry is every pool's RetryFunc: it counts the failed attempt and
+// decides between a retry in place (returned to the pool) and what result
+// does next.
+func (r *Runtime) retry(c *class) func(*item, error) (time.Duration, bool) {
+	return func(it *item, err error) (time.Duration, bool) {
+		if errors.Is(err, errDiverted) {
+			return 0, false
+		}
+		now := time.Now()
+		it.msg.Attempt++
+		if it.firstFailed.IsZero() {
+			it.firstFailed = now
+		}
+		it.verdict, it.wait = c.cfg.Retry.decide(err, it.msg.Attempt, it.redeliveries, it.firstFailed, now, nil)
+		if it.verdict == retryInPlace {
+			r.inc(c, outRetried)
+			r.log.Debug("handler failed; retrying in place", "class", c.cfg.Name, "id", it.msg.ID,
+				"attempt", it.msg.Attempt, "wait", it.wait, "err", err)
+			return it.wait, true
+		}
+		return 0, false
+	}
+}
+
+// result is every pool's ResultFunc: done messages are settled, failed
+// ones redelivered later (delayed.go) or made dead letters
+// (deadletter.go).
+func (r *Runtime) result(c *class) func(*item, error) {
+	return func(it *item, err error) {
+		switch {
+		case err == nil:
+			r.done(c, it)
+		case errors.Is(err, errDiverted):
+		case it.verdict == redeliverLater:
+			r.redeliver(c, it, err)
+		default:
+			r.deadLetter(c, it, err)
+		}
+		r.leftPool(it)
+		if it.src == fromKafka {
+			// Nothing refers to a Kafka item once its result is in: the
+			// pool is done with it and the handler must not keep it.
+			// Items the stop or a rebalance takes out never get here.
+			*it = item{}
+			r.items.Put(it)
+		}
+	}
+}
+
+// done settles a handled message, forgets its record and, in an ordered
+// class, releases the messages parked behind it.
+func (r *Runtime) done(c *class, it *item) {
+	it.forget(r, c)
+	if c.cfg.Ordered {
+		r.unblock(c, it)
+	}
+}
+
+// leftPool ends an item's ties to the work that put it in a pool: a key's
+// release waiting for it, a requeue in progress.
+func (r *Runtime) leftPool(it *item) {
+	if it.release != nil {
+		it.release.Done()
+		it.release = nil
+	}
+	if it.src == fromDead {
+		r.requeues.finish(it.key)
+	}
+}
+
+// moveTo saves the item elsewhere in the state file with save, deleting
+// its source record in the same transaction, and then settles its offset:
+// the offset counts as persisted once the transaction has committed. On
+// failure nothing is settled, so Kafka delivers the message again after a
+// restart. Workers' moves share transactions (one fsync for many).
+func (r *Runtime) moveTo(it *item, what string, save func(tx *snapshot.Tx) error) bool {
+	return r.move(r.store.Batch, it, what, save)
+}
+
+// moveNow is moveTo in a transaction of its own, for callers that hold a
+// lock and must not wait for a shared one to fill.
+func (r *Runtime) moveNow(it *item, what string, save func(tx *snapshot.Tx) error) bool {
+	return r.move(r.store.Update, it, what, save)
+}
+
+func (r *Runtime) move(run func(func(*snapshot.Tx) error) error, it *item, what string, save func(tx *snapshot.Tx) error) bool {
+	// save and deleteSource act only through tx: a Batch may run this
+	// twice, the first time rolled back.
+	err := run(func(tx *snapshot.Tx) error {
+		// Delete first: a delayed record's new version has the same ID,
+		// which SaveDelayed would take for a duplicate.
+		if err := it.deleteSource(tx); err != nil {
+			return err
+		}
+		return save(tx)
+	})
+	if err != nil {
+		r.log.Error("state file write failed; offset stays uncommitted", "op", what,
+			"class", it.msg.Class, "id", it.msg.ID, "err", err)
+		return false
+	}
+	it.settle()
+	return true
+}
+
+func (r *Runtime) logStoreErr(what string, it *item, err error) {
+	if err != nil {
+		r.log.Error("state file write failed; the message may run again after a restart", "op", what,
+			"class", it.msg.Class, "id", it.msg.ID, "err", err)
+	}
+}

@@ -1,0 +1,275 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/handoff-go/handoff/pool"
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// How long the final commit and the group leave may take at most; with
+// the reader closes they make the fixed margin of a stop.
+const (
+	commitTimeout = 2 * time.Second
+	leaveTimeout  = time.Second
+)
+
+// stop runs the stop's phases in the order of docs/design.md and returns
+// the report with every phase's error joined. Handlers still running at
+// the hard stop get their context cancelled with cause and grace to
+// return. A start whose recovery failed is torn down by the same phases.
+func (s *runState) stop(grace time.Duration, cause error) (*Report, error) {
+	r, rep := s.r, s.rep
+	begin := time.Now()
+	r.ready.Store(false)
+	r.accepting.Store(false)
+	r.log.Info("stop begins")
+
+	s.phase("quiesce", &rep.Quiesce, s.quiesce)
+	s.phase("drain", &rep.Drain, s.drain)
+	s.phase("hard_stop", &rep.HardStop, func() []any { return s.hardStop(grace, cause) })
+	s.phase("snapshot", &rep.Snapshot, s.snapshot)
+	s.phase("commit", &rep.Commit, s.commit)
+	s.phase("leave", &rep.Leave, s.leave)
+
+	r.fillCounts(rep)
+	rep.Stop = time.Since(begin)
+	r.log.Info("stop complete", "drained", rep.Drained, "snapshotted", rep.Snapshotted, "unstarted", rep.Unstarted,
+		"interrupted", rep.Interrupted, "stragglers", rep.Stragglers, "succeeded", rep.Succeeded,
+		"dead_lettered", rep.DeadLettered, "retried", rep.Retried, "repushed", rep.Repushed, "took", rep.Stop)
+	return rep, errors.Join(s.snapErr, s.commitErr, s.closeErr)
+}
+
+// phase runs one phase of the stop: it times fn, records the duration in
+// *d and in the phase gauge, and logs the phase's end with the attributes
+// fn returns. A phase that ends badly logs its own warning as well.
+func (s *runState) phase(name string, d *time.Duration, fn func() []any) {
+	start := time.Now()
+	attrs := fn()
+	*d = time.Since(start)
+	s.r.metrics.setPhase(name, *d)
+	s.r.log.Info("stop phase done", append([]any{"phase", name, "took", *d}, attrs...)...)
+}
+
+// quiesce stops everything that feeds the pools: fetching (the partition
+// readers close in the background, joined by leave), the scheduler and
+// the key releases.
+func (s *runState) quiesce() []any {
+	s.stopFetch()
+	s.stopFeeds()
+	s.r.releases.close()
+	s.feeds.Wait()
+	s.consumer.Wait()
+	return nil
+}
+
+// drain lets the pools work until they are empty, DrainTimeout passes or
+// the rest of the drain is skipped (a second signal, Shutdown's context,
+// Close).
+func (s *runState) drain() []any {
+	r, rep := s.r, s.rep
+	before := r.handled()
+	ctx, cancel := context.WithTimeoutCause(context.Background(), r.cfg.DrainTimeout, errDrainTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-r.life.skipCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var drains sync.WaitGroup
+	var timedOut sync.Once
+	for _, c := range r.order {
+		drains.Go(func() {
+			if err := c.pool.Drain(ctx); err != nil {
+				timedOut.Do(func() { rep.DrainTimedOut = true })
+			}
+		})
+	}
+	drains.Wait()
+	rep.Drained = r.handled() - before
+	if rep.DrainTimedOut {
+		r.log.Warn("drain ended with work left", "phase", "drain", "drained", rep.Drained)
+	}
+	return []any{"drained", rep.Drained, "work_left", rep.DrainTimedOut}
+}
+
+// leftover is a message the hard stop took out of its pool, with the
+// reason it is saved under.
+type leftover struct {
+	it     *item
+	reason string
+}
+
+// hardStop takes the unstarted messages out of the pools and cancels the
+// running handlers, giving them grace to return; a StopRedeliver class's
+// Kafka messages are given back. What is left is kept for the snapshot:
+// interrupted first, then those waiting out a backoff, then the
+// unstarted, since each of the first two started before any unstarted
+// message of its key and the restart re-pushes in save order.
+func (s *runState) hardStop(grace time.Duration, cause error) []any {
+	r, rep := s.r, s.rep
+	results := make([]pool.StopResult[*item], len(r.order))
+	var stops sync.WaitGroup
+	for i, c := range r.order {
+		stops.Go(func() { results[i] = c.pool.Stop(grace, cause) })
+	}
+	stops.Wait()
+	for i, res := range results {
+		rep.Unstarted += len(res.Unstarted)
+		rep.Interrupted += len(res.Interrupted)
+		rep.Waiting += len(res.Waiting)
+		rep.Stragglers += res.Stragglers
+		if r.order[i].cfg.StopPolicy == StopRedeliver {
+			// Kafka messages stay unsettled: the commit stops before
+			// them and the partition's next owner reads them again.
+			res.Interrupted = r.giveBack(res.Interrupted, &rep.GivenBack)
+			res.Waiting = r.giveBack(res.Waiting, &rep.GivenBack)
+			res.Unstarted = r.giveBack(res.Unstarted, &rep.GivenBack)
+		}
+		s.keep(res.Interrupted, reasonInterrupted)
+		s.keep(res.Waiting, reasonBackoff)
+		s.keep(res.Unstarted, reasonUnstarted)
+	}
+	if rep.Stragglers > 0 {
+		r.log.Warn("handlers did not return by the hard-stop grace; recorded as interrupted",
+			"phase", "hard_stop", "stragglers", rep.Stragglers, "grace", grace)
+	}
+	return []any{"unstarted", rep.Unstarted, "interrupted", rep.Interrupted, "waiting", rep.Waiting,
+		"given_back", rep.GivenBack}
+}
+
+// keep adds its to what the snapshot saves, ending their ties to the
+// pools.
+func (s *runState) keep(its []*item, reason string) {
+	for _, it := range its {
+		s.r.leftPool(it)
+		s.left = append(s.left, leftover{it, reason})
+	}
+}
+
+// giveBack returns the items of its that did not come from Kafka, and
+// counts the others in n, releasing their ties to the pool: they stay
+// unsettled in their trackers.
+func (r *Runtime) giveBack(its []*item, n *int) []*item {
+	kept := its[:0]
+	for _, it := range its {
+		if it.src != fromKafka {
+			kept = append(kept, it)
+			continue
+		}
+		*n++
+		r.leftPool(it)
+	}
+	return kept
+}
+
+// snapshot saves, in ONE transaction, what the hard stop took out and has
+// no record yet, updates the records of persisted messages whose attempt
+// count moved, and deletes the records of done ones. Only once it has
+// committed are the saved Kafka messages settled; if it fails, their
+// offsets are not committed and Kafka delivers them again.
+func (s *runState) snapshot() []any {
+	r, rep := s.r, s.rep
+	s.stopBackground()
+	s.background.Wait()
+	now := time.Now()
+	var recs []snapshot.Record
+	var saved []*item
+	var updates []*item // persisted messages whose attempt count moved
+	for _, l := range s.left {
+		switch {
+		case !l.it.src.persisted():
+			recs = append(recs, l.it.record(l.reason, nil, now))
+			saved = append(saved, l.it)
+		case l.reason == reasonBackoff:
+			updates = append(updates, l.it)
+		}
+		// Otherwise its record is still there, unchanged.
+	}
+	del := r.deletes.take()
+	if r.beforeSnapshot != nil {
+		r.beforeSnapshot(r.store)
+	}
+	if len(recs) > 0 || !del.empty() || len(updates) > 0 {
+		err := r.store.Update(func(tx *snapshot.Tx) error {
+			if _, err := tx.SavePending(recs...); err != nil {
+				return err
+			}
+			if err := del.delete(tx); err != nil {
+				return err
+			}
+			for _, it := range updates {
+				if err := it.putSource(tx, it.record(reasonBackoff, nil, now)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			s.snapErr = fmt.Errorf("runtime: snapshot of %d messages failed; their offsets are not committed and Kafka will deliver them again: %w", len(recs), err)
+			r.log.Error("snapshot failed", "phase", "snapshot", "messages", len(recs), "err", err)
+		}
+	}
+	if s.snapErr == nil {
+		rep.Snapshotted = len(recs)
+		for _, it := range saved {
+			it.settle()
+		}
+	}
+	r.metrics.setSnapshot(rep.Snapshotted)
+	return []any{"saved", rep.Snapshotted}
+}
+
+// commit commits what is done or saved through the current generation.
+func (s *runState) commit() []any {
+	r := s.r
+	err := r.finalCommit()
+	switch {
+	case errors.Is(err, errGenerationEnded):
+		// A rebalance ended the generation during the stop; its end
+		// committed what was settled then, and the partitions' new owners
+		// read the rest again. Nothing is unsafe, so the stop is clean.
+		r.log.Warn("generation ended during the stop; messages settled after it will be delivered again to the partitions' new owners",
+			"phase", "commit")
+	case err != nil:
+		r.log.Warn("final commit failed; Kafka will deliver the uncommitted messages again", "phase", "commit", "err", err)
+		s.commitErr = fmt.Errorf("%w: %w", ErrCommit, err)
+	}
+	return nil
+}
+
+// leave waits for the partition readers to finish closing (each bounded
+// by FetchMaxWait plus a second; they have been closing since the
+// quiesce), leaves the group (bounded by leaveTimeout), closes the
+// dead-letter writer and the state file.
+func (s *runState) leave() []any {
+	r := s.r
+	r.closing.Wait()
+	if s.cg != nil {
+		closed := make(chan struct{})
+		go func() { s.cg.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(leaveTimeout):
+			r.log.Warn("leaving the group did not finish in time; the broker will expire the session", "phase", "leave", "waited", leaveTimeout)
+		}
+	}
+	r.closeDLQ()
+	r.storeOpen.Store(false)
+	if err := r.store.Close(); err != nil {
+		s.closeErr = fmt.Errorf("runtime: close state file: %w", err)
+	}
+	return nil
+}
+
+// handled counts the messages that left the pools for good so far.
+func (r *Runtime) handled() uint64 {
+	return r.total(outSucceeded) + r.total(outDeadLettered) + r.total(outRedelivered) +
+		r.total(outParked) + r.total(outDeferred)
+}
