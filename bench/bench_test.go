@@ -74,27 +74,37 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
-func TestNiceStep(t *testing.T) {
-	for _, c := range []struct{ in, want float64 }{{0.7, 1}, {1, 1}, {1.1, 2}, {3, 5}, {120_000, 200_000}, {600, 1000}} {
-		if got := niceStep(c.in); got != c.want {
-			t.Errorf("niceStep(%v) = %v, want %v", c.in, got, c.want)
-		}
-	}
+// sweepOfDocs is the sweep of docs/bench.md's latest run.
+var sweepOfDocs = sweepResult{
+	n: 1_000_000, rounds: 5, topics: 8,
+	partitions: []point{{3, 1025201, 1022405, 1149048}, {12, 1112389, 1110676, 1190713}, {30, 1030304, 1028170, 1155205}},
+	classes:    []point{{1, 1063257, 1060613, 1134885}, {3, 1055884, 1054248, 1201450}, {8, 1101731, 1099746, 1206125}},
 }
 
-// TestGlyphs: every letter and digit the labels may use has a glyph of
-// five rows of one width.
-func TestGlyphs(t *testing.T) {
-	for _, r := range "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/-+%.,=() " {
-		g, ok := glyphs[r]
-		if !ok {
-			t.Errorf("no glyph for %q", r)
-			continue
+// TestWritePlot draws the documented sweep, then one sweep alone, and
+// refuses a sweep without points.
+func TestWritePlot(t *testing.T) {
+	one := sweepOfDocs
+	one.classes = nil
+	for name, sw := range map[string]sweepResult{"both": sweepOfDocs, "partitions only": one} {
+		path := filepath.Join(t.TempDir(), "scaling.png")
+		if err := writePlot(path, sw); err != nil {
+			t.Fatalf("%s: %v", name, err)
 		}
-		for _, row := range g {
-			if len(row) != len(g[0]) {
-				t.Errorf("glyph %q has rows of different widths", r)
-			}
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
 		}
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if b := img.Bounds(); b.Dx() != 1152 || b.Dy() != 432 {
+			t.Errorf("%s: image is %d×%d, want 1152×432", name, b.Dx(), b.Dy())
+		}
+	}
+	if err := writePlot(filepath.Join(t.TempDir(), "empty.png"), sweepResult{n: 1, rounds: 1}); err == nil {
+		t.Error("a sweep without points drew a plot")
 	}
 }

@@ -111,6 +111,9 @@ func (c *config) check() error {
 			return fmt.Errorf("-classes: %d must be > 0", k)
 		}
 	}
+	if c.plot != "" && len(c.partitions) == 0 && len(c.classes) == 0 {
+		return fmt.Errorf("-plot: -partitions and -classes are both empty")
+	}
 	if c.sweepN == 0 {
 		c.sweepN = c.n
 	}

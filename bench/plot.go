@@ -1,52 +1,110 @@
 package main
 
 import (
+	"errors"
 	"fmt"
-	"image"
 	"image/color"
-	"image/draw"
-	"image/png"
-	"math"
 	"os"
 	"path/filepath"
-	"strings"
+	"strconv"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// The plot is drawn with the standard library alone: two panels (against
-// partitions, against classes), a line per rate, a shaded ±10 % band
-// around the mean of the runtime's handled rates (the flatness goal), and
-// a 3×5 pixel font for the few labels.
+// The plot (gonum.org/v1/plot) has a panel per sweep (against
+// partitions, against classes) side by side under one title, a line per
+// rate, and a shaded ±10 % band around the mean of the runtime's handled
+// rates in that sweep (the flatness goal). One legend, right of the
+// panels, serves both.
 
 var (
-	white    = color.RGBA{255, 255, 255, 255}
-	ink      = color.RGBA{40, 40, 40, 255}
-	grid     = color.RGBA{225, 225, 225, 255}
-	band     = color.RGBA{222, 240, 222, 255}
-	blue     = color.RGBA{31, 119, 180, 255}
-	orange   = color.RGBA{255, 127, 14, 255}
-	gray     = color.RGBA{150, 150, 150, 255}
-	panelW   = 420
-	panelH   = 300
-	fontSize = 2 // pixels per font dot
+	blue   = color.RGBA{31, 119, 180, 255}
+	orange = color.RGBA{255, 127, 14, 255}
+	gray   = color.RGBA{150, 150, 150, 255}
+	band   = color.RGBA{222, 240, 222, 255}
 )
 
+const plotW, plotH = 12 * vg.Inch, 4.5 * vg.Inch // 1152 × 432 px at vgimg's 96 dpi
+
+// series is one rate drawn in every panel.
+type series struct {
+	name   string
+	colour color.Color
+	dashes []vg.Length
+	radius vg.Length // of the point glyphs
+	y      func(point) float64
+}
+
+// The runtime's committed line is dashed, with smaller points, and drawn
+// over the handled one: the two rates are nearly equal, and a solid line
+// would hide the other.
+var rates = []series{
+	{"raw kafka-go, handled", gray, nil, 3, func(p point) float64 { return p.raw }},
+	{"runtime, handled", blue, nil, 4, func(p point) float64 { return p.handled }},
+	{"runtime, committed", orange, []vg.Length{5, 3}, 2.5, func(p point) float64 { return p.committed }},
+}
+
 func writePlot(path string, sw sweepResult) error {
-	img := image.NewRGBA(image.Rect(0, 0, 2*panelW, panelH+40))
-	draw.Draw(img, img.Bounds(), &image.Uniform{white}, image.Point{}, draw.Src)
-	title := fmt.Sprintf("HANDOFF RUNTIME NO-OP MSGS/S, N=%d, MEDIAN OF %d", sw.n, sw.rounds)
-	text(img, 12, 10, title, ink)
-	legendY := 26
-	fill(img, 12, legendY+2, 20, 4, blue)
-	text(img, 38, legendY, "HANDLED", ink)
-	fill(img, 130, legendY+2, 20, 4, orange)
-	text(img, 156, legendY, "COMMITTED", ink)
-	fill(img, 270, legendY+2, 20, 4, gray)
-	text(img, 296, legendY, "RAW KAFKA-GO", ink)
-	fill(img, 430, legendY, 20, 10, band)
-	text(img, 456, legendY, "+-10% OF MEAN HANDLED", ink)
-	top := 40
-	panel(img, image.Rect(0, top, panelW, top+panelH), "PARTITIONS", sw.partitions)
-	panel(img, image.Rect(panelW, top, 2*panelW, top+panelH), fmt.Sprintf("CLASSES (%d TOPICS)", sw.topics), sw.classes)
+	var row []*plot.Plot
+	leg := plot.NewLegend()
+	for _, s := range []struct {
+		xlabel string
+		pts    []point
+	}{
+		{"partitions (3 topics)", sw.partitions},
+		{fmt.Sprintf("classes (%d topics × 3 partitions)", sw.topics), sw.classes},
+	} {
+		if len(s.pts) == 0 {
+			continue
+		}
+		l := &leg // the first panel fills the one legend
+		if len(row) > 0 {
+			l = nil
+		}
+		p, err := panel(s.xlabel, s.pts, l)
+		if err != nil {
+			return err
+		}
+		row = append(row, p)
+	}
+	if len(row) == 0 {
+		return errors.New("plot: the sweep has no points")
+	}
+	top := 0.0 // one y scale for the panels, so they compare by eye
+	for _, p := range row {
+		top = max(top, p.Y.Max)
+	}
+	for _, p := range row {
+		p.Y.Max = top
+	}
+
+	img := vgimg.New(plotW, plotH)
+	dc := draw.New(img)
+	title := draw.TextStyle{
+		Color:   color.Black,
+		Font:    font.From(plot.DefaultFont, 14),
+		Handler: plot.DefaultTextHandler,
+		XAlign:  draw.XCenter,
+		YAlign:  draw.YTop,
+	}
+	titleH := title.Height("M") + vg.Points(12)
+	dc.FillText(title, vg.Point{X: (dc.Min.X + dc.Max.X) / 2, Y: dc.Max.Y - vg.Points(6)},
+		fmt.Sprintf("handoff runtime, no-op handler: msgs/s, n=%d per point, median of %d rounds", sw.n, sw.rounds))
+	body := draw.Crop(dc, 0, 0, 0, -titleH)
+	leg.Top, leg.Left, leg.Padding = true, true, vg.Points(4)
+	legendW := leg.Rectangle(body).Size().X + vg.Points(16)
+	panels := draw.Crop(body, 0, -legendW, 0, 0)
+	tiles := draw.Tiles{Rows: 1, Cols: len(row), PadX: vg.Points(16), PadLeft: vg.Points(4), PadBottom: vg.Points(4)}
+	for i, c := range plot.Align([][]*plot.Plot{row}, tiles, panels)[0] {
+		row[i].Draw(c)
+	}
+	leg.Draw(draw.Crop(body, body.Size().X-legendW+vg.Points(12), 0, 0, -vg.Points(12)))
+
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
@@ -54,167 +112,72 @@ func writePlot(path string, sw sweepResult) error {
 	if err != nil {
 		return err
 	}
-	err = png.Encode(f, img)
+	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	return err
 }
 
-// panel draws one chart in r: x is the points' x (evenly spaced, in
-// order), y from 0 to a round maximum, in thousands.
-func panel(img *image.RGBA, r image.Rectangle, xlabel string, pts []point) {
-	if len(pts) == 0 {
-		return
+// panel returns the chart of one sweep, with the points' x evenly spaced
+// in order and y from 0. With leg non-nil it adds what it draws to leg.
+func panel(xlabel string, pts []point, leg *plot.Legend) (*plot.Plot, error) {
+	p := plot.New()
+	p.X.Label.Text = xlabel
+	p.Y.Label.Text = "messages/s"
+	p.Y.Min = 0
+	p.Y.Tick.Marker = thousands{}
+	names := make([]string, len(pts))
+	for i, pt := range pts {
+		names[i] = strconv.Itoa(pt.x)
 	}
-	left, right, top, bottom := r.Min.X+60, r.Max.X-20, r.Min.Y+10, r.Max.Y-40
-	ymax := 0.0
-	for _, p := range pts {
-		ymax = max(ymax, p.handled, p.committed, p.raw)
-	}
-	step := niceStep(ymax * 1.15 / 4)
-	ymax = step * math.Ceil(ymax*1.15/step)
-	ypix := func(v float64) int { return bottom - int(math.Round(v/ymax*float64(bottom-top))) }
-	xpix := func(i int) int {
-		if len(pts) == 1 {
-			return (left + right) / 2
-		}
-		return left + 20 + i*(right-left-40)/(len(pts)-1)
-	}
+	p.NominalX(names...)
 
 	m := mean(pts)
-	lo, hi := ypix(m*1.1), ypix(m*0.9)
-	fill(img, left, max(lo, top), right-left, min(hi, bottom)-max(lo, top), band)
-	for v := 0.0; v <= ymax+step/2; v += step {
-		y := ypix(v)
-		hline(img, left, right, y, grid)
-		lbl := fmt.Sprintf("%.0fK", v/1000)
-		text(img, left-8-textWidth(lbl), y-5, lbl, ink)
+	lo, hi := -0.5, float64(len(pts))-0.5
+	flat, err := plotter.NewPolygon(plotter.XYs{{X: lo, Y: 0.9 * m}, {X: hi, Y: 0.9 * m}, {X: hi, Y: 1.1 * m}, {X: lo, Y: 1.1 * m}})
+	if err != nil {
+		return nil, err
 	}
-	hline(img, left, right, bottom, ink)
-	vline(img, left, top, bottom, ink)
-	for i, p := range pts {
-		lbl := fmt.Sprint(p.x)
-		text(img, xpix(i)-textWidth(lbl)/2, bottom+6, lbl, ink)
+	flat.Color, flat.LineStyle.Width = band, 0
+	grid := plotter.NewGrid()
+	grid.Vertical.Width = 0
+	p.Add(flat, grid)
+	if leg != nil {
+		leg.Add("±10 % of the mean runtime handled", flat)
 	}
-	text(img, (left+right)/2-textWidth(xlabel)/2, bottom+22, xlabel, ink)
 
-	for _, s := range []struct {
-		c color.RGBA
-		y func(point) float64
-	}{{gray, func(p point) float64 { return p.raw }}, {orange, func(p point) float64 { return p.committed }}, {blue, func(p point) float64 { return p.handled }}} {
-		for i, p := range pts {
-			x, y := xpix(i), ypix(s.y(p))
-			if i > 0 {
-				line(img, xpix(i-1), ypix(s.y(pts[i-1])), x, y, s.c)
-			}
-			fill(img, x-3, y-3, 7, 7, s.c)
+	ymax := 0.0
+	for _, s := range rates {
+		xys := make(plotter.XYs, len(pts))
+		for i, pt := range pts {
+			xys[i] = plotter.XY{X: float64(i), Y: s.y(pt)}
+			ymax = max(ymax, xys[i].Y)
+		}
+		l, sc, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return nil, err
+		}
+		l.Color, l.Width, l.Dashes = s.colour, vg.Points(2), s.dashes
+		sc.Color, sc.Shape, sc.Radius = s.colour, draw.CircleGlyph{}, s.radius
+		p.Add(l, sc)
+		if leg != nil {
+			leg.Add(s.name, l, sc)
 		}
 	}
+	p.Y.Max = 1.15 * max(ymax, 1.1*m)
+	return p, nil
 }
 
-// niceStep rounds v up to 1, 2 or 5 × a power of ten.
-func niceStep(v float64) float64 {
-	if v <= 0 {
-		return 1
-	}
-	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 5, 10} {
-		if m*p >= v {
-			return m * p
+// thousands is the default y ticks labelled in thousands (1200k).
+type thousands struct{}
+
+func (thousands) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = strconv.FormatFloat(ts[i].Value/1000, 'f', -1, 64) + "k"
 		}
 	}
-	return 10 * p
-}
-
-func fill(img *image.RGBA, x, y, w, h int, c color.RGBA) {
-	draw.Draw(img, image.Rect(x, y, x+w, y+h), &image.Uniform{c}, image.Point{}, draw.Src)
-}
-
-func hline(img *image.RGBA, x0, x1, y int, c color.RGBA) { fill(img, x0, y, x1-x0+1, 1, c) }
-func vline(img *image.RGBA, x, y0, y1 int, c color.RGBA) { fill(img, x, y0, 1, y1-y0+1, c) }
-
-// line draws a 2-pixel-wide segment (Bresenham).
-func line(img *image.RGBA, x0, y0, x1, y1 int, c color.RGBA) {
-	dx, dy := abs(x1-x0), -abs(y1-y0)
-	sx, sy := 1, 1
-	if x0 > x1 {
-		sx = -1
-	}
-	if y0 > y1 {
-		sy = -1
-	}
-	e := dx + dy
-	for {
-		fill(img, x0, y0, 2, 2, c)
-		if x0 == x1 && y0 == y1 {
-			return
-		}
-		if e2 := 2 * e; e2 >= dy {
-			e += dy
-			x0 += sx
-		} else {
-			e += dx
-			y0 += sy
-		}
-	}
-}
-
-func abs(v int) int {
-	if v < 0 {
-		return -v
-	}
-	return v
-}
-
-// glyphs is a 3×5 font (M, N wider) for the plot's labels: rows of dots.
-var glyphs = map[rune][5]string{
-	'0': {"111", "101", "101", "101", "111"}, '1': {"010", "110", "010", "010", "111"},
-	'2': {"111", "001", "111", "100", "111"}, '3': {"111", "001", "111", "001", "111"},
-	'4': {"101", "101", "111", "001", "001"}, '5': {"111", "100", "111", "001", "111"},
-	'6': {"111", "100", "111", "101", "111"}, '7': {"111", "001", "001", "001", "001"},
-	'8': {"111", "101", "111", "101", "111"}, '9': {"111", "101", "111", "001", "111"},
-	'A': {"010", "101", "111", "101", "101"}, 'B': {"110", "101", "110", "101", "110"},
-	'C': {"111", "100", "100", "100", "111"}, 'D': {"110", "101", "101", "101", "110"},
-	'E': {"111", "100", "110", "100", "111"}, 'F': {"111", "100", "110", "100", "100"},
-	'G': {"111", "100", "101", "101", "111"}, 'H': {"101", "101", "111", "101", "101"},
-	'I': {"111", "010", "010", "010", "111"}, 'J': {"001", "001", "001", "101", "111"},
-	'K': {"101", "101", "110", "101", "101"},
-	'L': {"100", "100", "100", "100", "111"}, 'M': {"10001", "11011", "10101", "10001", "10001"},
-	'N': {"1001", "1101", "1011", "1001", "1001"}, 'O': {"111", "101", "101", "101", "111"},
-	'P': {"111", "101", "111", "100", "100"}, 'Q': {"111", "101", "101", "111", "001"},
-	'R': {"110", "101", "110", "101", "101"},
-	'S': {"111", "100", "111", "001", "111"}, 'T': {"111", "010", "010", "010", "010"},
-	'U': {"101", "101", "101", "101", "111"}, 'V': {"101", "101", "101", "101", "010"},
-	'W': {"10001", "10001", "10101", "11011", "10001"}, 'X': {"101", "101", "010", "101", "101"}, 'Y': {"101", "101", "010", "010", "010"},
-	'Z': {"111", "001", "010", "100", "111"},
-	'/': {"001", "001", "010", "100", "100"}, '-': {"000", "000", "111", "000", "000"},
-	'+': {"000", "010", "111", "010", "000"}, '%': {"101", "001", "010", "100", "101"},
-	'.': {"0", "0", "0", "0", "1"}, ',': {"0", "0", "0", "1", "1"},
-	'=': {"000", "111", "000", "111", "000"}, '(': {"01", "10", "10", "10", "01"},
-	')': {"10", "01", "01", "01", "10"}, ' ': {"00", "00", "00", "00", "00"},
-}
-
-func textWidth(s string) int {
-	w := 0
-	for _, r := range strings.ToUpper(s) {
-		w += (len(glyphs[r][0]) + 1) * fontSize
-	}
-	return w
-}
-
-// text draws s (upper-cased; unknown runes are blank) with its top-left
-// corner at x, y.
-func text(img *image.RGBA, x, y int, s string, c color.RGBA) {
-	for _, r := range strings.ToUpper(s) {
-		g := glyphs[r]
-		for row, bits := range g {
-			for col, b := range bits {
-				if b == '1' {
-					fill(img, x+col*fontSize, y+row*fontSize, fontSize, fontSize, c)
-				}
-			}
-		}
-		x += (len(g[0]) + 1) * fontSize
-	}
+	return ts
 }
