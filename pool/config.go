@@ -59,20 +59,15 @@ type Config[T any] struct {
 
 	// RetryFunc, if set, is called on the worker goroutine when Handler
 	// returns an error or panics (not for an item interrupted by
-	// [Pool.Stop]), before ResultFunc. If it returns retry true the attempt
-	// is not reported (ResultFunc is not called, Failed is not counted,
-	// Retried is): the item waits after without holding a worker, so other
-	// items keep flowing, and then runs again ahead of the items accepted
-	// after it. In an Ordered pool its key stays busy while it waits: later
-	// items of the key stay queued behind it, other keys flow. After zero
-	// or less means it is ready again at once. Waiting items count against
-	// QueueSize; [Pool.Drain] does not wait for them and [Pool.Stop] hands
-	// them back in [StopResult.Waiting].
-	//
-	// v is the item itself: with a pointer T, RetryFunc may update it (count
-	// the attempt) and the next attempt sees it. RetryFunc must not block,
-	// panic or call Stop. Nil means no item is retried: every error is
-	// reported to ResultFunc.
+	// [Pool.Stop]), before ResultFunc. Retry true means the attempt is not
+	// reported (no ResultFunc, Retried counted instead of Failed): the item
+	// runs again after after (zero or less: at once) without holding a
+	// worker meanwhile, ahead of the items accepted after it, its key still
+	// busy in an Ordered pool. A waiting item counts against QueueSize, is
+	// not waited for by [Pool.Drain] and is handed back by Stop in
+	// [StopResult.Waiting]. With a pointer T, RetryFunc may update the item
+	// and the next attempt sees it. It must not block, panic or call Stop.
+	// Nil means every error is reported to ResultFunc.
 	RetryFunc func(v T, err error) (after time.Duration, retry bool)
 
 	// Logger receives the pool's logs, with "component"="pool" and

@@ -142,16 +142,12 @@ type Config struct {
 	FetchMaxWait time.Duration
 
 	// FetchQueue is how many records each partition's reader decodes
-	// ahead of the fetch loop that hands them to the pools (kafka-go's
-	// ReaderConfig.QueueCapacity, whose own default is 100). Each record
-	// crosses from kafka-go's reader goroutine to the fetch loop over a
-	// channel of this capacity: a deeper one wakes the fetch loop less
-	// often, which is most of the CPU the runtime saves per message with
-	// it (see docs/bench.md), at the cost of up to FetchQueue decoded
-	// records of memory per assigned partition: about 30 MB with 1 KiB
-	// records on 30 partitions; lower it for large records. Records still
-	// in it at a stop were never accepted: they stay unsettled and Kafka
-	// delivers them again. Zero means 1000.
+	// ahead of the fetch loop (kafka-go's ReaderConfig.QueueCapacity, whose
+	// own default is 100). Deeper costs less CPU per message (see
+	// docs/bench.md) and up to FetchQueue decoded records of memory per
+	// assigned partition: about 30 MB with 1 KiB records on 30 partitions;
+	// lower it for large records. Records still in it at a stop were never
+	// accepted: Kafka delivers them again. Zero means 1000.
 	FetchQueue int
 
 	// LockTimeout bounds how long the start waits for another process to
@@ -161,8 +157,8 @@ type Config struct {
 	// Logger receives the runtime's logs. Nil means discard.
 	Logger *slog.Logger
 
-	// Registerer, if set, gets the runtime's Prometheus metrics (see the
-	// package doc's Metrics section). Nil means no metrics; the default
+	// Registerer, if set, gets the runtime's Prometheus metrics (listed in
+	// the package doc, under Metrics). Nil means no metrics; the default
 	// registry is never used implicitly.
 	Registerer prometheus.Registerer
 }

@@ -63,6 +63,41 @@
 // orchestrator's termination grace (Kubernetes
 // terminationGracePeriodSeconds).
 //
+// # Paging and the state file
+//
+// [Runtime.DeadLetters], [Runtime.Delayed], [Runtime.ParkedKeys],
+// [Runtime.Requeue] and [Runtime.Discard] work on the open state file of a
+// running runtime (they return [ErrNotRunning] otherwise); the listings
+// page with an opaque [Cursor].
+//
+// # Metrics
+//
+// With Config.Registerer set, the runtime registers these metrics on it
+// (never on the default registry):
+//
+//   - handoff_messages_total{class,outcome}: messages by outcome, one of
+//     succeeded, retried, dead_lettered, redelivered, parked, released,
+//     deferred, scheduled, delivered, requeued, requeued_done, discarded,
+//     published (the fields of [Report]; requeued_done counts requeued
+//     dead letters that then succeeded).
+//   - handoff_pool_queued, handoff_pool_waiting, handoff_pool_running and
+//     handoff_pool_workers{class}: the class's pool right now (see
+//     [ClassStats]).
+//   - handoff_handler_duration_seconds{class}: histogram of handler time.
+//   - handoff_drain_estimate_seconds{class} and
+//     handoff_drain_over_budget{class}: how long the class's queued and
+//     running work would take to drain, and 1 when that exceeds
+//     DrainTimeout (checked once a second; a warning is logged then).
+//   - handoff_ready: 1 while [Runtime.Ready].
+//   - handoff_stop_phase_duration_seconds{phase} and
+//     handoff_snapshot_messages: the phases of the last stop (quiesce,
+//     drain, hard_stop, snapshot, commit, leave) and how many messages it
+//     saved.
+//   - handoff_state_records_pending, _dead, _parked and _delayed: records
+//     in the state file's buckets, counted at each scrape.
+//   - handoff_commit_lag{topic,partition}: high watermark minus committed
+//     offset, as of the last fetch and commit.
+//
 // # Rebalances
 //
 // Offset trackers belong to one consumer group generation. When kafka-go

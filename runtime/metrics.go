@@ -11,18 +11,8 @@ import (
 )
 
 // metrics are the runtime's Prometheus metrics, registered on
-// Config.Registerer. A nil *metrics (no Registerer) records nothing.
-//
-// Per class: handoff_messages_total{class,outcome} (counters read from the
-// runtime's own outcome counts), handoff_pool_queued, handoff_pool_waiting,
-// handoff_pool_running, handoff_pool_workers{class},
-// handoff_handler_duration_seconds{class}, handoff_drain_estimate_seconds
-// and handoff_drain_over_budget{class}. Runtime-wide: handoff_ready,
-// handoff_stop_phase_duration_seconds{phase} and handoff_snapshot_messages
-// (of the last stop), handoff_state_records_{pending,dead,parked,delayed},
-// and
-// handoff_commit_lag{topic,partition} (high watermark minus committed
-// offset, as of the last fetch and commit).
+// Config.Registerer and listed in the package doc. A nil *metrics (no
+// Registerer) records nothing.
 type metrics struct {
 	handler     *prometheus.HistogramVec
 	handlerObs  []prometheus.Observer // per class, in r.order

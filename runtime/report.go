@@ -21,18 +21,39 @@ type Report struct {
 	// a dead letter or a redelivery) or releasing at start.
 	BlockedKeys int
 
-	// Outcomes over the whole run. Succeeded: handled. Retried: retries
-	// in place. DeadLettered: saved as dead letters (failed for good,
-	// bad input, unknown class). Redelivered: stored for a delayed
-	// redelivery. Parked: saved behind a blocked key; Released: parked
-	// messages handed back to their pool. Deferred: Kafka records stored
-	// until their deliver-at header's time; Scheduled: messages stored by
-	// Runtime.Schedule; Delivered: delayed messages handed to their pool
-	// when due. Requeued, Discarded: dead letters requeued or discarded
-	// through the API. Published: dead letters sent to a dead-letter
-	// topic.
-	Succeeded, Retried, DeadLettered, Redelivered, Parked, Released,
-	Deferred, Scheduled, Delivered, Requeued, Discarded, Published uint64
+	// Succeeded is how many messages were handled (their handler
+	// returned nil) over the whole run, requeued dead letters included.
+	Succeeded uint64
+	// Retried is how many failed attempts were retried in place.
+	Retried uint64
+	// DeadLettered is how many messages were saved as dead letters: failed
+	// for good, bad input, or a saved message of an unknown class.
+	DeadLettered uint64
+	// Redelivered is how many failed messages were stored for a delayed
+	// redelivery of their class's RetryPolicy.
+	Redelivered uint64
+	// Parked is how many messages of ordered classes were saved behind a
+	// blocked key.
+	Parked uint64
+	// Released is how many parked messages were handed back to their pool
+	// once their key was unblocked.
+	Released uint64
+	// Deferred is how many Kafka records were stored until the time of
+	// their [HeaderDeliverAt] header.
+	Deferred uint64
+	// Scheduled is how many messages [Runtime.Schedule] stored for later.
+	Scheduled uint64
+	// Delivered is how many delayed messages (deferred, scheduled or
+	// redelivered) were handed to their pool when due.
+	Delivered uint64
+	// Requeued is how many dead letters [Runtime.Requeue] handed back to
+	// their pool.
+	Requeued uint64
+	// Discarded is how many dead letters [Runtime.Discard] deleted.
+	Discarded uint64
+	// Published is how many dead letters were published to their class's
+	// DeadLetterTopic.
+	Published uint64
 
 	// Drained is how many messages finished during the drain phase.
 	Drained uint64
@@ -57,13 +78,27 @@ type Report struct {
 	// with their attempt count.
 	Waiting int
 	// Interrupted is how many handlers were cut short by the hard stop
-	// (they will run again after the restart). Stragglers of them had not
-	// returned by HardStopGrace.
+	// (they will run again after the restart).
 	Interrupted int
-	Stragglers  int
+	// Stragglers is how many of the Interrupted had not returned by
+	// HardStopGrace; their goroutines finish on their own.
+	Stragglers int
 
-	// Phase durations of the stop.
-	Quiesce, Drain, HardStop, Snapshot, Commit, Leave time.Duration
+	// Quiesce is how long the stop took to end fetching and the other
+	// feeds of the pools.
+	Quiesce time.Duration
+	// Drain is how long the pools worked on once fetching had stopped.
+	Drain time.Duration
+	// HardStop is how long taking out the unstarted messages and waiting
+	// for the cancelled handlers took.
+	HardStop time.Duration
+	// Snapshot is how long the snapshot transaction took.
+	Snapshot time.Duration
+	// Commit is how long the final offset commit took.
+	Commit time.Duration
+	// Leave is how long closing the partition readers, leaving the group
+	// and closing the state file took.
+	Leave time.Duration
 	// Stop is the whole stop, from its start to Run's return.
 	Stop time.Duration
 }
