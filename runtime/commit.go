@@ -192,4 +192,3 @@ func (r *Runtime) finalCommit() error {
 		return fmt.Errorf("runtime: final commit did not finish in %s", commitTimeout)
 	}
 }
-

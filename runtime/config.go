@@ -287,30 +287,7 @@ func (cfg Config) withDefaults() (Config, error) {
 			bad("class %q is defined twice", c.Name)
 		}
 		names[c.Name] = true
-		if c.Handler == nil {
-			bad("class %q has no Handler", c.Name)
-		}
-		if c.Workers < 0 {
-			bad("class %q: Workers must be > 0, got %d", c.Name, c.Workers)
-		} else if c.Workers == 0 {
-			c.Workers = DefaultWorkers
-		}
-		if c.QueueSize < 0 {
-			bad("class %q: QueueSize must be > 0, got %d", c.Name, c.QueueSize)
-		} else if c.QueueSize == 0 {
-			c.QueueSize = DefaultQueueFactor * c.Workers
-		}
-		c.Retry.validate(c.Name, bad)
-		c.Retry.withDefaults()
-		if c.StopPolicy != StopSnapshot && c.StopPolicy != StopRedeliver {
-			bad("class %q: unknown StopPolicy %d", c.Name, c.StopPolicy)
-		}
-		if c.Timeout < 0 {
-			bad("class %q: Timeout must not be negative, got %s", c.Name, c.Timeout)
-		}
-		if c.DeadLetterTopic != "" && len(cfg.Brokers) == 0 {
-			bad("class %q: DeadLetterTopic needs Brokers", c.Name)
-		}
+		c.withDefaults(len(cfg.Brokers) > 0, bad)
 		c.Topics = append([]string(nil), c.Topics...)
 		for _, t := range c.Topics {
 			if t == "" {
@@ -340,4 +317,33 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	cfg.Brokers = append([]string(nil), cfg.Brokers...)
 	return cfg, errors.Join(errs...)
+}
+
+// withDefaults fills the class's zero fields and reports its problems
+// with bad.
+func (c *Class) withDefaults(haveBrokers bool, bad func(string, ...any)) {
+	if c.Handler == nil {
+		bad("class %q has no Handler", c.Name)
+	}
+	if c.Workers < 0 {
+		bad("class %q: Workers must be > 0, got %d", c.Name, c.Workers)
+	} else if c.Workers == 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.QueueSize < 0 {
+		bad("class %q: QueueSize must be > 0, got %d", c.Name, c.QueueSize)
+	} else if c.QueueSize == 0 {
+		c.QueueSize = DefaultQueueFactor * c.Workers
+	}
+	c.Retry.validate(c.Name, bad)
+	c.Retry.withDefaults()
+	if c.StopPolicy != StopSnapshot && c.StopPolicy != StopRedeliver {
+		bad("class %q: unknown StopPolicy %d", c.Name, c.StopPolicy)
+	}
+	if c.Timeout < 0 {
+		bad("class %q: Timeout must not be negative, got %s", c.Name, c.Timeout)
+	}
+	if c.DeadLetterTopic != "" && !haveBrokers {
+		bad("class %q: DeadLetterTopic needs Brokers", c.Name)
+	}
 }

@@ -53,20 +53,7 @@ func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracke
 			}
 			continue
 		}
-		it := r.items.Get().(*item) // zero: result clears an item before it returns it
-		it.msg.ID = ids.id(m.Offset)
-		it.msg.Class = c.cfg.Name
-		it.msg.Key, it.msg.Value = m.Key, m.Value
-		it.msg.Origin = handoff.Origin{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
-		it.msg.FirstSeen = r.now()
-		it.src, it.tr = fromKafka, tr
-		if len(m.Headers) > 0 {
-			it.msg.Headers = make([]handoff.Header, len(m.Headers))
-			for i, h := range m.Headers {
-				it.msg.Headers[i] = handoff.Header{Key: h.Key, Value: h.Value}
-			}
-		}
-		it.slot = tr.add(m.Offset)
+		it := r.fetched(c, tr, ids, &m)
 		tr.hwm.Store(m.HighWaterMark)
 		last := m.Offset+1 >= m.HighWaterMark
 		if err := c.pool.Submit(ctx, it); err != nil {
@@ -86,6 +73,25 @@ func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracke
 			}
 		}
 	}
+}
+
+// fetched returns the recycled item of record m, its offset added to tr.
+func (r *Runtime) fetched(c *class, tr *tracker, ids *kafkaIDs, m *kafka.Message) *item {
+	it := r.items.Get().(*item) // zero: result clears an item before it returns it
+	it.msg.ID = ids.id(m.Offset)
+	it.msg.Class = c.cfg.Name
+	it.msg.Key, it.msg.Value = m.Key, m.Value
+	it.msg.Origin = handoff.Origin{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
+	it.msg.FirstSeen = r.now()
+	it.src, it.tr = fromKafka, tr
+	if len(m.Headers) > 0 {
+		it.msg.Headers = make([]handoff.Header, len(m.Headers))
+		for i, h := range m.Headers {
+			it.msg.Headers[i] = handoff.Header{Key: h.Key, Value: h.Value}
+		}
+	}
+	it.slot = tr.add(m.Offset)
+	return it
 }
 
 // closeReader closes rd, waiting at most FetchMaxWait plus a second: a

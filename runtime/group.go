@@ -122,4 +122,3 @@ func (g *generation) revoke() (given, left int) {
 	}
 	return given, left
 }
-

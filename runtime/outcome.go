@@ -60,4 +60,3 @@ func (c *class) count(o outcome) uint64 {
 	}
 	return c.stats[o].Load()
 }
-

@@ -214,4 +214,3 @@ func (r *Runtime) startOffset() int64 {
 	}
 	return kafka.FirstOffset
 }
-
