@@ -75,3 +75,12 @@ func (c Cursor) delayedKey() (snapshot.DelayedKey, error) {
 	}
 	return snapshot.DelayedKey(b), nil
 }
+
+// listing returns the open state file for a paged listing of what, or
+// ErrNotRunning, or an error for a limit that is not positive.
+func (r *Runtime) listing(what string, limit int) (*snapshot.Store, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("runtime: %s: limit must be > 0, got %d", what, limit)
+	}
+	return r.openStore()
+}

@@ -122,12 +122,9 @@ func deadLetterOf(e snapshot.Entry) DeadLetter {
 // when there is none). It reads the state file and needs a running
 // runtime; it does not wait for handlers.
 func (r *Runtime) DeadLetters(class string, after Cursor, limit int) ([]DeadLetter, Cursor, error) {
-	st, err := r.openStore()
+	st, err := r.listing("dead letters", limit)
 	if err != nil {
 		return nil, "", err
-	}
-	if limit <= 0 {
-		return nil, "", fmt.Errorf("runtime: dead letters: limit must be > 0, got %d", limit)
 	}
 	from, err := after.deadKey()
 	if err != nil {

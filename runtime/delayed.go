@@ -108,12 +108,9 @@ type DelayedMessage struct {
 // cursor of the next page (zero when this page is the last). It reads the
 // state file and needs a running runtime.
 func (r *Runtime) Delayed(after Cursor, limit int) ([]DelayedMessage, Cursor, error) {
-	st, err := r.openStore()
+	st, err := r.listing("delayed messages", limit)
 	if err != nil {
 		return nil, "", err
-	}
-	if limit <= 0 {
-		return nil, "", fmt.Errorf("runtime: delayed messages: limit must be > 0, got %d", limit)
 	}
 	from, err := after.delayedKey()
 	if err != nil {
