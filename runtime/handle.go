@@ -21,13 +21,11 @@ func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 			if at, ok, err := deliverAt(&it.msg); err != nil {
 				return err // permanent: a dead letter
 			} else if ok && at.After(time.Now()) && r.deferDelivery(c, it, at) {
-				return errDiverted
+				return r.diverted(ctx, it)
 			}
 		}
-		if c.cfg.Ordered {
-			if run, err := r.gate(c, it); !run {
-				return err
-			}
+		if c.cfg.Ordered && !r.gate(c, it) {
+			return r.diverted(ctx, it)
 		}
 		if c.cfg.Timeout > 0 {
 			var cancel context.CancelFunc
@@ -44,6 +42,18 @@ func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 		r.metrics.observeHandler(c.index, d)
 		return err
 	}
+}
+
+// diverted marks an item the handler wrapper did not run because it is
+// saved elsewhere (parked, or delayed by its header) and settled: the
+// pool reports it as interrupted when the hard stop's cancel came first,
+// and the stop must then neither save nor count it.
+func (r *Runtime) diverted(ctx context.Context, it *item) error {
+	it.diverted.Store(true)
+	if r.testHookDiverted != nil {
+		r.testHookDiverted(ctx)
+	}
+	return errDiverted
 }
 
 // retry is every pool's RetryFunc: it counts the failed attempt and

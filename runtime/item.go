@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/handoff-go/handoff"
@@ -30,6 +31,9 @@ type item struct {
 	// failed, or parked again. It belongs to release relGen of its key.
 	release *sync.WaitGroup
 	relGen  uint64
+	// diverted is set when the handler wrapper saved the message
+	// elsewhere instead of running it; see Runtime.diverted.
+	diverted atomic.Bool
 }
 
 func itemKey(it *item) string { return string(it.msg.Key) }

@@ -34,38 +34,38 @@ type parking struct {
 	keys map[string]*keyState
 }
 
-// gate decides whether an ordered class's message may run now. When it may
-// not, the message is parked (or, when it is a parked one whose key got
-// blocked again, left where it is) and gate returns errDiverted.
-func (r *Runtime) gate(c *class, it *item) (run bool, err error) {
+// gate reports whether an ordered class's message may run now. When it
+// may not, the message is parked (or, when it is a parked one whose key
+// got blocked again, left where it is).
+func (r *Runtime) gate(c *class, it *item) bool {
 	p := c.parking
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := p.keys[string(it.msg.Key)]
 	switch {
 	case st == nil:
-		return true, nil
+		return true
 	case st.blocker != "":
 		if it.msg.ID == st.blocker {
-			return true, nil // the blocker's own redelivery or requeue
+			return true // the blocker's own redelivery or requeue
 		}
 	case st.releasing:
 		if it.src == fromParked && it.relGen == st.release {
-			return true, nil // pushed by the key's current release
+			return true // pushed by the key's current release
 		}
 	}
 	if it.src == fromParked {
 		// Still parked, in its place: the key was blocked again, or a
 		// newer release pushes it.
-		return false, errDiverted
+		return false
 	}
 	rec := it.record(reasonParked, nil, time.Now())
 	if !r.moveNow(it, "park message", func(tx *snapshot.Tx) error { return tx.Park(c.cfg.Name, it.msg.Key, rec) }) {
-		return true, nil // could not park: run it rather than lose its place
+		return true // could not park: run it rather than lose its place
 	}
 	r.inc(c, outParked)
 	r.log.Debug("message parked behind its key's blocker", "class", c.cfg.Name, "id", it.msg.ID, "blocker", st.blocker)
-	return false, errDiverted
+	return false
 }
 
 // block makes it the blocker of its key: a dead letter or a message that

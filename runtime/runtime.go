@@ -60,6 +60,9 @@ type Runtime struct {
 	// beforeSnapshot, when set by a test, runs just before the stop's
 	// snapshot transaction.
 	beforeSnapshot func(*snapshot.Store)
+	// testHookDiverted, when set by a test, runs in the handler wrapper
+	// after it saved a message elsewhere, before it returns.
+	testHookDiverted func(ctx context.Context)
 }
 
 // lifecycle is a Runtime's start and stop signalling.

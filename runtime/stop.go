@@ -121,6 +121,7 @@ func (s *runState) hardStop(grace time.Duration, cause error) []any {
 	}
 	stops.Wait()
 	for i, res := range results {
+		res.Interrupted = r.dropDiverted(res.Interrupted)
 		rep.Unstarted += len(res.Unstarted)
 		rep.Interrupted += len(res.Interrupted)
 		rep.Waiting += len(res.Waiting)
@@ -151,6 +152,22 @@ func (s *runState) keep(its []*item, reason string) {
 		s.r.leftPool(it)
 		s.left = append(s.left, leftover{it, reason})
 	}
+}
+
+// dropDiverted returns the items of its that are not diverted: a message
+// the handler wrapper parked or delayed just as the hard stop cancelled
+// it comes back as interrupted, but it is saved elsewhere and settled
+// already, so it is neither saved again nor counted.
+func (r *Runtime) dropDiverted(its []*item) []*item {
+	kept := its[:0]
+	for _, it := range its {
+		if it.diverted.Load() {
+			r.leftPool(it)
+			continue
+		}
+		kept = append(kept, it)
+	}
+	return kept
 }
 
 // giveBack returns the items of its that did not come from Kafka, and
