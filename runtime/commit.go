@@ -2,9 +2,12 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/segmentio/kafka-go"
 )
 
 // Commits: the keeper goroutine of each generation commits what its
@@ -156,7 +159,7 @@ func (g *generation) commit() error {
 	if len(moved) == 0 {
 		return nil
 	}
-	if err := g.kg.CommitOffsets(offsets); err != nil {
+	if err := g.commitOffsets(offsets); err != nil {
 		return fmt.Errorf("runtime: commit offsets of %d partitions in generation %d: %w", len(moved), g.kg.ID, err)
 	}
 	for i, tr := range moved {
@@ -164,6 +167,68 @@ func (g *generation) commit() error {
 		g.r.metrics.setLag(tr.topic, tr.partition, tr.lag())
 	}
 	return nil
+}
+
+// commitOffsets commits offsets through the generation's connection and,
+// once that has failed, on fresh connections. kafka-go commits through one
+// connection per generation and never reconnects it: after a connection
+// reset every later commit of the generation would fail, its end's commit
+// too, and the next generation would read again everything since the last
+// commit that got through. A fresh commit carries the generation's ID and
+// member ID, so the broker fences it exactly as it fences the generation.
+// Only the keeper calls it.
+func (g *generation) commitOffsets(offsets map[string]map[int]int64) error {
+	if !g.connLost {
+		err := g.kg.CommitOffsets(offsets)
+		if err == nil {
+			return nil
+		}
+		g.connLost = true
+		g.r.log.Warn("commit through the generation's connection failed; committing on fresh connections for the rest of the generation",
+			"generation", g.kg.ID, "err", err)
+	}
+	return g.r.commitFresh(g.kg, offsets)
+}
+
+// commitFresh commits offsets for generation kg through the runtime's own
+// client, which finds the group's coordinator and connects anew as needed.
+func (r *Runtime) commitFresh(kg *kafka.Generation, offsets map[string]map[int]int64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	defer cancel()
+	req := &kafka.OffsetCommitRequest{
+		Addr: r.commits.Addr, GroupID: kg.GroupID, GenerationID: int(kg.ID), MemberID: kg.MemberID,
+		Topics: make(map[string][]kafka.OffsetCommit, len(offsets)),
+	}
+	for topic, parts := range offsets {
+		for p, off := range parts {
+			req.Topics[topic] = append(req.Topics[topic], kafka.OffsetCommit{Partition: p, Offset: off})
+		}
+	}
+	resp, err := r.commits.OffsetCommit(ctx, req)
+	if err != nil {
+		return fmt.Errorf("fresh connection: %w", err)
+	}
+	var errs []error
+	for topic, parts := range resp.Topics {
+		for _, p := range parts {
+			if p.Error != nil {
+				errs = append(errs, fmt.Errorf("fresh connection: %s/%d: %w", topic, p.Partition, p.Error))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// newCommitClient returns the client of commitFresh, with a transport of
+// its own (closed by closeCommitClient).
+func (r *Runtime) newCommitClient() *kafka.Client {
+	return &kafka.Client{Addr: kafka.TCP(r.cfg.Brokers...), Timeout: commitTimeout, Transport: &kafka.Transport{}}
+}
+
+func (r *Runtime) closeCommitClient() {
+	if r.commits != nil {
+		r.commits.Transport.(*kafka.Transport).CloseIdleConnections()
+	}
 }
 
 // finalCommit commits through the current generation, bounded by

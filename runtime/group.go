@@ -27,6 +27,9 @@ type generation struct {
 	// caughtUp is how a fetch loop tells the keeper its partition caught
 	// up with the high watermark; see keep.
 	caughtUp chan struct{}
+	// connLost is set, by the keeper, once a commit through the
+	// generation's connection failed; see commitOffsets.
+	connLost bool
 }
 
 // consume joins generation after generation until fetchCtx ends.

@@ -172,6 +172,7 @@ func (s *runState) join(fetchCtx context.Context) {
 		return
 	}
 	s.cg = cg
+	r.commits = r.newCommitClient()
 	s.consumer.Go(func() { r.consume(fetchCtx, cg) })
 }
 

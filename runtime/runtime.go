@@ -51,6 +51,7 @@ type Runtime struct {
 	closing sync.WaitGroup
 	revoked atomic.Int64 // messages given back at rebalances
 	dlq     *kafka.Writer
+	commits *kafka.Client // for commits on a fresh connection; see commitFresh
 
 	stats counters // outcomes of no configured class; see total
 	// items recycles the items of fetched Kafka messages: one allocation

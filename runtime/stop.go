@@ -277,6 +277,7 @@ func (s *runState) leave() []any {
 			r.log.Warn("leaving the group did not finish in time; the broker will expire the session", "phase", "leave", "waited", leaveTimeout)
 		}
 	}
+	r.closeCommitClient()
 	r.closeDLQ()
 	r.storeOpen.Store(false)
 	if err := r.store.Close(); err != nil {
