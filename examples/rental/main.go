@@ -17,6 +17,7 @@
 //	-state PATH                     bbolt state file (default rental.db)
 //	-drain-timeout DURATION         bounded drain at stop (default 30s)
 //	-work DURATION                  simulated work per message (default 0)
+//	-work-jitter DURATION           each message's work drawn uniformly from [work-D, work+D], clamped at 0 (default 0)
 //	-effects PATH                   append "<topic> <partition> <offset> <key>" per handled message
 //	-fail-rate FRACTION             fraction of handler attempts that fail recoverably (default 0)
 //	-admin ADDR                     serve the admin endpoints and dashboard on ADDR (no host: 127.0.0.1); off by default
@@ -56,6 +57,7 @@ func run(args []string) int {
 	state := fs.String("state", "rental.db", "bbolt state file")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "how long the stop drains the pools")
 	work := fs.Duration("work", 0, "simulated work per message")
+	workJitter := fs.Duration("work-jitter", 0, "spread of the simulated work: each message's is drawn uniformly from [work-D, work+D], clamped at 0")
 	effects := fs.String("effects", "", "append one line \"<topic> <partition> <offset> <key>\" per handled message")
 	failRate := fs.Float64("fail-rate", 0, "fraction of handler attempts that fail recoverably (retried, then dead-lettered)")
 	adminAddr := fs.String("admin", "", "serve the admin endpoints and dashboard on `ADDR` (host:port; no host means 127.0.0.1); off when empty")
@@ -79,20 +81,21 @@ func run(args []string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return serve(log, serviceConfig{
 		brokers: strings.Split(*brokers, ","), group: *group, state: *state,
-		drain: *drain, work: *work, effects: *effects, failRate: *failRate,
+		drain: *drain, work: *work, workJitter: *workJitter, effects: *effects, failRate: *failRate,
 		admin: *adminAddr, adminToken: *adminToken,
 		stopPolicy: stopPolicy.p,
 	})
 }
 
 type serviceConfig struct {
-	brokers  []string
-	group    string
-	state    string
-	drain    time.Duration
-	work     time.Duration
-	effects  string
-	failRate float64
+	brokers    []string
+	group      string
+	state      string
+	drain      time.Duration
+	work       time.Duration
+	workJitter time.Duration
+	effects    string
+	failRate   float64
 	// admin is the admin server's address; empty means none.
 	admin      string
 	adminToken string
@@ -103,7 +106,7 @@ type serviceConfig struct {
 // serve runs the service until a signal and prints the stop report as
 // one JSON line on stdout.
 func serve(log *slog.Logger, sc serviceConfig) int {
-	h, err := rental.New(rental.Options{Work: sc.work, EffectsPath: sc.effects, FailRate: sc.failRate})
+	h, err := rental.New(rental.Options{Work: sc.work, WorkJitter: sc.workJitter, EffectsPath: sc.effects, FailRate: sc.failRate})
 	if err != nil {
 		log.Error("bad options", "err", err)
 		return 2

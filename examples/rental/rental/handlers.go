@@ -32,6 +32,11 @@ func Topics() []string { return []string{TopicOrders, TopicUsers, TopicHeartbeat
 type Options struct {
 	// Work is the simulated work per message; it honours the stop.
 	Work time.Duration
+	// WorkJitter spreads the work: each attempt's is drawn uniformly from
+	// [Work-WorkJitter, Work+WorkJitter], clamped at 0, so completions
+	// overtake each other as real handlers' do. Zero means every attempt
+	// takes exactly Work; negative is an error.
+	WorkJitter time.Duration
 	// EffectsPath, if set, is a file that gets one line
 	// "<topic> <partition> <offset> <key>" per handled message, each with
 	// a single write.
@@ -56,6 +61,7 @@ var ErrPoison = errors.New("rental: poison message")
 // effects file and the demo's hook.
 type Service struct {
 	work     time.Duration
+	jitter   time.Duration
 	effects  *os.File
 	onDone   func(m *handoff.Message)
 	failRate float64
@@ -70,7 +76,10 @@ func New(opts Options) (*Service, error) {
 	if opts.FailRate < 0 || opts.FailRate > 1 {
 		return nil, fmt.Errorf("rental: fail rate must be in [0, 1], got %v", opts.FailRate)
 	}
-	h := &Service{work: opts.Work, onDone: opts.OnDone, failRate: opts.FailRate}
+	if opts.WorkJitter < 0 {
+		return nil, fmt.Errorf("rental: work jitter must not be negative, got %s", opts.WorkJitter)
+	}
+	h := &Service{work: opts.Work, jitter: opts.WorkJitter, onDone: opts.OnDone, failRate: opts.FailRate}
 	if opts.EffectsPath != "" {
 		f, err := os.OpenFile(opts.EffectsPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 		if err != nil {
@@ -106,11 +115,19 @@ func (h *Service) Classes() []runtime.Class {
 	}
 }
 
+// workTime is one attempt's simulated work: Work, spread by WorkJitter.
+func (h *Service) workTime() time.Duration {
+	if h.jitter == 0 {
+		return h.work
+	}
+	return max(h.work-h.jitter+time.Duration(rand.Int64N(int64(2*h.jitter)+1)), 0)
+}
+
 // handle simulates the work, honouring the stop, then records the effect
 // with a single write.
 func (h *Service) handle(ctx context.Context, m *handoff.Message) error {
-	if h.work > 0 {
-		t := time.NewTimer(h.work)
+	if d := h.workTime(); d > 0 {
+		t := time.NewTimer(d)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
