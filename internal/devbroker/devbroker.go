@@ -3,6 +3,10 @@
 // github.com/twmb/franz-go/pkg/kfake, which speaks the real Kafka wire
 // protocol, so kafka-go (and kcat) talk to it as to a real cluster.
 //
+// Unlike bare kfake, it expires a group member that stays silent past its
+// session timeout, as Kafka does, even when the member's connection closed
+// while its JoinGroup was parked; see [Config.DisableSessionExpiry].
+//
 // It also has the few client-side helpers tests and the demo share:
 // producing records and reading a group's committed offsets with kafka-go.
 package devbroker
@@ -11,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"time"
@@ -28,12 +33,28 @@ type Config struct {
 	// Addr is the listen address, "127.0.0.1:9092" say. Empty means a
 	// free loopback port.
 	Addr string
+	// DisableSessionExpiry leaves the session timeouts of classic group
+	// members to kfake alone. kfake arms a member's session timer only
+	// if it hands the member's JoinGroup response to the connection; when
+	// the connection closed while the join was parked, it does so about
+	// half the time, and otherwise never expires the member: the member
+	// keeps the partitions the leader gave it and nobody consumes them
+	// again. Kafka expires it after its session timeout and rebalances,
+	// and so does this broker by default: it watches group requests and
+	// sends a LeaveGroup for a member that stays silent past its session
+	// timeout while its group is stable. Zero (false) means expiry is on;
+	// turn it off only to reproduce kfake's own behaviour.
+	DisableSessionExpiry bool
+	// Logger receives the broker's own events: a silent member expired,
+	// an attempt to expire one failed. Nil means discard.
+	Logger *slog.Logger
 }
 
 // Broker is a running embedded broker. Close stops it.
 type Broker struct {
 	c     *kfake.Cluster
 	addrs []string
+	exp   *expiry // nil when Config.DisableSessionExpiry
 }
 
 // Start starts a single-node broker and creates cfg.Topics.
@@ -72,7 +93,15 @@ func Start(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devbroker: start: %w", err)
 	}
-	return &Broker{c: c, addrs: c.ListenAddrs()}, nil
+	b := &Broker{c: c, addrs: c.ListenAddrs()}
+	if !cfg.DisableSessionExpiry {
+		log := cfg.Logger
+		if log == nil {
+			log = slog.New(slog.DiscardHandler)
+		}
+		b.exp = startExpiry(c, b.addrs[0], log)
+	}
+	return b, nil
 }
 
 // Addrs returns the broker's listen addresses, host:port.
@@ -81,10 +110,19 @@ func (b *Broker) Addrs() []string { return append([]string(nil), b.addrs...) }
 // Addr returns the first listen address.
 func (b *Broker) Addr() string { return b.addrs[0] }
 
-// Close stops the broker. It is safe to call more than once.
-func (b *Broker) Close() { b.c.Close() }
+// Close stops the broker, after the session expiry. It is safe to call more
+// than once.
+func (b *Broker) Close() {
+	if b.exp != nil {
+		b.exp.close()
+	}
+	b.c.Close()
+}
 
-// Cluster exposes the underlying kfake cluster for fault injection.
+// Cluster exposes the underlying kfake cluster for fault injection. Stop
+// the broker with [Broker.Close], not the cluster's Close: the session
+// expiry reads the cluster's groups and would wait for a closed cluster
+// forever.
 func (b *Broker) Cluster() *kfake.Cluster { return b.c }
 
 // NewWriter returns a kafka-go writer for the broker that waits for the
