@@ -61,7 +61,9 @@ func (r *Runtime) DeadLetters(class string, after uint64, limit int) ([]DeadLett
 	if limit <= 0 {
 		return nil, 0, fmt.Errorf("runtime: dead letters: limit must be > 0, got %d", limit)
 	}
-	entries, next, err := st.DeadPage(class, after, limit)
+	var entries []snapshot.Entry
+	var next uint64
+	err = st.View(func(tx *snapshot.Tx) (err error) { entries, next, err = tx.DeadPage(class, after, limit); return err })
 	if err != nil {
 		return nil, 0, fmt.Errorf("runtime: dead letters: %w", err)
 	}
@@ -78,7 +80,9 @@ func (r *Runtime) GetDeadLetter(key uint64) (DeadLetter, error) {
 	if err != nil {
 		return DeadLetter{}, err
 	}
-	rec, ok, err := st.GetDead(key)
+	var rec snapshot.Record
+	var ok bool
+	err = st.View(func(tx *snapshot.Tx) (err error) { rec, ok, err = tx.GetDead(key); return err })
 	if err != nil {
 		return DeadLetter{}, fmt.Errorf("runtime: dead letter %d: %w", key, err)
 	}
@@ -139,7 +143,7 @@ func (r *Runtime) Discard(key uint64) error {
 	if busy {
 		return fmt.Errorf("%w: dead letter %d", ErrRequeued, key)
 	}
-	if err := r.store.DeleteDead(key); err != nil {
+	if err := r.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(key) }); err != nil {
 		return fmt.Errorf("runtime: discard dead letter %d: %w", key, err)
 	}
 	c := r.classes[dl.Message.Class]
@@ -161,7 +165,16 @@ func (r *Runtime) ParkedKeys() ([]ParkedKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	return st.ParkedKeys()
+	var keys []ParkedKey
+	var bad []*snapshot.DecodeError
+	err = st.View(func(tx *snapshot.Tx) (err error) { keys, bad, err = tx.ParkedKeys(); return err })
+	if err == nil && len(bad) > 0 {
+		err = st.Update(func(tx *snapshot.Tx) error { return tx.Quarantine(bad...) })
+	}
+	if err != nil {
+		return nil, err
+	}
+	return keys, nil
 }
 
 // DelayedMessage is a message waiting in the state file for its due time.
@@ -174,7 +187,9 @@ func (r *Runtime) Delayed(after snapshot.DelayedKey, limit int) ([]DelayedMessag
 	if err != nil {
 		return nil, err
 	}
-	return st.ListDelayed(after, limit)
+	var page []DelayedMessage
+	err = st.View(func(tx *snapshot.Tx) (err error) { page, err = tx.ListDelayed(after, limit); return err })
+	return page, err
 }
 
 // Schedule hands m to class's pool at the time at. Until then it waits in
@@ -189,7 +204,11 @@ func (r *Runtime) Schedule(ctx context.Context, class string, m *handoff.Message
 	if !at.After(time.Now()) {
 		return r.Submit(ctx, class, m)
 	}
-	added, err := r.store.SaveDelayed(snapshot.Delayed{Due: at, Record: snapshot.Record{Message: msg, Reason: reasonScheduled, SavedAt: time.Now()}})
+	var added []bool
+	err = r.store.Batch(func(tx *snapshot.Tx) (err error) {
+		added, err = tx.SaveDelayed(snapshot.Delayed{Due: at, Record: snapshot.Record{Message: msg, Reason: reasonScheduled, SavedAt: time.Now()}})
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("runtime: schedule %s to class %q: %w", m.ID, class, err)
 	}

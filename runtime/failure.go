@@ -141,9 +141,9 @@ func (r *Runtime) done(c *class, it *item) {
 		r.delDone.delayed = append(r.delDone.delayed, it.delayedKey)
 		r.delMu.Unlock()
 	case fromParked:
-		r.logStoreErr("delete done parked message", it, r.store.DeleteParked(it.parkedKey))
+		r.logStoreErr("delete done parked message", it, r.store.Batch(func(tx *snapshot.Tx) error { return tx.DeleteParked(it.parkedKey) }))
 	case fromDead:
-		r.logStoreErr("delete requeued dead letter", it, r.store.DeleteDead(it.key))
+		r.logStoreErr("delete requeued dead letter", it, r.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(it.key) }))
 		r.inc(c, outRequeuedDone)
 	}
 	if c.cfg.Ordered {

@@ -130,7 +130,12 @@ func (r *Runtime) release(ctx context.Context, c *class, key []byte, n uint64) {
 		if !p.current(key, n) {
 			return // blocked again, or a newer release took over
 		}
-		entries, err := r.store.Parked(c.cfg.Name, key)
+		var entries []snapshot.ParkedEntry
+		var bad []*snapshot.DecodeError
+		err := r.store.View(func(tx *snapshot.Tx) (err error) { entries, bad, err = tx.Parked(c.cfg.Name, key); return err })
+		if err == nil && len(bad) > 0 {
+			err = r.store.Update(func(tx *snapshot.Tx) error { return tx.Quarantine(bad...) })
+		}
 		if err != nil {
 			r.log.Error("parked messages not read; the key stays parked until the next start", "class", c.cfg.Name, "err", err)
 			return
@@ -138,7 +143,10 @@ func (r *Runtime) release(ctx context.Context, c *class, key []byte, n uint64) {
 		if len(entries) == 0 {
 			p.mu.Lock()
 			// Parking writes hold mu, so a second look under it is final.
-			entries, err = r.store.Parked(c.cfg.Name, key)
+			err = r.store.View(func(tx *snapshot.Tx) (err error) { entries, bad, err = tx.Parked(c.cfg.Name, key); return err })
+			if err == nil && len(bad) > 0 {
+				err = r.store.Update(func(tx *snapshot.Tx) error { return tx.Quarantine(bad...) })
+			}
 			if err == nil && len(entries) == 0 {
 				if st := p.keys[string(key)]; st != nil && st.releasing && st.release == n {
 					delete(p.keys, string(key))

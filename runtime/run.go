@@ -145,7 +145,9 @@ func (r *Runtime) Run(ctx context.Context) (*Report, error) {
 // and refuses a file of another group. A file of another instance of the
 // same group is taken over with a warning.
 func (r *Runtime) checkIdentity(store *snapshot.Store) error {
-	group, ok, err := store.Meta(snapshot.MetaGroup)
+	var group []byte
+	var ok bool
+	err := store.View(func(tx *snapshot.Tx) (err error) { group, ok, err = tx.Meta(snapshot.MetaGroup); return err })
 	if err != nil {
 		return fmt.Errorf("runtime: check state file identity: %w", err)
 	}
@@ -153,11 +155,12 @@ func (r *Runtime) checkIdentity(store *snapshot.Store) error {
 	case ok && r.cfg.Group != "" && string(group) != r.cfg.Group:
 		return fmt.Errorf("%w: %s belongs to group %q, configured group is %q", ErrOtherGroup, store.Path(), group, r.cfg.Group)
 	case !ok && r.cfg.Group != "":
-		if err := store.PutMeta(snapshot.MetaGroup, []byte(r.cfg.Group)); err != nil {
+		if err := store.Update(func(tx *snapshot.Tx) error { return tx.PutMeta(snapshot.MetaGroup, []byte(r.cfg.Group)) }); err != nil {
 			return fmt.Errorf("runtime: record group in state file: %w", err)
 		}
 	}
-	inst, ok, err := store.Meta(snapshot.MetaInstance)
+	var inst []byte
+	err = store.View(func(tx *snapshot.Tx) (err error) { inst, ok, err = tx.Meta(snapshot.MetaInstance); return err })
 	if err != nil {
 		return fmt.Errorf("runtime: check state file identity: %w", err)
 	}
@@ -168,7 +171,7 @@ func (r *Runtime) checkIdentity(store *snapshot.Store) error {
 		r.log.Warn("state file was written by another instance of the group; taking it over", "path", store.Path(),
 			"group", r.cfg.Group, "previous_instance", string(inst), "instance", r.cfg.Instance)
 	}
-	if err := store.PutMeta(snapshot.MetaInstance, []byte(r.cfg.Instance)); err != nil {
+	if err := store.Update(func(tx *snapshot.Tx) error { return tx.PutMeta(snapshot.MetaInstance, []byte(r.cfg.Instance)) }); err != nil {
 		return fmt.Errorf("runtime: record instance in state file: %w", err)
 	}
 	return nil
@@ -281,7 +284,12 @@ func (r *Runtime) orphan(rec snapshot.Record, del func(tx *snapshot.Tx) error) b
 // letters, and those whose class is no longer ordered to pending, where the
 // recovery re-pushes them.
 func (r *Runtime) unparkStrays() error {
-	parked, err := r.store.ParkedKeys()
+	var parked []snapshot.ParkedCount
+	var bad []*snapshot.DecodeError
+	err := r.store.View(func(tx *snapshot.Tx) (err error) { parked, bad, err = tx.ParkedKeys(); return err })
+	if err == nil && len(bad) > 0 {
+		err = r.store.Update(func(tx *snapshot.Tx) error { return tx.Quarantine(bad...) })
+	}
 	if err != nil {
 		return err
 	}
@@ -290,7 +298,11 @@ func (r *Runtime) unparkStrays() error {
 		if c != nil && c.cfg.Ordered {
 			continue
 		}
-		entries, err := r.store.Parked(pk.Class, pk.Key)
+		var entries []snapshot.ParkedEntry
+		err := r.store.View(func(tx *snapshot.Tx) (err error) { entries, bad, err = tx.Parked(pk.Class, pk.Key); return err })
+		if err == nil && len(bad) > 0 {
+			err = r.store.Update(func(tx *snapshot.Tx) error { return tx.Quarantine(bad...) })
+		}
 		if err != nil {
 			return err
 		}
@@ -345,7 +357,9 @@ func (r *Runtime) restoreKeys(rep *Report) error {
 		r.block(c, &item{msg: rec.Message})
 	}
 	for after := uint64(0); ; {
-		page, next, err := r.store.DeadPage("", after, 1000)
+		var page []snapshot.Entry
+		var next uint64
+		err := r.store.View(func(tx *snapshot.Tx) (err error) { page, next, err = tx.DeadPage("", after, 1000); return err })
 		if err != nil {
 			return err
 		}
@@ -359,7 +373,8 @@ func (r *Runtime) restoreKeys(rep *Report) error {
 	}
 	var after snapshot.DelayedKey
 	for {
-		page, err := r.store.ListDelayed(after, 1000)
+		var page []snapshot.DelayedEntry
+		err := r.store.View(func(tx *snapshot.Tx) (err error) { page, err = tx.ListDelayed(after, 1000); return err })
 		if err != nil {
 			return err
 		}
@@ -373,7 +388,12 @@ func (r *Runtime) restoreKeys(rep *Report) error {
 		}
 		after = page[len(page)-1].Key
 	}
-	parked, err := r.store.ParkedKeys()
+	var parked []snapshot.ParkedCount
+	var bad []*snapshot.DecodeError
+	err := r.store.View(func(tx *snapshot.Tx) (err error) { parked, bad, err = tx.ParkedKeys(); return err })
+	if err == nil && len(bad) > 0 {
+		err = r.store.Update(func(tx *snapshot.Tx) error { return tx.Quarantine(bad...) })
+	}
 	if err != nil {
 		return err
 	}

@@ -19,20 +19,21 @@ var (
 
 	// ErrNotFound is returned, wrapped with the bucket and key, by
 	// [Tx.PutPending], [Tx.PutDead], [Tx.PutDelayed], [Tx.PutParked] and
-	// [Store.RequeueDead] when the record they should change is not there
+	// [Tx.RequeueDead] when the record they should change is not there
 	// (deleted meanwhile, or never saved).
 	ErrNotFound = errors.New("snapshot: record not found")
 
-	// ErrNoID is returned, wrapped, by [Store.SaveDelayed] and
-	// [Tx.SaveDelayed] for a message with an empty ID: a delayed record
-	// is keyed and deduplicated by its ID.
+	// ErrNoID is returned, wrapped, by [Tx.SaveDelayed] for a message
+	// with an empty ID: a delayed record is keyed and deduplicated by its
+	// ID.
 	ErrNoID = errors.New("snapshot: message has no ID")
 )
 
 // DecodeError names the bucket and key of a stored record that failed to
-// decode. [Store.LoadPending], [Store.Dead] and the other readers report
-// one per bad record instead of failing the whole read. It wraps the
-// decode error, so errors.Is(err, [ErrCorrupt]) holds.
+// decode. [Tx.LoadPending], [Tx.DeadPage] and the other readers report
+// one per bad record instead of failing the whole read; [Tx.Quarantine]
+// takes those of the delivery path. It wraps the decode error, so
+// errors.Is(err, [ErrCorrupt]) holds.
 type DecodeError struct {
 	// Bucket is the bucket the record was read from, e.g. [BucketPending].
 	Bucket string

@@ -37,7 +37,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		// The in-place decoder of ScanPending agrees, interned strings or not.
 		owned, ownedErr := decodeOwned(bytes.Clone(b), in)
 		if fmt.Sprint(err) != fmt.Sprint(ownedErr) || !reflect.DeepEqual(r, owned) {
-			t.Fatalf("decodeOwned disagrees with DecodeRecord\nDecodeRecord: %#v, %v\ndecodeOwned:  %#v, %v", r, err, owned, ownedErr)
+			t.Fatalf("decodeOwned disagrees with DecodeRecord\ndecodeRecord: %#v, %v\ndecodeOwned:  %#v, %v", r, err, owned, ownedErr)
 		}
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -21,7 +20,7 @@ const (
 	// BucketDead holds dead letters.
 	BucketDead = "dead"
 	// BucketQuarantine holds stored values that failed to decode, moved
-	// there by [Store.LoadPending].
+	// there by [Tx.Quarantine] and [Store.ScanPending].
 	BucketQuarantine = "quarantine"
 	// BucketDelayed holds messages to deliver later, under keys of their
 	// due time and ID (see [DelayedKey]).
@@ -75,8 +74,6 @@ type Options struct {
 type Store struct {
 	db   *bolt.DB
 	path string
-
-	delayedReads atomic.Uint64
 
 	// group is the group commit of Batch.
 	group groupCommit
@@ -155,23 +152,17 @@ func (s *Store) Close() error {
 
 // Counts returns the number of records in each bucket that holds them:
 // [BucketPending], [BucketDead], [BucketQuarantine], [BucketDelayed] and
-// [BucketParked], read in one transaction. It reads keys only, so
-// records that would fail to decode are counted too.
-func (s *Store) Counts() (map[string]int, error) {
+// [BucketParked]. It reads keys only, so records that would fail to
+// decode are counted too.
+func (tx *Tx) Counts() (map[string]int, error) {
 	names := []string{BucketPending, BucketDead, BucketQuarantine, BucketDelayed, BucketParked}
 	out := make(map[string]int, len(names))
-	err := s.view(func(tx *Tx) error {
-		for _, name := range names {
-			n, err := tx.count(name)
-			if err != nil {
-				return err
-			}
-			out[name] = n
+	for _, name := range names {
+		n, err := tx.count(name)
+		if err != nil {
+			return nil, tx.errorf(err, "count records")
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: count records in %s: %w", s.path, err)
+		out[name] = n
 	}
 	return out, nil
 }
