@@ -149,21 +149,21 @@ func BenchmarkScanPending100k(b *testing.B) {
 
 func BenchmarkEncode(b *testing.B) {
 	r := benchRecordSet(1)[0]
-	buf := AppendRecord(nil, &r)
+	buf := appendRecord(nil, &r)
 	b.SetBytes(int64(len(buf)))
 	b.ReportAllocs()
 	for b.Loop() {
-		buf = AppendRecord(buf[:0], &r)
+		buf = appendRecord(buf[:0], &r)
 	}
 }
 
 func BenchmarkDecode(b *testing.B) {
 	r := benchRecordSet(1)[0]
-	buf := AppendRecord(nil, &r)
+	buf := appendRecord(nil, &r)
 	b.SetBytes(int64(len(buf)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := DecodeRecord(buf); err != nil {
+		if _, err := decodeRecord(buf); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -51,7 +51,7 @@ func (tx *Tx) replace(name string, k []byte, keyText string, rec *Record) error 
 	if len(k) == 0 || b.Get(k) == nil {
 		return fmt.Errorf("%w: %s/%s in %s", ErrNotFound, name, keyText, tx.s.path)
 	}
-	if err := b.Put(k, AppendRecord(nil, rec)); err != nil {
+	if err := b.Put(k, appendRecord(nil, rec)); err != nil {
 		return tx.errorf(err, "replace %s/%s", name, keyText)
 	}
 	return nil
@@ -172,14 +172,14 @@ func (tx *Tx) requeueDead(keys []uint64, now time.Time) ([]uint64, error) {
 			return nil, fmt.Errorf("%w: %s/%016x", ErrNotFound, BucketDead, key)
 		}
 		seen[key] = true
-		r, err := DecodeRecord(v)
+		r, err := decodeRecord(v)
 		if err != nil {
 			return nil, &DecodeError{Bucket: BucketDead, Key: k, Err: err}
 		}
 		r.Message.Attempt, r.Redeliveries, r.FirstFailed = 0, 0, time.Time{}
 		r.Reason = ReasonRequeued
 		r.SavedAt = now
-		vals[i] = AppendRecord(nil, &r)
+		vals[i] = appendRecord(nil, &r)
 	}
 	for _, key := range keys {
 		if err := dead.Delete(seqKey(key)); err != nil {

@@ -136,7 +136,7 @@ func (tx *Tx) saveDelayed(items []Delayed, vals [][]byte) ([]bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	ids, err := tx.bucket(BucketDelayedIDs)
+	ids, err := tx.bucket(bucketDelayedIDs)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +154,7 @@ func (tx *Tx) saveDelayed(items []Delayed, vals [][]byte) ([]bool, error) {
 		}
 		keys[i] = delayedKey(items[i].Due, id(i))
 		if err := ids.Put([]byte(id(i)), keys[i]); err != nil {
-			return nil, fmt.Errorf("put %s/%x: %w", BucketDelayedIDs, id(i), err)
+			return nil, fmt.Errorf("put %s/%x: %w", bucketDelayedIDs, id(i), err)
 		}
 		saved[i] = true
 	}
@@ -279,7 +279,7 @@ func (tx *Tx) unindexDelayed(k []byte) error {
 	if err != nil {
 		return nil // no ID: nothing indexed
 	}
-	ids, err := tx.bucket(BucketDelayedIDs)
+	ids, err := tx.bucket(bucketDelayedIDs)
 	if err != nil {
 		return err
 	}
@@ -287,7 +287,7 @@ func (tx *Tx) unindexDelayed(k []byte) error {
 		return nil
 	}
 	if err := ids.Delete(id); err != nil {
-		return fmt.Errorf("delete %s/%x: %w", BucketDelayedIDs, id, err)
+		return fmt.Errorf("delete %s/%x: %w", bucketDelayedIDs, id, err)
 	}
 	return nil
 }
@@ -301,7 +301,7 @@ func decodeDelayed(k, v []byte) (DelayedEntry, *DecodeError) {
 	if v == nil {
 		err = fmt.Errorf("%w: nested bucket where a record belongs", ErrCorrupt)
 	} else if _, err = splitDelayedKey(k); err == nil {
-		r, err = DecodeRecord(v)
+		r, err = decodeRecord(v)
 	}
 	if err != nil {
 		return DelayedEntry{}, &DecodeError{Bucket: BucketDelayed, Key: slices.Clone(k), Err: err}

@@ -387,7 +387,7 @@ func TestDeleteDelayed(t *testing.T) {
 	// The index follows the bucket: only b is indexed.
 	var indexed []string
 	err = ts.View(func(tx *Tx) error {
-		b, err := tx.bucket(BucketDelayedIDs)
+		b, err := tx.bucket(bucketDelayedIDs)
 		if err != nil {
 			return err
 		}
@@ -422,10 +422,10 @@ func TestDueDelayedQuarantinesCorrupt(t *testing.T) {
 		if err := tx.Bucket([]byte(BucketDelayed)).Put(badKey, []byte{1, 2, 3}); err != nil {
 			return err
 		}
-		if err := tx.Bucket([]byte(BucketDelayed)).Put(noID, AppendRecord(nil, &Record{})); err != nil {
+		if err := tx.Bucket([]byte(BucketDelayed)).Put(noID, appendRecord(nil, &Record{})); err != nil {
 			return err
 		}
-		return tx.Bucket([]byte(BucketDelayedIDs)).Put([]byte("b"), badKey)
+		return tx.Bucket([]byte(bucketDelayedIDs)).Put([]byte("b"), badKey)
 	})
 	_, err := ts.listDelayed(nil, 0)
 	var de *DecodeError

@@ -81,9 +81,8 @@
 //
 // # Record format
 //
-// A record (a [Record] in the pending, dead, delayed or parked bucket)
-// is written by [AppendRecord] and read by [DecodeRecord]. Its fields
-// follow one another with no padding:
+// A record (a [Record] in the pending, dead, delayed or parked bucket) is
+// encoded as its fields, one after another with no padding:
 //
 //	version      1 byte, 1
 //	id           string   Message.ID
@@ -140,9 +139,25 @@
 //
 // The decoders of records, quarantine entries and parked keys, checked by
 // FuzzDecodeRecord, FuzzDecodeQuarantined and FuzzParkedKey: they never
-// panic on any input; every failure of DecodeRecord and of the parked
-// key decoder wraps [ErrCorrupt]; what they return shares no memory with
+// panic on any input; every failure of the record and parked key
+// decoders wraps [ErrCorrupt]; what they return shares no memory with
 // their input (bbolt memory is only valid inside its transaction); and
 // what decodes encodes back to bytes that decode to an equal value (for
 // a parked key, to the very same bytes).
+//
+// # Who knows the format
+//
+// Only this package. Its encoders and decoders are unexported rather
+// than moved to an internal package: nothing else in the module needs
+// them (the CLI reads and changes a state file through [Open] and [Tx],
+// as the runtime does), and an internal codec package would need
+// [Record], the API's value type. It could not import Record from
+// snapshot, which would import the codec back (a cycle), and Record
+// cannot move to internal/, where users could not name it. The names of
+// the buckets that hold records stay exported because the API names
+// them: they are the keys of [Tx.Counts] and the Bucket of a
+// [DecodeError] or a [Quarantined] entry, and the CLI prints them. The
+// ID index and meta buckets hold no records and are unexported.
+// [MetaGroup] and [MetaInstance] stay exported: the runtime owns what
+// they mean and writes them with [Tx.PutMeta].
 package snapshot

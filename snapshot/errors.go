@@ -12,9 +12,9 @@ var (
 	// than [Options.LockTimeout].
 	ErrLocked = errors.New("snapshot: state file in use")
 
-	// ErrCorrupt is returned, wrapped, by [DecodeRecord] when its input is
-	// truncated, has trailing bytes, has an unknown format version or holds
-	// an impossible value. Every [DecodeError] wraps it too.
+	// ErrCorrupt is wrapped by every [DecodeError]: a stored record that
+	// is truncated, has trailing bytes, has an unknown format version,
+	// holds an impossible value or sits under a key of the wrong shape.
 	ErrCorrupt = errors.New("snapshot: corrupt record")
 
 	// ErrNotFound is returned, wrapped with the bucket and key, by

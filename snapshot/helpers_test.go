@@ -137,7 +137,7 @@ func records(n int) []Record {
 	return out
 }
 
-// normalized returns r as DecodeRecord returns it: times in UTC without
+// normalized returns r as decodeRecord returns it: times in UTC without
 // a monotonic reading.
 func normalized(r Record) Record {
 	norm := func(t time.Time) time.Time {

@@ -15,9 +15,9 @@ const (
 // Meta returns a copy of the value under key in the meta bucket, and
 // whether it is there.
 func (tx *Tx) Meta(key string) ([]byte, bool, error) {
-	b, err := tx.bucket(BucketMeta)
+	b, err := tx.bucket(bucketMeta)
 	if err != nil {
-		return nil, false, tx.errorf(err, "read %s/%s", BucketMeta, key)
+		return nil, false, tx.errorf(err, "read %s/%s", bucketMeta, key)
 	}
 	v := b.Get([]byte(key))
 	if v == nil {
@@ -30,11 +30,11 @@ func (tx *Tx) Meta(key string) ([]byte, bool, error) {
 // format version is refused: [Open] owns it.
 func (tx *Tx) PutMeta(key string, value []byte) error {
 	if key == metaFormatKey {
-		return tx.errorf(errors.New("reserved key"), "write %s/%s", BucketMeta, key)
+		return tx.errorf(errors.New("reserved key"), "write %s/%s", bucketMeta, key)
 	}
-	b, err := tx.bucket(BucketMeta)
+	b, err := tx.bucket(bucketMeta)
 	if err == nil {
 		err = b.Put([]byte(key), bytes.Clone(value))
 	}
-	return tx.errorf(err, "write %s/%s", BucketMeta, key)
+	return tx.errorf(err, "write %s/%s", bucketMeta, key)
 }

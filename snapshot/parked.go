@@ -188,7 +188,7 @@ func (tx *Tx) Parked(class string, key []byte) (parked []ParkedEntry, bad []*Dec
 		case len(k) != len(prefix)+8:
 			_, _, _, err = splitParkedKey(k)
 		default:
-			r, err = DecodeRecord(v)
+			r, err = decodeRecord(v)
 		}
 		if err != nil {
 			bad = append(bad, &DecodeError{Bucket: BucketParked, Key: slices.Clone(k), Err: err})
@@ -234,7 +234,7 @@ func (tx *Tx) ParkedKeys() (keys []ParkedCount, bad []*DecodeError, err error) {
 		}
 		pc := &keys[len(keys)-1]
 		if !oldest {
-			r, err := DecodeRecord(v)
+			r, err := decodeRecord(v)
 			if err != nil {
 				bad = append(bad, &DecodeError{Bucket: BucketParked, Key: slices.Clone(k), Err: err})
 				continue

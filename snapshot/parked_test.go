@@ -250,8 +250,8 @@ func TestParkedQuarantinesCorrupt(t *testing.T) {
 		b := tx.Bucket([]byte(BucketParked))
 		for k, v := range map[string][]byte{
 			string(badValue):   {9},
-			string(longTail):   AppendRecord(nil, &Record{}),
-			string(unparsable): AppendRecord(nil, &Record{}),
+			string(longTail):   appendRecord(nil, &Record{}),
+			string(unparsable): appendRecord(nil, &Record{}),
 			string(badFirst):   {},
 		} {
 			if err := b.Put([]byte(k), v); err != nil {

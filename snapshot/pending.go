@@ -130,7 +130,7 @@ func encodeEach(n int, at func(i int) *Record) [][]byte {
 			chunk = make([]byte, 0, max(need, min(chunkSize, need*(n-i))))
 		}
 		start := len(chunk)
-		chunk = AppendRecord(chunk, r)
+		chunk = appendRecord(chunk, r)
 		vals[i] = chunk[start:len(chunk):len(chunk)]
 	}
 	return vals
@@ -165,7 +165,7 @@ func decodeEntry(name string, k, v []byte) (Entry, *DecodeError) {
 	if de := checkShape(name, k, v); de != nil {
 		return Entry{}, de
 	}
-	r, err := DecodeRecord(v)
+	r, err := decodeRecord(v)
 	if err != nil {
 		return Entry{}, &DecodeError{Bucket: name, Key: slices.Clone(k), Err: err}
 	}

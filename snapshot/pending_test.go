@@ -163,7 +163,7 @@ func TestScanPendingQuarantines(t *testing.T) {
 		b := tx.Bucket([]byte(BucketPending))
 		for i := range recs {
 			keys = append(keys, uint64(2*i+1))
-			if err := b.Put(key8(uint64(2*i+1)), AppendRecord(nil, &recs[i])); err != nil {
+			if err := b.Put(key8(uint64(2*i+1)), appendRecord(nil, &recs[i])); err != nil {
 				return err
 			}
 		}
@@ -176,7 +176,7 @@ func TestScanPendingQuarantines(t *testing.T) {
 		if _, err := b.CreateBucket(key8(500)); err != nil {
 			return err
 		}
-		if err := b.Put([]byte("short"), AppendRecord(nil, &recs[0])); err != nil {
+		if err := b.Put([]byte("short"), appendRecord(nil, &recs[0])); err != nil {
 			return err
 		}
 		return b.SetSequence(1000)

@@ -148,7 +148,7 @@ func checkStored(name string, k, v []byte) error {
 			return fmt.Errorf("%w: key is %d bytes, want 8", ErrCorrupt, len(k))
 		}
 	}
-	_, err := DecodeRecord(v)
+	_, err := decodeRecord(v)
 	return err
 }
 
@@ -166,7 +166,7 @@ func appendQuarantined(dst []byte, bucket string, key []byte, errText string, at
 }
 
 // decodeQuarantined decodes a value written by appendQuarantined. Like
-// DecodeRecord it never panics and shares no memory with b.
+// decodeRecord it never panics and shares no memory with b.
 func decodeQuarantined(b []byte) (Quarantined, error) {
 	if len(b) == 0 {
 		return Quarantined{}, fmt.Errorf("snapshot: corrupt quarantine entry: empty")

@@ -12,7 +12,8 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 )
 
-// Bucket names. Open creates all of them.
+// Names of the buckets that hold records. They are the keys of
+// [Tx.Counts] and the Bucket of a [DecodeError] or a [Quarantined] entry.
 const (
 	// BucketPending holds the records saved at shutdown, to be re-pushed
 	// on the next start.
@@ -25,19 +26,22 @@ const (
 	// BucketDelayed holds messages to deliver later, under keys of their
 	// due time and ID (see [DelayedKey]).
 	BucketDelayed = "delayed"
-	// BucketDelayedIDs indexes BucketDelayed by message ID: ID -> key.
-	BucketDelayedIDs = "delayed_ids"
 	// BucketParked holds the messages parked behind a dead letter of
 	// their ordering key (see [ParkedKey]).
 	BucketParked = "parked"
-	// BucketMeta holds facts about the file itself (its format version).
-	BucketMeta = "meta"
+)
+
+// The two buckets that hold no records: the ID index of BucketDelayed
+// (ID -> key) and the facts about the file itself (see [Tx.Meta]).
+const (
+	bucketDelayedIDs = "delayed_ids"
+	bucketMeta       = "meta"
 )
 
 // buckets lists every bucket Open creates.
-var buckets = []string{BucketPending, BucketDead, BucketQuarantine, BucketDelayed, BucketDelayedIDs, BucketParked, BucketMeta}
+var buckets = []string{BucketPending, BucketDead, BucketQuarantine, BucketDelayed, bucketDelayedIDs, BucketParked, bucketMeta}
 
-// metaFormatKey is the key, in BucketMeta, of the file format version.
+// metaFormatKey is the key, in the meta bucket, of the file format version.
 const metaFormatKey = "format"
 
 const (
@@ -112,12 +116,12 @@ func Open(path string, opts Options) (*Store, error) {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
 		}
-		meta := tx.Bucket([]byte(BucketMeta))
+		meta := tx.Bucket([]byte(bucketMeta))
 		switch v := meta.Get([]byte(metaFormatKey)); {
 		case v == nil:
 			return meta.Put([]byte(metaFormatKey), []byte{formatVersion})
 		case len(v) != 1 || v[0] != formatVersion:
-			return fmt.Errorf("unsupported file format %x in bucket %s key %s", v, BucketMeta, metaFormatKey)
+			return fmt.Errorf("unsupported file format %x in bucket %s key %s", v, bucketMeta, metaFormatKey)
 		}
 		return nil
 	})
@@ -251,7 +255,7 @@ func (tx *Tx) getSeq(name string, n uint64) (Record, bool, error) {
 	if v == nil {
 		return Record{}, false, nil
 	}
-	r, err := DecodeRecord(v)
+	r, err := decodeRecord(v)
 	if err != nil {
 		return Record{}, true, &DecodeError{Bucket: name, Key: k, Err: err}
 	}

@@ -294,14 +294,14 @@ func TestLoadPendingQuarantinesCorrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	garbage := []byte("\x01not a record at all")
-	truncated := AppendRecord(nil, &recs[0])
+	truncated := appendRecord(nil, &recs[0])
 	truncated = truncated[:len(truncated)-3]
 	ts.rawUpdate(t, func(tx *bolt.Tx) error {
 		b := tx.Bucket([]byte(BucketPending))
 		for _, kv := range []struct{ k, v []byte }{
 			{key8(3), garbage},
 			{key8(4), truncated},
-			{[]byte("zz"), AppendRecord(nil, &recs[0])}, // a valid record under a bad key
+			{[]byte("zz"), appendRecord(nil, &recs[0])}, // a valid record under a bad key
 		} {
 			if err := b.Put(kv.k, kv.v); err != nil {
 				return err
@@ -353,7 +353,7 @@ func TestLoadPendingQuarantinesCorrupt(t *testing.T) {
 	if len(q) != 3 {
 		t.Fatalf("%d quarantined, want 3", len(q))
 	}
-	for i, raw := range [][]byte{garbage, truncated, AppendRecord(nil, &recs[0])} {
+	for i, raw := range [][]byte{garbage, truncated, appendRecord(nil, &recs[0])} {
 		if q[i].Key != uint64(i+1) || q[i].Bucket != BucketPending || !bytes.Equal(q[i].OrigKey, wantBad[i].key) ||
 			!bytes.Equal(q[i].Raw, raw) || q[i].Err != bad[i].Err.Error() || q[i].At.IsZero() {
 			t.Errorf("quarantined[%d] = %+v", i, q[i])
@@ -563,7 +563,7 @@ func TestOpenErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucket([]byte(BucketMeta))
+		b, err := tx.CreateBucket([]byte(bucketMeta))
 		if err != nil {
 			return err
 		}

@@ -207,9 +207,6 @@ func inspect(st *snapshot.Store) (*inspectReport, error) {
 		return nil, err
 	}
 	for _, name := range slices.Sorted(maps.Keys(counts)) {
-		if name == snapshot.BucketMeta {
-			continue
-		}
 		b := byName[name]
 		if b == nil {
 			b = add(name)
