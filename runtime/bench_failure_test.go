@@ -81,7 +81,7 @@ func BenchmarkScheduler100k(b *testing.B) {
 		items[i] = snapshot.Delayed{Due: due.Add(time.Duration(i) * time.Microsecond), Record: snapshot.Record{
 			Message: handoff.Message{ID: fmt.Sprint(i), Class: "c", Value: make([]byte, 1024)}, Reason: reasonScheduled}}
 	}
-	if _, err := st.SaveDelayed(items...); err != nil {
+	if err := st.Update(func(tx *snapshot.Tx) error { _, err := tx.SaveDelayed(items...); return err }); err != nil {
 		b.Fatal(err)
 	}
 	st.Close()
@@ -150,10 +150,7 @@ func assertBucket(b *testing.B, path, bucket string, want int) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	counts, err := st.Counts()
-	if err != nil {
-		b.Fatal(err)
-	}
+	counts := recordCounts(b, st)
 	if counts[bucket] != want {
 		b.Fatalf("%s: %d records, want %d", bucket, counts[bucket], want)
 	}

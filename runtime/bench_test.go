@@ -477,7 +477,7 @@ func writePending(b *testing.B, path string, n int) {
 			SavedAt: now,
 		})
 		if len(recs) == chunk || i == n-1 {
-			if _, err := st.SavePending(recs, nil); err != nil {
+			if err := st.Update(func(tx *snapshot.Tx) error { _, err := tx.SavePending(recs...); return err }); err != nil {
 				b.Fatal(err)
 			}
 			recs = recs[:0]

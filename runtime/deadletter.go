@@ -130,7 +130,9 @@ func (r *Runtime) DeadLetters(class string, after Cursor, limit int) ([]DeadLett
 	if err != nil {
 		return nil, "", err
 	}
-	entries, next, err := st.DeadPage(class, from, limit)
+	var entries []snapshot.Entry
+	var next uint64
+	err = st.View(func(tx *snapshot.Tx) (err error) { entries, next, err = tx.DeadPage(class, from, limit); return err })
 	if err != nil {
 		return nil, "", fmt.Errorf("runtime: dead letters: %w", err)
 	}
@@ -147,7 +149,9 @@ func (r *Runtime) GetDeadLetter(key uint64) (DeadLetter, error) {
 	if err != nil {
 		return DeadLetter{}, err
 	}
-	rec, ok, err := st.GetDead(key)
+	var rec snapshot.Record
+	var ok bool
+	err = st.View(func(tx *snapshot.Tx) (err error) { rec, ok, err = tx.GetDead(key); return err })
 	if err != nil {
 		return DeadLetter{}, fmt.Errorf("runtime: dead letter %d: %w", key, err)
 	}
@@ -208,7 +212,7 @@ func (r *Runtime) Discard(ctx context.Context, key uint64) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("runtime: discard dead letter %d: %w", key, err)
 	}
-	if err := r.store.DeleteDead(key); err != nil {
+	if err := r.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(key) }); err != nil {
 		return fmt.Errorf("runtime: discard dead letter %d: %w", key, err)
 	}
 	c := r.classes[dl.Message.Class]

@@ -72,7 +72,11 @@ func (r *Runtime) Schedule(ctx context.Context, class string, m *handoff.Message
 	if !at.After(time.Now()) {
 		return r.Submit(ctx, class, m)
 	}
-	added, err := r.store.SaveDelayed(snapshot.Delayed{Due: at, Record: snapshot.Record{Message: msg, Reason: reasonScheduled, SavedAt: time.Now()}})
+	var added []bool
+	err = r.store.Batch(func(tx *snapshot.Tx) (err error) {
+		added, err = tx.SaveDelayed(snapshot.Delayed{Due: at, Record: snapshot.Record{Message: msg, Reason: reasonScheduled, SavedAt: time.Now()}})
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("runtime: schedule %s to class %q: %w", m.ID, class, err)
 	}
@@ -116,7 +120,8 @@ func (r *Runtime) Delayed(after Cursor, limit int) ([]DelayedMessage, Cursor, er
 	if err != nil {
 		return nil, "", err
 	}
-	entries, err := st.ListDelayed(from, limit)
+	var entries []snapshot.DelayedEntry
+	err = st.View(func(tx *snapshot.Tx) (err error) { entries, err = tx.ListDelayed(from, limit); return err })
 	if err != nil {
 		return nil, "", fmt.Errorf("runtime: delayed messages: %w", err)
 	}

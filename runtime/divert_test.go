@@ -86,11 +86,8 @@ func TestDivertedAtHardStop(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			counts, err := st.Counts()
+			counts := recordCounts(t, st)
 			st.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
 			for bucket, n := range tc.want {
 				if counts[bucket] != n {
 					t.Errorf("bucket %s has %d records, want %d (all: %v)", bucket, counts[bucket], n, counts)

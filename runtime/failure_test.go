@@ -191,11 +191,11 @@ func TestRedelivery(t *testing.T) {
 	}
 	st, _ := snapshot.Open(b.state, snapshot.Options{})
 	defer st.Close()
-	dead, _, _ := st.Dead()
+	dead := deadLetters(t, st)
 	if len(dead) != 1 || dead[0].Record.Message.Attempt != 4 || dead[0].Record.Redeliveries != 2 {
 		t.Errorf("dead letters: %+v", dead)
 	}
-	if n, _ := st.CountDelayed(); n != 0 {
+	if n := recordCounts(t, st)[snapshot.BucketDelayed]; n != 0 {
 		t.Errorf("delayed records left: %d", n)
 	}
 }
@@ -333,7 +333,7 @@ func TestOrderedParkingProperty(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			counts, _ := st.Counts()
+			counts := recordCounts(t, st)
 			st.Close()
 			if counts[snapshot.BucketDead] != 0 || counts[snapshot.BucketParked] != 0 || counts[snapshot.BucketPending] != 0 {
 				t.Errorf("records left after the run: %v", counts)

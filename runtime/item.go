@@ -77,9 +77,9 @@ func (it *item) forget(r *Runtime, c *class) {
 	case fromDelayed:
 		r.deletes.delayed(it.delayedKey)
 	case fromParked:
-		r.logStoreErr("delete done parked message", it, r.store.DeleteParked(it.parkedKey))
+		r.logStoreErr("delete done parked message", it, r.store.Batch(func(tx *snapshot.Tx) error { return tx.DeleteParked(it.parkedKey) }))
 	case fromDead:
-		r.logStoreErr("delete requeued dead letter", it, r.store.DeleteDead(it.key))
+		r.logStoreErr("delete requeued dead letter", it, r.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(it.key) }))
 		r.inc(c, outRequeuedDone)
 	}
 }

@@ -94,7 +94,7 @@ func b2f(b bool) float64 {
 }
 
 // stateCollector exports the record counts of the state file's buckets
-// as handoff_state_records_{pending,dead,parked,delayed}. Store.Counts
+// as handoff_state_records_{pending,dead,parked,delayed}. Tx.Counts
 // walks the buckets, so a scrape calls it once for all four.
 type stateCollector struct {
 	r     *Runtime
@@ -126,7 +126,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
-	counts, err := st.Counts()
+	var counts map[string]int
+	err = st.View(func(tx *snapshot.Tx) (err error) { counts, err = tx.Counts(); return err })
 	if err != nil {
 		return
 	}

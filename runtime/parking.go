@@ -165,7 +165,7 @@ func (r *Runtime) release(ctx context.Context, c *class, key []byte, n uint64) {
 		if !p.current(key, n) {
 			return // blocked again, or a newer release took over
 		}
-		entries, err := r.store.Parked(c.cfg.Name, key)
+		entries, err := r.parked(c.cfg.Name, key)
 		if err != nil {
 			r.log.Error("parked messages not read; the key stays parked until the next start", "class", c.cfg.Name, "err", err)
 			return
@@ -173,7 +173,7 @@ func (r *Runtime) release(ctx context.Context, c *class, key []byte, n uint64) {
 		if len(entries) == 0 {
 			p.mu.Lock()
 			// Parking writes hold mu, so a second look under it is final.
-			entries, err = r.store.Parked(c.cfg.Name, key)
+			entries, err = r.parked(c.cfg.Name, key)
 			if err == nil && len(entries) == 0 {
 				if st := p.keys[string(key)]; st != nil && st.releasing && st.release == n {
 					delete(p.keys, string(key))
@@ -264,11 +264,10 @@ type ParkedKey struct {
 // ParkedKeys lists every parked key with its count, in class and key
 // order. It reads the state file and needs a running runtime.
 func (r *Runtime) ParkedKeys() ([]ParkedKey, error) {
-	st, err := r.openStore()
-	if err != nil {
+	if _, err := r.openStore(); err != nil {
 		return nil, err
 	}
-	counts, err := st.ParkedKeys()
+	counts, err := r.parkedKeys()
 	if err != nil {
 		return nil, fmt.Errorf("runtime: parked keys: %w", err)
 	}

@@ -111,7 +111,7 @@ func (r *Runtime) orphan(rec snapshot.Record, del func(tx *snapshot.Tx) error) b
 // letters, and those whose class is no longer ordered to pending, where the
 // recovery re-pushes them.
 func (r *Runtime) unparkStrays() error {
-	parked, err := r.store.ParkedKeys()
+	parked, err := r.parkedKeys()
 	if err != nil {
 		return err
 	}
@@ -120,7 +120,7 @@ func (r *Runtime) unparkStrays() error {
 		if c != nil && c.cfg.Ordered {
 			continue
 		}
-		entries, err := r.store.Parked(pk.Class, pk.Key)
+		entries, err := r.parked(pk.Class, pk.Key)
 		if err != nil {
 			return err
 		}
@@ -197,7 +197,9 @@ func (r *Runtime) blockSaved() error {
 		r.block(c, &item{msg: rec.Message})
 	}
 	for after := uint64(0); ; {
-		page, next, err := r.store.DeadPage("", after, restorePage)
+		var page []snapshot.Entry
+		var next uint64
+		err := r.store.View(func(tx *snapshot.Tx) (err error) { page, next, err = tx.DeadPage("", after, restorePage); return err })
 		if err != nil {
 			return err
 		}
@@ -211,7 +213,8 @@ func (r *Runtime) blockSaved() error {
 	}
 	var after snapshot.DelayedKey
 	for {
-		page, err := r.store.ListDelayed(after, restorePage)
+		var page []snapshot.DelayedEntry
+		err := r.store.View(func(tx *snapshot.Tx) (err error) { page, err = tx.ListDelayed(after, restorePage); return err })
 		if err != nil {
 			return err
 		}
@@ -231,7 +234,7 @@ func (r *Runtime) blockSaved() error {
 // nothing blocks; their releases start once the saved messages are
 // pushed (startRestoredReleases).
 func (r *Runtime) releaseParked() error {
-	parked, err := r.store.ParkedKeys()
+	parked, err := r.parkedKeys()
 	if err != nil {
 		return err
 	}

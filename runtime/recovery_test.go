@@ -20,11 +20,14 @@ func TestRecoveryQuarantineAndUnknownClass(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = st.SavePending([]snapshot.Record{
-		{Message: handoff.Message{ID: "a", Class: "mail"}},
-		{Message: handoff.Message{ID: "b", Class: "gone"}},
-		{Message: handoff.Message{ID: "c", Class: "mail"}},
-	}, nil)
+	err = st.Update(func(tx *snapshot.Tx) error {
+		_, err := tx.SavePending(
+			snapshot.Record{Message: handoff.Message{ID: "a", Class: "mail"}},
+			snapshot.Record{Message: handoff.Message{ID: "b", Class: "gone"}},
+			snapshot.Record{Message: handoff.Message{ID: "c", Class: "mail"}},
+		)
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,15 +68,16 @@ func TestRecoveryQuarantineAndUnknownClass(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	q, err := st.Quarantined()
+	var q []snapshot.Quarantined
+	err = st.View(func(tx *snapshot.Tx) (err error) { q, err = tx.Quarantined(); return err })
 	if err != nil || len(q) != 1 || q[0].Bucket != snapshot.BucketPending || q[0].Err == "" {
 		t.Errorf("quarantine: %+v %v", q, err)
 	}
-	dead, _, err := st.Dead()
-	if err != nil || len(dead) != 1 || dead[0].Record.Message.ID != "b" || dead[0].Record.Reason != "unknown class" {
-		t.Errorf("dead letters: %+v %v", dead, err)
+	dead := deadLetters(t, st)
+	if len(dead) != 1 || dead[0].Record.Message.ID != "b" || dead[0].Record.Reason != "unknown class" {
+		t.Errorf("dead letters: %+v", dead)
 	}
-	if n, _ := st.CountPending(); n != 0 {
+	if n := recordCounts(t, st)[snapshot.BucketPending]; n != 0 {
 		t.Errorf("pending %d", n)
 	}
 }
@@ -121,7 +125,7 @@ func TestFailedBecomesDeadLetter(t *testing.T) {
 	}
 	st, _ := snapshot.Open(b.state, snapshot.Options{})
 	defer st.Close()
-	dead, _, _ := st.Dead()
+	dead := deadLetters(t, st)
 	if len(dead) != 2 {
 		t.Fatalf("dead letters: %d", len(dead))
 	}

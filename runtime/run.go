@@ -180,7 +180,9 @@ func (s *runState) join(fetchCtx context.Context) {
 // and refuses a file of another group. A file of another instance of the
 // same group is taken over with a warning.
 func (r *Runtime) checkIdentity(store *snapshot.Store) error {
-	group, ok, err := store.Meta(snapshot.MetaGroup)
+	var group []byte
+	var ok bool
+	err := store.View(func(tx *snapshot.Tx) (err error) { group, ok, err = tx.Meta(snapshot.MetaGroup); return err })
 	if err != nil {
 		return fmt.Errorf("runtime: check state file identity: %w", err)
 	}
@@ -188,11 +190,12 @@ func (r *Runtime) checkIdentity(store *snapshot.Store) error {
 	case ok && r.cfg.Group != "" && string(group) != r.cfg.Group:
 		return fmt.Errorf("%w: %s belongs to group %q, configured group is %q", ErrOtherGroup, store.Path(), group, r.cfg.Group)
 	case !ok && r.cfg.Group != "":
-		if err := store.PutMeta(snapshot.MetaGroup, []byte(r.cfg.Group)); err != nil {
+		if err := store.Update(func(tx *snapshot.Tx) error { return tx.PutMeta(snapshot.MetaGroup, []byte(r.cfg.Group)) }); err != nil {
 			return fmt.Errorf("runtime: record group in state file: %w", err)
 		}
 	}
-	inst, ok, err := store.Meta(snapshot.MetaInstance)
+	var inst []byte
+	err = store.View(func(tx *snapshot.Tx) (err error) { inst, ok, err = tx.Meta(snapshot.MetaInstance); return err })
 	if err != nil {
 		return fmt.Errorf("runtime: check state file identity: %w", err)
 	}
@@ -203,7 +206,7 @@ func (r *Runtime) checkIdentity(store *snapshot.Store) error {
 		r.log.Warn("state file was written by another instance of the group; taking it over", "path", store.Path(),
 			"group", r.cfg.Group, "previous_instance", string(inst), "instance", r.cfg.Instance)
 	}
-	if err := store.PutMeta(snapshot.MetaInstance, []byte(r.cfg.Instance)); err != nil {
+	if err := store.Update(func(tx *snapshot.Tx) error { return tx.PutMeta(snapshot.MetaInstance, []byte(r.cfg.Instance)) }); err != nil {
 		return fmt.Errorf("runtime: record instance in state file: %w", err)
 	}
 	return nil

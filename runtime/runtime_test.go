@@ -139,11 +139,7 @@ func assertPending(t *testing.T, path string, want int) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	n, err := st.CountPending()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n != want {
+	if n := recordCounts(t, st)[snapshot.BucketPending]; n != want {
 		t.Errorf("pending records: %d, want %d", n, want)
 	}
 }
@@ -160,7 +156,7 @@ func TestRecoveryBeforeFetch(t *testing.T) {
 	for i := range 50 {
 		recs = append(recs, snapshot.Record{Message: handoff.Message{ID: "saved-" + string(rune('A'+i%26)) + string(rune('a'+i/26)), Class: "orders", Key: []byte("k")}, Reason: "unstarted"})
 	}
-	if _, err := st.SavePending(recs, nil); err != nil {
+	if err := st.Update(func(tx *snapshot.Tx) error { _, err := tx.SavePending(recs...); return err }); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()

@@ -104,9 +104,13 @@ func TestStateFileIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	g, _, _ := st.Meta(snapshot.MetaGroup)
-	i, _, _ := st.Meta(snapshot.MetaInstance)
-	if string(g) != "g1" || string(i) != "pod-1" {
+	var g, i []byte
+	err = st.View(func(tx *snapshot.Tx) error {
+		g, _, _ = tx.Meta(snapshot.MetaGroup)
+		i, _, _ = tx.Meta(snapshot.MetaInstance)
+		return nil
+	})
+	if err != nil || string(g) != "g1" || string(i) != "pod-1" {
 		t.Errorf("meta group %q instance %q", g, i)
 	}
 }

@@ -60,10 +60,20 @@ func (s *scheduler) run(ctx context.Context) {
 		seen := s.writes
 		s.mu.Unlock()
 		now := time.Now()
-		due, next, err := s.r.store.DueDelayed(cursor, now, schedBatch)
+		var due []snapshot.DelayedEntry
+		var next time.Time
+		var bad []*snapshot.DecodeError
+		err := s.r.store.View(func(tx *snapshot.Tx) (err error) {
+			due, next, bad, err = tx.DueDelayed(cursor, now, schedBatch)
+			return err
+		})
+		if err == nil {
+			err = s.r.quarantine(bad)
+		}
+		s.r.log.Debug("delayed messages read", "due", len(due), "undecodable", len(bad), "next", next)
 		if err != nil {
 			s.r.log.Error("delayed messages not read; retrying in 1s", "err", err)
-			next = now.Add(time.Second)
+			due, next = nil, now.Add(time.Second)
 		}
 		for _, e := range due {
 			c := s.r.classes[e.Record.Message.Class]

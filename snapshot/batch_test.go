@@ -40,7 +40,7 @@ func TestBatchGroupCommit(t *testing.T) {
 			t.Errorf("call %d: %v", i, err)
 		}
 	}
-	dead, _, err := s.Dead()
+	dead, _, err := s.dead()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func benchRecordSet(n int) []Record {
 }
 
 // BenchmarkSavePending100k is the shutdown snapshot: 100k records of
-// 1 KiB in one SavePending into a fresh file. Opening, closing and
+// 1 KiB in one Update's Tx.SavePending into a fresh file. Opening, closing and
 // removing the file are not timed. The Sync variant is the real figure:
 // default options, fsync on.
 func BenchmarkSavePending100k(b *testing.B) {
@@ -79,7 +79,7 @@ func BenchmarkSavePending100k(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StartTimer()
-				if _, err := s.SavePending(recs, nil); err != nil {
+				if _, err := s.savePending(recs...); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()
@@ -104,19 +104,23 @@ func benchPendingStore(b *testing.B) *Store {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
-	if _, err := s.SavePending(benchRecordSet(benchRecords), nil); err != nil {
+	if _, err := s.savePending(benchRecordSet(benchRecords)...); err != nil {
 		b.Fatal(err)
 	}
 	return s
 }
 
-// BenchmarkLoadPending100k is the recovery read of a 100k-record
-// snapshot (1 KiB values) that is already in the page cache.
+// BenchmarkLoadPending100k reads a 100k-record snapshot (1 KiB values)
+// that is already in the page cache with Tx.LoadPending, in one View.
 func BenchmarkLoadPending100k(b *testing.B) {
 	s := benchPendingStore(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		entries, bad, err := s.LoadPending()
+		var (
+			entries []Entry
+			bad     []*DecodeError
+		)
+		err := s.View(func(tx *Tx) (err error) { entries, bad, err = tx.LoadPending(); return err })
 		if err != nil || len(bad) > 0 || len(entries) != benchRecords {
 			b.Fatal(len(entries), bad, err)
 		}
@@ -126,7 +130,7 @@ func BenchmarkLoadPending100k(b *testing.B) {
 
 // BenchmarkScanPending100k reads the same snapshot as
 // BenchmarkLoadPending100k a batch at a time, as the runtime's re-push
-// does, without collecting the entries.
+// does (the recovery read), without collecting the entries.
 func BenchmarkScanPending100k(b *testing.B) {
 	s := benchPendingStore(b)
 	b.ReportAllocs()
@@ -145,21 +149,21 @@ func BenchmarkScanPending100k(b *testing.B) {
 
 func BenchmarkEncode(b *testing.B) {
 	r := benchRecordSet(1)[0]
-	buf := AppendRecord(nil, &r)
+	buf := appendRecord(nil, &r)
 	b.SetBytes(int64(len(buf)))
 	b.ReportAllocs()
 	for b.Loop() {
-		buf = AppendRecord(buf[:0], &r)
+		buf = appendRecord(buf[:0], &r)
 	}
 }
 
 func BenchmarkDecode(b *testing.B) {
 	r := benchRecordSet(1)[0]
-	buf := AppendRecord(nil, &r)
+	buf := appendRecord(nil, &r)
 	b.SetBytes(int64(len(buf)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := DecodeRecord(buf); err != nil {
+		if _, err := decodeRecord(buf); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -167,9 +171,9 @@ func BenchmarkDecode(b *testing.B) {
 
 // BenchmarkSaveDeadConcurrent is dead-lettering under load: each of
 // many goroutines saves one record per call, as the runtime does per
-// failed message, and bbolt's Batch shares one transaction and one fsync
-// among the calls that arrive within its 10ms window. Fsync is on. One
-// iteration is one round: every goroutine saves one record.
+// failed message, in [Store.Batch], which shares one transaction and one
+// fsync among the calls that arrive while another commits. Fsync is on.
+// One iteration is one round: every goroutine saves one record.
 func BenchmarkSaveDeadConcurrent(b *testing.B) {
 	recs := benchRecordSet(1024)
 	for _, goroutines := range []int{16, 256} {
@@ -184,7 +188,8 @@ func BenchmarkSaveDeadConcurrent(b *testing.B) {
 				var wg sync.WaitGroup
 				for g := range goroutines {
 					wg.Go(func() {
-						if _, err := s.SaveDead(recs[g%len(recs)]); err != nil {
+						err := s.Batch(func(tx *Tx) error { _, err := tx.SaveDead(recs[g%len(recs)]); return err })
+						if err != nil {
 							b.Error(err)
 						}
 					})
@@ -226,7 +231,7 @@ func BenchmarkDelayed100k(b *testing.B) {
 		b.StartTimer()
 
 		start := time.Now()
-		if _, err := s.SaveDelayed(items...); err != nil {
+		if _, err := s.saveDelayed(items...); err != nil {
 			b.Fatal(err)
 		}
 		saveTime += time.Since(start)
@@ -235,7 +240,7 @@ func BenchmarkDelayed100k(b *testing.B) {
 		start = time.Now()
 		drained := 0
 		for {
-			due, _, err := s.DueDelayed(nil, now, 1000)
+			due, _, err := s.dueDelayed(nil, now, 1000)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -246,7 +251,7 @@ func BenchmarkDelayed100k(b *testing.B) {
 			for j := range due {
 				keys[j] = due[j].Key
 			}
-			if err := s.DeleteDelayed(keys...); err != nil {
+			if err := s.deleteDelayed(keys...); err != nil {
 				b.Fatal(err)
 			}
 			drained += len(due)

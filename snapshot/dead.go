@@ -9,32 +9,9 @@ import (
 )
 
 // SaveDead writes dead letters, in the record format of the pending
-// bucket, into the dead bucket in one write transaction and returns their
-// keys in the order of recs. A single record goes through the group
-// commit of [Store.Batch], so concurrent callers share one transaction and
-// one fsync. With no records it does not touch the file.
-func (s *Store) SaveDead(recs ...Record) ([]uint64, error) {
-	if len(recs) == 0 {
-		return []uint64{}, nil
-	}
-	vals := encodeAll(recs)
-	var keys []uint64
-	// Batch may run fn more than once, each time in a fresh transaction:
-	// it only puts immutable values and replaces keys, so that is safe.
-	fn := func(tx *Tx) error {
-		var err error
-		keys, err = tx.putNew(BucketDead, vals)
-		return err
-	}
-	run := s.writer(len(recs))
-	if err := run(fn); err != nil {
-		return nil, fmt.Errorf("snapshot: save %d dead letters to %s: %w", len(recs), s.path, err)
-	}
-	return keys, nil
-}
-
-// SaveDead writes dead letters into the dead bucket, as [Store.SaveDead]
-// does, and returns their keys in the order of recs.
+// bucket, into the dead bucket under new keys and returns those keys in
+// the order of recs. Many goroutines saving one dead letter each share
+// fsyncs when they do it in [Store.Batch].
 func (tx *Tx) SaveDead(recs ...Record) ([]uint64, error) {
 	keys, err := tx.putNew(BucketDead, encodeAll(recs))
 	if err != nil {
@@ -46,28 +23,6 @@ func (tx *Tx) SaveDead(recs ...Record) ([]uint64, error) {
 // GetDead returns the dead letter with the given key; false when there is
 // none. A record that does not decode is reported as a [*DecodeError],
 // with true.
-func (s *Store) GetDead(key uint64) (Record, bool, error) {
-	var (
-		r  Record
-		ok bool
-	)
-	err := s.view(func(tx *Tx) error {
-		var err error
-		r, ok, err = tx.getSeq(BucketDead, key)
-		return err
-	})
-	var de *DecodeError
-	if errors.As(err, &de) {
-		return Record{}, true, err
-	}
-	if err != nil {
-		return Record{}, false, fmt.Errorf("snapshot: get dead letter %d from %s: %w", key, s.path, err)
-	}
-	return r, ok, nil
-}
-
-// GetDead returns the dead letter with the given key, as [Store.GetDead]
-// does.
 func (tx *Tx) GetDead(key uint64) (Record, bool, error) {
 	r, ok, err := tx.getSeq(BucketDead, key)
 	var de *DecodeError
@@ -96,7 +51,7 @@ func (tx *Tx) replace(name string, k []byte, keyText string, rec *Record) error 
 	if len(k) == 0 || b.Get(k) == nil {
 		return fmt.Errorf("%w: %s/%s in %s", ErrNotFound, name, keyText, tx.s.path)
 	}
-	if err := b.Put(k, AppendRecord(nil, rec)); err != nil {
+	if err := b.Put(k, appendRecord(nil, rec)); err != nil {
 		return tx.errorf(err, "replace %s/%s", name, keyText)
 	}
 	return nil
@@ -108,80 +63,56 @@ func (tx *Tx) DeleteDead(keys ...uint64) error {
 	return tx.errorf(tx.deleteSeq(BucketDead, keys), "delete %d dead letters", len(keys))
 }
 
-// Dead returns every dead letter in save order. A record that cannot be
-// decoded is reported in the second result as a [*DecodeError] and left
-// where it is: Dead only reads.
-func (s *Store) Dead() ([]Entry, []*DecodeError, error) {
-	var (
-		entries []Entry
-		bad     []*DecodeError
-	)
-	err := s.view(func(tx *Tx) error {
-		var err error
-		entries, bad, err = tx.readAll(BucketDead)
-		return err
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("snapshot: load dead letters from %s: %w", s.path, err)
-	}
-	return entries, bad, nil
-}
-
 // DeadPage returns up to limit dead letters of class ("" means every
 // class) with keys greater than after, in key order (save order), and
 // the key to pass as after for the next page: 0 when no dead letter of
-// class follows. A limit of zero or less means no limit. It reads one
-// transaction, so a page is consistent, but pages are not with each
-// other: a dead letter saved between two calls shows up on a later page.
+// class follows. A limit of zero or less means no limit. Pages read in
+// one transaction are consistent with each other; in transactions of
+// their own they are not: a dead letter saved between two pages shows up
+// on a later page.
 //
 // Filtering by class reads only the start of each record, yet a filtered
 // page may still walk the whole bucket. A dead letter that cannot be
 // decoded is not in the page: err then joins a [*DecodeError] for each
 // (errors.Is(err, [ErrCorrupt]) holds) and the page is returned with it.
 // Nothing is moved: DeadPage only reads.
-func (s *Store) DeadPage(class string, after uint64, limit int) ([]Entry, uint64, error) {
+func (tx *Tx) DeadPage(class string, after uint64, limit int) ([]Entry, uint64, error) {
+	if after == math.MaxUint64 {
+		return nil, 0, nil
+	}
+	b, err := tx.bucket(BucketDead)
+	if err != nil {
+		return nil, 0, tx.errorf(err, "list dead letters")
+	}
 	var (
 		page []Entry
 		bad  []error
 		next uint64
+		last uint64 // last key looked at, the after of the next page
 	)
-	err := s.view(func(tx *Tx) error {
-		if after == math.MaxUint64 {
-			return nil
-		}
-		b, err := tx.bucket(BucketDead)
-		if err != nil {
-			return err
-		}
-		c := b.Cursor()
-		var last uint64 // last key looked at, the after of the next page
-		for k, v := c.Seek(seqKey(after + 1)); k != nil; k, v = c.Next() {
-			if class != "" && v != nil {
-				if cl, ok := recordClass(v); ok && string(cl) != class {
-					if len(k) == 8 {
-						last = binary.BigEndian.Uint64(k)
-					}
-					continue
+	c := b.Cursor()
+	for k, v := c.Seek(seqKey(after + 1)); k != nil; k, v = c.Next() {
+		if class != "" && v != nil {
+			if cl, ok := recordClass(v); ok && string(cl) != class {
+				if len(k) == 8 {
+					last = binary.BigEndian.Uint64(k)
 				}
-			}
-			if limit > 0 && len(page) == limit {
-				next = last
-				break
-			}
-			if len(k) == 8 {
-				last = binary.BigEndian.Uint64(k)
-			}
-			e, de := decodeEntry(BucketDead, k, v)
-			if de != nil {
-				bad = append(bad, de)
 				continue
 			}
-			page = append(page, e)
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, 0, fmt.Errorf("snapshot: list dead letters of %s: %w", s.path, err)
+		if limit > 0 && len(page) == limit {
+			next = last
+			break
+		}
+		if len(k) == 8 {
+			last = binary.BigEndian.Uint64(k)
+		}
+		e, de := decodeEntry(BucketDead, k, v)
+		if de != nil {
+			bad = append(bad, de)
+			continue
+		}
+		page = append(page, e)
 	}
 	return page, next, errors.Join(bad...)
 }
@@ -199,25 +130,13 @@ func recordClass(b []byte) ([]byte, bool) {
 	return class, d.err == nil
 }
 
-// DeleteDead deletes the dead letters with the given keys in one write
-// transaction. Deleting a missing key is not an error.
-func (s *Store) DeleteDead(keys ...uint64) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	if err := s.update(func(tx *Tx) error { return tx.deleteSeq(BucketDead, keys) }); err != nil {
-		return fmt.Errorf("snapshot: delete %d dead letters from %s: %w", len(keys), s.path, err)
-	}
-	return nil
-}
-
-// ReasonRequeued is the Reason of a pending record that [Store.RequeueDead]
+// ReasonRequeued is the Reason of a pending record that [Tx.RequeueDead]
 // moved from the dead letters.
 const ReasonRequeued = "requeued"
 
 // RequeueDead moves the dead letters with the given keys to the pending
-// bucket in one write transaction, so that the next start re-pushes them,
-// and returns their new pending keys in the order of keys. Each moves
+// bucket, so that the next start re-pushes them, and returns their new
+// pending keys in the order of keys. Each moves
 // with a fresh retry budget, as the runtime's own requeue gives: Attempt
 // and Redeliveries 0, FirstFailed zero; Reason becomes "requeued" and
 // SavedAt now, Err (the last error) stays. It is meant for the offline
@@ -225,42 +144,47 @@ const ReasonRequeued = "requeued"
 //
 // It moves all or nothing: a key with no dead letter (or named twice)
 // fails the call with an error wrapping [ErrNotFound], one that does not
-// decode with a [*DecodeError].
-func (s *Store) RequeueDead(keys ...uint64) ([]uint64, error) {
+// decode with a [*DecodeError], and nothing is written then.
+func (tx *Tx) RequeueDead(keys ...uint64) ([]uint64, error) {
 	if len(keys) == 0 {
 		return []uint64{}, nil
 	}
-	now := time.Now()
-	var pending []uint64
-	err := s.update(func(tx *Tx) error {
-		dead, err := tx.bucket(BucketDead)
-		if err != nil {
-			return err
-		}
-		vals := make([][]byte, len(keys))
-		for i, key := range keys {
-			k := seqKey(key)
-			v := dead.Get(k)
-			if v == nil {
-				return fmt.Errorf("%w: %s/%016x", ErrNotFound, BucketDead, key)
-			}
-			r, err := DecodeRecord(v)
-			if err != nil {
-				return &DecodeError{Bucket: BucketDead, Key: k, Err: err}
-			}
-			r.Message.Attempt, r.Redeliveries, r.FirstFailed = 0, 0, time.Time{}
-			r.Reason = ReasonRequeued
-			r.SavedAt = now
-			vals[i] = AppendRecord(nil, &r)
-			if err := dead.Delete(k); err != nil {
-				return fmt.Errorf("delete %s/%016x: %w", BucketDead, key, err)
-			}
-		}
-		pending, err = tx.putNew(BucketPending, vals)
-		return err
-	})
+	pending, err := tx.requeueDead(keys, time.Now())
 	if err != nil {
-		return nil, fmt.Errorf("snapshot: requeue %d dead letters in %s: %w", len(keys), s.path, err)
+		return nil, tx.errorf(err, "requeue %d dead letters", len(keys))
 	}
 	return pending, nil
+}
+
+// requeueDead checks and encodes every record before it writes, so that
+// a failure writes nothing.
+func (tx *Tx) requeueDead(keys []uint64, now time.Time) ([]uint64, error) {
+	dead, err := tx.bucket(BucketDead)
+	if err != nil {
+		return nil, err
+	}
+	vals := make([][]byte, len(keys))
+	seen := make(map[uint64]bool, len(keys))
+	for i, key := range keys {
+		k := seqKey(key)
+		v := dead.Get(k)
+		if v == nil || seen[key] {
+			return nil, fmt.Errorf("%w: %s/%016x", ErrNotFound, BucketDead, key)
+		}
+		seen[key] = true
+		r, err := decodeRecord(v)
+		if err != nil {
+			return nil, &DecodeError{Bucket: BucketDead, Key: k, Err: err}
+		}
+		r.Message.Attempt, r.Redeliveries, r.FirstFailed = 0, 0, time.Time{}
+		r.Reason = ReasonRequeued
+		r.SavedAt = now
+		vals[i] = appendRecord(nil, &r)
+	}
+	for _, key := range keys {
+		if err := dead.Delete(seqKey(key)); err != nil {
+			return nil, fmt.Errorf("delete %s/%016x: %w", BucketDead, key, err)
+		}
+	}
+	return tx.putNew(BucketPending, vals)
 }

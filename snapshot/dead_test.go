@@ -21,7 +21,7 @@ func deadOfClasses(t *testing.T, ts *testStore) ([]uint64, []Record) {
 	for i := range recs {
 		recs[i].Message.Class = string(rune('a' + i%3))
 	}
-	keys, err := ts.SaveDead(recs...)
+	keys, err := ts.saveDead(recs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestDeadPage(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/%d", tc.class, tc.limit), func(t *testing.T) {
 			after := uint64(0)
 			for i, want := range tc.pages {
-				page, next, err := ts.DeadPage(tc.class, after, tc.limit)
+				page, next, err := ts.deadPage(tc.class, after, tc.limit)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -73,7 +73,7 @@ func TestDeadPage(t *testing.T) {
 			}
 		})
 	}
-	if page, next, err := ts.DeadPage("", math.MaxUint64, 10); err != nil || len(page) != 0 || next != 0 {
+	if page, next, err := ts.deadPage("", math.MaxUint64, 10); err != nil || len(page) != 0 || next != 0 {
 		t.Fatalf("DeadPage after the last key = %v, %d, %v", page, next, err)
 	}
 }
@@ -87,7 +87,7 @@ func TestDeadPageCorrupt(t *testing.T) {
 	ts.rawUpdate(t, func(tx *bolt.Tx) error {
 		return tx.Bucket([]byte(BucketDead)).Put(key8(2), []byte{1, 0xff})
 	})
-	page, next, err := ts.DeadPage("a", 0, 2)
+	page, next, err := ts.deadPage("a", 0, 2)
 	var de *DecodeError
 	if !errors.Is(err, ErrCorrupt) || !errors.As(err, &de) || de.Bucket != BucketDead || de.Key[7] != 2 {
 		t.Fatalf("DeadPage err = %v, want a DecodeError for dead/2", err)
@@ -96,11 +96,11 @@ func TestDeadPageCorrupt(t *testing.T) {
 	if !slices.Equal(entryKeys(page), []uint64{1, 4}) || next != 6 {
 		t.Fatalf("DeadPage = %v, %d", entryKeys(page), next)
 	}
-	if _, ok, err := ts.GetDead(2); !ok || !errors.As(err, &de) {
+	if _, ok, err := ts.getDead(2); !ok || !errors.As(err, &de) {
 		t.Fatalf("GetDead of a corrupt record = %v, %v", ok, err)
 	}
 	// Only reads: the record stays where it is.
-	if n, err := ts.Counts(); err != nil || n[BucketDead] != 10 || n[BucketQuarantine] != 0 {
+	if n, err := ts.counts(); err != nil || n[BucketDead] != 10 || n[BucketQuarantine] != 0 {
 		t.Fatalf("Counts = %v, %v", n, err)
 	}
 }
@@ -109,12 +109,12 @@ func TestGetDead(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
 	keys, recs := deadOfClasses(t, ts)
-	r, ok, err := ts.GetDead(keys[3])
+	r, ok, err := ts.getDead(keys[3])
 	if err != nil || !ok {
 		t.Fatal(ok, err)
 	}
 	requireEqualRecord(t, r, recs[3])
-	if _, ok, err := ts.GetDead(999); ok || err != nil {
+	if _, ok, err := ts.getDead(999); ok || err != nil {
 		t.Fatalf("GetDead(999) = %v, %v", ok, err)
 	}
 }
@@ -123,16 +123,16 @@ func TestRequeueDead(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
 	keys, recs := deadOfClasses(t, ts)
-	if _, err := ts.SavePending(records(2), nil); err != nil { // pending keys 1, 2
+	if _, err := ts.savePending(records(2)...); err != nil { // pending keys 1, 2
 		t.Fatal(err)
 	}
 	before := time.Now()
-	pending, err := ts.RequeueDead(keys[6], keys[2])
+	pending, err := ts.requeueDead(keys[6], keys[2])
 	if err != nil || !slices.Equal(pending, []uint64{3, 4}) {
 		t.Fatalf("RequeueDead = %v, %v; want [3 4]", pending, err)
 	}
 	ts.reopen(t)
-	got, _, err := ts.LoadPending()
+	got, _, err := ts.loadPending()
 	if err != nil || len(got) != 4 {
 		t.Fatalf("LoadPending = %d, %v", len(got), err)
 	}
@@ -147,18 +147,28 @@ func TestRequeueDead(t *testing.T) {
 		want.Reason, want.SavedAt = "requeued", e.Record.SavedAt
 		requireEqualRecord(t, e.Record, want)
 	}
-	if n, err := ts.Counts(); err != nil || n[BucketDead] != 8 {
+	if n, err := ts.counts(); err != nil || n[BucketDead] != 8 {
 		t.Fatalf("Counts = %v, %v", n, err)
 	}
 
 	// All or nothing: a missing or repeated key moves nothing.
 	for _, bad := range [][]uint64{{keys[0], keys[6]}, {keys[1], keys[1]}} {
-		_, err := ts.RequeueDead(bad...)
+		_, err := ts.requeueDead(bad...)
 		if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "dead/") || !strings.Contains(err.Error(), ts.path) {
 			t.Fatalf("RequeueDead(%v) = %v, want ErrNotFound naming the key and file", bad, err)
 		}
+		// Even when fn goes on and commits, the refused call wrote nothing.
+		err = ts.Update(func(tx *Tx) error {
+			if _, err := tx.RequeueDead(bad...); !errors.Is(err, ErrNotFound) {
+				t.Errorf("RequeueDead(%v) in Update = %v", bad, err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
-	if n, err := ts.Counts(); err != nil || n[BucketDead] != 8 || n[BucketPending] != 4 {
+	if n, err := ts.counts(); err != nil || n[BucketDead] != 8 || n[BucketPending] != 4 {
 		t.Fatalf("Counts after refused requeues = %v, %v", n, err)
 	}
 }
@@ -166,24 +176,24 @@ func TestRequeueDead(t *testing.T) {
 func TestCounts(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
-	n, err := ts.Counts()
+	n, err := ts.counts()
 	want := map[string]int{BucketPending: 0, BucketDead: 0, BucketQuarantine: 0, BucketDelayed: 0, BucketParked: 0}
 	if err != nil || !maps.Equal(n, want) {
 		t.Fatalf("Counts of a new file = %v, %v", n, err)
 	}
-	if _, err := ts.SavePending(records(1), nil); err != nil {
+	if _, err := ts.savePending(records(1)...); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ts.SaveDead(records(2)...); err != nil {
+	if _, err := ts.saveDead(records(2)...); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ts.SaveDelayed(delayedAt("a", 0), delayedAt("b", 0), delayedAt("c", 0)); err != nil {
+	if _, err := ts.saveDelayed(delayedAt("a", 0), delayedAt("b", 0), delayedAt("c", 0)); err != nil {
 		t.Fatal(err)
 	}
-	if err := ts.Park("c", nil, records(4)...); err != nil {
+	if err := ts.park("c", nil, records(4)...); err != nil {
 		t.Fatal(err)
 	}
-	n, err = ts.Counts()
+	n, err = ts.counts()
 	want = map[string]int{BucketPending: 1, BucketDead: 2, BucketQuarantine: 0, BucketDelayed: 3, BucketParked: 4}
 	if err != nil || !maps.Equal(n, want) {
 		t.Fatalf("Counts = %v, %v; want %v", n, err, want)

@@ -34,7 +34,7 @@ func (k DelayedKey) ID() string {
 	return string(k[8:])
 }
 
-// Delayed is a message to deliver at Due, for [Store.SaveDelayed].
+// Delayed is a message to deliver at Due, for [Tx.SaveDelayed].
 type Delayed struct {
 	// Due is when the message should be delivered. It is kept to the
 	// nanosecond between 1970 and 2262: an earlier time (the zero time
@@ -48,7 +48,7 @@ type Delayed struct {
 
 // DelayedEntry is a stored delayed record with its key.
 type DelayedEntry struct {
-	// Key is the record's key, for [Store.DeleteDelayed] or as the after
+	// Key is the record's key, for [Tx.DeleteDelayed] or as the after
 	// of the next read.
 	Key DelayedKey
 	// Due is Key.Due().
@@ -84,41 +84,16 @@ func splitDelayedKey(k []byte) ([]byte, error) {
 	return k[8:], nil
 }
 
-// SaveDelayed stores messages to deliver later, in one write transaction,
-// and reports for each item whether it was stored: false when a record
-// with the same message ID is already waiting (an earlier item of the
-// same call included), which is then left as it is. Once a record is
-// deleted its ID may be delayed again. A single item goes through the
-// group commit of [Store.Batch], so concurrent callers share one
-// transaction and one fsync.
+// SaveDelayed stores messages to deliver later and reports for each item
+// whether it was stored: false when a record with the same message ID is
+// already waiting (an earlier item of the same call included), which is
+// then left as it is. Once a record is deleted its ID may be delayed
+// again. Many goroutines delaying one message each share fsyncs when
+// they do it in [Store.Batch].
 //
 // An item with an empty message ID fails the call, before anything is
 // written, with an error wrapping [ErrNoID]. An ID of more than 32 KiB
-// (less 8 bytes) does not fit a bbolt key and fails the call. With no
-// items SaveDelayed does not touch the file.
-func (s *Store) SaveDelayed(items ...Delayed) ([]bool, error) {
-	if len(items) == 0 {
-		return []bool{}, nil
-	}
-	if err := checkIDs(items, s.path); err != nil {
-		return nil, err
-	}
-	vals := encodeDelayed(items)
-	var saved []bool
-	fn := func(tx *Tx) error {
-		var err error
-		saved, err = tx.saveDelayed(items, vals)
-		return err
-	}
-	run := s.writer(len(items))
-	if err := run(fn); err != nil {
-		return nil, fmt.Errorf("snapshot: save %d delayed messages to %s: %w", len(items), s.path, err)
-	}
-	return saved, nil
-}
-
-// SaveDelayed stores messages to deliver later, as [Store.SaveDelayed]
-// does.
+// (less 8 bytes) does not fit a bbolt key and fails the call.
 func (tx *Tx) SaveDelayed(items ...Delayed) ([]bool, error) {
 	if err := checkIDs(items, tx.s.path); err != nil {
 		return nil, err
@@ -161,7 +136,7 @@ func (tx *Tx) saveDelayed(items []Delayed, vals [][]byte) ([]bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	ids, err := tx.bucket(BucketDelayedIDs)
+	ids, err := tx.bucket(bucketDelayedIDs)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +154,7 @@ func (tx *Tx) saveDelayed(items []Delayed, vals [][]byte) ([]bool, error) {
 		}
 		keys[i] = delayedKey(items[i].Due, id(i))
 		if err := ids.Put([]byte(id(i)), keys[i]); err != nil {
-			return nil, fmt.Errorf("put %s/%x: %w", BucketDelayedIDs, id(i), err)
+			return nil, fmt.Errorf("put %s/%x: %w", bucketDelayedIDs, id(i), err)
 		}
 		saved[i] = true
 	}
@@ -209,54 +184,38 @@ func (tx *Tx) PutDelayed(key DelayedKey, rec Record) error {
 // or before now (a limit of zero or less means no limit). next is the
 // due time of the first record it did not return, which may be at or
 // before now when limit cut the read short; it is the zero time when no
-// record follows. DueDelayed reads only the records it returns and the
-// one after them, never the whole bucket (see [Store.DelayedReads]). It
-// deletes nothing: the caller deletes each record once it is delivered,
-// and passes the last key it got as after to read on meanwhile.
+// record follows. It deletes nothing: the caller deletes each record
+// once it is delivered, and passes the last key it got as after to read
+// on meanwhile.
 //
-// A record that cannot be read is skipped and moved to the quarantine
-// bucket (see [Store.Quarantined]) in a write transaction of its own, so
-// that it cannot stall delivery. DueDelayed fails when that move does.
-func (s *Store) DueDelayed(after DelayedKey, now time.Time, limit int) ([]DelayedEntry, time.Time, error) {
-	var (
-		due  []DelayedEntry
-		next time.Time
-		bad  []*DecodeError
-	)
-	end := dueNanos(now)
-	err := s.view(func(tx *Tx) error {
-		c, err := tx.cursor(BucketDelayed)
-		if err != nil {
-			return err
-		}
-		var reads uint64
-		defer func() { s.delayedReads.Add(reads) }()
-		for k, v := c.seekAfter(after); k != nil; k, v = c.Next() {
-			reads++
-			if len(k) >= 8 {
-				if n := binary.BigEndian.Uint64(k); n > end || (limit > 0 && len(due) == limit) {
-					next = DelayedKey(k).Due()
-					break
-				}
-			}
-			e, de := decodeDelayed(k, v)
-			if de != nil {
-				bad = append(bad, de)
-				continue
-			}
-			due = append(due, e)
-		}
-		return nil
-	})
+// A record that cannot be read is skipped and reported in bad as a
+// [*DecodeError]; the delivery path passes bad to [Tx.Quarantine] in a
+// write transaction, so that it cannot stall delivery.
+//
+// DueDelayed never scans the bucket: it reads the records it returns in
+// due and in bad, and, when next is not zero, the key (not the value) of
+// the one after them. So a caller counts what it read from the results.
+func (tx *Tx) DueDelayed(after DelayedKey, now time.Time, limit int) (due []DelayedEntry, next time.Time, bad []*DecodeError, err error) {
+	c, err := tx.cursor(BucketDelayed)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("snapshot: read due delayed messages from %s: %w", s.path, err)
+		return nil, time.Time{}, nil, tx.errorf(err, "read due delayed messages")
 	}
-	if len(bad) > 0 {
-		if err := s.quarantine(BucketDelayed, bad); err != nil {
-			return nil, time.Time{}, err
+	end := dueNanos(now)
+	for k, v := c.seekAfter(after); k != nil; k, v = c.Next() {
+		if len(k) >= 8 {
+			if n := binary.BigEndian.Uint64(k); n > end || (limit > 0 && len(due) == limit) {
+				next = DelayedKey(k).Due()
+				break
+			}
 		}
+		e, de := decodeDelayed(k, v)
+		if de != nil {
+			bad = append(bad, de)
+			continue
+		}
+		due = append(due, e)
 	}
-	return due, next, nil
+	return due, next, bad, nil
 }
 
 // ListDelayed returns up to limit delayed records (a limit of zero or
@@ -265,71 +224,28 @@ func (s *Store) DueDelayed(after DelayedKey, now time.Time, limit int) ([]Delaye
 // that cannot be decoded is not in the page: err then joins a
 // [*DecodeError] for each (errors.Is(err, [ErrCorrupt]) holds) and the
 // page is returned with it. ListDelayed only reads.
-func (s *Store) ListDelayed(after DelayedKey, limit int) ([]DelayedEntry, error) {
+func (tx *Tx) ListDelayed(after DelayedKey, limit int) ([]DelayedEntry, error) {
+	c, err := tx.cursor(BucketDelayed)
+	if err != nil {
+		return nil, tx.errorf(err, "list delayed messages")
+	}
 	var (
 		page []DelayedEntry
 		bad  []error
 	)
-	err := s.view(func(tx *Tx) error {
-		c, err := tx.cursor(BucketDelayed)
-		if err != nil {
-			return err
+	for k, v := c.seekAfter(after); k != nil && (limit <= 0 || len(page) < limit); k, v = c.Next() {
+		e, de := decodeDelayed(k, v)
+		if de != nil {
+			bad = append(bad, de)
+			continue
 		}
-		var reads uint64
-		defer func() { s.delayedReads.Add(reads) }()
-		for k, v := c.seekAfter(after); k != nil && (limit <= 0 || len(page) < limit); k, v = c.Next() {
-			reads++
-			e, de := decodeDelayed(k, v)
-			if de != nil {
-				bad = append(bad, de)
-				continue
-			}
-			page = append(page, e)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: list delayed messages of %s: %w", s.path, err)
+		page = append(page, e)
 	}
 	return page, errors.Join(bad...)
 }
 
-// CountDelayed returns the number of records in the delayed bucket,
-// counting those that would fail to decode. It reads keys only.
-func (s *Store) CountDelayed() (int, error) {
-	var n int
-	err := s.view(func(tx *Tx) error {
-		var err error
-		n, err = tx.count(BucketDelayed)
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("snapshot: count delayed messages in %s: %w", s.path, err)
-	}
-	return n, nil
-}
-
-// DelayedReads returns how many records of the delayed bucket
-// [Store.DueDelayed] and [Store.ListDelayed] have read since [Open],
-// counting the record DueDelayed looks at only for its due time. A test
-// uses it to prove that the scheduler does not scan the bucket.
-func (s *Store) DelayedReads() uint64 { return s.delayedReads.Load() }
-
 // DeleteDelayed deletes the delayed records with the given keys, and
-// their ID index entries, in one write transaction. Deleting a missing
-// key is not an error. Concurrent calls share one transaction (the group
-// commit of [Store.Batch]).
-func (s *Store) DeleteDelayed(keys ...DelayedKey) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	if err := s.batch(func(tx *Tx) error { return tx.deleteDelayed(keys) }); err != nil {
-		return fmt.Errorf("snapshot: delete %d delayed messages from %s: %w", len(keys), s.path, err)
-	}
-	return nil
-}
-
-// DeleteDelayed deletes delayed records, as [Store.DeleteDelayed] does.
+// their ID index entries. Deleting a missing key is not an error.
 func (tx *Tx) DeleteDelayed(keys ...DelayedKey) error {
 	return tx.errorf(tx.deleteDelayed(keys), "delete %d delayed messages", len(keys))
 }
@@ -363,7 +279,7 @@ func (tx *Tx) unindexDelayed(k []byte) error {
 	if err != nil {
 		return nil // no ID: nothing indexed
 	}
-	ids, err := tx.bucket(BucketDelayedIDs)
+	ids, err := tx.bucket(bucketDelayedIDs)
 	if err != nil {
 		return err
 	}
@@ -371,7 +287,7 @@ func (tx *Tx) unindexDelayed(k []byte) error {
 		return nil
 	}
 	if err := ids.Delete(id); err != nil {
-		return fmt.Errorf("delete %s/%x: %w", BucketDelayedIDs, id, err)
+		return fmt.Errorf("delete %s/%x: %w", bucketDelayedIDs, id, err)
 	}
 	return nil
 }
@@ -385,7 +301,7 @@ func decodeDelayed(k, v []byte) (DelayedEntry, *DecodeError) {
 	if v == nil {
 		err = fmt.Errorf("%w: nested bucket where a record belongs", ErrCorrupt)
 	} else if _, err = splitDelayedKey(k); err == nil {
-		r, err = DecodeRecord(v)
+		r, err = decodeRecord(v)
 	}
 	if err != nil {
 		return DelayedEntry{}, &DecodeError{Bucket: BucketDelayed, Key: slices.Clone(k), Err: err}

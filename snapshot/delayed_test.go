@@ -47,12 +47,12 @@ func TestDelayedRoundTrip(t *testing.T) {
 		{Due: t0.Add(time.Nanosecond), Record: recs[1]},
 		{Due: t0.In(time.FixedZone("x", 7200)), Record: recs[2]},
 	}
-	saved, err := ts.SaveDelayed(items...)
+	saved, err := ts.saveDelayed(items...)
 	if err != nil || !slices.Equal(saved, []bool{true, true, true}) {
 		t.Fatalf("SaveDelayed = %v, %v", saved, err)
 	}
 	ts.reopen(t)
-	got, err := ts.ListDelayed(nil, 0)
+	got, err := ts.listDelayed(nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,16 +69,16 @@ func TestDelayedRoundTrip(t *testing.T) {
 		}
 		requireEqualRecord(t, e.Record, want[i].Record)
 	}
-	if n, err := ts.CountDelayed(); err != nil || n != 3 {
+	if n, err := ts.count(BucketDelayed); err != nil || n != 3 {
 		t.Fatalf("CountDelayed = %d, %v", n, err)
 	}
 
 	// Paging.
-	first, err := ts.ListDelayed(nil, 2)
+	first, err := ts.listDelayed(nil, 2)
 	if err != nil || len(first) != 2 {
 		t.Fatalf("ListDelayed(nil, 2) = %d, %v", len(first), err)
 	}
-	rest, err := ts.ListDelayed(first[1].Key, 2)
+	rest, err := ts.listDelayed(first[1].Key, 2)
 	if err != nil || len(rest) != 1 || !bytes.Equal(rest[0].Key, got[2].Key) {
 		t.Fatalf("second page = %v, %v", ids(rest), err)
 	}
@@ -98,20 +98,20 @@ func TestDelayedOrder(t *testing.T) {
 		delayedAt("c", time.Second+1),
 		delayedAt("y", time.Second-1),
 	}
-	if _, err := ts.SaveDelayed(items[:3]...); err != nil {
+	if _, err := ts.saveDelayed(items[:3]...); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ts.SaveDelayed(items[3:]...); err != nil {
+	if _, err := ts.saveDelayed(items[3:]...); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ts.ListDelayed(nil, 0)
+	got, err := ts.listDelayed(nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{"z", "y", "\x00", "a", "ab", "b", "c"}; !slices.Equal(ids(got), want) {
 		t.Fatalf("order %q, want %q", ids(got), want)
 	}
-	due, next, err := ts.DueDelayed(nil, t0.Add(time.Second), 0)
+	due, next, err := ts.dueDelayed(nil, t0.Add(time.Second), 0)
 	if err != nil || !slices.Equal(ids(due), []string{"z", "y", "\x00", "a", "ab", "b"}) || !next.Equal(t0.Add(time.Second+1)) {
 		t.Fatalf("DueDelayed = %q, %v, %v", ids(due), next, err)
 	}
@@ -123,11 +123,11 @@ func TestDelayedDuplicateIDs(t *testing.T) {
 	first := delayedAt("x", time.Minute)
 	dup := delayedAt("x", time.Second) // earlier due, other value
 	dup.Record.Message.Value = []byte("other")
-	saved, err := ts.SaveDelayed(first, delayedAt("y", 0), dup)
+	saved, err := ts.saveDelayed(first, delayedAt("y", 0), dup)
 	if err != nil || !slices.Equal(saved, []bool{true, true, false}) {
 		t.Fatalf("SaveDelayed = %v, %v; want [true true false]", saved, err)
 	}
-	saved, err = ts.SaveDelayed(dup)
+	saved, err = ts.saveDelayed(dup)
 	if err != nil || !slices.Equal(saved, []bool{false}) {
 		t.Fatalf("SaveDelayed of a waiting ID = %v, %v; want [false]", saved, err)
 	}
@@ -141,7 +141,7 @@ func TestDelayedDuplicateIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := ts.ListDelayed(nil, 0)
+	got, err := ts.listDelayed(nil, 0)
 	if err != nil || !slices.Equal(ids(got), []string{"y", "z", "x"}) {
 		t.Fatalf("ListDelayed = %q, %v", ids(got), err)
 	}
@@ -158,7 +158,7 @@ func TestDelayedDuplicateIDs(t *testing.T) {
 	)
 	for i := range 20 {
 		wg.Go(func() {
-			saved, err := ts.SaveDelayed(delayedAt("w", time.Duration(i)))
+			saved, err := ts.saveDelayed(delayedAt("w", time.Duration(i)))
 			if err != nil {
 				t.Error(err)
 				return
@@ -176,10 +176,10 @@ func TestDelayedDuplicateIDs(t *testing.T) {
 	}
 
 	// Once delivered (deleted), an ID may wait again.
-	if err := ts.DeleteDelayed(got[2].Key); err != nil {
+	if err := ts.deleteDelayed(got[2].Key); err != nil {
 		t.Fatal(err)
 	}
-	if saved, err := ts.SaveDelayed(dup); err != nil || !saved[0] {
+	if saved, err := ts.saveDelayed(dup); err != nil || !saved[0] {
 		t.Fatalf("SaveDelayed after DeleteDelayed = %v, %v", saved, err)
 	}
 }
@@ -191,7 +191,7 @@ func TestDueDelayed(t *testing.T) {
 	for i := 1; i <= 10; i++ {
 		items = append(items, delayedAt(fmt.Sprintf("m%02d", i), time.Duration(i)*time.Second))
 	}
-	if _, err := ts.SaveDelayed(items...); err != nil {
+	if _, err := ts.saveDelayed(items...); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -217,7 +217,7 @@ func TestDueDelayed(t *testing.T) {
 			if tc.after >= 0 {
 				after = delayedKey(items[tc.after].Due, items[tc.after].Record.Message.ID)
 			}
-			due, next, err := ts.DueDelayed(after, t0.Add(tc.now), tc.limit)
+			due, next, err := ts.dueDelayed(after, t0.Add(tc.now), tc.limit)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -235,31 +235,54 @@ func TestDueDelayed(t *testing.T) {
 	}
 }
 
-// TestDelayedReadsDoNotScan proves that DueDelayed reads the records it
-// returns and one more, however many wait behind them.
-func TestDelayedReadsDoNotScan(t *testing.T) {
+// TestDueDelayedDoesNotScan proves that DueDelayed reads the records it
+// returns and the key of one more, however many wait behind them: every
+// record due after the ones it may return holds a value that does not
+// decode, so a read of any of them would be reported in bad.
+func TestDueDelayedDoesNotScan(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
-	const n = 100_000 // 1.3s under -race
-	items := make([]Delayed, n)
+	const n, good = 100_000, 251 // m0000000 to m0000250 decode
+	items := make([]Delayed, good)
 	for i := range items {
 		items[i] = delayedAt(fmt.Sprintf("m%07d", i), time.Duration(i)*time.Millisecond)
 	}
-	if _, err := ts.SaveDelayed(items...); err != nil {
+	if _, err := ts.saveDelayed(items...); err != nil {
+		t.Fatal(err)
+	}
+	err := ts.Update(func(tx *Tx) error {
+		b, err := tx.bucket(BucketDelayed)
+		if err != nil {
+			return err
+		}
+		b.FillPercent = 1.0
+		for i := good; i < n; i++ {
+			k := delayedKey(t0.Add(time.Duration(i)*time.Millisecond), fmt.Sprintf("m%07d", i))
+			if err := b.Put(k, []byte("\x01spoilt")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	check := func(after DelayedKey, now time.Duration, limit, wantDue int) []DelayedEntry {
 		t.Helper()
-		before := ts.DelayedReads()
-		due, next, err := ts.DueDelayed(after, t0.Add(now), limit)
+		var (
+			due  []DelayedEntry
+			next time.Time
+			bad  []*DecodeError
+		)
+		err := ts.View(func(tx *Tx) (err error) {
+			due, next, bad, err = tx.DueDelayed(after, t0.Add(now), limit)
+			return err
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(due) != wantDue {
-			t.Fatalf("%d due, want %d", len(due), wantDue)
-		}
-		if reads := ts.DelayedReads() - before; reads != uint64(len(due))+1 {
-			t.Fatalf("DueDelayed read %d records to return %d of %d", reads, len(due), n)
+		if len(due) != wantDue || len(bad) != 0 {
+			t.Fatalf("%d due and %d undecodable (%v), want %d due and none: DueDelayed read past them", len(due), len(bad), bad, wantDue)
 		}
 		if next.IsZero() {
 			t.Fatal("next is zero with records waiting")
@@ -273,7 +296,21 @@ func TestDelayedReadsDoNotScan(t *testing.T) {
 	if id := due[len(due)-1].Record.Message.ID; id != "m0000250" {
 		t.Fatalf("last due %s, want m0000250", id)
 	}
-	check(due[len(due)-1].Key, 250*time.Millisecond, 100, 0)
+	last := due[len(due)-1].Key
+	check(last, 250*time.Millisecond, 100, 0) // the first spoilt one is looked at for its due time only
+
+	// Read to the end, the spoilt records are reported: the checks above
+	// would have seen any of them read.
+	err = ts.View(func(tx *Tx) error {
+		due, _, bad, err := tx.DueDelayed(last, t0.Add(time.Hour), 0)
+		if err != nil || len(due) != 0 || len(bad) != n-good {
+			t.Errorf("reading on: %d due, %d undecodable, %v; want 0, %d", len(due), len(bad), err, n-good)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestDelayedDueClamped(t *testing.T) {
@@ -284,10 +321,10 @@ func TestDelayedDueClamped(t *testing.T) {
 		{Due: time.Unix(-5, 0), Record: Record{Message: handoff.Message{ID: "before 1970"}}},
 		{Due: time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC), Record: Record{Message: handoff.Message{ID: "year 3000"}}},
 	}
-	if _, err := ts.SaveDelayed(items...); err != nil {
+	if _, err := ts.saveDelayed(items...); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ts.ListDelayed(nil, 0)
+	got, err := ts.listDelayed(nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +336,7 @@ func TestDelayedDueClamped(t *testing.T) {
 			t.Errorf("%s: due %v, want %v", got[i].Record.Message.ID, got[i].Due, want)
 		}
 	}
-	due, _, err := ts.DueDelayed(nil, t0, 0)
+	due, _, err := ts.dueDelayed(nil, t0, 0)
 	if err != nil || len(due) != 2 {
 		t.Fatalf("DueDelayed = %q, %v", ids(due), err)
 	}
@@ -311,7 +348,7 @@ func TestDelayedDueClamped(t *testing.T) {
 func TestDelayedNoID(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
-	_, err := ts.SaveDelayed(delayedAt("a", 0), Delayed{Due: t0})
+	_, err := ts.saveDelayed(delayedAt("a", 0), Delayed{Due: t0})
 	if !errors.Is(err, ErrNoID) || !strings.Contains(err.Error(), "delayed message 2 of 2") {
 		t.Fatalf("SaveDelayed without ID: %v, want ErrNoID naming the item", err)
 	}
@@ -322,7 +359,7 @@ func TestDelayedNoID(t *testing.T) {
 	if !errors.Is(err, ErrNoID) {
 		t.Fatalf("Tx.SaveDelayed without ID: %v", err)
 	}
-	if n, err := ts.CountDelayed(); err != nil || n != 0 {
+	if n, err := ts.count(BucketDelayed); err != nil || n != 0 {
 		t.Fatalf("CountDelayed = %d, %v; want 0", n, err)
 	}
 }
@@ -330,27 +367,27 @@ func TestDelayedNoID(t *testing.T) {
 func TestDeleteDelayed(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
-	if _, err := ts.SaveDelayed(delayedAt("a", 0), delayedAt("b", time.Second), delayedAt("c", 2*time.Second)); err != nil {
+	if _, err := ts.saveDelayed(delayedAt("a", 0), delayedAt("b", time.Second), delayedAt("c", 2*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ts.ListDelayed(nil, 0)
+	got, err := ts.listDelayed(nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	missing := delayedKey(t0, "nope")
 	for range 2 { // idempotent
-		if err := ts.DeleteDelayed(got[0].Key, got[2].Key, missing, nil); err != nil {
+		if err := ts.deleteDelayed(got[0].Key, got[2].Key, missing, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	left, err := ts.ListDelayed(nil, 0)
+	left, err := ts.listDelayed(nil, 0)
 	if err != nil || !slices.Equal(ids(left), []string{"b"}) {
 		t.Fatalf("after DeleteDelayed: %q, %v", ids(left), err)
 	}
 	// The index follows the bucket: only b is indexed.
 	var indexed []string
 	err = ts.View(func(tx *Tx) error {
-		b, err := tx.bucket(BucketDelayedIDs)
+		b, err := tx.bucket(bucketDelayedIDs)
 		if err != nil {
 			return err
 		}
@@ -366,7 +403,7 @@ func TestDeleteDelayed(t *testing.T) {
 		t.Fatalf("index %q, %v", indexed, err)
 	}
 	err = ts.Update(func(tx *Tx) error { return tx.DeleteDelayed(left[0].Key) })
-	if n, cerr := ts.CountDelayed(); err != nil || cerr != nil || n != 0 {
+	if n, cerr := ts.count(BucketDelayed); err != nil || cerr != nil || n != 0 {
 		t.Fatalf("Tx.DeleteDelayed: %v; CountDelayed = %d, %v", err, n, cerr)
 	}
 }
@@ -376,7 +413,7 @@ func TestDeleteDelayed(t *testing.T) {
 func TestDueDelayedQuarantinesCorrupt(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
-	if _, err := ts.SaveDelayed(delayedAt("a", 0), delayedAt("c", 2*time.Second)); err != nil {
+	if _, err := ts.saveDelayed(delayedAt("a", 0), delayedAt("c", 2*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	badKey := delayedKey(t0.Add(time.Second), "b")
@@ -385,23 +422,38 @@ func TestDueDelayedQuarantinesCorrupt(t *testing.T) {
 		if err := tx.Bucket([]byte(BucketDelayed)).Put(badKey, []byte{1, 2, 3}); err != nil {
 			return err
 		}
-		if err := tx.Bucket([]byte(BucketDelayed)).Put(noID, AppendRecord(nil, &Record{})); err != nil {
+		if err := tx.Bucket([]byte(BucketDelayed)).Put(noID, appendRecord(nil, &Record{})); err != nil {
 			return err
 		}
-		return tx.Bucket([]byte(BucketDelayedIDs)).Put([]byte("b"), badKey)
+		return tx.Bucket([]byte(bucketDelayedIDs)).Put([]byte("b"), badKey)
 	})
-	_, err := ts.ListDelayed(nil, 0)
+	_, err := ts.listDelayed(nil, 0)
 	var de *DecodeError
 	if !errors.Is(err, ErrCorrupt) || !errors.As(err, &de) || de.Bucket != BucketDelayed {
 		t.Fatalf("ListDelayed over a corrupt record: %v", err)
 	}
+	// Read only, DueDelayed reports them and moves nothing.
+	err = ts.View(func(tx *Tx) error {
+		due, _, bad, err := tx.DueDelayed(nil, t0.Add(time.Hour), 0)
+		if err != nil || !slices.Equal(ids(due), []string{"a", "c"}) || len(bad) != 2 ||
+			!bytes.Equal(bad[0].Key, badKey) || !bytes.Equal(bad[1].Key, noID) || bad[0].Bucket != BucketDelayed {
+			t.Errorf("DueDelayed = %q, %v, %v", ids(due), bad, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := ts.count(BucketQuarantine); err != nil || n != 0 {
+		t.Fatalf("%d quarantined by a View, %v", n, err)
+	}
 	for range 2 {
-		due, next, err := ts.DueDelayed(nil, t0.Add(time.Hour), 0)
+		due, next, err := ts.dueDelayed(nil, t0.Add(time.Hour), 0)
 		if err != nil || !slices.Equal(ids(due), []string{"a", "c"}) || !next.IsZero() {
 			t.Fatalf("DueDelayed = %q, %v, %v", ids(due), next, err)
 		}
 	}
-	q, err := ts.Quarantined()
+	q, err := ts.quarantined()
 	if err != nil || len(q) != 2 {
 		t.Fatalf("Quarantined = %+v, %v", q, err)
 	}
@@ -410,7 +462,7 @@ func TestDueDelayedQuarantinesCorrupt(t *testing.T) {
 		t.Fatalf("Quarantined = %+v", q)
 	}
 	// The ID of the quarantined record may wait again.
-	if saved, err := ts.SaveDelayed(delayedAt("b", 0)); err != nil || !saved[0] {
+	if saved, err := ts.saveDelayed(delayedAt("b", 0)); err != nil || !saved[0] {
 		t.Fatalf("SaveDelayed of a quarantined ID = %v, %v", saved, err)
 	}
 }

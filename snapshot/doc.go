@@ -4,12 +4,43 @@
 // the messages parked behind a dead letter of their ordering key
 // (parked), and the stored values that could not be decoded (quarantine).
 //
-// It knows nothing of Kafka or of the runtime. Every write is one bbolt
-// transaction that is fsynced before the call returns, so a record is
-// durable exactly when the call that wrote it returned nil. Several
-// writes that must happen together (save a dead letter and delete its
-// pending record) go in one [Store.Update] through the methods of [Tx].
-// A [Store] is safe for concurrent use.
+// It knows nothing of Kafka or of the runtime. A [Store] is one open
+// file and is safe for concurrent use.
+//
+// # Reading and writing
+//
+// Every read and write of the records is a method of [Tx], as bbolt
+// keeps them, run in a transaction of the Store:
+//
+//   - [Store.Update] runs fn in one write transaction and commits it with
+//     one fsync: what fn wrote is durable exactly when Update returned
+//     nil, and all of it or none of it is. Several writes that must
+//     happen together (save a dead letter and delete its pending record)
+//     go in one Update. The shutdown snapshot is one Update.
+//   - [Store.Batch] is the same for small writes made by many goroutines
+//     at once (a dead letter, a parked or delayed message, a delete per
+//     handled message): concurrent calls share one transaction and one
+//     fsync, and fn may run more than once.
+//   - [Store.View] runs fn in a read-only transaction, which neither
+//     blocks writers nor waits for them. The write methods of Tx fail in
+//     it.
+//
+// A read on the delivery path ([Tx.LoadPending], [Tx.DueDelayed],
+// [Tx.Parked], [Tx.ParkedKeys]) skips a record that fails to decode and
+// reports it; the caller moves it with [Tx.Quarantine] in a write
+// transaction, so that it cannot stall delivery (see below).
+//
+// # Fast paths on Store
+//
+// Store has one method of its own besides Open, Close, Path and the
+// three transactions: [Store.ScanPending], the re-push of the saved
+// messages at start. It reads the pending bucket on a goroutine of its
+// own, inside one read transaction, while the caller works through the
+// records a batch at a time and writes to the file (the runtime's
+// BenchmarkRepush measures it). That caller cannot run inside the read
+// transaction: a write that grows the file's memory map waits for every
+// read transaction to end. Everything else, counts and pages included,
+// is one transaction either way and needs no path of its own.
 //
 // # Bucket layout
 //
@@ -22,8 +53,8 @@
 //	delayed_ids  ID             -> its key in delayed
 //	parked       class key seq  -> record   parked behind a dead letter
 //	meta         "format"       -> 1 byte, the file format version (1)
-//	             "group"        -> the consumer group the file belongs to
-//	             "instance"     -> the instance name that last started on it
+//	             "group"        -> the consumer group the file belongs to ([MetaGroup])
+//	             "instance"     -> the instance that last started on it ([MetaInstance])
 //
 // Keys of pending, dead and quarantine are big-endian uint64 sequence
 // numbers of their bucket, starting at 1 and never reused, so key order is
@@ -50,9 +81,8 @@
 //
 // # Record format
 //
-// A record (a [Record] in the pending, dead, delayed or parked bucket)
-// is written by [AppendRecord] and read by [DecodeRecord]. Its fields
-// follow one another with no padding:
+// A record (a [Record] in the pending, dead, delayed or parked bucket) is
+// encoded as its fields, one after another with no padding:
 //
 //	version      1 byte, 1
 //	id           string   Message.ID
@@ -88,11 +118,9 @@
 //
 // # Quarantine entry format
 //
-// The readers on the delivery path, [Store.LoadPending],
-// [Store.ScanPending], [Store.DueDelayed], [Store.Parked] and
-// [Store.ParkedKeys], move a value that fails to decode (or a key of the
-// wrong shape) into the quarantine bucket, so that it cannot stall
-// delivery, as
+// [Tx.Quarantine] (and [Store.ScanPending] for its own) moves a value of
+// the pending, delayed or parked bucket that fails to decode (or sits
+// under a key of the wrong shape) into the quarantine bucket as
 //
 //	version      1 byte, 1
 //	bucket       string   the bucket it came from
@@ -101,19 +129,35 @@
 //	at           time     when it was moved
 //	raw          the original value, to the end of the entry
 //
-// using the encodings above. [Store.Quarantined] lists them.
+// using the encodings above. [Tx.Quarantined] lists them.
 //
-// The admin readers ([Store.Dead], [Store.DeadPage], [Store.GetDead],
-// [Store.ListDelayed]) only read and report such values as
-// [*DecodeError]s.
+// The admin readers ([Tx.DeadPage], [Tx.GetDead], [Tx.ListDelayed]) only
+// report such values as [*DecodeError]s, and dead letters are never
+// quarantined.
 //
 // # Decoding invariants
 //
 // The decoders of records, quarantine entries and parked keys, checked by
 // FuzzDecodeRecord, FuzzDecodeQuarantined and FuzzParkedKey: they never
-// panic on any input; every failure of DecodeRecord and of the parked
-// key decoder wraps [ErrCorrupt]; what they return shares no memory with
+// panic on any input; every failure of the record and parked key
+// decoders wraps [ErrCorrupt]; what they return shares no memory with
 // their input (bbolt memory is only valid inside its transaction); and
 // what decodes encodes back to bytes that decode to an equal value (for
 // a parked key, to the very same bytes).
+//
+// # Who knows the format
+//
+// Only this package. Its encoders and decoders are unexported rather
+// than moved to an internal package: nothing else in the module needs
+// them (the CLI reads and changes a state file through [Open] and [Tx],
+// as the runtime does), and an internal codec package would need
+// [Record], the API's value type. It could not import Record from
+// snapshot, which would import the codec back (a cycle), and Record
+// cannot move to internal/, where users could not name it. The names of
+// the buckets that hold records stay exported because the API names
+// them: they are the keys of [Tx.Counts] and the Bucket of a
+// [DecodeError] or a [Quarantined] entry, and the CLI prints them. The
+// ID index and meta buckets hold no records and are unexported.
+// [MetaGroup] and [MetaInstance] stay exported: the runtime owns what
+// they mean and writes them with [Tx.PutMeta].
 package snapshot

@@ -12,27 +12,28 @@ var (
 	// than [Options.LockTimeout].
 	ErrLocked = errors.New("snapshot: state file in use")
 
-	// ErrCorrupt is returned, wrapped, by [DecodeRecord] when its input is
-	// truncated, has trailing bytes, has an unknown format version or holds
-	// an impossible value. Every [DecodeError] wraps it too.
+	// ErrCorrupt is wrapped by every [DecodeError]: a stored record that
+	// is truncated, has trailing bytes, has an unknown format version,
+	// holds an impossible value or sits under a key of the wrong shape.
 	ErrCorrupt = errors.New("snapshot: corrupt record")
 
 	// ErrNotFound is returned, wrapped with the bucket and key, by
 	// [Tx.PutPending], [Tx.PutDead], [Tx.PutDelayed], [Tx.PutParked] and
-	// [Store.RequeueDead] when the record they should change is not there
+	// [Tx.RequeueDead] when the record they should change is not there
 	// (deleted meanwhile, or never saved).
 	ErrNotFound = errors.New("snapshot: record not found")
 
-	// ErrNoID is returned, wrapped, by [Store.SaveDelayed] and
-	// [Tx.SaveDelayed] for a message with an empty ID: a delayed record
-	// is keyed and deduplicated by its ID.
+	// ErrNoID is returned, wrapped, by [Tx.SaveDelayed] for a message
+	// with an empty ID: a delayed record is keyed and deduplicated by its
+	// ID.
 	ErrNoID = errors.New("snapshot: message has no ID")
 )
 
 // DecodeError names the bucket and key of a stored record that failed to
-// decode. [Store.LoadPending], [Store.Dead] and the other readers report
-// one per bad record instead of failing the whole read. It wraps the
-// decode error, so errors.Is(err, [ErrCorrupt]) holds.
+// decode. [Tx.LoadPending], [Tx.DeadPage] and the other readers report
+// one per bad record instead of failing the whole read; [Tx.Quarantine]
+// takes those of the delivery path. It wraps the decode error, so
+// errors.Is(err, [ErrCorrupt]) holds.
 type DecodeError struct {
 	// Bucket is the bucket the record was read from, e.g. [BucketPending].
 	Bucket string

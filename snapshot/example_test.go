@@ -11,7 +11,8 @@ import (
 	"github.com/handoff-go/handoff/snapshot"
 )
 
-// Example shows a shutdown snapshot and the recovery on the next start.
+// Example shows a shutdown snapshot, one Update, and the re-push on the
+// next start.
 func Example() {
 	dir, err := os.MkdirTemp("", "snapshot-example")
 	if err != nil {
@@ -39,7 +40,12 @@ func Example() {
 			SavedAt: now,
 		})
 	}
-	keys, err := s.SavePending(recs, nil)
+	var keys []uint64
+	err = s.Update(func(tx *snapshot.Tx) error {
+		var err error
+		keys, err = tx.SavePending(recs...)
+		return err
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -48,27 +54,35 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	// Next start: load in save order, delete each once it is done.
+	// Next start: re-push in save order, delete each once it is done.
+	// Deletes from many handlers share fsyncs in Batch.
 	s, err = snapshot.Open(path, snapshot.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer s.Close()
-	entries, bad, err := s.LoadPending()
-	if err != nil {
-		log.Fatal(err)
-	}
-	for _, e := range entries {
-		fmt.Println("re-push", e.Key, e.Record.Message.ID, e.Record.Reason)
-		if err := s.DeletePending(e.Key); err != nil {
-			log.Fatal(err)
+	bad, err := s.ScanPending(func(batch []snapshot.Entry) bool {
+		for _, e := range batch {
+			fmt.Println("re-push", e.Key, e.Record.Message.ID, e.Record.Reason)
+			if err := s.Batch(func(tx *snapshot.Tx) error { return tx.DeletePending(e.Key) }); err != nil {
+				log.Fatal(err)
+			}
 		}
-	}
-	n, err := s.CountPending()
+		return true
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("undecodable", len(bad), "left", n)
+	var counts map[string]int
+	err = s.View(func(tx *snapshot.Tx) error {
+		var err error
+		counts, err = tx.Counts()
+		return err
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("undecodable", len(bad), "left", counts[snapshot.BucketPending])
 	// Output:
 	// saved [1 2]
 	// re-push 1 orders/0/41 unstarted
@@ -91,7 +105,12 @@ func ExampleStore_Update() {
 	}
 	defer s.Close()
 	msg := handoff.Message{ID: "orders/0/7", Class: "orders", Value: []byte("paid")}
-	keys, err := s.SavePending([]snapshot.Record{{Message: msg, Reason: "unstarted"}}, nil)
+	var keys []uint64
+	err = s.Update(func(tx *snapshot.Tx) error {
+		var err error
+		keys, err = tx.SavePending(snapshot.Record{Message: msg, Reason: "unstarted"})
+		return err
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -107,11 +126,17 @@ func ExampleStore_Update() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	counts, err := s.Counts()
+	err = s.View(func(tx *snapshot.Tx) error {
+		counts, err := tx.Counts()
+		if err != nil {
+			return err
+		}
+		fmt.Println("pending", counts[snapshot.BucketPending], "dead", counts[snapshot.BucketDead])
+		return nil
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("pending", counts[snapshot.BucketPending], "dead", counts[snapshot.BucketDead])
 	// Output:
 	// pending 0 dead 1
 }

@@ -11,13 +11,13 @@ import (
 )
 
 // FuzzDecodeRecord checks the decoding invariants listed in the package
-// documentation on arbitrary input: DecodeRecord never panics; a failure
+// documentation on arbitrary input: decodeRecord never panics; a failure
 // wraps ErrCorrupt; a decoded record shares no memory with its input; and
 // it encodes back to bytes that decode to a deeply equal record. The
 // in-place decoder that ScanPending uses returns the same.
 func FuzzDecodeRecord(f *testing.F) {
 	for _, r := range edgeRecords() {
-		valid := AppendRecord(nil, &r)
+		valid := appendRecord(nil, &r)
 		f.Add(valid)
 		f.Add(valid[:len(valid)/2])          // truncated
 		f.Add(valid[:len(valid)-1])          // truncated by one
@@ -33,11 +33,11 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add([]byte{1})
 	in := newInterner() // shared by every input, as by the records of a scan
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := DecodeRecord(b)
+		r, err := decodeRecord(b)
 		// The in-place decoder of ScanPending agrees, interned strings or not.
 		owned, ownedErr := decodeOwned(bytes.Clone(b), in)
 		if fmt.Sprint(err) != fmt.Sprint(ownedErr) || !reflect.DeepEqual(r, owned) {
-			t.Fatalf("decodeOwned disagrees with DecodeRecord\nDecodeRecord: %#v, %v\ndecodeOwned:  %#v, %v", r, err, owned, ownedErr)
+			t.Fatalf("decodeOwned disagrees with decodeRecord\ndecodeRecord: %#v, %v\ndecodeOwned:  %#v, %v", r, err, owned, ownedErr)
 		}
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
@@ -45,14 +45,14 @@ func FuzzDecodeRecord(f *testing.F) {
 			}
 			return
 		}
-		enc := AppendRecord(nil, &r)
+		enc := appendRecord(nil, &r)
 		for i := range b {
 			b[i] ^= 0xff
 		}
-		if again := AppendRecord(nil, &r); !bytes.Equal(enc, again) {
+		if again := appendRecord(nil, &r); !bytes.Equal(enc, again) {
 			t.Fatal("decoded record aliases its input")
 		}
-		r2, err := DecodeRecord(enc)
+		r2, err := decodeRecord(enc)
 		if err != nil {
 			t.Fatalf("re-encoded record does not decode: %v", err)
 		}
@@ -66,7 +66,7 @@ func FuzzDecodeRecord(f *testing.F) {
 // entries.
 func FuzzDecodeQuarantined(f *testing.F) {
 	r := fullRecord(1)
-	valid := appendQuarantined(nil, BucketPending, key8(7), "boom", time.Unix(1, 2), AppendRecord(nil, &r))
+	valid := appendQuarantined(nil, BucketPending, key8(7), "boom", time.Unix(1, 2), appendRecord(nil, &r))
 	f.Add(valid)
 	f.Add(valid[:20])
 	f.Add(appendQuarantined(nil, "", nil, "", time.Time{}, nil))

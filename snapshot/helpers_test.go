@@ -137,7 +137,7 @@ func records(n int) []Record {
 	return out
 }
 
-// normalized returns r as DecodeRecord returns it: times in UTC without
+// normalized returns r as decodeRecord returns it: times in UTC without
 // a monotonic reading.
 func normalized(r Record) Record {
 	norm := func(t time.Time) time.Time {
@@ -172,4 +172,142 @@ func requireEntries(t testing.TB, got []Entry, keys []uint64, want []Record) {
 		}
 		requireEqualRecord(t, got[i].Record, want[i])
 	}
+}
+
+// The reads and writes of the store as single calls, each in a
+// transaction of its own, for the tests that are about what is stored
+// rather than how writes are grouped. The readers of the delivery path
+// move what they cannot decode to the quarantine bucket afterwards, as
+// the runtime does.
+
+func (s *Store) savePending(recs ...Record) (keys []uint64, err error) {
+	err = s.Update(func(tx *Tx) error { keys, err = tx.SavePending(recs...); return err })
+	return keys, err
+}
+
+func (s *Store) deletePending(keys ...uint64) error {
+	return s.Update(func(tx *Tx) error { return tx.DeletePending(keys...) })
+}
+
+// loadPending returns every pending record, as ScanPending reads them.
+func (s *Store) loadPending() ([]Entry, []*DecodeError, error) {
+	var entries []Entry
+	bad, err := s.ScanPending(func(batch []Entry) bool {
+		entries = append(entries, batch...)
+		return true
+	})
+	return entries, bad, err
+}
+
+func (s *Store) saveDead(recs ...Record) (keys []uint64, err error) {
+	err = s.Update(func(tx *Tx) error { keys, err = tx.SaveDead(recs...); return err })
+	return keys, err
+}
+
+func (s *Store) getDead(key uint64) (r Record, ok bool, err error) {
+	err = s.View(func(tx *Tx) error { r, ok, err = tx.GetDead(key); return err })
+	return r, ok, err
+}
+
+// deadPage returns the page with the decode errors DeadPage joins.
+func (s *Store) deadPage(class string, after uint64, limit int) (page []Entry, next uint64, err error) {
+	var pageErr error
+	err = s.View(func(tx *Tx) error { page, next, pageErr = tx.DeadPage(class, after, limit); return nil })
+	if err != nil {
+		return nil, 0, err
+	}
+	return page, next, pageErr
+}
+
+// dead returns every dead letter, and those that do not decode.
+func (s *Store) dead() (entries []Entry, bad []*DecodeError, err error) {
+	err = s.View(func(tx *Tx) error { entries, bad, err = tx.readAll(BucketDead); return err })
+	return entries, bad, err
+}
+
+func (s *Store) deleteDead(keys ...uint64) error {
+	return s.Update(func(tx *Tx) error { return tx.DeleteDead(keys...) })
+}
+
+func (s *Store) requeueDead(keys ...uint64) (pending []uint64, err error) {
+	err = s.Update(func(tx *Tx) error { pending, err = tx.RequeueDead(keys...); return err })
+	return pending, err
+}
+
+func (s *Store) saveDelayed(items ...Delayed) (saved []bool, err error) {
+	err = s.Update(func(tx *Tx) error { saved, err = tx.SaveDelayed(items...); return err })
+	return saved, err
+}
+
+func (s *Store) dueDelayed(after DelayedKey, now time.Time, limit int) (due []DelayedEntry, next time.Time, err error) {
+	var bad []*DecodeError
+	err = s.View(func(tx *Tx) error { due, next, bad, err = tx.DueDelayed(after, now, limit); return err })
+	if err == nil {
+		err = s.quarantine(bad)
+	}
+	return due, next, err
+}
+
+// listDelayed returns the page with the decode errors ListDelayed joins.
+func (s *Store) listDelayed(after DelayedKey, limit int) (page []DelayedEntry, err error) {
+	var pageErr error
+	err = s.View(func(tx *Tx) error { page, pageErr = tx.ListDelayed(after, limit); return nil })
+	if err != nil {
+		return nil, err
+	}
+	return page, pageErr
+}
+
+func (s *Store) deleteDelayed(keys ...DelayedKey) error {
+	return s.Update(func(tx *Tx) error { return tx.DeleteDelayed(keys...) })
+}
+
+func (s *Store) park(class string, key []byte, recs ...Record) error {
+	return s.Update(func(tx *Tx) error { return tx.Park(class, key, recs...) })
+}
+
+func (s *Store) parked(class string, key []byte) (entries []ParkedEntry, err error) {
+	var bad []*DecodeError
+	err = s.View(func(tx *Tx) error { entries, bad, err = tx.Parked(class, key); return err })
+	if err == nil {
+		err = s.quarantine(bad)
+	}
+	return entries, err
+}
+
+func (s *Store) parkedKeys() (keys []ParkedCount, err error) {
+	var bad []*DecodeError
+	err = s.View(func(tx *Tx) error { keys, bad, err = tx.ParkedKeys(); return err })
+	if err == nil {
+		err = s.quarantine(bad)
+	}
+	return keys, err
+}
+
+func (s *Store) deleteParked(keys ...ParkedKey) error {
+	return s.Update(func(tx *Tx) error { return tx.DeleteParked(keys...) })
+}
+
+// quarantine moves bad, when there is any, in a write transaction.
+func (s *Store) quarantine(bad []*DecodeError) error {
+	if len(bad) == 0 {
+		return nil
+	}
+	return s.Update(func(tx *Tx) error { return tx.Quarantine(bad...) })
+}
+
+func (s *Store) quarantined() (q []Quarantined, err error) {
+	err = s.View(func(tx *Tx) error { q, err = tx.Quarantined(); return err })
+	return q, err
+}
+
+func (s *Store) counts() (counts map[string]int, err error) {
+	err = s.View(func(tx *Tx) error { counts, err = tx.Counts(); return err })
+	return counts, err
+}
+
+// count returns the number of records in the named bucket.
+func (s *Store) count(name string) (n int, err error) {
+	err = s.View(func(tx *Tx) error { n, err = tx.count(name); return err })
+	return n, err
 }

@@ -2,52 +2,39 @@ package snapshot
 
 import (
 	"bytes"
-	"fmt"
+	"errors"
 )
 
-// Keys of [BucketMeta] the runtime writes: the consumer group and the
+// Keys of the meta bucket the runtime writes: the consumer group and the
 // instance the file belongs to.
 const (
 	MetaGroup    = "group"
 	MetaInstance = "instance"
 )
 
-// Meta returns a copy of the value under key in [BucketMeta], and whether
-// it is there. Safe for concurrent use.
-func (s *Store) Meta(key string) ([]byte, bool, error) {
-	var out []byte
-	var ok bool
-	err := s.view(func(tx *Tx) error {
-		b, err := tx.bucket(BucketMeta)
-		if err != nil {
-			return err
-		}
-		if v := b.Get([]byte(key)); v != nil {
-			out, ok = bytes.Clone(v), true
-		}
-		return nil
-	})
+// Meta returns a copy of the value under key in the meta bucket, and
+// whether it is there.
+func (tx *Tx) Meta(key string) ([]byte, bool, error) {
+	b, err := tx.bucket(bucketMeta)
 	if err != nil {
-		return nil, false, fmt.Errorf("snapshot: read %s/%s in %s: %w", BucketMeta, key, s.path, err)
+		return nil, false, tx.errorf(err, "read %s/%s", bucketMeta, key)
 	}
-	return out, ok, nil
+	v := b.Get([]byte(key))
+	if v == nil {
+		return nil, false, nil
+	}
+	return bytes.Clone(v), true, nil
 }
 
-// PutMeta stores value under key in [BucketMeta], in a transaction of its
-// own. The key of the file format version is refused: [Open] owns it.
-func (s *Store) PutMeta(key string, value []byte) error {
+// PutMeta stores value under key in the meta bucket. The key of the file
+// format version is refused: [Open] owns it.
+func (tx *Tx) PutMeta(key string, value []byte) error {
 	if key == metaFormatKey {
-		return fmt.Errorf("snapshot: write %s/%s in %s: reserved key", BucketMeta, key, s.path)
+		return tx.errorf(errors.New("reserved key"), "write %s/%s", bucketMeta, key)
 	}
-	err := s.update(func(tx *Tx) error {
-		b, err := tx.bucket(BucketMeta)
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte(key), bytes.Clone(value))
-	})
-	if err != nil {
-		return fmt.Errorf("snapshot: write %s/%s in %s: %w", BucketMeta, key, s.path, err)
+	b, err := tx.bucket(bucketMeta)
+	if err == nil {
+		err = b.Put([]byte(key), bytes.Clone(value))
 	}
-	return nil
+	return tx.errorf(err, "write %s/%s", bucketMeta, key)
 }

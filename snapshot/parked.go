@@ -18,7 +18,7 @@ type ParkedKey []byte
 
 // ParkedEntry is a stored parked record with its key.
 type ParkedEntry struct {
-	// Key is the record's key, for [Store.DeleteParked].
+	// Key is the record's key, for [Tx.DeleteParked].
 	Key ParkedKey
 	// Record is the stored record.
 	Record Record
@@ -114,28 +114,10 @@ func uvarintLen(n uint64) int {
 // Park stores recs, in this order, behind the other records parked under
 // (class, key): the messages of an ordered class's key that wait for a
 // dead letter of that key to be requeued and succeed, or be discarded.
-// A nil and an empty key are the same key here. All of recs are stored
-// in one write transaction; a single record goes through the group commit
-// of [Store.Batch], as Park is called per message from many goroutines.
-// With no records Park does not touch the
-// file. class and key together must stay under 32 KiB (bbolt's key
-// limit), or Park fails.
-func (s *Store) Park(class string, key []byte, recs ...Record) error {
-	if len(recs) == 0 {
-		return nil
-	}
-	vals := encodeAll(recs)
-	run := s.writer(len(recs))
-	// Batch may run fn again in a fresh transaction: park then takes new
-	// sequence numbers from that transaction's view, which is safe.
-	if err := run(func(tx *Tx) error { return tx.park(class, key, vals) }); err != nil {
-		return fmt.Errorf("snapshot: park %d messages of class %s in %s: %w", len(recs), class, s.path, err)
-	}
-	return nil
-}
-
-// Park stores recs behind the records parked under (class, key), as
-// [Store.Park] does.
+// A nil and an empty key are the same key here. class and key together
+// must stay under 32 KiB (bbolt's key limit), or Park fails. Park is
+// called per message from many goroutines: in [Store.Batch] they share
+// fsyncs.
 func (tx *Tx) Park(class string, key []byte, recs ...Record) error {
 	return tx.errorf(tx.park(class, key, encodeAll(recs)), "park %d messages of class %s", len(recs), class)
 }
@@ -189,48 +171,32 @@ func parkedKeyText(k []byte) string {
 
 // Parked returns the records parked under (class, key) in park order. A
 // nil and an empty key are the same key here. It reads only those
-// records. A record that cannot be read is skipped and moved to the
-// quarantine bucket (see [Store.Quarantined]) in a write transaction of
-// its own, so that it cannot stall the key; Parked fails when that move
-// does.
-func (s *Store) Parked(class string, key []byte) ([]ParkedEntry, error) {
-	prefix := appendParkedPrefix(nil, class, key)
-	var (
-		out []ParkedEntry
-		bad []*DecodeError
-	)
-	err := s.view(func(tx *Tx) error {
-		c, err := tx.cursor(BucketParked)
-		if err != nil {
-			return err
-		}
-		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-			var r Record
-			switch {
-			case v == nil:
-				err = fmt.Errorf("%w: nested bucket where a record belongs", ErrCorrupt)
-			case len(k) != len(prefix)+8:
-				_, _, _, err = splitParkedKey(k)
-			default:
-				r, err = DecodeRecord(v)
-			}
-			if err != nil {
-				bad = append(bad, &DecodeError{Bucket: BucketParked, Key: slices.Clone(k), Err: err})
-				continue
-			}
-			out = append(out, ParkedEntry{Key: slices.Clone(k), Record: r})
-		}
-		return nil
-	})
+// records. A record that cannot be read is skipped and reported in bad;
+// the delivery path passes bad to [Tx.Quarantine] in a write
+// transaction, so that it cannot stall the key.
+func (tx *Tx) Parked(class string, key []byte) (parked []ParkedEntry, bad []*DecodeError, err error) {
+	c, err := tx.cursor(BucketParked)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot: read parked messages of class %s from %s: %w", class, s.path, err)
+		return nil, nil, tx.errorf(err, "read parked messages of class %s", class)
 	}
-	if len(bad) > 0 {
-		if err := s.quarantine(BucketParked, bad); err != nil {
-			return nil, err
+	prefix := appendParkedPrefix(nil, class, key)
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		var r Record
+		switch {
+		case v == nil:
+			err = fmt.Errorf("%w: nested bucket where a record belongs", ErrCorrupt)
+		case len(k) != len(prefix)+8:
+			_, _, _, err = splitParkedKey(k)
+		default:
+			r, err = decodeRecord(v)
 		}
+		if err != nil {
+			bad = append(bad, &DecodeError{Bucket: BucketParked, Key: slices.Clone(k), Err: err})
+			continue
+		}
+		parked = append(parked, ParkedEntry{Key: slices.Clone(k), Record: r})
 	}
-	return out, nil
+	return parked, bad, nil
 }
 
 // ParkedKeys returns every (class, key) with parked records, in key
@@ -238,79 +204,51 @@ func (s *Store) Parked(class string, key []byte) ([]ParkedEntry, error) {
 // length and key), with their count and the SavedAt of the first. It
 // reads every key of the parked bucket but decodes only the first record
 // of each (class, key). A record whose key cannot be parsed, or a first
-// record that cannot be decoded, is left out and moved to the quarantine
-// bucket in a write transaction of its own, as [Store.Parked] does;
-// ParkedKeys fails when that move does.
-func (s *Store) ParkedKeys() ([]ParkedCount, error) {
+// record that cannot be decoded, is left out and reported in bad, for
+// [Tx.Quarantine] as with [Tx.Parked].
+func (tx *Tx) ParkedKeys() (keys []ParkedCount, bad []*DecodeError, err error) {
+	c, err := tx.cursor(BucketParked)
+	if err != nil {
+		return nil, nil, tx.errorf(err, "list parked keys")
+	}
 	var (
-		out []ParkedCount
-		bad []*DecodeError
+		group  []byte // (class, key) prefix of keys' last element; bbolt memory
+		oldest bool   // whether that element has its Oldest
 	)
-	err := s.view(func(tx *Tx) error {
-		c, err := tx.cursor(BucketParked)
-		if err != nil {
-			return err
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		class, key, _, err := splitParkedKey(k)
+		if err == nil && v == nil {
+			err = fmt.Errorf("%w: nested bucket where a record belongs", ErrCorrupt)
 		}
-		var (
-			group  []byte // (class, key) prefix of out's last element; bbolt memory
-			oldest bool   // whether that element has its Oldest
-		)
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			class, key, _, err := splitParkedKey(k)
-			if err == nil && v == nil {
-				err = fmt.Errorf("%w: nested bucket where a record belongs", ErrCorrupt)
+		if err != nil {
+			bad = append(bad, &DecodeError{Bucket: BucketParked, Key: slices.Clone(k), Err: err})
+			continue
+		}
+		if p := k[:len(k)-8]; group == nil || !bytes.Equal(p, group) {
+			group, oldest = p, false
+			pc := ParkedCount{Class: string(class)}
+			if len(key) > 0 {
+				pc.Key = slices.Clone(key)
 			}
+			keys = append(keys, pc)
+		}
+		pc := &keys[len(keys)-1]
+		if !oldest {
+			r, err := decodeRecord(v)
 			if err != nil {
 				bad = append(bad, &DecodeError{Bucket: BucketParked, Key: slices.Clone(k), Err: err})
 				continue
 			}
-			if p := k[:len(k)-8]; group == nil || !bytes.Equal(p, group) {
-				group, oldest = p, false
-				pc := ParkedCount{Class: string(class)}
-				if len(key) > 0 {
-					pc.Key = slices.Clone(key)
-				}
-				out = append(out, pc)
-			}
-			pc := &out[len(out)-1]
-			if !oldest {
-				r, err := DecodeRecord(v)
-				if err != nil {
-					bad = append(bad, &DecodeError{Bucket: BucketParked, Key: slices.Clone(k), Err: err})
-					continue
-				}
-				pc.Oldest, oldest = r.SavedAt, true
-			}
-			pc.Count++
+			pc.Oldest, oldest = r.SavedAt, true
 		}
-		out = slices.DeleteFunc(out, func(pc ParkedCount) bool { return pc.Count == 0 })
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: list parked keys of %s: %w", s.path, err)
+		pc.Count++
 	}
-	if len(bad) > 0 {
-		if err := s.quarantine(BucketParked, bad); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	keys = slices.DeleteFunc(keys, func(pc ParkedCount) bool { return pc.Count == 0 })
+	return keys, bad, nil
 }
 
-// DeleteParked deletes the parked records with the given keys in one
-// write transaction. Deleting a missing key is not an error. Concurrent
-// calls share one transaction (the group commit of [Store.Batch]).
-func (s *Store) DeleteParked(keys ...ParkedKey) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	if err := s.batch(func(tx *Tx) error { return tx.deleteParked(keys) }); err != nil {
-		return fmt.Errorf("snapshot: delete %d parked messages from %s: %w", len(keys), s.path, err)
-	}
-	return nil
-}
-
-// DeleteParked deletes parked records, as [Store.DeleteParked] does.
+// DeleteParked deletes the parked records with the given keys. Deleting
+// a missing key is not an error.
 func (tx *Tx) DeleteParked(keys ...ParkedKey) error {
 	return tx.errorf(tx.deleteParked(keys), "delete %d parked messages", len(keys))
 }

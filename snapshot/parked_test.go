@@ -30,20 +30,20 @@ func TestParkedOrderAndRoundTrip(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
 	full := fullRecord(1)
-	if err := ts.Park("orders", []byte("k"), parkRec("1", 1), full); err != nil {
+	if err := ts.park("orders", []byte("k"), parkRec("1", 1), full); err != nil {
 		t.Fatal(err)
 	}
-	if err := ts.Park("orders", []byte("other"), parkRec("x", 2)); err != nil {
+	if err := ts.park("orders", []byte("other"), parkRec("x", 2)); err != nil {
 		t.Fatal(err)
 	}
-	if err := ts.Park("orders", []byte("k"), parkRec("3", 3)); err != nil {
+	if err := ts.park("orders", []byte("k"), parkRec("3", 3)); err != nil {
 		t.Fatal(err)
 	}
 	if err := ts.Update(func(tx *Tx) error { return tx.Park("orders", []byte("k"), parkRec("4", 4)) }); err != nil {
 		t.Fatal(err)
 	}
 	ts.reopen(t)
-	got, err := ts.Parked("orders", []byte("k"))
+	got, err := ts.parked("orders", []byte("k"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestParkedOrderAndRoundTrip(t *testing.T) {
 			t.Fatalf("entry %d key %x: %q %q %d %v", i, []byte(e.Key), class, key, seq, err)
 		}
 	}
-	if got, err := ts.Parked("orders", []byte("missing")); err != nil || len(got) != 0 {
+	if got, err := ts.parked("orders", []byte("missing")); err != nil || len(got) != 0 {
 		t.Fatalf("Parked of an unknown key = %v, %v", got, err)
 	}
 }
@@ -94,17 +94,17 @@ func TestParkedKeysDoNotMix(t *testing.T) {
 	// Park round-robin so that no pair's records are saved together.
 	for round := range 3 {
 		for i, p := range pairs {
-			if err := ts.Park(p.class, p.key, parkRec(fmt.Sprintf("%d/%d", i, round), round)); err != nil {
+			if err := ts.park(p.class, p.key, parkRec(fmt.Sprintf("%d/%d", i, round), round)); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	// ... and an empty key is the same key as nil.
-	if err := ts.Park("ab", []byte{}, parkRec("6/3", 3)); err != nil {
+	if err := ts.park("ab", []byte{}, parkRec("6/3", 3)); err != nil {
 		t.Fatal(err)
 	}
 	for i, p := range pairs {
-		got, err := ts.Parked(p.class, p.key)
+		got, err := ts.parked(p.class, p.key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,11 +116,11 @@ func TestParkedKeysDoNotMix(t *testing.T) {
 			t.Errorf("Parked(%q, %q) = %q, want %q", p.class, p.key, parkedIDs(got), want)
 		}
 	}
-	if got, err := ts.Parked("ab", []byte{}); err != nil || len(got) != 4 {
+	if got, err := ts.parked("ab", []byte{}); err != nil || len(got) != 4 {
 		t.Fatalf("Parked with an empty key = %q, %v; want the nil key's 4", parkedIDs(got), err)
 	}
 
-	counts, err := ts.ParkedKeys()
+	counts, err := ts.parkedKeys()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestParkedKeysDoNotMix(t *testing.T) {
 			t.Errorf("ParkedKeys (%q, %q) = %d oldest %v; want %d oldest %v", p.class, p.key, counts[i].Count, counts[i].Oldest, want, t0)
 		}
 	}
-	if n, err := ts.Counts(); err != nil || n[BucketParked] != 3*len(pairs)+1 {
+	if n, err := ts.counts(); err != nil || n[BucketParked] != 3*len(pairs)+1 {
 		t.Fatalf("Counts = %v, %v", n, err)
 	}
 }
@@ -151,22 +151,22 @@ func TestParkedKeysDoNotMix(t *testing.T) {
 func TestDeleteParked(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
-	if err := ts.Park("orders", []byte("k"), parkRec("1", 1), parkRec("2", 2), parkRec("3", 3)); err != nil {
+	if err := ts.park("orders", []byte("k"), parkRec("1", 1), parkRec("2", 2), parkRec("3", 3)); err != nil {
 		t.Fatal(err)
 	}
-	if err := ts.Park("orders", []byte("j"), parkRec("x", 0)); err != nil {
+	if err := ts.park("orders", []byte("j"), parkRec("x", 0)); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ts.Parked("orders", []byte("k"))
+	got, err := ts.parked("orders", []byte("k"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 2 { // idempotent
-		if err := ts.DeleteParked(got[0].Key, nil); err != nil {
+		if err := ts.deleteParked(got[0].Key, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	counts, err := ts.ParkedKeys()
+	counts, err := ts.parkedKeys()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestDeleteParked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if counts, err := ts.ParkedKeys(); err != nil || len(counts) != 1 || string(counts[0].Key) != "j" {
+	if counts, err := ts.parkedKeys(); err != nil || len(counts) != 1 || string(counts[0].Key) != "j" {
 		t.Fatalf("ParkedKeys after deleting k = %+v, %v", counts, err)
 	}
 }
@@ -196,7 +196,10 @@ func TestParkConcurrent(t *testing.T) {
 	for g := range goroutines {
 		wg.Go(func() {
 			for i := range each {
-				if err := ts.Park("orders", fmt.Appendf(nil, "key-%d", g%8), parkRec(fmt.Sprintf("%d/%d", g, i), i)); err != nil {
+				err := ts.Batch(func(tx *Tx) error {
+					return tx.Park("orders", fmt.Appendf(nil, "key-%d", g%8), parkRec(fmt.Sprintf("%d/%d", g, i), i))
+				})
+				if err != nil {
 					t.Error(err)
 					return
 				}
@@ -204,12 +207,12 @@ func TestParkConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	counts, err := ts.ParkedKeys()
+	counts, err := ts.parkedKeys()
 	if err != nil || len(counts) != 8 {
 		t.Fatalf("ParkedKeys = %+v, %v", counts, err)
 	}
 	for k := range 8 {
-		got, err := ts.Parked("orders", fmt.Appendf(nil, "key-%d", k))
+		got, err := ts.parked("orders", fmt.Appendf(nil, "key-%d", k))
 		if err != nil || len(got) != 2*each {
 			t.Fatalf("key-%d: %d parked, %v", k, len(got), err)
 		}
@@ -229,13 +232,13 @@ func TestParkConcurrent(t *testing.T) {
 func TestParkedQuarantinesCorrupt(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
-	if err := ts.Park("orders", []byte("k"), parkRec("1", 1), parkRec("2", 2)); err != nil {
+	if err := ts.park("orders", []byte("k"), parkRec("1", 1), parkRec("2", 2)); err != nil {
 		t.Fatal(err)
 	}
-	if err := ts.Park("orders", []byte("j"), parkRec("3", 3)); err != nil {
+	if err := ts.park("orders", []byte("j"), parkRec("3", 3)); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ts.Parked("orders", []byte("k"))
+	got, err := ts.parked("orders", []byte("k"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,8 +250,8 @@ func TestParkedQuarantinesCorrupt(t *testing.T) {
 		b := tx.Bucket([]byte(BucketParked))
 		for k, v := range map[string][]byte{
 			string(badValue):   {9},
-			string(longTail):   AppendRecord(nil, &Record{}),
-			string(unparsable): AppendRecord(nil, &Record{}),
+			string(longTail):   appendRecord(nil, &Record{}),
+			string(unparsable): appendRecord(nil, &Record{}),
 			string(badFirst):   {},
 		} {
 			if err := b.Put([]byte(k), v); err != nil {
@@ -257,17 +260,17 @@ func TestParkedQuarantinesCorrupt(t *testing.T) {
 		}
 		return nil
 	})
-	if err := ts.Park("orders", []byte("i"), parkRec("4", 4)); err != nil {
+	if err := ts.park("orders", []byte("i"), parkRec("4", 4)); err != nil {
 		t.Fatal(err)
 	}
 
 	for range 2 {
-		got, err := ts.Parked("orders", []byte("k"))
+		got, err := ts.parked("orders", []byte("k"))
 		if err != nil || !slices.Equal(parkedIDs(got), []string{"1", "2"}) {
 			t.Fatalf("Parked = %q, %v", parkedIDs(got), err)
 		}
 	}
-	counts, err := ts.ParkedKeys()
+	counts, err := ts.parkedKeys()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +280,7 @@ func TestParkedQuarantinesCorrupt(t *testing.T) {
 	}) {
 		t.Fatalf("ParkedKeys = %+v, want %+v", counts, want)
 	}
-	q, err := ts.Quarantined()
+	q, err := ts.quarantined()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +297,7 @@ func TestParkedQuarantinesCorrupt(t *testing.T) {
 	if !slices.EqualFunc(moved, wantMoved, bytes.Equal) {
 		t.Fatalf("quarantined %x, want %x", moved, wantMoved)
 	}
-	if n, err := ts.Counts(); err != nil || n[BucketParked] != 4 || n[BucketQuarantine] != 4 {
+	if n, err := ts.counts(); err != nil || n[BucketParked] != 4 || n[BucketQuarantine] != 4 {
 		t.Fatalf("Counts = %v, %v", n, err)
 	}
 }

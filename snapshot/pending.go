@@ -15,46 +15,13 @@ type Entry struct {
 	Record Record
 }
 
-// chunkSize is the size of the buffers SavePending encodes into. bbolt
-// keeps every value slice passed to Put until the commit, so a full chunk
-// is never reused, only replaced.
+// chunkSize is the size of the buffers the Save methods of [Tx] encode
+// into. bbolt keeps every value slice passed to Put until the commit, so
+// a full chunk is never reused, only replaced.
 const chunkSize = 1 << 20
 
-// SavePending writes recs into the pending bucket and deletes the pending
-// records whose keys are in del, all in one write transaction with one
-// fsync: either all of it is durable when SavePending returns nil or none
-// of it is. Deleting a missing key is not an error. It returns the new
-// keys in the order of recs (empty when recs is). With nothing to save or
-// delete it does not touch the file.
-//
-// This is the shutdown snapshot: records are encoded before the
-// transaction starts, so the file's write lock is held only for the
-// inserts and the commit. It blocks while another write transaction runs.
-func (s *Store) SavePending(recs []Record, del []uint64) ([]uint64, error) {
-	if len(recs) == 0 && len(del) == 0 {
-		return []uint64{}, nil
-	}
-	vals := encodeAll(recs)
-	var keys []uint64
-	err := s.update(func(tx *Tx) error {
-		if err := tx.deleteSeq(BucketPending, del); err != nil {
-			return err
-		}
-		var err error
-		keys, err = tx.putNew(BucketPending, vals)
-		return err
-	})
-	if err != nil {
-		if len(del) > 0 {
-			return nil, fmt.Errorf("snapshot: save %d pending records and delete %d in %s: %w", len(recs), len(del), s.path, err)
-		}
-		return nil, fmt.Errorf("snapshot: save %d pending records to %s: %w", len(recs), s.path, err)
-	}
-	return keys, nil
-}
-
-// SavePending writes recs into the pending bucket, as
-// [Store.SavePending] does, and returns their keys in the order of recs.
+// SavePending writes recs into the pending bucket, under new keys, and
+// returns those keys in the order of recs (empty when recs is).
 func (tx *Tx) SavePending(recs ...Record) ([]uint64, error) {
 	keys, err := tx.putNew(BucketPending, encodeAll(recs))
 	if err != nil {
@@ -77,25 +44,22 @@ func (tx *Tx) PutPending(key uint64, rec Record) error {
 }
 
 // LoadPending returns every pending record in save order. It does not
-// delete them: a record stays pending until [Store.DeletePending] removes
+// delete them: a record stays pending until [Tx.DeletePending] removes
 // it, so a crash while the records are re-pushed loses nothing.
 //
-// A record that cannot be decoded is reported in the second result as a
-// [*DecodeError] and loading continues. Those records are then moved, in
-// one write transaction, to the quarantine bucket (see [Store.Quarantined])
-// so that the next load is clean. A key that holds a nested bucket cannot
-// be moved and is reported on every load. When moving fails, LoadPending
-// returns the entries and decode errors it has together with the error.
-//
-// A clean load is a read-only transaction and does not block writers.
-// [Store.ScanPending] reads the same records a batch at a time.
-func (s *Store) LoadPending() ([]Entry, []*DecodeError, error) {
-	var entries []Entry
-	bad, err := s.ScanPending(func(batch []Entry) bool {
-		entries = append(entries, batch...)
-		return true
-	})
-	return entries, bad, err
+// A record that cannot be decoded (or a key of the wrong shape) is
+// reported in the second result as a [*DecodeError] and loading
+// continues. It stays where it is: pass the decode errors to
+// [Tx.Quarantine], in a write transaction, so that the next load is
+// clean. A key that holds a nested bucket cannot be moved and is
+// reported on every load. [Store.ScanPending] reads the same records a
+// batch at a time, and moves the bad ones itself.
+func (tx *Tx) LoadPending() ([]Entry, []*DecodeError, error) {
+	entries, bad, err := tx.readAll(BucketPending)
+	if err != nil {
+		return nil, nil, tx.errorf(err, "load pending records")
+	}
+	return entries, bad, nil
 }
 
 // scanBatchSize is the most entries [Store.ScanPending] passes at a time.
@@ -103,13 +67,17 @@ const scanBatchSize = 256
 
 // ScanPending calls fn with every pending record in save order, in
 // batches (of up to 256 records and about 32 KiB of values), and returns
-// the records that could not be decoded. It is [Store.LoadPending] for a caller that works through the
-// records a batch at a time, as the runtime's re-push does: a goroutine
-// of its own copies the records out of the file, in one read-only
-// transaction and without waiting for fn, while the calling goroutine
-// decodes each batch and calls fn with it. So fn handles the first
-// records while the next are still being read, and no slice of all the
-// records is ever built.
+// the records that could not be decoded. It is [Tx.LoadPending] for a
+// caller that works through the records a batch at a time and writes to
+// the file meanwhile, as the runtime's re-push does: a goroutine of its
+// own copies the records out of the file, in one read-only transaction
+// and without waiting for fn, while the calling goroutine decodes each
+// batch and calls fn with it. So fn handles the first records while the
+// next are still being read, and no slice of all the records is ever
+// built. It is a method of Store, not of Tx, because fn must not run
+// inside the transaction that reads: a write fn makes (the runtime
+// dead-letters records whose class is gone) that grows the file's memory
+// map waits for every read transaction to end, so it would wait forever.
 //
 // fn runs in the calling goroutine, outside any transaction: it may
 // block, and it may use the Store, writes included. The batch slice is
@@ -121,10 +89,12 @@ const scanBatchSize = 256
 // header keys, reason) share their memory. When fn returns false,
 // ScanPending stops.
 //
-// Undecodable records are reported and quarantined as LoadPending does,
-// in key order, after fn's last call: after a stop, only those in the
-// batches read before it. When moving them fails, ScanPending returns
-// them together with the error. Like LoadPending, it deletes nothing.
+// Undecodable records are reported in key order and moved to the
+// quarantine bucket, as [Tx.Quarantine] moves them, in a write
+// transaction of their own after fn's last call: after a stop, only
+// those in the batches read before it. When moving them fails,
+// ScanPending returns them together with the error. Like LoadPending, it
+// deletes no record that decodes.
 func (s *Store) ScanPending(fn func(batch []Entry) bool) ([]*DecodeError, error) {
 	feed := newRawFeed()
 	go s.readRaw(BucketPending, feed)
@@ -133,40 +103,11 @@ func (s *Store) ScanPending(fn func(batch []Entry) bool) ([]*DecodeError, error)
 		return nil, fmt.Errorf("snapshot: load pending records from %s: %w", s.path, err)
 	}
 	if len(bad) > 0 {
-		if err := s.quarantine(BucketPending, bad); err != nil {
+		if err := s.Update(func(tx *Tx) error { return tx.Quarantine(bad...) }); err != nil {
 			return bad, err
 		}
 	}
 	return bad, nil
-}
-
-// DeletePending deletes the pending records with the given keys in one
-// write transaction. Deleting a missing key is not an error. Concurrent
-// calls share one transaction (the group commit of [Store.Batch]).
-func (s *Store) DeletePending(keys ...uint64) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	err := s.batch(func(tx *Tx) error { return tx.deleteSeq(BucketPending, keys) })
-	if err != nil {
-		return fmt.Errorf("snapshot: delete %d pending records from %s: %w", len(keys), s.path, err)
-	}
-	return nil
-}
-
-// CountPending returns the number of records in the pending bucket,
-// counting those that would fail to decode. It reads keys only.
-func (s *Store) CountPending() (int, error) {
-	var n int
-	err := s.view(func(tx *Tx) error {
-		var err error
-		n, err = tx.count(BucketPending)
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("snapshot: count pending records in %s: %w", s.path, err)
-	}
-	return n, nil
 }
 
 // encodeAll encodes recs into a few large buffers and returns one capped
@@ -189,7 +130,7 @@ func encodeEach(n int, at func(i int) *Record) [][]byte {
 			chunk = make([]byte, 0, max(need, min(chunkSize, need*(n-i))))
 		}
 		start := len(chunk)
-		chunk = AppendRecord(chunk, r)
+		chunk = appendRecord(chunk, r)
 		vals[i] = chunk[start:len(chunk):len(chunk)]
 	}
 	return vals
@@ -224,7 +165,7 @@ func decodeEntry(name string, k, v []byte) (Entry, *DecodeError) {
 	if de := checkShape(name, k, v); de != nil {
 		return Entry{}, de
 	}
-	r, err := DecodeRecord(v)
+	r, err := decodeRecord(v)
 	if err != nil {
 		return Entry{}, &DecodeError{Bucket: name, Key: slices.Clone(k), Err: err}
 	}

@@ -29,7 +29,7 @@ func TestScanPending(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
 	recs := records(1000)
-	keys, err := ts.SavePending(recs, nil)
+	keys, err := ts.savePending(recs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestScanPending(t *testing.T) {
 	}
 
 	// Scanning deletes nothing.
-	if n, err := ts.CountPending(); err != nil || n != len(recs) {
+	if n, err := ts.count(BucketPending); err != nil || n != len(recs) {
 		t.Fatalf("CountPending = %d, %v; want %d", n, err, len(recs))
 	}
 }
@@ -91,7 +91,7 @@ func TestScanPendingStop(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
 	recs := records(600)
-	if _, err := ts.SavePending(recs, nil); err != nil {
+	if _, err := ts.savePending(recs...); err != nil {
 		t.Fatal(err)
 	}
 	ts.rawUpdate(t, func(tx *bolt.Tx) error { // after every good record
@@ -105,10 +105,10 @@ func TestScanPendingStop(t *testing.T) {
 	if err != nil || len(bad) != 0 || calls != 1 {
 		t.Fatalf("ScanPending = %v, %v after %d calls; want one call and nothing bad", bad, err, calls)
 	}
-	if n, err := ts.CountPending(); err != nil || n != len(recs)+1 {
+	if n, err := ts.count(BucketPending); err != nil || n != len(recs)+1 {
 		t.Fatalf("CountPending = %d, %v; want %d", n, err, len(recs)+1)
 	}
-	if q, err := ts.Quarantined(); err != nil || len(q) != 0 {
+	if q, err := ts.quarantined(); err != nil || len(q) != 0 {
 		t.Fatalf("Quarantined = %v, %v; want none", q, err)
 	}
 }
@@ -124,7 +124,7 @@ func TestScanPendingWritesInFn(t *testing.T) {
 	}
 	defer s.Close()
 	recs := records(500)
-	keys, err := s.SavePending(recs, nil)
+	keys, err := s.savePending(recs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,10 +133,10 @@ func TestScanPendingWritesInFn(t *testing.T) {
 	var got []Entry
 	bad, err := s.ScanPending(func(batch []Entry) bool {
 		if len(got) == 0 {
-			if _, err := s.SavePending([]Record{big}, nil); err != nil {
+			if _, err := s.savePending([]Record{big}...); err != nil {
 				t.Error(err)
 			}
-			if err := s.DeletePending(batch[0].Key); err != nil {
+			if err := s.deletePending(batch[0].Key); err != nil {
 				t.Error(err)
 			}
 		}
@@ -147,7 +147,7 @@ func TestScanPendingWritesInFn(t *testing.T) {
 		t.Fatalf("ScanPending = %v, %v", bad, err)
 	}
 	requireEntries(t, got, keys, recs)
-	if n, err := s.CountPending(); err != nil || n != len(recs) {
+	if n, err := s.count(BucketPending); err != nil || n != len(recs) {
 		t.Fatalf("CountPending = %d, %v; want %d (one deleted, one saved)", n, err, len(recs))
 	}
 }
@@ -163,7 +163,7 @@ func TestScanPendingQuarantines(t *testing.T) {
 		b := tx.Bucket([]byte(BucketPending))
 		for i := range recs {
 			keys = append(keys, uint64(2*i+1))
-			if err := b.Put(key8(uint64(2*i+1)), AppendRecord(nil, &recs[i])); err != nil {
+			if err := b.Put(key8(uint64(2*i+1)), appendRecord(nil, &recs[i])); err != nil {
 				return err
 			}
 		}
@@ -176,7 +176,7 @@ func TestScanPendingQuarantines(t *testing.T) {
 		if _, err := b.CreateBucket(key8(500)); err != nil {
 			return err
 		}
-		if err := b.Put([]byte("short"), AppendRecord(nil, &recs[0])); err != nil {
+		if err := b.Put([]byte("short"), appendRecord(nil, &recs[0])); err != nil {
 			return err
 		}
 		return b.SetSequence(1000)
@@ -192,7 +192,7 @@ func TestScanPendingQuarantines(t *testing.T) {
 			t.Errorf("bad[%d] = %v, want key %x wrapping ErrCorrupt", i, de, wantKeys[i])
 		}
 	}
-	q, err := ts.Quarantined()
+	q, err := ts.quarantined()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -32,80 +33,99 @@ type Quarantined struct {
 // moved. A quarantine entry that is itself unreadable is returned with
 // its whole stored value in Raw, an empty Bucket and the reason in Err,
 // so that nothing is hidden from an operator.
-func (s *Store) Quarantined() ([]Quarantined, error) {
-	var out []Quarantined
-	err := s.view(func(tx *Tx) error {
-		b, err := tx.bucket(BucketQuarantine)
-		if err != nil {
-			return err
-		}
-		c := b.Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if v == nil {
-				continue // a nested bucket: not ours, nothing to show
-			}
-			q, err := decodeQuarantined(v)
-			if err != nil {
-				q = Quarantined{Err: err.Error(), Raw: slices.Clone(v)}
-			}
-			if len(k) == 8 {
-				q.Key = binary.BigEndian.Uint64(k)
-			}
-			out = append(out, q)
-		}
-		return nil
-	})
+func (tx *Tx) Quarantined() ([]Quarantined, error) {
+	b, err := tx.bucket(BucketQuarantine)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot: list quarantine of %s: %w", s.path, err)
+		return nil, tx.errorf(err, "list quarantine")
+	}
+	var out []Quarantined
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if v == nil {
+			continue // a nested bucket: not ours, nothing to show
+		}
+		q, err := decodeQuarantined(v)
+		if err != nil {
+			q = Quarantined{Err: err.Error(), Raw: slices.Clone(v)}
+		}
+		if len(k) == 8 {
+			q.Key = binary.BigEndian.Uint64(k)
+		}
+		out = append(out, q)
 	}
 	return out, nil
 }
 
-// quarantine moves the values named by bad from bucket name to the
-// quarantine bucket in one write transaction. Each value is checked again
-// first: one that is gone, or now reads, stays out of it. A delayed
-// record also leaves the ID index.
-func (s *Store) quarantine(name string, bad []*DecodeError) error {
-	now := time.Now()
-	err := s.update(func(tx *Tx) error {
+// Quarantine moves the values that bad names, the decode errors of the
+// readers on the delivery path ([Tx.LoadPending], [Tx.DueDelayed],
+// [Tx.Parked] and [Tx.ParkedKeys]), from their buckets to the quarantine
+// bucket, with their keys and decode errors, so that they cannot stall
+// delivery. Each value is checked again first: one that is gone, or now
+// reads, stays out of it, so bad may come from an earlier (read-only)
+// transaction. A delayed record also leaves the ID index. A decode error
+// of another bucket (a dead letter's) fails the call before anything is
+// written: dead letters are only reported. With nothing in bad,
+// Quarantine does nothing.
+func (tx *Tx) Quarantine(bad ...*DecodeError) error {
+	if len(bad) == 0 {
+		return nil
+	}
+	return tx.errorf(tx.quarantine(bad, time.Now()), "quarantine %d undecodable %s records", len(bad), bucketsOf(bad))
+}
+
+// bucketsOf names the buckets of bad, in order of first appearance.
+func bucketsOf(bad []*DecodeError) string {
+	var names []string
+	for _, de := range bad {
+		if !slices.Contains(names, de.Bucket) {
+			names = append(names, de.Bucket)
+		}
+	}
+	return strings.Join(names, " and ")
+}
+
+func (tx *Tx) quarantine(bad []*DecodeError, now time.Time) error {
+	dst, err := tx.bucket(BucketQuarantine)
+	if err != nil {
+		return err
+	}
+	for _, de := range bad {
+		switch de.Bucket {
+		case BucketPending, BucketDelayed, BucketParked:
+		default:
+			return fmt.Errorf("bucket %s is not read on the delivery path: nothing of it is quarantined", de.Bucket)
+		}
+	}
+	dst.FillPercent = 1.0
+	for _, de := range bad {
+		name := de.Bucket
 		src, err := tx.bucket(name)
 		if err != nil {
 			return err
 		}
-		dst, err := tx.bucket(BucketQuarantine)
+		v := src.Get(de.Key)
+		if v == nil {
+			continue // deleted since, or a nested bucket
+		}
+		if checkStored(name, de.Key, v) == nil {
+			continue
+		}
+		seq, err := dst.NextSequence()
 		if err != nil {
-			return err
+			return fmt.Errorf("next sequence of bucket %s: %w", BucketQuarantine, err)
 		}
-		dst.FillPercent = 1.0
-		for _, de := range bad {
-			v := src.Get(de.Key)
-			if v == nil {
-				continue // deleted since, or a nested bucket
-			}
-			if checkStored(name, de.Key, v) == nil {
-				continue
-			}
-			seq, err := dst.NextSequence()
-			if err != nil {
-				return fmt.Errorf("next sequence of bucket %s: %w", BucketQuarantine, err)
-			}
-			qv := appendQuarantined(nil, name, de.Key, de.Err.Error(), now, v)
-			if err := dst.Put(seqKey(seq), qv); err != nil {
-				return fmt.Errorf("put %s/%016x: %w", BucketQuarantine, seq, err)
-			}
-			if err := src.Delete(de.Key); err != nil {
-				return fmt.Errorf("delete %s/%x: %w", name, de.Key, err)
-			}
-			if name == BucketDelayed {
-				if err := tx.unindexDelayed(de.Key); err != nil {
-					return err
-				}
+		qv := appendQuarantined(nil, name, de.Key, de.Err.Error(), now, v)
+		if err := dst.Put(seqKey(seq), qv); err != nil {
+			return fmt.Errorf("put %s/%016x: %w", BucketQuarantine, seq, err)
+		}
+		if err := src.Delete(de.Key); err != nil {
+			return fmt.Errorf("delete %s/%x: %w", name, de.Key, err)
+		}
+		if name == BucketDelayed {
+			if err := tx.unindexDelayed(de.Key); err != nil {
+				return err
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("snapshot: quarantine %d undecodable %s records in %s: %w", len(bad), name, s.path, err)
 	}
 	return nil
 }
@@ -128,7 +148,7 @@ func checkStored(name string, k, v []byte) error {
 			return fmt.Errorf("%w: key is %d bytes, want 8", ErrCorrupt, len(k))
 		}
 	}
-	_, err := DecodeRecord(v)
+	_, err := decodeRecord(v)
 	return err
 }
 
@@ -146,7 +166,7 @@ func appendQuarantined(dst []byte, bucket string, key []byte, errText string, at
 }
 
 // decodeQuarantined decodes a value written by appendQuarantined. Like
-// DecodeRecord it never panics and shares no memory with b.
+// decodeRecord it never panics and shares no memory with b.
 func decodeQuarantined(b []byte) (Quarantined, error) {
 	if len(b) == 0 {
 		return Quarantined{}, fmt.Errorf("snapshot: corrupt quarantine entry: empty")

@@ -34,10 +34,10 @@ type Record struct {
 	SavedAt time.Time
 }
 
-// AppendRecord appends the binary encoding of r (format version 1, see the
+// appendRecord appends the binary encoding of r (format version 1, see the
 // package documentation) to dst and returns the extended slice. It grows
 // dst at most once. It never fails: every Record is encodable.
-func AppendRecord(dst []byte, r *Record) []byte {
+func appendRecord(dst []byte, r *Record) []byte {
 	m := &r.Message
 	dst = slices.Grow(dst, maxEncodedSize(r))
 	dst = append(dst, formatVersion)
@@ -117,23 +117,23 @@ func appendTime(dst []byte, t time.Time) []byte {
 	return binary.AppendUvarint(dst, uint64(t.Nanosecond()))
 }
 
-// DecodeRecord decodes one record written by [AppendRecord]. The result
+// decodeRecord decodes one record written by appendRecord. The result
 // shares no memory with b, so b may be reused or, for bbolt, die with its
 // transaction. Times come back in UTC without a monotonic clock reading
 // (compare them with time.Time.Equal); the zero time comes back as
 // time.Time{}.
 //
-// DecodeRecord never panics. It returns an error wrapping [ErrCorrupt] when
+// decodeRecord never panics. It returns an error wrapping [ErrCorrupt] when
 // b is truncated, has bytes after the last field, starts with an unknown
 // format version, or holds a value out of range.
-func DecodeRecord(b []byte) (Record, error) {
+func decodeRecord(b []byte) (Record, error) {
 	// One copy for all byte fields: Key, Value and header values are
 	// capped sub-slices of it, so nothing aliases b and an append to one
 	// field cannot overwrite the next.
 	return decodeOwned(slices.Clone(b), nil)
 }
 
-// decodeOwned decodes b in place, as [DecodeRecord] decodes a copy: the
+// decodeOwned decodes b in place, as decodeRecord decodes a copy: the
 // byte fields of the result are capped sub-slices of b, so the caller
 // must own b and never write to it again. Strings are copies; those that
 // name one of a few values (class, topic, header keys, reason) come from

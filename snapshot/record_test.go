@@ -55,14 +55,14 @@ func TestRecordRoundTrip(t *testing.T) {
 	for name, r := range edgeRecords() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			b := AppendRecord(nil, &r)
+			b := appendRecord(nil, &r)
 			if b[0] != formatVersion {
 				t.Fatalf("first byte %d, want version %d", b[0], formatVersion)
 			}
 			if n := maxEncodedSize(&r); len(b) > n {
 				t.Fatalf("encoded %d bytes, bound %d", len(b), n)
 			}
-			got, err := DecodeRecord(b)
+			got, err := decodeRecord(b)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,11 +80,11 @@ func TestRecordRoundTrip(t *testing.T) {
 			}
 
 			// Nothing aliases the input.
-			before := AppendRecord(nil, &got)
+			before := appendRecord(nil, &got)
 			for i := range b {
 				b[i] ^= 0xff
 			}
-			if after := AppendRecord(nil, &got); !bytes.Equal(before, after) {
+			if after := appendRecord(nil, &got); !bytes.Equal(before, after) {
 				t.Fatal("decoded record changed with its input bytes")
 			}
 		})
@@ -94,18 +94,18 @@ func TestRecordRoundTrip(t *testing.T) {
 func TestAppendRecordAppends(t *testing.T) {
 	t.Parallel()
 	r1, r2 := fullRecord(1), fullRecord(2)
-	b := AppendRecord([]byte("prefix"), &r1)
+	b := appendRecord([]byte("prefix"), &r1)
 	n := len(b)
-	b = AppendRecord(b, &r2)
+	b = appendRecord(b, &r2)
 	if !bytes.HasPrefix(b, []byte("prefix")) {
 		t.Fatal("prefix overwritten")
 	}
-	got, err := DecodeRecord(b[len("prefix"):n])
+	got, err := decodeRecord(b[len("prefix"):n])
 	if err != nil {
 		t.Fatal(err)
 	}
 	requireEqualRecord(t, got, r1)
-	got, err = DecodeRecord(b[n:])
+	got, err = decodeRecord(b[n:])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestAppendRecordAppends(t *testing.T) {
 func TestDecodeRecordDecodedSlicesAreCapped(t *testing.T) {
 	t.Parallel()
 	r := fullRecord(1)
-	got, err := DecodeRecord(AppendRecord(nil, &r))
+	got, err := decodeRecord(appendRecord(nil, &r))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,9 +129,9 @@ func TestDecodeRecordDecodedSlicesAreCapped(t *testing.T) {
 func TestDecodeRecordPrefixes(t *testing.T) {
 	t.Parallel()
 	for name, r := range edgeRecords() {
-		b := AppendRecord(nil, &r)
+		b := appendRecord(nil, &r)
 		for n := range len(b) {
-			_, err := DecodeRecord(b[:n])
+			_, err := decodeRecord(b[:n])
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("%s: prefix of %d/%d bytes: err = %v, want ErrCorrupt", name, n, len(b), err)
 			}
@@ -142,7 +142,7 @@ func TestDecodeRecordPrefixes(t *testing.T) {
 func TestDecodeRecordCorrupt(t *testing.T) {
 	t.Parallel()
 	r := fullRecord(1)
-	valid := AppendRecord(nil, &r)
+	valid := appendRecord(nil, &r)
 	with := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(valid)) }
 	for name, tc := range map[string]struct {
 		b    []byte
@@ -160,7 +160,7 @@ func TestDecodeRecordCorrupt(t *testing.T) {
 		"nanos over 1e9":   {[]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0x80, 0x94, 0xeb, 0xdc, 0x03}, "nanoseconds 1000000000 out of range"},
 		"truncated string": {[]byte{1, 5, 'a'}, "id length 5 exceeds the 1 bytes left"},
 	} {
-		_, err := DecodeRecord(tc.b)
+		_, err := decodeRecord(tc.b)
 		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want ErrCorrupt containing %q", name, err, tc.want)
 		}
@@ -169,7 +169,7 @@ func TestDecodeRecordCorrupt(t *testing.T) {
 
 func TestDecodeErrorMessage(t *testing.T) {
 	t.Parallel()
-	_, cause := DecodeRecord([]byte{9})
+	_, cause := decodeRecord([]byte{9})
 	err := error(&DecodeError{Bucket: BucketPending, Key: key8(42), Err: cause})
 	want := "snapshot: decode pending/000000000000002a: snapshot: corrupt record: unknown format version 9"
 	if err.Error() != want {

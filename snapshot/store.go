@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
 
-// Bucket names. Open creates all of them.
+// Names of the buckets that hold records. They are the keys of
+// [Tx.Counts] and the Bucket of a [DecodeError] or a [Quarantined] entry.
 const (
 	// BucketPending holds the records saved at shutdown, to be re-pushed
 	// on the next start.
@@ -21,24 +21,27 @@ const (
 	// BucketDead holds dead letters.
 	BucketDead = "dead"
 	// BucketQuarantine holds stored values that failed to decode, moved
-	// there by [Store.LoadPending].
+	// there by [Tx.Quarantine] and [Store.ScanPending].
 	BucketQuarantine = "quarantine"
 	// BucketDelayed holds messages to deliver later, under keys of their
 	// due time and ID (see [DelayedKey]).
 	BucketDelayed = "delayed"
-	// BucketDelayedIDs indexes BucketDelayed by message ID: ID -> key.
-	BucketDelayedIDs = "delayed_ids"
 	// BucketParked holds the messages parked behind a dead letter of
 	// their ordering key (see [ParkedKey]).
 	BucketParked = "parked"
-	// BucketMeta holds facts about the file itself (its format version).
-	BucketMeta = "meta"
+)
+
+// The two buckets that hold no records: the ID index of BucketDelayed
+// (ID -> key) and the facts about the file itself (see [Tx.Meta]).
+const (
+	bucketDelayedIDs = "delayed_ids"
+	bucketMeta       = "meta"
 )
 
 // buckets lists every bucket Open creates.
-var buckets = []string{BucketPending, BucketDead, BucketQuarantine, BucketDelayed, BucketDelayedIDs, BucketParked, BucketMeta}
+var buckets = []string{BucketPending, BucketDead, BucketQuarantine, BucketDelayed, bucketDelayedIDs, BucketParked, bucketMeta}
 
-// metaFormatKey is the key, in BucketMeta, of the file format version.
+// metaFormatKey is the key, in the meta bucket, of the file format version.
 const metaFormatKey = "format"
 
 const (
@@ -75,8 +78,6 @@ type Options struct {
 type Store struct {
 	db   *bolt.DB
 	path string
-
-	delayedReads atomic.Uint64
 
 	// group is the group commit of Batch.
 	group groupCommit
@@ -115,12 +116,12 @@ func Open(path string, opts Options) (*Store, error) {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
 		}
-		meta := tx.Bucket([]byte(BucketMeta))
+		meta := tx.Bucket([]byte(bucketMeta))
 		switch v := meta.Get([]byte(metaFormatKey)); {
 		case v == nil:
 			return meta.Put([]byte(metaFormatKey), []byte{formatVersion})
 		case len(v) != 1 || v[0] != formatVersion:
-			return fmt.Errorf("unsupported file format %x in bucket %s key %s", v, BucketMeta, metaFormatKey)
+			return fmt.Errorf("unsupported file format %x in bucket %s key %s", v, bucketMeta, metaFormatKey)
 		}
 		return nil
 	})
@@ -155,23 +156,17 @@ func (s *Store) Close() error {
 
 // Counts returns the number of records in each bucket that holds them:
 // [BucketPending], [BucketDead], [BucketQuarantine], [BucketDelayed] and
-// [BucketParked], read in one transaction. It reads keys only, so
-// records that would fail to decode are counted too.
-func (s *Store) Counts() (map[string]int, error) {
+// [BucketParked]. It reads keys only, so records that would fail to
+// decode are counted too.
+func (tx *Tx) Counts() (map[string]int, error) {
 	names := []string{BucketPending, BucketDead, BucketQuarantine, BucketDelayed, BucketParked}
 	out := make(map[string]int, len(names))
-	err := s.view(func(tx *Tx) error {
-		for _, name := range names {
-			n, err := tx.count(name)
-			if err != nil {
-				return err
-			}
-			out[name] = n
+	for _, name := range names {
+		n, err := tx.count(name)
+		if err != nil {
+			return nil, tx.errorf(err, "count records")
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: count records in %s: %w", s.path, err)
+		out[name] = n
 	}
 	return out, nil
 }
@@ -260,7 +255,7 @@ func (tx *Tx) getSeq(name string, n uint64) (Record, bool, error) {
 	if v == nil {
 		return Record{}, false, nil
 	}
-	r, err := DecodeRecord(v)
+	r, err := decodeRecord(v)
 	if err != nil {
 		return Record{}, true, &DecodeError{Bucket: name, Key: k, Err: err}
 	}

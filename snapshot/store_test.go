@@ -24,50 +24,58 @@ func TestSavePendingRoundTrip(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
 	recs := []Record{fullRecord(0), {}, edgeRecords()["empty not nil"], edgeRecords()["many headers"], fullRecord(1)}
-	keys, err := ts.SavePending(recs, nil)
+	keys, err := ts.savePending(recs...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []uint64{1, 2, 3, 4, 5}; !slices.Equal(keys, want) {
 		t.Fatalf("keys %v, want %v", keys, want)
 	}
-	got, bad, err := ts.LoadPending()
+	got, bad, err := ts.loadPending()
 	if err != nil || len(bad) > 0 {
 		t.Fatal(err, bad)
 	}
 	requireEntries(t, got, keys, recs)
 
 	ts.reopen(t)
-	got, bad, err = ts.LoadPending()
+	got, bad, err = ts.loadPending()
 	if err != nil || len(bad) > 0 {
 		t.Fatal(err, bad)
 	}
 	requireEntries(t, got, keys, recs)
-	if n, err := ts.CountPending(); err != nil || n != len(recs) {
+	if n, err := ts.count(BucketPending); err != nil || n != len(recs) {
 		t.Fatalf("CountPending = %d, %v; want %d", n, err, len(recs))
 	}
 }
 
 // TestSavePendingDeletesAndSaves checks the shutdown sequence across
-// restarts: saved keys survive a reopen, one SavePending both deletes and
+// restarts: saved keys survive a reopen, one Update both deletes and
 // saves, and keys are never reused.
 func TestSavePendingDeletesAndSaves(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
 	recs := records(5)
-	keys, err := ts.SavePending(recs, nil)
+	keys, err := ts.savePending(recs...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts.reopen(t)
-	got, _, err := ts.LoadPending()
+	got, _, err := ts.loadPending()
 	if err != nil {
 		t.Fatal(err)
 	}
 	requireEntries(t, got, keys, recs)
 
 	more := records(7)[5:]
-	newKeys, err := ts.SavePending(more, []uint64{keys[0], keys[2], 999}) // 999 is missing: not an error
+	var newKeys []uint64
+	err = ts.Update(func(tx *Tx) error {
+		if err := tx.DeletePending(keys[0], keys[2], 999); err != nil { // 999 is missing: not an error
+			return err
+		}
+		var err error
+		newKeys, err = tx.SavePending(more...)
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,18 +83,18 @@ func TestSavePendingDeletesAndSaves(t *testing.T) {
 		t.Fatalf("new keys %v, want %v", newKeys, want)
 	}
 	ts.reopen(t)
-	got, _, err = ts.LoadPending()
+	got, _, err = ts.loadPending()
 	if err != nil {
 		t.Fatal(err)
 	}
 	requireEntries(t, got, []uint64{2, 4, 5, 6, 7}, []Record{recs[1], recs[3], recs[4], more[0], more[1]})
 
 	// Deleting everything then saving again does not reuse keys.
-	if err := ts.DeletePending(2, 4, 5, 6, 7); err != nil {
+	if err := ts.deletePending(2, 4, 5, 6, 7); err != nil {
 		t.Fatal(err)
 	}
 	ts.reopen(t)
-	if k, err := ts.SavePending(records(1), nil); err != nil || !slices.Equal(k, []uint64{8}) {
+	if k, err := ts.savePending(records(1)...); err != nil || !slices.Equal(k, []uint64{8}) {
 		t.Fatalf("SavePending after emptying: %v, %v; want [8]", k, err)
 	}
 }
@@ -94,20 +102,20 @@ func TestSavePendingDeletesAndSaves(t *testing.T) {
 func TestSavePendingNothing(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
-	keys, err := ts.SavePending(nil, nil)
+	keys, err := ts.savePending()
 	if err != nil || keys == nil || len(keys) != 0 {
-		t.Fatalf("SavePending(nil, nil) = %#v, %v", keys, err)
+		t.Fatalf("SavePending() = %#v, %v", keys, err)
 	}
-	if err := ts.DeletePending(); err != nil {
+	if err := ts.deletePending(); err != nil {
 		t.Fatal(err)
 	}
-	if keys, err := ts.SaveDead(); err != nil || len(keys) != 0 {
+	if keys, err := ts.saveDead(); err != nil || len(keys) != 0 {
 		t.Fatalf("SaveDead() = %v, %v", keys, err)
 	}
 }
 
-// TestSavePendingIsOneTransaction makes the delete half fail (the key
-// holds a nested bucket) and checks that nothing was saved.
+// TestSavePendingIsOneTransaction makes the delete half of an Update fail
+// (the key holds a nested bucket) and checks that nothing was saved.
 func TestSavePendingIsOneTransaction(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
@@ -115,21 +123,26 @@ func TestSavePendingIsOneTransaction(t *testing.T) {
 		_, err := tx.Bucket([]byte(BucketPending)).CreateBucket(key8(0))
 		return err
 	})
-	_, err := ts.SavePending(records(3), []uint64{0})
+	err := ts.Update(func(tx *Tx) error {
+		if _, err := tx.SavePending(records(3)...); err != nil {
+			return err
+		}
+		return tx.DeletePending(0)
+	})
 	if err == nil {
-		t.Fatal("SavePending deleting a nested bucket succeeded")
+		t.Fatal("DeletePending of a nested bucket succeeded")
 	}
-	for _, want := range []string{"save 3 pending records and delete 1", ts.path, "pending/0000000000000000"} {
+	for _, want := range []string{"snapshot: delete 1 pending records in " + ts.path + ": ", "pending/0000000000000000"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
 		}
 	}
-	if n, err := ts.CountPending(); err != nil || n != 0 {
+	if n, err := ts.count(BucketPending); err != nil || n != 0 {
 		t.Fatalf("CountPending = %d, %v after a failed save; want 0", n, err)
 	}
 	// The nested bucket is reported on every load and never moved.
 	for range 2 {
-		got, bad, err := ts.LoadPending()
+		got, bad, err := ts.loadPending()
 		if err != nil || len(got) != 0 || len(bad) != 1 || !errors.Is(bad[0], ErrCorrupt) {
 			t.Fatalf("LoadPending = %v, %v, %v", got, bad, err)
 		}
@@ -155,7 +168,7 @@ func TestSavePendingCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	got, bad, err := s.LoadPending()
+	got, bad, err := s.loadPending()
 	if err != nil || len(bad) > 0 {
 		t.Fatal(err, bad)
 	}
@@ -254,7 +267,7 @@ func TestHelperProcess(t *testing.T) {
 		fmt.Println("locked")
 		_, _ = io.Copy(io.Discard, os.Stdin)
 	case "crash":
-		keys, err := s.SavePending(records(3), nil)
+		keys, err := s.savePending(records(3)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -277,18 +290,18 @@ func TestLoadPendingQuarantinesCorrupt(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
 	recs := records(3)
-	if _, err := ts.SavePending(recs[:2], nil); err != nil { // keys 1, 2
+	if _, err := ts.savePending(recs[:2]...); err != nil { // keys 1, 2
 		t.Fatal(err)
 	}
 	garbage := []byte("\x01not a record at all")
-	truncated := AppendRecord(nil, &recs[0])
+	truncated := appendRecord(nil, &recs[0])
 	truncated = truncated[:len(truncated)-3]
 	ts.rawUpdate(t, func(tx *bolt.Tx) error {
 		b := tx.Bucket([]byte(BucketPending))
 		for _, kv := range []struct{ k, v []byte }{
 			{key8(3), garbage},
 			{key8(4), truncated},
-			{[]byte("zz"), AppendRecord(nil, &recs[0])}, // a valid record under a bad key
+			{[]byte("zz"), appendRecord(nil, &recs[0])}, // a valid record under a bad key
 		} {
 			if err := b.Put(kv.k, kv.v); err != nil {
 				return err
@@ -296,18 +309,18 @@ func TestLoadPendingQuarantinesCorrupt(t *testing.T) {
 		}
 		return b.SetSequence(4)
 	})
-	keys, err := ts.SavePending(recs[2:], nil) // key 5
+	keys, err := ts.savePending(recs[2:]...) // key 5
 	if err != nil {
 		t.Fatal(err)
 	}
 	if keys[0] != 5 {
 		t.Fatalf("key %d, want 5", keys[0])
 	}
-	if n, err := ts.CountPending(); err != nil || n != 6 {
+	if n, err := ts.count(BucketPending); err != nil || n != 6 {
 		t.Fatalf("CountPending = %d, %v; want 6 (3 good, 3 bad)", n, err)
 	}
 
-	got, bad, err := ts.LoadPending()
+	got, bad, err := ts.loadPending()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,14 +346,14 @@ func TestLoadPendingQuarantinesCorrupt(t *testing.T) {
 		}
 	}
 
-	q, err := ts.Quarantined()
+	q, err := ts.quarantined()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(q) != 3 {
 		t.Fatalf("%d quarantined, want 3", len(q))
 	}
-	for i, raw := range [][]byte{garbage, truncated, AppendRecord(nil, &recs[0])} {
+	for i, raw := range [][]byte{garbage, truncated, appendRecord(nil, &recs[0])} {
 		if q[i].Key != uint64(i+1) || q[i].Bucket != BucketPending || !bytes.Equal(q[i].OrigKey, wantBad[i].key) ||
 			!bytes.Equal(q[i].Raw, raw) || q[i].Err != bad[i].Err.Error() || q[i].At.IsZero() {
 			t.Errorf("quarantined[%d] = %+v", i, q[i])
@@ -349,12 +362,12 @@ func TestLoadPendingQuarantinesCorrupt(t *testing.T) {
 
 	// The next load is clean and returns the same records.
 	ts.reopen(t)
-	got, bad, err = ts.LoadPending()
+	got, bad, err = ts.loadPending()
 	if err != nil || len(bad) != 0 {
 		t.Fatalf("second LoadPending: %v, %v", bad, err)
 	}
 	requireEntries(t, got, []uint64{1, 2, 5}, recs)
-	if n, err := ts.CountPending(); err != nil || n != 3 {
+	if n, err := ts.count(BucketPending); err != nil || n != 3 {
 		t.Fatalf("CountPending = %d, %v; want 3", n, err)
 	}
 }
@@ -365,7 +378,7 @@ func TestQuarantinedCorruptEntry(t *testing.T) {
 	ts.rawUpdate(t, func(tx *bolt.Tx) error {
 		return tx.Bucket([]byte(BucketQuarantine)).Put(key8(1), []byte{9, 9})
 	})
-	q, err := ts.Quarantined()
+	q, err := ts.quarantined()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +392,7 @@ func TestDead(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
 	recs := records(4)
-	keys, err := ts.SaveDead(recs[:2]...)
+	keys, err := ts.saveDead(recs[:2]...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +405,8 @@ func TestDead(t *testing.T) {
 	)
 	for i := range 20 {
 		wg.Go(func() {
-			k, err := ts.SaveDead(recs[2+i%2])
+			var k []uint64
+			err := ts.Batch(func(tx *Tx) (err error) { k, err = tx.SaveDead(recs[2+i%2]); return err })
 			if err != nil {
 				t.Error(err)
 				return
@@ -408,7 +422,7 @@ func TestDead(t *testing.T) {
 	}
 
 	ts.reopen(t)
-	got, bad, err := ts.Dead()
+	got, bad, err := ts.dead()
 	if err != nil || len(bad) > 0 {
 		t.Fatal(err, bad)
 	}
@@ -423,14 +437,14 @@ func TestDead(t *testing.T) {
 		requireEqualRecord(t, e.Record, recs[2+more[e.Key]%2])
 	}
 
-	if err := ts.DeleteDead(keys[0], 12345); err != nil {
+	if err := ts.deleteDead(keys[0], 12345); err != nil {
 		t.Fatal(err)
 	}
-	got, _, err = ts.Dead()
+	got, _, err = ts.dead()
 	if err != nil || len(got) != 21 || got[0].Key != keys[1] {
 		t.Fatalf("after DeleteDead: %d entries, first %v, %v", len(got), got[0].Key, err)
 	}
-	if n, err := ts.CountPending(); err != nil || n != 0 {
+	if n, err := ts.count(BucketPending); err != nil || n != 0 {
 		t.Fatalf("dead letters counted as pending: %d, %v", n, err)
 	}
 }
@@ -439,7 +453,7 @@ func TestDead(t *testing.T) {
 func TestDeadCorruptIsNotMoved(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
-	keys, err := ts.SaveDead(records(1)...)
+	keys, err := ts.saveDead(records(1)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,7 +461,7 @@ func TestDeadCorruptIsNotMoved(t *testing.T) {
 		return tx.Bucket([]byte(BucketDead)).Put(key8(keys[0]+1), []byte{1})
 	})
 	for range 2 {
-		got, bad, err := ts.Dead()
+		got, bad, err := ts.dead()
 		if err != nil || len(got) != 1 || len(bad) != 1 {
 			t.Fatalf("Dead = %d entries, %v, %v", len(got), bad, err)
 		}
@@ -455,7 +469,7 @@ func TestDeadCorruptIsNotMoved(t *testing.T) {
 			t.Fatalf("error %q, want prefix %q", bad[0], want)
 		}
 	}
-	if q, err := ts.Quarantined(); err != nil || len(q) != 0 {
+	if q, err := ts.quarantined(); err != nil || len(q) != 0 {
 		t.Fatalf("Quarantined = %v, %v; want none", q, err)
 	}
 }
@@ -463,7 +477,7 @@ func TestDeadCorruptIsNotMoved(t *testing.T) {
 func TestDeletePendingConcurrent(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
-	keys, err := ts.SavePending(records(40), nil)
+	keys, err := ts.savePending(records(40)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,16 +485,16 @@ func TestDeletePendingConcurrent(t *testing.T) {
 	for i := range 10 {
 		wg.Go(func() {
 			// Overlapping deletes: each key twice.
-			if err := ts.DeletePending(keys[i*4 : i*4+4]...); err != nil {
+			if err := ts.deletePending(keys[i*4 : i*4+4]...); err != nil {
 				t.Error(err)
 			}
-			if err := ts.DeletePending(keys[(i*4+2)%40], keys[(i*4+3)%40]); err != nil {
+			if err := ts.deletePending(keys[(i*4+2)%40], keys[(i*4+3)%40]); err != nil {
 				t.Error(err)
 			}
 		})
 	}
 	wg.Wait()
-	if n, err := ts.CountPending(); err != nil || n != 0 {
+	if n, err := ts.count(BucketPending); err != nil || n != 0 {
 		t.Fatalf("CountPending = %d, %v; want 0", n, err)
 	}
 }
@@ -497,7 +511,7 @@ func TestClose(t *testing.T) {
 	if ts.Path() != ts.path {
 		t.Fatalf("Path() = %q after Close, want %q", ts.Path(), ts.path)
 	}
-	_, err := ts.SavePending(records(1), nil)
+	_, err := ts.savePending(records(1)...)
 	if !errors.Is(err, berrors.ErrDatabaseNotOpen) || !strings.Contains(err.Error(), ts.path) {
 		t.Fatalf("SavePending after Close: %v", err)
 	}
@@ -510,7 +524,7 @@ func TestCloseNoSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.SavePending(records(2), nil); err != nil {
+	if _, err := s.savePending(records(2)...); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -521,7 +535,7 @@ func TestCloseNoSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if n, err := s.CountPending(); err != nil || n != 2 {
+	if n, err := s.count(BucketPending); err != nil || n != 2 {
 		t.Fatalf("CountPending = %d, %v; want 2", n, err)
 	}
 }
@@ -549,7 +563,7 @@ func TestOpenErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucket([]byte(BucketMeta))
+		b, err := tx.CreateBucket([]byte(bucketMeta))
 		if err != nil {
 			return err
 		}

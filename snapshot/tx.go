@@ -9,11 +9,11 @@ import (
 )
 
 // Tx is one transaction on the state file, given to the function passed
-// to [Store.Update] or [Store.View]. Its methods are the single-call
-// methods of [Store] without a transaction of their own, so that several
-// of them commit together or not at all: a dead letter saved and its
-// pending record deleted, a message parked, a delayed record replaced by
-// a dead letter.
+// to [Store.Update], [Store.Batch] or [Store.View]. Every read and write
+// of the records of the file is a method of Tx, so that several of them
+// commit together or not at all (a dead letter saved and its pending
+// record deleted, a message parked, a delayed record replaced by a dead
+// letter) and several reads see one state of the file.
 //
 // A Tx is valid only while that function runs: it must not be kept or
 // used from another goroutine. Its write methods fail in a [Store.View].
@@ -49,6 +49,11 @@ func (s *Store) Update(fn func(tx *Tx) error) error {
 // its error and the others run again without it, so fn may run more than
 // once and must act only through tx. Batch returns once the transaction
 // holding fn's writes has committed.
+//
+// Batch is for small writes made by many goroutines at once, such as one
+// dead letter per failed message: they share fsyncs. A big write, such
+// as the shutdown snapshot, goes in a [Store.Update] of its own, where
+// it cannot be run twice.
 func (s *Store) Batch(fn func(tx *Tx) error) error {
 	return s.group.run(s, fn)
 }
@@ -139,32 +144,11 @@ func (s *Store) public(method func(func(*bolt.Tx) error) error, verb string, fn 
 	return err
 }
 
-// update, view and batch run fn, given the package's own Tx, in a
-// transaction of their kind and return any error as it is: the Store
-// method calling them wraps it with what it was doing.
-func (s *Store) update(fn func(tx *Tx) error) error {
-	return s.db.Update(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx, s: s}) })
-}
-
+// view runs fn, given the package's own Tx, in a read-only transaction
+// and returns its error as it is: the caller wraps it with what it was
+// doing.
 func (s *Store) view(fn func(tx *Tx) error) error {
 	return s.db.View(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx, s: s}) })
-}
-
-// writer returns how a write of n records runs: one record through the
-// group commit, so that callers saving one record each from many
-// goroutines share fsyncs; more in a transaction of their own.
-func (s *Store) writer(n int) func(fn func(tx *Tx) error) error {
-	if n == 1 {
-		return s.batch
-	}
-	return s.update
-}
-
-// batch runs fn through the group commit of [Store.Batch]: concurrent
-// callers share one fsync, and none waits for a timer. fn may run more
-// than once, each time in a fresh transaction.
-func (s *Store) batch(fn func(tx *Tx) error) error {
-	return s.group.run(s, fn)
 }
 
 // bucket returns the named bucket, or an error naming it when the file

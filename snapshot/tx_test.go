@@ -18,15 +18,15 @@ import (
 func TestUpdateIsAtomic(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
-	pendingKeys, err := ts.SavePending(records(2), nil)
+	pendingKeys, err := ts.savePending(records(2)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadKeys, err := ts.SaveDead(records(2)...)
+	deadKeys, err := ts.saveDead(records(2)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	before, err := ts.Counts()
+	before, err := ts.counts()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,21 +59,21 @@ func TestUpdateIsAtomic(t *testing.T) {
 	if err != errStop {
 		t.Fatalf("Update = %v, want fn's error unchanged", err)
 	}
-	after, err := ts.Counts()
+	after, err := ts.counts()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !maps.Equal(before, after) {
 		t.Fatalf("counts %v after a failed Update, want %v", after, before)
 	}
-	r, ok, err := ts.GetDead(deadKeys[0])
+	r, ok, err := ts.getDead(deadKeys[0])
 	if err != nil || !ok {
 		t.Fatal(ok, err)
 	}
 	requireEqualRecord(t, r, records(1)[0])
 
 	// Sequence numbers taken by the rolled back transaction are reused.
-	if k, err := ts.SavePending(records(1), nil); err != nil || !slices.Equal(k, []uint64{3}) {
+	if k, err := ts.savePending(records(1)...); err != nil || !slices.Equal(k, []uint64{3}) {
 		t.Fatalf("SavePending after a failed Update = %v, %v; want [3]", k, err)
 	}
 }
@@ -85,7 +85,7 @@ func TestUpdateDeadLetterAndDeletePending(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
 	recs := records(3)
-	keys, err := ts.SavePending(recs, nil)
+	keys, err := ts.savePending(recs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,12 +103,12 @@ func TestUpdateDeadLetterAndDeletePending(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts.reopen(t)
-	pending, _, err := ts.LoadPending()
+	pending, _, err := ts.loadPending()
 	if err != nil {
 		t.Fatal(err)
 	}
 	requireEntries(t, pending, []uint64{keys[0], keys[2]}, []Record{recs[0], recs[2]})
-	dead, _, err := ts.Dead()
+	dead, _, err := ts.dead()
 	if err != nil || len(dead) != 1 || dead[0].Key != deadKeys[0] || dead[0].Record.Err != "boom" || dead[0].Record.FirstFailed.IsZero() {
 		t.Fatalf("Dead = %+v, %v", dead, err)
 	}
@@ -117,7 +117,7 @@ func TestUpdateDeadLetterAndDeletePending(t *testing.T) {
 func TestViewIsReadOnly(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
-	keys, err := ts.SaveDead(records(1)...)
+	keys, err := ts.saveDead(records(1)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestViewIsReadOnly(t *testing.T) {
 func TestPutDead(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
-	keys, err := ts.SaveDead(records(2)...)
+	keys, err := ts.saveDead(records(2)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,21 +155,21 @@ func TestPutDead(t *testing.T) {
 	if err := ts.Update(func(tx *Tx) error { return tx.PutDead(keys[1], again) }); err != nil {
 		t.Fatal(err)
 	}
-	if r, ok, err := ts.GetDead(keys[1]); err != nil || !ok {
+	if r, ok, err := ts.getDead(keys[1]); err != nil || !ok {
 		t.Fatal(ok, err)
 	} else {
 		requireEqualRecord(t, r, again)
 	}
 
 	// A discarded dead letter is not brought back.
-	if err := ts.DeleteDead(keys[0]); err != nil {
+	if err := ts.deleteDead(keys[0]); err != nil {
 		t.Fatal(err)
 	}
 	err = ts.Update(func(tx *Tx) error { return tx.PutDead(keys[0], again) })
 	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "dead/0000000000000001") || !strings.Contains(err.Error(), ts.path) {
 		t.Fatalf("PutDead of a discarded key: %v, want ErrNotFound naming dead/0000000000000001 and the file", err)
 	}
-	if _, ok, err := ts.GetDead(keys[0]); ok || err != nil {
+	if _, ok, err := ts.getDead(keys[0]); ok || err != nil {
 		t.Fatalf("GetDead after a refused PutDead = %v, %v", ok, err)
 	}
 }
@@ -198,21 +198,21 @@ func TestUpdateCommitErrorNamesFile(t *testing.T) {
 func TestPutReplaces(t *testing.T) {
 	t.Parallel()
 	ts := setup(t)
-	pk, err := ts.SavePending(records(2), nil)
+	pk, err := ts.savePending(records(2)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ts.SaveDelayed(delayedAt("a", 0), delayedAt("b", time.Second)); err != nil {
+	if _, err := ts.saveDelayed(delayedAt("a", 0), delayedAt("b", time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if err := ts.Park("orders", []byte("k"), parkRec("1", 1), parkRec("2", 2)); err != nil {
+	if err := ts.park("orders", []byte("k"), parkRec("1", 1), parkRec("2", 2)); err != nil {
 		t.Fatal(err)
 	}
-	delayed, err := ts.ListDelayed(nil, 0)
+	delayed, err := ts.listDelayed(nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	parked, err := ts.Parked("orders", []byte("k"))
+	parked, err := ts.parked("orders", []byte("k"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,17 +255,17 @@ func TestPutReplaces(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	pending, _, err := ts.LoadPending()
+	pending, _, err := ts.loadPending()
 	if err != nil || len(pending) != 2 || pending[0].Key != pk[0] {
 		t.Fatalf("LoadPending = %v, %v", entryKeys(pending), err)
 	}
 	requireEqualRecord(t, pending[0].Record, newPending)
-	gotDelayed, err := ts.ListDelayed(nil, 0)
+	gotDelayed, err := ts.listDelayed(nil, 0)
 	if err != nil || !slices.Equal(ids(gotDelayed), []string{"a", "b"}) {
 		t.Fatalf("ListDelayed = %q, %v", ids(gotDelayed), err)
 	}
 	requireEqualRecord(t, gotDelayed[0].Record, newDelayed)
-	gotParked, err := ts.Parked("orders", []byte("k"))
+	gotParked, err := ts.parked("orders", []byte("k"))
 	if err != nil || !slices.Equal(parkedIDs(gotParked), []string{"1", "2"}) {
 		t.Fatalf("Parked = %q, %v", parkedIDs(gotParked), err)
 	}

@@ -52,7 +52,7 @@ func BenchmarkReplay(b *testing.B) {
 				Reason: "unstarted", SavedAt: now,
 			}
 		}
-		if _, err := st.SavePending(recs, nil); err != nil {
+		if err := st.Update(func(tx *snapshot.Tx) error { _, err := tx.SavePending(recs...); return err }); err != nil {
 			b.Fatal(err)
 		}
 		if err := st.Close(); err != nil {

@@ -29,12 +29,12 @@ admin API instead). Keys are the decimal record keys 'dead list' prints.`,
 }
 
 // walkDead calls fn with every page of dead letters of class ("" for
-// all). Records that do not decode are not in the pages: they are
-// returned, and do not stop the walk.
-func walkDead(st *snapshot.Store, class string, fn func(page []snapshot.Entry)) ([]*snapshot.DecodeError, error) {
+// all), read in tx. Records that do not decode are not in the pages:
+// they are returned, and do not stop the walk.
+func walkDead(tx *snapshot.Tx, class string, fn func(page []snapshot.Entry)) ([]*snapshot.DecodeError, error) {
 	var bad []*snapshot.DecodeError
 	for after := uint64(0); ; {
-		page, next, err := st.DeadPage(class, after, pageSize)
+		page, next, err := tx.DeadPage(class, after, pageSize)
 		if err != nil {
 			des, ok := decodeErrors(err)
 			if !ok {

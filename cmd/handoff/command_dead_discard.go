@@ -22,7 +22,7 @@ show' or 'dead list --json' first if you may need them. Dead letters that
 cannot be decoded are deleted too, by key or with --all (without --class).`,
 		Args: stateArgs(0, -1, "KEY"),
 		RunE: sel.run(&sf, "discard", true, func(cmd *cobra.Command, st *snapshot.Store, keys []uint64) error {
-			if err := st.DeleteDead(keys...); err != nil {
+			if err := st.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(keys...) }); err != nil {
 				return err
 			}
 			_, err := fmt.Fprintf(cmd.OutOrStdout(), "discarded %d %s\n", len(keys), sel.what())

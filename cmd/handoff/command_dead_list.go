@@ -38,7 +38,10 @@ next page.`,
 				return usagef("--limit must be > 0, got %d", limit)
 			}
 			return withState(args[0], &sf, func(st *snapshot.Store) error {
-				page, next, err := st.DeadPage(class, after, limit)
+				var page []snapshot.Entry
+				var next uint64
+				// The page comes with the decode errors of its records.
+				err := st.View(func(tx *snapshot.Tx) (err error) { page, next, err = tx.DeadPage(class, after, limit); return err })
 				var bad []*snapshot.DecodeError
 				if err != nil {
 					var ok bool

@@ -36,7 +36,11 @@ func (s *deadSelection) run(sf *stateFlags, verb string, allowBad bool, act func
 			return err
 		}
 		return withState(args[0], sf, func(st *snapshot.Store) error {
-			keys, bad, err := s.resolve(st, keys, allowBad)
+			var bad []*snapshot.DecodeError
+			err := st.View(func(tx *snapshot.Tx) (err error) {
+				keys, bad, err = s.resolve(tx, st.Path(), keys, allowBad)
+				return err
+			})
 			if err != nil {
 				return err
 			}
@@ -75,21 +79,21 @@ func (s *deadSelection) parse(args []string) ([]uint64, error) {
 }
 
 // resolve returns the keys to act on: the given ones, each checked to be
-// a dead letter of st (a usage error names those that are not), or all
-// dead letters of the class. Dead letters that cannot be decoded are
+// a dead letter of the file at path that tx reads (a usage error names
+// those that are not), or all dead letters of the class. Dead letters that cannot be decoded are
 // included only when undecodable is true (discard): with the given keys
 // they are otherwise an error, with --all they are left out and
 // returned.
-func (s *deadSelection) resolve(st *snapshot.Store, keys []uint64, undecodable bool) ([]uint64, []*snapshot.DecodeError, error) {
+func (s *deadSelection) resolve(tx *snapshot.Tx, path string, keys []uint64, undecodable bool) ([]uint64, []*snapshot.DecodeError, error) {
 	if !s.all {
 		var missing []string
 		for _, k := range keys {
-			_, ok, err := st.GetDead(k)
+			_, ok, err := tx.GetDead(k)
 			var de *snapshot.DecodeError
 			switch {
 			case errors.As(err, &de) && undecodable:
 			case errors.As(err, &de):
-				return nil, nil, fmt.Errorf("dead letter %d in %s cannot be decoded, so it cannot be requeued (discard it): %w", k, st.Path(), err)
+				return nil, nil, fmt.Errorf("dead letter %d in %s cannot be decoded, so it cannot be requeued (discard it): %w", k, path, err)
 			case err != nil:
 				return nil, nil, err
 			case !ok:
@@ -97,12 +101,12 @@ func (s *deadSelection) resolve(st *snapshot.Store, keys []uint64, undecodable b
 			}
 		}
 		if len(missing) > 0 {
-			return nil, nil, usagef("no dead letter with key %s in %s; nothing changed", strings.Join(missing, ", "), st.Path())
+			return nil, nil, usagef("no dead letter with key %s in %s; nothing changed", strings.Join(missing, ", "), path)
 		}
 		return keys, nil, nil
 	}
 	var all []uint64
-	bad, err := walkDead(st, s.class, func(page []snapshot.Entry) {
+	bad, err := walkDead(tx, s.class, func(page []snapshot.Entry) {
 		for i := range page {
 			all = append(all, page[i].Key)
 		}
@@ -144,7 +148,8 @@ attempt count reset. The service re-pushes pending messages into their
 class's pool when it next starts, before it fetches from Kafka.`,
 		Args: stateArgs(0, -1, "KEY"),
 		RunE: sel.run(&sf, "requeue", false, func(cmd *cobra.Command, st *snapshot.Store, keys []uint64) error {
-			newKeys, err := st.RequeueDead(keys...)
+			var newKeys []uint64
+			err := st.Update(func(tx *snapshot.Tx) (err error) { newKeys, err = tx.RequeueDead(keys...); return err })
 			if err != nil {
 				return err
 			}

@@ -33,7 +33,9 @@ UTF-8 without control characters, else as hex.`,
 				return err
 			}
 			return withState(args[0], &sf, func(st *snapshot.Store) error {
-				rec, ok, err := st.GetDead(key)
+				var rec snapshot.Record
+				var ok bool
+				err := st.View(func(tx *snapshot.Tx) (err error) { rec, ok, err = tx.GetDead(key); return err })
 				if err != nil {
 					return err
 				}

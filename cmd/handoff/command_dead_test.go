@@ -160,13 +160,15 @@ func TestDeadShowBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	keys, err := st.SaveDead(snapshot.Record{
+	rec := snapshot.Record{
 		Message: handoff.Message{
 			ID: "sub-1", Class: "local", Key: []byte("\x1b[2Jk"), Value: []byte{0xff, 0x00, 'a', 0x1b},
 			Headers: []handoff.Header{{Key: "e\x1bvil", Value: []byte("ok")}, {Key: "empty", Value: []byte{}}},
 		},
 		Reason: "failed", Err: "line one\nline \x1b[31mtwo", FirstFailed: now.Add(-time.Minute), SavedAt: now,
-	})
+	}
+	var keys []uint64
+	err = st.Update(func(tx *snapshot.Tx) (err error) { keys, err = tx.SaveDead(rec); return err })
 	if err != nil {
 		t.Fatal(err)
 	}

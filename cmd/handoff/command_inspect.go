@@ -104,7 +104,9 @@ bucket, as the service would do, and reported; nothing else is changed.`,
 	return cmd
 }
 
-// inspect reads every bucket of st.
+// inspect reads every bucket of st, in one transaction, then moves the
+// undecodable pending and parked records to the quarantine bucket, as
+// the service does, and reads what that bucket holds.
 func inspect(st *snapshot.Store) (*inspectReport, error) {
 	rep := &inspectReport{Path: st.Path()}
 	byName := map[string]*bucketReport{}
@@ -114,82 +116,97 @@ func inspect(st *snapshot.Store) (*inspectReport, error) {
 		rep.Buckets = append(rep.Buckets, b)
 		return b
 	}
-
-	before, err := st.Counts()
-	if err != nil {
-		return nil, err
-	}
-
-	pending := add(snapshot.BucketPending)
-	pending.Classes = map[string]int{}
-	entries, _, err := st.LoadPending()
-	if err != nil {
-		return nil, err
-	}
-	for i := range entries {
-		pending.saw(entries[i].Record.Message.Class, entries[i].Record.SavedAt)
-	}
-
-	dead := add(snapshot.BucketDead)
-	dead.Classes = map[string]int{}
-	_, err = walkDead(st, "", func(page []snapshot.Entry) {
-		for i := range page {
-			dead.saw(page[i].Record.Message.Class, page[i].Record.SavedAt)
+	var (
+		before map[string]int
+		bad    []*snapshot.DecodeError // to quarantine
+	)
+	err := st.View(func(tx *snapshot.Tx) error {
+		var err error
+		if before, err = tx.Counts(); err != nil {
+			return err
 		}
+
+		pending := add(snapshot.BucketPending)
+		pending.Classes = map[string]int{}
+		entries, badPending, err := tx.LoadPending()
+		if err != nil {
+			return err
+		}
+		bad = append(bad, badPending...)
+		for i := range entries {
+			pending.saw(entries[i].Record.Message.Class, entries[i].Record.SavedAt)
+		}
+
+		dead := add(snapshot.BucketDead)
+		dead.Classes = map[string]int{}
+		_, err = walkDead(tx, "", func(page []snapshot.Entry) {
+			for i := range page {
+				dead.saw(page[i].Record.Message.Class, page[i].Record.SavedAt)
+			}
+		})
+		if err != nil {
+			return err
+		}
+
+		delayed := add(snapshot.BucketDelayed)
+		delayed.Classes = map[string]int{}
+		// No limit: a short page cannot tell the end from skipped
+		// undecodable records.
+		des, err := tx.ListDelayed(nil, 0)
+		if _, ok := decodeErrors(err); err != nil && !ok {
+			return err
+		}
+		for i := range des {
+			delayed.saw(des[i].Record.Message.Class, des[i].Record.SavedAt)
+			if delayed.NextDue.IsZero() || des[i].Due.Before(delayed.NextDue) {
+				delayed.NextDue = des[i].Due
+			}
+		}
+
+		parked := add(snapshot.BucketParked)
+		parked.Classes = map[string]int{}
+		pks, badKeys, err := tx.ParkedKeys()
+		if err != nil {
+			return err
+		}
+		bad = append(bad, badKeys...)
+		for _, pk := range pks {
+			recs, badRecs, err := tx.Parked(pk.Class, pk.Key)
+			if err != nil {
+				return err
+			}
+			bad = append(bad, badRecs...)
+			for i := range recs {
+				parked.saw(pk.Class, recs[i].Record.SavedAt)
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-
-	delayed := add(snapshot.BucketDelayed)
-	delayed.Classes = map[string]int{}
-	// No limit: a short page cannot tell the end from skipped
-	// undecodable records.
-	des, err := st.ListDelayed(nil, 0)
-	if _, ok := decodeErrors(err); err != nil && !ok {
+	if err := quarantine(st, bad); err != nil {
 		return nil, err
-	}
-	for i := range des {
-		delayed.saw(des[i].Record.Message.Class, des[i].Record.SavedAt)
-		if delayed.NextDue.IsZero() || des[i].Due.Before(delayed.NextDue) {
-			delayed.NextDue = des[i].Due
-		}
-	}
-
-	parked := add(snapshot.BucketParked)
-	parked.Classes = map[string]int{}
-	pks, err := st.ParkedKeys()
-	if err != nil {
-		return nil, err
-	}
-	for _, pk := range pks {
-		recs, err := st.Parked(pk.Class, pk.Key)
-		if err != nil {
-			return nil, err
-		}
-		for i := range recs {
-			parked.saw(pk.Class, recs[i].Record.SavedAt)
-		}
 	}
 
 	quar := add(snapshot.BucketQuarantine)
-	qs, err := st.Quarantined()
-	if err != nil {
-		return nil, err
-	}
-	for i := range qs {
-		quar.saw("", qs[i].At)
-	}
-
-	// The counts are the file's own, undecodable records included.
-	counts, err := st.Counts()
+	var counts map[string]int
+	err = st.View(func(tx *snapshot.Tx) error {
+		qs, err := tx.Quarantined()
+		if err != nil {
+			return err
+		}
+		for i := range qs {
+			quar.saw("", qs[i].At)
+		}
+		// The counts are the file's own, undecodable records included.
+		counts, err = tx.Counts()
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
 	for _, name := range slices.Sorted(maps.Keys(counts)) {
-		if name == snapshot.BucketMeta {
-			continue
-		}
 		b := byName[name]
 		if b == nil {
 			b = add(name)

@@ -31,19 +31,22 @@ func corruptFile(t *testing.T) (path string, t0 time.Time) {
 	rec := func(id, class string, at time.Time) snapshot.Record {
 		return snapshot.Record{Message: handoff.Message{ID: id, Class: class, Key: []byte("k"), Value: []byte(id)}, Reason: "test", SavedAt: at}
 	}
-	if _, err := st.SavePending([]snapshot.Record{rec("p1", "orders", t0)}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.SaveDead(rec("d1", "orders", t0.Add(time.Minute)), rec("d2", "users", t0.Add(2*time.Minute))); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.SaveDelayed(
-		snapshot.Delayed{Due: t0.Add(time.Hour), Record: rec("l1", "orders", t0.Add(3*time.Minute))},
-		snapshot.Delayed{Due: t0.Add(30 * time.Minute), Record: rec("l2", "users", t0.Add(4*time.Minute))},
-	); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Park("orders", []byte("k"), rec("q1", "orders", t0.Add(5*time.Minute)), rec("q2", "orders", t0.Add(6*time.Minute))); err != nil {
+	err = st.Update(func(tx *snapshot.Tx) error {
+		if _, err := tx.SavePending(rec("p1", "orders", t0)); err != nil {
+			return err
+		}
+		if _, err := tx.SaveDead(rec("d1", "orders", t0.Add(time.Minute)), rec("d2", "users", t0.Add(2*time.Minute))); err != nil {
+			return err
+		}
+		if _, err := tx.SaveDelayed(
+			snapshot.Delayed{Due: t0.Add(time.Hour), Record: rec("l1", "orders", t0.Add(3*time.Minute))},
+			snapshot.Delayed{Due: t0.Add(30 * time.Minute), Record: rec("l2", "users", t0.Add(4*time.Minute))},
+		); err != nil {
+			return err
+		}
+		return tx.Park("orders", []byte("k"), rec("q1", "orders", t0.Add(5*time.Minute)), rec("q2", "orders", t0.Add(6*time.Minute)))
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Close(); err != nil {

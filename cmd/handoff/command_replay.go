@@ -163,7 +163,8 @@ func runReplay(cmd *cobra.Command, path string, f *replayFlags) error {
 
 // printLeft says what the state file still holds, if anything.
 func printLeft(w io.Writer, st *snapshot.Store) error {
-	counts, err := st.Counts()
+	var counts map[string]int
+	err := st.View(func(tx *snapshot.Tx) (err error) { counts, err = tx.Counts(); return err })
 	if err != nil {
 		return err
 	}
@@ -190,7 +191,8 @@ func sum(m map[string]int) int {
 	return n
 }
 
-// planReplay reads what to replay from st.
+// planReplay reads what to replay from st, in one transaction, and moves
+// the undecodable pending records to the quarantine bucket.
 func planReplay(st *snapshot.Store, dead bool, topics map[string]string) (*replayPlan, error) {
 	plan := &replayPlan{skipped: map[string]int{}}
 	add := func(bucket string, key uint64, r *snapshot.Record) bool {
@@ -216,28 +218,35 @@ func planReplay(st *snapshot.Store, dead bool, topics map[string]string) (*repla
 		})
 		return true
 	}
-	entries, bad, err := st.LoadPending()
+	var bad []*snapshot.DecodeError
+	err := st.View(func(tx *snapshot.Tx) error {
+		entries, badPending, err := tx.LoadPending()
+		if err != nil {
+			return err
+		}
+		bad = badPending
+		for i := range entries {
+			if add(snapshot.BucketPending, entries[i].Key, &entries[i].Record) {
+				plan.pending++
+			}
+		}
+		if !dead {
+			return nil
+		}
+		plan.badDead, err = walkDead(tx, "", func(page []snapshot.Entry) {
+			for i := range page {
+				if add(snapshot.BucketDead, page[i].Key, &page[i].Record) {
+					plan.dead++
+				}
+			}
+		})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
 	plan.bad = len(bad)
-	for i := range entries {
-		if add(snapshot.BucketPending, entries[i].Key, &entries[i].Record) {
-			plan.pending++
-		}
-	}
-	if !dead {
-		return plan, nil
-	}
-	bad, err = walkDead(st, "", func(page []snapshot.Entry) {
-		for i := range page {
-			if add(snapshot.BucketDead, page[i].Key, &page[i].Record) {
-				plan.dead++
-			}
-		}
-	})
-	plan.badDead = bad
-	return plan, err
+	return plan, quarantine(st, bad)
 }
 
 // errInterrupted is returned by replay when it was stopped before the end.
@@ -327,8 +336,7 @@ func sendBatch(ctx context.Context, st *snapshot.Store, w *kafka.Writer, batch [
 			pend = append(pend, batch[i].key)
 		}
 	}
-	// One transaction for both buckets (Store.DeletePending would wait
-	// for others to join its batch).
+	// One transaction for both buckets.
 	var derr error
 	if n > 0 {
 		derr = st.Update(func(tx *snapshot.Tx) error {

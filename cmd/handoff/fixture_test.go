@@ -177,11 +177,7 @@ func buildFixture(path string) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, st.Close()) }()
-	dead, _, err := st.Dead()
-	if err != nil {
-		return err
-	}
-	pending, _, err := st.LoadPending()
+	pending, dead, err := loadRecords(st)
 	if err != nil {
 		return err
 	}
@@ -204,22 +200,34 @@ func readState(t *testing.T, path string) fileState {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	fs := fileState{pending: map[uint64]snapshot.Record{}, dead: map[uint64]snapshot.Record{}}
-	pending, bad, err := st.LoadPending()
-	if err != nil || len(bad) > 0 {
-		t.Fatalf("load pending: %v %v", bad, err)
+	pending, dead, err := loadRecords(st)
+	if err != nil {
+		t.Fatal(err)
 	}
+	fs := fileState{pending: map[uint64]snapshot.Record{}, dead: map[uint64]snapshot.Record{}}
 	for _, e := range pending {
 		fs.pending[e.Key] = e.Record
-	}
-	dead, bad, err := st.Dead()
-	if err != nil || len(bad) > 0 {
-		t.Fatalf("load dead: %v %v", bad, err)
 	}
 	for _, e := range dead {
 		fs.dead[e.Key] = e.Record
 	}
 	return fs
+}
+
+// loadRecords reads every pending record and dead letter of st in one
+// read-only transaction. A record that does not decode is an error.
+func loadRecords(st *snapshot.Store) (pending, dead []snapshot.Entry, err error) {
+	err = st.View(func(tx *snapshot.Tx) error {
+		var bad []*snapshot.DecodeError
+		if pending, bad, err = tx.LoadPending(); err != nil || len(bad) > 0 {
+			return fmt.Errorf("load pending: %v %w", bad, err)
+		}
+		if dead, _, err = tx.DeadPage("", 0, 0); err != nil {
+			return fmt.Errorf("load dead: %w", err)
+		}
+		return nil
+	})
+	return pending, dead, err
 }
 
 // classes counts records per class.

@@ -72,6 +72,15 @@ func withState(path string, f *stateFlags, fn func(st *snapshot.Store) error) (e
 	return fn(st)
 }
 
+// quarantine moves the undecodable records that reads of the delivery
+// path reported to the quarantine bucket, as the service does.
+func quarantine(st *snapshot.Store, bad []*snapshot.DecodeError) error {
+	if len(bad) == 0 {
+		return nil
+	}
+	return st.Update(func(tx *snapshot.Tx) error { return tx.Quarantine(bad...) })
+}
+
 // parseKey parses a record key as printed by the commands: a decimal
 // sequence number.
 func parseKey(s string) (uint64, error) {
