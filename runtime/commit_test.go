@@ -18,7 +18,7 @@ func TestCommitWhenCaughtUp(t *testing.T) {
 	b := setup(t, 2, "cu-a", "cu-b")
 	h := func(ctx context.Context, m *handoff.Message) error {
 		if strings.HasSuffix(string(m.Value), "-slow") {
-			time.Sleep(300 * time.Millisecond) // settles well after the fetch caught up
+			time.Sleep(300 * time.Millisecond) // simulated slow work: settles well after the fetch caught up
 		}
 		b.record(m)
 		return nil
@@ -37,7 +37,7 @@ func TestCommitWhenCaughtUp(t *testing.T) {
 	waitFor(t, "first burst handled", func() bool { u, _ := b.counts(); return u == produced })
 	waitFor(t, "first burst committed", func() bool { return b.committed() == int64(produced) })
 
-	produced += b.produceValues("cu-a", "x-1", "x-2", "x-slow")
+	produced += b.produceValues("cu-a", "one-key", "x-1", "x-2", "x-slow")
 	waitFor(t, "second burst committed", func() bool { return b.committed() == int64(produced) })
 	if u, _ := b.counts(); u != produced {
 		t.Fatalf("committed %d but handled %d", produced, u)

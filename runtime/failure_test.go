@@ -290,18 +290,13 @@ func TestOrderedParkingProperty(t *testing.T) {
 			}
 			wait := start(t, rt, context.Background())
 			waitFor(t, "ready", rt.Ready)
-			// Requeue dead letters until everything is handled.
-			deadline := time.Now().Add(30 * time.Second)
+			// Requeue dead letters until everything is handled, looking
+			// for new ones every 10ms.
+			deadline := time.After(30 * time.Second)
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
 		loop:
 			for {
-				select {
-				case <-all:
-					break loop
-				default:
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("handled %d of %d", count, n)
-				}
 				dls, _, err := rt.DeadLetters("", "", 100)
 				if err != nil {
 					t.Fatal(err)
@@ -311,7 +306,15 @@ func TestOrderedParkingProperty(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				time.Sleep(10 * time.Millisecond)
+				select {
+				case <-all:
+					break loop
+				case <-deadline:
+					mu.Lock()
+					defer mu.Unlock()
+					t.Fatalf("handled %d of %d", count, n)
+				case <-tick.C:
+				}
 			}
 			rt.Shutdown(context.Background())
 			rep, err := wait()

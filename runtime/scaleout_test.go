@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
@@ -71,14 +70,9 @@ func TestStateFileIdentity(t *testing.T) {
 		rt.cfg.Group = group
 		ctx, cancel := context.WithCancel(context.Background())
 		wait := start(t, rt, ctx)
-		go func() {
-			for !rt.Ready() && rt.life.state.Load() != stateDone {
-				time.Sleep(time.Millisecond)
-			}
-			cancel()
-		}()
-		_, err = wait()
+		waitFor(t, "Run ready or returned", func() bool { return rt.Ready() || rt.life.state.Load() == stateDone })
 		cancel()
+		_, err = wait()
 		return err
 	}
 	if err := runOnce("g1", "pod-0"); err != nil {
