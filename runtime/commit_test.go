@@ -15,6 +15,7 @@ import (
 // partition caught up. Counts: produced = handled = committed after each
 // burst.
 func TestCommitWhenCaughtUp(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 2, "cu-a", "cu-b")
 	h := func(ctx context.Context, m *handoff.Message) error {
 		if strings.HasSuffix(string(m.Value), "-slow") {
@@ -57,6 +58,7 @@ func TestCommitWhenCaughtUp(t *testing.T) {
 // TestCommitBudget: a burst of one commit per partition at once, then one
 // per gap.
 func TestCommitBudget(t *testing.T) {
+	t.Parallel()
 	t0 := time.Unix(1000, 0)
 	gap := 100 * time.Millisecond
 	b := newCommitBudget(3, gap, t0)

@@ -30,6 +30,7 @@ func fastRetry(c *Class) {
 // counted, and a message that keeps failing does not hold up the rest of
 // its partition: with one worker, later messages run while it backs off.
 func TestRetryInPlace(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 1, "orders")
 	produced := b.produce(30)
 	var mu sync.Mutex
@@ -101,6 +102,7 @@ func TestRetryInPlace(t *testing.T) {
 // TestStopDuringBackoff: a message waiting out a backoff at the stop is
 // saved with its attempt count, and the restart continues from it.
 func TestStopDuringBackoff(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 1, "orders")
 	b.produce(1)
 	failed := make(chan struct{})
@@ -141,6 +143,7 @@ func TestStopDuringBackoff(t *testing.T) {
 // stored for delayed redeliveries; a stop while it waits loses nothing
 // and keeps its counts; the restart delivers it when due.
 func TestRedelivery(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 1, "orders")
 	b.produce(1)
 	type seen struct {
@@ -203,6 +206,7 @@ func TestRedelivery(t *testing.T) {
 // TestHandlerTimeout: a handler past its class Timeout has failed
 // recoverably, with ErrHandlerTimeout as its context's cause.
 func TestHandlerTimeout(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 1, "orders")
 	b.produce(1)
 	causes := make(chan error, 5)
@@ -234,8 +238,10 @@ func TestHandlerTimeout(t *testing.T) {
 // each key's messages were handled exactly once, in offset order, and
 // other keys were never held up by a parked one.
 func TestOrderedParkingProperty(t *testing.T) {
+	t.Parallel()
 	for seed := range 3 {
 		t.Run(strconv.Itoa(seed), func(t *testing.T) {
+			t.Parallel()
 			b := setup(t, 2, "orders")
 			rng := rand.New(rand.NewPCG(uint64(seed), 99))
 			const n, keys = 400, 12

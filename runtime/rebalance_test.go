@@ -86,6 +86,7 @@ func (w *offsetWatch) close() []string {
 // settle A's old trackers (whose commit point is 1) and must never commit:
 // the group's committed offsets never go backwards.
 func TestStaleGenerationNeverCommits(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 2, "orders")
 	produced := b.produce(200)
 	release := make(chan struct{})

@@ -18,6 +18,7 @@ import (
 // the first unfinished message of each partition, and a restart with an
 // empty state file handles everything.
 func TestStopRedeliver(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 2, "orders", "users")
 	produced := b.produce(300)
 	redeliver := func(c *Class) { c.StopPolicy = StopRedeliver }
@@ -55,6 +56,7 @@ func TestStopRedeliver(t *testing.T) {
 // file of another group is refused, another instance of the same group
 // takes it over with a warning.
 func TestStateFileIdentity(t *testing.T) {
+	t.Parallel()
 	state := filepath.Join(t.TempDir(), "s.db")
 	h := func(context.Context, *handoff.Message) error { return nil }
 	var logs syncBuf
