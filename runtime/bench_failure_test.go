@@ -26,33 +26,22 @@ func BenchmarkDeadLetters(b *testing.B) {
 	errPoison := handoff.Permanent(errors.New("poison"))
 	for b.Loop() {
 		path := filepath.Join(b.TempDir(), "s.db")
-		var dead atomic.Int64
-		all := make(chan struct{})
 		rt, err := New(Config{StatePath: path, Classes: []Class{{Name: "c", Workers: 8, QueueSize: 1024,
 			Handler: func(context.Context, *handoff.Message) error { return errPoison }}}})
 		if err != nil {
 			b.Fatal(err)
 		}
-		// Count through the result path: dead letters are written before
-		// the pool reports the item done.
 		wait := benchRun(b, rt)
-		waitReady(b, rt)
+		waitFor(b, "ready", rt.Ready)
 		began := time.Now()
-		go func() {
-			for dead.Load() < n {
-				if rt.total(outDeadLettered) >= n {
-					close(all)
-					return
-				}
-				time.Sleep(time.Millisecond)
-			}
-		}()
 		for i := range n {
 			if err := rt.Submit(context.Background(), "c", &handoff.Message{ID: fmt.Sprint(i), Value: make([]byte, 256)}); err != nil {
 				b.Fatal(err)
 			}
 		}
-		<-all
+		// Count through the result path: dead letters are written before
+		// the pool reports the item done.
+		waitFor(b, "every dead letter written", func() bool { return rt.total(outDeadLettered) >= n })
 		took += time.Since(began)
 		total += n
 		rt.Shutdown(context.Background())
@@ -136,12 +125,6 @@ func benchRun(b *testing.B, rt *Runtime) func() *Report {
 		ran <- rep
 	}()
 	return func() *Report { return <-ran }
-}
-
-func waitReady(b *testing.B, rt *Runtime) {
-	for !rt.Ready() {
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func assertBucket(b *testing.B, path, bucket string, want int) {

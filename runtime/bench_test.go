@@ -204,7 +204,7 @@ func runHandoff(b *testing.B, addrs []string, group string, v e2eVariant) e2eRes
 	all := make(chan struct{})
 	h := func(context.Context, *handoff.Message) error {
 		if v.work > 0 {
-			time.Sleep(v.work)
+			time.Sleep(v.work) // simulated handler work: the variant's load shape
 		}
 		if handled.Add(1) == int64(v.n) {
 			close(all)

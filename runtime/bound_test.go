@@ -17,6 +17,7 @@ import (
 // DrainTimeout + HardStopGrace plus its fixed margin, saves what is left,
 // and reports that the final commit failed.
 func TestStopBoundedWhenBrokerHangs(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 2, "orders")
 	produced := b.produce(100)
 	var n atomic.Int64

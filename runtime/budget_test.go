@@ -18,6 +18,7 @@ import (
 // over budget, and the estimate follows queue ÷ rate. Once the queue is
 // small it is within budget again. The metrics say the same.
 func TestDrainBudget(t *testing.T) {
+	t.Parallel()
 	state := t.TempDir() + "/s.db"
 	release := make(chan struct{})
 	reg := prometheus.NewRegistry()

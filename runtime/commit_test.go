@@ -15,10 +15,11 @@ import (
 // partition caught up. Counts: produced = handled = committed after each
 // burst.
 func TestCommitWhenCaughtUp(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 2, "cu-a", "cu-b")
 	h := func(ctx context.Context, m *handoff.Message) error {
 		if strings.HasSuffix(string(m.Value), "-slow") {
-			time.Sleep(300 * time.Millisecond) // settles well after the fetch caught up
+			time.Sleep(300 * time.Millisecond) // simulated slow work: settles well after the fetch caught up
 		}
 		b.record(m)
 		return nil
@@ -37,7 +38,7 @@ func TestCommitWhenCaughtUp(t *testing.T) {
 	waitFor(t, "first burst handled", func() bool { u, _ := b.counts(); return u == produced })
 	waitFor(t, "first burst committed", func() bool { return b.committed() == int64(produced) })
 
-	produced += b.produceValues("cu-a", "x-1", "x-2", "x-slow")
+	produced += b.produceValues("cu-a", "one-key", "x-1", "x-2", "x-slow")
 	waitFor(t, "second burst committed", func() bool { return b.committed() == int64(produced) })
 	if u, _ := b.counts(); u != produced {
 		t.Fatalf("committed %d but handled %d", produced, u)
@@ -57,6 +58,7 @@ func TestCommitWhenCaughtUp(t *testing.T) {
 // TestCommitBudget: a burst of one commit per partition at once, then one
 // per gap.
 func TestCommitBudget(t *testing.T) {
+	t.Parallel()
 	t0 := time.Unix(1000, 0)
 	gap := 100 * time.Millisecond
 	b := newCommitBudget(3, gap, t0)

@@ -20,6 +20,7 @@ import (
 // a duplicate ID is ignored, a restart loses none, and each is handed over
 // when due, not before.
 func TestScheduleSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	state := t.TempDir() + "/s.db"
 	type run struct {
 		id string
@@ -91,6 +92,7 @@ func assertCount(t *testing.T, path, bucket string, want int) {
 // the scheduler reads each record about once: it sleeps until the next due
 // time instead of polling the bucket, and hands each over when due.
 func TestSchedulerDoesNotScan(t *testing.T) {
+	t.Parallel()
 	state := t.TempDir() + "/s.db"
 	const n, times = 2000, 20
 	st, err := snapshot.Open(state, snapshot.Options{})
@@ -150,6 +152,7 @@ func TestSchedulerDoesNotScan(t *testing.T) {
 // waits in the state file (its offset committed) until due; a malformed
 // header makes a dead letter.
 func TestDeliverAtHeader(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 1, "orders")
 	due := time.Now().Add(500 * time.Millisecond)
 	w := devbroker.NewWriter(b.broker.Addrs())
@@ -197,6 +200,7 @@ func TestDeliverAtHeader(t *testing.T) {
 // ordered class, parked messages follow their key's dead letter in order
 // once it is requeued with success, or discarded.
 func TestRequeueAndDiscard(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 1, "orders")
 	w := devbroker.NewWriter(b.broker.Addrs())
 	var msgs []kafka.Message
@@ -279,6 +283,7 @@ func TestRequeueAndDiscard(t *testing.T) {
 // TestParkedSurviveRestart: a blocked key stays blocked across a restart
 // and its parked messages run in order after the dead letter is requeued.
 func TestParkedSurviveRestart(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 1, "orders")
 	w := devbroker.NewWriter(b.broker.Addrs())
 	var msgs []kafka.Message
@@ -337,6 +342,7 @@ func TestParkedSurviveRestart(t *testing.T) {
 // TestDeadLetterTopic: a class's dead letters are also published, with
 // headers naming their origin, attempts and error.
 func TestDeadLetterTopic(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 1, "orders", "orders-dlq")
 	w := devbroker.NewWriter(b.broker.Addrs())
 	if err := w.WriteMessages(context.Background(), kafka.Message{Topic: "orders", Value: []byte("x")}); err != nil {
@@ -377,6 +383,7 @@ func TestDeadLetterTopic(t *testing.T) {
 // TestOfflineRequeueRunsFirst: a dead letter requeued offline (the CLI
 // moves it to pending) runs before the messages parked behind it.
 func TestOfflineRequeueRunsFirst(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 1, "orders")
 	w := devbroker.NewWriter(b.broker.Addrs())
 	var msgs []kafka.Message

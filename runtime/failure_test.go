@@ -30,6 +30,7 @@ func fastRetry(c *Class) {
 // counted, and a message that keeps failing does not hold up the rest of
 // its partition: with one worker, later messages run while it backs off.
 func TestRetryInPlace(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 1, "orders")
 	produced := b.produce(30)
 	var mu sync.Mutex
@@ -101,6 +102,7 @@ func TestRetryInPlace(t *testing.T) {
 // TestStopDuringBackoff: a message waiting out a backoff at the stop is
 // saved with its attempt count, and the restart continues from it.
 func TestStopDuringBackoff(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 1, "orders")
 	b.produce(1)
 	failed := make(chan struct{})
@@ -141,6 +143,7 @@ func TestStopDuringBackoff(t *testing.T) {
 // stored for delayed redeliveries; a stop while it waits loses nothing
 // and keeps its counts; the restart delivers it when due.
 func TestRedelivery(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 1, "orders")
 	b.produce(1)
 	type seen struct {
@@ -203,6 +206,7 @@ func TestRedelivery(t *testing.T) {
 // TestHandlerTimeout: a handler past its class Timeout has failed
 // recoverably, with ErrHandlerTimeout as its context's cause.
 func TestHandlerTimeout(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 1, "orders")
 	b.produce(1)
 	causes := make(chan error, 5)
@@ -234,8 +238,10 @@ func TestHandlerTimeout(t *testing.T) {
 // each key's messages were handled exactly once, in offset order, and
 // other keys were never held up by a parked one.
 func TestOrderedParkingProperty(t *testing.T) {
+	t.Parallel()
 	for seed := range 3 {
 		t.Run(strconv.Itoa(seed), func(t *testing.T) {
+			t.Parallel()
 			b := setup(t, 2, "orders")
 			rng := rand.New(rand.NewPCG(uint64(seed), 99))
 			const n, keys = 400, 12
@@ -290,18 +296,13 @@ func TestOrderedParkingProperty(t *testing.T) {
 			}
 			wait := start(t, rt, context.Background())
 			waitFor(t, "ready", rt.Ready)
-			// Requeue dead letters until everything is handled.
-			deadline := time.Now().Add(30 * time.Second)
+			// Requeue dead letters until everything is handled, looking
+			// for new ones every 10ms.
+			deadline := time.After(30 * time.Second)
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
 		loop:
 			for {
-				select {
-				case <-all:
-					break loop
-				default:
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("handled %d of %d", count, n)
-				}
 				dls, _, err := rt.DeadLetters("", "", 100)
 				if err != nil {
 					t.Fatal(err)
@@ -311,7 +312,15 @@ func TestOrderedParkingProperty(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				time.Sleep(10 * time.Millisecond)
+				select {
+				case <-all:
+					break loop
+				case <-deadline:
+					mu.Lock()
+					defer mu.Unlock()
+					t.Fatalf("handled %d of %d", count, n)
+				case <-tick.C:
+				}
 			}
 			rt.Shutdown(context.Background())
 			rep, err := wait()

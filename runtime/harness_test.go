@@ -124,15 +124,15 @@ func (b *bundle) produce(n int) int {
 	return len(msgs)
 }
 
-// produceValues writes one record per value to topic, all with one key
-// (so one partition, in this order), and returns how many.
-func (b *bundle) produceValues(topic string, values ...string) int {
+// produceValues writes one record per value to topic, all with key (so
+// one partition, in this order), and returns how many.
+func (b *bundle) produceValues(topic, key string, values ...string) int {
 	b.t.Helper()
 	w := devbroker.NewWriter(b.broker.Addrs())
 	defer devbroker.CloseWriter(w)
 	msgs := make([]kafka.Message, len(values))
 	for i, v := range values {
-		msgs[i] = kafka.Message{Topic: topic, Key: []byte("one-key"), Value: []byte(v)}
+		msgs[i] = kafka.Message{Topic: topic, Key: []byte(key), Value: []byte(v)}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -156,15 +156,16 @@ func (b *bundle) committed() int64 {
 }
 
 // waitFor polls cond until it holds or 30s pass. Polling here waits on
-// an outside system (the broker and the handlers), not on a timer.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
+// an outside system (the broker and the handlers), not on a timer. Call
+// it from the test's (or benchmark's) own goroutine: it may Fatal.
+func waitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			tb.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // the poll interval, not a wait for an event
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 // librdkafka) with keys and headers are consumed and committed by the
 // runtime, and kcat reads the group's commit back.
 func TestKcatInterop(t *testing.T) {
+	t.Parallel()
 	kcat, err := exec.LookPath("kcat")
 	if err != nil {
 		t.Skip("kcat not installed (Debian package kcat); .ci/run installs it")

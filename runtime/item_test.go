@@ -10,6 +10,7 @@ import (
 // "topic/partition/offset", across block boundaries, and stays unchanged
 // while later IDs are made.
 func TestKafkaIDs(t *testing.T) {
+	t.Parallel()
 	for _, topic := range []string{"orders", strings.Repeat("t", 2*idBlockSize)} {
 		ids := newKafkaIDs(topic, 7)
 		var made []string

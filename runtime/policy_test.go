@@ -10,6 +10,7 @@ import (
 )
 
 func TestBackoff(t *testing.T) {
+	t.Parallel()
 	rnd := rand.New(rand.NewPCG(1, 2))
 	for n, want := range []time.Duration{100, 200, 400, 800, 1600, 2000, 2000} {
 		want *= time.Millisecond
@@ -30,6 +31,7 @@ func TestBackoff(t *testing.T) {
 }
 
 func TestDecide(t *testing.T) {
+	t.Parallel()
 	rnd := rand.New(rand.NewPCG(3, 4))
 	p := RetryPolicy{MaxAttempts: 3, Redeliveries: 2, RedeliveryDelay: 5 * time.Second}
 	p.withDefaults()

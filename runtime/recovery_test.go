@@ -15,6 +15,7 @@ import (
 // is quarantined, a message of a class that no longer exists becomes a
 // dead letter, and the good records around them are re-pushed.
 func TestRecoveryQuarantineAndUnknownClass(t *testing.T) {
+	t.Parallel()
 	state := t.TempDir() + "/s.db"
 	st, err := snapshot.Open(state, snapshot.Options{})
 	if err != nil {
@@ -86,6 +87,7 @@ func TestRecoveryQuarantineAndUnknownClass(t *testing.T) {
 // with its error and attempt, its offset is committed, and the partition
 // moves on.
 func TestFailedBecomesDeadLetter(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 1, "orders")
 	produced := b.produce(20)
 	var n int

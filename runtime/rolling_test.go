@@ -21,6 +21,7 @@ import (
 // (a StatefulSet's rolling update), for each stop policy. Nothing may be
 // lost; duplicates and per-key order inversions are reported.
 func TestRollingDeploy(t *testing.T) {
+	t.Parallel()
 	for _, policy := range []StopPolicy{StopSnapshot, StopRedeliver} {
 		t.Run(policy.String(), func(t *testing.T) {
 			t.Parallel()

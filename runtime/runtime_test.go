@@ -14,6 +14,7 @@ import (
 )
 
 func TestConfigValidation(t *testing.T) {
+	t.Parallel()
 	h := func(context.Context, *handoff.Message) error { return nil }
 	_, err := New(Config{
 		Classes: []Class{
@@ -50,6 +51,7 @@ func TestConfigValidation(t *testing.T) {
 // TestConsumeAndCommit: every produced message is handled once and the
 // group's committed offsets cover all of them after a graceful stop.
 func TestConsumeAndCommit(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 3, "orders", "users", "heartbeats")
 	produced := b.produce(200)
 	var n atomic.Int64
@@ -99,6 +101,7 @@ func TestConsumeAndCommit(t *testing.T) {
 // under load: produced = handled before the stop + snapshotted, the
 // snapshot is committed, and the restart re-pushes exactly what was saved.
 func TestStopSnapshotsAndRepushes(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 2, "orders", "users")
 	produced := b.produce(300)
 	rep, release := b.stopUnderLoad(nil)
@@ -147,6 +150,7 @@ func assertPending(t *testing.T, path string, want int) {
 // TestRecoveryBeforeFetch: saved messages run before any Kafka record,
 // oldest first.
 func TestRecoveryBeforeFetch(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 1, "orders")
 	st, err := snapshot.Open(b.state, snapshot.Options{})
 	if err != nil {
@@ -193,6 +197,7 @@ func TestRecoveryBeforeFetch(t *testing.T) {
 }
 
 func TestLockedStateFile(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 1, "orders")
 	st, err := snapshot.Open(b.state, snapshot.Options{})
 	if err != nil {
@@ -215,6 +220,7 @@ func TestLockedStateFile(t *testing.T) {
 // hard-stop grace is recorded as interrupted, saved, and runs again after
 // the restart; the stop does not wait for it.
 func TestStragglerInterrupted(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 1, "orders")
 	b.produce(1)
 	stuck := make(chan struct{})
@@ -276,6 +282,10 @@ func TestStragglerInterrupted(t *testing.T) {
 }
 
 // TestSecondSignal: a second SIGTERM skips the rest of a long drain.
+//
+// Not parallel: it signals the whole process, and HandleSignals
+// (signal.Notify) is process-wide. Serial tests run before any parallel
+// one starts, so no other test sees the signals.
 func TestSecondSignal(t *testing.T) {
 	b := setup(t, 1, "orders")
 	b.produce(50)
@@ -311,6 +321,7 @@ func TestSecondSignal(t *testing.T) {
 // Run says how many messages were affected and their offsets stay
 // uncommitted, so a restart gets them again from Kafka.
 func TestSnapshotFailureKeepsOffsets(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 1, "orders")
 	produced := b.produce(100)
 	var n atomic.Int64
@@ -365,6 +376,7 @@ func TestSnapshotFailureKeepsOffsets(t *testing.T) {
 // TestSubmitSavedAtStop: submitted messages are handled, and those left at
 // the stop are saved and handled after the restart.
 func TestSubmitSavedAtStop(t *testing.T) {
+	t.Parallel()
 	state := t.TempDir() + "/s.db"
 	block := make(chan struct{})
 	var seen atomic.Int64

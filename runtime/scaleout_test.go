@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
@@ -19,6 +18,7 @@ import (
 // the first unfinished message of each partition, and a restart with an
 // empty state file handles everything.
 func TestStopRedeliver(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 2, "orders", "users")
 	produced := b.produce(300)
 	redeliver := func(c *Class) { c.StopPolicy = StopRedeliver }
@@ -56,6 +56,7 @@ func TestStopRedeliver(t *testing.T) {
 // file of another group is refused, another instance of the same group
 // takes it over with a warning.
 func TestStateFileIdentity(t *testing.T) {
+	t.Parallel()
 	state := filepath.Join(t.TempDir(), "s.db")
 	h := func(context.Context, *handoff.Message) error { return nil }
 	var logs syncBuf
@@ -71,14 +72,9 @@ func TestStateFileIdentity(t *testing.T) {
 		rt.cfg.Group = group
 		ctx, cancel := context.WithCancel(context.Background())
 		wait := start(t, rt, ctx)
-		go func() {
-			for !rt.Ready() && rt.life.state.Load() != stateDone {
-				time.Sleep(time.Millisecond)
-			}
-			cancel()
-		}()
-		_, err = wait()
+		waitFor(t, "Run ready or returned", func() bool { return rt.Ready() || rt.life.state.Load() == stateDone })
 		cancel()
+		_, err = wait()
 		return err
 	}
 	if err := runOnce("g1", "pod-0"); err != nil {

@@ -10,6 +10,7 @@ import (
 
 // TestTrackerCommitRule: out-of-order completion never commits past a gap.
 func TestTrackerCommitRule(t *testing.T) {
+	t.Parallel()
 	tr := newTracker("t", 0, -2)
 	if _, ok := tr.commitPoint(); ok {
 		t.Fatal("commit point before any fetch")
@@ -51,6 +52,7 @@ func TestTrackerCommitRule(t *testing.T) {
 // TestTrackerRandomOrder checks the rule against a model over random
 // completion orders, across compactions of the internal slices.
 func TestTrackerRandomOrder(t *testing.T) {
+	t.Parallel()
 	for round := range 20 {
 		rng := rand.New(rand.NewPCG(uint64(round), 7))
 		tr := newTracker("t", 0, 0)
@@ -95,6 +97,7 @@ func TestTrackerRandomOrder(t *testing.T) {
 // once all are settled the point is the offset after the last. Run with
 // -race: it also checks the publication of slots without a lock.
 func TestTrackerConcurrent(t *testing.T) {
+	t.Parallel()
 	const n = 20_000
 	tr := newTracker("t", 0, 0)
 	offs := make([]int64, n)
@@ -176,6 +179,7 @@ func TestTrackerConcurrent(t *testing.T) {
 
 // TestTrackerUnsettled counts unsettled offsets across segments.
 func TestTrackerUnsettled(t *testing.T) {
+	t.Parallel()
 	tr := newTracker("t", 0, 0)
 	var slots []slot
 	for o := range int64(3*segSize + 10) {
