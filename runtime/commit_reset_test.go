@@ -21,6 +21,7 @@ import (
 // on a fresh connection fenced by the generation: every message is handled
 // once and committed. Issue 11, item 5.
 func TestCommitAfterConnectionReset(t *testing.T) {
+	t.Parallel()
 	b := setup(t, 3, "orders")
 	var resets atomic.Int64
 	b.broker.Cluster().ControlKey(int16(kmsg.OffsetCommit), func(kreq kmsg.Request) (kmsg.Response, error, bool) {

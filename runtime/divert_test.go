@@ -20,6 +20,7 @@ import (
 // it again: a second copy in pending would run after the restart (a parked
 // message twice, a deferred one early). Issue 11, item 2.
 func TestDivertedAtHardStop(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		ordered bool
@@ -41,6 +42,7 @@ func TestDivertedAtHardStop(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			b := setup(t, 1, "orders")
 			w := devbroker.NewWriter(b.broker.Addrs())
 			for i := range tc.records {
