@@ -83,6 +83,8 @@ type runState struct {
 
 	// left is what the hard stop took out of the pools, for the snapshot.
 	left []leftover
+	// deadline is when the stop's budget runs out (see stopBudget).
+	deadline time.Time
 	// Errors of the stop's phases, joined into Run's.
 	snapErr, commitErr, closeErr error
 }

@@ -11,12 +11,19 @@ import (
 	"github.com/handoff-go/handoff/snapshot"
 )
 
-// How long the final commit and the group leave may take at most; with
-// the reader closes they make the fixed margin of a stop.
+// How long the final commit and the group leave may take at least; with
+// the reader closes they make the fixed margin of a stop, stopMargin.
 const (
 	commitTimeout = 2 * time.Second
 	leaveTimeout  = time.Second
 )
+
+// stopBudget is how long a stop may take: DrainTimeout, HardStopGrace and
+// a margin for the snapshot, the final commit, the reader closes and the
+// leave. The leave may use what the phases before it left of it.
+func (r *Runtime) stopBudget() time.Duration {
+	return r.cfg.DrainTimeout + r.cfg.HardStopGrace + commitTimeout + leaveTimeout + r.cfg.FetchMaxWait + time.Second
+}
 
 // stop runs the stop's phases in the order of docs/design.md and returns
 // the report with every phase's error joined. Handlers still running at
@@ -25,6 +32,7 @@ const (
 func (s *runState) stop(grace time.Duration, cause error) (*Report, error) {
 	r, rep := s.r, s.rep
 	begin := time.Now()
+	s.deadline = begin.Add(r.stopBudget())
 	r.ready.Store(false)
 	r.accepting.Store(false)
 	r.log.Info("stop begins")
@@ -263,18 +271,25 @@ func (s *runState) commit() []any {
 
 // leave waits for the partition readers to finish closing (each bounded
 // by FetchMaxWait plus a second; they have been closing since the
-// quiesce), leaves the group (bounded by leaveTimeout), closes the
-// dead-letter writer and the state file.
+// quiesce), leaves the group, closes the dead-letter writer and the state
+// file. kafka-go's ConsumerGroup.Close finishes a join in flight (the
+// group may be waiting for other members to rejoin), syncs, then sends
+// LeaveGroup: a member that exits before that is given partitions by the
+// generation its join completes, and they stall until its session
+// expires. So the leave waits for it for whatever the stop's budget has
+// left (at least leaveTimeout), and says so when that runs out first.
 func (s *runState) leave() []any {
 	r := s.r
 	r.closing.Wait()
 	if s.cg != nil {
+		wait := max(leaveTimeout, time.Until(s.deadline))
 		closed := make(chan struct{})
 		go func() { s.cg.Close(); close(closed) }()
 		select {
 		case <-closed:
-		case <-time.After(leaveTimeout):
-			r.log.Warn("leaving the group did not finish in time; the broker will expire the session", "phase", "leave", "waited", leaveTimeout)
+		case <-time.After(wait):
+			r.log.Warn("leaving the group did not finish within the stop's budget (a join may be in flight); the broker will give this member partitions until its session expires",
+				"phase", "leave", "waited", wait, "session_timeout", r.cfg.SessionTimeout)
 		}
 	}
 	r.closeCommitClient()
