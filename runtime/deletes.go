@@ -71,8 +71,9 @@ func (d *deletes) putBack(failed doneRecords) {
 	d.mu.Unlock()
 }
 
-// run deletes the queued records every deleteInterval until ctx ends.
-func (d *deletes) run(ctx context.Context, store *snapshot.Store, log *slog.Logger) {
+// run deletes the queued records every deleteInterval until ctx ends,
+// and tells deleted which were, once their transaction has committed.
+func (d *deletes) run(ctx context.Context, store *snapshot.Store, log *slog.Logger, deleted func(doneRecords)) {
 	t := time.NewTicker(deleteInterval)
 	defer t.Stop()
 	for {
@@ -89,6 +90,8 @@ func (d *deletes) run(ctx context.Context, store *snapshot.Store, log *slog.Logg
 			log.Error("records of done messages not deleted; they will run again", "pending", len(batch.pending),
 				"delayed", len(batch.delayed), "err", err)
 			d.putBack(batch)
+			continue
 		}
+		deleted(batch)
 	}
 }

@@ -157,7 +157,7 @@ func (r *Runtime) move(run func(func(*snapshot.Tx) error) error, it *item, what 
 			"class", it.msg.Class, "id", it.msg.ID, "err", err)
 		return false
 	}
-	it.settle()
+	it.moved(r)
 	return true
 }
 

@@ -64,6 +64,18 @@ func (it *item) settle() {
 	}
 }
 
+// moved is what the message's origin needs once the message is saved
+// elsewhere and its source record deleted, in one committed transaction:
+// a Kafka offset is settled, a delayed record is gone for the scheduler.
+func (it *item) moved(r *Runtime) {
+	switch it.src {
+	case fromKafka:
+		it.tr.settle(it.slot)
+	case fromDelayed:
+		r.sched.forget(it.delayedKey)
+	}
+}
+
 // forget removes what the message's origin keeps once it is done: a
 // Kafka offset is settled, a pending or delayed record queued for the
 // batched delete, a parked record or a requeued dead letter deleted at

@@ -125,7 +125,9 @@ func (s *runState) start() error {
 
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	s.stopBackground = stopBackground
-	s.background.Go(func() { r.deletes.run(bgCtx, r.store, r.log) })
+	s.background.Go(func() {
+		r.deletes.run(bgCtx, r.store, r.log, func(d doneRecords) { r.sched.forget(d.delayed...) })
+	})
 	s.background.Go(func() { r.watchBudget(bgCtx) })
 	feedCtx, stopFeeds := context.WithCancel(context.Background())
 	s.stopFeeds = stopFeeds

@@ -17,9 +17,15 @@ const schedBatch = 256
 // scheduler reads due records in order from a cursor and then sleeps until
 // the next due time: it never scans the bucket. A record stays in the
 // bucket until its message is done, so the cursor moves past records that
-// are in a pool. Every record put in the bucket is due after the moment it
-// is written, and the cursor never passes the present, so a new record
-// always lands after the cursor.
+// are in a pool; the scheduler remembers those (handed) until their
+// records are deleted.
+//
+// A new record does not always land after the cursor: its due time is
+// fixed before its write commits (a group commit, an fsync), and
+// meanwhile the cursor may move past its key. So every write tells the
+// scheduler its due time (wake), and when one is not after the cursor the
+// next read starts again from that due time, skipping the records it
+// already handed over.
 type scheduler struct {
 	r      *Runtime
 	wakeCh chan struct{}
@@ -29,17 +35,29 @@ type scheduler struct {
 	// writes counts wake calls, so the loop can tell whether a record was
 	// written while it was reading.
 	writes uint64
+	// earliest is the earliest due time written since the last read
+	// began; zero when none.
+	earliest time.Time
+	// handed are the keys of the records handed to a pool and not known
+	// deleted; deleted are those whose delete has committed since the
+	// last read began. The loop drops deleted from handed before it
+	// reads, so a read never sees a deleted record as not handed.
+	handed  map[string]struct{}
+	deleted []snapshot.DelayedKey
 }
 
 func newScheduler(r *Runtime) *scheduler {
-	return &scheduler{r: r, wakeCh: make(chan struct{}, 1)}
+	return &scheduler{r: r, wakeCh: make(chan struct{}, 1), handed: map[string]struct{}{}}
 }
 
-// wake tells the loop that a message is due at at, if that is before the
-// time it planned to look again.
+// wake tells the loop that a record due at at was written, and wakes it if
+// that is before the time it planned to look again.
 func (s *scheduler) wake(at time.Time) {
 	s.mu.Lock()
 	s.writes++
+	if s.earliest.IsZero() || at.Before(s.earliest) {
+		s.earliest = at
+	}
 	early := s.next.IsZero() || at.Before(s.next)
 	s.mu.Unlock()
 	if early {
@@ -50,21 +68,76 @@ func (s *scheduler) wake(at time.Time) {
 	}
 }
 
+// forget tells the loop that the records under keys, handed to a pool
+// earlier, are deleted: called once their delete has committed.
+func (s *scheduler) forget(keys ...snapshot.DelayedKey) {
+	if len(keys) == 0 {
+		return
+	}
+	s.mu.Lock()
+	s.deleted = append(s.deleted, keys...)
+	s.mu.Unlock()
+}
+
+// handedOver reports whether key's record is in a pool, or done and not
+// yet deleted.
+func (s *scheduler) handedOver(key snapshot.DelayedKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.handed[string(key)]
+	return ok
+}
+
+// beginRead drops the deleted keys from handed and returns where the read
+// starts: the cursor, or the earliest due time written since the last
+// read when that is not after the cursor.
+func (s *scheduler) beginRead(cursor snapshot.DelayedKey) (from snapshot.DelayedKey, writes uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range s.deleted {
+		delete(s.handed, string(k))
+	}
+	s.deleted = s.deleted[:0]
+	from = cursor
+	if !s.earliest.IsZero() && cursor != nil && !s.earliest.After(cursor.Due()) {
+		from = snapshot.DelayedKeyAt(s.earliest)
+	}
+	s.earliest = time.Time{}
+	return from, s.writes
+}
+
+// hand records that key's record goes to a pool; false when it already
+// did.
+func (s *scheduler) hand(key snapshot.DelayedKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.handed[string(key)]; ok {
+		return false
+	}
+	s.handed[string(key)] = struct{}{}
+	return true
+}
+
+// unhand undoes hand for a record that did not go to its pool.
+func (s *scheduler) unhand(key snapshot.DelayedKey) {
+	s.mu.Lock()
+	delete(s.handed, string(key))
+	s.mu.Unlock()
+}
+
 // run hands due messages to their pools until ctx ends.
 func (s *scheduler) run(ctx context.Context) {
 	var cursor snapshot.DelayedKey
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		s.mu.Lock()
-		seen := s.writes
-		s.mu.Unlock()
+		from, seen := s.beginRead(cursor)
 		now := time.Now()
 		var due []snapshot.DelayedEntry
 		var next time.Time
 		var bad []*snapshot.DecodeError
 		err := s.r.store.View(func(tx *snapshot.Tx) (err error) {
-			due, next, bad, err = tx.DueDelayed(cursor, now, schedBatch)
+			due, next, bad, err = tx.DueDelayed(from, now, schedBatch)
 			return err
 		})
 		if err == nil {
@@ -82,9 +155,13 @@ func (s *scheduler) run(ctx context.Context) {
 				s.r.orphan(e.Record, func(tx *snapshot.Tx) error { return tx.DeleteDelayed(e.Key) })
 				continue
 			}
+			if !s.hand(e.Key) {
+				continue // in a pool already: read again after a rewind
+			}
 			it := fromRecord(e.Record, fromDelayed)
 			it.delayedKey = e.Key
 			if err := c.pool.Submit(ctx, it); err != nil {
+				s.unhand(e.Key)
 				return // stopping: the record stays for the next start
 			}
 			s.r.inc(c, outDelivered)

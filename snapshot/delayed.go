@@ -57,6 +57,12 @@ type DelayedEntry struct {
 	Record Record
 }
 
+// DelayedKeyAt returns the lowest key a record due at due can have: as
+// the after of [Tx.DueDelayed] it reads from the first record due at due.
+func DelayedKeyAt(due time.Time) DelayedKey {
+	return binary.BigEndian.AppendUint64(make(DelayedKey, 0, 8), dueNanos(due))
+}
+
 // delayedKey returns the key of a message with the given ID due at due.
 func delayedKey(due time.Time, id string) DelayedKey {
 	k := make([]byte, 8, 8+len(id))
@@ -166,6 +172,20 @@ func (tx *Tx) saveDelayed(items []Delayed, vals [][]byte) ([]bool, error) {
 		}
 	}
 	return saved, nil
+}
+
+// DelayedKeyOf returns the key of the delayed record waiting with message
+// ID id, and whether there is one.
+func (tx *Tx) DelayedKeyOf(id string) (DelayedKey, bool, error) {
+	ids, err := tx.bucket(bucketDelayedIDs)
+	if err != nil {
+		return nil, false, tx.errorf(err, "look up delayed message %q", id)
+	}
+	k := ids.Get([]byte(id))
+	if k == nil {
+		return nil, false, nil
+	}
+	return DelayedKey(slices.Clone(k)), true, nil
 }
 
 // PutDelayed replaces the delayed record under key with rec, as

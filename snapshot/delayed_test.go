@@ -466,3 +466,38 @@ func TestDueDelayedQuarantinesCorrupt(t *testing.T) {
 		t.Fatalf("SaveDelayed of a quarantined ID = %v, %v", saved, err)
 	}
 }
+
+// TestDelayedKeyOfAndAt: DelayedKeyOf finds the waiting record of an ID,
+// and DueDelayed after DelayedKeyAt(t) starts at the first record due at
+// t.
+func TestDelayedKeyOfAndAt(t *testing.T) {
+	t.Parallel()
+	ts := setup(t)
+	a, b := delayedAt("a", time.Second), delayedAt("b", time.Second)
+	b.Due = a.Due
+	c := delayedAt("c", 2*time.Second)
+	if _, err := ts.saveDelayed(a, b, c); err != nil {
+		t.Fatal(err)
+	}
+	err := ts.View(func(tx *Tx) error {
+		k, ok, err := tx.DelayedKeyOf("b")
+		if err != nil || !ok || k.ID() != "b" || !k.Due().Equal(a.Due.UTC().Truncate(time.Nanosecond)) {
+			t.Errorf("DelayedKeyOf(b) = %x, %v, %v", []byte(k), ok, err)
+		}
+		if _, ok, err := tx.DelayedKeyOf("nope"); ok || err != nil {
+			t.Errorf("DelayedKeyOf(nope) = %v, %v; want false, nil", ok, err)
+		}
+		due, _, _, err := tx.DueDelayed(DelayedKeyAt(a.Due), c.Due, 0)
+		if err != nil || !slices.Equal(ids(due), []string{"a", "b", "c"}) {
+			t.Errorf("DueDelayed from DelayedKeyAt(due of a) = %q, %v; want a b c", ids(due), err)
+		}
+		due, _, _, err = tx.DueDelayed(DelayedKeyAt(c.Due), c.Due, 0)
+		if err != nil || !slices.Equal(ids(due), []string{"c"}) {
+			t.Errorf("DueDelayed from DelayedKeyAt(due of c) = %q, %v; want c", ids(due), err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
