@@ -25,6 +25,12 @@ func (r *Runtime) deadLetter(c *class, it *item, herr error) {
 	} else if !r.moveTo(it, "save dead letter", func(tx *snapshot.Tx) error { _, err := tx.SaveDead(rec); return err }) {
 		return
 	}
+	r.deadLettered(c, it, rec, herr)
+}
+
+// deadLettered is what follows a dead letter's save: it is counted and
+// logged, its key blocked in an ordered class, and it is published.
+func (r *Runtime) deadLettered(c *class, it *item, rec snapshot.Record, herr error) {
 	r.inc(c, outDeadLettered)
 	r.log.Warn("message became a dead letter", "class", c.cfg.Name, "id", it.msg.ID,
 		"attempt", it.msg.Attempt, "err", herr)

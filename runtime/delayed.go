@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -15,13 +16,37 @@ import (
 // (deferDelivery) and Runtime.Schedule. The scheduler (scheduler.go)
 // hands them to their pools when due.
 
-// redeliver stores a failed message for a delayed redelivery.
+// redeliver stores a failed message for a delayed redelivery. When a
+// message with its ID was scheduled meanwhile (the ID of a message in a
+// pool may be scheduled again), that one wins and this one becomes a dead
+// letter, saying so, rather than be dropped.
 func (r *Runtime) redeliver(c *class, it *item, herr error) {
 	it.redeliveries++
-	due := time.Now().Add(it.wait)
-	rec := it.record(reasonRedelivery, herr, time.Now())
-	if !r.moveTo(it, "save delayed redelivery", func(tx *snapshot.Tx) error { return saveDelayed(tx, due, rec) }) {
+	now := time.Now()
+	due := now.Add(it.wait)
+	rec := it.record(reasonRedelivery, herr, now)
+	var dead snapshot.Record
+	superseded := false
+	save := func(tx *snapshot.Tx) error {
+		superseded = false
+		err := saveDelayed(tx, due, rec)
+		if !errors.Is(err, errDuplicateDelayed) {
+			return err
+		}
+		superseded = true
+		dead = rec
+		dead.Reason, dead.Redeliveries = reasonFailed, it.redeliveries-1
+		dead.Err = fmt.Sprintf("%s (no redelivery: a message with the same ID was scheduled meanwhile)", rec.Err)
+		_, err = tx.SaveDead(dead)
+		return err
+	}
+	if !r.moveTo(it, "save delayed redelivery", save) {
 		it.redeliveries--
+		return
+	}
+	if superseded {
+		it.redeliveries--
+		r.deadLettered(c, it, dead, herr)
 		return
 	}
 	r.inc(c, outRedelivered)
@@ -61,9 +86,12 @@ func saveDelayed(tx *snapshot.Tx, due time.Time, rec snapshot.Record) error {
 // Schedule hands m to class's pool at the time at. Until then it waits in
 // the state file, so a restart loses none. A time not after now means now
 // (as [Runtime.Submit], and it blocks as Submit does). m.ID is required; a
-// second message with an ID already waiting is ignored. Schedule writes
-// the state file (one fsync) before it returns; it returns
-// [ErrNotRunning] before Run has started and once the stop has begun.
+// second message with the ID of one still waiting is ignored, but an ID
+// whose message has been handed to its pool (it runs, or is done) may be
+// scheduled again: a handler may schedule its own next run under its own
+// ID. Schedule writes the state file (one fsync, shared with concurrent
+// writers) before it returns; it returns [ErrNotRunning] before Run has
+// started and once the stop has begun.
 func (r *Runtime) Schedule(ctx context.Context, class string, m *handoff.Message, at time.Time) error {
 	c, msg, err := r.accept("schedule", class, m)
 	if err != nil {
@@ -72,14 +100,31 @@ func (r *Runtime) Schedule(ctx context.Context, class string, m *handoff.Message
 	if !at.After(time.Now()) {
 		return r.Submit(ctx, class, m)
 	}
+	rec := snapshot.Record{Message: msg, Reason: reasonScheduled, SavedAt: time.Now()}
 	var added []bool
-	err = r.store.Batch(func(tx *snapshot.Tx) (err error) {
-		added, err = tx.SaveDelayed(snapshot.Delayed{Due: at, Record: snapshot.Record{Message: msg, Reason: reasonScheduled, SavedAt: time.Now()}})
+	var replaced snapshot.DelayedKey
+	err = r.store.Batch(func(tx *snapshot.Tx) error {
+		replaced = nil
+		old, ok, err := tx.DelayedKeyOf(msg.ID)
+		if err != nil {
+			return err
+		}
+		if ok && r.sched.handedOver(old) {
+			// Its message is in a pool, or done and its record not yet
+			// deleted: the ID is not waiting. The record goes now rather
+			// than when the message is done.
+			if err := tx.DeleteDelayed(old); err != nil {
+				return err
+			}
+			replaced = old
+		}
+		added, err = tx.SaveDelayed(snapshot.Delayed{Due: at, Record: rec})
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("runtime: schedule %s to class %q: %w", m.ID, class, err)
 	}
+	r.sched.forget(replaced)
 	if added[0] {
 		r.inc(c, outScheduled)
 		r.sched.wake(at)

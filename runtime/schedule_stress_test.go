@@ -2,7 +2,9 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -83,5 +85,99 @@ func TestScheduleNearDue(t *testing.T) {
 	if missing := goroutines*each - len(handled); missing != 0 || twice != 0 || early != 0 {
 		t.Fatalf("of %d scheduled: %d never delivered, %d delivered twice, %d early (scheduled %d, delivered %d, left in the state file at the stop: %d)",
 			goroutines*each, missing, twice, early, rep.Scheduled, rep.Delivered, rep.Snapshotted)
+	}
+}
+
+// TestScheduleRunningID: a handler that schedules its own next run under
+// its own ID (a recurring job) gets each run stored. The delayed ID index
+// used to take the running message's record for a waiting one, and done
+// records are deleted only in batches: Schedule returned nil and stored
+// nothing, so the job ran once. Issue 11, item 3.
+func TestScheduleRunningID(t *testing.T) {
+	t.Parallel()
+	const runs = 4
+	var rt *Runtime
+	var mu sync.Mutex
+	count := 0
+	all := make(chan struct{})
+	cfg := Config{StatePath: t.TempDir() + "/s.db", Logger: testLogger(t), Classes: []Class{{Name: "jobs",
+		Handler: func(ctx context.Context, m *handoff.Message) error {
+			mu.Lock()
+			count++
+			n := count
+			mu.Unlock()
+			if n == runs {
+				close(all)
+			}
+			if n < runs {
+				// The next run, under the same ID, from inside this one.
+				return rt.Schedule(ctx, "jobs", &handoff.Message{ID: m.ID}, time.Now().Add(20*time.Millisecond))
+			}
+			return nil
+		}}}}
+	var err error
+	if rt, err = New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	wait := start(t, rt, context.Background())
+	waitFor(t, "ready", rt.Ready)
+	if err := rt.Schedule(context.Background(), "jobs", &handoff.Message{ID: "nightly"}, time.Now().Add(20*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-all:
+	case <-time.After(10 * time.Second):
+	}
+	rt.Shutdown(context.Background())
+	rep, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if count != runs || rep.Scheduled != runs {
+		t.Fatalf("the recurring job ran %d times, %d runs scheduled; want %d and %d", count, rep.Scheduled, runs, runs)
+	}
+}
+
+// TestRedeliverySupersededBySchedule: a scheduled message that schedules
+// its ID again and then fails, with a redelivery due, cannot wait twice
+// under one ID: the newer schedule stays and the failed one becomes a
+// dead letter that says why, instead of being dropped.
+func TestRedeliverySupersededBySchedule(t *testing.T) {
+	t.Parallel()
+	var rt *Runtime
+	cfg := Config{StatePath: t.TempDir() + "/s.db", Logger: testLogger(t), Classes: []Class{{Name: "jobs",
+		Retry: RetryPolicy{MaxAttempts: 1, Redeliveries: 1},
+		Handler: func(ctx context.Context, m *handoff.Message) error {
+			if m.Attempt > 0 {
+				return nil
+			}
+			if err := rt.Schedule(ctx, "jobs", &handoff.Message{ID: m.ID, Value: []byte("next")}, time.Now().Add(time.Hour)); err != nil {
+				return err
+			}
+			return errors.New("test: failed after scheduling the next run")
+		}}}}
+	var err error
+	if rt, err = New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	wait := start(t, rt, context.Background())
+	waitFor(t, "ready", rt.Ready)
+	if err := rt.Schedule(context.Background(), "jobs", &handoff.Message{ID: "job"}, time.Now().Add(10*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the dead letter", func() bool { return rt.total(outDeadLettered) == 1 })
+	dls, _, err := rt.DeadLetters("", "", 10)
+	if err != nil || len(dls) != 1 || !strings.Contains(dls[0].Err, "scheduled meanwhile") {
+		t.Fatalf("dead letters %+v, %v", dls, err)
+	}
+	waiting, _, err := rt.Delayed("", 10)
+	if err != nil || len(waiting) != 1 || string(waiting[0].Message.Value) != "next" {
+		t.Fatalf("delayed %+v, %v; want the newer schedule", waiting, err)
+	}
+	rt.Shutdown(context.Background())
+	if _, err := wait(); err != nil {
+		t.Fatal(err)
 	}
 }
