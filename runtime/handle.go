@@ -17,7 +17,7 @@ import (
 // by the class's Timeout.
 func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 	return func(ctx context.Context, it *item) error {
-		if it.src == fromKafka {
+		if it.deferrable() {
 			if at, ok, err := deliverAt(&it.msg); err != nil {
 				return err // permanent: a dead letter
 			} else if ok && at.After(time.Now()) && r.deferDelivery(c, it, at) {

@@ -56,6 +56,14 @@ const (
 // persisted reports whether the message has a record in the state file.
 func (s source) persisted() bool { return s >= fromPending }
 
+// deferrable reports whether the message's HeaderDeliverAt applies: a
+// Kafka record's, whether fetched or re-pushed from the state file (saved
+// unstarted at a stop before its header was looked at). A delayed,
+// parked or requeued message has passed that check already.
+func (it *item) deferrable() bool {
+	return it.src == fromKafka || it.src == fromPending && it.msg.Origin.IsKafka()
+}
+
 // settle marks a Kafka message's offset done or persisted in its
 // tracker, so the commit may pass it; other messages have no offset.
 func (it *item) settle() {
