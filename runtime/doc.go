@@ -55,11 +55,15 @@
 //     with the count.
 //  5. Commit: offsets by the rule above, at most 2s.
 //  6. Wait for the readers to close (each at most FetchMaxWait + 1s), leave
-//     the group (at most 1s) and close the state file.
+//     the group and close the state file. Leaving finishes a group join in
+//     flight first (a member that exits with its join pending is given
+//     partitions it never reads until its session expires), so it may use
+//     what the earlier phases left of the stop's budget.
 //
 // Every call into kafka-go that can block during the stop is bounded, so a
-// stop ends within DrainTimeout + HardStopGrace + the snapshot + about 4s,
-// even when the broker stops answering. That sum must fit the
+// stop ends within its budget, DrainTimeout + HardStopGrace + FetchMaxWait
+// + 4s (the snapshot, the commit, the reader closes, the leave), even when
+// the broker stops answering. That sum must fit the
 // orchestrator's termination grace (Kubernetes
 // terminationGracePeriodSeconds).
 //
