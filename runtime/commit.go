@@ -192,6 +192,9 @@ func (g *generation) commitOffsets(offsets map[string]map[int]int64) error {
 
 // commitFresh commits offsets for generation kg through the runtime's own
 // client, which finds the group's coordinator and connects anew as needed.
+// A connection failure is retried on a new connection (3 tries, within
+// commitTimeout); an answer of the broker (a fenced generation, say) is
+// final.
 func (r *Runtime) commitFresh(kg *kafka.Generation, offsets map[string]map[int]int64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 	defer cancel()
@@ -204,10 +207,21 @@ func (r *Runtime) commitFresh(kg *kafka.Generation, offsets map[string]map[int]i
 			req.Topics[topic] = append(req.Topics[topic], kafka.OffsetCommit{Partition: p, Offset: off})
 		}
 	}
-	resp, err := r.commits.OffsetCommit(ctx, req)
-	if err != nil {
-		return fmt.Errorf("fresh connection: %w", err)
+	var err error
+	for try := 0; try < 3 && ctx.Err() == nil; try++ {
+		var resp *kafka.OffsetCommitResponse
+		if resp, err = r.commits.OffsetCommit(ctx, req); err == nil {
+			return partitionErrors(resp)
+		}
+		if _, answered := errors.AsType[kafka.Error](err); answered {
+			break
+		}
 	}
+	return fmt.Errorf("fresh connection: %w", err)
+}
+
+// partitionErrors joins the per-partition errors of a commit's response.
+func partitionErrors(resp *kafka.OffsetCommitResponse) error {
 	var errs []error
 	for topic, parts := range resp.Topics {
 		for _, p := range parts {
