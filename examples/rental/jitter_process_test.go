@@ -87,13 +87,7 @@ func TestProcessKillWithJitter(t *testing.T) {
 	s = startService(t, bin, args...)
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		seen, _ := readEffects(t, effects)
-		missing := 0
-		for _, k := range keys {
-			if seen[k] == 0 {
-				missing++
-			}
-		}
+		missing, _ := missingKeys(t, effects, keys)
 		if missing == 0 {
 			break
 		}

@@ -233,13 +233,7 @@ func TestProcessStopAndKill(t *testing.T) {
 	deadline := time.Now().Add(90 * time.Second)
 	lastLines, lastMove := -1, time.Now()
 	for {
-		seen, lines := readEffects(t, effects)
-		missing := 0
-		for _, k := range keys {
-			if seen[k] == 0 {
-				missing++
-			}
-		}
+		missing, lines := missingKeys(t, effects, keys)
 		if missing == 0 {
 			break
 		}
@@ -270,6 +264,19 @@ func TestProcessStopAndKill(t *testing.T) {
 	if lost != 0 {
 		t.Errorf("lost %d messages: neither handled nor dead letters", lost)
 	}
+}
+
+// missingKeys returns how many of keys the effects file has no line for,
+// and its number of lines.
+func missingKeys(t *testing.T, effects string, keys []string) (missing, lines int) {
+	t.Helper()
+	seen, lines := readEffects(t, effects)
+	for _, k := range keys {
+		if seen[k] == 0 {
+			missing++
+		}
+	}
+	return missing, lines
 }
 
 // deadKeys returns the keys of the state file's dead letters.
