@@ -273,12 +273,32 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 
+	anyTopic := cfg.checkClasses(bad)
+	if anyTopic {
+		if len(cfg.Brokers) == 0 {
+			bad("Brokers is required when classes have topics")
+		}
+		for _, b := range cfg.Brokers {
+			if b == "" {
+				bad("Brokers has an empty address")
+			}
+		}
+		if cfg.Group == "" {
+			bad("Group is required when classes have topics")
+		}
+	}
+	cfg.Brokers = append([]string(nil), cfg.Brokers...)
+	return cfg, errors.Join(errs...)
+}
+
+// checkClasses copies the classes, fills their defaults and reports their
+// problems with bad; it returns whether any class has a topic.
+func (cfg *Config) checkClasses(bad func(string, ...any)) (anyTopic bool) {
 	classes := make([]Class, len(cfg.Classes))
 	copy(classes, cfg.Classes)
 	cfg.Classes = classes
 	names := map[string]bool{}
 	topics := map[string]string{}
-	anyTopic := false
 	for i := range cfg.Classes {
 		c := &cfg.Classes[i]
 		if c.Name == "" {
@@ -302,21 +322,7 @@ func (cfg Config) withDefaults() (Config, error) {
 			anyTopic = true
 		}
 	}
-	if anyTopic {
-		if len(cfg.Brokers) == 0 {
-			bad("Brokers is required when classes have topics")
-		}
-		for _, b := range cfg.Brokers {
-			if b == "" {
-				bad("Brokers has an empty address")
-			}
-		}
-		if cfg.Group == "" {
-			bad("Group is required when classes have topics")
-		}
-	}
-	cfg.Brokers = append([]string(nil), cfg.Brokers...)
-	return cfg, errors.Join(errs...)
+	return anyTopic
 }
 
 // withDefaults fills the class's zero fields and reports its problems
