@@ -55,7 +55,9 @@
 //     with the count.
 //  5. Commit: offsets by the rule above, at most 2s.
 //  6. Wait for the readers to close (each at most FetchMaxWait + 1s), leave
-//     the group (at most 1s) and close the state file.
+//     the group (at most 1s), give the dead letters still queued for a
+//     DeadLetterTopic what is left of the stop's budget to be published
+//     (the state file has them either way) and close the state file.
 //
 // Every call into kafka-go that can block during the stop is bounded, so a
 // stop ends within DrainTimeout + HardStopGrace + the snapshot + about 4s,
@@ -78,8 +80,8 @@
 //   - handoff_messages_total{class,outcome}: messages by outcome, one of
 //     succeeded, retried, dead_lettered, redelivered, parked, released,
 //     deferred, scheduled, delivered, requeued, requeued_done, discarded,
-//     published (the fields of [Report]; requeued_done counts requeued
-//     dead letters that then succeeded).
+//     published, unpublished (the fields of [Report]; requeued_done counts
+//     requeued dead letters that then succeeded).
 //   - handoff_pool_queued, handoff_pool_waiting, handoff_pool_running and
 //     handoff_pool_workers{class}: the class's pool right now (see
 //     [ClassStats]).

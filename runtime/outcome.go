@@ -19,12 +19,13 @@ const (
 	outRequeuedDone
 	outDiscarded
 	outPublished
+	outUnpublished
 	numOutcomes
 )
 
 // outcomeNames are the outcome label values of handoff_messages_total.
 var outcomeNames = [numOutcomes]string{"succeeded", "retried", "dead_lettered", "redelivered", "parked", "released",
-	"deferred", "scheduled", "delivered", "requeued", "requeued_done", "discarded", "published"}
+	"deferred", "scheduled", "delivered", "requeued", "requeued_done", "discarded", "published", "unpublished"}
 
 // counters are outcome counts, runtime-wide and per class.
 type counters [numOutcomes]atomic.Uint64

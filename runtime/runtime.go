@@ -49,8 +49,8 @@ type Runtime struct {
 	genMu   sync.Mutex
 	gen     *generation
 	closing sync.WaitGroup
-	revoked atomic.Int64 // messages given back at rebalances
-	dlq     *kafka.Writer
+	revoked atomic.Int64  // messages given back at rebalances
+	dlq     *publisher    // nil without a DeadLetterTopic
 	commits *kafka.Client // for commits on a fresh connection; see commitFresh
 
 	stats counters // outcomes of no configured class; see total

@@ -271,9 +271,10 @@ func (s *runState) commit() []any {
 
 // leave waits for the partition readers to finish closing (each bounded
 // by FetchMaxWait plus a second; they have been closing since the
-// quiesce), leaves the group, closes the dead-letter writer and the state
-// file. kafka-go's ConsumerGroup.Close finishes a join in flight (the
-// group may be waiting for other members to rejoin), syncs, then sends
+// quiesce), leaves the group, gives the dead-letter publisher what is
+// left of the stop's budget and closes it, and closes the state file.
+// kafka-go's ConsumerGroup.Close finishes a join in flight (the group may
+// be waiting for other members to rejoin), syncs, then sends
 // LeaveGroup: a member that exits before that is given partitions by the
 // generation its join completes, and they stall until its session
 // expires. So the leave waits for it for whatever the stop's budget has
@@ -293,7 +294,7 @@ func (s *runState) leave() []any {
 		}
 	}
 	r.closeCommitClient()
-	r.closeDLQ()
+	r.dlq.close(s.deadline)
 	r.storeOpen.Store(false)
 	if err := r.store.Close(); err != nil {
 		s.closeErr = fmt.Errorf("runtime: close state file: %w", err)
