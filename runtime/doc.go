@@ -80,8 +80,8 @@
 //   - handoff_messages_total{class,outcome}: messages by outcome, one of
 //     succeeded, retried, dead_lettered, redelivered, parked, released,
 //     deferred, scheduled, delivered, requeued, requeued_done, discarded,
-//     published, unpublished (the fields of [Report]; requeued_done counts
-//     requeued dead letters that then succeeded).
+//     published, unpublished, held (the fields of [Report]; requeued_done
+//     counts requeued dead letters that then succeeded).
 //   - handoff_pool_queued, handoff_pool_waiting, handoff_pool_running and
 //     handoff_pool_workers{class}: the class's pool right now (see
 //     [ClassStats]).

@@ -34,6 +34,9 @@ type item struct {
 	// diverted is set when the handler wrapper saved the message
 	// elsewhere instead of running it; see Runtime.diverted.
 	diverted atomic.Bool
+	// unsaved is set when a move of the message to another bucket
+	// failed; see Runtime.saveFailed.
+	unsaved bool
 }
 
 func itemKey(it *item) string { return string(it.msg.Key) }

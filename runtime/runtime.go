@@ -44,6 +44,7 @@ type Runtime struct {
 	sched    *scheduler
 	releases releases // key releases of ordered classes
 	requeues requeues // dead letters requeued and not finished
+	held     held     // submitted messages whose save failed
 
 	// Kafka: the current generation, and the readers still closing.
 	genMu   sync.Mutex
@@ -61,6 +62,10 @@ type Runtime struct {
 	// beforeSnapshot, when set by a test, runs just before the stop's
 	// snapshot transaction.
 	beforeSnapshot func(*snapshot.Store)
+	// beforeWrite, when set by a test, runs in the transaction of a move
+	// (see Runtime.move) before it writes, with the operation's name; an
+	// error it returns fails the transaction.
+	beforeWrite func(op string, it *item) error
 	// testHookDiverted, when set by a test, runs in the handler wrapper
 	// after it saved a message elsewhere, before it returns.
 	testHookDiverted func(ctx context.Context)
@@ -111,6 +116,7 @@ func New(cfg Config) (*Runtime, error) {
 		life:    lifecycle{stopCh: make(chan struct{}), skipCh: make(chan struct{}), done: make(chan struct{})},
 	}
 	r.sched = newScheduler(r)
+	r.held.added = make(chan struct{}, 1)
 	r.items.New = func() any { return new(item) }
 	var errs []error
 	for _, cc := range cfg.Classes {
