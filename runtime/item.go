@@ -70,7 +70,8 @@ func (it *item) settle() {
 // forget removes what the message's origin keeps once it is done: a
 // Kafka offset is settled, a pending or delayed record queued for the
 // batched delete, a parked record or a requeued dead letter deleted at
-// once.
+// once (a parked record whose delete fails is queued for the batched
+// delete, and its key's release skips it).
 func (it *item) forget(r *Runtime, c *class) {
 	switch it.src {
 	case fromKafka:
@@ -80,7 +81,17 @@ func (it *item) forget(r *Runtime, c *class) {
 	case fromDelayed:
 		r.deletes.delayed(it.delayedKey)
 	case fromParked:
-		r.logStoreErr("delete done parked message", it, r.store.Batch(func(tx *snapshot.Tx) error { return tx.DeleteParked(it.parkedKey) }))
+		const op = "delete done parked message"
+		err := r.store.Batch(func(tx *snapshot.Tx) error {
+			if err := r.testWriteErr(op, it); err != nil {
+				return err
+			}
+			return tx.DeleteParked(it.parkedKey)
+		})
+		if err != nil {
+			r.deletes.parked(it.parkedKey)
+		}
+		r.logStoreErr(op, it, err)
 	case fromDead:
 		r.logStoreErr("delete requeued dead letter", it, r.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(it.key) }))
 		r.inc(c, outRequeuedDone)

@@ -63,8 +63,9 @@ type Runtime struct {
 	// snapshot transaction.
 	beforeSnapshot func(*snapshot.Store)
 	// beforeWrite, when set by a test, runs in the transaction of a move
-	// (see Runtime.move) before it writes, with the operation's name; an
-	// error it returns fails the transaction.
+	// (see Runtime.move) or of the delete of a done parked message before
+	// it writes, with the operation's name; an error it returns fails
+	// the transaction.
 	beforeWrite func(op string, it *item) error
 	// testHookDiverted, when set by a test, runs in the handler wrapper
 	// after it saved a message elsewhere, before it returns.
