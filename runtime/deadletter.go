@@ -3,11 +3,8 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
-
-	"github.com/segmentio/kafka-go"
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
@@ -38,70 +35,6 @@ func (r *Runtime) deadLettered(c *class, it *item, rec snapshot.Record, herr err
 		r.block(c, it)
 	}
 	r.publishDead(c, rec)
-}
-
-// publishTimeout bounds one publish of a dead letter to its topic.
-const publishTimeout = 5 * time.Second
-
-// publishDead sends a dead letter to the class's DeadLetterTopic, if any.
-// The state file keeps it whatever happens here.
-func (r *Runtime) publishDead(c *class, rec snapshot.Record) {
-	if c.cfg.DeadLetterTopic == "" || r.dlq == nil {
-		return
-	}
-	m := rec.Message
-	headers := []kafka.Header{
-		{Key: HeaderClass, Value: []byte(c.cfg.Name)},
-		{Key: HeaderID, Value: []byte(m.ID)},
-		{Key: HeaderAttempts, Value: strconv.AppendInt(nil, int64(m.Attempt), 10)},
-		{Key: HeaderError, Value: []byte(rec.Err)},
-	}
-	if m.Origin.IsKafka() {
-		headers = append(headers,
-			kafka.Header{Key: HeaderOriginTopic, Value: []byte(m.Origin.Topic)},
-			kafka.Header{Key: HeaderOriginPartition, Value: strconv.AppendInt(nil, int64(m.Origin.Partition), 10)},
-			kafka.Header{Key: HeaderOriginOffset, Value: strconv.AppendInt(nil, m.Origin.Offset, 10)})
-	}
-	for _, h := range m.Headers {
-		headers = append(headers, kafka.Header{Key: h.Key, Value: h.Value})
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
-	defer cancel()
-	err := r.dlq.WriteMessages(ctx, kafka.Message{Topic: c.cfg.DeadLetterTopic, Key: m.Key, Value: m.Value, Headers: headers})
-	if err != nil {
-		r.log.Error("dead letter not published; it stays in the state file", "class", c.cfg.Name, "id", m.ID,
-			"topic", c.cfg.DeadLetterTopic, "err", err)
-		return
-	}
-	r.inc(c, outPublished)
-}
-
-// openDLQ makes the writer for dead-letter topics when a class has one. It
-// has its own transport, closed with it.
-func (r *Runtime) openDLQ() {
-	for _, c := range r.order {
-		if c.cfg.DeadLetterTopic != "" {
-			r.dlq = &kafka.Writer{
-				Addr:                   kafka.TCP(r.cfg.Brokers...),
-				Balancer:               &kafka.Hash{},
-				RequiredAcks:           kafka.RequireAll,
-				BatchTimeout:           time.Millisecond,
-				AllowAutoTopicCreation: false,
-				Transport:              &kafka.Transport{},
-			}
-			return
-		}
-	}
-}
-
-func (r *Runtime) closeDLQ() {
-	if r.dlq == nil {
-		return
-	}
-	if err := r.dlq.Close(); err != nil {
-		r.log.Warn("dead-letter writer close failed", "err", err)
-	}
-	r.dlq.Transport.(*kafka.Transport).CloseIdleConnections()
 }
 
 // DeadLetter is a message that failed for good, as the state file keeps it.

@@ -58,7 +58,9 @@
 //     the group and close the state file. Leaving finishes a group join in
 //     flight first (a member that exits with its join pending is given
 //     partitions it never reads until its session expires), so it may use
-//     what the earlier phases left of the stop's budget.
+//     what the earlier phases left of the stop's budget. Dead letters still
+//     queued for a DeadLetterTopic get what is then left of it to be
+//     published (the state file has them either way).
 //
 // Every call into kafka-go that can block during the stop is bounded, so a
 // stop ends within its budget, DrainTimeout + HardStopGrace + FetchMaxWait
@@ -82,8 +84,8 @@
 //   - handoff_messages_total{class,outcome}: messages by outcome, one of
 //     succeeded, retried, dead_lettered, redelivered, parked, released,
 //     deferred, scheduled, delivered, requeued, requeued_done, discarded,
-//     published (the fields of [Report]; requeued_done counts requeued
-//     dead letters that then succeeded).
+//     published, unpublished, held (the fields of [Report]; requeued_done
+//     counts requeued dead letters that then succeeded).
 //   - handoff_pool_queued, handoff_pool_waiting, handoff_pool_running and
 //     handoff_pool_workers{class}: the class's pool right now (see
 //     [ClassStats]).

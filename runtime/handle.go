@@ -82,17 +82,17 @@ func (r *Runtime) retry(c *class) func(*item, error) (time.Duration, bool) {
 
 // result is every pool's ResultFunc: done messages are settled, failed
 // ones redelivered later (delayed.go) or made dead letters
-// (deadletter.go).
+// (deadletter.go); a submitted one whose write fails is held (hold.go).
 func (r *Runtime) result(c *class) func(*item, error) {
 	return func(it *item, err error) {
 		switch {
 		case err == nil:
 			r.done(c, it)
 		case errors.Is(err, errDiverted):
-		case it.verdict == redeliverLater:
-			r.redeliver(c, it, err)
 		default:
-			r.deadLetter(c, it, err)
+			if !r.saveFailed(c, it, err) && it.src == fromSubmit {
+				r.hold(c, it, err) // it has no other copy
+			}
 		}
 		r.leftPool(it)
 		if it.src == fromKafka {
@@ -145,6 +145,9 @@ func (r *Runtime) move(run func(func(*snapshot.Tx) error) error, it *item, what 
 	// save and deleteSource act only through tx: a Batch may run this
 	// twice, the first time rolled back.
 	err := run(func(tx *snapshot.Tx) error {
+		if err := r.testWriteErr(what, it); err != nil {
+			return err
+		}
 		// Delete first: a delayed record's new version has the same ID,
 		// which SaveDelayed would take for a duplicate.
 		if err := it.deleteSource(tx); err != nil {
@@ -155,10 +158,20 @@ func (r *Runtime) move(run func(func(*snapshot.Tx) error) error, it *item, what 
 	if err != nil {
 		r.log.Error("state file write failed; offset stays uncommitted", "op", what,
 			"class", it.msg.Class, "id", it.msg.ID, "err", err)
+		it.unsaved = true
 		return false
 	}
 	it.moved(r)
 	return true
+}
+
+// testWriteErr returns the write failure a test injects with
+// beforeWrite, if any.
+func (r *Runtime) testWriteErr(op string, it *item) error {
+	if r.beforeWrite == nil {
+		return nil
+	}
+	return r.beforeWrite(op, it)
 }
 
 func (r *Runtime) logStoreErr(what string, it *item, err error) {

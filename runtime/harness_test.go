@@ -267,3 +267,37 @@ func (b *bundle) runUntil(want int64, mod func(*Class)) *Report {
 	}
 	return rep
 }
+
+// countLogs returns a logger for a test that counts the records logged
+// with message msg.
+func countLogs(t *testing.T, msg string) (*slog.Logger, *atomic.Int64) {
+	n := new(atomic.Int64)
+	return slog.New(logCounter{testLogger(t).Handler(), msg, n}), n
+}
+
+// logCounter is the handler of countLogs.
+type logCounter struct {
+	slog.Handler
+	msg string
+	n   *atomic.Int64
+}
+
+func (h logCounter) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h logCounter) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.n.Add(1)
+	}
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h logCounter) WithAttrs(as []slog.Attr) slog.Handler {
+	return logCounter{h.Handler.WithAttrs(as), h.msg, h.n}
+}
+
+func (h logCounter) WithGroup(name string) slog.Handler {
+	return logCounter{h.Handler.WithGroup(name), h.msg, h.n}
+}

@@ -34,6 +34,9 @@ type item struct {
 	// diverted is set when the handler wrapper saved the message
 	// elsewhere instead of running it; see Runtime.diverted.
 	diverted atomic.Bool
+	// unsaved is set when a move of the message to another bucket
+	// failed; see Runtime.saveFailed.
+	unsaved bool
 }
 
 func itemKey(it *item) string { return string(it.msg.Key) }
@@ -87,7 +90,8 @@ func (it *item) moved(r *Runtime) {
 // forget removes what the message's origin keeps once it is done: a
 // Kafka offset is settled, a pending or delayed record queued for the
 // batched delete, a parked record or a requeued dead letter deleted at
-// once.
+// once (a parked record whose delete fails is queued for the batched
+// delete, and its key's release skips it).
 func (it *item) forget(r *Runtime, c *class) {
 	switch it.src {
 	case fromKafka:
@@ -97,7 +101,17 @@ func (it *item) forget(r *Runtime, c *class) {
 	case fromDelayed:
 		r.deletes.delayed(it.delayedKey)
 	case fromParked:
-		r.logStoreErr("delete done parked message", it, r.store.Batch(func(tx *snapshot.Tx) error { return tx.DeleteParked(it.parkedKey) }))
+		const op = "delete done parked message"
+		err := r.store.Batch(func(tx *snapshot.Tx) error {
+			if err := r.testWriteErr(op, it); err != nil {
+				return err
+			}
+			return tx.DeleteParked(it.parkedKey)
+		})
+		if err != nil {
+			r.deletes.parked(it.parkedKey)
+		}
+		r.logStoreErr(op, it, err)
 	case fromDead:
 		r.logStoreErr("delete requeued dead letter", it, r.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(it.key) }))
 		r.inc(c, outRequeuedDone)

@@ -19,12 +19,14 @@ const (
 	outRequeuedDone
 	outDiscarded
 	outPublished
+	outUnpublished
+	outHeld
 	numOutcomes
 )
 
 // outcomeNames are the outcome label values of handoff_messages_total.
 var outcomeNames = [numOutcomes]string{"succeeded", "retried", "dead_lettered", "redelivered", "parked", "released",
-	"deferred", "scheduled", "delivered", "requeued", "requeued_done", "discarded", "published"}
+	"deferred", "scheduled", "delivered", "requeued", "requeued_done", "discarded", "published", "unpublished", "held"}
 
 // counters are outcome counts, runtime-wide and per class.
 type counters [numOutcomes]atomic.Uint64

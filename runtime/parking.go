@@ -158,14 +158,15 @@ func (p *parking) current(key []byte, n uint64) bool {
 
 // release re-pushes a releasing key's parked messages, in park order, batch
 // by batch, until none is left, then frees the key. A parked message's
-// record is deleted only once it is done.
+// record is deleted only once it is done; one whose delete failed is not
+// pushed again (see releasable).
 func (r *Runtime) release(ctx context.Context, c *class, key []byte, n uint64) {
 	p := c.parking
 	for {
 		if !p.current(key, n) {
 			return // blocked again, or a newer release took over
 		}
-		entries, err := r.parked(c.cfg.Name, key)
+		entries, err := r.releasable(c, key)
 		if err != nil {
 			r.log.Error("parked messages not read; the key stays parked until the next start", "class", c.cfg.Name, "err", err)
 			return
@@ -173,7 +174,7 @@ func (r *Runtime) release(ctx context.Context, c *class, key []byte, n uint64) {
 		if len(entries) == 0 {
 			p.mu.Lock()
 			// Parking writes hold mu, so a second look under it is final.
-			entries, err = r.parked(c.cfg.Name, key)
+			entries, err = r.releasable(c, key)
 			if err == nil && len(entries) == 0 {
 				if st := p.keys[string(key)]; st != nil && st.releasing && st.release == n {
 					delete(p.keys, string(key))
@@ -211,6 +212,17 @@ func (r *Runtime) release(ctx context.Context, c *class, key []byte, n uint64) {
 			return // the stop takes the submitted ones out of the pools
 		}
 	}
+}
+
+// releasable returns the parked records of key that its release may
+// push: all but those of done messages whose delete failed (they wait for
+// the batched delete; pushed again, they would run again).
+func (r *Runtime) releasable(c *class, key []byte) ([]snapshot.ParkedEntry, error) {
+	entries, err := r.parked(c.cfg.Name, key)
+	if err != nil {
+		return nil, err
+	}
+	return r.deletes.notDone(entries), nil
 }
 
 // blockIfReleasing makes it its key's blocker when the key is releasing

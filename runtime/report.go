@@ -54,6 +54,16 @@ type Report struct {
 	// Published is how many dead letters were published to their class's
 	// DeadLetterTopic.
 	Published uint64
+	// Unpublished is how many dead letters of classes with a
+	// DeadLetterTopic were not published: the write failed, the publish
+	// queue was full, or the stop's budget ran out first. The state file
+	// keeps them.
+	Unpublished uint64
+	// Held is how many submitted messages that failed were kept in
+	// memory because their dead-letter or redelivery write failed; each
+	// was saved once a retry of the write succeeded, or by the stop's
+	// snapshot (counted in Snapshotted) to run again after the restart.
+	Held uint64
 
 	// Drained is how many messages finished during the drain phase.
 	Drained uint64
@@ -114,5 +124,6 @@ func (r *Runtime) fillCounts(rep *Report) {
 	rep.Succeeded, rep.Retried, rep.DeadLettered, rep.Redelivered = r.total(outSucceeded), r.total(outRetried), r.total(outDeadLettered), r.total(outRedelivered)
 	rep.Parked, rep.Released, rep.Deferred, rep.Scheduled = r.total(outParked), r.total(outReleased), r.total(outDeferred), r.total(outScheduled)
 	rep.Delivered, rep.Requeued, rep.Discarded, rep.Published = r.total(outDelivered), r.total(outRequeued), r.total(outDiscarded), r.total(outPublished)
+	rep.Unpublished, rep.Held = r.total(outUnpublished), r.total(outHeld)
 	rep.Revoked = int(r.revoked.Load())
 }

@@ -76,8 +76,9 @@ type runState struct {
 	stopFeeds context.CancelFunc
 	feeds     sync.WaitGroup
 
-	// Background loops that use the state file: the batched deletes and
-	// the drain-budget watcher. They end at the snapshot.
+	// Background loops that use the state file: the batched deletes, the
+	// drain-budget watcher and the retries of held messages. They end at
+	// the snapshot.
 	stopBackground context.CancelFunc
 	background     sync.WaitGroup
 
@@ -129,6 +130,7 @@ func (s *runState) start() error {
 		r.deletes.run(bgCtx, r.store, r.log, func(d doneRecords) { r.sched.forget(d.delayed...) })
 	})
 	s.background.Go(func() { r.watchBudget(bgCtx) })
+	s.background.Go(func() { r.retryHeld(bgCtx) })
 	feedCtx, stopFeeds := context.WithCancel(context.Background())
 	s.stopFeeds = stopFeeds
 	fetchCtx, stopFetch := context.WithCancel(context.Background())

@@ -44,13 +44,14 @@ type Runtime struct {
 	sched    *scheduler
 	releases releases // key releases of ordered classes
 	requeues requeues // dead letters requeued and not finished
+	held     held     // submitted messages whose save failed
 
 	// Kafka: the current generation, and the readers still closing.
 	genMu   sync.Mutex
 	gen     *generation
 	closing sync.WaitGroup
-	revoked atomic.Int64 // messages given back at rebalances
-	dlq     *kafka.Writer
+	revoked atomic.Int64  // messages given back at rebalances
+	dlq     *publisher    // nil without a DeadLetterTopic
 	commits *kafka.Client // for commits on a fresh connection; see commitFresh
 
 	stats counters // outcomes of no configured class; see total
@@ -61,6 +62,11 @@ type Runtime struct {
 	// beforeSnapshot, when set by a test, runs just before the stop's
 	// snapshot transaction.
 	beforeSnapshot func(*snapshot.Store)
+	// beforeWrite, when set by a test, runs in the transaction of a move
+	// (see Runtime.move) or of the delete of a done parked message before
+	// it writes, with the operation's name; an error it returns fails
+	// the transaction.
+	beforeWrite func(op string, it *item) error
 	// testHookDiverted, when set by a test, runs in the handler wrapper
 	// after it saved a message elsewhere, before it returns.
 	testHookDiverted func(ctx context.Context)
@@ -111,6 +117,7 @@ func New(cfg Config) (*Runtime, error) {
 		life:    lifecycle{stopCh: make(chan struct{}), skipCh: make(chan struct{}), done: make(chan struct{})},
 	}
 	r.sched = newScheduler(r)
+	r.held.added = make(chan struct{}, 1)
 	r.items.New = func() any { return new(item) }
 	var errs []error
 	for _, cc := range cfg.Classes {

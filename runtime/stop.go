@@ -107,11 +107,12 @@ func (s *runState) drain() []any {
 	return []any{"drained", rep.Drained, "work_left", rep.DrainTimedOut}
 }
 
-// leftover is a message the hard stop took out of its pool, with the
-// reason it is saved under.
+// leftover is a message the hard stop took out of its pool, or a held
+// one, with the reason it is saved under and its last error.
 type leftover struct {
 	it     *item
 	reason string
+	err    error
 }
 
 // hardStop takes the unstarted messages out of the pools and cancels the
@@ -158,7 +159,7 @@ func (s *runState) hardStop(grace time.Duration, cause error) []any {
 func (s *runState) keep(its []*item, reason string) {
 	for _, it := range its {
 		s.r.leftPool(it)
-		s.left = append(s.left, leftover{it, reason})
+		s.left = append(s.left, leftover{it: it, reason: reason})
 	}
 }
 
@@ -195,14 +196,16 @@ func (r *Runtime) giveBack(its []*item, n *int) []*item {
 }
 
 // snapshot saves, in ONE transaction, what the hard stop took out and has
-// no record yet, updates the records of persisted messages whose attempt
-// count moved, and deletes the records of done ones. Only once it has
+// no record yet and the held messages (hold.go), updates the records of
+// persisted messages whose attempt count moved, and deletes the records
+// of done ones. Only once it has
 // committed are the saved Kafka messages settled; if it fails, their
 // offsets are not committed and Kafka delivers them again.
 func (s *runState) snapshot() []any {
 	r, rep := s.r, s.rep
 	s.stopBackground()
 	s.background.Wait()
+	s.keepHeld()
 	now := time.Now()
 	var recs []snapshot.Record
 	var saved []*item
@@ -210,7 +213,7 @@ func (s *runState) snapshot() []any {
 	for _, l := range s.left {
 		switch {
 		case !l.it.src.persisted():
-			recs = append(recs, l.it.record(l.reason, nil, now))
+			recs = append(recs, l.it.record(l.reason, l.err, now))
 			saved = append(saved, l.it)
 		case l.reason == reasonBackoff:
 			updates = append(updates, l.it)
@@ -271,9 +274,10 @@ func (s *runState) commit() []any {
 
 // leave waits for the partition readers to finish closing (each bounded
 // by FetchMaxWait plus a second; they have been closing since the
-// quiesce), leaves the group, closes the dead-letter writer and the state
-// file. kafka-go's ConsumerGroup.Close finishes a join in flight (the
-// group may be waiting for other members to rejoin), syncs, then sends
+// quiesce), leaves the group, gives the dead-letter publisher what is
+// left of the stop's budget and closes it, and closes the state file.
+// kafka-go's ConsumerGroup.Close finishes a join in flight (the group may
+// be waiting for other members to rejoin), syncs, then sends
 // LeaveGroup: a member that exits before that is given partitions by the
 // generation its join completes, and they stall until its session
 // expires. So the leave waits for it for whatever the stop's budget has
@@ -293,7 +297,7 @@ func (s *runState) leave() []any {
 		}
 	}
 	r.closeCommitClient()
-	r.closeDLQ()
+	r.dlq.close(s.deadline)
 	r.storeOpen.Store(false)
 	if err := r.store.Close(); err != nil {
 		s.closeErr = fmt.Errorf("runtime: close state file: %w", err)

@@ -1,0 +1,293 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+const (
+	// publishTimeout bounds one write of dead letters to their topics.
+	publishTimeout = 5 * time.Second
+	// publishQueue is how many dead letters may wait for their publish;
+	// more are not published (the state file has them all).
+	publishQueue = 1024
+	// publishBatch is how many dead letters one write sends at most.
+	publishBatch = 100
+)
+
+// errAbandoned is what the dead-letter writer's dial returns once the
+// stop has abandoned the publishes.
+var errAbandoned = errors.New("runtime: dead-letter publishing abandoned by the stop")
+
+// publisher sends dead letters to their classes' DeadLetterTopic from one
+// goroutine, so that a slow or unreachable broker holds no worker: a
+// worker only queues the dead letter, which the state file already
+// keeps, so publishing is best effort. A full queue drops the publish;
+// published counts the writes the broker acknowledged within
+// publishTimeout, unpublished the rest. The stop lets the publisher finish what is queued within
+// what is left of the stop's budget, then abandons the rest.
+type publisher struct {
+	r      *Runtime
+	w      *kafka.Writer
+	conns  dlqConns
+	queue  chan deadPublish
+	finish chan struct{} // closed by the stop: return once the queue is empty
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	// dropping is set from a dropped publish to the next one queued, so
+	// that a run of drops is warned about once.
+	dropping atomic.Bool
+	// abandoned is how many the stop abandoned; read after wg.Wait.
+	abandoned int
+}
+
+// deadPublish is one queued dead letter.
+type deadPublish struct {
+	c   *class
+	rec snapshot.Record
+}
+
+// openDLQ starts the dead-letter publisher when a class has a
+// DeadLetterTopic. Its writer has its own transport, closed with it.
+func (r *Runtime) openDLQ() {
+	for _, c := range r.order {
+		if c.cfg.DeadLetterTopic == "" {
+			continue
+		}
+		p := &publisher{r: r, queue: make(chan deadPublish, publishQueue), finish: make(chan struct{})}
+		p.w = &kafka.Writer{
+			Addr:                   kafka.TCP(r.cfg.Brokers...),
+			Balancer:               &kafka.Hash{},
+			RequiredAcks:           kafka.RequireAll,
+			BatchTimeout:           time.Millisecond,
+			WriteTimeout:           publishTimeout,
+			AllowAutoTopicCreation: false,
+			Transport:              &kafka.Transport{Dial: p.conns.dial},
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		p.cancel = cancel
+		p.wg.Go(func() { p.run(ctx) })
+		r.dlq = p
+		return
+	}
+}
+
+// publishDead queues a dead letter for its class's DeadLetterTopic, if
+// any. It never blocks: when the queue is full the publish is dropped.
+func (r *Runtime) publishDead(c *class, rec snapshot.Record) {
+	p := r.dlq
+	if c.cfg.DeadLetterTopic == "" || p == nil {
+		return
+	}
+	select {
+	case p.queue <- deadPublish{c, rec}:
+		p.dropping.Store(false)
+	default:
+		r.inc(c, outUnpublished)
+		if !p.dropping.Swap(true) {
+			r.log.Warn("dead-letter publish queue full; dead letters are not published until it empties, they stay in the state file",
+				"class", c.cfg.Name, "id", rec.Message.ID, "topic", c.cfg.DeadLetterTopic, "queue", publishQueue)
+		}
+	}
+}
+
+// run publishes the queued dead letters, up to publishBatch in one write,
+// until the stop's finish finds the queue empty or its abandon ends ctx.
+func (p *publisher) run(ctx context.Context) {
+	batch := make([]deadPublish, 0, publishBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case d := <-p.queue:
+			batch = append(batch, d)
+		case <-p.finish:
+			select {
+			case d := <-p.queue:
+				batch = append(batch, d)
+			default:
+				return
+			}
+		case <-ctx.Done():
+		}
+	fill:
+		for len(batch) < publishBatch {
+			select {
+			case d := <-p.queue:
+				batch = append(batch, d)
+			default:
+				break fill
+			}
+		}
+		if ctx.Err() != nil {
+			p.abandon(batch)
+			return
+		}
+		p.write(ctx, batch)
+	}
+}
+
+// write publishes batch in one write and counts each dead letter
+// published or not.
+func (p *publisher) write(ctx context.Context, batch []deadPublish) {
+	msgs := make([]kafka.Message, len(batch))
+	for i, d := range batch {
+		msgs[i] = deadLetterRecord(d.c, d.rec)
+	}
+	wctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	err := p.w.WriteMessages(wctx, msgs...)
+	cancel()
+	var each kafka.WriteErrors
+	errors.As(err, &each)
+	for i, d := range batch {
+		e := err
+		if each != nil {
+			e = each[i]
+		}
+		if e == nil {
+			p.r.inc(d.c, outPublished)
+			continue
+		}
+		if ctx.Err() != nil {
+			p.abandoned++
+		} else {
+			p.r.log.Error("dead letter not published; it stays in the state file", "class", d.c.cfg.Name, "id", d.rec.Message.ID,
+				"topic", d.c.cfg.DeadLetterTopic, "err", e)
+		}
+		p.r.inc(d.c, outUnpublished)
+	}
+}
+
+// abandon counts batch and what is still queued as unpublished.
+func (p *publisher) abandon(batch []deadPublish) {
+	for {
+		for _, d := range batch {
+			p.r.inc(d.c, outUnpublished)
+			p.abandoned++
+		}
+		batch = batch[:0]
+		select {
+		case d := <-p.queue:
+			batch = append(batch, d)
+		default:
+			return
+		}
+	}
+}
+
+// close ends the publisher at the stop, when no dead letter comes any
+// more: it lets it publish what is queued until deadline, then abandons
+// the rest (ending the write in flight by closing the writer's
+// connections: kafka-go's produce has no context, and Writer.Close waits
+// for it) and closes the writer.
+func (p *publisher) close(deadline time.Time) {
+	if p == nil {
+		return
+	}
+	close(p.finish)
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		p.cancel()
+		p.conns.closeAll()
+		<-done
+	}
+	p.cancel()
+	err := p.w.Close()
+	p.w.Transport.(*kafka.Transport).CloseIdleConnections()
+	if err != nil {
+		p.r.log.Warn("dead-letter writer close failed", "err", err)
+	}
+	if p.abandoned > 0 {
+		p.r.log.Warn("dead letters not published within the stop's budget; they stay in the state file",
+			"phase", "leave", "unpublished", p.abandoned)
+	}
+}
+
+// deadLetterRecord is the Kafka record that publishes a dead letter of
+// class c.
+func deadLetterRecord(c *class, rec snapshot.Record) kafka.Message {
+	m := rec.Message
+	headers := []kafka.Header{
+		{Key: HeaderClass, Value: []byte(c.cfg.Name)},
+		{Key: HeaderID, Value: []byte(m.ID)},
+		{Key: HeaderAttempts, Value: strconv.AppendInt(nil, int64(m.Attempt), 10)},
+		{Key: HeaderError, Value: []byte(rec.Err)},
+	}
+	if m.Origin.IsKafka() {
+		headers = append(headers,
+			kafka.Header{Key: HeaderOriginTopic, Value: []byte(m.Origin.Topic)},
+			kafka.Header{Key: HeaderOriginPartition, Value: strconv.AppendInt(nil, int64(m.Origin.Partition), 10)},
+			kafka.Header{Key: HeaderOriginOffset, Value: strconv.AppendInt(nil, m.Origin.Offset, 10)})
+	}
+	for _, h := range m.Headers {
+		headers = append(headers, kafka.Header{Key: h.Key, Value: h.Value})
+	}
+	return kafka.Message{Topic: c.cfg.DeadLetterTopic, Key: m.Key, Value: m.Value, Headers: headers}
+}
+
+// dlqConns are the dead-letter writer's connections. Abandoning the
+// publishes closes them, which ends a write the broker never answers,
+// and refuses new ones, so that the writer's retries end too.
+type dlqConns struct {
+	mu     sync.Mutex
+	open   map[*dlqConn]struct{}
+	closed bool
+}
+
+// dlqConn is a connection that dlqConns forgets when it is closed.
+type dlqConn struct {
+	net.Conn
+	cs *dlqConns
+}
+
+func (c *dlqConn) Close() error {
+	c.cs.mu.Lock()
+	delete(c.cs.open, c)
+	c.cs.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// dial is the writer transport's Dial.
+func (cs *dlqConns) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.closed {
+		nc.Close()
+		return nil, errAbandoned
+	}
+	c := &dlqConn{nc, cs}
+	if cs.open == nil {
+		cs.open = map[*dlqConn]struct{}{}
+	}
+	cs.open[c] = struct{}{}
+	return c, nil
+}
+
+// closeAll closes the open connections and refuses new ones.
+func (cs *dlqConns) closeAll() {
+	cs.mu.Lock()
+	cs.closed = true
+	open := cs.open
+	cs.open = nil
+	cs.mu.Unlock()
+	for c := range open {
+		c.Conn.Close()
+	}
+}

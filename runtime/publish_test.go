@@ -1,0 +1,112 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// TestDeadLetterPublishHangs: with the dead-letter topic's broker reading
+// produce requests and never answering, a dead letter's publish holds no
+// worker (the message behind two dead letters is handled before any
+// publish has given up), and the stop still ends within its budget,
+// counting the dead letters it could not publish. The state file keeps
+// them all.
+func TestDeadLetterPublishHangs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, "orders", "orders-dlq")
+	b.produceValues("orders", "k", "bad-1", "bad-2", "good")
+	var held atomic.Int64
+	b.broker.Cluster().ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
+			if tp.Topic == "orders-dlq" {
+				b.broker.Cluster().KeepControl()
+				held.Add(1)
+				return nil, nil, true // read, never answered
+			}
+		}
+		return nil, nil, false
+	})
+	log, failed := countLogs(t, "dead letter not published; it stays in the state file")
+	// failedBeforeGood is how many publishes had given up when the
+	// message behind the dead letters ran.
+	failedBeforeGood := make(chan int64, 1)
+	cfg := b.config(nil, nil)
+	cfg.Logger = log
+	cfg.DrainTimeout = 200 * time.Millisecond
+	cfg.HardStopGrace = 200 * time.Millisecond
+	cfg.Classes = []Class{{Name: "orders", Topics: []string{"orders"}, DeadLetterTopic: "orders-dlq", Workers: 1,
+		Handler: func(_ context.Context, m *handoff.Message) error {
+			if string(m.Value) != "good" {
+				return handoff.Permanent(errors.New("cannot parse"))
+			}
+			failedBeforeGood <- failed.Load()
+			return nil
+		}}}
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := start(t, rt, context.Background())
+	if n := <-failedBeforeGood; n != 0 {
+		t.Errorf("the message behind the dead letters ran after %d publishes gave up: a publish holds its worker", n)
+	}
+	waitFor(t, "a publish held by the broker", func() bool { return held.Load() > 0 })
+	begin := time.Now()
+	rt.Shutdown(context.Background())
+	rep, err := wait()
+	took := time.Since(begin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bound is the stop's own (its margin covers the snapshot, the
+	// commit and the leave); a second for the closes after the deadline
+	// on a loaded machine.
+	if limit := rt.stopBudget() + time.Second; took > limit {
+		t.Errorf("stop took %s with the dead-letter broker hung, budget %s", took, limit)
+	}
+	if rep.DeadLettered != 2 || rep.Published != 0 || rep.Unpublished != 2 {
+		t.Errorf("dead lettered %d, published %d, unpublished %d; want 2, 0, 2", rep.DeadLettered, rep.Published, rep.Unpublished)
+	}
+	assertCount(t, b.state, snapshot.BucketDead, 2)
+	t.Logf("stop with a hung dead-letter broker: %s (budget %s; drain %s, hard stop %s, leave %s)", took.Round(time.Millisecond),
+		rt.stopBudget(), rep.Drain.Round(time.Millisecond), rep.HardStop.Round(time.Millisecond), rep.Leave.Round(time.Millisecond))
+}
+
+// TestDeadLetterPublishQueueFull: when the publish queue is full, a dead
+// letter's publish is dropped and counted, never waited for, with one
+// warning per run of drops.
+func TestDeadLetterPublishQueueFull(t *testing.T) {
+	t.Parallel()
+	log, warned := countLogs(t, "dead-letter publish queue full; dead letters are not published until it empties, they stay in the state file")
+	rt, err := New(Config{Brokers: []string{"127.0.0.1:9"}, Group: "g", StatePath: filepath.Join(t.TempDir(), "s.db"), Logger: log,
+		Classes: []Class{{Name: "orders", Topics: []string{"orders"}, DeadLetterTopic: "orders-dlq",
+			Handler: func(context.Context, *handoff.Message) error { return nil }}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A publisher whose goroutine never runs: its queue of 2 only fills.
+	rt.dlq = &publisher{r: rt, queue: make(chan deadPublish, 2)}
+	c := rt.classes["orders"]
+	dead := func(id string) { rt.publishDead(c, snapshot.Record{Message: handoff.Message{ID: id}}) }
+	for _, id := range []string{"a", "b", "c", "d", "e"} {
+		dead(id)
+	}
+	if n, w := rt.total(outUnpublished), warned.Load(); n != 3 || w != 1 {
+		t.Errorf("unpublished %d, warnings %d; want 3, 1", n, w)
+	}
+	<-rt.dlq.queue
+	dead("f") // queued: the run of drops is over
+	dead("g") // dropped: a new run
+	if n, w := rt.total(outUnpublished), warned.Load(); n != 4 || w != 2 {
+		t.Errorf("unpublished %d, warnings %d; want 4, 2", n, w)
+	}
+}
