@@ -113,16 +113,25 @@ func TestScanPendingStop(t *testing.T) {
 	}
 }
 
+// smallMapStore opens a fresh store, closed with the test, whose memory
+// map is smaller than any file the test writes: a commit that grows the
+// file remaps, waiting for every read transaction to end.
+func smallMapStore(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"), Options{NoSync: true, InitialMmapSize: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // fn may write to the store while the records are read, even a write that
 // grows the file's memory map, which waits for every read transaction to
 // end; records saved meanwhile are not part of the scan.
 func TestScanPendingWritesInFn(t *testing.T) {
 	t.Parallel()
-	s, err := Open(filepath.Join(t.TempDir(), "state.db"), Options{NoSync: true, InitialMmapSize: 1 << 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := smallMapStore(t)
 	recs := records(500)
 	keys, err := s.savePending(recs...)
 	if err != nil {
@@ -160,11 +169,7 @@ func TestScanPendingWritesInFn(t *testing.T) {
 // scan began.
 func TestScanPendingReadAheadBounded(t *testing.T) {
 	t.Parallel()
-	s, err := Open(filepath.Join(t.TempDir(), "state.db"), Options{NoSync: true, InitialMmapSize: 1 << 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := smallMapStore(t)
 	recs := records(feedBatches + feedBatches/2)
 	for i := range recs { // one record a batch
 		recs[i].Message.Value = bytes.Repeat([]byte{byte(i)}, blockSize)
