@@ -451,7 +451,7 @@ func BenchmarkRepush(b *testing.B) {
 
 // writePending writes a state file holding n pending records of 1 KiB
 // values for class "local".
-func writePending(b *testing.B, path string, n int) {
+func writePending(b testing.TB, path string, n int) {
 	b.Helper()
 	st, err := snapshot.Open(path, snapshot.Options{NoSync: true, InitialMmapSize: 256 << 20})
 	if err != nil {

@@ -169,6 +169,20 @@ func waitFor(tb testing.TB, what string, cond func() bool) {
 	}
 }
 
+// instance runs, in the background, another instance of the bundle's
+// group named name, on a state file of its own, and returns it and the
+// function that waits for its Run.
+func (b *bundle) instance(name string, cfg Config) (*Runtime, func() (*Report, error)) {
+	b.t.Helper()
+	cfg.Instance = name
+	cfg.StatePath = filepath.Join(b.t.TempDir(), name+".db")
+	rt, err := New(cfg)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return rt, start(b.t, rt, context.Background())
+}
+
 // start runs rt in the background and returns a function that waits for
 // Run's result.
 func start(t *testing.T, rt *Runtime, ctx context.Context) func() (*Report, error) {

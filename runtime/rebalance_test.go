@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -120,14 +119,7 @@ func TestStaleGenerationNeverCommits(t *testing.T) {
 		return s.Running == 2 && s.Queued == 4
 	})
 
-	cfgB := b.config(func(ctx context.Context, m *handoff.Message) error { b.record(m); return nil }, nil)
-	cfgB.Instance = "b"
-	cfgB.StatePath = filepath.Join(t.TempDir(), "b.db")
-	rtB, err := New(cfgB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitB := start(t, rtB, context.Background())
+	rtB, waitB := b.instance("b", b.config(func(ctx context.Context, m *handoff.Message) error { b.record(m); return nil }, nil))
 	moved := -1
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -181,7 +181,8 @@ func (r *Runtime) dropDiverted(its []*item) []*item {
 
 // giveBack returns the items of its that did not come from Kafka, and
 // counts the others in n, releasing their ties to the pool: they stay
-// unsettled in their trackers.
+// unsettled in their trackers, abandoned as a rebalance's give-backs are,
+// so that a revoke running meanwhile does not wait for them.
 func (r *Runtime) giveBack(its []*item, n *int) []*item {
 	kept := its[:0]
 	for _, it := range its {
@@ -190,6 +191,7 @@ func (r *Runtime) giveBack(its []*item, n *int) []*item {
 			continue
 		}
 		*n++
+		it.tr.abandoned.Add(1)
 		r.leftPool(it)
 	}
 	return kept

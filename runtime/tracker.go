@@ -47,7 +47,8 @@ type tracker struct {
 	// last one (its offset + 1 was the high watermark).
 	caughtUp atomic.Bool
 	// abandoned counts fetched offsets that will never settle here: given
-	// back at a rebalance or never accepted by a pool.
+	// back at a rebalance or by a StopRedeliver class's stop, or never
+	// accepted by a pool.
 	abandoned atomic.Int64
 }
 

@@ -70,14 +70,21 @@ const scanBatchSize = 256
 // the records that could not be decoded. It is [Tx.LoadPending] for a
 // caller that works through the records a batch at a time and writes to
 // the file meanwhile, as the runtime's re-push does: a goroutine of its
-// own copies the records out of the file, in one read-only transaction
-// and without waiting for fn, while the calling goroutine decodes each
-// batch and calls fn with it. So fn handles the first records while the
-// next are still being read, and no slice of all the records is ever
-// built. It is a method of Store, not of Tx, because fn must not run
-// inside the transaction that reads: a write fn makes (the runtime
-// dead-letters records whose class is gone) that grows the file's memory
-// map waits for every read transaction to end, so it would wait forever.
+// own copies the records out of the file while the calling goroutine
+// decodes each batch and calls fn with it. So fn handles the first
+// records while the next are still being read, and no slice of all the
+// records is ever built: the reader gets at most 256 batches (some
+// 8 MiB of values) ahead of fn, so what a scan holds does not grow with
+// the file, however long fn blocks. It is a method of Store, not of Tx,
+// because fn must not run inside a transaction that reads: a write fn
+// makes (the runtime dead-letters records whose class is gone) that grows
+// the file's memory map waits for every read transaction to end, so it
+// would wait forever. Nor does the reader wait for fn inside its
+// read-only transaction: 256 batches ahead, it ends the transaction, and
+// once fn has taken half of them it starts the next one after the last
+// key it read. The scan reads the records there were when it started
+// (up to the bucket's last key then), but for those deleted before the
+// reader got to them.
 //
 // fn runs in the calling goroutine, outside any transaction: it may
 // block, and it may use the Store, writes included. The batch slice is
@@ -229,43 +236,62 @@ func (r rawRecord) decode(name string, in interner) (Entry, *DecodeError) {
 }
 
 // readRaw copies the records of bucket name out of the file into feed, in
-// key order and in batches, in one read-only transaction, until the end
-// or until feed is stopped; then it finishes feed with the transaction's
-// error. A batch holds up to scanBatchSize records and, but for its last
-// record, less than blockSize bytes of values.
+// key order and in batches, until the end or until feed is stopped; then
+// it finishes feed with the error of the last transaction. A batch holds
+// up to scanBatchSize records and, but for its last record, less than
+// blockSize bytes of values. It reads the records there are when it
+// starts, up to the bucket's last key then, in read-only transactions
+// that never wait for the decoder: when feed is full, the transaction
+// ends, and the next one starts after the last key read once there is
+// room.
 func (s *Store) readRaw(name string, feed *rawFeed) {
-	err := s.view(func(tx *Tx) error {
-		b, err := tx.bucket(name)
-		if err != nil {
-			return err
-		}
-		var (
-			batch []rawRecord
-			size  int
-		)
-		c := b.Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			r := rawRecord{bad: checkShape(name, k, v)}
-			if r.bad == nil {
-				r.key, r.val = binary.BigEndian.Uint64(k), v // copied by ownValues
-				size += len(v)
+	var last, after []byte // the bucket's last key at the start; the last key read
+	for {
+		more := false
+		err := s.view(func(tx *Tx) error {
+			c, err := tx.cursor(name)
+			if err != nil {
+				return err
 			}
-			batch = append(batch, r)
-			if len(batch) == scanBatchSize || size >= blockSize {
-				ownValues(batch)
-				if !feed.put(batch) {
+			if last == nil {
+				k, _ := c.Last()
+				if k == nil {
 					return nil
 				}
-				batch, size = make([]rawRecord, 0, cap(batch)), 0
+				last = bytes.Clone(k)
 			}
+			var (
+				batch []rawRecord
+				size  int
+			)
+			k, v := c.seekAfter(after)
+			for ; k != nil && bytes.Compare(k, last) <= 0; k, v = c.Next() {
+				r := rawRecord{bad: checkShape(name, k, v)}
+				if r.bad == nil {
+					r.key, r.val = binary.BigEndian.Uint64(k), v // copied by ownValues
+					size += len(v)
+				}
+				batch = append(batch, r)
+				if len(batch) == scanBatchSize || size >= blockSize {
+					ownValues(batch)
+					if !feed.put(batch) {
+						after, more = append(after[:0], k...), true
+						return nil
+					}
+					batch, size = make([]rawRecord, 0, cap(batch)), 0
+				}
+			}
+			if len(batch) > 0 {
+				ownValues(batch)
+				feed.put(batch)
+			}
+			return nil
+		})
+		if err != nil || !more || !feed.waitRoom() {
+			feed.finish(err)
+			return
 		}
-		if len(batch) > 0 {
-			ownValues(batch)
-			feed.put(batch)
-		}
-		return nil
-	})
-	feed.finish(err)
+	}
 }
 
 // decodeFeed decodes the batches of feed into entries of bucket name and
@@ -299,13 +325,25 @@ func decodeFeed(name string, feed *rawFeed, fn func(batch []Entry) bool) ([]*Dec
 	}
 }
 
+// feedBatches is how many batches a rawFeed holds: with blockSize, it
+// bounds how far the reader gets ahead of the decoder's caller (some
+// 8 MiB of values). Once the caller has taken half of them, the reader
+// fills the feed again. Fewer slow the runtime's re-push down: on two
+// cores 16 batches cost BenchmarkRepush some 35%, 256 are within its
+// noise (5%), most likely because the reader, woken for room, waits for
+// a processor while the pool's workers run, and the caller runs dry
+// meanwhile. A scan alone (BenchmarkScanPending100k) is some 13% slower
+// than with an unbounded feed: its heap stays small, so the GC runs
+// about four times as often.
+const feedBatches = 256
+
 // rawFeed passes batches of raw records from the goroutine that reads
-// them, inside a read transaction, to the one that decodes them. put
-// never blocks, so the queue holds as many batches as the reader gets
-// ahead: the reader must not keep its transaction open while it waits for
-// the decoder's caller, which may be writing to the file, and a write
-// that grows the file's memory map waits for every read transaction to
-// end.
+// them, inside read transactions, to the one that decodes them. put
+// never blocks: the reader must not keep a transaction open while it
+// waits for the decoder's caller, which may be writing to the file, and a
+// write that grows the file's memory map waits for every read
+// transaction to end. When the feed is full, put tells the reader to end
+// its transaction and wait for room (waitRoom) before it opens the next.
 type rawFeed struct {
 	mu      sync.Mutex
 	queue   [][]rawRecord
@@ -314,23 +352,42 @@ type rawFeed struct {
 	err     error
 
 	// ready holds a token when the queue or done changed since the
-	// decoder last looked.
-	ready chan struct{}
+	// decoder last looked; room one when the decoder stopped, or took a
+	// batch leaving half the feed or less, since the reader last looked.
+	ready, room chan struct{}
 }
 
-func newRawFeed() *rawFeed { return &rawFeed{ready: make(chan struct{}, 1)} }
+func newRawFeed() *rawFeed {
+	return &rawFeed{ready: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+}
 
-// put queues batch, unless the decoder has stopped: then it reports false
-// and the reader should stop too.
+// put queues batch, unless the decoder has stopped. It reports whether
+// the reader may read on in its transaction: false when the decoder has
+// stopped or the feed is full.
 func (f *rawFeed) put(batch []rawRecord) bool {
 	f.mu.Lock()
-	ok := !f.stopped
-	if ok {
+	if !f.stopped {
 		f.queue = append(f.queue, batch)
 	}
+	ok := !f.stopped && len(f.queue) < feedBatches
 	f.mu.Unlock()
-	f.wake()
+	signal(f.ready)
 	return ok
+}
+
+// waitRoom waits, outside any transaction, until the decoder has taken
+// half of the batches queued or stopped. It reports false when the
+// decoder stopped: then the reader should stop too.
+func (f *rawFeed) waitRoom() bool {
+	for {
+		f.mu.Lock()
+		stopped, room := f.stopped, len(f.queue) <= feedBatches/2
+		f.mu.Unlock()
+		if stopped || room {
+			return !stopped
+		}
+		<-f.room
+	}
 }
 
 // finish records the end of the reader, with its error.
@@ -338,13 +395,15 @@ func (f *rawFeed) finish(err error) {
 	f.mu.Lock()
 	f.done, f.err = true, err
 	f.mu.Unlock()
-	f.wake()
+	signal(f.ready)
 }
 
-func (f *rawFeed) wake() {
+// signal leaves a token in ch, a channel of capacity 1, unless one is
+// already waiting there.
+func signal(ch chan struct{}) {
 	select {
-	case f.ready <- struct{}{}:
-	default: // a token is already waiting
+	case ch <- struct{}{}:
+	default:
 	}
 }
 
@@ -358,7 +417,11 @@ func (f *rawFeed) next() ([]rawRecord, bool) {
 			batch := f.queue[0]
 			f.queue[0] = nil
 			f.queue = f.queue[1:]
+			room := len(f.queue) <= feedBatches/2
 			f.mu.Unlock()
+			if room {
+				signal(f.room)
+			}
 			return batch, true
 		}
 		done := f.done
@@ -377,6 +440,7 @@ func (f *rawFeed) stop() {
 	f.stopped = true
 	f.queue = nil
 	f.mu.Unlock()
+	signal(f.room)
 	for {
 		if _, ok := f.next(); !ok {
 			return

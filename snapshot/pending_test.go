@@ -113,16 +113,25 @@ func TestScanPendingStop(t *testing.T) {
 	}
 }
 
+// smallMapStore opens a fresh store, closed with the test, whose memory
+// map is smaller than any file the test writes: a commit that grows the
+// file remaps, waiting for every read transaction to end.
+func smallMapStore(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"), Options{NoSync: true, InitialMmapSize: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // fn may write to the store while the records are read, even a write that
 // grows the file's memory map, which waits for every read transaction to
 // end; records saved meanwhile are not part of the scan.
 func TestScanPendingWritesInFn(t *testing.T) {
 	t.Parallel()
-	s, err := Open(filepath.Join(t.TempDir(), "state.db"), Options{NoSync: true, InitialMmapSize: 1 << 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := smallMapStore(t)
 	recs := records(500)
 	keys, err := s.savePending(recs...)
 	if err != nil {
@@ -150,6 +159,54 @@ func TestScanPendingWritesInFn(t *testing.T) {
 	if n, err := s.count(BucketPending); err != nil || n != len(recs) {
 		t.Fatalf("CountPending = %d, %v; want %d (one deleted, one saved)", n, err, len(recs))
 	}
+}
+
+// The reader gets at most feedBatches batches ahead of a caller that
+// takes none, so a scan's memory does not grow with the file, and it
+// holds no transaction while it waits: a write that grows the file's
+// memory map goes through. It then reads on from where it stopped, in
+// new transactions, each record once, and not the record saved after the
+// scan began.
+func TestScanPendingReadAheadBounded(t *testing.T) {
+	t.Parallel()
+	s := smallMapStore(t)
+	recs := records(feedBatches + feedBatches/2)
+	for i := range recs { // one record a batch
+		recs[i].Message.Value = bytes.Repeat([]byte{byte(i)}, blockSize)
+	}
+	keys, err := s.savePending(recs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed := newRawFeed()
+	go s.readRaw(BucketPending, feed)
+	// Bigger than the file so far, so it grows the memory map: the commit
+	// waits for the reader's transaction to end.
+	big := fullRecord(0)
+	big.Message.Value = bytes.Repeat([]byte{7}, len(recs)*blockSize)
+	if _, err := s.savePending(big); err != nil {
+		t.Fatal(err)
+	}
+	queued := func() int {
+		feed.mu.Lock()
+		defer feed.mu.Unlock()
+		return len(feed.queue)
+	}
+	if n := queued(); n != feedBatches {
+		t.Fatalf("reader %d batches ahead while waiting, want %d", n, feedBatches)
+	}
+	var got []Entry
+	bad, err := decodeFeed(BucketPending, feed, func(batch []Entry) bool {
+		if n := queued(); n > feedBatches {
+			t.Errorf("reader %d batches ahead, want at most %d", n, feedBatches)
+		}
+		got = append(got, batch...)
+		return true
+	})
+	if err != nil || len(bad) != 0 {
+		t.Fatalf("decodeFeed = %v, %v", bad, err)
+	}
+	requireEntries(t, got, keys, recs)
 }
 
 // Undecodable records are reported in key order among good ones, whether
