@@ -65,15 +65,7 @@ func TestScheduleNearDue(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	select {
-	case <-all:
-	case <-time.After(20 * time.Second):
-	}
-	rt.Shutdown(context.Background())
-	rep, err := wait()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := stopWhen(t, rt, wait, all, 20*time.Second)
 	mu.Lock()
 	defer mu.Unlock()
 	twice := 0
@@ -124,15 +116,7 @@ func TestScheduleRunningID(t *testing.T) {
 	if err := rt.Schedule(context.Background(), "jobs", &handoff.Message{ID: "nightly"}, time.Now().Add(20*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-all:
-	case <-time.After(10 * time.Second):
-	}
-	rt.Shutdown(context.Background())
-	rep, err := wait()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := stopWhen(t, rt, wait, all, 10*time.Second)
 	mu.Lock()
 	defer mu.Unlock()
 	if count != runs || rep.Scheduled != runs {
@@ -180,4 +164,20 @@ func TestRedeliverySupersededBySchedule(t *testing.T) {
 	if _, err := wait(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// stopWhen stops rt gracefully once done is closed, or after timeout, and
+// returns Run's report.
+func stopWhen(t *testing.T, rt *Runtime, wait func() (*Report, error), done <-chan struct{}, timeout time.Duration) *Report {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+	}
+	rt.Shutdown(context.Background())
+	rep, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }
