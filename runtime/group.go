@@ -90,15 +90,14 @@ func (g *generation) revoke() (given, left int) {
 	for _, tr := range g.trackers {
 		mine[tr] = true
 	}
-	match := func(it *item) bool { return it.src == fromKafka && mine[it.tr] }
+	match := func(it *item) bool { return it.isKafka() && mine[it.tr] }
 	take := func() {
 		for _, c := range g.r.order {
 			if len(c.cfg.Topics) == 0 {
 				continue
 			}
 			for _, it := range c.pool.Remove(match) {
-				it.tr.abandoned.Add(1)
-				g.r.leftPool(it)
+				g.r.abandon(it)
 				given++
 			}
 		}

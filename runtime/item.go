@@ -79,10 +79,8 @@ func (it *item) settle() {
 // elsewhere and its source record deleted, in one committed transaction:
 // a Kafka offset is settled, a delayed record is gone for the scheduler.
 func (it *item) moved(r *Runtime) {
-	switch it.src {
-	case fromKafka:
-		it.tr.settle(it.slot)
-	case fromDelayed:
+	it.settle()
+	if it.src == fromDelayed {
 		r.sched.forget(it.delayedKey)
 	}
 }

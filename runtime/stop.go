@@ -130,7 +130,7 @@ func (s *runState) hardStop(grace time.Duration, cause error) []any {
 	}
 	stops.Wait()
 	for i, res := range results {
-		res.Interrupted = r.dropDiverted(res.Interrupted)
+		res.Interrupted = without(res.Interrupted, (*item).isDiverted, r.leftPool)
 		rep.Unstarted += len(res.Unstarted)
 		rep.Interrupted += len(res.Interrupted)
 		rep.Waiting += len(res.Waiting)
@@ -138,9 +138,10 @@ func (s *runState) hardStop(grace time.Duration, cause error) []any {
 		if r.order[i].cfg.StopPolicy == StopRedeliver {
 			// Kafka messages stay unsettled: the commit stops before
 			// them and the partition's next owner reads them again.
-			res.Interrupted = r.giveBack(res.Interrupted, &rep.GivenBack)
-			res.Waiting = r.giveBack(res.Waiting, &rep.GivenBack)
-			res.Unstarted = r.giveBack(res.Unstarted, &rep.GivenBack)
+			giveBack := func(it *item) { rep.GivenBack++; r.abandon(it) }
+			res.Interrupted = without(res.Interrupted, (*item).isKafka, giveBack)
+			res.Waiting = without(res.Waiting, (*item).isKafka, giveBack)
+			res.Unstarted = without(res.Unstarted, (*item).isKafka, giveBack)
 		}
 		s.keep(res.Interrupted, reasonInterrupted)
 		s.keep(res.Waiting, reasonBackoff)
@@ -163,15 +164,13 @@ func (s *runState) keep(its []*item, reason string) {
 	}
 }
 
-// dropDiverted returns the items of its that are not diverted: a message
-// the handler wrapper parked or delayed just as the hard stop cancelled
-// it comes back as interrupted, but it is saved elsewhere and settled
-// already, so it is neither saved again nor counted.
-func (r *Runtime) dropDiverted(its []*item) []*item {
+// without returns its less the items out reports, each of which it hands
+// to drop. It reuses its' array.
+func without(its []*item, out func(*item) bool, drop func(*item)) []*item {
 	kept := its[:0]
 	for _, it := range its {
-		if it.diverted.Load() {
-			r.leftPool(it)
+		if out(it) {
+			drop(it)
 			continue
 		}
 		kept = append(kept, it)
@@ -179,22 +178,21 @@ func (r *Runtime) dropDiverted(its []*item) []*item {
 	return kept
 }
 
-// giveBack returns the items of its that did not come from Kafka, and
-// counts the others in n, releasing their ties to the pool: they stay
-// unsettled in their trackers, abandoned as a rebalance's give-backs are,
-// so that a revoke running meanwhile does not wait for them.
-func (r *Runtime) giveBack(its []*item, n *int) []*item {
-	kept := its[:0]
-	for _, it := range its {
-		if it.src != fromKafka {
-			kept = append(kept, it)
-			continue
-		}
-		*n++
-		it.tr.abandoned.Add(1)
-		r.leftPool(it)
-	}
-	return kept
+// isDiverted reports whether the handler wrapper parked or delayed the
+// message instead of running it: one that comes back from the hard stop as
+// interrupted is saved elsewhere and settled already, so it is neither
+// saved again nor counted.
+func (it *item) isDiverted() bool { return it.diverted.Load() }
+
+// isKafka reports whether the message came from Kafka.
+func (it *item) isKafka() bool { return it.src == fromKafka }
+
+// abandon gives a Kafka message back to its partition: it stays unsettled
+// and is counted abandoned in its tracker, so that a revoke does not wait
+// for it, and its ties to the pool end.
+func (r *Runtime) abandon(it *item) {
+	it.tr.abandoned.Add(1)
+	r.leftPool(it)
 }
 
 // snapshot saves, in ONE transaction, what the hard stop took out and has
