@@ -16,11 +16,17 @@ type ClassStats struct {
 	// redeliveries, parked or deferred messages included).
 	Succeeded, Failed, Retried uint64
 	// Rate is the class's handling capacity in messages per second:
-	// Workers divided by the recent mean handler time. DrainEstimate is how
-	// long its queued and running work would take at that rate, in
-	// seconds (zero when unknown or idle).
+	// Workers divided by the recent mean handler time, where handlers
+	// still running count by the time they have run so far (so a hang
+	// lowers it at once). DrainEstimate is how long its queued and
+	// running work would take at that rate, in seconds, and at least
+	// LongestRunning (a handler that has run for t is taken to need t
+	// more); zero when unknown or idle.
 	Rate          float64
 	DrainEstimate float64
+	// LongestRunning is how long, in seconds, the longest-running handler
+	// of the class has run so far; zero when none runs.
+	LongestRunning float64
 	// OverBudget is true when DrainEstimate exceeds DrainTimeout: a stop
 	// now would snapshot part of this class's queue.
 	OverBudget bool
@@ -38,8 +44,9 @@ func (r *Runtime) Stats() []ClassStats {
 			Queued: ps.Queued, Waiting: ps.Waiting, Running: ps.Running,
 			Succeeded: ps.Succeeded, Failed: ps.Failed, Retried: ps.Retried,
 		}
-		cs.Rate = c.capacity()
-		cs.DrainEstimate, cs.OverBudget = r.drainEstimate(c, ps.Queued+ps.Running, cs.Rate)
+		runningFor, longest := c.pool.RunningTimes()
+		cs.DrainEstimate, cs.Rate, cs.OverBudget = r.drainEstimate(c, ps, runningFor, longest)
+		cs.LongestRunning = longest.Seconds()
 		out[i] = cs
 	}
 	return out
