@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
@@ -25,8 +24,8 @@ func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracke
 		MaxBytes:      10 << 20,
 		MaxWait:       r.cfg.FetchMaxWait,
 		QueueCapacity: r.cfg.FetchQueue,
-		Logger:        kafkaLogger(log, false),
-		ErrorLogger:   kafkaLogger(log, true),
+		Logger:        r.kafkaLogger(log, false),
+		ErrorLogger:   r.kafkaLogger(log, true),
 	})
 	// Closed in the background: the stop's quiesce needs the fetch loop
 	// gone, not the reader closed (kafka-go's Close waits for an
@@ -39,22 +38,25 @@ func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracke
 	}
 	ids := newKafkaIDs(tr.topic, tr.partition)
 	caughtUp := false
+	backoff := fetchBackoffMin
 	for {
 		m, err := rd.FetchMessage(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			log.Warn("fetch failed; retrying", "err", err)
+			r.metrics.fetchError(tr.topic)
+			r.logs.warn(log, "fetch failed", "fetch failed; retrying", "err", err, "wait", backoff)
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(100 * time.Millisecond):
+			case <-time.After(backoff):
 			}
+			backoff = min(2*backoff, fetchBackoffMax)
 			continue
 		}
+		backoff = fetchBackoffMin
 		it := r.fetched(c, tr, ids, &m)
-		tr.hwm.Store(m.HighWaterMark)
 		last := m.Offset+1 >= m.HighWaterMark
 		if err := c.pool.Submit(ctx, it); err != nil {
 			// Never accepted: it stays unsettled, so the commit stops
@@ -75,6 +77,13 @@ func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracke
 	}
 }
 
+// Bounds of the fetch loop's wait after a failed fetch: it doubles from
+// the first to the second while fetches fail.
+const (
+	fetchBackoffMin = 100 * time.Millisecond
+	fetchBackoffMax = 5 * time.Second
+)
+
 // fetched returns the recycled item of record m, its offset added to tr.
 func (r *Runtime) fetched(c *class, tr *tracker, ids *kafkaIDs, m *kafka.Message) *item {
 	it := r.items.Get().(*item) // zero: result clears an item before it returns it
@@ -82,7 +91,8 @@ func (r *Runtime) fetched(c *class, tr *tracker, ids *kafkaIDs, m *kafka.Message
 	it.msg.Class = c.cfg.Name
 	it.msg.Key, it.msg.Value = m.Key, m.Value
 	it.msg.Origin = handoff.Origin{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
-	it.msg.FirstSeen = r.now()
+	seen := r.mono()
+	it.msg.FirstSeen = r.epoch.Add(time.Duration(seen))
 	it.src, it.tr = fromKafka, tr
 	if len(m.Headers) > 0 {
 		it.msg.Headers = make([]handoff.Header, len(m.Headers))
@@ -90,7 +100,7 @@ func (r *Runtime) fetched(c *class, tr *tracker, ids *kafkaIDs, m *kafka.Message
 			it.msg.Headers[i] = handoff.Header{Key: h.Key, Value: h.Value}
 		}
 	}
-	it.slot = tr.add(m.Offset)
+	it.slot = tr.add(m.Offset, seen)
 	return it
 }
 
@@ -104,21 +114,6 @@ func (r *Runtime) closeReader(rd *kafka.Reader, log *slog.Logger) {
 	case <-done:
 	case <-time.After(wait):
 		log.Warn("partition reader did not close in time; left behind", "waited", wait)
-	}
-}
-
-// kafkaLogger adapts kafka-go's Printf logging to slog: debug for its
-// chatter, warn for its errors.
-func kafkaLogger(log *slog.Logger, isErr bool) kafka.LoggerFunc {
-	if isErr {
-		return func(format string, args ...any) {
-			log.Warn("kafka-go", "msg", fmt.Sprintf(format, args...))
-		}
-	}
-	return func(format string, args ...any) {
-		if log.Enabled(context.Background(), slog.LevelDebug) {
-			log.Debug("kafka-go", "msg", fmt.Sprintf(format, args...))
-		}
 	}
 }
 

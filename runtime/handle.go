@@ -35,13 +35,34 @@ func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 		if r.metrics == nil && !sample(it) {
 			return c.cfg.Handler(ctx, &it.msg)
 		}
-		began := time.Now()
-		err := c.cfg.Handler(ctx, &it.msg)
+		return r.timedCall(ctx, c, it)
+	}
+}
+
+// timedCall calls the class's handler, feeds its time to the drain
+// estimate and, with metrics, to the histogram under its outcome; a panic
+// is observed on its way up to the pool, which recovers it.
+func (r *Runtime) timedCall(ctx context.Context, c *class, it *item) (err error) {
+	began := time.Now()
+	returned := false
+	defer func() {
 		d := time.Since(began)
 		c.svc.observe(d)
-		r.metrics.observeHandler(c.index, d)
-		return err
-	}
+		o := callSucceeded
+		switch {
+		case !returned:
+			o = callPanicked
+		case err == nil:
+		case errors.Is(context.Cause(ctx), ErrHandlerTimeout):
+			o = callTimedOut
+		default:
+			o = callFailed
+		}
+		r.metrics.observeHandler(c.index, o, d)
+	}()
+	err = c.cfg.Handler(ctx, &it.msg)
+	returned = true
+	return err
 }
 
 // diverted marks an item the handler wrapper did not run because it is

@@ -147,10 +147,21 @@ func (s *runState) start() error {
 		"unknown_class", rep.UnknownClass, "blocked_keys", rep.BlockedKeys, "took", time.Since(started))
 	s.feeds.Go(func() { r.sched.run(feedCtx) })
 	if len(r.topics) > 0 && runCtx.Err() == nil {
-		s.join(fetchCtx)
+		r.commits = r.newCommitClient()
+		all, err := r.checkTopics(runCtx)
+		if err != nil {
+			return err
+		}
+		r.topicsOK.Store(all)
+		if runCtx.Err() == nil {
+			s.join(fetchCtx)
+		}
+	}
+	if runCtx.Err() != nil {
+		return nil // a stop was requested: never ready
 	}
 	r.ready.Store(true)
-	r.log.Info("running", "classes", len(r.order), "topics", len(r.topics), "group", r.cfg.Group)
+	r.log.Info("running", "classes", len(r.order), "topics", len(r.topics), "group", r.cfg.Group, "instance", r.cfg.Instance)
 	return nil
 }
 
@@ -168,8 +179,8 @@ func (s *runState) join(fetchCtx context.Context) {
 		HeartbeatInterval: r.cfg.SessionTimeout / 3,
 		JoinGroupBackoff:  time.Second,
 		Timeout:           5 * time.Second,
-		Logger:            kafkaLogger(r.log, false),
-		ErrorLogger:       kafkaLogger(r.log, true),
+		Logger:            r.kafkaLogger(r.log, false),
+		ErrorLogger:       r.kafkaLogger(r.log, true),
 	})
 	if err != nil {
 		// Validated in New; this means kafka-go disagrees.
@@ -178,7 +189,6 @@ func (s *runState) join(fetchCtx context.Context) {
 		return
 	}
 	s.cg = cg
-	r.commits = r.newCommitClient()
 	s.consumer.Go(func() { r.consume(fetchCtx, cg) })
 }
 

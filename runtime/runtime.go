@@ -33,7 +33,11 @@ type Runtime struct {
 
 	life      lifecycle
 	accepting atomic.Bool // Submit, Schedule and Requeue are let in
-	ready     atomic.Bool
+	// Readiness (see Ready): started (recovered, not stopping), joined (a
+	// generation received) and every topic present.
+	ready    atomic.Bool
+	joined   atomic.Bool
+	topicsOK atomic.Bool
 
 	// The state file, open from the start of Run to the end of its stop.
 	store     *snapshot.Store
@@ -55,6 +59,7 @@ type Runtime struct {
 	commits *kafka.Client // for commits on a fresh connection; see commitFresh
 
 	stats counters // outcomes of no configured class; see total
+	logs  *logBackoff // repeated failures' lines
 	// items recycles the items of fetched Kafka messages: one allocation
 	// less per message on the hot path.
 	items sync.Pool
@@ -116,6 +121,7 @@ func New(cfg Config) (*Runtime, error) {
 		byTopic: map[string]*class{},
 		life:    lifecycle{stopCh: make(chan struct{}), skipCh: make(chan struct{}), done: make(chan struct{})},
 	}
+	r.logs = newLogBackoff()
 	r.sched = newScheduler(r)
 	r.held.added = make(chan struct{}, 1)
 	r.items.New = func() any { return new(item) }
@@ -168,10 +174,18 @@ func New(cfg Config) (*Runtime, error) {
 // after New; the monotonic reading is the same.
 func (r *Runtime) now() time.Time { return r.epoch.Add(time.Since(r.epoch)) }
 
-// Ready reports whether the runtime has recovered its state file, joined
-// the consumer group's start and is not stopping: false the moment a stop
-// begins, so a load balancer can stop sending work.
-func (r *Runtime) Ready() bool { return r.ready.Load() }
+// mono is the monotonic time since New, in nanoseconds: the clock the
+// trackers stamp fetched offsets with.
+func (r *Runtime) mono() int64 { return int64(time.Since(r.epoch)) }
+
+// Ready reports whether the runtime has recovered its state file, found
+// every configured topic on the brokers, received its first consumer
+// group generation (it stays ready through later rebalances) and is not
+// stopping: false the moment a stop begins, so a load balancer can stop
+// sending work. Without topics, recovered and not stopping is enough.
+func (r *Runtime) Ready() bool {
+	return r.ready.Load() && (len(r.topics) == 0 || r.joined.Load() && r.topicsOK.Load())
+}
 
 // DrainTimeout returns the configured drain bound, defaults applied.
 func (r *Runtime) DrainTimeout() time.Duration { return r.cfg.DrainTimeout }
