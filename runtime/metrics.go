@@ -16,8 +16,8 @@ import (
 type metrics struct {
 	handler     *prometheus.HistogramVec
 	handlerObs  [][numCallOutcomes]prometheus.Observer // per class, in r.order
-	handlerErrs []prometheus.Counter                  // per class
-	publishFail []prometheus.Counter                  // per class
+	handlerErrs []prometheus.Counter                   // per class
+	publishFail []prometheus.Counter                   // per class
 	drainEst    *prometheus.GaugeVec
 	overBudget  *prometheus.GaugeVec
 	phase       *prometheus.GaugeVec

@@ -58,7 +58,7 @@ type Runtime struct {
 	dlq     *publisher    // nil without a DeadLetterTopic
 	commits *kafka.Client // for commits on a fresh connection; see commitFresh
 
-	stats counters // outcomes of no configured class; see total
+	stats counters    // outcomes of no configured class; see total
 	logs  *logBackoff // repeated failures' lines
 	// items recycles the items of fetched Kafka messages: one allocation
 	// less per message on the hot path.
