@@ -148,13 +148,13 @@ func (s *runState) start() error {
 	s.feeds.Go(func() { r.sched.run(feedCtx) })
 	if len(r.topics) > 0 && runCtx.Err() == nil {
 		r.commits = r.newCommitClient()
-		all, err := r.checkTopics(runCtx)
+		present, err := r.checkTopics(runCtx)
 		if err != nil {
 			return err
 		}
-		r.topicsOK.Store(all)
+		r.topicsOK.Store(len(present) == len(r.topics))
 		if runCtx.Err() == nil {
-			s.join(fetchCtx)
+			s.join(fetchCtx, present)
 		}
 	}
 	if runCtx.Err() != nil {
@@ -165,14 +165,14 @@ func (s *runState) start() error {
 	return nil
 }
 
-// join creates the consumer group and starts the loop that joins its
-// generations until fetchCtx ends.
-func (s *runState) join(fetchCtx context.Context) {
+// join creates the consumer group for topics and starts the loop that
+// joins its generations until fetchCtx ends.
+func (s *runState) join(fetchCtx context.Context, topics []string) {
 	r := s.r
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                r.cfg.Group,
 		Brokers:           r.cfg.Brokers,
-		Topics:            r.topics,
+		Topics:            topics,
 		StartOffset:       r.startOffset(),
 		SessionTimeout:    r.cfg.SessionTimeout,
 		RebalanceTimeout:  r.cfg.RebalanceTimeout,

@@ -42,9 +42,11 @@ const (
 // topics is asked about again, with backoff, until it exists or ctx
 // ends. Any other missing topic is logged at Warn, naming it, and the
 // runtime runs without it and is not ready; a class with none of its
-// topics makes it return a *TopicError. It reports whether every topic
-// exists.
-func (r *Runtime) checkTopics(ctx context.Context) (bool, error) {
+// topics makes it return a *TopicError. It returns the topics that exist,
+// the ones to join the group with: kafka-go's group leader assigns no
+// partition at all, of any topic, when one of the topics it is given does
+// not exist.
+func (r *Runtime) checkTopics(ctx context.Context) ([]string, error) {
 	wait := topicWaitMin
 	pause := func() bool {
 		select {
@@ -59,12 +61,12 @@ func (r *Runtime) checkTopics(ctx context.Context) (bool, error) {
 		missing, err := r.missingTopics(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return false, nil
+				return nil, nil
 			}
 			r.logs.warn(r.log, "topics not checked", "brokers did not answer; topics not checked yet, not ready",
 				"brokers", r.cfg.Brokers, "err", err, "retry_in", wait)
 			if !pause() {
-				return false, nil
+				return nil, nil
 			}
 			continue
 		}
@@ -80,14 +82,14 @@ func (r *Runtime) checkTopics(ctx context.Context) (bool, error) {
 		}
 		r.log.Warn("waiting for topics to exist; not ready", "topics", waitFor, "retry_in", wait)
 		if !pause() {
-			return false, nil
+			return nil, nil
 		}
 	}
 }
 
-// judgeTopics logs each missing topic and returns a *TopicError for each
-// class that has none of its topics.
-func (r *Runtime) judgeTopics(missing map[string]bool) (bool, error) {
+// judgeTopics logs each missing topic and returns the topics that exist,
+// with a *TopicError for each class that has none of its topics.
+func (r *Runtime) judgeTopics(missing map[string]bool) ([]string, error) {
 	var errs []error
 	for _, c := range r.order {
 		n := 0
@@ -101,7 +103,8 @@ func (r *Runtime) judgeTopics(missing map[string]bool) (bool, error) {
 			errs = append(errs, &TopicError{Class: c.cfg.Name, Topics: slices.Clone(c.cfg.Topics)})
 		}
 	}
-	return len(missing) == 0, errors.Join(errs...)
+	present := slices.DeleteFunc(slices.Clone(r.topics), func(t string) bool { return missing[t] })
+	return present, errors.Join(errs...)
 }
 
 // missingTopics returns the configured topics the brokers do not know.
