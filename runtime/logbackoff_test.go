@@ -1,0 +1,84 @@
+package runtime
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestKafkaLoggerOneMsgKey: a kafka-go error line is one JSON object with
+// one msg key and kafka-go's text in kafka_message. Before, kafka-go's
+// text was a second msg key, which JSON pipelines choke on.
+func TestKafkaLoggerOneMsgKey(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	r := &Runtime{logs: newLogBackoff()}
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	r.kafkaLogger(log, true)("Unable to establish connection to consumer group coordinator for group %s: %v", "g", errors.New("connection refused"))
+	line := buf.String()
+	if n := strings.Count(line, `"msg":`); n != 1 {
+		t.Errorf("%d msg keys in %s", n, line)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal([]byte(line), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := rec["kafka_message"].(string); !strings.Contains(got, "connection refused") {
+		t.Errorf("kafka_message = %q in %s", got, line)
+	}
+}
+
+// TestLogBackoff: a line repeated twice a second (kafka-go's pace with an
+// unreachable broker) is logged at 0, 1, 3, 7, 15, 31 … seconds, each
+// with the count suppressed since the last, then at most once a minute;
+// after a quiet spell it starts over. Before, every line was logged: 120
+// a minute.
+func TestLogBackoff(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&buf, nil))
+		r := &Runtime{logs: newLogBackoff()}
+		kl := r.kafkaLogger(log, true)
+		began := time.Now()
+		var at []time.Duration
+		lines := 0
+		for range 2 * 300 { // five minutes
+			n := strings.Count(buf.String(), "\n")
+			kl("Failed to join group %s: %v", "g", "dial tcp: connection refused")
+			if strings.Count(buf.String(), "\n") > n {
+				at = append(at, time.Since(began))
+			}
+			lines++
+			time.Sleep(500 * time.Millisecond)
+		}
+		want := []time.Duration{0, time.Second, 3 * time.Second, 7 * time.Second, 15 * time.Second, 31 * time.Second,
+			63 * time.Second, 123 * time.Second, 183 * time.Second, 243 * time.Second}
+		if len(at) != len(want) {
+			t.Fatalf("%d of %d lines logged, at %v; want at %v", len(at), lines, at, want)
+		}
+		for i := range want {
+			if at[i] != want[i] {
+				t.Errorf("line %d logged at %s, want %s", i, at[i], want[i])
+			}
+		}
+		if !strings.Contains(buf.String(), "suppressed=") {
+			t.Errorf("no suppressed count in\n%s", buf.String())
+		}
+		// Quiet for two minutes: the next one goes through at once, and
+		// the gaps start over.
+		time.Sleep(2 * time.Minute)
+		n := strings.Count(buf.String(), "\n")
+		kl("Failed to join group %s: %v", "g", "again")
+		time.Sleep(500 * time.Millisecond)
+		kl("Failed to join group %s: %v", "g", "again")
+		if got := strings.Count(buf.String(), "\n") - n; got != 1 {
+			t.Errorf("after a quiet spell %d lines, want 1 (the second within the first gap)", got)
+		}
+	})
+}
