@@ -121,6 +121,15 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 		m.handlerErrs = append(m.handlerErrs, handlerErrs.WithLabelValues(c.cfg.Name))
 		m.publishFail = append(m.publishFail, publishFail.WithLabelValues(c.cfg.Name))
 	}
+	// Every series that can be known now exists from the start, at 0, so
+	// that rate() and alerts see the first increase.
+	for _, c := range r.order {
+		m.drainEst.WithLabelValues(c.cfg.Name)
+		m.overBudget.WithLabelValues(c.cfg.Name)
+	}
+	for _, t := range r.topics {
+		m.fetchErrs.WithLabelValues(t)
+	}
 	var errs []error
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
