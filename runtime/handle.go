@@ -110,6 +110,7 @@ func (r *Runtime) result(c *class) func(*item, error) {
 		case err == nil:
 			r.done(c, it)
 		case errors.Is(err, errDiverted):
+			c.diverted.Add(1) // the pool counts it failed; see Stats
 		default:
 			if !r.saveFailed(c, it, err) && it.src == fromSubmit {
 				r.hold(c, it, err) // it has no other copy

@@ -24,7 +24,7 @@ func (g *generation) sampleLag(ctx context.Context) {
 			r.metrics.dropLag(tr.topic, tr.partition)
 		}
 	}()
-	if r.metrics == nil || len(g.trackers) == 0 || r.commits == nil {
+	if len(g.trackers) == 0 || r.commits == nil {
 		return
 	}
 	t := time.NewTicker(r.cfg.CommitInterval)
@@ -82,7 +82,9 @@ func (g *generation) sampleLagOnce(ctx context.Context) error {
 				base = tr.firstFetched(p.LastOffset)
 			}
 		}
-		r.metrics.setLag(tr.topic, tr.partition, max(p.LastOffset-base, 0))
+		lag := max(p.LastOffset-base, 0)
+		tr.lag.Store(lag)
+		r.metrics.setLag(tr.topic, tr.partition, lag)
 	}
 	return nil
 }
@@ -110,6 +112,29 @@ func (r *Runtime) oldestUnsettled(c *class) time.Duration {
 		return 0
 	}
 	return time.Duration(max(r.mono()-oldest, 0))
+}
+
+// classLag returns how many partitions of class c's topics this
+// instance fetches now and their summed lag as last sampled, -1 while
+// none is sampled.
+func (r *Runtime) classLag(c *class) (partitions int, lag int64) {
+	r.genMu.Lock()
+	g := r.gen
+	r.genMu.Unlock()
+	lag = -1
+	if g == nil || !g.fetching.Load() {
+		return 0, lag
+	}
+	for _, tr := range g.trackers {
+		if r.byTopic[tr.topic] != c {
+			continue
+		}
+		partitions++
+		if l := tr.lag.Load(); l >= 0 {
+			lag = max(lag, 0) + l
+		}
+	}
+	return partitions, lag
 }
 
 // lagSampler runs sampleLag for one generation; stop ends it and waits.

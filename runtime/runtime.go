@@ -104,6 +104,10 @@ type class struct {
 	stats   counters
 	svc     serviceTime
 	index   int // in Runtime.order
+	// diverted counts the results of messages the handler wrapper saved
+	// elsewhere (parked, deferred) instead of running: the pool counts
+	// them failed.
+	diverted atomic.Uint64
 }
 
 // New validates cfg and returns a Runtime ready to [Runtime.Run]. Every
@@ -186,6 +190,18 @@ func (r *Runtime) mono() int64 { return int64(time.Since(r.epoch)) }
 func (r *Runtime) Ready() bool {
 	return r.ready.Load() && (len(r.topics) == 0 || r.joined.Load() && r.topicsOK.Load())
 }
+
+// Group returns the consumer group ID, Config.Group.
+func (r *Runtime) Group() string { return r.cfg.Group }
+
+// Instance returns the instance's name, Config.Instance with its default
+// (the hostname) applied.
+func (r *Runtime) Instance() string { return r.cfg.Instance }
+
+// Started returns when [New] made the runtime: the counters of [Stats]
+// and of the metrics count since then (they start at zero in each
+// process).
+func (r *Runtime) Started() time.Time { return r.epoch }
 
 // DrainTimeout returns the configured drain bound, defaults applied.
 func (r *Runtime) DrainTimeout() time.Duration { return r.cfg.DrainTimeout }

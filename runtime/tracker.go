@@ -44,6 +44,9 @@ type tracker struct {
 	// caughtUp is whether the last record fetched was the partition's
 	// last one (its offset + 1 was the high watermark).
 	caughtUp atomic.Bool
+	// lag is the partition's consumer lag as last sampled (lag.go), -1
+	// before.
+	lag atomic.Int64
 	// first is the first offset fetched, -1 before.
 	first atomic.Int64
 	// abandoned counts fetched offsets that will never settle here: given
@@ -76,6 +79,7 @@ func newTracker(topic string, partition int, start int64) *tracker {
 	s := new(segment)
 	t := &tracker{topic: topic, partition: partition, tail: s, head: s, end: -1, committed: -1}
 	t.first.Store(-1)
+	t.lag.Store(-1)
 	if start >= 0 {
 		t.end = start
 		t.committed = start
