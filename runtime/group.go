@@ -43,7 +43,8 @@ func (r *Runtime) consume(fetchCtx context.Context, cg *kafka.ConsumerGroup) {
 			if fetchCtx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
 				return
 			}
-			r.logs.warn(r.log, "join failed", "consumer group join failed; retrying", "group", r.cfg.Group, "err", err)
+			// kafka-go's error logger has said so already, with backoff.
+			r.log.Debug("consumer group join failed; retrying", "group", r.cfg.Group, "err", err)
 			continue
 		}
 		r.runGeneration(fetchCtx, kg)
