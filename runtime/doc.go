@@ -89,7 +89,8 @@
 //   - handoff_pool_queued, handoff_pool_waiting, handoff_pool_running and
 //     handoff_pool_workers{class}: the class's pool right now (see
 //     [ClassStats]).
-//   - handoff_handler_duration_seconds{class}: histogram of handler time.
+//   - handoff_handler_duration_seconds{class}: histogram of the time of
+//     each attempt's handler chain (the middleware included).
 //   - handoff_drain_estimate_seconds{class} and
 //     handoff_drain_over_budget{class}: how long the class's queued and
 //     running work would take to drain, and 1 when that exceeds

@@ -93,7 +93,11 @@ func (l *lifecycle) requestStop() { l.stopOnce.Do(func() { close(l.stopCh) }) }
 func (l *lifecycle) skipDrain()   { l.skipOnce.Do(func() { close(l.skipCh) }) }
 
 type class struct {
-	cfg     Class
+	cfg Class
+	// handle is cfg.Handler in the middleware chain (attempt.go); hooked
+	// says there is middleware, and so an attempt context per attempt.
+	handle  handoff.HandlerFunc
+	hooked  bool
 	pool    *pool.Pool[*item]
 	parking *parking // ordered classes only
 	stats   counters
@@ -122,6 +126,12 @@ func New(cfg Config) (*Runtime, error) {
 	var errs []error
 	for _, cc := range cfg.Classes {
 		c := &class{cfg: cc, index: len(r.order)}
+		h, err := chain(&cfg, &cc)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.handle, c.hooked = h, len(cfg.Middleware)+len(cc.Middleware) > 0
 		var keyFunc func(*item) string
 		if cc.Ordered {
 			keyFunc = itemKey
