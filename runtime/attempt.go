@@ -96,7 +96,9 @@ type Outcome struct {
 // attempt, on the goroutine that settles the attempt (a worker's, or the
 // stop's for an interrupted one), after the state file write that the
 // outcome needs was tried: a failed write is logged, and the message is
-// then kept in memory or read again from Kafka, never lost. f must be
+// then kept in memory or read again from Kafka, never lost. By then the
+// message's Attempt counts this attempt if it failed (Outcome.Attempt);
+// read what f needs of the message before the chain returns. f must be
 // quick and must not keep the message. When the attempt was settled
 // already (a handler the hard stop gave up waiting for), f is called at
 // once.

@@ -22,8 +22,9 @@ func ExampleOnOutcome() {
 	report := func(next handoff.HandlerFunc) handoff.HandlerFunc {
 		return func(ctx context.Context, m *handoff.Message) error {
 			_, bounded := ctx.Deadline()
+			attempt := m.Attempt // when f runs, m.Attempt counts this attempt if it failed
 			runtime.OnOutcome(ctx, func(o runtime.Outcome) {
-				fmt.Printf("%s attempt %d (bounded %v): %s, err=%v\n", m.ID, m.Attempt, bounded, o.Kind, o.Err)
+				fmt.Printf("%s attempt %d (bounded %v): %s, err=%v\n", m.ID, attempt, bounded, o.Kind, o.Err)
 				if o.Kind == runtime.OutcomeSucceeded {
 					close(done)
 				}
