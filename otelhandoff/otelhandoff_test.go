@@ -21,7 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/handoff-go/handoff"
-	"github.com/handoff-go/handoff/internal/devbroker"
+	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/otelhandoff"
 	"github.com/handoff-go/handoff/runtime"
 )
