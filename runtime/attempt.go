@@ -17,7 +17,7 @@ import (
 // chain composes a class's handler with the runtime's and the class's
 // middleware, the runtime's outermost.
 func chain(cfg *Config, cc *Class) (handoff.HandlerFunc, error) {
-	if len(cfg.Middleware) == 0 && len(cc.Middleware) == 0 {
+	if cc.Handler == nil || len(cfg.Middleware) == 0 && len(cc.Middleware) == 0 {
 		return cc.Handler, nil
 	}
 	mw := append(append([]handoff.Middleware(nil), cfg.Middleware...), cc.Middleware...)
