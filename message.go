@@ -35,12 +35,10 @@ type Message struct {
 	Value []byte
 
 	// Headers are the record headers, in their original order. A
-	// handler or middleware may replace the slice with a new one (never
-	// write into the old one's array: it may be shared) before it hands
-	// the message on; the runtime saves and publishes the message with
-	// the headers it has then (a retry, a redelivery, a stop's snapshot,
-	// a dead letter), which is how a tracing middleware carries an
-	// attempt's context to the next attempt.
+	// middleware may replace them for the message's next steps with
+	// runtime.SetHeaders (a tracing middleware carries an attempt's
+	// context to the next attempt so); never write into this slice's
+	// array, which may be shared.
 	Headers []Header
 
 	// Origin says where the message was read from; zero when it was not

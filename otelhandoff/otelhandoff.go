@@ -154,8 +154,8 @@ var attemptContext = propagation.TraceContext{}
 // Middleware is a [handoff.Middleware]: it runs each attempt in a span.
 // Put it first in runtime.Config.Middleware so that the span covers the
 // other middleware too. It replaces the message's Headers with a copy
-// that holds the attempt's span context (see the package doc); it never
-// writes into the original's array.
+// that holds the attempt's span context (see the package doc), with
+// runtime.SetHeaders; it never writes into the original's array.
 func (t *Tracing) Middleware(next handoff.HandlerFunc) handoff.HandlerFunc {
 	return func(ctx context.Context, m *handoff.Message) (err error) {
 		carrier := headerCarrier{&m.Headers}
@@ -169,9 +169,8 @@ func (t *Tracing) Middleware(next handoff.HandlerFunc) handoff.HandlerFunc {
 			name = "process " + m.Origin.Topic
 		}
 		ctx, span := t.tracer.Start(parent, name, opts...)
-		m.Headers = withAttempt(m.Headers, ctx)
-
 		hooked := runtime.OnOutcome(ctx, func(o runtime.Outcome) { outcome(span, o) })
+		runtime.SetHeaders(ctx, m, withAttempt(m.Headers, ctx))
 		defer func() {
 			if v := recover(); v != nil {
 				perr := fmt.Errorf("panic: %v", v)

@@ -388,3 +388,58 @@ func TestPanicAndOutsideRuntime(t *testing.T) {
 		t.Errorf("a panic, then a success:\n%s", dump(spans))
 	}
 }
+
+// TestStraggler: a handler that ignores the hard stop's cancel is given
+// up on and its message saved while it still runs; its span ends as
+// interrupted, and the middleware's header write does not race with the
+// stop's save of the message (run with -race).
+func TestStraggler(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "orders")
+	e.produce("orders", "o-1", "v")
+	release, returned := make(chan struct{}), make(chan struct{})
+	cfg := e.config(runtime.Class{Name: "orders", Topics: []string{"orders"},
+		Handler: func(ctx context.Context, m *handoff.Message) error {
+			defer close(returned)
+			<-release // ignores ctx
+			return nil
+		}})
+	cfg.DrainTimeout = time.Millisecond
+	cfg.HardStopGrace = 10 * time.Millisecond
+	rt, err := runtime.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	type res struct {
+		rep *runtime.Report
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() { rep, err := rt.Run(ctx); ch <- res{rep, err} }()
+	// Nothing the handler does tells the stop it ran (a signal from it
+	// would order its header write before the stop's save for the race
+	// detector): the stop starts once the pool counts it running.
+	deadline := time.Now().Add(30 * time.Second)
+	for rt.Stats()[0].Running != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the handler did not start")
+		}
+		time.Sleep(time.Millisecond) // the poll interval, not a wait for an event
+	}
+	stop()
+	r := <-ch
+	close(release)
+	<-returned
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	rep := r.rep
+	if rep.Stragglers != 1 || rep.Snapshotted != 1 {
+		t.Errorf("stragglers %d, snapshotted %d; want 1, 1", rep.Stragglers, rep.Snapshotted)
+	}
+	spans := e.ended()
+	if len(spans) != 1 || strings.Join(events(spans[0]), ",") != "handoff.interrupted" {
+		t.Errorf("spans:\n%s", dump(spans))
+	}
+}

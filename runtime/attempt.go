@@ -119,6 +119,31 @@ func OnOutcome(ctx context.Context, f func(Outcome)) bool {
 	return true
 }
 
+// SetHeaders sets m.Headers to hs for the attempt whose context is ctx,
+// the message's envelope, and reports whether it did. The runtime saves
+// the message with these headers wherever it goes next (a retry in place,
+// a redelivery, a stop's snapshot, a dead letter and its publish). Use it
+// rather than assigning m.Headers: it is ordered before the stop's save of
+// a handler that the hard stop gave up waiting for, and once the stop
+// has saved such a message SetHeaders leaves it alone and reports false.
+// hs must be a slice of the caller's own (never the old one's array
+// written over: it may be shared). Outside an attempt's context (a class
+// without middleware, or a chain called directly) it just sets m.Headers.
+func SetHeaders(ctx context.Context, m *handoff.Message, hs []handoff.Header) bool {
+	a, ok := ctx.Value(attemptKey{}).(*attempt)
+	if !ok {
+		m.Headers = hs
+		return true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.settled {
+		return false
+	}
+	m.Headers = hs
+	return true
+}
+
 type attemptKey struct{}
 
 // attempt is the context of one attempt of a class with middleware: its

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -218,6 +219,9 @@ func TestOutcomeInterrupted(t *testing.T) {
 	cfg := submitOnly(t, Class{Name: "jobs", Workers: 1,
 		Middleware: []handoff.Middleware{func(next handoff.HandlerFunc) handoff.HandlerFunc {
 			return func(ctx context.Context, m *handoff.Message) error {
+				if !SetHeaders(ctx, m, []handoff.Header{{Key: "mw", Value: []byte("1")}}) {
+					t.Error("SetHeaders refused before the attempt was settled")
+				}
 				OnOutcome(ctx, func(o Outcome) { outcomes <- o })
 				return next(ctx, m)
 			}
@@ -248,7 +252,7 @@ func TestOutcomeInterrupted(t *testing.T) {
 	if rep.Interrupted != 1 {
 		t.Errorf("interrupted %d, want 1", rep.Interrupted)
 	}
-	assertCount(t, cfg.StatePath, snapshot.BucketPending, 1)
+	pendingHeaders(t, cfg.StatePath, "mw")
 }
 
 // TestOnOutcomeWithoutMiddleware: a class without middleware gets no
@@ -343,5 +347,68 @@ func TestPublishHeadersFunc(t *testing.T) {
 	}
 	if h["traceparent"] != "new for orders/0/0" || h[HeaderClass] != "orders" {
 		t.Errorf("headers %v", h)
+	}
+}
+
+// TestSetHeadersStraggler: once the hard stop has given up on a handler
+// and saved its message, SetHeaders leaves the message alone; the saved
+// record has the headers set before.
+func TestSetHeadersStraggler(t *testing.T) {
+	t.Parallel()
+	release, returned := make(chan struct{}), make(chan struct{})
+	var setAfter atomic.Bool
+	cfg := submitOnly(t, Class{Name: "jobs", Workers: 1,
+		Middleware: []handoff.Middleware{func(next handoff.HandlerFunc) handoff.HandlerFunc {
+			return func(ctx context.Context, m *handoff.Message) error {
+				defer close(returned)
+				SetHeaders(ctx, m, []handoff.Header{{Key: "before"}})
+				err := next(ctx, m)
+				setAfter.Store(SetHeaders(ctx, m, []handoff.Header{{Key: "after"}}))
+				return err
+			}
+		}},
+		Handler: func(ctx context.Context, m *handoff.Message) error {
+			<-release // ignores ctx
+			return nil
+		}})
+	cfg.DrainTimeout = time.Millisecond
+	cfg.HardStopGrace = 10 * time.Millisecond
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := running(t, rt, context.Background())
+	if err := rt.Submit(context.Background(), "jobs", &handoff.Message{ID: "slow"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "running", func() bool { return rt.Stats()[0].Running == 1 })
+	rt.Shutdown(context.Background())
+	rep, err := wait()
+	close(release)
+	<-returned
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Stragglers != 1 || setAfter.Load() {
+		t.Errorf("stragglers %d, SetHeaders after the stop's save %v; want 1, false", rep.Stragglers, setAfter.Load())
+	}
+	pendingHeaders(t, cfg.StatePath, "before")
+}
+
+// pendingHeaders checks that the state file has one pending message,
+// with one header, key.
+func pendingHeaders(t *testing.T, path, key string) {
+	t.Helper()
+	st, err := snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var pending []snapshot.Entry
+	if err := st.View(func(tx *snapshot.Tx) (err error) { pending, _, err = tx.LoadPending(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) != 1 || len(pending[0].Record.Message.Headers) != 1 || pending[0].Record.Message.Headers[0].Key != key {
+		t.Errorf("saved %v, want one message with header %q", pending, key)
 	}
 }
