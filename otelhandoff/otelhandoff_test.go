@@ -443,3 +443,21 @@ func TestStraggler(t *testing.T) {
 		t.Errorf("spans:\n%s", dump(spans))
 	}
 }
+
+// BenchmarkMiddleware measures one attempt's span (SDK tracer, always
+// sampled, no processor) on a chain called outside the runtime.
+func BenchmarkMiddleware(b *testing.B) {
+	tp := sdktrace.NewTracerProvider()
+	tr := otelhandoff.New(otelhandoff.Config{TracerProvider: tp, Propagator: propagation.TraceContext{}, ConsumerGroup: "g"})
+	h := tr.Middleware(func(context.Context, *handoff.Message) error { return nil })
+	headers := []handoff.Header{{Key: "traceparent", Value: []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		m := &handoff.Message{ID: "orders/0/1", Class: "orders", Key: []byte("k"), Value: []byte("v"), Headers: headers,
+			Origin: handoff.Origin{Topic: "orders", Offset: 1}}
+		if err := h(ctx, m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -15,17 +15,26 @@ import (
 // the runtime has settled it.
 
 // chain composes a class's handler with the runtime's and the class's
-// middleware, the runtime's outermost.
-func chain(cfg *Config, cc *Class) (handoff.HandlerFunc, error) {
+// middleware, the runtime's outermost, and reports whether there is any
+// (and so an attempt context per attempt).
+func chain(cfg *Config, cc *Class) (h handoff.HandlerFunc, hooked bool, err error) {
 	if cc.Handler == nil || len(cfg.Middleware) == 0 && len(cc.Middleware) == 0 {
-		return cc.Handler, nil
+		return cc.Handler, false, nil
 	}
 	mw := append(append([]handoff.Middleware(nil), cfg.Middleware...), cc.Middleware...)
-	h := handoff.Chain(cc.Handler, mw...)
-	if h == nil {
-		return nil, fmt.Errorf("%w: class %q: a middleware returned a nil handler", ErrConfig, cc.Name)
+	if h = handoff.Chain(cc.Handler, mw...); h == nil {
+		return nil, false, fmt.Errorf("%w: class %q: a middleware returned a nil handler", ErrConfig, cc.Name)
 	}
-	return h, nil
+	return h, true, nil
+}
+
+// checkMiddleware reports the nil entries of Middleware with bad.
+func checkMiddleware(mw []handoff.Middleware, owner string, bad func(string, ...any)) {
+	for i, m := range mw {
+		if m == nil {
+			bad("%sMiddleware %d is nil", owner, i)
+		}
+	}
 }
 
 // OutcomeKind names what the runtime did with a message after an attempt.

@@ -296,11 +296,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 
 	cfg.Middleware = append([]handoff.Middleware(nil), cfg.Middleware...)
-	for i, mw := range cfg.Middleware {
-		if mw == nil {
-			bad("Middleware %d is nil", i)
-		}
-	}
+	checkMiddleware(cfg.Middleware, "", bad)
 	anyTopic := cfg.checkClasses(bad)
 	if anyTopic {
 		if len(cfg.Brokers) == 0 {
@@ -336,6 +332,8 @@ func (cfg *Config) checkClasses(bad func(string, ...any)) (anyTopic bool) {
 		}
 		names[c.Name] = true
 		c.withDefaults(len(cfg.Brokers) > 0, bad)
+		c.Middleware = append([]handoff.Middleware(nil), c.Middleware...)
+		checkMiddleware(c.Middleware, fmt.Sprintf("class %q: ", c.Name), bad)
 		c.Topics = append([]string(nil), c.Topics...)
 		for _, t := range c.Topics {
 			if t == "" {
@@ -358,12 +356,6 @@ func (cfg *Config) checkClasses(bad func(string, ...any)) (anyTopic bool) {
 func (c *Class) withDefaults(haveBrokers bool, bad func(string, ...any)) {
 	if c.Handler == nil {
 		bad("class %q has no Handler", c.Name)
-	}
-	c.Middleware = append([]handoff.Middleware(nil), c.Middleware...)
-	for i, mw := range c.Middleware {
-		if mw == nil {
-			bad("class %q: Middleware %d is nil", c.Name, i)
-		}
 	}
 	if c.Workers < 0 {
 		bad("class %q: Workers must be > 0, got %d", c.Name, c.Workers)

@@ -412,3 +412,44 @@ func pendingHeaders(t *testing.T, path, key string) {
 		t.Errorf("saved %v, want one message with header %q", pending, key)
 	}
 }
+
+// BenchmarkHandlerChain measures what one attempt costs in the pool's
+// handler and result functions with no middleware, with one that does
+// nothing, and with one that registers an OnOutcome callback (the
+// attempt context).
+func BenchmarkHandlerChain(b *testing.B) {
+	noop := func(next handoff.HandlerFunc) handoff.HandlerFunc { return next }
+	pass := func(next handoff.HandlerFunc) handoff.HandlerFunc {
+		return func(ctx context.Context, m *handoff.Message) error { return next(ctx, m) }
+	}
+	hook := func(next handoff.HandlerFunc) handoff.HandlerFunc {
+		return func(ctx context.Context, m *handoff.Message) error {
+			OnOutcome(ctx, func(Outcome) {})
+			return next(ctx, m)
+		}
+	}
+	for _, bc := range []struct {
+		name string
+		mw   []handoff.Middleware
+	}{{"none", nil}, {"noop", []handoff.Middleware{noop}}, {"pass", []handoff.Middleware{pass}},
+		{"pass3", []handoff.Middleware{pass, pass, pass}}, {"outcome", []handoff.Middleware{hook}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			rt, err := New(Config{StatePath: filepath.Join(b.TempDir(), "s.db"), Classes: []Class{{Name: "c", Middleware: bc.mw,
+				Handler: func(context.Context, *handoff.Message) error { return nil }}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			c := rt.classes["c"]
+			h, res := rt.handler(c), rt.result(c)
+			it := &item{msg: handoff.Message{ID: "x", Class: "c"}, src: fromSubmit}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := h(ctx, it); err != nil {
+					b.Fatal(err)
+				}
+				res(it, nil)
+			}
+		})
+	}
+}

@@ -126,12 +126,6 @@ func New(cfg Config) (*Runtime, error) {
 	var errs []error
 	for _, cc := range cfg.Classes {
 		c := &class{cfg: cc, index: len(r.order)}
-		h, err := chain(&cfg, &cc)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		c.handle, c.hooked = h, len(cfg.Middleware)+len(cc.Middleware) > 0
 		var keyFunc func(*item) string
 		if cc.Ordered {
 			keyFunc = itemKey
@@ -153,6 +147,10 @@ func New(cfg Config) (*Runtime, error) {
 			continue
 		}
 		c.pool = p
+		if c.handle, c.hooked, err = chain(&cfg, &cc); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		r.classes[cc.Name] = c
 		r.order = append(r.order, c)
 		for _, t := range cc.Topics {
