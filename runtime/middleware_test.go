@@ -104,14 +104,14 @@ func TestTypedDecodeFailure(t *testing.T) {
 	}
 }
 
-// submitOnly is a Config with classes fed by Submit only: no broker.
-func submitOnly(t *testing.T, classes ...Class) Config {
+// mwConfig is a Config with classes fed by Submit only: no broker.
+func mwConfig(t *testing.T, classes ...Class) Config {
 	return Config{StatePath: filepath.Join(t.TempDir(), "state.db"), Logger: testLogger(t), Classes: classes,
 		DrainTimeout: 100 * time.Millisecond, HardStopGrace: 2 * time.Second}
 }
 
 // running starts rt and waits until it takes submissions.
-func running(t *testing.T, rt *Runtime, ctx context.Context) func() (*Report, error) {
+func runningMW(t *testing.T, rt *Runtime, ctx context.Context) func() (*Report, error) {
 	wait := start(t, rt, ctx)
 	waitFor(t, "ready", rt.Ready)
 	return wait
@@ -151,7 +151,7 @@ func TestMiddlewareOrder(t *testing.T) {
 		}
 	}
 	done := make(chan struct{}, 3)
-	cfg := submitOnly(t, Class{Name: "jobs", Workers: 1, Timeout: time.Minute,
+	cfg := mwConfig(t, Class{Name: "jobs", Workers: 1, Timeout: time.Minute,
 		Retry:      RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond},
 		Middleware: []handoff.Middleware{layer("c"), swallow},
 		Handler: func(_ context.Context, m *handoff.Message) error {
@@ -172,7 +172,7 @@ func TestMiddlewareOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wait := running(t, rt, context.Background())
+	wait := runningMW(t, rt, context.Background())
 	for _, id := range []string{"flaky", "bad", "ignored"} {
 		if err := rt.Submit(context.Background(), "jobs", &handoff.Message{ID: id}); err != nil {
 			t.Fatal(err)
@@ -216,7 +216,7 @@ func TestOutcomeInterrupted(t *testing.T) {
 	t.Parallel()
 	outcomes := make(chan Outcome, 1)
 	started := make(chan struct{})
-	cfg := submitOnly(t, Class{Name: "jobs", Workers: 1,
+	cfg := mwConfig(t, Class{Name: "jobs", Workers: 1,
 		Middleware: []handoff.Middleware{func(next handoff.HandlerFunc) handoff.HandlerFunc {
 			return func(ctx context.Context, m *handoff.Message) error {
 				if !SetHeaders(ctx, m, []handoff.Header{{Key: "mw", Value: []byte("1")}}) {
@@ -236,7 +236,7 @@ func TestOutcomeInterrupted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wait := running(t, rt, context.Background())
+	wait := runningMW(t, rt, context.Background())
 	if err := rt.Submit(context.Background(), "jobs", &handoff.Message{ID: "long"}); err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestOutcomeInterrupted(t *testing.T) {
 func TestOnOutcomeWithoutMiddleware(t *testing.T) {
 	t.Parallel()
 	found := make(chan bool, 1)
-	cfg := submitOnly(t, Class{Name: "jobs", Handler: func(ctx context.Context, m *handoff.Message) error {
+	cfg := mwConfig(t, Class{Name: "jobs", Handler: func(ctx context.Context, m *handoff.Message) error {
 		found <- OnOutcome(ctx, func(Outcome) {})
 		return nil
 	}})
@@ -268,7 +268,7 @@ func TestOnOutcomeWithoutMiddleware(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wait := running(t, rt, context.Background())
+	wait := runningMW(t, rt, context.Background())
 	rt.Submit(context.Background(), "jobs", &handoff.Message{ID: "x"})
 	if <-found {
 		t.Error("OnOutcome found an attempt in a class without middleware")
@@ -284,7 +284,7 @@ func TestOnOutcomeWithoutMiddleware(t *testing.T) {
 func TestMiddlewareConfig(t *testing.T) {
 	t.Parallel()
 	h := func(context.Context, *handoff.Message) error { return nil }
-	cfg := submitOnly(t, Class{Name: "a", Handler: h, Middleware: []handoff.Middleware{nil}})
+	cfg := mwConfig(t, Class{Name: "a", Handler: h, Middleware: []handoff.Middleware{nil}})
 	cfg.Middleware = []handoff.Middleware{nil}
 	_, err := New(cfg)
 	for _, want := range []string{`Middleware 0 is nil`, `class "a": Middleware 0 is nil`} {
@@ -292,7 +292,7 @@ func TestMiddlewareConfig(t *testing.T) {
 			t.Errorf("error %v does not say %q", err, want)
 		}
 	}
-	cfg = submitOnly(t, Class{Name: "a", Handler: h, Middleware: []handoff.Middleware{
+	cfg = mwConfig(t, Class{Name: "a", Handler: h, Middleware: []handoff.Middleware{
 		func(handoff.HandlerFunc) handoff.HandlerFunc { return nil }}})
 	if _, err := New(cfg); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "nil handler") {
 		t.Errorf("error %v, want a config error about a nil handler", err)
@@ -357,7 +357,7 @@ func TestSetHeadersStraggler(t *testing.T) {
 	t.Parallel()
 	release, returned := make(chan struct{}), make(chan struct{})
 	var setAfter atomic.Bool
-	cfg := submitOnly(t, Class{Name: "jobs", Workers: 1,
+	cfg := mwConfig(t, Class{Name: "jobs", Workers: 1,
 		Middleware: []handoff.Middleware{func(next handoff.HandlerFunc) handoff.HandlerFunc {
 			return func(ctx context.Context, m *handoff.Message) error {
 				defer close(returned)
@@ -377,7 +377,7 @@ func TestSetHeadersStraggler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wait := running(t, rt, context.Background())
+	wait := runningMW(t, rt, context.Background())
 	if err := rt.Submit(context.Background(), "jobs", &handoff.Message{ID: "slow"}); err != nil {
 		t.Fatal(err)
 	}
