@@ -22,7 +22,7 @@
 // messaging.system "kafka", messaging.operation.name and .type
 // "process", messaging.destination.name (the topic),
 // messaging.destination.partition.id, messaging.kafka.offset,
-// messaging.kafka.message.key (when the key is not nil),
+// messaging.kafka.message.key (when the key is not nil and is UTF-8),
 // messaging.consumer.group.name, messaging.message.body.size, and
 // handoff.class, handoff.message.id and handoff.attempt (the attempts
 // that failed before this one).
@@ -64,6 +64,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -220,7 +221,9 @@ func (t *Tracing) attributes(m *handoff.Message) []attribute.KeyValue {
 			semconv.MessagingDestinationName(m.Origin.Topic),
 			semconv.MessagingDestinationPartitionID(strconv.Itoa(m.Origin.Partition)),
 			semconv.MessagingKafkaOffset(int(m.Origin.Offset)))
-		if m.Key != nil {
+		if m.Key != nil && utf8.Valid(m.Key) {
+			// A key with no string form is left out, as the conventions
+			// ask.
 			as = append(as, semconv.MessagingKafkaMessageKey(string(m.Key)))
 		}
 		if t.group != "" {
