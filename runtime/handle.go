@@ -14,7 +14,7 @@ import (
 
 // handler wraps a class's handler: it defers messages whose header asks
 // for later delivery, parks messages of a blocked key, and bounds the call
-// by the class's Timeout.
+// of the middleware chain (attempt.go) by the class's Timeout.
 func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 	return func(ctx context.Context, it *item) error {
 		if it.deferrable() {
@@ -32,8 +32,11 @@ func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 			ctx, cancel = context.WithTimeoutCause(ctx, c.cfg.Timeout, ErrHandlerTimeout)
 			defer cancel()
 		}
+		if c.hooked {
+			ctx = it.begin(ctx)
+		}
 		if r.metrics == nil && !sample(it) {
-			return c.cfg.Handler(ctx, &it.msg)
+			return c.handle(ctx, &it.msg)
 		}
 		return r.timedCall(ctx, c, it)
 	}
@@ -60,7 +63,7 @@ func (r *Runtime) timedCall(ctx context.Context, c *class, it *item) (err error)
 		}
 		r.metrics.observeHandler(c.index, o, d)
 	}()
-	err = c.cfg.Handler(ctx, &it.msg)
+	err = c.handle(ctx, &it.msg)
 	returned = true
 	return err
 }
@@ -92,6 +95,7 @@ func (r *Runtime) retry(c *class) func(*item, error) (time.Duration, bool) {
 		}
 		it.verdict, it.wait = c.cfg.Retry.decide(err, it.msg.Attempt, it.redeliveries, it.firstFailed, now, nil)
 		if it.verdict == retryInPlace {
+			it.settleAttempt(OutcomeRetried, err, it.wait)
 			r.inc(c, outRetried)
 			r.log.Debug("handler failed; retrying in place", "class", c.cfg.Name, "id", it.msg.ID,
 				"attempt", it.msg.Attempt, "wait", it.wait, "err", err)
@@ -109,11 +113,17 @@ func (r *Runtime) result(c *class) func(*item, error) {
 		switch {
 		case err == nil:
 			r.done(c, it)
+			it.settleAttempt(OutcomeSucceeded, nil, 0)
 		case errors.Is(err, errDiverted):
 			c.diverted.Add(1) // the pool counts it failed; see Stats
 		default:
 			if !r.saveFailed(c, it, err) && it.src == fromSubmit {
 				r.hold(c, it, err) // it has no other copy
+			}
+			if it.verdict == redeliverLater {
+				it.settleAttempt(OutcomeRedelivered, err, it.wait)
+			} else {
+				it.settleAttempt(OutcomeDeadLettered, err, 0)
 			}
 		}
 		r.leftPool(it)
