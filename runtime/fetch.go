@@ -24,8 +24,12 @@ func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracke
 		MaxBytes:      10 << 20,
 		MaxWait:       r.cfg.FetchMaxWait,
 		QueueCapacity: r.cfg.FetchQueue,
-		Logger:        r.kafkaLogger(log, false),
-		ErrorLogger:   r.kafkaLogger(log, true),
+		// The runtime samples the lag itself (lag.go); kafka-go's own
+		// lag reader would ask again per partition, and log a failure
+		// when a normal stop cancels it.
+		ReadLagInterval: -1,
+		Logger:          r.kafkaLogger(log, false),
+		ErrorLogger:     r.kafkaLogger(log, true),
 	})
 	// Closed in the background: the stop's quiesce needs the fetch loop
 	// gone, not the reader closed (kafka-go's Close waits for an

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -84,6 +85,11 @@ func (b *logBackoff) warn(log *slog.Logger, key, msg string, args ...any) {
 func (r *Runtime) kafkaLogger(log *slog.Logger, isErr bool) kafka.LoggerFunc {
 	if isErr {
 		return func(format string, args ...any) {
+			if cancelled(args) {
+				// A loop of kafka-go ended by our own Close: routine.
+				log.Debug("kafka-go", "kafka_message", fmt.Sprintf(format, args...))
+				return
+			}
 			ok, suppressed := r.logs.allow("kafka-go: " + format)
 			if !ok {
 				return
@@ -100,4 +106,15 @@ func (r *Runtime) kafkaLogger(log *slog.Logger, isErr bool) kafka.LoggerFunc {
 			log.Debug("kafka-go", "kafka_message", fmt.Sprintf(format, args...))
 		}
 	}
+}
+
+// cancelled reports whether one of kafka-go's log arguments is a
+// context.Canceled error: the line reports a loop our Close ended.
+func cancelled(args []any) bool {
+	for _, a := range args {
+		if err, ok := a.(error); ok && errors.Is(err, context.Canceled) {
+			return true
+		}
+	}
+	return false
 }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -30,6 +31,13 @@ func TestKafkaLoggerOneMsgKey(t *testing.T) {
 	}
 	if got, _ := rec["kafka_message"].(string); !strings.Contains(got, "connection refused") {
 		t.Errorf("kafka_message = %q in %s", got, line)
+	}
+	// A loop our own Close ended is no warning (a normal stop's reader
+	// close reports context.Canceled).
+	buf.Reset()
+	r.kafkaLogger(log, true)("kafka reader failed to read lag of partition %d of %s: %v", 0, "t", context.Canceled)
+	if buf.Len() != 0 {
+		t.Errorf("a cancelled loop logged %s", buf.String())
 	}
 }
 
