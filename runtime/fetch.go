@@ -28,8 +28,8 @@ func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracke
 		// lag reader would ask again per partition, and log a failure
 		// when a normal stop cancels it.
 		ReadLagInterval: -1,
-		Logger:          r.kafkaLogger(log, false),
-		ErrorLogger:     r.kafkaLogger(log, true),
+		Logger:          r.kafkaLogger(ctx, log, false),
+		ErrorLogger:     r.kafkaLogger(ctx, log, true),
 	})
 	// Closed in the background: the stop's quiesce needs the fetch loop
 	// gone, not the reader closed (kafka-go's Close waits for an

@@ -82,10 +82,13 @@ func (b *logBackoff) warn(log *slog.Logger, key, msg string, args ...any) {
 // kafkaLogger adapts kafka-go's Printf logging to slog: Debug for its
 // chatter, Warn for its errors, repeated errors with backoff. kafka-go's
 // text goes in the attribute kafka_message, never in a second msg key.
-func (r *Runtime) kafkaLogger(log *slog.Logger, isErr bool) kafka.LoggerFunc {
+// Once ctx (the fetching's) has ended, errors are Debug too: they come
+// from the closes the stop or a rebalance started (a reader's connection
+// ends with an i/o timeout, its loops with context.Canceled).
+func (r *Runtime) kafkaLogger(ctx context.Context, log *slog.Logger, isErr bool) kafka.LoggerFunc {
 	if isErr {
 		return func(format string, args ...any) {
-			if cancelled(args) {
+			if ctx.Err() != nil || cancelled(args) {
 				// A loop of kafka-go ended by our own Close: routine.
 				log.Debug("kafka-go", "kafka_message", fmt.Sprintf(format, args...))
 				return

@@ -20,7 +20,7 @@ func TestKafkaLoggerOneMsgKey(t *testing.T) {
 	var buf bytes.Buffer
 	r := &Runtime{logs: newLogBackoff()}
 	log := slog.New(slog.NewJSONHandler(&buf, nil))
-	r.kafkaLogger(log, true)("Unable to establish connection to consumer group coordinator for group %s: %v", "g", errors.New("connection refused"))
+	r.kafkaLogger(context.Background(), log, true)("Unable to establish connection to consumer group coordinator for group %s: %v", "g", errors.New("connection refused"))
 	line := buf.String()
 	if n := strings.Count(line, `"msg":`); n != 1 {
 		t.Errorf("%d msg keys in %s", n, line)
@@ -35,9 +35,17 @@ func TestKafkaLoggerOneMsgKey(t *testing.T) {
 	// A loop our own Close ended is no warning (a normal stop's reader
 	// close reports context.Canceled).
 	buf.Reset()
-	r.kafkaLogger(log, true)("kafka reader failed to read lag of partition %d of %s: %v", 0, "t", context.Canceled)
+	r.kafkaLogger(context.Background(), log, true)("kafka reader failed to read lag of partition %d of %s: %v", 0, "t", context.Canceled)
 	if buf.Len() != 0 {
 		t.Errorf("a cancelled loop logged %s", buf.String())
+	}
+	// Nor is any error once the fetching has ended: a closing reader's
+	// connection ends with an i/o timeout.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r.kafkaLogger(ctx, log, true)("the kafka reader got an unknown error reading partition %d of %s at offset %d: %v", 1, "t", 14, errors.New("i/o timeout"))
+	if buf.Len() != 0 {
+		t.Errorf("a closing reader logged %s", buf.String())
 	}
 }
 
@@ -52,7 +60,7 @@ func TestLogBackoff(t *testing.T) {
 		var buf bytes.Buffer
 		log := slog.New(slog.NewTextHandler(&buf, nil))
 		r := &Runtime{logs: newLogBackoff()}
-		kl := r.kafkaLogger(log, true)
+		kl := r.kafkaLogger(context.Background(), log, true)
 		began := time.Now()
 		var at []time.Duration
 		lines := 0

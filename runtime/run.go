@@ -179,8 +179,8 @@ func (s *runState) join(fetchCtx context.Context, topics []string) {
 		HeartbeatInterval: r.cfg.SessionTimeout / 3,
 		JoinGroupBackoff:  time.Second,
 		Timeout:           5 * time.Second,
-		Logger:            r.kafkaLogger(r.log, false),
-		ErrorLogger:       r.kafkaLogger(r.log, true),
+		Logger:            r.kafkaLogger(fetchCtx, r.log, false),
+		ErrorLogger:       r.kafkaLogger(fetchCtx, r.log, true),
 	})
 	if err != nil {
 		// Validated in New; this means kafka-go disagrees.
