@@ -72,6 +72,7 @@ func (s *runState) quiesce() []any {
 	s.r.releases.close()
 	s.feeds.Wait()
 	s.consumer.Wait()
+	s.r.waitPushes()
 	return nil
 }
 
@@ -159,6 +160,7 @@ func (s *runState) hardStop(grace time.Duration, cause error) []any {
 // pools.
 func (s *runState) keep(its []*item, reason string) {
 	for _, it := range its {
+		s.r.uncount(it)
 		s.r.leftPool(it)
 		s.left = append(s.left, leftover{it: it, reason: reason})
 	}
