@@ -22,6 +22,8 @@
 //	-fail-rate FRACTION             fraction of handler attempts that fail recoverably (default 0)
 //	-admin ADDR                     serve the admin endpoints and dashboard on ADDR (no host: 127.0.0.1); off by default
 //	-admin-token TOKEN              token for the admin endpoints that requeue or discard; none means read-only
+//	-outage CLASS:START:DURATION    from START after the start, for DURATION, every attempt of CLASS fails recoverably
+//	                                (a simulated database outage; repeatable)
 //
 // Exit status: 0 after a clean stop; 1 when the stop could not save or
 // commit safely; 2 for bad flags or a start failure.
@@ -62,6 +64,8 @@ func run(args []string) int {
 	failRate := fs.Float64("fail-rate", 0, "fraction of handler attempts that fail recoverably (retried, then dead-lettered)")
 	adminAddr := fs.String("admin", "", "serve the admin endpoints and dashboard on `ADDR` (host:port; no host means 127.0.0.1); off when empty")
 	adminToken := fs.String("admin-token", "", "`TOKEN` the admin endpoints that requeue or discard dead letters require; none means they are disabled")
+	var outages outageFlag
+	fs.Var(&outages, "outage", "from START after the service started (`CLASS:START:DURATION`), for DURATION, every handler attempt of CLASS fails recoverably (a simulated database outage, e.g. orders:5s:20s); repeatable")
 	var stopPolicy stopPolicyFlag
 	fs.Var(&stopPolicy, "stop-policy", "what the stop does with unfinished Kafka messages: snapshot (save them) or redeliver (leave them to the partition's next owner)")
 	if err := fs.Parse(args); err != nil {
@@ -83,7 +87,7 @@ func run(args []string) int {
 		brokers: strings.Split(*brokers, ","), group: *group, state: *state,
 		drain: *drain, work: *work, workJitter: *workJitter, effects: *effects, failRate: *failRate,
 		admin: *adminAddr, adminToken: *adminToken,
-		stopPolicy: stopPolicy.p,
+		stopPolicy: stopPolicy.p, outages: outages,
 	})
 }
 
@@ -101,17 +105,20 @@ type serviceConfig struct {
 	adminToken string
 
 	stopPolicy runtime.StopPolicy
+	outages    []rental.Outage
 }
 
 // serve runs the service until a signal and prints the stop report as
 // one JSON line on stdout.
 func serve(log *slog.Logger, sc serviceConfig) int {
-	h, err := rental.New(rental.Options{Work: sc.work, WorkJitter: sc.workJitter, EffectsPath: sc.effects, FailRate: sc.failRate})
+	h, err := rental.New(rental.Options{Work: sc.work, WorkJitter: sc.workJitter, EffectsPath: sc.effects, FailRate: sc.failRate,
+		Outages: sc.outages})
 	if err != nil {
 		log.Error("bad options", "err", err)
 		return 2
 	}
 	defer h.Close()
+	defer logOutages(log, h, sc.outages)()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	rt, err := runtime.New(runtime.Config{
