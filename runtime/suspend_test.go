@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
@@ -418,5 +422,138 @@ func TestPauseResume(t *testing.T) {
 			t.Fatalf("a resumed class came back %s", h.State)
 		}
 		stop3()
+	})
+}
+
+// logRecorder keeps every record's level and message.
+type logRecorder struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.recs = append(h.recs, r.Clone())
+	h.mu.Unlock()
+	return nil
+}
+func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logRecorder) WithGroup(string) slog.Handler      { return h }
+
+// count returns how many warnings had a message starting with prefix.
+func (h *logRecorder) count(prefix string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, r := range h.recs {
+		if r.Level == slog.LevelWarn && strings.HasPrefix(r.Message, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			m := mf.GetMetric()[0]
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// TestSuspendAlerting: a 3.5-minute outage logs a warning when it begins,
+// one each minute it lasts (WarnAfter's default) and one when it ends;
+// the metrics follow it; readiness stays true.
+func TestSuspendAlerting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(10 * time.Millisecond)
+		d.down.Store(true)
+		logs := &logRecorder{}
+		reg := prometheus.NewRegistry()
+		cfg := submitOnly(t, filepath.Join(t.TempDir(), "state.db"), d.handle, nil)
+		cfg.Logger, cfg.Registerer = slog.New(logs), reg
+		rt, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := runBubble(t, rt)
+		began := time.Now()
+		submitN(t, rt, 20)
+		time.Sleep(30 * time.Second)
+		if !rt.Ready() {
+			t.Error("a suspension made the runtime not ready")
+		}
+		if s, n, secs := gauge(t, reg, "handoff_class_suspended"), gauge(t, reg, "handoff_class_suspensions_total"),
+			gauge(t, reg, "handoff_class_suspended_seconds"); s != 1 || n != 1 || secs < 29 || secs > 30 {
+			t.Errorf("30s into the outage: suspended %v, suspensions %v, seconds %v", s, n, secs)
+		}
+		time.Sleep(began.Add(210 * time.Second).Sub(time.Now()))
+		d.down.Store(false)
+		time.Sleep(10 * time.Second)
+		if s, secs, total := gauge(t, reg, "handoff_class_suspended"), gauge(t, reg, "handoff_class_suspended_seconds"),
+			gauge(t, reg, "handoff_class_suspended_seconds_total"); s != 0 || secs != 0 || total < 210 || total > 216 {
+			t.Errorf("after the outage: suspended %v, seconds %v, total %v", s, secs, total)
+		}
+		stop()
+		if a, b, c := logs.count("class suspended"), logs.count("class still suspended"), logs.count("class resumed after a suspension"); a != 1 || b != 3 || c != 1 {
+			t.Errorf("warnings: %d at the start, %d repeated, %d at the end; want 1, 3, 1", a, b, c)
+		}
+	})
+}
+
+// TestSuspendRule: the class is suspended by the 10th distinct message
+// failing with no success between, not by a message's own retries, and a
+// success in between starts the count again.
+func TestSuspendRule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(time.Millisecond)
+		d.failSet = func(m *handoff.Message) bool { return strings.HasPrefix(m.ID, "bad") }
+		rt, err := New(submitOnly(t, filepath.Join(t.TempDir(), "state.db"), d.handle, func(c *Class) { c.Workers = 1 }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := runBubble(t, rt)
+		submit := func(ids ...string) {
+			for _, id := range ids {
+				if err := rt.Submit(context.Background(), "db", &handoff.Message{ID: id}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(5 * time.Second)
+		}
+		// 5 distinct failures, a success, 5 more: never 10 in a row. Each
+		// fails its 3 attempts and becomes a dead letter.
+		submit("bad01", "bad02", "bad03", "bad04", "bad05")
+		submit("good1")
+		submit("bad06", "bad07", "bad08", "bad09", "bad10")
+		if h := holdOf(rt); h.Suspensions != 0 {
+			t.Fatalf("suspended by 5 + 5 failures with a success between: %+v", h)
+		}
+		// 4 more make 9 in a row since the success; the next one is the 10th.
+		submit("bad11", "bad12", "bad13", "bad14")
+		if h := holdOf(rt); h.Suspensions != 0 {
+			t.Fatalf("suspended after 9 in a row: %+v", h)
+		}
+		submit("bad15")
+		h := holdOf(rt)
+		rep := stop()
+		if h.State != HoldSuspended || h.Reason != "10 messages failed in a row" {
+			t.Fatalf("after the 10th in a row: %+v", h)
+		}
+		if rep.DeadLettered != 14 || rep.Snapshotted != 1 {
+			t.Fatalf("dead letters %d, saved %d; want 14 (before the suspension) and 1 (the one held)", rep.DeadLettered, rep.Snapshotted)
+		}
 	})
 }
