@@ -171,6 +171,9 @@ type suspension struct {
 	backlog []*item
 	pushing bool // the backlog is being pushed: fetching still waits
 	pushes  sync.WaitGroup
+	// skipped is the earliest due time of a delayed message the scheduler
+	// left in the state file while the class was held; zero when none.
+	skipped time.Time
 }
 
 func (s *suspension) init() {
@@ -452,6 +455,10 @@ func (r *Runtime) releaseLocked(c *class) {
 	s.since, s.reason = time.Time{}, ""
 	s.held.Store(false)
 	c.pool.Release()
+	if !s.skipped.IsZero() {
+		r.sched.wake(s.skipped) // the scheduler reads again from there
+		s.skipped = time.Time{}
+	}
 	if len(s.backlog) > 0 {
 		backlog := s.backlog
 		s.backlog = nil
@@ -601,6 +608,27 @@ func (r *Runtime) repushPaused(c *class, it *item) bool {
 	cancel() // a Submit that finds room does not look at it
 	if err := c.pool.Submit(ctx, it); errors.Is(err, context.Canceled) {
 		s.backlog = append(s.backlog, it)
+	}
+	return true
+}
+
+// skipHeld reports whether a due delayed message of c is to stay in the
+// state file because c is held (paused, or suspended with a message to
+// probe): the scheduler does not wait on a held pool, which would hold
+// back every other class's delayed messages. The release makes the
+// scheduler read again from the earliest one skipped.
+func (r *Runtime) skipHeld(c *class, due time.Time) bool {
+	s := &c.susp
+	if !s.held.Load() {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.paused && (!s.suspended || s.starved) {
+		return false
+	}
+	if s.skipped.IsZero() || due.Before(s.skipped) {
+		s.skipped = due
 	}
 	return true
 }

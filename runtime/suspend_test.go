@@ -557,3 +557,48 @@ func TestSuspendRule(t *testing.T) {
 		}
 	})
 }
+
+// TestPauseDelayed: a paused class's due delayed messages stay in the
+// state file and hold back no other class's; the resume delivers them.
+func TestPauseDelayed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(time.Millisecond)
+		cfg := submitOnly(t, filepath.Join(t.TempDir(), "state.db"), d.handle, func(c *Class) { c.Workers, c.QueueSize = 1, 1 })
+		other := cfg.Classes[0]
+		other.Name = "other"
+		cfg.Classes = append(cfg.Classes, other)
+		rt, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := runBubble(t, rt)
+		ctx := context.Background()
+		if err := rt.Pause(ctx, "db", ""); err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now().Add(time.Second)
+		// More than the paused pool holds, due before the other class's.
+		for i := range 3 {
+			if err := rt.Schedule(ctx, "db", &handoff.Message{ID: fmt.Sprintf("db%d", i)}, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := rt.Schedule(ctx, "other", &handoff.Message{ID: "other0"}, at.Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		if _, done := d.snapshot(); len(done) != 1 {
+			t.Fatalf("while db is paused: done %v, want other0 only", done)
+		} else if _, ok := done["other0"]; !ok {
+			t.Fatalf("while db is paused: done %v, want other0", done)
+		}
+		if err := rt.Resume(ctx, "db"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		stop()
+		if _, done := d.snapshot(); len(done) != 4 {
+			t.Fatalf("after the resume: done %v, want all 4", done)
+		}
+	})
+}
