@@ -72,7 +72,7 @@ func (s *runState) quiesce() []any {
 	s.r.releases.close()
 	s.feeds.Wait()
 	s.consumer.Wait()
-	s.r.waitPushes()
+	s.r.quiesceHolds()
 	return nil
 }
 

@@ -174,6 +174,9 @@ type suspension struct {
 	// skipped is the earliest due time of a delayed message the scheduler
 	// left in the state file while the class was held; zero when none.
 	skipped time.Time
+	// stopping is set at the stop's quiesce: no probe or warning timer is
+	// set any more (the stop saves what the class holds).
+	stopping bool
 }
 
 func (s *suspension) init() {
@@ -379,6 +382,9 @@ func (r *Runtime) tripLocked(c *class, err error, why string) {
 // the failed probes so far.
 func (r *Runtime) scheduleProbeLocked(c *class) {
 	s := &c.susp
+	if s.stopping {
+		return
+	}
 	p := &c.cfg.Suspend
 	wait := backoff(s.probes+1, p.ProbeBackoff, p.ProbeMaxBackoff, nil)
 	if s.probeT != nil {
@@ -397,6 +403,9 @@ func (r *Runtime) scheduleProbeLocked(c *class) {
 // has none to start, fetching may bring one.
 func (r *Runtime) armLocked(c *class) {
 	s := &c.susp
+	if s.stopping {
+		return
+	}
 	s.armed = true
 	if !c.pool.Probe() {
 		s.starved = true
@@ -407,7 +416,7 @@ func (r *Runtime) armLocked(c *class) {
 func (r *Runtime) scheduleWarnLocked(c *class) {
 	s := &c.susp
 	every := c.cfg.Suspend.WarnAfter
-	if every < 0 {
+	if every < 0 || s.stopping {
 		return
 	}
 	since := s.since
@@ -415,7 +424,7 @@ func (r *Runtime) scheduleWarnLocked(c *class) {
 	warn = func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if !s.suspended || s.since != since {
+		if !s.suspended || s.since != since || s.stopping {
 			return
 		}
 		r.log.Warn("class still suspended", "class", c.cfg.Name, "for", time.Since(since).Round(time.Millisecond),
@@ -650,23 +659,22 @@ func (c *class) holdStats() ClassHold {
 	return h
 }
 
-// suspendedFor returns how long c's current suspension has lasted, zero
-// when it is not suspended.
-func (c *class) suspendedFor() time.Duration {
-	s := &c.susp
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.suspended {
-		return 0
-	}
-	return time.Since(s.since)
-}
-
-// waitPushes joins the backlog pushes; the stop calls it once fetching
-// and feeding have ended.
-func (r *Runtime) waitPushes() {
+// quiesceHolds is the stop's quiesce for suspensions and pauses: it
+// joins the backlog pushes (fetching and feeding have ended) and stops
+// the probe and warning timers; a suspended or paused class stays held,
+// so the drain does not wait for it and the stop saves what it holds.
+func (r *Runtime) quiesceHolds() {
 	for _, c := range r.order {
-		c.susp.pushes.Wait()
+		s := &c.susp
+		s.pushes.Wait()
+		s.mu.Lock()
+		s.stopping = true
+		for _, t := range []*time.Timer{s.probeT, s.warnT} {
+			if t != nil {
+				t.Stop()
+			}
+		}
+		s.mu.Unlock()
 	}
 }
 
