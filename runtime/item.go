@@ -40,6 +40,9 @@ type item struct {
 	// hold is the message's part in its class's outage detection and
 	// suspension (suspend.go).
 	hold itemHold
+	// attempt is the running attempt of a class with middleware, until
+	// it is settled (attempt.go).
+	attempt attemptSlot
 }
 
 func itemKey(it *item) string { return string(it.msg.Key) }

@@ -602,3 +602,45 @@ func TestPauseDelayed(t *testing.T) {
 		}
 	})
 }
+
+// TestSuspendOutcomeHeld: a middleware is told that a failure the
+// suspension holds is OutcomeHeld, not counted.
+func TestSuspendOutcomeHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		h := func(ctx context.Context, m *handoff.Message) error {
+			if calls.Add(1) == 1 {
+				return handoff.Unavailable(errors.New("down"))
+			}
+			return nil
+		}
+		var mu sync.Mutex
+		var got []Outcome
+		watch := func(next handoff.HandlerFunc) handoff.HandlerFunc {
+			return func(ctx context.Context, m *handoff.Message) error {
+				OnOutcome(ctx, func(o Outcome) { mu.Lock(); got = append(got, o); mu.Unlock() })
+				return next(ctx, m)
+			}
+		}
+		cfg := submitOnly(t, filepath.Join(t.TempDir(), "state.db"), h, func(c *Class) {
+			c.Workers = 1
+			c.Middleware = []handoff.Middleware{watch}
+		})
+		rt, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := runBubble(t, rt)
+		submitN(t, rt, 1)
+		time.Sleep(2 * time.Second)
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(got) != 2 || got[0].Kind != OutcomeHeld || got[0].Attempt != 0 || got[1].Kind != OutcomeSucceeded || got[1].Attempt != 0 {
+			t.Fatalf("outcomes %+v; want held then succeeded, no attempt counted", got)
+		}
+		if OutcomeHeld.String() != "held" {
+			t.Errorf("OutcomeHeld is %q", OutcomeHeld)
+		}
+	})
+}
