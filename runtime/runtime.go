@@ -98,7 +98,8 @@ type class struct {
 	parking *parking // ordered classes only
 	stats   counters
 	svc     serviceTime
-	index   int // in Runtime.order
+	index   int      // in Runtime.order
+	batch   *batcher // batch classes only
 }
 
 // New validates cfg and returns a Runtime ready to [Runtime.Run]. Every
@@ -122,6 +123,11 @@ func New(cfg Config) (*Runtime, error) {
 	var errs []error
 	for _, cc := range cfg.Classes {
 		c := &class{cfg: cc, index: len(r.order)}
+		workers := cc.Workers
+		if cc.BatchHandler != nil {
+			c.batch = newBatcher(r, c)
+			workers = batchPoolWorkers(cc)
+		}
 		var keyFunc func(*item) string
 		if cc.Ordered {
 			keyFunc = itemKey
@@ -129,7 +135,7 @@ func New(cfg Config) (*Runtime, error) {
 		}
 		p, err := pool.New(pool.Config[*item]{
 			Name:       cc.Name,
-			Workers:    cc.Workers,
+			Workers:    workers,
 			QueueSize:  cc.QueueSize,
 			Ordered:    cc.Ordered,
 			KeyFunc:    keyFunc,
