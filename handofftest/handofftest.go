@@ -28,8 +28,9 @@
 //
 // The class's Topics and DeadLetterTopic are dropped (there is no
 // broker), so messages have a zero Origin unless the test sets one, and a
-// dead letter is only kept in the state file. For a test against a real
-// Kafka protocol, use the embedded broker.
+// dead letter is only kept in the state file. For a test at the Kafka
+// level (topics, offsets, commits), run the runtime against the embedded
+// broker of package github.com/handoff-go/handoff/devbroker.
 package handofftest
 
 import (
