@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -314,4 +316,86 @@ func TestBatchStopMidBatch(t *testing.T) {
 	}
 	b.broker.Close()
 	goleak.VerifyNone(t, before, goleak.IgnoreAnyFunction("github.com/segmentio/kafka-go.(*connPool).discover"))
+}
+
+// A panicking batch handler fails every message of its batch with the
+// *handoff.PanicError (each then retried and made a dead letter by the
+// policy); the next batch runs, and a Goexit fails its batch too without
+// leaving the other messages waiting.
+func TestBatchPanicAndGoexit(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	cfg := submitOnly(t, filepath.Join(t.TempDir(), "state.db"), Class{
+		BatchHandler: func(ctx context.Context, ms []*handoff.Message) error {
+			calls.Add(1)
+			switch string(ms[0].Value) {
+			case "panic":
+				panic("bulk insert exploded")
+			case "goexit":
+				goruntime.Goexit()
+			}
+			return nil
+		},
+		MaxBatch: 10, MaxWait: time.Millisecond, Workers: 1,
+		Retry: RetryPolicy{MaxAttempts: 1},
+	})
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := start(t, rt, context.Background())
+	waitFor(t, "running", rt.Ready)
+	for i, v := range []string{"panic", "goexit", "ok"} {
+		if err := rt.Submit(context.Background(), "beats", &handoff.Message{ID: fmt.Sprint(i), Value: []byte(v)}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the batch's result", func() bool { s := rt.Stats()[0]; return s.Succeeded+s.Failed == uint64(i+1) })
+	}
+	dls, _, err := rt.DeadLetters("beats", "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The batch's leader is reported by its pool (the goroutine is gone),
+	// the others by the batcher; both errors name the Goexit.
+	if len(dls) != 2 || dls[0].Err != "handoff: handler panicked: bulk insert exploded" || !strings.Contains(dls[1].Err, "runtime.Goexit") {
+		t.Errorf("dead letters %+v, want the panic's and the Goexit's", dls)
+	}
+	if rep.Succeeded != 1 || calls.Load() != 3 {
+		t.Errorf("%d succeeded in %d calls, want 1 in 3", rep.Succeeded, calls.Load())
+	}
+}
+
+func TestBatchConfig(t *testing.T) {
+	t.Parallel()
+	h := func(context.Context, *handoff.Message) error { return nil }
+	bh := func(context.Context, []*handoff.Message) error { return nil }
+	_, err := New(Config{StatePath: "x", Classes: []Class{
+		{Name: "both", Handler: h, BatchHandler: bh},
+		{Name: "single", Handler: h, MaxBatch: 10},
+		{Name: "neg", BatchHandler: bh, MaxBatch: -1, MaxWait: -time.Second},
+	}})
+	for _, want := range []string{
+		`class "both" has both Handler and BatchHandler`,
+		`class "single": MaxBatch and MaxWait need a BatchHandler`,
+		`class "neg": MaxBatch must be > 0, got -1`,
+		`class "neg": MaxWait must not be negative, got -1s`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("New: %v; want an error containing %q", err, want)
+		}
+	}
+	cfg, err := Config{StatePath: "x", Classes: []Class{{Name: "b", BatchHandler: bh, Workers: 3}}}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := cfg.Classes[0]; c.MaxBatch != DefaultMaxBatch || c.MaxWait != DefaultMaxWait || c.QueueSize != 3*DefaultMaxBatch {
+		t.Errorf("defaults: MaxBatch %d, MaxWait %s, QueueSize %d", c.MaxBatch, c.MaxWait, c.QueueSize)
+	}
 }
