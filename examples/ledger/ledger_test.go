@@ -10,6 +10,8 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"go.uber.org/goleak"
+
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/examples/ledger"
 	"github.com/handoff-go/handoff/handofftest"
@@ -129,3 +131,5 @@ func (r *recorder) Failed() bool {
 	defer r.mu.Unlock()
 	return len(r.errs) > 0
 }
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
