@@ -53,6 +53,44 @@ func (c *Class) batchDefaults(bad func(string, ...any)) {
 	}
 }
 
+// joinBatch is the handler wrapper's last step for a message of a batch
+// class: it joins the class's batcher, through the class's middleware
+// chain if it has one. Each message then passes through the chain on its
+// own, once per attempt, with an attempt context of its own (OnOutcome,
+// SetHeaders), and the chain's innermost handler, batchJoin, puts the
+// message it is given into the batch. ctx is the pool's handler context.
+func (r *Runtime) joinBatch(ctx context.Context, c *class, it *item) error {
+	if !c.hooked {
+		return c.batch.add(ctx, it, &it.msg)
+	}
+	j := &join{b: c.batch, it: it, ctx: ctx}
+	return c.handle(it.begin(context.WithValue(ctx, joinKey{}, j)), &it.msg)
+}
+
+// join is what batchJoin needs of a message's way into its batch.
+type join struct {
+	b   *batcher
+	it  *item
+	ctx context.Context // the pool's handler context
+}
+
+type joinKey struct{}
+
+// errJoinContext is the error of a batch class's message whose
+// middleware called the next handler with a context not derived from
+// the one it was given.
+var errJoinContext = handoff.Permanent(errors.New("runtime: a batch class's middleware called the next handler with a context not derived from its own"))
+
+// batchJoin is the innermost handler of a batch class's middleware
+// chain (see chain): it puts m into the batch and returns its result.
+func batchJoin(ctx context.Context, m *handoff.Message) error {
+	j, ok := ctx.Value(joinKey{}).(*join)
+	if !ok {
+		return errJoinContext
+	}
+	return j.b.add(j.ctx, j.it, m)
+}
+
 // errBatchGoexit is the error of every message of a batch whose handler
 // called runtime.Goexit.
 var errBatchGoexit = errors.New("runtime: batch handler called runtime.Goexit")
@@ -70,29 +108,32 @@ type batcher struct {
 // batch is one BatchHandler call's messages and their results.
 type batch struct {
 	items []*item
-	errs  []error       // each message's result, set before done closes
-	full  chan struct{} // closed when items reached MaxBatch
-	done  chan struct{} // closed when errs are set
+	msgs  []*handoff.Message // what the handler gets: each item's, as its middleware passed it on
+	errs  []error            // each message's result, set before done closes
+	full  chan struct{}      // closed when items reached MaxBatch
+	done  chan struct{}      // closed when errs are set
 }
 
 func newBatcher(r *Runtime, c *class) *batcher {
 	return &batcher{r: r, c: c, calls: make(chan struct{}, c.cfg.Workers)}
 }
 
-// add puts it in the batch filling (starting one if none is) and returns
-// it's own result once the batch's call has returned. ctx is the pool's
-// handler context, the same for every message of the class: the hard
-// stop cancels it.
-func (b *batcher) add(ctx context.Context, it *item) error {
+// add puts it, as m, in the batch filling (starting one if none is) and
+// returns its own result once the batch's call has returned. ctx is the
+// pool's handler context, the same for every message of the class: the
+// hard stop cancels it.
+func (b *batcher) add(ctx context.Context, it *item, m *handoff.Message) error {
 	b.mu.Lock()
 	bt := b.open
 	lead := bt == nil
 	if lead {
-		bt = &batch{items: make([]*item, 0, b.c.cfg.MaxBatch), full: make(chan struct{}), done: make(chan struct{})}
+		bt = &batch{items: make([]*item, 0, b.c.cfg.MaxBatch), msgs: make([]*handoff.Message, 0, b.c.cfg.MaxBatch),
+			full: make(chan struct{}), done: make(chan struct{})}
 		b.open = bt
 	}
 	i := len(bt.items)
 	bt.items = append(bt.items, it)
+	bt.msgs = append(bt.msgs, m)
 	if len(bt.items) == b.c.cfg.MaxBatch {
 		b.open = nil // full: the next message starts a new batch
 		close(bt.full)
@@ -173,10 +214,7 @@ func (b *batcher) call(ctx context.Context, bt *batch) (err error) {
 		ctx, cancel = context.WithTimeoutCause(ctx, c.cfg.Timeout, ErrHandlerTimeout)
 		defer cancel()
 	}
-	msgs := make([]*handoff.Message, len(bt.items))
-	for i, it := range bt.items {
-		msgs[i] = &it.msg
-	}
+	msgs := bt.msgs
 	began := time.Now()
 	defer func() {
 		if v := recover(); v != nil {
