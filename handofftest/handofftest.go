@@ -13,9 +13,11 @@
 // in production: the class's RetryPolicy (retries in place with backoff,
 // delayed redeliveries, dead letters), [handoff.Permanent], panics, the
 // per-key ordering and parking of ordered classes, batches, the stop's
-// snapshot and the re-push at the next start ([Harness.Restart]). The
-// harness only watches: it counts the handler's calls and reads the
-// outcomes from the runtime (its pool stats and its state file).
+// snapshot and the re-push at the next start ([Harness.Restart]), and the
+// class's middleware. The harness only watches: a middleware of its own,
+// outside the class's, counts the attempts and notes their results, and
+// the outcomes are read from the runtime (its pool stats and its state
+// file).
 //
 // # Time
 //
@@ -35,7 +37,6 @@ package handofftest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -60,8 +61,9 @@ const (
 	// Pending: the message is queued, running, waiting out a retry
 	// backoff, or being released from a parked key.
 	Pending Outcome = iota
-	// Handled: its handler returned nil (for a batch class, its batch
-	// did not fail it).
+	// Handled: an attempt succeeded (its handler, through the class's
+	// middleware, returned nil; for a batch class, its batch did not
+	// fail it).
 	Handled
 	// DeadLettered: it is a dead letter in the state file.
 	DeadLettered
@@ -99,8 +101,9 @@ type Result struct {
 	// letter or a redelivery the failed ones (its Message.Attempt), zero
 	// for a parked or scheduled message that has not run.
 	Attempts int
-	// Calls counts the handler calls that returned with this message,
-	// over every delivery of its ID (see [Harness.Redeliver]).
+	// Calls counts the attempts that returned (through the class's
+	// middleware, a batch's message once per batch call), over every
+	// delivery of its ID (see [Harness.Redeliver]).
 	Calls int
 	// Err is a dead letter's error, or a delayed redelivery's last one.
 	Err string
@@ -179,40 +182,26 @@ func newHarness(t testing.TB, c runtime.Class, dir string, logger *slog.Logger) 
 	h := &Harness{t: t, class: c.Name, msgs: map[string]handoff.Message{}, calls: map[string]int{},
 		handled: map[string]handoff.Message{}}
 	c.Topics, c.DeadLetterTopic = nil, ""
-	if c.Handler != nil {
-		inner := c.Handler
-		c.Handler = func(ctx context.Context, m *handoff.Message) error {
-			err := inner(ctx, m)
-			h.note(m, err)
-			return err
-		}
-	}
-	if c.BatchHandler != nil {
-		inner := c.BatchHandler
-		c.BatchHandler = func(ctx context.Context, ms []*handoff.Message) error {
-			err := inner(ctx, ms)
-			var be *handoff.BatchError
-			each := errors.As(err, &be)
-			for i, m := range ms {
-				switch {
-				case err == nil:
-					h.note(m, nil)
-				case each:
-					h.note(m, be.Failed[i])
-				default:
-					h.note(m, err)
-				}
-			}
-			return err
-		}
-	}
 	h.cfg = runtime.Config{
 		StatePath: filepath.Join(dir, "state.db"),
 		Instance:  "handofftest",
 		Classes:   []runtime.Class{c},
 		Logger:    logger,
+		// Outermost: it sees what the runtime judges, the result of the
+		// class's whole middleware chain, per message (in a batch class
+		// too).
+		Middleware: []handoff.Middleware{h.observe},
 	}
 	return h
+}
+
+// observe is the harness's middleware: it notes each attempt's result.
+func (h *Harness) observe(next handoff.HandlerFunc) handoff.HandlerFunc {
+	return func(ctx context.Context, m *handoff.Message) error {
+		err := next(ctx, m)
+		h.note(m, err)
+		return err
+	}
 }
 
 // fatalf fails the test and ends it, or panics without a test.

@@ -264,3 +264,28 @@ func BenchmarkThousand(b *testing.B) {
 		h.Stop()
 	}
 }
+
+// The harness judges what the class's middleware chain returns, as the
+// runtime does: a message a deduplicating middleware skips is handled
+// without reaching the handler.
+func TestClassMiddleware(t *testing.T) {
+	t.Parallel()
+	var reached atomic.Int32
+	dedup := func(next handoff.HandlerFunc) handoff.HandlerFunc {
+		return func(ctx context.Context, m *handoff.Message) error {
+			if string(m.Value) == "seen" {
+				return nil
+			}
+			return next(ctx, m)
+		}
+	}
+	h := handofftest.New(t, runtime.Class{Name: "users", Middleware: []handoff.Middleware{dedup},
+		Handler: func(ctx context.Context, m *handoff.Message) error { reached.Add(1); return nil }})
+	ids := h.SendValues("u", "new", "seen")
+	h.Wait()
+	h.RequireHandled(ids[0], 1)
+	h.RequireHandled(ids[1], 1)
+	if n := reached.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want 1", n)
+	}
+}
