@@ -18,11 +18,15 @@ import (
 // middleware, the runtime's outermost, and reports whether there is any
 // (and so an attempt context per attempt).
 func chain(cfg *Config, cc *Class) (h handoff.HandlerFunc, hooked bool, err error) {
-	if cc.Handler == nil || len(cfg.Middleware) == 0 && len(cc.Middleware) == 0 {
+	inner := cc.Handler
+	if cc.BatchHandler != nil {
+		inner = batchJoin // each message's chain ends in its batch (batch.go)
+	}
+	if inner == nil || len(cfg.Middleware) == 0 && len(cc.Middleware) == 0 {
 		return cc.Handler, false, nil
 	}
 	mw := append(append([]handoff.Middleware(nil), cfg.Middleware...), cc.Middleware...)
-	if h = handoff.Chain(cc.Handler, mw...); h == nil {
+	if h = handoff.Chain(inner, mw...); h == nil {
 		return nil, false, fmt.Errorf("%w: class %q: a middleware returned a nil handler", ErrConfig, cc.Name)
 	}
 	return h, true, nil

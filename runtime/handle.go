@@ -28,6 +28,9 @@ func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 		if c.cfg.Ordered && !r.gate(c, it) {
 			return r.diverted(ctx, it)
 		}
+		if c.batch != nil {
+			return r.joinBatch(ctx, c, it) // batch.go
+		}
 		if c.cfg.Timeout > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeoutCause(ctx, c.cfg.Timeout, ErrHandlerTimeout)

@@ -3,7 +3,7 @@
 //
 //   - orders: order status changes, ordered per order key;
 //   - users: user messages;
-//   - heartbeats: device heartbeats, many and cheap.
+//   - heartbeats: device heartbeats, many and cheap: a batch class.
 //
 // With no flags it runs a self-contained demo on an embedded broker: it
 // produces a burst, stops the service mid-load, restarts it and shows
@@ -16,7 +16,7 @@
 //	-group NAME                     consumer group (default rental)
 //	-state PATH                     bbolt state file (default rental.db)
 //	-drain-timeout DURATION         bounded drain at stop (default 30s)
-//	-work DURATION                  simulated work per message (default 0)
+//	-work DURATION                  simulated work per message, per batch for heartbeats (default 0)
 //	-work-jitter DURATION           each message's work drawn uniformly from [work-D, work+D], clamped at 0 (default 0)
 //	-effects PATH                   append "<topic> <partition> <offset> <key>" per handled message
 //	-fail-rate FRACTION             fraction of handler attempts that fail recoverably (default 0)
