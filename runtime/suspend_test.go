@@ -67,8 +67,8 @@ func (d *dep) snapshot() ([]depCall, map[string]int) {
 	return append([]depCall(nil), d.calls...), done
 }
 
-// submitOnly returns a Config with one Kafka-less class "db".
-func submitOnly(t *testing.T, state string, h handoff.HandlerFunc, mod func(*Class)) Config {
+// dbConfig returns a Config with one Kafka-less class "db".
+func dbConfig(t *testing.T, state string, h handoff.HandlerFunc, mod func(*Class)) Config {
 	c := Class{Name: "db", Handler: h, Workers: 4, QueueSize: 64}
 	if mod != nil {
 		mod(&c)
@@ -100,7 +100,7 @@ func runBubble(t *testing.T, rt *Runtime) func() *Report {
 	}
 }
 
-func submitN(t *testing.T, rt *Runtime, n int) {
+func submitDB(t *testing.T, rt *Runtime, n int) {
 	t.Helper()
 	for i := range n {
 		if err := rt.Submit(context.Background(), "db", &handoff.Message{ID: fmt.Sprintf("m%03d", i), Key: []byte("k")}); err != nil {
@@ -120,13 +120,13 @@ func TestSuspendOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(10 * time.Millisecond)
 		d.down.Store(true)
-		rt, err := New(submitOnly(t, filepath.Join(t.TempDir(), "state.db"), d.handle, nil))
+		rt, err := New(dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
 		stop := runBubble(t, rt)
 		began := time.Now()
-		submitN(t, rt, 50)
+		submitDB(t, rt, 50)
 		time.Sleep(time.Second)
 		h := holdOf(rt)
 		if h.State != HoldSuspended || h.Suspensions != 1 || h.LastError != "database down" {
@@ -212,12 +212,12 @@ func TestSuspendPoisonDeadLetters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(5 * time.Millisecond)
 		d.failSet = func(m *handoff.Message) bool { return m.ID == "m017" }
-		rt, err := New(submitOnly(t, filepath.Join(t.TempDir(), "state.db"), d.handle, nil))
+		rt, err := New(dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
 		stop := runBubble(t, rt)
-		submitN(t, rt, 200)
+		submitDB(t, rt, 200)
 		time.Sleep(5 * time.Second)
 		h := holdOf(rt)
 		rep := stop()
@@ -239,12 +239,12 @@ func TestSuspendSteadyFailureRate(t *testing.T) {
 		rnd := rand.New(rand.NewPCG(1, 2))
 		var mu sync.Mutex
 		d.failSet = func(*handoff.Message) bool { mu.Lock(); defer mu.Unlock(); return rnd.IntN(100) < 5 }
-		rt, err := New(submitOnly(t, filepath.Join(t.TempDir(), "state.db"), d.handle, nil))
+		rt, err := New(dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
 		stop := runBubble(t, rt)
-		submitN(t, rt, 3000)
+		submitDB(t, rt, 3000)
 		time.Sleep(5 * time.Second)
 		h := holdOf(rt)
 		rep := stop()
@@ -276,12 +276,12 @@ func TestSuspendUnavailable(t *testing.T) {
 			}
 			return nil
 		}
-		rt, err := New(submitOnly(t, filepath.Join(t.TempDir(), "state.db"), h, func(c *Class) { c.Workers = 1 }))
+		rt, err := New(dbConfig(t, filepath.Join(t.TempDir(), "state.db"), h, func(c *Class) { c.Workers = 1 }))
 		if err != nil {
 			t.Fatal(err)
 		}
 		stop := runBubble(t, rt)
-		submitN(t, rt, 1)
+		submitDB(t, rt, 1)
 		synctest.Wait()
 		if h := holdOf(rt); h.State != HoldSuspended || h.LastError != "unavailable: pool exhausted" {
 			t.Fatalf("after one Unavailable: %+v", h)
@@ -303,12 +303,12 @@ func TestSuspendStopSaves(t *testing.T) {
 		state := filepath.Join(t.TempDir(), "state.db")
 		d := newDep(10 * time.Millisecond)
 		d.down.Store(true)
-		rt, err := New(submitOnly(t, state, d.handle, nil))
+		rt, err := New(dbConfig(t, state, d.handle, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
 		stop := runBubble(t, rt)
-		submitN(t, rt, 40)
+		submitDB(t, rt, 40)
 		time.Sleep(3 * time.Second)
 		if h := holdOf(rt); h.State != HoldSuspended {
 			t.Fatalf("not suspended: %+v", h)
@@ -331,7 +331,7 @@ func TestSuspendStopSaves(t *testing.T) {
 		}
 
 		d.down.Store(false)
-		rt2, err := New(submitOnly(t, state, d.handle, nil))
+		rt2, err := New(dbConfig(t, state, d.handle, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -354,7 +354,7 @@ func TestPauseResume(t *testing.T) {
 		state := filepath.Join(t.TempDir(), "state.db")
 		d := newDep(time.Millisecond)
 		small := func(c *Class) { c.Workers, c.QueueSize = 2, 4 }
-		rt, err := New(submitOnly(t, state, d.handle, small))
+		rt, err := New(dbConfig(t, state, d.handle, small))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -369,7 +369,7 @@ func TestPauseResume(t *testing.T) {
 		if err := rt.Pause(ctx, "db", "schema migration"); err != nil {
 			t.Fatal(err)
 		}
-		submitN(t, rt, 4) // the queue's room
+		submitDB(t, rt, 4) // the queue's room
 		time.Sleep(time.Second)
 		if h := holdOf(rt); h.State != HoldPaused || h.Reason != "schema migration" {
 			t.Fatalf("hold %+v", h)
@@ -393,7 +393,7 @@ func TestPauseResume(t *testing.T) {
 		}
 		st.Close()
 
-		rt2, err := New(submitOnly(t, state, d.handle, small))
+		rt2, err := New(dbConfig(t, state, d.handle, small))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -413,7 +413,7 @@ func TestPauseResume(t *testing.T) {
 		if _, done := d.snapshot(); len(done) != 10 {
 			t.Fatalf("%d of 10 handled after the resume", len(done))
 		}
-		rt3, err := New(submitOnly(t, state, d.handle, small))
+		rt3, err := New(dbConfig(t, state, d.handle, small))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -482,7 +482,7 @@ func TestSuspendAlerting(t *testing.T) {
 		d.down.Store(true)
 		logs := &logRecorder{}
 		reg := prometheus.NewRegistry()
-		cfg := submitOnly(t, filepath.Join(t.TempDir(), "state.db"), d.handle, nil)
+		cfg := dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, nil)
 		cfg.Logger, cfg.Registerer = slog.New(logs), reg
 		rt, err := New(cfg)
 		if err != nil {
@@ -490,7 +490,7 @@ func TestSuspendAlerting(t *testing.T) {
 		}
 		stop := runBubble(t, rt)
 		began := time.Now()
-		submitN(t, rt, 20)
+		submitDB(t, rt, 20)
 		time.Sleep(30 * time.Second)
 		if !rt.Ready() {
 			t.Error("a suspension made the runtime not ready")
@@ -520,7 +520,7 @@ func TestSuspendRule(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(time.Millisecond)
 		d.failSet = func(m *handoff.Message) bool { return strings.HasPrefix(m.ID, "bad") }
-		rt, err := New(submitOnly(t, filepath.Join(t.TempDir(), "state.db"), d.handle, func(c *Class) { c.Workers = 1 }))
+		rt, err := New(dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, func(c *Class) { c.Workers = 1 }))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -563,7 +563,7 @@ func TestSuspendRule(t *testing.T) {
 func TestPauseDelayed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(time.Millisecond)
-		cfg := submitOnly(t, filepath.Join(t.TempDir(), "state.db"), d.handle, func(c *Class) { c.Workers, c.QueueSize = 1, 1 })
+		cfg := dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, func(c *Class) { c.Workers, c.QueueSize = 1, 1 })
 		other := cfg.Classes[0]
 		other.Name = "other"
 		cfg.Classes = append(cfg.Classes, other)
@@ -622,7 +622,7 @@ func TestSuspendOutcomeHeld(t *testing.T) {
 				return next(ctx, m)
 			}
 		}
-		cfg := submitOnly(t, filepath.Join(t.TempDir(), "state.db"), h, func(c *Class) {
+		cfg := dbConfig(t, filepath.Join(t.TempDir(), "state.db"), h, func(c *Class) {
 			c.Workers = 1
 			c.Middleware = []handoff.Middleware{watch}
 		})
@@ -631,7 +631,7 @@ func TestSuspendOutcomeHeld(t *testing.T) {
 			t.Fatal(err)
 		}
 		stop := runBubble(t, rt)
-		submitN(t, rt, 1)
+		submitDB(t, rt, 1)
 		time.Sleep(2 * time.Second)
 		stop()
 		mu.Lock()
