@@ -644,3 +644,60 @@ func TestSuspendOutcomeHeld(t *testing.T) {
 		}
 	})
 }
+
+// TestSuspendBatchClass: a batch class whose database is down fails
+// whole batches; the class is suspended like a class of single messages,
+// no message becomes a dead letter or counts an attempt, and every
+// message is done once the database is back.
+func TestSuspendBatchClass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var down atomic.Bool
+		down.Store(true)
+		var mu sync.Mutex
+		done := map[string]int{}
+		batch := func(ctx context.Context, ms []*handoff.Message) error {
+			time.Sleep(10 * time.Millisecond)
+			if down.Load() {
+				return errors.New("database down")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, m := range ms {
+				done[m.ID] = m.Attempt
+			}
+			return nil
+		}
+		cfg := dbConfig(t, filepath.Join(t.TempDir(), "state.db"), nil, func(c *Class) {
+			c.Handler, c.BatchHandler, c.MaxBatch, c.Workers = nil, batch, 8, 2
+		})
+		rt, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := runBubble(t, rt)
+		submitDB(t, rt, 64)
+		time.Sleep(5 * time.Second)
+		if h := holdOf(rt); h.State != HoldSuspended || h.Suspensions != 1 {
+			t.Fatalf("after 5s of outage: %+v", h)
+		}
+		down.Store(false)
+		for {
+			mu.Lock()
+			n := len(done)
+			mu.Unlock()
+			if n == 64 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		rep := stop()
+		for id, a := range done {
+			if a != 0 {
+				t.Errorf("%s done with Attempt %d, want 0", id, a)
+			}
+		}
+		if rep.DeadLettered != 0 || rep.Snapshotted != 0 {
+			t.Errorf("report: dead %d, snapshotted %d", rep.DeadLettered, rep.Snapshotted)
+		}
+	})
+}
