@@ -78,6 +78,8 @@ type classJSON struct {
 	Partitions             int     `json:"partitions"`
 	Lag                    *int64  `json:"lag"`
 	OldestUnsettledSeconds float64 `json:"oldest_unsettled_seconds"`
+	// Hold is the class's suspension or pause (pause.go).
+	Hold holdJSON `json:"hold"`
 }
 
 func toClassJSON(cs runtime.ClassStats) classJSON {
@@ -86,6 +88,7 @@ func toClassJSON(cs runtime.ClassStats) classJSON {
 		Queued: cs.Queued, Waiting: cs.Waiting, Running: cs.Running,
 		Succeeded: cs.Succeeded, Failed: cs.Failed, Retried: cs.Retried, Parked: cs.Parked,
 		Rate: cs.Rate, DrainEstimateSeconds: cs.DrainEstimate, OverBudget: cs.OverBudget,
+		Hold: toHoldJSON(cs.Hold),
 		LongestRunningSeconds: cs.LongestRunning, Partitions: cs.Partitions, OldestUnsettledSeconds: cs.OldestUnsettled,
 	}
 	if cs.Lag >= 0 {

@@ -80,6 +80,8 @@ type Pool[T any] struct {
 	// the pool's clock: a retry due by then is waited for (see Drain).
 	// Zero otherwise.
 	drainBy int64
+	// hold is set by Hold; see hold.go.
+	hold holdState
 
 	// epoch is the origin of the pool's clock (see clock).
 	epoch time.Time
@@ -254,6 +256,9 @@ func (p *Pool[T]) work() {
 // and whether admitting the waiter's item needs a new worker loop. now,
 // on the pool's clock, is recorded as the item's start.
 func (p *Pool[T]) startLocked(now int64) (e *entry[T], dispatch bool) {
+	if !p.hold.mayStart() {
+		return nil, false
+	}
 	if p.ordered {
 		e = p.ready.pop()
 	} else {
@@ -262,6 +267,7 @@ func (p *Pool[T]) startLocked(now int64) (e *entry[T], dispatch bool) {
 	if e == nil {
 		return nil, false
 	}
+	p.hold.started()
 	p.unstarted.remove(e)
 	p.running.pushBack(e)
 	p.queued--
@@ -453,6 +459,9 @@ func (p *Pool[T]) waitLoops() {
 }
 
 func (p *Pool[T]) hasReadyLocked() bool {
+	if !p.hold.mayStart() {
+		return false
+	}
 	if p.ordered {
 		return !p.ready.empty()
 	}
@@ -470,8 +479,8 @@ func (p *Pool[T]) idleLocked() bool {
 // retryDueLocked reports whether an item waiting out a retry delay is due
 // by drainBy. It walks the waiting items: at most QueueSize plus Workers.
 func (p *Pool[T]) retryDueLocked() bool {
-	if p.drainBy == 0 || p.stopped {
-		return false
+	if p.drainBy == 0 || p.stopped || !p.hold.mayStart() {
+		return false // a held pool would not start it anyway
 	}
 	for e := p.waiting.head; e != nil; e = e.next {
 		if rt, ok := p.timers[e]; ok && rt.due <= p.drainBy {

@@ -34,6 +34,9 @@ func TestDrainWaitsForRetries(t *testing.T) {
 		return nil
 	}, func(c *Class) {
 		c.Retry = RetryPolicy{MaxAttempts: 5, InitialBackoff: 50 * time.Millisecond}
+		// Twenty failures in a row would read as an outage and suspend
+		// the class; this test is about messages' own retries.
+		c.Suspend.After = -1
 	})
 	cfg.DrainTimeout = 2 * time.Second
 	rt, err := New(cfg)

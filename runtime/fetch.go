@@ -44,6 +44,9 @@ func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracke
 	caughtUp := false
 	backoff := fetchBackoffMin
 	for {
+		if !r.mayFetch(ctx, c) { // suspended or paused
+			return
+		}
 		m, err := rd.FetchMessage(ctx)
 		if err != nil {
 			if ctx.Err() != nil {

@@ -18,6 +18,8 @@ type metrics struct {
 	handlerObs  [][numCallOutcomes]prometheus.Observer // per class, in r.order
 	handlerErrs []prometheus.Counter                   // per class
 	publishFail []prometheus.Counter                   // per class
+	batch       *prometheus.HistogramVec
+	batchObs    []prometheus.Observer // per class, in r.order; nil for non-batch classes
 	drainEst    *prometheus.GaugeVec
 	overBudget  *prometheus.GaugeVec
 	phase       *prometheus.GaugeVec
@@ -51,6 +53,10 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 			Name: "handoff_handler_duration_seconds", Help: "Time handler calls take, per class and outcome (succeeded, failed, timed_out, panicked).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
 		}, []string{"class", "outcome"}),
+		batch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "handoff_batch_messages", Help: "Messages per call of a batch class's handler.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
+		}, []string{"class"}),
 		drainEst: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "handoff_drain_estimate_seconds", Help: "How long the class's queued and running work would take to drain, running handlers counted by the time they have run so far.",
 		}, []string{"class"}),
@@ -82,7 +88,7 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 	publishFail := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "handoff_dead_letter_publish_failures_total", Help: "Dead letters whose write to the class's DeadLetterTopic failed (the state file keeps them).",
 	}, []string{"class"})
-	cs := []prometheus.Collector{m.handler, handlerErrs, publishFail, m.drainEst, m.overBudget, m.phase, m.snapshotMsg,
+	cs := []prometheus.Collector{m.handler, m.batch, handlerErrs, publishFail, m.drainEst, m.overBudget, m.phase, m.snapshotMsg,
 		m.lag, m.rebalances, m.commitFails, m.fetchErrs,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_ready", Help: "1 while the runtime is ready: recovered, joined, every topic present, not stopping."},
 			func() float64 { return b2f(r.Ready()) }),
@@ -113,6 +119,7 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 				ConstLabels: labels},
 				func() float64 { return r.oldestUnsettled(c).Seconds() }),
 		)
+		cs = append(cs, c.holdCollectors(labels)...)
 		var obs [numCallOutcomes]prometheus.Observer
 		for o := range numCallOutcomes {
 			obs[o] = m.handler.WithLabelValues(c.cfg.Name, callOutcomeNames[o])
@@ -120,6 +127,11 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 		m.handlerObs = append(m.handlerObs, obs)
 		m.handlerErrs = append(m.handlerErrs, handlerErrs.WithLabelValues(c.cfg.Name))
 		m.publishFail = append(m.publishFail, publishFail.WithLabelValues(c.cfg.Name))
+		var bo prometheus.Observer
+		if c.cfg.BatchHandler != nil {
+			bo = m.batch.WithLabelValues(c.cfg.Name)
+		}
+		m.batchObs = append(m.batchObs, bo)
 	}
 	// Every series that can be known now exists from the start, at 0, so
 	// that rate() and alerts see the first increase.
@@ -213,6 +225,12 @@ func (m *metrics) commitFailed() {
 func (m *metrics) fetchError(topic string) {
 	if m != nil {
 		m.fetchErrs.WithLabelValues(topic).Inc()
+	}
+}
+
+func (m *metrics) observeBatch(i, n int) {
+	if m != nil && m.batchObs[i] != nil {
+		m.batchObs[i].Observe(float64(n))
 	}
 }
 

@@ -41,6 +41,8 @@ type ClassStats struct {
 	// OverBudget is true when DrainEstimate exceeds DrainTimeout: a stop
 	// now would snapshot part of this class's queue.
 	OverBudget bool
+	// Hold says whether the class is suspended by an outage or paused.
+	Hold ClassHold
 }
 
 // Stats returns every class's stats, in configuration order. Safe for
@@ -63,6 +65,7 @@ func (r *Runtime) Stats() []ClassStats {
 		runningFor, longest := c.pool.RunningTimes()
 		cs.DrainEstimate, cs.Rate, cs.OverBudget = r.drainEstimate(c, ps, runningFor, longest)
 		cs.LongestRunning = longest.Seconds()
+		cs.Hold = c.holdStats()
 		out[i] = cs
 	}
 	return out
