@@ -88,7 +88,7 @@ func toClassJSON(cs runtime.ClassStats) classJSON {
 		Queued: cs.Queued, Waiting: cs.Waiting, Running: cs.Running,
 		Succeeded: cs.Succeeded, Failed: cs.Failed, Retried: cs.Retried, Parked: cs.Parked,
 		Rate: cs.Rate, DrainEstimateSeconds: cs.DrainEstimate, OverBudget: cs.OverBudget,
-		Hold: toHoldJSON(cs.Hold),
+		Hold:                  toHoldJSON(cs.Hold),
 		LongestRunningSeconds: cs.LongestRunning, Partitions: cs.Partitions, OldestUnsettledSeconds: cs.OldestUnsettled,
 	}
 	if cs.Lag >= 0 {
