@@ -3,18 +3,28 @@ package runtime
 import (
 	"bytes"
 	"context"
+	"crypto/pbkdf2"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
+	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/segmentio/kafka-go/sasl/scram"
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/internal/devbroker"
@@ -331,6 +341,197 @@ func TestSecureFailFast(t *testing.T) {
 			}
 			if took > 30*time.Second {
 				t.Errorf("Run took %s to fail", took)
+			}
+		})
+	}
+}
+
+// TestConnectWaitsWithBackoff: brokers that refuse connections are
+// waited for with one warning per attempt, 1s, 2s, 4s, 8s apart (up to
+// 30s), until the context ends; then connect returns nil.
+func TestConnectWaitsWithBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		logger, warned := countLogs(t, "kafka brokers not reachable yet; waiting")
+		rt, err := New(Config{
+			Brokers: []string{"127.0.0.1:1"}, Group: "g", StatePath: filepath.Join(t.TempDir(), "state.db"), Logger: logger,
+			Classes: []Class{{Name: "orders", Topics: []string{"orders"}, Handler: func(context.Context, *handoff.Message) error { return nil }}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dials []time.Duration
+		began := time.Now()
+		rt.conn.sec.NetDial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials = append(dials, time.Since(began))
+			return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := rt.connect(ctx); err != nil {
+			t.Fatalf("connect: %v", err)
+		}
+		want := []time.Duration{0, time.Second, 3 * time.Second, 7 * time.Second, 15 * time.Second}
+		if !slices.Equal(dials, want) {
+			t.Errorf("dialled at %v, want %v", dials, want)
+		}
+		if n := warned.Load(); n != int64(len(want)) {
+			t.Errorf("%d warnings, want %d", n, len(want))
+		}
+	})
+}
+
+// TestSecureWaitsForBroker: a secured broker that is not up when Run
+// starts is waited for; once it is, the class consumes through it.
+func TestSecureWaitsForBroker(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	const pw = "pw-wait-55d0"
+	mech := mechanism(t, "scram-sha-512", "alice", pw)
+	var handled atomic.Int64
+	logger, warned := countLogs(t, "kafka brokers not reachable yet; waiting")
+	rt, err := New(Config{
+		Brokers: []string{addr}, Group: "g", StatePath: filepath.Join(t.TempDir(), "state.db"), SASL: mech, Logger: logger,
+		CommitInterval: 100 * time.Millisecond, SessionTimeout: 6 * time.Second, FetchMaxWait: 100 * time.Millisecond,
+		Classes: []Class{{Name: "orders", Topics: []string{"orders"},
+			Handler: func(context.Context, *handoff.Message) error { handled.Add(1); return nil }}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := start(t, rt, context.Background())
+	waitFor(t, "a warning that the broker is not reachable", func() bool { return warned.Load() > 0 })
+	b := setupSecure(t, devbroker.Config{Addr: addr, Topics: []string{"orders"}, Partitions: 2,
+		Users: []devbroker.User{{Mechanism: devbroker.SCRAMSHA512, Name: "alice", Password: pw}}}, nil, mech)
+	b.produceValues("orders", "k", "a", "b", "c")
+	waitFor(t, "3 handled", func() bool { return handled.Load() == 3 })
+	rt.Shutdown(context.Background())
+	if _, err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d warnings while waiting", warned.Load())
+}
+
+// TestSecureCredentialsRotated: when the user's password changes while
+// an instance runs, the connections it opens from then on fail: each is
+// counted in handoff_kafka_auth_errors_total and logged (at most once per
+// 10s), and the instance keeps running.
+func TestSecureCredentialsRotated(t *testing.T) {
+	t.Parallel()
+	const pw1, pw2 = "pw-old-0a11", "pw-new-0b22"
+	old := mechanism(t, "scram-sha-256", "alice", pw1)
+	b := setupSecure(t, devbroker.Config{Topics: []string{"orders"}, Partitions: 4,
+		Users: []devbroker.User{{Mechanism: devbroker.SCRAMSHA256, Name: "alice", Password: pw1}}}, nil, old)
+	reg := prometheus.NewRegistry()
+	logs := &logBuffer{}
+	var handled atomic.Int64
+	cfg := b.config(func(context.Context, *handoff.Message) error { handled.Add(1); return nil }, nil)
+	cfg.SASL, cfg.Logger, cfg.Registerer = old, logs.logger(), reg
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := start(t, rt, context.Background())
+	b.produce(20)
+	waitFor(t, "20 handled", func() bool { return handled.Load() == 20 })
+
+	// Rotate alice's password, then make the group rebalance: the first
+	// instance's new partition readers dial with the old one.
+	salt := []byte("0123456789abcdef")
+	salted, err := pbkdf2.Key(sha256.New, pw2, salt, 4096, sha256.Size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := b.transport()
+	defer tr.CloseIdleConnections()
+	resp, err := (&kafka.Client{Addr: kafka.TCP(b.broker.Addr()), Transport: tr}).AlterUserScramCredentials(context.Background(),
+		&kafka.AlterUserScramCredentialsRequest{Upsertions: []kafka.UserScramCredentialsUpsertion{{
+			Name: "alice", Mechanism: kafka.ScramMechanismSha256, Iterations: 4096, Salt: salt, SaltedPassword: salted}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range resp.Results {
+		if r.Error != nil {
+			t.Fatal(r.Error)
+		}
+	}
+	cfg2 := cfg
+	cfg2.SASL, cfg2.Registerer, cfg2.Logger = mechanism(t, "scram-sha-256", "alice", pw2), nil, testLogger(t)
+	rt2, wait2 := b.instance("second", cfg2)
+	waitFor(t, "a failed connection counted", func() bool { return rt.conn.authErrs[2].Load() > 0 })
+
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counted float64
+	for _, mf := range mfs {
+		if mf.GetName() != "handoff_kafka_auth_errors_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "step" && l.GetValue() == "sasl_authentication" {
+					counted = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if counted < 1 {
+		t.Errorf("handoff_kafka_auth_errors_total{step=\"sasl_authentication\"} = %v, want >= 1", counted)
+	}
+	if !strings.Contains(logs.String(), "kafka connection failed in a way retrying cannot fix") {
+		t.Errorf("no log line for the failed connection:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), pw1) || strings.Contains(logs.String(), pw2) {
+		t.Error("a password appears in the logs")
+	}
+	rt2.Shutdown(context.Background())
+	rt.Shutdown(context.Background())
+	if _, err := wait(); err != nil {
+		t.Logf("first instance: %v", err)
+	}
+	if _, err := wait2(); err != nil {
+		t.Logf("second instance: %v", err)
+	}
+}
+
+// TestSecureConfigValidated: New reports what it can tell wrong about
+// TLS and SASL without connecting.
+func TestSecureConfigValidated(t *testing.T) {
+	pki := newPKI(t)
+	noKey := pki.client.TLS
+	noKey.PrivateKey = nil
+	emptyUser, err := scram.Mechanism(scram.SHA256, "", "pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"client certificate without key", func(c *Config) { c.TLS = &tls.Config{Certificates: []tls.Certificate{noKey}} },
+			"runtime: invalid config: TLS.Certificates[0] has no private key (a client certificate needs its key)"},
+		{"PLAIN without user", func(c *Config) { c.SASL = plain.Mechanism{Password: "pw"} },
+			"runtime: invalid config: kafkasec: SASL PLAIN has an empty user name"},
+		{"PLAIN without password", func(c *Config) { c.SASL = plain.Mechanism{Username: "alice"} },
+			`runtime: invalid config: kafkasec: SASL PLAIN as user "alice" has an empty password`},
+		{"SCRAM without user", func(c *Config) { c.SASL = emptyUser },
+			"runtime: invalid config: kafkasec: SASL SCRAM-SHA-256 has an empty user name"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Brokers: []string{"127.0.0.1:9092"}, Group: "g", StatePath: "x.db",
+				Classes: []Class{{Name: "orders", Topics: []string{"orders"}, Handler: func(context.Context, *handoff.Message) error { return nil }}}}
+			tc.mod(&cfg)
+			_, err := New(cfg)
+			if err == nil || err.Error() != tc.want || !errors.Is(err, ErrConfig) {
+				t.Errorf("New: %v\nwant: %s", err, tc.want)
 			}
 		})
 	}
