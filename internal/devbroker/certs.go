@@ -138,3 +138,58 @@ func serial() *big.Int {
 	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
 	return n
 }
+
+// TLSFiles is a throwaway CA, a server certificate for a broker and a
+// client certificate, written to a folder as PEM files.
+type TLSFiles struct {
+	Dir string
+	// CAFile is ca.pem: what clients trust (-tls-ca).
+	CAFile string
+	// ServerCert and ServerKey are server.pem and server-key.pem.
+	ServerCert, ServerKey string
+	// ClientCert and ClientKey are client.pem and client-key.pem: a client
+	// certificate the CA signed, for mutual TLS (-tls-cert, -tls-key).
+	ClientCert, ClientKey string
+	// Server is the broker's TLS configuration ([Config.TLS]); with
+	// mutual it requires a client certificate the CA signed.
+	Server *tls.Config
+	// CA signs more certificates.
+	CA *CA
+}
+
+// WriteTLSFiles makes a CA, a server certificate valid for hosts and a
+// client certificate, writes them to dir (created if missing) and
+// returns them.
+func WriteTLSFiles(dir string, hosts []string, mutual bool) (*TLSFiles, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("devbroker: %w", err)
+	}
+	ca, err := NewCA("handoff devbroker CA")
+	if err != nil {
+		return nil, err
+	}
+	server, err := ca.Issue(Leaf{Hosts: hosts})
+	if err != nil {
+		return nil, err
+	}
+	client, err := ca.Issue(Leaf{Client: true})
+	if err != nil {
+		return nil, err
+	}
+	f := &TLSFiles{Dir: dir, CAFile: filepath.Join(dir, "ca.pem"), CA: ca}
+	if err := os.WriteFile(f.CAFile, ca.PEM, 0o644); err != nil {
+		return nil, fmt.Errorf("devbroker: %w", err)
+	}
+	if f.ServerCert, f.ServerKey, err = server.WriteFiles(dir, "server"); err != nil {
+		return nil, err
+	}
+	if f.ClientCert, f.ClientKey, err = client.WriteFiles(dir, "client"); err != nil {
+		return nil, err
+	}
+	f.Server = &tls.Config{Certificates: []tls.Certificate{server.TLS}, MinVersion: tls.VersionTLS12}
+	if mutual {
+		f.Server.ClientAuth = tls.RequireAndVerifyClientCert
+		f.Server.ClientCAs = ca.Pool()
+	}
+	return f, nil
+}
