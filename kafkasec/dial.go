@@ -138,16 +138,17 @@ func (d *Dialer) fail(addr, step string, err error) error {
 	return e
 }
 
-// Check dials each of brokers in turn until one connection succeeds,
-// closes it and returns nil. It returns at once the first
-// [*ConnectError]; when every broker failed otherwise, it returns their
-// errors joined.
+// Check dials each of brokers in turn until one connection succeeds and
+// answers a Metadata request (which a broker refuses on a connection that
+// did not authenticate when it wants SASL), closes it and returns nil. It
+// returns at once the first [*ConnectError]; when every broker failed
+// otherwise, it returns their errors joined.
 func (d *Dialer) Check(ctx context.Context, brokers []string) error {
 	var errs []error
 	for _, b := range brokers {
-		nc, err := d.DialContext(ctx, "tcp", b)
+		err := d.check(ctx, b)
 		if err == nil {
-			return nc.Close()
+			return nil
 		}
 		if _, ok := errors.AsType[*ConnectError](err); ok {
 			return err
@@ -158,6 +159,26 @@ func (d *Dialer) Check(ctx context.Context, brokers []string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// check dials addr and asks for its metadata.
+func (d *Dialer) check(ctx context.Context, addr string) error {
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	timeout := d.Timeout
+	if timeout <= 0 {
+		timeout = DefaultDialTimeout
+	}
+	_ = nc.SetDeadline(time.Now().Add(timeout))
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if _, err := kafka.NewConnWith(nc, kafka.ConnConfig{ClientID: d.ClientID}).Brokers(); err != nil {
+		return fmt.Errorf("kafka broker %s: metadata: %w", addr, err)
+	}
+	return nil
 }
 
 // checked is a SASL mechanism whose own errors are marked as such, so

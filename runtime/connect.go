@@ -4,16 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/handoff-go/handoff/kafkasec"
 )
+
+// closedHint is logged with a broker that closed the connection it had
+// accepted: what a listener that wants TLS or SASL does with a client
+// that does not use them.
+const closedHint = "the broker closed the connection: if its listener wants TLS or SASL, configure them (Config.TLS, Config.SASL)"
 
 // Backoff of the start's wait for brokers that are not up yet.
 const (
@@ -169,8 +176,11 @@ func (r *Runtime) connect(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		r.log.Warn("kafka brokers not reachable yet; waiting", "brokers", strings.Join(r.cfg.Brokers, ","),
-			"attempt", attempt, "retry_in", backoff, "err", err)
+		attrs := []any{"brokers", strings.Join(r.cfg.Brokers, ","), "attempt", attempt, "retry_in", backoff, "err", err}
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+			attrs = append(attrs, "hint", closedHint)
+		}
+		r.log.Warn("kafka brokers not reachable yet; waiting", attrs...)
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():

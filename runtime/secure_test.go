@@ -536,3 +536,42 @@ func TestSecureConfigValidated(t *testing.T) {
 		})
 	}
 }
+
+// TestConnectHintsAtSecurity: a broker that closes the connections of a
+// client without TLS or SASL is waited for (it may be a proxy in front of
+// a broker not up yet), and the warning says what may be missing.
+func TestConnectHintsAtSecurity(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		cfg  devbroker.Config
+	}{
+		{"TLS listener", devbroker.Config{TLS: newPKI(t).serverTLS(false)}},
+		{"SASL listener", devbroker.Config{Users: []devbroker.User{{Mechanism: devbroker.PLAIN, Name: "alice", Password: "pw"}}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.cfg.Topics, tc.cfg.Partitions = []string{"orders"}, 1
+			b, err := devbroker.Start(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(b.Close)
+			logs := &logBuffer{}
+			rt, err := New(Config{
+				Brokers: b.Addrs(), Group: "g", StatePath: filepath.Join(t.TempDir(), "state.db"), Logger: logs.logger(),
+				Classes: []Class{{Name: "orders", Topics: []string{"orders"}, Handler: func(context.Context, *handoff.Message) error { return nil }}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wait := start(t, rt, context.Background())
+			waitFor(t, "the hint", func() bool { return strings.Contains(logs.String(), "hint=\"the broker closed the connection") })
+			rt.Shutdown(context.Background())
+			if _, err := wait(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
