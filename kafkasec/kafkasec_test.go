@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/handoff-go/handoff/internal/devbroker"
+	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/kafkasec"
 )
 

@@ -27,7 +27,7 @@ import (
 	"github.com/segmentio/kafka-go/sasl/scram"
 
 	"github.com/handoff-go/handoff"
-	"github.com/handoff-go/handoff/internal/devbroker"
+	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/kafkasec"
 )
 
