@@ -34,7 +34,11 @@ type Message struct {
 	// Value is the record value.
 	Value []byte
 
-	// Headers are the record headers, in their original order.
+	// Headers are the record headers, in their original order. A
+	// middleware may replace them for the message's next steps with
+	// runtime.SetHeaders (a tracing middleware carries an attempt's
+	// context to the next attempt so); never write into this slice's
+	// array, which may be shared.
 	Headers []Header
 
 	// Origin says where the message was read from; zero when it was not
