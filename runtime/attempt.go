@@ -59,10 +59,15 @@ const (
 	// The attempt is not counted and the message runs again: after the
 	// restart, or at the partition's next owner.
 	OutcomeInterrupted
+	// OutcomeHeld: the attempt failed while its class is suspended (a
+	// dependency outage, see SuspendPolicy) or paused, or its failure
+	// suspended the class. The attempt is not counted; the message waits
+	// in place and runs again as a probe or once the class resumes.
+	OutcomeHeld
 )
 
-// String returns "succeeded", "retried", "redelivered", "dead_lettered"
-// or "interrupted".
+// String returns "succeeded", "retried", "redelivered", "dead_lettered",
+// "interrupted" or "held".
 func (k OutcomeKind) String() string {
 	switch k {
 	case OutcomeSucceeded:
@@ -75,6 +80,8 @@ func (k OutcomeKind) String() string {
 		return "dead_lettered"
 	case OutcomeInterrupted:
 		return "interrupted"
+	case OutcomeHeld:
+		return "held"
 	}
 	return fmt.Sprintf("OutcomeKind(%d)", int(k))
 }

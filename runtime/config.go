@@ -240,6 +240,13 @@ type Class struct {
 	// attempts with 100ms..5s backoff, then makes a dead letter.
 	Retry RetryPolicy
 
+	// Suspend says when a dependency outage suspends the class as a whole
+	// instead of failing its messages one by one, and how the suspended
+	// class probes for the dependency's return. The zero value suspends
+	// after 10 distinct messages failed in a row and probes after 250ms
+	// doubling to 5s; see [SuspendPolicy].
+	Suspend SuspendPolicy
+
 	// Timeout bounds each handler call through its context's deadline. A
 	// handler that times out has failed recoverably. Zero means no limit.
 	Timeout time.Duration
@@ -418,6 +425,8 @@ func (c *Class) withDefaults(haveBrokers bool, bad func(string, ...any)) {
 	}
 	c.Retry.validate(c.Name, bad)
 	c.Retry.withDefaults()
+	c.Suspend.validate(c.Name, bad)
+	c.Suspend.withDefaults()
 	if c.StopPolicy != StopSnapshot && c.StopPolicy != StopRedeliver {
 		bad("class %q: unknown StopPolicy %d", c.Name, c.StopPolicy)
 	}

@@ -69,6 +69,20 @@
 // orchestrator's termination grace (Kubernetes
 // terminationGracePeriodSeconds).
 //
+// # Outages: suspension and pause
+//
+// A dependency outage is not a property of a message: when a class's
+// recoverable failures spread over [SuspendPolicy.After] distinct
+// messages with no success between them, or a handler returns
+// [handoff.Unavailable], the class is suspended as a whole. It takes no
+// new messages (its partitions' fetching waits; the group membership
+// stays; other classes are not slowed), keeps those it holds with their
+// attempt counts (no failure of the suspension counts toward
+// MaxAttempts), and one probe at a time retries a held message with
+// backoff until a handler succeeds; then it runs at full concurrency.
+// [Runtime.Pause] and [Runtime.Resume] do the same by hand; a pause is
+// kept in the state file. [ClassStats].Hold tells the state.
+//
 // # Paging and the state file
 //
 // [Runtime.DeadLetters], [Runtime.Delayed], [Runtime.ParkedKeys],
@@ -122,6 +136,12 @@
 //     offset, as of the last fetch and commit.
 //   - handoff_kafka_auth_errors_total{step}: connections to the brokers
 //     refused at step tls_handshake, sasl_handshake or sasl_authentication.
+//   - handoff_class_suspended{class} and handoff_class_paused{class}: 1
+//     while the class is suspended by a detected outage (see
+//     [SuspendPolicy]) or paused ([Runtime.Pause]);
+//     handoff_class_suspensions_total{class}; and
+//     handoff_class_suspended_seconds{class} (the current suspension so
+//     far, 0 when none) and handoff_class_suspended_seconds_total{class}.
 //
 // # Rebalances
 //

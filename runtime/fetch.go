@@ -41,6 +41,9 @@ func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracke
 	ids := newKafkaIDs(tr.topic, tr.partition)
 	caughtUp := false
 	for {
+		if !r.mayFetch(ctx, c) { // suspended or paused
+			return
+		}
 		m, err := rd.FetchMessage(ctx)
 		if err != nil {
 			if ctx.Err() != nil {

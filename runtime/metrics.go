@@ -78,6 +78,7 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_pool_workers", Help: "The class's worker bound.", ConstLabels: labels},
 				func() float64 { return float64(c.cfg.Workers) }),
 		)
+		cs = append(cs, c.holdCollectors(labels)...)
 		m.handlerObs = append(m.handlerObs, m.handler.WithLabelValues(c.cfg.Name))
 	}
 	var errs []error

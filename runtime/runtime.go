@@ -104,6 +104,8 @@ type class struct {
 	stats   counters
 	svc     serviceTime
 	index   int // in Runtime.order
+	// susp is the class's outage suspension and pause (suspend.go).
+	susp suspension
 }
 
 // New validates cfg and returns a Runtime ready to [Runtime.Run]. Every
@@ -128,6 +130,7 @@ func New(cfg Config) (*Runtime, error) {
 	var errs []error
 	for _, cc := range cfg.Classes {
 		c := &class{cfg: cc, index: len(r.order)}
+		c.susp.init()
 		var keyFunc func(*item) string
 		if cc.Ordered {
 			keyFunc = itemKey

@@ -28,6 +28,8 @@
 //	-sasl-mechanism NAME            plain, scram-sha-256 or scram-sha-512
 //	-sasl-username NAME             SASL user
 //	-sasl-password-file FILE        SASL password (else the environment variable KAFKA_SASL_PASSWORD)
+//	-outage CLASS:START:DURATION    from START after the start, for DURATION, every attempt of CLASS fails recoverably
+//	                                (a simulated database outage; repeatable)
 //
 // Exit status: 0 after a clean stop; 1 when the stop could not save or
 // commit safely; 2 for bad flags or a start failure. A TLS handshake or
@@ -77,6 +79,8 @@ func run(args []string) int {
 	adminToken := fs.String("admin-token", "", "`TOKEN` the admin endpoints that requeue or discard dead letters require; none means they are disabled")
 	var sec kafkasec.Options
 	sec.AddFlags(fs)
+	var outages outageFlag
+	fs.Var(&outages, "outage", "from START after the service started (`CLASS:START:DURATION`), for DURATION, every handler attempt of CLASS fails recoverably (a simulated database outage, e.g. orders:5s:20s); repeatable")
 	var stopPolicy stopPolicyFlag
 	fs.Var(&stopPolicy, "stop-policy", "what the stop does with unfinished Kafka messages: snapshot (save them) or redeliver (leave them to the partition's next owner)")
 	if err := fs.Parse(args); err != nil {
@@ -107,8 +111,8 @@ func run(args []string) int {
 		brokers: strings.Split(*brokers, ","), group: *group, state: *state,
 		drain: *drain, work: *work, workJitter: *workJitter, effects: *effects, failRate: *failRate,
 		admin: *adminAddr, adminToken: *adminToken,
-		stopPolicy: stopPolicy.p,
-		tls:        tlsConfig, sasl: mech,
+		stopPolicy: stopPolicy.p, outages: outages,
+		tls: tlsConfig, sasl: mech,
 	})
 }
 
@@ -126,6 +130,7 @@ type serviceConfig struct {
 	adminToken string
 
 	stopPolicy runtime.StopPolicy
+	outages    []rental.Outage
 
 	// tls and sasl secure the connections to the brokers; nil means
 	// plaintext, no SASL.
@@ -136,12 +141,14 @@ type serviceConfig struct {
 // serve runs the service until a signal and prints the stop report as
 // one JSON line on stdout.
 func serve(log *slog.Logger, sc serviceConfig) int {
-	h, err := rental.New(rental.Options{Work: sc.work, WorkJitter: sc.workJitter, EffectsPath: sc.effects, FailRate: sc.failRate})
+	h, err := rental.New(rental.Options{Work: sc.work, WorkJitter: sc.workJitter, EffectsPath: sc.effects, FailRate: sc.failRate,
+		Outages: sc.outages})
 	if err != nil {
 		log.Error("bad options", "err", err)
 		return 2
 	}
 	defer h.Close()
+	defer logOutages(log, h, sc.outages)()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	rt, err := runtime.New(runtime.Config{

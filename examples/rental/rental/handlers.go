@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -47,7 +48,55 @@ type Options struct {
 	// error (drawn per attempt), to exercise retries, redeliveries and
 	// dead letters. Zero means none.
 	FailRate float64
+	// Outages are simulated dependency outages: during each, every
+	// attempt of its class fails with the recoverable [ErrOutage].
+	Outages []Outage
 }
+
+// Outage is a simulated outage of the database behind one class: from
+// Start after [New] (the service's start) for Duration, every handler
+// attempt of Class fails with [ErrOutage].
+type Outage struct {
+	Class           string
+	Start, Duration time.Duration
+}
+
+// ParseOutage parses "CLASS:START:DURATION", for example
+// "orders:5s:20s", the -outage flag's value.
+func ParseOutage(s string) (Outage, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return Outage{}, fmt.Errorf("rental: outage %q: want CLASS:START:DURATION, for example orders:5s:20s", s)
+	}
+	start, err := time.ParseDuration(parts[1])
+	if err != nil {
+		return Outage{}, fmt.Errorf("rental: outage %q: START: %w", s, err)
+	}
+	d, err := time.ParseDuration(parts[2])
+	if err != nil {
+		return Outage{}, fmt.Errorf("rental: outage %q: DURATION: %w", s, err)
+	}
+	o := Outage{Class: parts[0], Start: start, Duration: d}
+	return o, o.validate()
+}
+
+func (o Outage) validate() error {
+	switch {
+	case o.Class != "orders" && o.Class != "users" && o.Class != "heartbeats":
+		return fmt.Errorf("rental: outage of unknown class %q: want orders, users or heartbeats", o.Class)
+	case o.Start < 0:
+		return fmt.Errorf("rental: outage of %s: START must not be negative, got %s", o.Class, o.Start)
+	case o.Duration <= 0:
+		return fmt.Errorf("rental: outage of %s: DURATION must be > 0, got %s", o.Class, o.Duration)
+	}
+	return nil
+}
+
+func (o Outage) String() string { return fmt.Sprintf("%s:%s:%s", o.Class, o.Start, o.Duration) }
+
+// ErrOutage is the recoverable error of every attempt during a simulated
+// outage of its class.
+var ErrOutage = errors.New("rental: simulated database outage")
 
 // ErrSimulated is the recoverable error of the FailRate attempts.
 var ErrSimulated = errors.New("rental: simulated failure")
@@ -66,6 +115,20 @@ type Service struct {
 	onDone   func(m *handoff.Message)
 	failRate float64
 	cured    atomic.Bool
+	started  time.Time
+	outages  []Outage
+	failed   []atomic.Int64 // attempts failed by each outage
+}
+
+// OutageFailed returns how many handler attempts the i-th outage of
+// Options.Outages has failed so far.
+func (h *Service) OutageFailed(i int) int64 { return h.failed[i].Load() }
+
+// OutageWindow returns when the i-th outage of Options.Outages begins and
+// ends, measured from New.
+func (h *Service) OutageWindow(i int) (begin, end time.Time) {
+	o := h.outages[i]
+	return h.started.Add(o.Start), h.started.Add(o.Start + o.Duration)
 }
 
 // Cure makes poison messages succeed from now on.
@@ -79,7 +142,13 @@ func New(opts Options) (*Service, error) {
 	if opts.WorkJitter < 0 {
 		return nil, fmt.Errorf("rental: work jitter must not be negative, got %s", opts.WorkJitter)
 	}
-	h := &Service{work: opts.Work, jitter: opts.WorkJitter, onDone: opts.OnDone, failRate: opts.FailRate}
+	for _, o := range opts.Outages {
+		if err := o.validate(); err != nil {
+			return nil, err
+		}
+	}
+	h := &Service{work: opts.Work, jitter: opts.WorkJitter, onDone: opts.OnDone, failRate: opts.FailRate,
+		started: time.Now(), outages: append([]Outage(nil), opts.Outages...), failed: make([]atomic.Int64, len(opts.Outages))}
 	if opts.EffectsPath != "" {
 		f, err := os.OpenFile(opts.EffectsPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 		if err != nil {
@@ -115,6 +184,21 @@ func (h *Service) Classes() []runtime.Class {
 	}
 }
 
+// down reports whether class's simulated database is down now.
+func (h *Service) down(class string) bool {
+	if len(h.outages) == 0 {
+		return false
+	}
+	since := time.Since(h.started)
+	for i, o := range h.outages {
+		if o.Class == class && since >= o.Start && since < o.Start+o.Duration {
+			h.failed[i].Add(1)
+			return true
+		}
+	}
+	return false
+}
+
 // workTime is one attempt's simulated work: Work, spread by WorkJitter.
 func (h *Service) workTime() time.Duration {
 	if h.jitter == 0 {
@@ -134,6 +218,9 @@ func (h *Service) handle(ctx context.Context, m *handoff.Message) error {
 			t.Stop()
 			return context.Cause(ctx)
 		}
+	}
+	if h.down(m.Class) {
+		return ErrOutage
 	}
 	if !h.cured.Load() && bytes.Contains(m.Value, []byte("poison")) {
 		return handoff.Permanent(ErrPoison)
