@@ -25,6 +25,7 @@ func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracke
 		MaxBytes:      10 << 20,
 		MaxWait:       r.cfg.FetchMaxWait,
 		QueueCapacity: r.cfg.FetchQueue,
+		Dialer:        r.kafkaDialer(),
 		Logger:        kafkaLogger(log, false),
 		ErrorLogger:   kafkaLogger(log, true),
 	})
