@@ -242,7 +242,7 @@ func partitionErrors(resp *kafka.OffsetCommitResponse) error {
 // newCommitClient returns the client of commitFresh, with a transport of
 // its own (closed by closeCommitClient).
 func (r *Runtime) newCommitClient() *kafka.Client {
-	return &kafka.Client{Addr: kafka.TCP(r.cfg.Brokers...), Timeout: commitTimeout, Transport: &kafka.Transport{}}
+	return &kafka.Client{Addr: kafka.TCP(r.cfg.Brokers...), Timeout: commitTimeout, Transport: r.transport(nil)}
 }
 
 func (r *Runtime) closeCommitClient() {

@@ -28,6 +28,7 @@ func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracke
 		// lag reader would ask again per partition, and log a failure
 		// when a normal stop cancels it.
 		ReadLagInterval: -1,
+		Dialer:          r.kafkaDialer(),
 		Logger:          r.kafkaLogger(ctx, log, false),
 		ErrorLogger:     r.kafkaLogger(ctx, log, true),
 	})

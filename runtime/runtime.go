@@ -57,6 +57,7 @@ type Runtime struct {
 	revoked atomic.Int64  // messages given back at rebalances
 	dlq     *publisher    // nil without a DeadLetterTopic
 	commits *kafka.Client // for commits on a fresh connection; see commitFresh
+	conn    connection    // how connections to the brokers are made; see connect.go
 
 	stats counters    // outcomes of no configured class; see total
 	logs  *logBackoff // repeated failures' lines
@@ -134,6 +135,7 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	r.logs = newLogBackoff()
 	r.sched = newScheduler(r)
+	r.newConnection()
 	r.held.added = make(chan struct{}, 1)
 	r.items.New = func() any { return new(item) }
 	var errs []error
