@@ -75,8 +75,7 @@
 //
 // A dependency outage is not a property of a message: when a class's
 // recoverable failures reach [SuspendPolicy.After] attempts in a row,
-// of at least two distinct messages, with no success between them (no
-// message runs out of attempts while such a streak builds), or
+// of at least three distinct messages, with no success between them, or
 // a handler returns
 // [handoff.Unavailable], the class is suspended as a whole. It takes no
 // new messages (its partitions' fetching waits; the group membership

@@ -102,13 +102,6 @@ func (r *Runtime) retry(c *class) func(*item, error) (time.Duration, bool) {
 			it.firstFailed = now
 		}
 		it.verdict, it.wait = c.cfg.Retry.decide(err, it.msg.Attempt, it.redeliveries, it.firstFailed, now, nil)
-		if it.verdict != retryInPlace && r.outageSuspected(c, it, err) {
-			// It would leave the pool while the class fails across
-			// messages: not counted, it waits for the verdict of the
-			// class's next results (a success, or the suspension).
-			it.msg.Attempt--
-			it.verdict, it.wait = retryInPlace, c.cfg.Suspend.ProbeBackoff
-		}
 		if it.verdict == retryInPlace {
 			it.settleAttempt(OutcomeRetried, err, it.wait)
 			r.inc(c, outRetried)

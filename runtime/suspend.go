@@ -33,34 +33,29 @@ const (
 
 // suspendDistinct is how many distinct messages the failures that
 // suspend a class must be of (see [SuspendPolicy]).
-const suspendDistinct = 2
+const suspendDistinct = 3
 
 // SuspendPolicy says when a class is suspended and how it probes.
 //
 // The rule: the class is suspended when After attempts (retries
 // included) have failed recoverably in a row, with no success of the
-// class between them, and those failures are of at least two distinct
-// messages. While such a streak is open (two or more messages failed
-// since the class's last success), a message whose failure would take it
-// out of the pool (out of attempts: a redelivery or a dead letter) is
-// retried in place instead, that failure uncounted, until the class's
-// next results tell: a success ends the streak (the message's next
-// failure is judged as usual), or the streak reaches After and the class
-// is suspended. So the first messages of an outage do not run out of
-// attempts while the streak builds, however few messages can run at once
-// (a quiet class, one worker, an ordered class whose keys wait behind the
-// failing ones). One poison message among healthy ones never trips the
-// rule: it fails alone, the others' successes end every streak, and it
-// becomes a dead letter after its attempts, as before. A low steady
-// failure rate does not trip it either: with a fraction p of attempts
-// failing independently, After failures in a row happen with probability
-// about p^After, 1e-13 for p = 5% and the default 10 (one suspension in
-// some thousands of years at 1,000 attempts a second); at p = 20% it is
-// 1e-7; it only costs a message that runs out of attempts just as another
-// fails one more attempt before its dead letter. Two or more messages
-// that fail recoverably by themselves in a class with nothing else to run
-// do look like an outage: they are held and probed, not dead-lettered
-// (a handler that knows a message is bad returns [handoff.Permanent]). A handler that knows its
+// class between them, and those failures are of at least three distinct
+// messages (of After, when After is less than three). Counting attempts,
+// not only messages, matters when few messages can run at once (one
+// worker, or an ordered class whose keys all wait behind failing ones):
+// counting only distinct messages, the first messages of an outage would
+// run out of attempts and become dead letters before enough others had
+// failed. The three distinct messages keep one or two poison messages
+// from tripping it however often they are retried: one poison message
+// among healthy ones keeps failing while the others succeed, so it never
+// trips the rule and becomes a dead letter after its attempts, as before.
+// A low steady failure rate does not trip it either: with a fraction p of
+// attempts failing independently, After failures in a row happen with
+// probability about p^After, 1e-13 for p = 5% and the default 10 (one
+// suspension in some thousands of years at 1,000 attempts a second); at p
+// = 20% it is 1e-7. With the defaults (MaxAttempts 3) an outage is seen
+// at the latest when a fourth message fails, so at most three messages of
+// a one-worker class become dead letters before it. A handler that knows its
 // dependency is down can say so with [handoff.Unavailable]: that suspends
 // the class at once.
 //
@@ -76,8 +71,8 @@ const suspendDistinct = 2
 // begins unsuspended and detects again.
 type SuspendPolicy struct {
 	// After is how many attempts must fail recoverably in a row, with no
-	// success of the class between them and of at least two distinct
-	// messages, to suspend the class.
+	// success of the class between them and across at least three
+	// distinct messages, to suspend the class.
 	// Zero means 10; negative turns the detection off
 	// ([handoff.Unavailable] still suspends).
 	After int
@@ -341,34 +336,6 @@ func (r *Runtime) heldFailure(c *class, it *item, err error) bool {
 	}
 	it.hold.fails++ // counted by the caller next
 	return false
-}
-
-// outageSuspected is called by the retry function for a recoverable
-// failure that would take its message out of the pool (out of attempts:
-// a redelivery or a dead letter). It reports true, and takes the failure
-// back from the detection's count of the message's attempts, when the
-// class's current streak has failures of at least suspendDistinct
-// messages: then the class may be failing as a whole, and the message
-// is retried in place, uncounted, until the class's next results tell
-// (a success ends the streak, so its next failure is judged as usual;
-// or the streak suspends the class, and it is held).
-func (r *Runtime) outageSuspected(c *class, it *item, err error) bool {
-	if c.cfg.Suspend.After < 0 || handoff.IsPermanent(err) || (c.cfg.Retry.PermanentFunc != nil && c.cfg.Retry.PermanentFunc(err)) {
-		return false
-	}
-	s := &c.susp
-	if s.streak.Load() < suspendDistinct {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.streak.Load() < suspendDistinct || it.hold.epoch != s.epoch {
-		return false
-	}
-	if it.hold.fails > 0 {
-		it.hold.fails--
-	}
-	return true
 }
 
 // succeeded is called for every handler that returned nil: it ends the

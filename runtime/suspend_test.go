@@ -522,7 +522,7 @@ func TestSuspendRule(t *testing.T) {
 		d.failSet = func(m *handoff.Message) bool { return strings.HasPrefix(m.ID, "bad") }
 		rt, err := New(dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, func(c *Class) {
 			c.Workers = 1
-			c.Retry.MaxAttempts = 12
+			c.Retry.MaxAttempts = 6
 		}))
 		if err != nil {
 			t.Fatal(err)
@@ -534,61 +534,62 @@ func TestSuspendRule(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			time.Sleep(30 * time.Second)
+			time.Sleep(10 * time.Second)
 		}
-		// One message failing its 12 attempts alone: a poison message, not
-		// an outage; it becomes a dead letter.
-		submit("bad01")
-		submit("good1")
-		submit("bad02")
+		// Two messages failing their 6 attempts each: 12 failures in a
+		// row, but of two messages (poison, not an outage). Both become
+		// dead letters.
+		submit("bad01", "bad02")
 		if h := holdOf(rt); h.Suspensions != 0 {
-			t.Fatalf("suspended by one failing message at a time: %+v", h)
+			t.Fatalf("suspended by two failing messages: %+v", h)
 		}
-		// A success ends the streak; then two messages fail together: the
-		// tenth failure of the two suspends the class, and both are held.
-		submit("good2")
+		// A success ends the streak; two more failing messages make 12
+		// failures of two messages again: no suspension.
+		submit("good1")
 		submit("bad03", "bad04")
+		if h := holdOf(rt); h.Suspensions != 0 {
+			t.Fatalf("suspended by two failing messages after a success: %+v", h)
+		}
+		// A third message's first failure is the 13th in a row, of three
+		// messages: suspended, and that message is held, not dead.
+		submit("bad05")
 		h := holdOf(rt)
 		rep := stop()
-		if h.State != HoldSuspended || h.Reason != "10 attempts of 2 messages failed in a row" {
-			t.Fatalf("after two messages failed together: %+v", h)
+		if h.State != HoldSuspended || h.Reason != "13 attempts of 3 messages failed in a row" {
+			t.Fatalf("after a third failing message: %+v", h)
 		}
-		if rep.DeadLettered != 2 || rep.Snapshotted != 2 {
-			t.Fatalf("dead letters %d, saved %d; want 2 (bad01, bad02) and 2 (held)", rep.DeadLettered, rep.Snapshotted)
+		if rep.DeadLettered != 4 || rep.Snapshotted != 1 {
+			t.Fatalf("dead letters %d, saved %d; want 4 (before the suspension) and 1 (the one held)", rep.DeadLettered, rep.Snapshotted)
 		}
 	})
 }
 
-// TestSuspendFewMessagesOutage: an outage that meets only a few messages
+// TestSuspendFewMessagesOutage: an outage that meets only five messages
 // (a quiet class, or an ordered one whose keys wait behind them) with
-// quick retries. Counting distinct messages only, they never made ten:
-// each ran out of its attempts and became a dead letter (all of them; the
-// rental outage test's flake saw 2 and 8). Now no message runs out of
-// attempts while two or more fail with no success between, so the
-// streak's tenth failure suspends the class: no dead letter, all held.
+// quick retries. Counting distinct messages only, five never make ten:
+// each ran out of its attempts and became a dead letter (5 of 5, the
+// rental outage test's flake). Counting attempts across three or more
+// messages, the tenth failure suspends the class before any message's
+// third attempt: no dead letter, all five held.
 func TestSuspendFewMessagesOutage(t *testing.T) {
-	for _, n := range []int{2, 5} {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				d := newDep(time.Millisecond)
-				d.down.Store(true)
-				rt, err := New(dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, func(c *Class) {
-					c.Retry.InitialBackoff = time.Millisecond
-				}))
-				if err != nil {
-					t.Fatal(err)
-				}
-				stop := runBubble(t, rt)
-				submitDB(t, rt, n)
-				time.Sleep(10 * time.Second)
-				h := holdOf(rt)
-				rep := stop()
-				if h.State != HoldSuspended || rep.DeadLettered != 0 || rep.Snapshotted != n {
-					t.Fatalf("after 10s of outage: hold %+v, dead letters %d, saved %d; want suspended, 0, %d", h, rep.DeadLettered, rep.Snapshotted, n)
-				}
-			})
-		})
-	}
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(time.Millisecond)
+		d.down.Store(true)
+		rt, err := New(dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, func(c *Class) {
+			c.Retry.InitialBackoff = time.Millisecond
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := runBubble(t, rt)
+		submitDB(t, rt, 5)
+		time.Sleep(10 * time.Second)
+		h := holdOf(rt)
+		rep := stop()
+		if h.State != HoldSuspended || rep.DeadLettered != 0 || rep.Snapshotted != 5 {
+			t.Fatalf("after 10s of outage: hold %+v, dead letters %d, saved %d; want suspended, 0, 5", h, rep.DeadLettered, rep.Snapshotted)
+		}
+	})
 }
 
 // TestPauseDelayed: a paused class's due delayed messages stay in the
