@@ -32,11 +32,14 @@ func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 			ctx, cancel = context.WithTimeoutCause(ctx, c.cfg.Timeout, ErrHandlerTimeout)
 			defer cancel()
 		}
+		// Each call gets a copy of the message of its own, which the
+		// handler may keep, and through which it cannot change the item's.
+		m := it.msg
 		if r.metrics == nil && !sample(it) {
-			return c.cfg.Handler(ctx, &it.msg)
+			return c.cfg.Handler(ctx, &m)
 		}
 		began := time.Now()
-		err := c.cfg.Handler(ctx, &it.msg)
+		err := c.cfg.Handler(ctx, &m)
 		d := time.Since(began)
 		c.svc.observe(d)
 		r.metrics.observeHandler(c.index, d)
@@ -95,13 +98,6 @@ func (r *Runtime) result(c *class) func(*item, error) {
 			}
 		}
 		r.leftPool(it)
-		if it.src == fromKafka {
-			// Nothing refers to a Kafka item once its result is in: the
-			// pool is done with it and the handler must not keep it.
-			// Items the stop or a rebalance takes out never get here.
-			*it = item{}
-			r.items.Put(it)
-		}
 	}
 }
 

@@ -179,6 +179,7 @@ func (s *runState) join(fetchCtx context.Context) {
 	}
 	s.cg = cg
 	r.commits = r.newCommitClient()
+	r.fetches = r.newFetchClient()
 	s.consumer.Go(func() { r.consume(fetchCtx, cg) })
 }
 

@@ -53,11 +53,9 @@ type Runtime struct {
 	revoked atomic.Int64  // messages given back at rebalances
 	dlq     *publisher    // nil without a DeadLetterTopic
 	commits *kafka.Client // for commits on a fresh connection; see commitFresh
+	fetches *kafka.Client // the partition readers'; see readPartition
 
 	stats counters // outcomes of no configured class; see total
-	// items recycles the items of fetched Kafka messages: one allocation
-	// less per message on the hot path.
-	items sync.Pool
 
 	// beforeSnapshot, when set by a test, runs just before the stop's
 	// snapshot transaction.
@@ -118,7 +116,6 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	r.sched = newScheduler(r)
 	r.held.added = make(chan struct{}, 1)
-	r.items.New = func() any { return new(item) }
 	var errs []error
 	for _, cc := range cfg.Classes {
 		c := &class{cfg: cc, index: len(r.order)}
