@@ -56,14 +56,17 @@ type Message struct {
 	// read from Kafka.
 	Origin Origin
 
-	// Timestamp is the record's timestamp as Kafka delivers it: the time
-	// its producer set (CreateTime) or the time the broker appended it
-	// (LogAppendTime), per the topic's message.timestamp.type. kafka-go
-	// does not say which of the two it is, so neither does handoff. It is
-	// kept across restarts, dead letters and replays (a dead letter
-	// published to its topic and a replayed record carry it as their
-	// timestamp). Zero when the message was not read from Kafka, or was
-	// saved by a handoff whose state file had no timestamps (format 1).
+	// Timestamp is the record's timestamp, to the millisecond, in UTC:
+	// the time its producer set (CreateTime). There is no timestamp type:
+	// kafka-go's decoder gives neither a batch's timestamp type nor its
+	// max timestamp, which is where Kafka puts the append time of a topic
+	// with message.timestamp.type=LogAppendTime; on such a topic
+	// Timestamp is still the producer's time. It is kept across
+	// restarts, dead letters and replays (a dead letter published to its
+	// topic and a replayed record carry it as their timestamp). Zero when
+	// the message was not read from Kafka, the record has none (-1), or
+	// it was saved by a handoff whose state file had no timestamps
+	// (format 1).
 	Timestamp time.Time
 
 	// Attempt counts the attempts that already failed: zero on the first

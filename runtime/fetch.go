@@ -115,11 +115,8 @@ func (r *Runtime) readPartition(ctx context.Context, tr *tracker, offset int64, 
 // sendRecords sends the records of resp from offset on to out and
 // returns the offset after the last one sent. A batch may start before
 // the offset asked for: its earlier records are skipped. Control batches
-// (transaction markers) are skipped by kafka-go.
+// (transaction markers) are skipped by kafka-go's record stream.
 func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, out chan<- fetchedRecord) (int64, error) {
-	if _, control := resp.Records.(*protocol.ControlBatch); control {
-		return offset, nil
-	}
 	for {
 		rec, err := resp.Records.ReadRecord()
 		if errors.Is(err, io.EOF) {
