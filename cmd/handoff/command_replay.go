@@ -248,7 +248,7 @@ func planReplay(st *snapshot.Store, dead bool, topics map[string]string) (*repla
 		return nil, err
 	}
 	plan.bad = len(bad)
-	return plan, quarantine(st, bad)
+	return plan, quarantineBad(st, bad)
 }
 
 // errInterrupted is returned by replay when it was stopped before the end.
