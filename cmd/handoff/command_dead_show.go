@@ -7,7 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	
+
 	"github.com/spf13/cobra"
 
 	"github.com/handoff-go/handoff/internal/recordjson"
