@@ -160,11 +160,13 @@ func recordTime(t time.Time) time.Time {
 	return t.UTC()
 }
 
-// fetched returns the item of record fr, its offset added to tr. The
-// item, its message and the message's ID and bytes are the message's
-// own: a handler may keep them (see handoff.Message).
+// fetched returns the recycled item of record fr, its offset added to
+// tr. The message's ID and bytes are its own, and the handler is handed
+// copies of the message (see handler): a handler may keep them (see
+// handoff.Message).
 func (r *Runtime) fetched(c *class, tr *tracker, fr *fetchedRecord) *item {
-	it := &item{src: fromKafka, tr: tr}
+	it := r.items.Get().(*item) // zero: result clears an item before it returns it
+	it.src, it.tr = fromKafka, tr
 	it.msg = handoff.Message{
 		ID:        kafkaID(tr.idPrefix, fr.offset),
 		Class:     c.cfg.Name,

@@ -98,6 +98,14 @@ func (r *Runtime) result(c *class) func(*item, error) {
 			}
 		}
 		r.leftPool(it)
+		if it.src == fromKafka {
+			// Nothing refers to a Kafka item once its result is in: the
+			// pool is done with it, and the handler had copies of its
+			// message only. Items the stop or a rebalance takes out
+			// never get here.
+			*it = item{}
+			r.items.Put(it)
+		}
 	}
 }
 
