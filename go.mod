@@ -1,6 +1,6 @@
 module github.com/handoff-go/handoff
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/alitto/pond/v2 v2.7.1

@@ -302,8 +302,15 @@ func TestClasses(t *testing.T) {
 		<-b.handled
 	}
 	b.poison("jobs", 1)
-	resp, body := b.do("GET", "/api/classes")
-	c := decode[classesJSON](t, resp, body, 200)
+	// The dead letter is in the state file before the class's counters
+	// take its result in (the handler's result is counted once its write
+	// is done): wait for the counters, not just the dead letter.
+	var c classesJSON
+	waitFor(t, "the classes to count the dead letter", func() bool {
+		resp, body := b.do("GET", "/api/classes")
+		c = decode[classesJSON](t, resp, body, 200)
+		return len(c.Classes) > 0 && c.Classes[0].Failed == 1 && c.Classes[0].Running == 0
+	})
 	if !c.Ready || c.DrainTimeoutSeconds != 30 || len(c.Classes) != 2 {
 		t.Fatalf("classes %+v", c)
 	}

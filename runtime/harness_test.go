@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/handoff-go/handoff"
-	"github.com/handoff-go/handoff/internal/devbroker"
+	"github.com/handoff-go/handoff/devbroker"
 )
 
 func TestMain(m *testing.M) {

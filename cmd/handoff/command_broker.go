@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/handoff-go/handoff/internal/devbroker"
+	"github.com/handoff-go/handoff/devbroker"
 )
 
 func newBrokerCmd() *cobra.Command {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/handoff-go/handoff/internal/devbroker"
+	"github.com/handoff-go/handoff/devbroker"
 )
 
 // TestProcessKillWithJitter: with -work-jitter, handlers finish out of

@@ -14,7 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/handoff-go/handoff/examples/rental/rental"
-	"github.com/handoff-go/handoff/internal/devbroker"
+	"github.com/handoff-go/handoff/devbroker"
 )
 
 // TestProcessRollingDeploy runs three rental processes in one consumer

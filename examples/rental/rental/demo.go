@@ -14,7 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/handoff-go/handoff"
-	"github.com/handoff-go/handoff/internal/devbroker"
+	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/runtime"
 )
 

@@ -1,5 +1,6 @@
 // Package devbroker runs an embedded Kafka-protocol broker in-process, for
-// tests, the demo and local development. It wraps
+// Kafka-level tests of a service's classes (see the example), the demo,
+// `handoff broker` and local development. It wraps
 // github.com/twmb/franz-go/pkg/kfake, which speaks the real Kafka wire
 // protocol, so kafka-go (and kcat) talk to it as to a real cluster.
 //
