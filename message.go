@@ -16,7 +16,10 @@ import (
 // the ID is a string of its own, not part of a shared block, and Key,
 // Value and header values are slices of their own, not of a fetch
 // buffer. A handler must not write to a Message either: a retry of the
-// same message (Attempt+1) is handed the same Key, Value and Headers.
+// same message (Attempt+1) is handed the same Key, Value and Headers. (A
+// middleware that replaces the headers with runtime.SetHeaders changes
+// those of the Message it was handed and of the envelope the runtime
+// saves, not those of Messages handed out earlier.)
 //
 // A message that came from Kafka carries its [Origin] and the record's
 // Timestamp; one handed in with the runtime's Submit has a zero Origin
@@ -49,7 +52,10 @@ type Message struct {
 
 	// Headers are the record headers, in their original order; nil when
 	// the record has none. A header's Value is nil for a null header
-	// value, empty for a zero-length one.
+	// value, empty for a zero-length one. A middleware may replace them
+	// for the message's next steps with runtime.SetHeaders (a tracing
+	// middleware carries an attempt's context to the next attempt so);
+	// never write into this slice's array, which may be shared.
 	Headers []Header
 
 	// Origin says where the message was read from; zero when it was not

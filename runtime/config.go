@@ -161,6 +161,24 @@ type Config struct {
 	// the package doc, under Metrics). Nil means no metrics; the default
 	// registry is never used implicitly.
 	Registerer prometheus.Registerer
+
+	// Middleware wraps the handler of every class, outside the class's
+	// own Class.Middleware; the first is outermost. Each attempt of a
+	// message passes through the chain once, inside the class's Timeout
+	// and the hard stop's cancellation; the runtime's retry policy judges
+	// what the chain returns (see [handoff.Middleware] and [OnOutcome]).
+	// Nil means none.
+	Middleware []handoff.Middleware
+
+	// PublishHeadersFunc, if set, is given each dead letter about to be
+	// published to its class's DeadLetterTopic and the headers the
+	// runtime made for it (the handoff-* headers, then the message's
+	// own), and returns the headers to publish: a tracing package injects
+	// the failed attempt's trace context with it (see package
+	// otelhandoff). It runs on the publisher's goroutine, one dead letter
+	// at a time; it must not keep m or write into headers' array (append
+	// to a copy). Nil means the headers as made.
+	PublishHeadersFunc func(m *handoff.Message, headers []handoff.Header) []handoff.Header
 }
 
 // Class is one message class: a handler with its own bounded pool.
@@ -214,6 +232,10 @@ type Class struct {
 	// and error (see [HeaderOriginTopic]). The state file keeps the dead
 	// letter either way.
 	DeadLetterTopic string
+
+	// Middleware wraps this class's Handler, inside Config.Middleware;
+	// the first is outermost. Nil means none.
+	Middleware []handoff.Middleware
 }
 
 // withDefaults returns a copy of cfg with zero fields filled, and every
@@ -273,6 +295,8 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 
+	cfg.Middleware = append([]handoff.Middleware(nil), cfg.Middleware...)
+	checkMiddleware(cfg.Middleware, "", bad)
 	anyTopic := cfg.checkClasses(bad)
 	if anyTopic {
 		if len(cfg.Brokers) == 0 {
@@ -308,6 +332,8 @@ func (cfg *Config) checkClasses(bad func(string, ...any)) (anyTopic bool) {
 		}
 		names[c.Name] = true
 		c.withDefaults(len(cfg.Brokers) > 0, bad)
+		c.Middleware = append([]handoff.Middleware(nil), c.Middleware...)
+		checkMiddleware(c.Middleware, fmt.Sprintf("class %q: ", c.Name), bad)
 		c.Topics = append([]string(nil), c.Topics...)
 		for _, t := range c.Topics {
 			if t == "" {

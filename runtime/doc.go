@@ -113,4 +113,20 @@
 // move the new generation's offsets. Messages of the old generation still
 // in the pools run to the end; the new owner reads them again (at-least
 // once).
+//
+// # Middleware
+//
+// Config.Middleware (every class) and Class.Middleware (one class) wrap
+// the class's Handler, composed once by [New]: the runtime's first, the
+// first of each list outermost. The chain runs inside what the runtime
+// does before a handler (a message deferred by its deliver-at header or
+// parked behind its key reaches no middleware) and inside the class's
+// Timeout, whose deadline its context carries; handler time in the
+// metrics includes the middleware's. Each attempt passes through the
+// chain once, and the retry policy judges what the chain returns; the
+// retry in place, redelivery or dead letter that follows is decided after
+// the chain has returned, and [OnOutcome] tells a middleware which.
+// [SetHeaders] changes the headers the message is saved with for its
+// next steps (the otelhandoff package keeps an attempt's trace context
+// so).
 package runtime

@@ -14,7 +14,7 @@ import (
 
 // handler wraps a class's handler: it defers messages whose header asks
 // for later delivery, parks messages of a blocked key, and bounds the call
-// by the class's Timeout.
+// of the middleware chain (attempt.go) by the class's Timeout.
 func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 	return func(ctx context.Context, it *item) error {
 		if it.deferrable() {
@@ -32,14 +32,18 @@ func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 			ctx, cancel = context.WithTimeoutCause(ctx, c.cfg.Timeout, ErrHandlerTimeout)
 			defer cancel()
 		}
+		if c.hooked {
+			ctx = it.begin(ctx)
+		}
 		// Each call gets a copy of the message of its own, which the
-		// handler may keep, and through which it cannot change the item's.
+		// handler may keep, and through which it cannot change the
+		// item's (runtime.SetHeaders changes both).
 		m := it.msg
 		if r.metrics == nil && !sample(it) {
-			return c.cfg.Handler(ctx, &m)
+			return c.handle(ctx, &m)
 		}
 		began := time.Now()
-		err := c.cfg.Handler(ctx, &m)
+		err := c.handle(ctx, &m)
 		d := time.Since(began)
 		c.svc.observe(d)
 		r.metrics.observeHandler(c.index, d)
@@ -74,6 +78,7 @@ func (r *Runtime) retry(c *class) func(*item, error) (time.Duration, bool) {
 		}
 		it.verdict, it.wait = c.cfg.Retry.decide(err, it.msg.Attempt, it.redeliveries, it.firstFailed, now, nil)
 		if it.verdict == retryInPlace {
+			it.settleAttempt(OutcomeRetried, err, it.wait)
 			r.inc(c, outRetried)
 			r.log.Debug("handler failed; retrying in place", "class", c.cfg.Name, "id", it.msg.ID,
 				"attempt", it.msg.Attempt, "wait", it.wait, "err", err)
@@ -91,10 +96,16 @@ func (r *Runtime) result(c *class) func(*item, error) {
 		switch {
 		case err == nil:
 			r.done(c, it)
+			it.settleAttempt(OutcomeSucceeded, nil, 0)
 		case errors.Is(err, errDiverted):
 		default:
 			if !r.saveFailed(c, it, err) && it.src == fromSubmit {
 				r.hold(c, it, err) // it has no other copy
+			}
+			if it.verdict == redeliverLater {
+				it.settleAttempt(OutcomeRedelivered, err, it.wait)
+			} else {
+				it.settleAttempt(OutcomeDeadLettered, err, 0)
 			}
 		}
 		r.leftPool(it)

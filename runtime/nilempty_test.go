@@ -51,7 +51,9 @@ func TestNilAndEmptyApart(t *testing.T) {
 	b := setup(t, 1, "ne")
 	w := devbroker.NewWriter(b.broker.Addrs())
 	msgs := make([]kafka.Message, len(nilEmptyRecords))
-	stamp := func(i int) time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).Add(time.Duration(i) * time.Hour) }
+	stamp := func(i int) time.Time {
+		return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).Add(time.Duration(i) * time.Hour)
+	}
 	for i, m := range nilEmptyRecords {
 		m.Topic = "ne"
 		m.Time = stamp(i) // kept as the record's timestamp, in milliseconds

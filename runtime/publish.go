@@ -11,6 +11,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -141,6 +142,9 @@ func (p *publisher) write(ctx context.Context, batch []deadPublish) {
 	msgs := make([]kafka.Message, len(batch))
 	for i, d := range batch {
 		msgs[i] = deadLetterRecord(d.c, d.rec)
+		if f := p.r.cfg.PublishHeadersFunc; f != nil {
+			msgs[i].Headers = publishHeaders(f, &d.rec.Message, msgs[i].Headers)
+		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	err := p.w.WriteMessages(wctx, msgs...)
@@ -238,6 +242,21 @@ func deadLetterRecord(c *class, rec snapshot.Record) kafka.Message {
 		headers = append(headers, kafka.Header{Key: h.Key, Value: h.Value})
 	}
 	return kafka.Message{Topic: c.cfg.DeadLetterTopic, Key: m.Key, Value: m.Value, Headers: headers, Time: m.Timestamp}
+}
+
+// publishHeaders returns the headers Config.PublishHeadersFunc f makes
+// of the headers made for dead letter m.
+func publishHeaders(f func(*handoff.Message, []handoff.Header) []handoff.Header, m *handoff.Message, hs []kafka.Header) []kafka.Header {
+	in := make([]handoff.Header, len(hs))
+	for i, h := range hs {
+		in[i] = handoff.Header{Key: h.Key, Value: h.Value}
+	}
+	out := f(m, in)
+	hs = make([]kafka.Header, len(out))
+	for i, h := range out {
+		hs[i] = kafka.Header{Key: h.Key, Value: h.Value}
+	}
+	return hs
 }
 
 // dlqConns are the dead-letter writer's connections. Abandoning the

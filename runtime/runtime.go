@@ -95,7 +95,11 @@ func (l *lifecycle) requestStop() { l.stopOnce.Do(func() { close(l.stopCh) }) }
 func (l *lifecycle) skipDrain()   { l.skipOnce.Do(func() { close(l.skipCh) }) }
 
 type class struct {
-	cfg     Class
+	cfg Class
+	// handle is cfg.Handler in the middleware chain (attempt.go); hooked
+	// says there is middleware, and so an attempt context per attempt.
+	handle  handoff.HandlerFunc
+	hooked  bool
 	pool    *pool.Pool[*item]
 	parking *parking // ordered classes only
 	stats   counters
@@ -145,6 +149,10 @@ func New(cfg Config) (*Runtime, error) {
 			continue
 		}
 		c.pool = p
+		if c.handle, c.hooked, err = chain(&cfg, &cc); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		r.classes[cc.Name] = c
 		r.order = append(r.order, c)
 		for _, t := range cc.Topics {

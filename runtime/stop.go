@@ -131,6 +131,9 @@ func (s *runState) hardStop(grace time.Duration, cause error) []any {
 	stops.Wait()
 	for i, res := range results {
 		res.Interrupted = without(res.Interrupted, (*item).isDiverted, r.leftPool)
+		for _, it := range res.Interrupted {
+			it.settleAttempt(OutcomeInterrupted, nil, 0)
+		}
 		rep.Unstarted += len(res.Unstarted)
 		rep.Interrupted += len(res.Interrupted)
 		rep.Waiting += len(res.Waiting)

@@ -18,8 +18,8 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/admin"
-	"github.com/handoff-go/handoff/examples/rental/rental"
 	"github.com/handoff-go/handoff/devbroker"
+	"github.com/handoff-go/handoff/examples/rental/rental"
 	"github.com/handoff-go/handoff/runtime"
 )
 

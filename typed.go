@@ -1,0 +1,102 @@
+package handoff
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strconv"
+)
+
+// Decoder turns a message into the value a typed handler takes. It is
+// the one method a format needs (JSON is built in as [JSON]; protobuf,
+// Avro and others are a few lines, see the examples). Decode sees the
+// whole message, so a format that names its schema in a header or in
+// the value's first bytes can read it. It may be called concurrently.
+type Decoder[T any] interface {
+	Decode(m *Message) (T, error)
+}
+
+// DecoderFunc is a function that is a [Decoder].
+type DecoderFunc[T any] func(m *Message) (T, error)
+
+// Decode calls f(m).
+func (f DecoderFunc[T]) Decode(m *Message) (T, error) { return f(m) }
+
+// JSON decodes a message's value as JSON into a T with encoding/json.
+// The zero value is ready to use. An empty value (a Kafka tombstone)
+// does not decode: give the class a [DecoderFunc] that checks for it if
+// your topic has them.
+type JSON[T any] struct {
+	// DisallowUnknownFields makes a value with a field that T lacks fail
+	// to decode (json.Decoder.DisallowUnknownFields).
+	DisallowUnknownFields bool
+}
+
+// Decode decodes m.Value.
+func (j JSON[T]) Decode(m *Message) (T, error) {
+	var v T
+	if !j.DisallowUnknownFields {
+		err := json.Unmarshal(m.Value, &v)
+		return v, err
+	}
+	d := json.NewDecoder(bytes.NewReader(m.Value))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&v); err != nil {
+		return v, err
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return v, errors.New("invalid data after the top-level value")
+	}
+	return v, nil
+}
+
+// Typed returns a handler that decodes each message with dec and calls
+// fn with the message and the decoded value. A message that does not
+// decode is a permanent failure (fn is not called, the message is never
+// retried): its error is a [*DecodeError], wrapped in [Permanent], so the
+// runtime makes it a dead letter whose error names the class, the origin
+// and the decoder's message. A nil dec or fn is a programmer's mistake:
+// Typed panics.
+func Typed[T any](dec Decoder[T], fn func(ctx context.Context, m *Message, v T) error) HandlerFunc {
+	if dec == nil || fn == nil {
+		panic("handoff: Typed needs a decoder and a function")
+	}
+	return func(ctx context.Context, m *Message) error {
+		v, err := dec.Decode(m)
+		if err != nil {
+			return Permanent(&DecodeError{Class: m.Class, ID: m.ID, Origin: m.Origin, Err: err})
+		}
+		return fn(ctx, m, v)
+	}
+}
+
+// DecodeError is the failure of a message that its class's [Decoder]
+// could not decode. [Typed] returns it wrapped in [Permanent].
+type DecodeError struct {
+	// Class is the message's class.
+	Class string
+	// ID is the message's ID.
+	ID string
+	// Origin is where the message was read from (zero when it was not
+	// read from Kafka).
+	Origin Origin
+	// Err is the decoder's error.
+	Err error
+}
+
+// Error reads "handoff: decode class orders: topic orders partition 0
+// offset 17: <decoder's message>", or names the ID of a message that did
+// not come from Kafka.
+func (e *DecodeError) Error() string {
+	where := "id " + strconv.Quote(e.ID)
+	if e.Origin.IsKafka() {
+		where = "topic " + e.Origin.Topic + " partition " + strconv.Itoa(e.Origin.Partition) +
+			" offset " + strconv.FormatInt(e.Origin.Offset, 10)
+	}
+	return "handoff: decode class " + e.Class + ": " + where + ": " + e.Err.Error()
+}
+
+// Unwrap returns the decoder's error.
+func (e *DecodeError) Unwrap() error { return e.Err }

@@ -1,0 +1,131 @@
+package handoff_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/handoff-go/handoff"
+)
+
+type order struct {
+	ID    string `json:"id"`
+	Cents int    `json:"cents"`
+}
+
+func TestJSON(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, value string
+		strict      bool
+		want        order
+		err         string // "" means decodes
+	}{
+		{"valid", `{"id":"a","cents":5}`, false, order{"a", 5}, ""},
+		{"unknown field allowed", `{"id":"a","extra":1}`, false, order{ID: "a"}, ""},
+		{"unknown field strict", `{"id":"a","extra":1}`, true, order{}, `unknown field "extra"`},
+		{"strict valid", ` {"id":"a"} `, true, order{ID: "a"}, ""},
+		{"trailing data", `{"id":"a"} {}`, false, order{}, "invalid character"},
+		{"trailing data strict", `{"id":"a"}}`, true, order{}, "after the top-level value"},
+		{"empty (tombstone)", ``, false, order{}, "unexpected end of JSON input"},
+		{"wrong type", `{"cents":"5"}`, false, order{}, "cannot unmarshal string"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := handoff.JSON[order]{DisallowUnknownFields: tc.strict}.Decode(&handoff.Message{Value: []byte(tc.value)})
+			switch {
+			case tc.err == "" && err != nil:
+				t.Fatalf("error %v", err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Fatalf("error %v, want one saying %q", err, tc.err)
+			case tc.err == "" && got != tc.want:
+				t.Fatalf("decoded %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestTypedDecodeError(t *testing.T) {
+	t.Parallel()
+	called := false
+	h := handoff.Typed(handoff.JSON[order]{}, func(context.Context, *handoff.Message, order) error { called = true; return nil })
+	err := h(context.Background(), &handoff.Message{ID: "job-7", Class: "mail", Value: []byte("{")})
+	if called {
+		t.Error("fn called for a value that does not decode")
+	}
+	var de *handoff.DecodeError
+	if !handoff.IsPermanent(err) || !errors.As(err, &de) || de.Class != "mail" || de.ID != "job-7" {
+		t.Fatalf("error %#v, want a permanent *DecodeError of mail job-7", err)
+	}
+	const want = `permanent: handoff: decode class mail: id "job-7": unexpected end of JSON input`
+	if err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+	// The decoder's own error stays reachable.
+	sentinel := errors.New("schema 9 unknown")
+	h = handoff.Typed(handoff.DecoderFunc[int](func(*handoff.Message) (int, error) { return 0, sentinel }),
+		func(context.Context, *handoff.Message, int) error { return nil })
+	if err := h(context.Background(), &handoff.Message{}); !errors.Is(err, sentinel) {
+		t.Errorf("error %v does not wrap the decoder's", err)
+	}
+}
+
+func TestTypedPassesErrors(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	h := handoff.Typed(handoff.JSON[order]{}, func(_ context.Context, m *handoff.Message, o order) error {
+		if o.ID != "a" || m.ID != "x" {
+			t.Errorf("fn got %+v for %s", o, m.ID)
+		}
+		return boom
+	})
+	if err := h(context.Background(), &handoff.Message{ID: "x", Value: []byte(`{"id":"a"}`)}); err != boom {
+		t.Errorf("error %v, want fn's own, unwrapped", err)
+	}
+}
+
+func TestChain(t *testing.T) {
+	t.Parallel()
+	var trail []string
+	layer := func(name string) handoff.Middleware {
+		return func(next handoff.HandlerFunc) handoff.HandlerFunc {
+			return func(ctx context.Context, m *handoff.Message) error {
+				trail = append(trail, name)
+				return next(ctx, m)
+			}
+		}
+	}
+	h := handoff.Chain(func(context.Context, *handoff.Message) error { trail = append(trail, "h"); return nil },
+		layer("a"), layer("b"), layer("c"))
+	h(context.Background(), &handoff.Message{})
+	if got := strings.Join(trail, ","); got != "a,b,c,h" {
+		t.Errorf("order %s, want a,b,c,h", got)
+	}
+}
+
+// FuzzTypedJSON: for any value, a typed JSON handler either calls fn
+// with what encoding/json decodes, or returns a permanent *DecodeError
+// naming the class and offset, and never panics.
+func FuzzTypedJSON(f *testing.F) {
+	for _, s := range []string{`{"id":"a","cents":1}`, `{"id":`, ``, `null`, `[]`, `{"cents":1e99}`, "\xff"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, value []byte) {
+		var got *order
+		h := handoff.Typed(handoff.JSON[order]{}, func(_ context.Context, _ *handoff.Message, o order) error {
+			got = &o
+			return nil
+		})
+		m := &handoff.Message{Class: "orders", Value: value, Origin: handoff.Origin{Topic: "orders", Partition: 2, Offset: 9}}
+		err := h(context.Background(), m)
+		var de *handoff.DecodeError
+		switch {
+		case err == nil && got == nil:
+			t.Fatal("nil error without calling fn")
+		case err != nil && (got != nil || !handoff.IsPermanent(err) || !errors.As(err, &de)):
+			t.Fatalf("error %v (fn called: %v), want a permanent *DecodeError", err, got != nil)
+		case err != nil && !strings.Contains(err.Error(), "decode class orders: topic orders partition 2 offset 9: "):
+			t.Fatalf("error %q does not name the class and offset", err)
+		}
+	})
+}
