@@ -79,6 +79,13 @@ type fetchedRecord struct {
 // fetchRetry is how long a partition reader waits after a failed fetch.
 const fetchRetry = 100 * time.Millisecond
 
+// fetchMaxBytes bounds one fetch response, which kafka-go's protocol
+// client reads whole into memory before the first record is decoded
+// (kafka-go's Reader streamed its 10 MiB responses): Kafka's own
+// max.partition.fetch.bytes default. A first batch larger than it is
+// still returned whole (Fetch v3 on), so large records make progress.
+const fetchMaxBytes = 1 << 20
+
 // readPartition fetches tr's partition from offset on and sends its
 // records to out, in offset order, until ctx ends. A failed fetch is
 // logged and tried again after fetchRetry. It blocks while out is full.
@@ -89,7 +96,7 @@ func (r *Runtime) readPartition(ctx context.Context, tr *tracker, offset int64, 
 			Partition: tr.partition,
 			Offset:    offset,
 			MinBytes:  1,
-			MaxBytes:  10 << 20,
+			MaxBytes:  fetchMaxBytes,
 			MaxWait:   r.cfg.FetchMaxWait,
 		})
 		if err == nil && resp.Error != nil {
@@ -129,8 +136,8 @@ func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, o
 			continue
 		}
 		fr := fetchedRecord{offset: rec.Offset, hwm: resp.HighWatermark, time: recordTime(rec.Time)}
-		if fr.key, err = protocol.ReadAll(rec.Key); err == nil {
-			fr.value, err = protocol.ReadAll(rec.Value)
+		if fr.key, err = readBytes(rec.Key); err == nil {
+			fr.value, err = readBytes(rec.Value)
 		}
 		if err != nil {
 			return offset, fmt.Errorf("read record at offset %d: %w", rec.Offset, err)
@@ -149,6 +156,17 @@ func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, o
 		}
 		offset = rec.Offset + 1
 	}
+}
+
+// readBytes copies b out of the fetch buffer and closes it, which gives
+// the buffer's pages back to kafka-go's pool once every record's bytes
+// are read; nil for a null b.
+func readBytes(b protocol.Bytes) ([]byte, error) {
+	if b == nil {
+		return nil, nil
+	}
+	out, err := protocol.ReadAll(b)
+	return out, errors.Join(err, b.Close())
 }
 
 // recordTime returns a record's timestamp in UTC, or the zero time for
