@@ -145,8 +145,9 @@ type Config struct {
 	// ahead of the fetch loop (as kafka-go's ReaderConfig.QueueCapacity,
 	// whose own default is 100, does for its Reader). Deeper costs less CPU per message (see
 	// docs/bench.md) and up to FetchQueue decoded records of memory per
-	// assigned partition: about 30 MB with 1 KiB records on 30 partitions;
-	// lower it for large records. Records still in it at a stop were never
+	// assigned partition (about 30 MB with 1 KiB records on 30
+	// partitions), besides one fetch response of up to 1 MiB per
+	// partition; lower it for large records. Records still in it at a stop were never
 	// accepted: Kafka delivers them again. Zero means 1000.
 	FetchQueue int
 
