@@ -49,3 +49,34 @@ func (e *PanicError) Unwrap() error {
 	}
 	return nil
 }
+
+// UnavailableError marks a failure caused by something outside the
+// message that is down (a database, a downstream service): retrying this
+// message alone cannot help until it is back. Wrap an error with
+// [Unavailable]; test for one with errors.As or [IsUnavailable].
+type UnavailableError struct {
+	Err error
+}
+
+func (e *UnavailableError) Error() string {
+	if e.Err == nil {
+		return "unavailable"
+	}
+	return "unavailable: " + e.Err.Error()
+}
+
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Unavailable wraps err so that the runtime suspends the message's class
+// at once instead of counting an attempt: the class stops taking new
+// messages, keeps the ones it holds with their attempt counts, and one
+// probe retries a held message with backoff until a handler succeeds
+// again. A [Permanent] error inside it stays permanent.
+func Unavailable(err error) error { return &UnavailableError{Err: err} }
+
+// IsUnavailable reports whether err, or any error it wraps, was made by
+// [Unavailable] (and is not also [Permanent]).
+func IsUnavailable(err error) bool {
+	var u *UnavailableError
+	return errors.As(err, &u) && !IsPermanent(err)
+}

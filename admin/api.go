@@ -57,6 +57,8 @@ type classJSON struct {
 	Rate                 float64 `json:"rate"`
 	DrainEstimateSeconds float64 `json:"drain_estimate_seconds"`
 	OverBudget           bool    `json:"over_budget"`
+	// Hold is the class's suspension or pause (pause.go).
+	Hold holdJSON `json:"hold"`
 }
 
 func toClassJSON(cs runtime.ClassStats) classJSON {
@@ -65,6 +67,7 @@ func toClassJSON(cs runtime.ClassStats) classJSON {
 		Queued: cs.Queued, Waiting: cs.Waiting, Running: cs.Running,
 		Succeeded: cs.Succeeded, Failed: cs.Failed, Retried: cs.Retried,
 		Rate: cs.Rate, DrainEstimateSeconds: cs.DrainEstimate, OverBudget: cs.OverBudget,
+		Hold: toHoldJSON(cs.Hold),
 	}
 	if c.Topics == nil {
 		c.Topics = []string{}

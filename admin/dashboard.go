@@ -100,6 +100,9 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 		DeadClass:       q.Get("class"),
 	}
 	p.Flash, p.FlashErr = flash(q.Get("msg"), q.Get("key"))
+	if text, isErr, ok := classFlash(q.Get("msg"), q.Get("name")); ok {
+		p.Flash, p.FlashErr = text, isErr
+	}
 	for _, cs := range h.rt.Stats() {
 		cv := classView{classJSON: toClassJSON(cs)}
 		if p.DrainTimeout > 0 {

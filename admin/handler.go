@@ -112,6 +112,8 @@ func (h *handler) routes() {
 		{"GET", "/api/dead/{key}", h.apiDeadGet},
 		{"POST", "/api/dead/{key}/requeue", h.apiRequeue},
 		{"POST", "/api/dead/{key}/discard", h.apiDiscard},
+		{"POST", "/api/classes/{name}/pause", h.apiPause},
+		{"POST", "/api/classes/{name}/resume", h.apiResume},
 		{"GET", "/api/parked", h.apiParked},
 		{"GET", "/api/delayed", h.apiDelayed},
 		{"GET", "/{$}", h.dashboard},
@@ -119,6 +121,8 @@ func (h *handler) routes() {
 		{"POST", "/ui/logout", h.uiLogout},
 		{"POST", "/ui/dead/{key}/requeue", h.uiRequeue},
 		{"POST", "/ui/dead/{key}/discard", h.uiDiscard},
+		{"POST", "/ui/classes/{name}/pause", h.uiPause},
+		{"POST", "/ui/classes/{name}/resume", h.uiResume},
 	}
 	allowed := map[string][]string{}
 	var paths []string

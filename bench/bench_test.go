@@ -48,7 +48,7 @@ func TestSmoke(t *testing.T) {
 		n: 2000, slowN: 200, memN: 500, fullStop: true, rounds: 1, tablePartition: 2, workers: 4,
 		work: 2 * time.Millisecond, commitInterval: 100 * time.Millisecond,
 		partitions: []int{3}, classes: []int{2}, sweepN: 1000,
-		plot: filepath.Join(t.TempDir(), "scaling.png"), table: true,
+		plot: filepath.Join(t.TempDir(), "scaling.png"), table: true, batchN: 2000, batchWorkers: 4,
 	}
 	if err := cfg.check(); err != nil {
 		t.Fatal(err)

@@ -28,21 +28,40 @@ func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
 	var firstAt, handledAt time.Time
 	var first atomic.Pointer[time.Time]
 	var slept atomic.Int64
+	var calls atomic.Int64
 	all := make(chan struct{})
-	h := func(context.Context, *handoff.Message) error {
-		if s.work > 0 {
-			began := time.Now()
-			time.Sleep(s.work)
-			slept.Add(int64(time.Since(began)))
-		}
+	// done counts k messages handled by one call.
+	done := func(k int) {
+		calls.Add(1)
 		if first.Load() == nil {
 			now := time.Now()
 			first.CompareAndSwap(nil, &now)
 		}
-		if handled.Add(1) == int64(s.n) {
+		if handled.Add(int64(k)) == int64(s.n) {
 			firstAt, handledAt = *first.Load(), time.Now()
 			close(all)
 		}
+	}
+	// cost sleeps what a call of k messages costs.
+	cost := func(k int) {
+		d := s.work
+		if s.callCost > 0 || s.msgCost > 0 {
+			d = s.callCost + time.Duration(k)*s.msgCost
+		}
+		if d > 0 {
+			began := time.Now()
+			time.Sleep(d)
+			slept.Add(int64(time.Since(began)))
+		}
+	}
+	h := func(_ context.Context, _ *handoff.Message) error {
+		cost(1)
+		done(1)
+		return nil
+	}
+	bh := func(_ context.Context, ms []*handoff.Message) error {
+		cost(len(ms))
+		done(len(ms))
 		return nil
 	}
 	joined := make(chan time.Time, 1)
@@ -61,9 +80,11 @@ func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
 		}}),
 	}
 	for i, topics := range s.classes {
-		cfg.Classes = append(cfg.Classes, hrt.Class{
-			Name: fmt.Sprintf("class-%d", i), Topics: topics, Handler: h, Workers: s.workers,
-		})
+		c := hrt.Class{Name: fmt.Sprintf("class-%d", i), Topics: topics, Handler: h, Workers: s.workers}
+		if s.maxBatch > 0 {
+			c.Handler, c.BatchHandler, c.MaxBatch, c.MaxWait = nil, bh, s.maxBatch, batchWait
+		}
+		cfg.Classes = append(cfg.Classes, c)
 	}
 	rt, err := hrt.New(cfg)
 	if err != nil {
@@ -82,7 +103,7 @@ func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
 		return fail(fmt.Errorf("runtime: handled %d of %d: %w", handled.Load(), s.n, ctx.Err()))
 	}
 	m.handled()
-	tm.first, tm.handled, tm.slept = firstAt, handledAt, time.Duration(slept.Load())
+	tm.first, tm.handled, tm.slept, tm.calls = firstAt, handledAt, time.Duration(slept.Load()), calls.Load()
 	select {
 	case tm.began = <-joined:
 	default:

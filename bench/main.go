@@ -4,6 +4,7 @@
 //
 //	go run ./bench                      # the table, 3 rounds
 //	go run ./bench -plot docs/scaling.png # plus the scaling sweep
+//	go run ./bench -table=false           # only the heartbeats measure (batch vs one at a time)
 //
 // Each side of each round reads every message with a fresh consumer
 // group, until the group's committed offsets cover all of them. Sides
@@ -48,6 +49,8 @@ type config struct {
 	table          bool
 	profileDir     string
 	timeout        time.Duration
+	batchN         int // heartbeats measure; 0: none
+	batchWorkers   int
 }
 
 func main() {
@@ -71,6 +74,8 @@ func main() {
 	flag.StringVar(&cfg.plot, "plot", "", "run the sweep and draw it as a PNG at this path (docs/scaling.png)")
 	flag.BoolVar(&cfg.table, "table", true, "run the side-by-side table")
 	flag.StringVar(&cfg.profileDir, "profile", "", "write CPU and allocation profiles of the first no-op round's sides to this directory")
+	flag.IntVar(&cfg.batchN, "batch-n", 20_000, "messages for the heartbeats measure (a batch class vs one message per call, handler costing 1ms per call + 10µs per message); 0 skips it")
+	flag.IntVar(&cfg.batchWorkers, "batch-workers", 8, "workers (calls at once) of the heartbeats class, both sides")
 	flag.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "give up after this long")
 	flag.Parse()
 	var err error
@@ -100,6 +105,9 @@ func (c *config) check() error {
 	}
 	if c.memN < 0 {
 		return fmt.Errorf("-mem-n must be >= 0")
+	}
+	if c.batchN < 0 || c.batchN > 0 && c.batchWorkers <= 0 {
+		return fmt.Errorf("-batch-n must be >= 0 and -batch-workers > 0")
 	}
 	for _, p := range c.partitions {
 		if p <= 0 || p%3 != 0 {
@@ -145,6 +153,13 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 		}
 		printTable(out, cfg, rows, mem, stop)
 	}
+	if cfg.batchN > 0 {
+		b, err := runBatch(ctx, cfg, log)
+		if err != nil {
+			return err
+		}
+		printBatch(out, cfg, b)
+	}
 	if cfg.plot != "" {
 		sw, err := runSweep(ctx, cfg, log)
 		if err != nil {
@@ -178,6 +193,7 @@ type sample struct {
 	cpuUS, allocs float64 // per message
 	peakRSS       uint64
 	stop          time.Duration
+	calls         int64 // handler calls (the heartbeats measure)
 }
 
 type sideFunc func(context.Context, spec, *meter) (timing, error)
@@ -225,6 +241,7 @@ func measure(ctx context.Context, side sideFunc, s spec, prof string) (sample, e
 		allocs:    float64(m.endUse.mallocs-m.start.mallocs) / n,
 		peakRSS:   m.peak,
 		stop:      tm.stop,
+		calls:     tm.calls,
 	}, nil
 }
 

@@ -25,6 +25,12 @@ type spec struct {
 	// readerQueue is raw kafka-go's ReaderConfig.QueueCapacity; zero is
 	// kafka-go's default (100). The runtime uses its FetchQueue.
 	readerQueue int
+	// callCost and msgCost, when set, are the handler's cost instead of
+	// work: one sleep of callCost + msgCost × the messages of the call.
+	// maxBatch > 0 makes the runtime's class a batch class of that
+	// MaxBatch (the runtime side only).
+	callCost, msgCost time.Duration
+	maxBatch          int
 }
 
 func (s spec) topics() []string {
@@ -43,6 +49,8 @@ type timing struct {
 	stop                             time.Duration
 	// slept is how long the handlers' sleeps took in all (slow handler).
 	slept time.Duration
+	// calls counts the handler calls (the heartbeats measure).
+	calls int64
 }
 
 // runRaw consumes s's topics the way a service written directly on

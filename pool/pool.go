@@ -76,6 +76,8 @@ type Pool[T any] struct {
 	free        []*entry[T]          // recycled entries, for Submit
 	// timers holds the retry timer of each waiting item; RetryFunc only.
 	timers map[*entry[T]]*time.Timer
+	// hold is set by Hold; see hold.go.
+	hold holdState
 }
 
 // New checks cfg and returns a pool ready for [Pool.Submit]. It reports
@@ -232,6 +234,9 @@ func (p *Pool[T]) work() {
 // over), to the first waiting Submit. It returns nil when nothing is ready,
 // and whether admitting the waiter's item needs a new worker loop.
 func (p *Pool[T]) startLocked() (e *entry[T], dispatch bool) {
+	if !p.hold.mayStart() {
+		return nil, false
+	}
 	if p.ordered {
 		e = p.ready.pop()
 	} else {
@@ -240,6 +245,7 @@ func (p *Pool[T]) startLocked() (e *entry[T], dispatch bool) {
 	if e == nil {
 		return nil, false
 	}
+	p.hold.started()
 	p.unstarted.remove(e)
 	p.running.pushBack(e)
 	p.queued--
@@ -430,6 +436,9 @@ func (p *Pool[T]) waitLoops() {
 }
 
 func (p *Pool[T]) hasReadyLocked() bool {
+	if !p.hold.mayStart() {
+		return false
+	}
 	if p.ordered {
 		return !p.ready.empty()
 	}

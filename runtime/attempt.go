@@ -18,11 +18,15 @@ import (
 // middleware, the runtime's outermost, and reports whether there is any
 // (and so an attempt context per attempt).
 func chain(cfg *Config, cc *Class) (h handoff.HandlerFunc, hooked bool, err error) {
-	if cc.Handler == nil || len(cfg.Middleware) == 0 && len(cc.Middleware) == 0 {
+	inner := cc.Handler
+	if cc.BatchHandler != nil {
+		inner = batchJoin // each message's chain ends in its batch (batch.go)
+	}
+	if inner == nil || len(cfg.Middleware) == 0 && len(cc.Middleware) == 0 {
 		return cc.Handler, false, nil
 	}
 	mw := append(append([]handoff.Middleware(nil), cfg.Middleware...), cc.Middleware...)
-	if h = handoff.Chain(cc.Handler, mw...); h == nil {
+	if h = handoff.Chain(inner, mw...); h == nil {
 		return nil, false, fmt.Errorf("%w: class %q: a middleware returned a nil handler", ErrConfig, cc.Name)
 	}
 	return h, true, nil
@@ -59,10 +63,15 @@ const (
 	// The attempt is not counted and the message runs again: after the
 	// restart, or at the partition's next owner.
 	OutcomeInterrupted
+	// OutcomeHeld: the attempt failed while its class is suspended (a
+	// dependency outage, see SuspendPolicy) or paused, or its failure
+	// suspended the class. The attempt is not counted; the message waits
+	// in place and runs again as a probe or once the class resumes.
+	OutcomeHeld
 )
 
-// String returns "succeeded", "retried", "redelivered", "dead_lettered"
-// or "interrupted".
+// String returns "succeeded", "retried", "redelivered", "dead_lettered",
+// "interrupted" or "held".
 func (k OutcomeKind) String() string {
 	switch k {
 	case OutcomeSucceeded:
@@ -75,6 +84,8 @@ func (k OutcomeKind) String() string {
 		return "dead_lettered"
 	case OutcomeInterrupted:
 		return "interrupted"
+	case OutcomeHeld:
+		return "held"
 	}
 	return fmt.Sprintf("OutcomeKind(%d)", int(k))
 }

@@ -24,6 +24,8 @@ const (
 	DefaultFetchMaxWait     = 500 * time.Millisecond
 	DefaultFetchQueue       = 1000
 	DefaultWorkers          = 8
+	DefaultMaxBatch         = 100
+	DefaultMaxWait          = 10 * time.Millisecond
 	// DefaultQueueFactor times Workers is the default QueueSize.
 	DefaultQueueFactor = 8
 )
@@ -193,16 +195,36 @@ type Class struct {
 	// [Runtime.Submit].
 	Topics []string
 
-	// Handler handles one message. Required.
+	// Handler handles one message. Exactly one of Handler and
+	// BatchHandler is required.
 	Handler handoff.HandlerFunc
 
-	// Workers bounds how many handlers of the class run at once. Zero
-	// means 8; negative is an error.
+	// BatchHandler, instead of Handler, handles up to MaxBatch messages
+	// in one call (a bulk insert). Each message still has its own
+	// attempts, retries, dead letter, parking and stop: a batch's result
+	// settles its messages one by one, as documented on
+	// [handoff.BatchHandlerFunc] and in the package doc under Batches.
+	BatchHandler handoff.BatchHandlerFunc
+
+	// MaxBatch bounds how many messages one BatchHandler call gets. Zero
+	// means 100; negative, or set without BatchHandler, is an error.
+	MaxBatch int
+
+	// MaxWait bounds how long a partial batch waits for more messages
+	// before its call starts; a full batch starts at once (as soon as one
+	// of the Workers calls is free). Zero means 10ms; negative, or set
+	// without BatchHandler, is an error.
+	MaxWait time.Duration
+
+	// Workers bounds how many handler calls of the class run at once
+	// (for a BatchHandler, batch calls). Zero means 8; negative is an
+	// error.
 	Workers int
 
 	// QueueSize bounds how many messages of the class wait for a worker.
 	// A full queue makes fetching of this class's topics wait, and no
-	// other class's. Zero means 8×Workers; negative is an error.
+	// other class's. Zero means 8×Workers (Workers×MaxBatch for a
+	// BatchHandler); negative is an error.
 	QueueSize int
 
 	// Ordered makes messages with the same key run one at a time, in
@@ -218,8 +240,16 @@ type Class struct {
 	// attempts with 100ms..5s backoff, then makes a dead letter.
 	Retry RetryPolicy
 
-	// Timeout bounds each handler call through its context's deadline. A
-	// handler that times out has failed recoverably. Zero means no limit.
+	// Suspend says when a dependency outage suspends the class as a whole
+	// instead of failing its messages one by one, and how the suspended
+	// class probes for the dependency's return. The zero value suspends
+	// after 10 distinct messages failed in a row and probes after 250ms
+	// doubling to 5s; see [SuspendPolicy].
+	Suspend SuspendPolicy
+
+	// Timeout bounds each handler call (for a BatchHandler, each batch
+	// call) through its context's deadline. A handler that times out has
+	// failed recoverably. Zero means no limit.
 	Timeout time.Duration
 
 	// StopPolicy says what the stop does with the class's unfinished Kafka
@@ -235,7 +265,10 @@ type Class struct {
 	DeadLetterTopic string
 
 	// Middleware wraps this class's Handler, inside Config.Middleware;
-	// the first is outermost. Nil means none.
+	// the first is outermost. In a batch class each message passes
+	// through the chain on its own, and the chain's innermost handler
+	// puts the message it is given into a batch (see the package doc,
+	// under Batches). Nil means none.
 	Middleware []handoff.Middleware
 }
 
@@ -355,9 +388,13 @@ func (cfg *Config) checkClasses(bad func(string, ...any)) (anyTopic bool) {
 // withDefaults fills the class's zero fields and reports its problems
 // with bad.
 func (c *Class) withDefaults(haveBrokers bool, bad func(string, ...any)) {
-	if c.Handler == nil {
+	switch {
+	case c.Handler == nil && c.BatchHandler == nil:
 		bad("class %q has no Handler", c.Name)
+	case c.Handler != nil && c.BatchHandler != nil:
+		bad("class %q has both Handler and BatchHandler", c.Name)
 	}
+	c.batchDefaults(bad)
 	if c.Workers < 0 {
 		bad("class %q: Workers must be > 0, got %d", c.Name, c.Workers)
 	} else if c.Workers == 0 {
@@ -365,11 +402,15 @@ func (c *Class) withDefaults(haveBrokers bool, bad func(string, ...any)) {
 	}
 	if c.QueueSize < 0 {
 		bad("class %q: QueueSize must be > 0, got %d", c.Name, c.QueueSize)
+	} else if c.QueueSize == 0 && c.BatchHandler != nil {
+		c.QueueSize = c.Workers * c.MaxBatch
 	} else if c.QueueSize == 0 {
 		c.QueueSize = DefaultQueueFactor * c.Workers
 	}
 	c.Retry.validate(c.Name, bad)
 	c.Retry.withDefaults()
+	c.Suspend.validate(c.Name, bad)
+	c.Suspend.withDefaults()
 	if c.StopPolicy != StopSnapshot && c.StopPolicy != StopRedeliver {
 		bad("class %q: unknown StopPolicy %d", c.Name, c.StopPolicy)
 	}

@@ -69,10 +69,77 @@
 // orchestrator's termination grace (Kubernetes
 // terminationGracePeriodSeconds).
 //
+// # Outages: suspension and pause
+//
+// A dependency outage is not a property of a message: when a class's
+// recoverable failures spread over [SuspendPolicy.After] distinct
+// messages with no success between them, or a handler returns
+// [handoff.Unavailable], the class is suspended as a whole. It takes no
+// new messages (its partitions' fetching waits; the group membership
+// stays; other classes are not slowed), keeps those it holds with their
+// attempt counts (no failure of the suspension counts toward
+// MaxAttempts), and one probe at a time retries a held message with
+// backoff until a handler succeeds; then it runs at full concurrency.
+// [Runtime.Pause] and [Runtime.Resume] do the same by hand; a pause is
+// kept in the state file. [ClassStats].Hold tells the state.
+//
+// # Batches
+//
+// A class with a BatchHandler instead of a Handler gets up to MaxBatch
+// messages per call (a bulk insert). Batching changes how messages are
+// handed to the handler, nothing else: each message keeps its own attempt
+// count, retries, dead letter, parking, commit and stop, exactly as in a
+// class of single messages.
+//
+//   - Which messages share a batch: those that come up to run in the
+//     class's pool while the batch fills, in the order they start. A batch
+//     starts its call when it has MaxBatch messages, or MaxWait after its
+//     first message came in, and once one of the class's Workers call slots
+//     is free (a batch keeps filling while it waits for one). A message
+//     diverted before it runs (deferred by its deliver-at header, parked
+//     behind its key) joins no batch. In an Ordered class a key's next
+//     message comes up only once the previous one's result is in, so a
+//     batch holds at most one message per key: per-key order holds, and a
+//     key's failure parks its later messages before any of them runs.
+//   - How the result settles the messages: nil, every message is done; a
+//     [handoff.BatchError], the messages it names fail, each with its own
+//     error, and the others are done; any other error (a panic included)
+//     fails every message with it. Each failed message then goes its own
+//     way by the class's RetryPolicy: a retry in place joins a later
+//     batch after its backoff (with Attempt counted), a redelivery is
+//     delayed, a [handoff.Permanent] one or one out of attempts becomes a
+//     dead letter (in an Ordered class, parking its key).
+//   - The stop: a batch still filling when the hard stop begins is not
+//     called; its messages are interrupted. A batch whose call is running
+//     gets the cancelled context; the messages it then fails (all of them
+//     for a plain error, the BatchError's entries otherwise) are
+//     interrupted, saved and handled again after the restart, and none is
+//     counted as an attempt; those it leaves done are done. A call that
+//     has not returned after HardStopGrace leaves all its messages
+//     interrupted (stragglers).
+//   - Middleware (Config.Middleware, Class.Middleware) runs per message:
+//     each message of a batch class passes through the chain on its own,
+//     once per attempt and with its own attempt context ([OnOutcome],
+//     [SetHeaders]), and the chain's innermost handler puts the message
+//     it is given into the batch and returns that message's result. A
+//     middleware that returns without calling next keeps its message out
+//     of the batch; the time a middleware sees includes the wait for the
+//     batch and the call.
+//   - Timeout bounds each batch call. Counts ([Report], [ClassStats],
+//     handoff_messages_total) are per message. The drain estimate uses the
+//     call's time divided by its messages, with Workers calls at once;
+//     handoff_handler_duration_seconds observes each call and
+//     handoff_batch_messages{class} its size. The drain waits at most
+//     MaxWait more for the last partial batch.
+//
+// The pool of a batch class has (Workers+1)×MaxBatch worker goroutines
+// (Workers batches running and one filling); QueueSize defaults to
+// Workers×MaxBatch.
+//
 // # Paging and the state file
 //
 // [Runtime.DeadLetters], [Runtime.Delayed], [Runtime.ParkedKeys],
-// [Runtime.Requeue] and [Runtime.Discard] work on the open state file of a
+// [Runtime.Parked], [Runtime.Requeue] and [Runtime.Discard] work on the open state file of a
 // running runtime (they return [ErrNotRunning] otherwise); the listings
 // page with an opaque [Cursor].
 //
@@ -89,7 +156,10 @@
 //   - handoff_pool_queued, handoff_pool_waiting, handoff_pool_running and
 //     handoff_pool_workers{class}: the class's pool right now (see
 //     [ClassStats]).
-//   - handoff_handler_duration_seconds{class}: histogram of handler time.
+//   - handoff_handler_duration_seconds{class}: histogram of handler time
+//     (of each batch call in a batch class).
+//   - handoff_batch_messages{class}: histogram of messages per call of a
+//     batch class.
 //   - handoff_drain_estimate_seconds{class} and
 //     handoff_drain_over_budget{class}: how long the class's queued and
 //     running work would take to drain, and 1 when that exceeds
@@ -103,6 +173,12 @@
 //     in the state file's buckets, counted at each scrape.
 //   - handoff_commit_lag{topic,partition}: high watermark minus committed
 //     offset, as of the last fetch and commit.
+//   - handoff_class_suspended{class} and handoff_class_paused{class}: 1
+//     while the class is suspended by a detected outage (see
+//     [SuspendPolicy]) or paused ([Runtime.Pause]);
+//     handoff_class_suspensions_total{class}; and
+//     handoff_class_suspended_seconds{class} (the current suspension so
+//     far, 0 when none) and handoff_class_suspended_seconds_total{class}.
 //
 // # Rebalances
 //

@@ -38,6 +38,9 @@ func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracke
 	defer r.closing.Go(func() { cancel(); r.joinReader(read, log) })
 	caughtUp := false
 	for {
+		if !r.mayFetch(ctx, c) { // suspended or paused
+			return
+		}
 		var fr fetchedRecord
 		select {
 		case <-ctx.Done():

@@ -17,6 +17,7 @@ import (
 // of the middleware chain (attempt.go) by the class's Timeout.
 func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 	return func(ctx context.Context, it *item) error {
+		r.starting(c, it)
 		if it.deferrable() {
 			if at, ok, err := deliverAt(&it.msg); err != nil {
 				return err // permanent: a dead letter
@@ -26,6 +27,9 @@ func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 		}
 		if c.cfg.Ordered && !r.gate(c, it) {
 			return r.diverted(ctx, it)
+		}
+		if c.batch != nil {
+			return r.joinBatch(ctx, c, it) // batch.go
 		}
 		if c.cfg.Timeout > 0 {
 			var cancel context.CancelFunc
@@ -71,6 +75,10 @@ func (r *Runtime) retry(c *class) func(*item, error) (time.Duration, bool) {
 		if errors.Is(err, errDiverted) {
 			return 0, false
 		}
+		if r.heldFailure(c, it, err) {
+			it.settleAttempt(OutcomeHeld, err, 0)
+			return 0, true // not counted; it waits in the held pool
+		}
 		now := time.Now()
 		it.msg.Attempt++
 		if it.firstFailed.IsZero() {
@@ -95,9 +103,11 @@ func (r *Runtime) result(c *class) func(*item, error) {
 	return func(it *item, err error) {
 		switch {
 		case err == nil:
+			r.succeeded(c, it)
 			r.done(c, it)
 			it.settleAttempt(OutcomeSucceeded, nil, 0)
 		case errors.Is(err, errDiverted):
+			r.inconclusive(c, it)
 		default:
 			if !r.saveFailed(c, it, err) && it.src == fromSubmit {
 				r.hold(c, it, err) // it has no other copy

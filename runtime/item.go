@@ -37,6 +37,9 @@ type item struct {
 	// unsaved is set when a move of the message to another bucket
 	// failed; see Runtime.saveFailed.
 	unsaved bool
+	// hold is the message's part in its class's outage detection and
+	// suspension (suspend.go).
+	hold itemHold
 	// attempt is the running attempt of a class with middleware, until
 	// it is settled (attempt.go).
 	attempt attemptSlot

@@ -16,6 +16,8 @@ import (
 type metrics struct {
 	handler     *prometheus.HistogramVec
 	handlerObs  []prometheus.Observer // per class, in r.order
+	batch       *prometheus.HistogramVec
+	batchObs    []prometheus.Observer // per class, in r.order; nil for non-batch classes
 	drainEst    *prometheus.GaugeVec
 	overBudget  *prometheus.GaugeVec
 	phase       *prometheus.GaugeVec
@@ -31,6 +33,10 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 		handler: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "handoff_handler_duration_seconds", Help: "Time handlers take, per class.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+		}, []string{"class"}),
+		batch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "handoff_batch_messages", Help: "Messages per call of a batch class's handler.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
 		}, []string{"class"}),
 		drainEst: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "handoff_drain_estimate_seconds", Help: "How long the class's queued and running work would take to drain at its recent handling rate.",
@@ -48,7 +54,7 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 			Name: "handoff_commit_lag", Help: "High watermark minus committed offset per partition, as of the last commit.",
 		}, []string{"topic", "partition"}),
 	}
-	cs := []prometheus.Collector{m.handler, m.drainEst, m.overBudget, m.phase, m.snapshotMsg, m.commitLag,
+	cs := []prometheus.Collector{m.handler, m.batch, m.drainEst, m.overBudget, m.phase, m.snapshotMsg, m.commitLag,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_ready", Help: "1 while the runtime is running and not stopping."},
 			func() float64 { return b2f(r.Ready()) }),
 		newStateCollector(r),
@@ -72,7 +78,13 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_pool_workers", Help: "The class's worker bound.", ConstLabels: labels},
 				func() float64 { return float64(c.cfg.Workers) }),
 		)
+		cs = append(cs, c.holdCollectors(labels)...)
 		m.handlerObs = append(m.handlerObs, m.handler.WithLabelValues(c.cfg.Name))
+		var bo prometheus.Observer
+		if c.cfg.BatchHandler != nil {
+			bo = m.batch.WithLabelValues(c.cfg.Name)
+		}
+		m.batchObs = append(m.batchObs, bo)
 	}
 	var errs []error
 	for _, c := range cs {
@@ -139,6 +151,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 func (m *metrics) observeHandler(i int, d time.Duration) {
 	if m != nil {
 		m.handlerObs[i].Observe(d.Seconds())
+	}
+}
+
+func (m *metrics) observeBatch(i, n int) {
+	if m != nil && m.batchObs[i] != nil {
+		m.batchObs[i].Observe(float64(n))
 	}
 }
 

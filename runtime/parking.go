@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -286,6 +287,27 @@ func (r *Runtime) ParkedKeys() ([]ParkedKey, error) {
 	out := make([]ParkedKey, len(counts))
 	for i, pc := range counts {
 		out[i] = ParkedKey{Class: pc.Class, Key: pc.Key, Count: pc.Count, Oldest: pc.Oldest}
+	}
+	return out, nil
+}
+
+// Parked returns the messages parked under key in class, in the order
+// they will run once the key is released. It reads the state file and
+// needs a running runtime; records that cannot be read are left out (the
+// key's release quarantines them).
+func (r *Runtime) Parked(class string, key []byte) ([]handoff.Message, error) {
+	st, err := r.openStore()
+	if err != nil {
+		return nil, err
+	}
+	var entries []snapshot.ParkedEntry
+	err = st.View(func(tx *snapshot.Tx) (err error) { entries, _, err = tx.Parked(class, key); return err })
+	if err != nil {
+		return nil, fmt.Errorf("runtime: parked messages of class %q: %w", class, err)
+	}
+	out := make([]handoff.Message, len(entries))
+	for i, e := range entries {
+		out[i] = e.Record.Message
 	}
 	return out, nil
 }

@@ -79,6 +79,10 @@ func (r *Runtime) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (b
 		// them.
 		r.blockIfReleasing(c, it)
 	}
+	if r.repushPaused(c, it) {
+		rep.Repushed++
+		return true, nil
+	}
 	if err := c.pool.Submit(ctx, it); err != nil {
 		return false, nil
 	}

@@ -101,6 +101,10 @@ func (s *runState) open() error {
 	if err := r.checkIdentity(store); err != nil {
 		return errors.Join(err, store.Close())
 	}
+	// The pauses apply before the recovery pushes anything.
+	if err := r.loadPauses(store); err != nil {
+		return errors.Join(err, store.Close())
+	}
 	r.store = store
 	r.storeOpen.Store(true)
 	return nil

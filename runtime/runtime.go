@@ -104,7 +104,10 @@ type class struct {
 	parking *parking // ordered classes only
 	stats   counters
 	svc     serviceTime
-	index   int // in Runtime.order
+	index   int      // in Runtime.order
+	batch   *batcher // batch classes only
+	// susp is the class's outage suspension and pause (suspend.go).
+	susp suspension
 }
 
 // New validates cfg and returns a Runtime ready to [Runtime.Run]. Every
@@ -128,6 +131,12 @@ func New(cfg Config) (*Runtime, error) {
 	var errs []error
 	for _, cc := range cfg.Classes {
 		c := &class{cfg: cc, index: len(r.order)}
+		c.susp.init()
+		workers := cc.Workers
+		if cc.BatchHandler != nil {
+			c.batch = newBatcher(r, c)
+			workers = batchPoolWorkers(cc)
+		}
 		var keyFunc func(*item) string
 		if cc.Ordered {
 			keyFunc = itemKey
@@ -135,7 +144,7 @@ func New(cfg Config) (*Runtime, error) {
 		}
 		p, err := pool.New(pool.Config[*item]{
 			Name:       cc.Name,
-			Workers:    cc.Workers,
+			Workers:    workers,
 			QueueSize:  cc.QueueSize,
 			Ordered:    cc.Ordered,
 			KeyFunc:    keyFunc,

@@ -158,6 +158,10 @@ func (s *scheduler) run(ctx context.Context) {
 			if !s.hand(e.Key) {
 				continue // in a pool already: read again after a rewind
 			}
+			if s.r.skipHeld(c, e.Key.Due()) {
+				s.unhand(e.Key)
+				continue // its class is suspended or paused: read again once released
+			}
 			it := fromRecord(e.Record, fromDelayed)
 			it.delayedKey = e.Key
 			if err := c.pool.Submit(ctx, it); err != nil {

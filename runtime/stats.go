@@ -24,6 +24,8 @@ type ClassStats struct {
 	// OverBudget is true when DrainEstimate exceeds DrainTimeout: a stop
 	// now would snapshot part of this class's queue.
 	OverBudget bool
+	// Hold says whether the class is suspended by an outage or paused.
+	Hold ClassHold
 }
 
 // Stats returns every class's stats, in configuration order. Safe for
@@ -40,6 +42,7 @@ func (r *Runtime) Stats() []ClassStats {
 		}
 		cs.Rate = c.capacity()
 		cs.DrainEstimate, cs.OverBudget = r.drainEstimate(c, ps.Queued+ps.Running, cs.Rate)
+		cs.Hold = c.holdStats()
 		out[i] = cs
 	}
 	return out

@@ -72,6 +72,7 @@ func (s *runState) quiesce() []any {
 	s.r.releases.close()
 	s.feeds.Wait()
 	s.consumer.Wait()
+	s.r.quiesceHolds()
 	return nil
 }
 
@@ -162,6 +163,7 @@ func (s *runState) hardStop(grace time.Duration, cause error) []any {
 // pools.
 func (s *runState) keep(its []*item, reason string) {
 	for _, it := range its {
+		s.r.uncount(it)
 		s.r.leftPool(it)
 		s.left = append(s.left, leftover{it: it, reason: reason})
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -28,5 +29,25 @@ func TestDemo(t *testing.T) {
 	saved, repushed := count("snapshotted at stop"), count("re-pushed at start")
 	if saved == "0" || repushed != saved {
 		t.Errorf("snapshotted at stop %s, re-pushed at start %s: want the same, above 0\n%s", saved, repushed, r.stdout)
+	}
+	// The words match the numbers: every dead letter is told apart, and
+	// the outage scene suspended orders and made none.
+	n := func(label string) int { v, _ := strconv.Atoi(count(label)); return v }
+	if dead, parts := n("dead-lettered"), n("poison")+n("out of attempts")+n("by the outage"); dead != parts {
+		t.Errorf("dead-lettered %d, but poison + out of attempts + by the outage = %d\n%s", dead, parts, r.stdout)
+	}
+	if n("by the outage") != 0 || !strings.Contains(r.stdout, "the outage made 0 dead letters") ||
+		!regexp.MustCompile(`suspended [1-9]\d* time\(s\) for \d+\.\ds`).MatchString(r.stdout) {
+		t.Errorf("the outage scene did not show a suspension with no dead letter\n%s", r.stdout)
+	}
+	m := regexp.MustCompile(`(\d+) poison messages fail for good`).FindStringSubmatch(r.stdout)
+	parked := regexp.MustCompile(`the other (\d+) poison message\(s\) were orders parked`).FindStringSubmatch(r.stdout)
+	poison, _ := strconv.Atoi(m[1])
+	other := 0
+	if parked != nil {
+		other, _ = strconv.Atoi(parked[1])
+	}
+	if poison != n("poison")+other {
+		t.Errorf("%d poison messages, but %d poison dead letters and %d parked poison orders\n%s", poison, n("poison"), other, r.stdout)
 	}
 }

@@ -12,6 +12,8 @@
 //	handoff dead requeue STATE KEY...|--all    move dead letters to pending
 //	handoff dead discard STATE KEY...|--all    delete dead letters
 //	handoff replay STATE --brokers HOST:PORT   produce saved messages to their topics
+//	handoff pause STATE CLASS [--reason TEXT]  keep a class paused across the next start
+//	handoff resume STATE CLASS                 remove a class's pause
 //	handoff broker                             embedded broker until Ctrl-C
 //	handoff demo                               the rental demo
 //
@@ -77,6 +79,8 @@ Commands on a state file work offline, on a stopped service's file.`,
 		newInspectCmd(),
 		newDeadCmd(),
 		newReplayCmd(),
+		newPauseCmd(),
+		newResumeCmd(),
 		newBrokerCmd(),
 		newDemoCmd(),
 	)

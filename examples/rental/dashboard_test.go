@@ -175,6 +175,50 @@ func TestDashboardInBrowser(t *testing.T) {
 	if _, err := rt.GetDeadLetter(deadKey); !errors.Is(err, runtime.ErrNotFound) {
 		t.Errorf("dead letter %d after the requeue: %v", deadKey, err)
 	}
+
+	// Pause users with a reason: the card says so, a new users message
+	// waits; Resume lets it run.
+	do(t, ctx, "pause users",
+		chromedp.SendKeys(chromedp.CSS("#reason-users"), "CRM maintenance"),
+		chromedp.Click(chromedp.CSS("#pause-users")),
+		chromedp.WaitVisible(chromedp.CSS("#hold-users")),
+	)
+	hold := value(t, ctx, "read the users card", chromedp.Text(chromedp.CSS("#hold-users")))
+	flash = value(t, ctx, "read the message", chromedp.Text(chromedp.CSS("#flash")))
+	state := value(t, ctx, "read the users state", chromedp.Text(chromedp.CSS("#state-users")))
+	if !strings.Contains(hold, "paused since") || !strings.Contains(hold, "CRM maintenance") || state != "paused" ||
+		!strings.Contains(flash, `Class "users" paused`) {
+		t.Fatalf("after Pause: card %q, state %q, flash %q", hold, state, flash)
+	}
+	users := func() runtime.ClassStats { return rt.Stats()[1] }
+	if users().Hold.State != runtime.HoldPaused {
+		t.Fatalf("users is %s after Pause", users().Hold.State)
+	}
+	succeeded := users().Succeeded
+	produce(t, broker, []kafka.Message{{Topic: rental.TopicUsers, Key: []byte("user-paused"), Value: []byte("ok")}})
+	// The partition's fetch waits: the message stays in Kafka, nothing runs.
+	time.Sleep(time.Second)
+	if u := users(); u.Succeeded != succeeded || u.Running != 0 {
+		t.Fatalf("users ran while paused: %+v", u)
+	}
+	do(t, ctx, "resume users",
+		chromedp.Click(chromedp.CSS("#resume-users")),
+		chromedp.WaitVisible(chromedp.CSS("#flash")),
+	)
+	flash = value(t, ctx, "read the message", chromedp.Text(chromedp.CSS("#flash")))
+	if !strings.Contains(flash, `Class "users" resumed`) {
+		t.Fatalf("flash after Resume: %q", flash)
+	}
+	waitUntil := time.Now().Add(30 * time.Second)
+	for users().Succeeded <= succeeded {
+		if time.Now().After(waitUntil) {
+			t.Fatalf("the users message did not run after Resume: %+v", users())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s := users().Hold.State; s != runtime.HoldRunning {
+		t.Fatalf("users is %s after Resume", s)
+	}
 }
 
 // browser starts headless Chromium with a fresh profile; it is closed at

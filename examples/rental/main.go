@@ -3,7 +3,7 @@
 //
 //   - orders: order status changes, ordered per order key;
 //   - users: user messages;
-//   - heartbeats: device heartbeats, many and cheap.
+//   - heartbeats: device heartbeats, many and cheap: a batch class.
 //
 // With no flags it runs a self-contained demo on an embedded broker: it
 // produces a burst, stops the service mid-load, restarts it and shows
@@ -16,12 +16,14 @@
 //	-group NAME                     consumer group (default rental)
 //	-state PATH                     bbolt state file (default rental.db)
 //	-drain-timeout DURATION         bounded drain at stop (default 30s)
-//	-work DURATION                  simulated work per message (default 0)
+//	-work DURATION                  simulated work per message, per batch for heartbeats (default 0)
 //	-work-jitter DURATION           each message's work drawn uniformly from [work-D, work+D], clamped at 0 (default 0)
 //	-effects PATH                   append "<topic> <partition> <offset> <key>" per handled message
 //	-fail-rate FRACTION             fraction of handler attempts that fail recoverably (default 0)
 //	-admin ADDR                     serve the admin endpoints and dashboard on ADDR (no host: 127.0.0.1); off by default
 //	-admin-token TOKEN              token for the admin endpoints that requeue or discard; none means read-only
+//	-outage CLASS:START:DURATION    from START after the start, for DURATION, every attempt of CLASS fails recoverably
+//	                                (a simulated database outage; repeatable)
 //
 // Exit status: 0 after a clean stop; 1 when the stop could not save or
 // commit safely; 2 for bad flags or a start failure.
@@ -62,6 +64,8 @@ func run(args []string) int {
 	failRate := fs.Float64("fail-rate", 0, "fraction of handler attempts that fail recoverably (retried, then dead-lettered)")
 	adminAddr := fs.String("admin", "", "serve the admin endpoints and dashboard on `ADDR` (host:port; no host means 127.0.0.1); off when empty")
 	adminToken := fs.String("admin-token", "", "`TOKEN` the admin endpoints that requeue or discard dead letters require; none means they are disabled")
+	var outages outageFlag
+	fs.Var(&outages, "outage", "from START after the service started (`CLASS:START:DURATION`), for DURATION, every handler attempt of CLASS fails recoverably (a simulated database outage, e.g. orders:5s:20s); repeatable")
 	var stopPolicy stopPolicyFlag
 	fs.Var(&stopPolicy, "stop-policy", "what the stop does with unfinished Kafka messages: snapshot (save them) or redeliver (leave them to the partition's next owner)")
 	if err := fs.Parse(args); err != nil {
@@ -83,7 +87,7 @@ func run(args []string) int {
 		brokers: strings.Split(*brokers, ","), group: *group, state: *state,
 		drain: *drain, work: *work, workJitter: *workJitter, effects: *effects, failRate: *failRate,
 		admin: *adminAddr, adminToken: *adminToken,
-		stopPolicy: stopPolicy.p,
+		stopPolicy: stopPolicy.p, outages: outages,
 	})
 }
 
@@ -101,17 +105,20 @@ type serviceConfig struct {
 	adminToken string
 
 	stopPolicy runtime.StopPolicy
+	outages    []rental.Outage
 }
 
 // serve runs the service until a signal and prints the stop report as
 // one JSON line on stdout.
 func serve(log *slog.Logger, sc serviceConfig) int {
-	h, err := rental.New(rental.Options{Work: sc.work, WorkJitter: sc.workJitter, EffectsPath: sc.effects, FailRate: sc.failRate})
+	h, err := rental.New(rental.Options{Work: sc.work, WorkJitter: sc.workJitter, EffectsPath: sc.effects, FailRate: sc.failRate,
+		Outages: sc.outages})
 	if err != nil {
 		log.Error("bad options", "err", err)
 		return 2
 	}
 	defer h.Close()
+	defer logOutages(log, h, sc.outages)()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	rt, err := runtime.New(runtime.Config{

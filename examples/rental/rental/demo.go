@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -32,6 +33,10 @@ const (
 	// "operator" cures it and requeues the dead letters.
 	demoFailRate    = 0.02
 	demoPoisonEvery = 700
+	// In run 2 the database behind orders is down for demoOutageFor,
+	// from demoOutageAt after the run's start.
+	demoOutageAt  = 300 * time.Millisecond
+	demoOutageFor = 2 * time.Second
 )
 
 // tally counts handled messages by ID.
@@ -108,7 +113,8 @@ func Demo(out io.Writer) int {
 		return fail(err)
 	}
 	fmt.Fprintf(out, "handoff demo: %d messages (orders %d, users %d, heartbeats %d) on an embedded broker, %s of work each,\n"+
-		"  %.0f%% of attempts fail and are retried, %d poison messages fail for good until an operator fixes the bug\n",
+		"  %.0f%% of attempts fail and are retried (a message out of attempts becomes a dead letter: heartbeats get 2,\n"+
+		"  orders 3, users 3 and 2 delayed redeliveries), %d poison messages fail for good until an operator fixes the bug\n",
 		produced, demoOrders, demoUsers, demoHeartbeats, demoWork, demoFailRate*100, poison)
 
 	t := &tally{seen: map[string]int{}}
@@ -152,12 +158,21 @@ func Demo(out io.Writer) int {
 	// messages become dead letters, and later changes of a poison order
 	// are parked behind it; then the "operator" fixes the bug and
 	// requeues the dead letters, which releases the parked ones.
+	// In run 2 the database behind orders is down for a while: the class
+	// is suspended and waits, instead of dead-lettering its backlog.
+	outage := Outage{Class: "orders", Start: demoOutageAt, Duration: demoOutageFor}
+	h2, err := New(Options{Work: demoWork, OnDone: t.done, FailRate: demoFailRate, Outages: []Outage{outage}})
+	if err != nil {
+		return fail(err)
+	}
+	defer h2.Close()
+	cfg.Classes = h2.Classes()
 	rt2, err := runtime.New(cfg)
 	if err != nil {
 		return fail(err)
 	}
 	go func() { rep, err := rt2.Run(context.Background()); res <- runResult{rep, err} }()
-	requeued, err := healAfter(rt2, t, produced, h)
+	dead, err := healAfter(rt2, t, produced, h2)
 	if err != nil {
 		rt2.Shutdown(context.Background())
 		<-res
@@ -172,8 +187,18 @@ func Demo(out io.Writer) int {
 	if r2.err != nil {
 		return fail(fmt.Errorf("run 2 stop: %w", r2.err))
 	}
+	var orders runtime.ClassHold
+	for _, cs := range rt2.Stats() {
+		if cs.Name == "orders" {
+			orders = cs.Hold
+		}
+	}
 	fmt.Fprintf(out, "run 2: re-pushed %d saved messages before fetching, then consumed the rest;\n"+
-		"  %d dead letters requeued after the fix, %d parked messages released behind them\n\n", r2.rep.Repushed, requeued, r2.rep.Released)
+		"  orders' database was down for %s: the class was suspended %d time(s) for %.1fs in all, %d attempts failed,\n"+
+		"  and the outage made %d dead letters;\n"+
+		"  %d dead letters requeued after the fix (%d poison, %d out of attempts: %s), %d parked messages released behind them%s\n\n",
+		r2.rep.Repushed, demoOutageFor, orders.Suspensions, orders.SuspendedSeconds, h2.OutageFailed(0), dead.outage,
+		dead.total, dead.poison, dead.exhausted(), dead.exhaustedByClass(), r2.rep.Released, parkedPoison(poison-dead.poison))
 
 	unique, total := t.counts()
 	lost := produced - unique
@@ -190,6 +215,10 @@ func Demo(out io.Writer) int {
 		{"duplicates", total - unique},
 		{"retried in place", r1.rep.Retried + r2.rep.Retried},
 		{"dead-lettered", r1.rep.DeadLettered + r2.rep.DeadLettered},
+		{"  poison", dead.poison},
+		{"  out of attempts", dead.exhausted()},
+		{"  by the outage", dead.outage},
+		{"suspended (orders)", time.Duration(orders.SuspendedSeconds * float64(time.Second)).Round(time.Millisecond)},
 		{"redelivered later", r1.rep.Redelivered + r2.rep.Redelivered},
 		{"parked", r1.rep.Parked + r2.rep.Parked},
 		{"requeued", r2.rep.Requeued},
@@ -213,10 +242,27 @@ type runResult struct {
 	err error
 }
 
+// deadCounts are the dead letters healAfter requeued, by cause.
+type deadCounts struct {
+	total, poison, outage int
+	byClass               map[string]int // out of attempts
+}
+
+func (d deadCounts) exhausted() int { return d.total - d.poison - d.outage }
+
+func (d deadCounts) exhaustedByClass() string {
+	var s []string
+	for _, c := range []string{"orders", "users", "heartbeats"} {
+		s = append(s, fmt.Sprintf("%s %d", c, d.byClass[c]))
+	}
+	return strings.Join(s, ", ")
+}
+
 // healAfter waits until every message is handled but the poison ones,
 // which are dead letters (with their keys' later messages parked), then
-// cures the service and requeues every dead letter. It returns how many.
-func healAfter(rt *runtime.Runtime, t *tally, produced int, h *Service) (int, error) {
+// cures the service and requeues every dead letter. It returns them by
+// cause: poison, the outage, or out of attempts.
+func healAfter(rt *runtime.Runtime, t *tally, produced int, h *Service) (deadCounts, error) {
 	deadline := time.Now().Add(45 * time.Second)
 	for {
 		u, _ := t.counts()
@@ -225,18 +271,36 @@ func healAfter(rt *runtime.Runtime, t *tally, produced int, h *Service) (int, er
 		// one (two poison orders may share a key).
 		if err == nil && len(dead) > 0 && u+len(dead)+parkedCount(rt) >= produced {
 			h.Cure()
+			dc := deadCounts{total: len(dead), byClass: map[string]int{}}
 			for _, dl := range dead {
+				switch {
+				case strings.Contains(dl.Err, ErrPoison.Error()):
+					dc.poison++
+				case strings.Contains(dl.Err, ErrOutage.Error()):
+					dc.outage++
+				default:
+					dc.byClass[dl.Message.Class]++
+				}
 				if err := rt.Requeue(context.Background(), dl.Key); err != nil {
-					return 0, fmt.Errorf("requeue dead letter %d: %w", dl.Key, err)
+					return dc, fmt.Errorf("requeue dead letter %d: %w", dl.Key, err)
 				}
 			}
-			return len(dead), nil
+			return dc, nil
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("run 2: %d handled, %d dead letters after 45s", u, len(dead))
+			return deadCounts{}, fmt.Errorf("run 2: %d handled, %d dead letters after 45s", u, len(dead))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// parkedPoison says where the poison messages that are not dead letters
+// were: parked behind a poison order of the same key.
+func parkedPoison(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(";\n  the other %d poison message(s) were orders parked behind a poison order with the same key, not dead letters", n)
 }
 
 func parkedCount(rt *runtime.Runtime) int {

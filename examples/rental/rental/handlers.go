@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -30,7 +31,8 @@ func Topics() []string { return []string{TopicOrders, TopicUsers, TopicHeartbeat
 
 // Options configures the handlers.
 type Options struct {
-	// Work is the simulated work per message; it honours the stop.
+	// Work is the simulated work per message (per batch call for the
+	// heartbeats batch class: one bulk write); it honours the stop.
 	Work time.Duration
 	// WorkJitter spreads the work: each attempt's is drawn uniformly from
 	// [Work-WorkJitter, Work+WorkJitter], clamped at 0, so completions
@@ -47,7 +49,55 @@ type Options struct {
 	// error (drawn per attempt), to exercise retries, redeliveries and
 	// dead letters. Zero means none.
 	FailRate float64
+	// Outages are simulated dependency outages: during each, every
+	// attempt of its class fails with the recoverable [ErrOutage].
+	Outages []Outage
 }
+
+// Outage is a simulated outage of the database behind one class: from
+// Start after [New] (the service's start) for Duration, every handler
+// attempt of Class fails with [ErrOutage].
+type Outage struct {
+	Class           string
+	Start, Duration time.Duration
+}
+
+// ParseOutage parses "CLASS:START:DURATION", for example
+// "orders:5s:20s", the -outage flag's value.
+func ParseOutage(s string) (Outage, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return Outage{}, fmt.Errorf("rental: outage %q: want CLASS:START:DURATION, for example orders:5s:20s", s)
+	}
+	start, err := time.ParseDuration(parts[1])
+	if err != nil {
+		return Outage{}, fmt.Errorf("rental: outage %q: START: %w", s, err)
+	}
+	d, err := time.ParseDuration(parts[2])
+	if err != nil {
+		return Outage{}, fmt.Errorf("rental: outage %q: DURATION: %w", s, err)
+	}
+	o := Outage{Class: parts[0], Start: start, Duration: d}
+	return o, o.validate()
+}
+
+func (o Outage) validate() error {
+	switch {
+	case o.Class != "orders" && o.Class != "users" && o.Class != "heartbeats":
+		return fmt.Errorf("rental: outage of unknown class %q: want orders, users or heartbeats", o.Class)
+	case o.Start < 0:
+		return fmt.Errorf("rental: outage of %s: START must not be negative, got %s", o.Class, o.Start)
+	case o.Duration <= 0:
+		return fmt.Errorf("rental: outage of %s: DURATION must be > 0, got %s", o.Class, o.Duration)
+	}
+	return nil
+}
+
+func (o Outage) String() string { return fmt.Sprintf("%s:%s:%s", o.Class, o.Start, o.Duration) }
+
+// ErrOutage is the recoverable error of every attempt during a simulated
+// outage of its class.
+var ErrOutage = errors.New("rental: simulated database outage")
 
 // ErrSimulated is the recoverable error of the FailRate attempts.
 var ErrSimulated = errors.New("rental: simulated failure")
@@ -66,6 +116,20 @@ type Service struct {
 	onDone   func(m *handoff.Message)
 	failRate float64
 	cured    atomic.Bool
+	started  time.Time
+	outages  []Outage
+	failed   []atomic.Int64 // attempts failed by each outage
+}
+
+// OutageFailed returns how many handler attempts the i-th outage of
+// Options.Outages has failed so far.
+func (h *Service) OutageFailed(i int) int64 { return h.failed[i].Load() }
+
+// OutageWindow returns when the i-th outage of Options.Outages begins and
+// ends, measured from New.
+func (h *Service) OutageWindow(i int) (begin, end time.Time) {
+	o := h.outages[i]
+	return h.started.Add(o.Start), h.started.Add(o.Start + o.Duration)
 }
 
 // Cure makes poison messages succeed from now on.
@@ -79,7 +143,13 @@ func New(opts Options) (*Service, error) {
 	if opts.WorkJitter < 0 {
 		return nil, fmt.Errorf("rental: work jitter must not be negative, got %s", opts.WorkJitter)
 	}
-	h := &Service{work: opts.Work, jitter: opts.WorkJitter, onDone: opts.OnDone, failRate: opts.FailRate}
+	for _, o := range opts.Outages {
+		if err := o.validate(); err != nil {
+			return nil, err
+		}
+	}
+	h := &Service{work: opts.Work, jitter: opts.WorkJitter, onDone: opts.OnDone, failRate: opts.FailRate,
+		started: time.Now(), outages: append([]Outage(nil), opts.Outages...), failed: make([]atomic.Int64, len(opts.Outages))}
 	if opts.EffectsPath != "" {
 		f, err := os.OpenFile(opts.EffectsPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 		if err != nil {
@@ -101,7 +171,9 @@ func (h *Service) Close() error {
 // Classes is the service's class table: each class its own pool size and
 // failure policy. Orders are ordered per order key, so a failed order
 // parks that order's later changes; user messages get delayed
-// redeliveries; heartbeats are cheap and get one quick retry.
+// redeliveries; heartbeats are many and cheap: a batch class (up to 64
+// per call, a partial batch waits at most 5ms, 4 calls at once) with one
+// quick retry per message.
 func (h *Service) Classes() []runtime.Class {
 	quick := runtime.RetryPolicy{MaxAttempts: 3, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}
 	users := quick
@@ -111,8 +183,24 @@ func (h *Service) Classes() []runtime.Class {
 	return []runtime.Class{
 		{Name: "orders", Topics: []string{TopicOrders}, Handler: h.handle, Workers: 8, QueueSize: 64, Ordered: true, Retry: quick},
 		{Name: "users", Topics: []string{TopicUsers}, Handler: h.handle, Workers: 4, QueueSize: 32, Retry: users},
-		{Name: "heartbeats", Topics: []string{TopicHeartbeats}, Handler: h.handle, Workers: 16, QueueSize: 256, Retry: beats},
+		{Name: "heartbeats", Topics: []string{TopicHeartbeats}, BatchHandler: h.handleBatch, MaxBatch: 64, MaxWait: 5 * time.Millisecond,
+			Workers: 4, QueueSize: 256, Retry: beats},
 	}
+}
+
+// down reports whether class's simulated database is down now.
+func (h *Service) down(class string) bool {
+	if len(h.outages) == 0 {
+		return false
+	}
+	since := time.Since(h.started)
+	for i, o := range h.outages {
+		if o.Class == class && since >= o.Start && since < o.Start+o.Duration {
+			h.failed[i].Add(1)
+			return true
+		}
+	}
+	return false
 }
 
 // workTime is one attempt's simulated work: Work, spread by WorkJitter.
@@ -126,6 +214,33 @@ func (h *Service) workTime() time.Duration {
 // handle simulates the work, honouring the stop, then records the effect
 // with a single write.
 func (h *Service) handle(ctx context.Context, m *handoff.Message) error {
+	if err := h.simulate(ctx); err != nil {
+		return err
+	}
+	return h.finish(m)
+}
+
+// handleBatch is the heartbeats class's batch handler: one simulated
+// bulk write for the batch (Work once per call, as a bulk insert costs
+// about one round trip), then each message is checked and its effect
+// recorded as handle does; the messages that fail are named in a
+// BatchError, the others are done.
+func (h *Service) handleBatch(ctx context.Context, ms []*handoff.Message) error {
+	if err := h.simulate(ctx); err != nil {
+		return err // interrupted by the stop: every message runs again
+	}
+	var be handoff.BatchError
+	for i, m := range ms {
+		if err := h.finish(m); err != nil {
+			be.Fail(i, err)
+		}
+	}
+	return be.Err()
+}
+
+// simulate waits one attempt's simulated work, or returns the cause of
+// the stop that cut it short.
+func (h *Service) simulate(ctx context.Context) error {
 	if d := h.workTime(); d > 0 {
 		t := time.NewTimer(d)
 		select {
@@ -134,6 +249,16 @@ func (h *Service) handle(ctx context.Context, m *handoff.Message) error {
 			t.Stop()
 			return context.Cause(ctx)
 		}
+	}
+	return nil
+}
+
+// finish decides a worked message's result (a simulated outage, poison,
+// simulated failure) and records the effect of a handled one with a
+// single write.
+func (h *Service) finish(m *handoff.Message) error {
+	if h.down(m.Class) {
+		return ErrOutage
 	}
 	if !h.cured.Load() && bytes.Contains(m.Value, []byte("poison")) {
 		return handoff.Permanent(ErrPoison)

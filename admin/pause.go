@@ -1,0 +1,169 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/handoff-go/handoff/runtime"
+)
+
+// maxReason bounds a pause's reason, in bytes.
+const maxReason = 1024
+
+// holdJSON is a class's suspension and pause state in /api/classes.
+type holdJSON struct {
+	// State is "running", "suspended" (a detected dependency outage) or
+	// "paused" (by an operator).
+	State string `json:"state"`
+	// Since is when the suspension or pause began; absent while running.
+	Since time.Time `json:"since,omitzero"`
+	// Reason is the pause's reason, or what tripped the suspension.
+	Reason string `json:"reason,omitempty"`
+	// LastError is the last handler error of the current (or last)
+	// suspension.
+	LastError        string  `json:"last_error,omitempty"`
+	Probes           int     `json:"probes"`
+	Suspensions      uint64  `json:"suspensions"`
+	SuspendedSeconds float64 `json:"suspended_seconds"`
+}
+
+func toHoldJSON(h runtime.ClassHold) holdJSON {
+	return holdJSON{State: h.State, Since: h.Since, Reason: h.Reason, LastError: h.LastError, Probes: h.Probes,
+		Suspensions: h.Suspensions, SuspendedSeconds: h.SuspendedSeconds}
+}
+
+// pauseJSON is the optional body of POST /api/classes/{name}/pause.
+type pauseJSON struct {
+	Reason string `json:"reason"`
+}
+
+// classActionJSON is the body of a successful pause or resume.
+type classActionJSON struct {
+	Class  string `json:"class"`
+	Status string `json:"status"`
+}
+
+func (h *handler) apiPause(w http.ResponseWriter, r *http.Request) {
+	if !h.authorizeBearer(w, r) {
+		return
+	}
+	var body pauseJSON
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxReason+512))
+	if err == nil && len(b) > 0 {
+		err = json.Unmarshal(b, &body)
+	}
+	switch {
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "admin: pause body: want {\"reason\": \"...\"}: %v", err)
+		return
+	case len(body.Reason) > maxReason:
+		writeError(w, http.StatusBadRequest, "admin: pause reason of %d bytes, at most %d", len(body.Reason), maxReason)
+		return
+	}
+	name := r.PathValue("name")
+	if err := h.rt.Pause(r.Context(), name, body.Reason); err != nil {
+		h.classError(w, "pause class "+name, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, classActionJSON{Class: name, Status: "paused"})
+}
+
+func (h *handler) apiResume(w http.ResponseWriter, r *http.Request) {
+	if !h.authorizeBearer(w, r) {
+		return
+	}
+	name := r.PathValue("name")
+	if err := h.rt.Resume(r.Context(), name); err != nil {
+		h.classError(w, "resume class "+name, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, classActionJSON{Class: name, Status: "resumed"})
+}
+
+// classError answers a failed pause or resume: an unknown class is 404.
+func (h *handler) classError(w http.ResponseWriter, what string, err error) {
+	if errors.Is(err, runtime.ErrUnknownClass) {
+		writeError(w, http.StatusNotFound, "admin: %s: %v", what, err)
+		return
+	}
+	h.runtimeError(w, what, err)
+}
+
+func (h *handler) uiPause(w http.ResponseWriter, r *http.Request) {
+	h.uiClassAction(w, r, "class-paused", func(name string) error {
+		reason := r.PostFormValue("reason")
+		if len(reason) > maxReason {
+			reason = reason[:maxReason]
+		}
+		return h.rt.Pause(r.Context(), name, reason)
+	})
+}
+
+func (h *handler) uiResume(w http.ResponseWriter, r *http.Request) {
+	h.uiClassAction(w, r, "class-resumed", func(name string) error { return h.rt.Resume(r.Context(), name) })
+}
+
+// uiClassAction runs a class button's action when the session allows it
+// and sends the browser back to the dashboard with the outcome.
+func (h *handler) uiClassAction(w http.ResponseWriter, r *http.Request, done string, act func(name string) error) {
+	if !h.sameOrigin(w, r) {
+		return
+	}
+	switch {
+	case len(h.token) == 0:
+		h.back(w, r, "no-token", 0)
+		return
+	case !h.loggedIn(r):
+		h.back(w, r, "login-first", 0)
+		return
+	}
+	name := r.PathValue("name")
+	if err := act(name); err != nil {
+		code := "class-failed"
+		switch {
+		case errors.Is(err, runtime.ErrUnknownClass):
+			code = "class-unknown"
+		case errors.Is(err, runtime.ErrNotRunning):
+			code = "not-running"
+		default:
+			h.log.Error("dashboard class action failed", "action", done, "class", name, "err", err)
+		}
+		h.backClass(w, r, code, name)
+		return
+	}
+	h.backClass(w, r, done, name)
+}
+
+// backClass redirects to the dashboard, showing the message of code
+// about class name.
+func (h *handler) backClass(w http.ResponseWriter, r *http.Request, code, name string) {
+	v := url.Values{"msg": {code}, "name": {name}}
+	http.Redirect(w, r, basePath(r)+"?"+v.Encode(), http.StatusSeeOther)
+}
+
+// classFlashes are the dashboard's messages about a class; %s is its
+// name, quoted.
+var classFlashes = map[string]struct {
+	text string
+	err  bool
+}{
+	"class-paused":  {"Class %s paused: it takes and starts no messages until resumed, across restarts too.", false},
+	"class-resumed": {"Class %s resumed.", false},
+	"class-unknown": {"There is no class %s.", true},
+	"class-failed":  {"Pausing or resuming class %s failed; the service log says why.", true},
+}
+
+// classFlash returns the message of code about class name, if code is
+// one of classFlashes.
+func classFlash(code, name string) (string, bool, bool) {
+	f, ok := classFlashes[code]
+	if !ok {
+		return "", false, false
+	}
+	return fmt.Sprintf(f.text, fmt.Sprintf("%q", name)), f.err, true
+}

@@ -1,0 +1,113 @@
+package admin
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// post sends a POST with body and the headers in hdr (pairs).
+func (b *bundle) post(path, body string, hdr ...string) (*http.Response, []byte) {
+	b.t.Helper()
+	req, err := http.NewRequest("POST", b.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return resp, out
+}
+
+// TestPauseResumeAPI: pause and resume are token-protected, an unknown
+// class is 404, the pause holds the class's messages and shows in
+// /api/classes, /metrics and the dashboard, and resume lets them run.
+func TestPauseResumeAPI(t *testing.T) {
+	t.Parallel()
+	t.Run("no token configured", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, func(o *Options) { o.Token = "" })
+		for _, action := range []string{"pause", "resume"} {
+			resp, body := b.post("/api/classes/jobs/"+action, `{"reason":"x"}`, bearer("anything")...)
+			wantError(t, resp, body, 403, "no token is configured")
+		}
+		if s := b.rt.Stats()[0].Hold.State; s != "running" {
+			t.Errorf("a refused pause left the class %s", s)
+		}
+	})
+	b := setup(t, nil)
+	for _, action := range []string{"pause", "resume"} {
+		path := "/api/classes/jobs/" + action
+		resp, body := b.post(path, `{"reason":"x"}`)
+		wantError(t, resp, body, 401, "missing bearer token")
+		resp, body = b.post(path, `{"reason":"x"}`, bearer("wrong")...)
+		wantError(t, resp, body, 401, "wrong bearer token")
+		resp, body = b.post("/api/classes/nope/"+action, "", bearer(testToken)...)
+		wantError(t, resp, body, 404, "nope")
+	}
+	if s := b.rt.Stats()[0].Hold.State; s != "running" {
+		t.Fatalf("a refused pause left the class %s", s)
+	}
+	resp, body := b.post("/api/classes/jobs/pause", `{"reason":`, bearer(testToken)...)
+	wantError(t, resp, body, 400, "pause body")
+
+	resp, body = b.post("/api/classes/jobs/pause", `{"reason":"db migration"}`, bearer(testToken)...)
+	if got := decode[classActionJSON](t, resp, body, 200); got.Status != "paused" || got.Class != "jobs" {
+		t.Fatalf("pause answered %+v", got)
+	}
+	id := b.submit("jobs", "k", "v")
+	waitFor(t, "the message queued", func() bool { return b.rt.Stats()[0].Queued == 1 })
+	resp, body = b.do("GET", "/api/classes")
+	cls := decode[classesJSON](t, resp, body, 200)
+	if h := cls.Classes[0].Hold; h.State != "paused" || h.Reason != "db migration" || h.Since.IsZero() ||
+		cls.Classes[0].Running != 0 || cls.Classes[0].Succeeded != 0 {
+		t.Fatalf("/api/classes while paused: %+v", cls.Classes[0])
+	}
+	if h := cls.Classes[1].Hold; h.State != "running" {
+		t.Fatalf("orders is %s", h.State)
+	}
+	_, body = b.do("GET", "/metrics")
+	if !strings.Contains(string(body), `handoff_class_paused{class="jobs"} 1`) ||
+		!strings.Contains(string(body), `handoff_class_suspended{class="jobs"} 0`) ||
+		!strings.Contains(string(body), `handoff_class_suspensions_total{class="jobs"} 0`) {
+		t.Errorf("/metrics lacks the pause:\n%s", body)
+	}
+	_, body = b.do("GET", "/")
+	for _, want := range []string{`id="hold-jobs"`, "paused since", "db migration", `id="resume-jobs"`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("dashboard lacks %q", want)
+		}
+	}
+	select {
+	case got := <-b.handled:
+		t.Fatalf("%s handled while paused", got)
+	default:
+	}
+
+	resp, body = b.post("/api/classes/jobs/resume", "", bearer(testToken)...)
+	if got := decode[classActionJSON](t, resp, body, 200); got.Status != "resumed" {
+		t.Fatalf("resume answered %+v", got)
+	}
+	select {
+	case got := <-b.handled:
+		if got != id {
+			t.Fatalf("handled %s, want %s", got, id)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("not handled after the resume")
+	}
+	if s := b.rt.Stats()[0].Hold.State; s != "running" {
+		t.Fatalf("after resume: %s", s)
+	}
+}

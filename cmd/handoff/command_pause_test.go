@@ -1,0 +1,68 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+func pausesOf(t *testing.T, path string) map[string]snapshot.Pause {
+	t.Helper()
+	st, err := snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var p map[string]snapshot.Pause
+	if err := st.View(func(tx *snapshot.Tx) (err error) { p, err = tx.Pauses(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestPauseResumeCommands: pause records a class's pause with its reason,
+// resume removes it, resuming a class not paused changes nothing, and a
+// locked file points at the admin API.
+func TestPauseResumeCommands(t *testing.T) {
+	t.Parallel()
+	path := stateFile(t)
+	r := run(t, "pause", path, "orders", "--reason", "db migration")
+	if r.code != 0 || !strings.Contains(r.stdout, `paused class "orders"`) {
+		t.Fatalf("pause: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	if p := pausesOf(t, path); len(p) != 1 || p["orders"].Reason != "db migration" || p["orders"].Since.IsZero() {
+		t.Fatalf("pauses after pause: %+v", p)
+	}
+	st, err := snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"pause", path, "orders"}, {"resume", path, "orders"}} {
+		r := run(t, append(args, "--lock-timeout", "50ms")...)
+		if r.code != exitFailure || !strings.Contains(r.stderr, "in use by a running service") ||
+			!strings.Contains(r.stderr, "admin API (POST /api/classes/CLASS/pause or /resume)") {
+			t.Errorf("%v on a locked file: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+	st.Close()
+	r = run(t, "resume", path, "orders")
+	if r.code != 0 || !strings.Contains(r.stdout, `resumed class "orders"`) {
+		t.Fatalf("resume: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	if p := pausesOf(t, path); len(p) != 0 {
+		t.Fatalf("pauses after resume: %+v", p)
+	}
+	r = run(t, "resume", path, "orders")
+	if r.code != 0 || !strings.Contains(r.stdout, "was not paused") {
+		t.Fatalf("second resume: exit %d, %q", r.code, r.stdout)
+	}
+	for _, args := range [][]string{{"pause"}, {"pause", path}, {"resume", path, "a", "b"}} {
+		if r := run(t, args...); r.code != exitUsage {
+			t.Errorf("%v: exit %d, want %d", args, r.code, exitUsage)
+		}
+	}
+	if r := run(t, "pause", path+".missing", "orders"); r.code != exitFailure || !strings.Contains(r.stderr, "does not exist") {
+		t.Errorf("pause of a missing file: exit %d, %q", r.code, r.stderr)
+	}
+}

@@ -1,0 +1,291 @@
+package handofftest_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/handofftest"
+	"github.com/handoff-go/handoff/runtime"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var errDown = errors.New("database down")
+
+// The class's own RetryPolicy (the default: 3 attempts, 100ms..5s
+// backoff) runs in a synctest bubble, so its backoffs take no time: a
+// message failing twice is handled on its third attempt, one failing
+// every time is a dead letter after three, with its error.
+func TestRetriesInBubble(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls sync.Map
+		h := handofftest.New(t, runtime.Class{Name: "orders", Handler: func(ctx context.Context, m *handoff.Message) error {
+			n, _ := calls.LoadOrStore(m.ID, new(atomic.Int32))
+			k := n.(*atomic.Int32).Add(1)
+			if m.ID == "always" || m.ID == "twice" && k <= 2 {
+				return errDown
+			}
+			return nil
+		}})
+		start := time.Now()
+		h.Send(&handoff.Message{ID: "twice"}, &handoff.Message{ID: "always"}, &handoff.Message{ID: "ok"})
+		h.Wait()
+		h.RequireHandled("twice", 3)
+		h.RequireDeadLettered("always", "database down")
+		if r := h.RequireHandled("ok", 1); r.Calls != 1 {
+			t.Errorf("ok called %d times", r.Calls)
+		}
+		if r := h.Result("always"); r.Attempts != 3 || r.Calls != 3 {
+			t.Errorf("always: %d attempts, %d calls; want 3, 3", r.Attempts, r.Calls)
+		}
+		// The backoffs passed on the bubble's clock: at least 2 of them.
+		if d := time.Since(start); d < 100*time.Millisecond {
+			t.Errorf("fake clock advanced %s, less than the backoffs", d)
+		}
+	})
+}
+
+// A permanent error is a dead letter after one attempt, never retried.
+func TestPermanent(t *testing.T) {
+	t.Parallel()
+	h := handofftest.New(t, runtime.Class{Name: "users", Handler: func(ctx context.Context, m *handoff.Message) error {
+		if string(m.Value) == "bad" {
+			return handoff.Permanent(errors.New("no such user"))
+		}
+		return nil
+	}})
+	ids := h.SendValues("u1", "good", "bad")
+	h.Wait()
+	h.RequireHandled(ids[0], 1)
+	if r := h.RequireDeadLettered(ids[1], "no such user"); r.Calls != 1 || r.Attempts != 1 {
+		t.Errorf("permanent failure: %d calls, %d attempts; want 1, 1", r.Calls, r.Attempts)
+	}
+}
+
+// An ordered class: a key's dead letter parks the key's later messages
+// while other keys flow; once the dead letter is requeued (after the bug
+// is fixed) and succeeds, the parked ones run in their order.
+func TestOrderedParking(t *testing.T) {
+	t.Parallel()
+	var broken atomic.Bool
+	broken.Store(true)
+	var mu sync.Mutex
+	var order []string
+	h := handofftest.New(t, runtime.Class{Name: "orders", Ordered: true, Handler: func(ctx context.Context, m *handoff.Message) error {
+		if broken.Load() && string(m.Value) == "paid" {
+			return handoff.Permanent(errors.New("payment service rejected"))
+		}
+		mu.Lock()
+		order = append(order, string(m.Key)+":"+string(m.Value))
+		mu.Unlock()
+		return nil
+	}})
+	a := h.SendValues("order-1", "created", "paid", "shipped", "delivered")
+	b := h.SendValues("order-2", "created", "cancelled")
+	h.Wait()
+	h.RequireHandled(a[0], 1)
+	h.RequireDeadLettered(a[1], "payment service rejected")
+	h.RequireParked(a[2])
+	h.RequireParked(a[3])
+	h.RequireHandled(b[0], 1)
+	h.RequireHandled(b[1], 1)
+
+	broken.Store(false)
+	dls, _, err := h.Runtime().DeadLetters("orders", "", 10)
+	if err != nil || len(dls) != 1 {
+		t.Fatalf("dead letters %v, %v", dls, err)
+	}
+	if err := h.Runtime().Requeue(context.Background(), dls[0].Key); err != nil {
+		t.Fatal(err)
+	}
+	h.Wait()
+	for _, id := range a {
+		h.RequireHandled(id, 1)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var one []string
+	for _, o := range order {
+		if o[:7] == "order-1" {
+			one = append(one, o)
+		}
+	}
+	if want := []string{"order-1:created", "order-1:paid", "order-1:shipped", "order-1:delivered"}; !slices.Equal(one, want) {
+		t.Errorf("order-1 ran %v, want %v", one, want)
+	}
+}
+
+// A batch class: the handler fails one message of its batch with a
+// BatchError; the runtime retries only that one.
+func TestBatchClass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var sizes []int
+		h := handofftest.New(t, runtime.Class{Name: "beats", MaxBatch: 50, MaxWait: 10 * time.Millisecond, Workers: 1,
+			BatchHandler: func(ctx context.Context, ms []*handoff.Message) error {
+				sizes = append(sizes, len(ms)) // one call at a time: Workers 1
+				var be handoff.BatchError
+				for i, m := range ms {
+					if m.ID == "msg-7" && m.Attempt == 0 {
+						be.Fail(i, errDown)
+					}
+				}
+				return be.Err()
+			}})
+		for range 50 {
+			h.Send(&handoff.Message{Key: []byte("device")})
+		}
+		h.Wait()
+		for _, r := range h.Results() {
+			want := 1
+			if r.ID == "msg-7" {
+				want = 2
+			}
+			h.RequireHandled(r.ID, want)
+		}
+		if len(sizes) < 2 || sizes[len(sizes)-1] != 1 {
+			t.Errorf("batch sizes %v, want the retry alone last", sizes)
+		}
+	})
+}
+
+// Scheduled messages and delayed redeliveries wait in the state file;
+// on the bubble's clock they come due at once.
+func TestScheduledAndRedelivery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var fail atomic.Bool
+		fail.Store(true)
+		h := handofftest.New(t, runtime.Class{Name: "users",
+			Retry: runtime.RetryPolicy{MaxAttempts: 1, Redeliveries: 1, RedeliveryDelay: time.Minute},
+			Handler: func(ctx context.Context, m *handoff.Message) error {
+				if m.ID == "flaky" && fail.Load() {
+					return errDown
+				}
+				return nil
+			}})
+		h.Schedule(&handoff.Message{ID: "reminder"}, time.Now().Add(time.Hour))
+		h.Send(&handoff.Message{ID: "flaky"})
+		h.Wait()
+		h.RequireScheduled("reminder")
+		if r := h.RequireScheduled("flaky"); !r.Redelivery || r.Attempts != 1 || r.Err != "database down" {
+			t.Errorf("flaky: %+v, want a redelivery after 1 attempt", r)
+		}
+		fail.Store(false)
+		time.Sleep(time.Hour)
+		h.Wait()
+		h.RequireHandled("reminder", 1)
+		h.RequireHandled("flaky", 2)
+	})
+}
+
+// Redeliver hands a message in again as Kafka does after a crash.
+func TestRedeliver(t *testing.T) {
+	t.Parallel()
+	h := handofftest.New(t, runtime.Class{Name: "users", Handler: func(ctx context.Context, m *handoff.Message) error { return nil }})
+	h.Send(&handoff.Message{ID: "a"})
+	h.Wait()
+	h.Redeliver("a")
+	h.Wait()
+	if r := h.RequireHandled("a", 1); r.Calls != 2 {
+		t.Errorf("a called %d times, want 2", r.Calls)
+	}
+	if got := h.Handled(); !slices.Equal(got, []string{"a", "a"}) {
+		t.Errorf("handled %v", got)
+	}
+}
+
+// Restart runs the real stop: a handler still running at the end of the
+// drain (30s, on the bubble's clock) is interrupted, it and the message
+// queued behind it are saved, and the next start re-pushes both; the
+// interrupted attempt is not counted.
+func TestRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		h := handofftest.New(t, runtime.Class{Name: "users", Workers: 1, Handler: func(ctx context.Context, m *handoff.Message) error {
+			if m.ID == "slow" && calls.Add(1) == 1 {
+				<-ctx.Done() // until the hard stop
+				return context.Cause(ctx)
+			}
+			return nil
+		}})
+		h.Send(&handoff.Message{ID: "slow"}, &handoff.Message{ID: "b"})
+		rep := h.Restart()
+		if rep.Interrupted != 1 || rep.Unstarted != 1 || rep.Snapshotted != 2 {
+			t.Errorf("stop: %d interrupted, %d unstarted, %d saved; want 1, 1, 2", rep.Interrupted, rep.Unstarted, rep.Snapshotted)
+		}
+		h.Wait()
+		if r := h.RequireHandled("slow", 1); r.Calls != 2 {
+			t.Errorf("slow called %d times, want 2 (the interrupted one and the re-pushed one)", r.Calls)
+		}
+		h.RequireHandled("b", 1)
+	})
+}
+
+// 1,000 messages through the real runtime, without Kafka: the time is
+// logged (see BenchmarkThousand for the figure).
+func TestThousand(t *testing.T) {
+	t.Parallel()
+	began := time.Now()
+	h := handofftest.New(t, runtime.Class{Name: "beats", Handler: func(ctx context.Context, m *handoff.Message) error { return nil }})
+	for range 1000 {
+		h.Send(&handoff.Message{})
+	}
+	h.Wait()
+	for _, r := range h.Results() {
+		if r.Outcome != handofftest.Handled {
+			t.Fatalf("%s is %s", r.ID, r.Outcome)
+		}
+	}
+	rep := h.Stop()
+	t.Logf("1000 messages: start, send, wait, check and stop took %s", time.Since(began))
+	if rep.Succeeded != 1000 {
+		t.Errorf("%d succeeded", rep.Succeeded)
+	}
+}
+
+func BenchmarkThousand(b *testing.B) {
+	for b.Loop() {
+		h := handofftest.New(b, runtime.Class{Name: "beats", Handler: func(ctx context.Context, m *handoff.Message) error { return nil }})
+		for range 1000 {
+			h.Send(&handoff.Message{})
+		}
+		h.Wait()
+		if n := len(h.Handled()); n != 1000 {
+			b.Fatalf("%d handled", n)
+		}
+		h.Stop()
+	}
+}
+
+// The harness judges what the class's middleware chain returns, as the
+// runtime does: a message a deduplicating middleware skips is handled
+// without reaching the handler.
+func TestClassMiddleware(t *testing.T) {
+	t.Parallel()
+	var reached atomic.Int32
+	dedup := func(next handoff.HandlerFunc) handoff.HandlerFunc {
+		return func(ctx context.Context, m *handoff.Message) error {
+			if string(m.Value) == "seen" {
+				return nil
+			}
+			return next(ctx, m)
+		}
+	}
+	h := handofftest.New(t, runtime.Class{Name: "users", Middleware: []handoff.Middleware{dedup},
+		Handler: func(ctx context.Context, m *handoff.Message) error { reached.Add(1); return nil }})
+	ids := h.SendValues("u", "new", "seen")
+	h.Wait()
+	h.RequireHandled(ids[0], 1)
+	h.RequireHandled(ids[1], 1)
+	if n := reached.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want 1", n)
+	}
+}
