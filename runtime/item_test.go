@@ -182,3 +182,56 @@ func BenchmarkDelivery(b *testing.B) {
 		}
 	})
 }
+
+// TestBatchHandlerKeepsMessages: a BatchHandler that keeps the messages
+// of its batches finds each as it was delivered after every later batch
+// was handled (their items are recycled as a single class's are).
+func TestBatchHandlerKeepsMessages(t *testing.T) {
+	t.Parallel()
+	const n = 300
+	b := setup(t, 1, "orders")
+	b.produce(n)
+	var (
+		mu   sync.Mutex
+		kept []*handoff.Message
+	)
+	all := make(chan struct{})
+	cfg := b.config(nil, func(c *Class) {
+		c.Handler = nil
+		c.BatchHandler = func(_ context.Context, ms []*handoff.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			kept = append(kept, ms...)
+			if len(kept) == n {
+				close(all)
+			}
+			return nil
+		}
+		c.MaxBatch = 10
+	})
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := start(t, rt, context.Background())
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		mu.Lock()
+		t.Fatalf("handled %d of %d", len(kept), n)
+	}
+	rt.Shutdown(context.Background())
+	if _, err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	seen := map[int64]bool{}
+	for _, m := range kept {
+		o := m.Origin.Offset
+		if seen[o] || m.ID != kafkaID(kafkaIDPrefix("orders", 0), o) || string(m.Value) != fmt.Sprintf("orders-%d", o) {
+			t.Fatalf("kept message %q: offset %d (seen %v), value %q", m.ID, o, seen[o], m.Value)
+		}
+		seen[o] = true
+	}
+}
