@@ -26,12 +26,12 @@ import (
 const librdkafka = "librdkafka"
 
 // answerLibrdkafka installs the ApiVersions answer for librdkafka
-// clients on c, whose first listener is addr. It reads kfake's own
-// answer once first.
-func answerLibrdkafka(c *kfake.Cluster, addr string) error {
+// clients on c. It reads kfake's own answer once first, through a
+// connection wire opens (TLS and SASL as the listener wants).
+func answerLibrdkafka(c *kfake.Cluster, wire func(context.Context, string) (*wireConn, error)) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	w, err := dialWire(ctx, addr, "devbroker")
+	w, err := wire(ctx, "devbroker")
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ package devbroker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +49,17 @@ type Config struct {
 	// timeout while its group is stable. Zero (false) means expiry is on;
 	// turn it off only to reproduce kfake's own behaviour.
 	DisableSessionExpiry bool
+	// TLS, if set, makes the listener speak TLS only, with this server
+	// configuration: its certificate (see [NewCA]) and, for mutual TLS,
+	// ClientAuth and ClientCAs. Nil means plaintext.
+	TLS *tls.Config
+	// Users, if set, turns SASL on: every client must authenticate as
+	// one of them, with the user's mechanism. As with Kafka's
+	// sasl.enabled.mechanisms, the broker enables only the mechanisms its
+	// users have; a handshake asking for another is refused with
+	// UNSUPPORTED_SASL_MECHANISM. A failed authentication closes the
+	// connection (kfake's way). Nil means no SASL.
+	Users []User
 	// Logger receives the broker's own events: a silent member expired,
 	// an attempt to expire one failed. Nil means discard.
 	Logger *slog.Logger
@@ -56,6 +68,7 @@ type Config struct {
 // Broker is a running embedded broker. Close stops it.
 type Broker struct {
 	c     *kfake.Cluster
+	sec   *security // nil when plaintext without SASL
 	addrs []string
 	exp   *expiry // nil when Config.DisableSessionExpiry
 }
@@ -72,6 +85,18 @@ func Start(cfg Config) (*Broker, error) {
 		kfake.NumBrokers(1),
 		kfake.GroupMinSessionTimeout(time.Second),
 	}
+	sec, secOpts, err := newSecurity(cfg)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, secOpts...)
+	listen := func(network, addr string) (net.Listener, error) {
+		ln, err := net.Listen(network, addr)
+		if err != nil || sec == nil {
+			return ln, err
+		}
+		return sec.listen(ln), nil
+	}
 	if len(cfg.Topics) > 0 {
 		opts = append(opts, kfake.SeedTopics(int32(cfg.Partitions), cfg.Topics...))
 	}
@@ -85,19 +110,22 @@ func Start(cfg Config) (*Broker, error) {
 			return nil, fmt.Errorf("devbroker: listen port %q: %w", port, err)
 		}
 		opts = append(opts, kfake.Ports(p), kfake.ListenFn(func(network, _ string) (net.Listener, error) {
-			return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(p)))
+			return listen(network, net.JoinHostPort(host, strconv.Itoa(p)))
 		}))
 	} else {
 		opts = append(opts, kfake.ListenFn(func(network, _ string) (net.Listener, error) {
-			return net.Listen(network, "127.0.0.1:0")
+			return listen(network, "127.0.0.1:0")
 		}))
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("devbroker: start: %w", err)
 	}
-	b := &Broker{c: c, addrs: c.ListenAddrs()}
-	if err := answerLibrdkafka(c, b.addrs[0]); err != nil {
+	b := &Broker{c: c, sec: sec, addrs: c.ListenAddrs()}
+	if sec != nil {
+		sec.install(c)
+	}
+	if err := answerLibrdkafka(c, b.wire); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("devbroker: start: %w", err)
 	}
@@ -106,9 +134,17 @@ func Start(cfg Config) (*Broker, error) {
 		if log == nil {
 			log = slog.New(slog.DiscardHandler)
 		}
-		b.exp = startExpiry(c, b.addrs[0], log)
+		b.exp = startExpiry(c, b.wire, log)
 	}
 	return b, nil
+}
+
+// wire opens the broker's own connection to itself.
+func (b *Broker) wire(ctx context.Context, clientID string) (*wireConn, error) {
+	if b.sec != nil {
+		return b.sec.wire(ctx, clientID)
+	}
+	return dialWire(ctx, b.addrs[0], clientID)
 }
 
 // Addrs returns the broker's listen addresses, host:port.
@@ -136,13 +172,19 @@ func (b *Broker) Cluster() *kfake.Cluster { return b.c }
 // broker's acknowledgement and balances by key hash (so records with one
 // key land in one partition, as with real producers). Close it.
 func NewWriter(addrs []string) *kafka.Writer {
+	return NewWriterWith(&kafka.Transport{}, addrs)
+}
+
+// NewWriterWith is [NewWriter] with transport tr: its TLS and SASL reach a
+// secured broker.
+func NewWriterWith(tr *kafka.Transport, addrs []string) *kafka.Writer {
 	return &kafka.Writer{
 		Addr:         kafka.TCP(addrs...),
 		Balancer:     &kafka.Hash{},
 		RequiredAcks: kafka.RequireAll,
 		BatchSize:    1000,
 		BatchTimeout: 5 * time.Millisecond,
-		Transport:    &kafka.Transport{},
+		Transport:    tr,
 	}
 }
 
@@ -164,8 +206,11 @@ type Offsets struct {
 }
 
 // NewOffsets returns an Offsets for the broker at addrs.
-func NewOffsets(addrs []string) *Offsets {
-	tr := &kafka.Transport{}
+func NewOffsets(addrs []string) *Offsets { return NewOffsetsWith(&kafka.Transport{}, addrs) }
+
+// NewOffsetsWith is [NewOffsets] with transport tr: its TLS and SASL reach
+// a secured broker.
+func NewOffsetsWith(tr *kafka.Transport, addrs []string) *Offsets {
 	return &Offsets{tr: tr, client: &kafka.Client{Addr: kafka.TCP(addrs...), Transport: tr, Timeout: 10 * time.Second}}
 }
 

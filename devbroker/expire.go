@@ -47,7 +47,7 @@ const expiryTick = 100 * time.Millisecond
 // that do not join or sync.
 type expiry struct {
 	c    *kfake.Cluster
-	addr string
+	dial func(ctx context.Context, clientID string) (*wireConn, error) // the broker's own connection
 	log  *slog.Logger
 
 	mu     sync.Mutex
@@ -81,9 +81,9 @@ type watchedMember struct {
 }
 
 // startExpiry installs the control hooks and starts the sweep; close stops
-// it. addr is a listen address of c.
-func startExpiry(c *kfake.Cluster, addr string, log *slog.Logger) *expiry {
-	e := &expiry{c: c, addr: addr, log: log.With("component", "devbroker_expiry"), groups: map[string]*watchedGroup{}}
+// it. dial opens a connection to c.
+func startExpiry(c *kfake.Cluster, dial func(context.Context, string) (*wireConn, error), log *slog.Logger) *expiry {
+	e := &expiry{c: c, dial: dial, log: log.With("component", "devbroker_expiry"), groups: map[string]*watchedGroup{}}
 	for _, k := range []kmsg.Key{kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Heartbeat, kmsg.OffsetCommit, kmsg.LeaveGroup} {
 		c.ControlKey(int16(k), e.observe)
 	}
@@ -245,7 +245,7 @@ func (e *expiry) leave(ctx context.Context, group string, members []string) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	log := e.log.With("group", group)
-	w, err := dialWire(ctx, e.addr, "devbroker-expiry")
+	w, err := e.dial(ctx, "devbroker-expiry")
 	if err != nil {
 		log.WarnContext(ctx, "expire silent members", "members", members, "err", err)
 		return

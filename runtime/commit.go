@@ -236,7 +236,7 @@ func partitionErrors(resp *kafka.OffsetCommitResponse) error {
 // newCommitClient returns the client of commitFresh, with a transport of
 // its own (closed by closeCommitClient).
 func (r *Runtime) newCommitClient() *kafka.Client {
-	return &kafka.Client{Addr: kafka.TCP(r.cfg.Brokers...), Timeout: commitTimeout, Transport: &kafka.Transport{}}
+	return &kafka.Client{Addr: kafka.TCP(r.cfg.Brokers...), Timeout: commitTimeout, Transport: r.transport(nil)}
 }
 
 func (r *Runtime) closeCommitClient() {
@@ -249,7 +249,7 @@ func (r *Runtime) closeCommitClient() {
 // transport of its own (closed by closeFetchClient once they ended): its
 // connections are pooled, one per fetch in flight.
 func (r *Runtime) newFetchClient() *kafka.Client {
-	return &kafka.Client{Addr: kafka.TCP(r.cfg.Brokers...), Transport: &kafka.Transport{}}
+	return &kafka.Client{Addr: kafka.TCP(r.cfg.Brokers...), Transport: r.transport(nil)}
 }
 
 func (r *Runtime) closeFetchClient() {

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -8,8 +9,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go/sasl"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/kafkasec"
 )
 
 // Defaults applied by [New] to zero fields.
@@ -26,6 +29,7 @@ const (
 	DefaultWorkers          = 8
 	DefaultMaxBatch         = 100
 	DefaultMaxWait          = 10 * time.Millisecond
+	DefaultClientID         = "handoff"
 	// DefaultQueueFactor times Workers is the default QueueSize.
 	DefaultQueueFactor = 8
 )
@@ -81,6 +85,25 @@ type Config struct {
 	// Group is the Kafka consumer group ID shared by every instance of the
 	// service. Required when any class has topics.
 	Group string
+
+	// TLS, if set, secures every connection the runtime makes to the
+	// brokers (the consumer group, the partition readers, the commits,
+	// the dead-letter writer) with this configuration: RootCAs to verify
+	// the brokers, Certificates for mutual TLS. An empty ServerName means
+	// the host of the broker address. Nil means plaintext.
+	TLS *tls.Config
+
+	// SASL, if set, authenticates every connection with this mechanism:
+	// kafka-go's PLAIN (plain.Mechanism) and SCRAM-SHA-256/512
+	// (scram.Mechanism), or any other sasl.Mechanism, such as an Amazon
+	// MSK IAM signer (see the package doc, Connecting to a secured
+	// cluster). [kafkasec.Mechanism] builds the first three from a name.
+	// Nil means no SASL.
+	SASL sasl.Mechanism
+
+	// ClientID is the client ID of every request, as the brokers' logs
+	// and quotas see it. Empty means "handoff".
+	ClientID string
 
 	// Instance names this instance in logs and in the state file. A state
 	// file records the group and the instance that first used it; a
@@ -345,8 +368,34 @@ func (cfg Config) withDefaults() (Config, error) {
 			bad("Group is required when classes have topics")
 		}
 	}
+	cfg.checkSecurity(bad)
+	if cfg.ClientID == "" {
+		cfg.ClientID = DefaultClientID
+	}
 	cfg.Brokers = append([]string(nil), cfg.Brokers...)
 	return cfg, errors.Join(errs...)
+}
+
+// checkSecurity reports with bad what can be told wrong about TLS and
+// SASL without connecting: a client certificate without its key, PLAIN
+// or kafka-go's SCRAM with an empty user name, PLAIN with an empty
+// password.
+func (cfg *Config) checkSecurity(bad func(string, ...any)) {
+	if cfg.TLS != nil {
+		for i, c := range cfg.TLS.Certificates {
+			if len(c.Certificate) == 0 {
+				bad("TLS.Certificates[%d] has no certificate", i)
+			}
+			if c.PrivateKey == nil {
+				bad("TLS.Certificates[%d] has no private key (a client certificate needs its key)", i)
+			}
+		}
+	}
+	if cfg.SASL != nil {
+		if err := kafkasec.CheckMechanism(cfg.SASL); err != nil {
+			bad("%v", err)
+		}
+	}
 }
 
 // checkClasses copies the classes, fills their defaults and reports their

@@ -143,6 +143,23 @@
 // running runtime (they return [ErrNotRunning] otherwise); the listings
 // page with an opaque [Cursor].
 //
+// # Connecting to a secured cluster
+//
+// Config.TLS, Config.SASL and Config.ClientID apply to every connection
+// the runtime makes. PLAIN and SCRAM come from kafka-go
+// ([github.com/handoff-go/handoff/kafkasec.Mechanism] builds them by
+// name); any other sasl.Mechanism plugs in, such as the Amazon MSK IAM
+// signer of github.com/segmentio/kafka-go/sasl/aws_msk_iam_v2 with TLS on.
+// Before the recovery and the join, [Runtime.Run] connects to a bootstrap
+// broker: a refused TLS handshake or SASL authentication ends it with a
+// [*kafkasec.ConnectError] naming the broker, the mechanism and the user
+// (never the password); brokers that do not answer yet are waited for,
+// with a warning per attempt, 1s to 30s apart. Refused connections during
+// the run are logged (once per 10s) and counted in
+// handoff_kafka_auth_errors_total; the runtime keeps running, and
+// partitions that need a new connection wait until the settings are fixed
+// (nothing is lost: what is not committed is read again).
+//
 // # Metrics
 //
 // With Config.Registerer set, the runtime registers these metrics on it
@@ -173,6 +190,8 @@
 //     in the state file's buckets, counted at each scrape.
 //   - handoff_commit_lag{topic,partition}: high watermark minus committed
 //     offset, as of the last fetch and commit.
+//   - handoff_kafka_auth_errors_total{step}: connections to the brokers
+//     refused at step tls_handshake, sasl_handshake or sasl_authentication.
 //   - handoff_class_suspended{class} and handoff_class_paused{class}: 1
 //     while the class is suspended by a detected outage (see
 //     [SuspendPolicy]) or paused ([Runtime.Pause]);

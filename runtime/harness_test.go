@@ -33,6 +33,9 @@ type bundle struct {
 	topics map[string]int // topic -> partitions
 	state  string
 	group  string
+	// transport, when set, returns the transport the test's own clients
+	// reach a secured broker with; nil means plaintext.
+	transport func() *kafka.Transport
 
 	mu      sync.Mutex
 	handled map[string]int // message ID -> times handled to success
@@ -105,10 +108,19 @@ func (b *bundle) counts() (unique, total int) {
 	return unique, total
 }
 
+// writer returns a producer to the bundle's broker; close it with
+// devbroker.CloseWriter.
+func (b *bundle) writer() *kafka.Writer {
+	if b.transport != nil {
+		return devbroker.NewWriterWith(b.transport(), b.broker.Addrs())
+	}
+	return devbroker.NewWriter(b.broker.Addrs())
+}
+
 // produce writes n records to each topic, keys spread over 13 values.
 func (b *bundle) produce(n int) int {
 	b.t.Helper()
-	w := devbroker.NewWriter(b.broker.Addrs())
+	w := b.writer()
 	defer devbroker.CloseWriter(w)
 	var msgs []kafka.Message
 	for topic := range b.topics {
@@ -128,7 +140,7 @@ func (b *bundle) produce(n int) int {
 // one partition, in this order), and returns how many.
 func (b *bundle) produceValues(topic, key string, values ...string) int {
 	b.t.Helper()
-	w := devbroker.NewWriter(b.broker.Addrs())
+	w := b.writer()
 	defer devbroker.CloseWriter(w)
 	msgs := make([]kafka.Message, len(values))
 	for i, v := range values {
@@ -148,7 +160,12 @@ func (b *bundle) committed() int64 {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	off, err := devbroker.Committed(ctx, b.broker.Addrs(), b.group, b.topics)
+	o := devbroker.NewOffsets(b.broker.Addrs())
+	if b.transport != nil {
+		o = devbroker.NewOffsetsWith(b.transport(), b.broker.Addrs())
+	}
+	defer o.Close()
+	off, err := o.Committed(ctx, b.group, b.topics)
 	if err != nil {
 		b.t.Fatal(err)
 	}

@@ -59,6 +59,12 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 			func() float64 { return b2f(r.Ready()) }),
 		newStateCollector(r),
 	}
+	for i, step := range connSteps {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "handoff_kafka_auth_errors_total", Help: "Connections to the brokers whose TLS handshake or SASL authentication failed, by step.",
+			ConstLabels: prometheus.Labels{"step": step},
+		}, func() float64 { return float64(r.conn.authErrs[i].Load()) }))
+	}
 	for _, c := range r.order {
 		labels := prometheus.Labels{"class": c.cfg.Name}
 		for o := range numOutcomes {

@@ -65,6 +65,7 @@ func (r *Runtime) openDLQ() {
 			continue
 		}
 		p := &publisher{r: r, queue: make(chan deadPublish, publishQueue), finish: make(chan struct{})}
+		p.conns.base = r.baseDial()
 		p.w = &kafka.Writer{
 			Addr:                   kafka.TCP(r.cfg.Brokers...),
 			Balancer:               &kafka.Hash{},
@@ -72,7 +73,7 @@ func (r *Runtime) openDLQ() {
 			BatchTimeout:           time.Millisecond,
 			WriteTimeout:           publishTimeout,
 			AllowAutoTopicCreation: false,
-			Transport:              &kafka.Transport{Dial: p.conns.dial},
+			Transport:              r.transport(p.conns.dial),
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		p.cancel = cancel
@@ -263,6 +264,7 @@ func publishHeaders(f func(*handoff.Message, []handoff.Header) []handoff.Header,
 // publishes closes them, which ends a write the broker never answers,
 // and refuses new ones, so that the writer's retries end too.
 type dlqConns struct {
+	base   func(ctx context.Context, network, addr string) (net.Conn, error) // the runtime's dial
 	mu     sync.Mutex
 	open   map[*dlqConn]struct{}
 	closed bool
@@ -283,7 +285,7 @@ func (c *dlqConn) Close() error {
 
 // dial is the writer transport's Dial.
 func (cs *dlqConns) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	nc, err := cs.base(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}

@@ -113,7 +113,8 @@ func (s *runState) open() error {
 // start recovers the state file into the pools, then starts the
 // scheduler and joins the consumer group. A stop requested meanwhile ends
 // the recovery early (what is not pushed stays in the file) and skips the
-// join. It returns an error only when the recovery failed.
+// join. It returns an error when the brokers refused the connection (see
+// checkBrokers) or the recovery failed.
 func (s *runState) start() error {
 	r := s.r
 	started := time.Now()
@@ -143,6 +144,9 @@ func (s *runState) start() error {
 	r.openDLQ()
 	r.accepting.Store(true)
 
+	if err := r.checkBrokers(runCtx); err != nil {
+		return err
+	}
 	if err := r.recover(runCtx, s.rep); err != nil {
 		return err
 	}
@@ -172,6 +176,7 @@ func (s *runState) join(fetchCtx context.Context) {
 		HeartbeatInterval: r.cfg.SessionTimeout / 3,
 		JoinGroupBackoff:  time.Second,
 		Timeout:           5 * time.Second,
+		Dialer:            r.kafkaDialer(),
 		Logger:            kafkaLogger(r.log, false),
 		ErrorLogger:       kafkaLogger(r.log, true),
 	})

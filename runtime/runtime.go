@@ -54,6 +54,7 @@ type Runtime struct {
 	dlq     *publisher    // nil without a DeadLetterTopic
 	commits *kafka.Client // for commits on a fresh connection; see commitFresh
 	fetches *kafka.Client // the partition readers'; see readPartition
+	conn    connection    // how connections to the brokers are made; see connect.go
 
 	stats counters // outcomes of no configured class; see total
 	// items recycles the items of fetched Kafka messages: one allocation
@@ -126,6 +127,7 @@ func New(cfg Config) (*Runtime, error) {
 		life:    lifecycle{stopCh: make(chan struct{}), skipCh: make(chan struct{}), done: make(chan struct{})},
 	}
 	r.sched = newScheduler(r)
+	r.newConnection()
 	r.held.added = make(chan struct{}, 1)
 	r.items.New = func() any { return new(item) }
 	var errs []error

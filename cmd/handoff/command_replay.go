@@ -16,6 +16,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/spf13/cobra"
 
+	"github.com/handoff-go/handoff/kafkasec"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -30,6 +31,8 @@ type replayFlags struct {
 	batch      int
 	topics     []string
 	ackTimeout time.Duration
+	sec        kafkasec.Options
+	dialer     *kafkasec.Dialer // from sec, by parse
 }
 
 func newReplayCmd() *cobra.Command {
@@ -49,6 +52,12 @@ batch in flight, deletes what was acknowledged and stops: running replay
 again sends the rest, nothing twice. (A second Ctrl-C quits at once; the
 batch in flight may then be sent again by the next replay.)
 
+With --tls-ca, --tls-cert/--tls-key or --tls the connections use TLS;
+with --sasl-mechanism (plain, scram-sha-256, scram-sha-512),
+--sasl-username and --sasl-password-file (else $KAFKA_SASL_PASSWORD) they
+authenticate. A refused TLS handshake or authentication ends the replay
+before anything is sent, naming the broker, the mechanism and the user.
+
 Messages submitted in-process have no topic: they are skipped and left in
 the file unless --topic maps their class to one.`,
 		Args: stateArgs(0, 0, ""),
@@ -63,6 +72,7 @@ the file unless --topic maps their class to one.`,
 	fl.IntVar(&f.batch, "batch", 500, "messages per batch: produced, acknowledged, then deleted from the file together")
 	fl.StringArrayVar(&f.topics, "topic", nil, "CLASS=TOPIC: produce messages of CLASS that have no origin topic to TOPIC (repeatable)")
 	fl.DurationVar(&f.ackTimeout, "ack-timeout", 30*time.Second, "how long one batch may wait for the broker's acknowledgement")
+	fl.AddGoFlagSet(secFlags(&f.sec))
 	return cmd
 }
 
@@ -104,6 +114,11 @@ func (f *replayFlags) parse() (map[string]string, error) {
 	if f.ackTimeout <= 0 {
 		return nil, usagef("--ack-timeout must be > 0, got %s", f.ackTimeout)
 	}
+	tlsConfig, mech, err := f.sec.Load()
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	f.dialer = &kafkasec.Dialer{TLS: tlsConfig, SASL: mech, ClientID: "handoff-replay"}
 	topics := map[string]string{}
 	for _, t := range f.topics {
 		class, topic, ok := strings.Cut(t, "=")
@@ -268,8 +283,17 @@ func sendAll(ctx context.Context, st *snapshot.Store, f *replayFlags, plan *repl
 	if len(plan.items) == 0 {
 		return 0, nil
 	}
-	tr := &kafka.Transport{}
+	tr := &kafka.Transport{ClientID: f.dialer.ClientID}
+	if f.dialer.TLS != nil || f.dialer.SASL != nil {
+		tr.Dial = f.dialer.DialContext
+	}
 	defer tr.CloseIdleConnections()
+	// What retrying cannot fix ends the replay before anything is sent.
+	if err := f.dialer.Check(ctx, f.brokers); err != nil {
+		if _, ok := errors.AsType[*kafkasec.ConnectError](err); ok {
+			return 0, err
+		}
+	}
 	w := &kafka.Writer{
 		Addr:         kafka.TCP(f.brokers...),
 		Balancer:     &originBalancer{},

@@ -40,12 +40,18 @@ func startBroker(t testing.TB) *devbroker.Broker {
 // from the start of each partition up to its end.
 func readTopics(t testing.TB, addr string) []kafka.Message {
 	t.Helper()
+	return readTopicsWith(t, kafka.DefaultDialer, addr)
+}
+
+// readTopicsWith is readTopics through dialer d.
+func readTopicsWith(t testing.TB, d *kafka.Dialer, addr string) []kafka.Message {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var all []kafka.Message
 	for _, topic := range replayTopics {
 		for p := range fixPartitions {
-			conn, err := kafka.DialLeader(ctx, "tcp", addr, topic, p)
+			conn, err := d.DialLeader(ctx, "tcp", addr, topic, p)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -201,8 +201,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	if u := users(); u.Succeeded != succeeded || u.Running != 0 {
 		t.Fatalf("users ran while paused: %+v", u)
 	}
+	// The form posts and the page comes back without the card's pause
+	// line; until then the old page (and its pause message) is shown.
 	do(t, ctx, "resume users",
 		chromedp.Click(chromedp.CSS("#resume-users")),
+		chromedp.WaitNotPresent(chromedp.CSS("#hold-users")),
 		chromedp.WaitVisible(chromedp.CSS("#flash")),
 	)
 	flash = value(t, ctx, "read the message", chromedp.Text(chromedp.CSS("#flash")))

@@ -22,16 +22,27 @@
 //	-fail-rate FRACTION             fraction of handler attempts that fail recoverably (default 0)
 //	-admin ADDR                     serve the admin endpoints and dashboard on ADDR (no host: 127.0.0.1); off by default
 //	-admin-token TOKEN              token for the admin endpoints that requeue or discard; none means read-only
+//	-tls-ca FILE                    PEM CA bundle to verify the brokers; turns TLS on
+//	-tls-cert FILE, -tls-key FILE   client certificate and key, for mutual TLS; turn TLS on
+//	-tls                            TLS with the system's roots
+//	-sasl-mechanism NAME            plain, scram-sha-256 or scram-sha-512
+//	-sasl-username NAME             SASL user
+//	-sasl-password-file FILE        SASL password (else the environment variable KAFKA_SASL_PASSWORD)
 //	-outage CLASS:START:DURATION    from START after the start, for DURATION, every attempt of CLASS fails recoverably
 //	                                (a simulated database outage; repeatable)
 //
 // Exit status: 0 after a clean stop; 1 when the stop could not save or
-// commit safely; 2 for bad flags or a start failure.
+// commit safely; 2 for bad flags or a start failure. A TLS handshake or
+// SASL authentication the brokers refuse is a start failure: one line
+// on stderr names the broker, the mechanism and the user (never the
+// password), within seconds.
 package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -42,9 +53,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/segmentio/kafka-go/sasl"
 
 	"github.com/handoff-go/handoff/admin"
 	"github.com/handoff-go/handoff/examples/rental/rental"
+	"github.com/handoff-go/handoff/kafkasec"
 	"github.com/handoff-go/handoff/runtime"
 )
 
@@ -64,6 +77,8 @@ func run(args []string) int {
 	failRate := fs.Float64("fail-rate", 0, "fraction of handler attempts that fail recoverably (retried, then dead-lettered)")
 	adminAddr := fs.String("admin", "", "serve the admin endpoints and dashboard on `ADDR` (host:port; no host means 127.0.0.1); off when empty")
 	adminToken := fs.String("admin-token", "", "`TOKEN` the admin endpoints that requeue or discard dead letters require; none means they are disabled")
+	var sec kafkasec.Options
+	sec.AddFlags(fs)
 	var outages outageFlag
 	fs.Var(&outages, "outage", "from START after the service started (`CLASS:START:DURATION`), for DURATION, every handler attempt of CLASS fails recoverably (a simulated database outage, e.g. orders:5s:20s); repeatable")
 	var stopPolicy stopPolicyFlag
@@ -80,7 +95,16 @@ func run(args []string) int {
 			fmt.Fprintln(os.Stderr, "rental: -admin needs service mode (-brokers)")
 			return 2
 		}
+		if sec.TLSOn() || sec.Mechanism != "" {
+			fmt.Fprintln(os.Stderr, "rental: -tls-* and -sasl-* need service mode (-brokers)")
+			return 2
+		}
 		return rental.Demo(os.Stdout)
+	}
+	tlsConfig, mech, err := sec.Load()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "rental: %v\n", strings.ReplaceAll(err.Error(), "\n", "; "))
+		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return serve(log, serviceConfig{
@@ -88,6 +112,7 @@ func run(args []string) int {
 		drain: *drain, work: *work, workJitter: *workJitter, effects: *effects, failRate: *failRate,
 		admin: *adminAddr, adminToken: *adminToken,
 		stopPolicy: stopPolicy.p, outages: outages,
+		tls: tlsConfig, sasl: mech,
 	})
 }
 
@@ -106,6 +131,11 @@ type serviceConfig struct {
 
 	stopPolicy runtime.StopPolicy
 	outages    []rental.Outage
+
+	// tls and sasl secure the connections to the brokers; nil means
+	// plaintext, no SASL.
+	tls  *tls.Config
+	sasl sasl.Mechanism
 }
 
 // serve runs the service until a signal and prints the stop report as
@@ -129,6 +159,8 @@ func serve(log *slog.Logger, sc serviceConfig) int {
 		Classes:      withStopPolicy(h.Classes(), sc.stopPolicy),
 		Logger:       log,
 		Registerer:   reg,
+		TLS:          sc.tls,
+		SASL:         sc.sasl,
 	})
 	if err != nil {
 		log.Error("bad configuration", "err", err)
@@ -148,6 +180,12 @@ func serve(log *slog.Logger, sc serviceConfig) int {
 	if rep != nil {
 		line, _ := json.Marshal(rep)
 		fmt.Printf("report %s\n", line)
+	}
+	if ce, ok := errors.AsType[*kafkasec.ConnectError](err); ok {
+		// A start failure: the brokers refused the TLS handshake or
+		// the authentication.
+		fmt.Fprintf(os.Stderr, "rental: %v\n", ce)
+		return 2
 	}
 	if err != nil {
 		log.Error("stop was not clean", "err", err)

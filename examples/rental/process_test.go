@@ -324,7 +324,11 @@ func pendingRecords(t *testing.T, path string) int {
 // produceSteadily writes total messages with unique keys across the three
 // topics, in small batches, and returns the keys.
 func produceSteadily(ctx context.Context, t *testing.T, addrs []string, total int) []string {
-	w := devbroker.NewWriter(addrs)
+	return produceSteadilyWith(ctx, t, devbroker.NewWriter(addrs), total)
+}
+
+// produceSteadilyWith is produceSteadily through w, which it closes.
+func produceSteadilyWith(ctx context.Context, t *testing.T, w *kafka.Writer, total int) []string {
 	defer devbroker.CloseWriter(w)
 	var keys []string
 	for i := 0; i < total; {

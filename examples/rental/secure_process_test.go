@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/handoff-go/handoff/devbroker"
+	"github.com/handoff-go/handoff/examples/rental/rental"
+	"github.com/handoff-go/handoff/kafkasec"
+)
+
+// TestProcessSecure runs the real binary against an embedded broker that
+// wants mutual TLS and SCRAM-SHA-512, with -tls-ca, -tls-cert, -tls-key,
+// -sasl-mechanism, -sasl-username and -sasl-password-file: SIGTERM twice
+// under load and a run to the end lose nothing. A wrong password (from
+// $KAFKA_SASL_PASSWORD) and a CA the broker's certificate is not signed
+// by each end the start: exit 2 within seconds, one line naming the
+// broker, the mechanism and the user, and the password nowhere.
+func TestProcessSecure(t *testing.T) {
+	bin := rentalBinary(t)
+	dir := t.TempDir()
+	files, err := devbroker.WriteTLSFiles(filepath.Join(dir, "tls"), []string{"127.0.0.1"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pw = "pw-rental-c4e8"
+	broker, err := devbroker.Start(devbroker.Config{Topics: rental.Topics(), Partitions: 4, TLS: files.Server,
+		Users: []devbroker.User{{Mechanism: devbroker.SCRAMSHA512, Name: "rental", Password: pw}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Close)
+	pwFile := filepath.Join(dir, "pw")
+	if err := os.WriteFile(pwFile, []byte(pw+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	effects := filepath.Join(dir, "effects.log")
+	tlsFlags := []string{"-tls-ca", files.CAFile, "-tls-cert", files.ClientCert, "-tls-key", files.ClientKey}
+	base := []string{"-brokers", broker.Addr(), "-group", "rental-secure", "-state", filepath.Join(dir, "rental.db"),
+		"-drain-timeout", "100ms", "-effects", effects, "-sasl-mechanism", "scram-sha-512", "-sasl-username", "rental"}
+
+	// Refused starts first: nothing is handled.
+	refused := []struct {
+		name string
+		args []string
+		env  string
+		want string // %s: the broker
+	}{
+		{"wrong password", append(append([]string(nil), tlsFlags...), base...), "KAFKA_SASL_PASSWORD=not-" + pw,
+			`rental: kafka broker %s (TLS, SASL SCRAM-SHA-512, user "rental"): SASL authentication failed: the broker rejected the user name or password: `},
+		{"untrusted CA", append([]string{"-tls-cert", files.ClientCert, "-tls-key", files.ClientKey, "-sasl-password-file", pwFile}, base...), "",
+			`rental: kafka broker %s (TLS, SASL SCRAM-SHA-512, user "rental"): TLS handshake failed: the broker's certificate is not signed by a CA this client trusts (check the CA bundle): `},
+	}
+	for _, r := range refused {
+		began := time.Now()
+		s := startServiceEnv(t, bin, r.env, r.args...)
+		code := s.wait(t)
+		took := time.Since(began)
+		stderr := s.stderrText()
+		t.Logf("%s: exit %d after %s: %s", r.name, code, took.Round(time.Millisecond), lineWith(stderr, "rental: kafka broker"))
+		if code != 2 {
+			t.Errorf("%s: exit %d, want 2\nstderr:\n%s", r.name, code, stderr)
+		}
+		if n := strings.Count(stderr, fmt.Sprintf(r.want, broker.Addr())); n != 1 {
+			t.Errorf("%s: %d lines %q in stderr:\n%s", r.name, n, fmt.Sprintf(r.want, broker.Addr()), stderr)
+		}
+		if strings.Contains(stderr+s.stdout.String(), pw) {
+			t.Errorf("%s: the password is in the output", r.name)
+		}
+		if took > 30*time.Second {
+			t.Errorf("%s: took %s", r.name, took)
+		}
+	}
+	if _, lines := readEffects(t, effects); lines != 0 {
+		t.Fatalf("refused starts handled %d messages", lines)
+	}
+
+	o := kafkasec.Options{CAFile: files.CAFile, CertFile: files.ClientCert, KeyFile: files.ClientKey,
+		Mechanism: "scram-sha-512", Username: "rental", PasswordFile: pwFile}
+	tc, mech, err := o.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 4000
+	produced := make(chan []string, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		produced <- produceSteadilyWith(ctx, t, devbroker.NewWriterWith(&kafka.Transport{TLS: tc, SASL: mech}, broker.Addrs()), total)
+	}()
+	args := append(append(append([]string(nil), tlsFlags...), base...), "-sasl-password-file", pwFile, "-work", "5ms")
+	began := time.Now()
+	for round := range 2 {
+		s := startService(t, bin, args...)
+		_, before := readEffects(t, effects)
+		waitLines(t, effects, before+400, s)
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		if code := s.wait(t); code != 0 {
+			t.Fatalf("round %d: exit %d after SIGTERM\nstderr:\n%s", round, code, s.stderrText())
+		}
+		rep := s.report(t)
+		seen, lines := readEffects(t, effects)
+		t.Logf("%s SIGTERM round %d: snapshotted %d, re-pushed at start %d, stop %s; effects %d lines, %d unique",
+			time.Since(began).Round(time.Millisecond), round, rep.Snapshotted, rep.Repushed, rep.Stop, lines, len(seen))
+	}
+	keys := <-produced
+	s := startService(t, bin, args...)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		missing, _ := missingKeys(t, effects, keys)
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d produced messages never handled\nstderr:\n%s", missing, len(keys), s.stderrText())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if code := s.wait(t); code != 0 {
+		t.Fatalf("final stop: exit %d\nstderr:\n%s", code, s.stderrText())
+	}
+	seen, lines := readEffects(t, effects)
+	dead := deadKeys(t, filepath.Join(dir, "rental.db"))
+	lost := 0
+	for _, k := range keys {
+		if seen[k] == 0 && !dead[k] {
+			lost++
+		}
+	}
+	t.Logf("secured (mutual TLS, SCRAM-SHA-512): produced %d, handled %d unique, dead letters %d, lost %d, duplicates %d (after 2 SIGTERM)",
+		len(keys), len(seen), len(dead), lost, lines-len(seen))
+	if lost != 0 {
+		t.Errorf("lost %d messages", lost)
+	}
+	if strings.Contains(s.stderrText(), pw) {
+		t.Error("the password is in the logs")
+	}
+}
+
+// startServiceEnv is startService with env (NAME=VALUE) added to the
+// environment, when not empty.
+func startServiceEnv(t *testing.T, bin, env string, args ...string) *service {
+	t.Helper()
+	if env == "" {
+		return startService(t, bin, args...)
+	}
+	name, value, _ := strings.Cut(env, "=")
+	t.Setenv(name, value)
+	return startService(t, bin, args...)
+}
+
+// lineWith returns the first line of text containing sub.
+func lineWith(text, sub string) string {
+	for _, l := range regexp.MustCompile("\r?\n").Split(text, -1) {
+		if strings.Contains(l, sub) {
+			return l
+		}
+	}
+	return ""
+}

@@ -1,0 +1,193 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/handoff-go/handoff/kafkasec"
+)
+
+// closedHint is logged with a broker that closed the connection it had
+// accepted: what a listener that wants TLS or SASL does with a client
+// that does not use them.
+const closedHint = "the broker closed the connection: if its listener wants TLS or SASL, configure them (Config.TLS, Config.SASL)"
+
+// Backoff of the start's wait for brokers that are not up yet.
+const (
+	connectBackoffMin = time.Second
+	connectBackoffMax = 30 * time.Second
+)
+
+// connSteps are the values of handoff_kafka_auth_errors_total's step
+// label, in the order of connection.authErrs.
+var connSteps = [...]string{"tls_handshake", "sasl_handshake", "sasl_authentication"}
+
+// connection is how the runtime reaches the brokers: every connection
+// it opens (consumer group, partition readers, commits, dead-letter
+// writer) goes through dial when TLS or SASL is configured, so that a
+// failure retrying cannot fix is logged and counted wherever it happens.
+type connection struct {
+	sec *kafkasec.Dialer
+	// secure is whether TLS or SASL is configured; without either,
+	// kafka-go dials by itself, as it always did.
+	secure bool
+
+	// authErrs counts the *kafkasec.ConnectError of the dials, by step
+	// (connSteps).
+	authErrs [len(connSteps)]atomic.Int64
+	// A run of such failures is logged once per authLogEvery, with how
+	// many there were since the last line.
+	logMu      sync.Mutex
+	lastLog    time.Time
+	sinceLog   int
+	authLogger func(err *kafkasec.ConnectError, repeats int)
+}
+
+// authLogEvery is how often a run of failed connections is logged.
+const authLogEvery = 10 * time.Second
+
+func (r *Runtime) newConnection() {
+	r.conn.sec = &kafkasec.Dialer{TLS: r.cfg.TLS, SASL: r.cfg.SASL, ClientID: r.cfg.ClientID}
+	r.conn.secure = r.cfg.TLS != nil || r.cfg.SASL != nil
+	r.conn.authLogger = func(err *kafkasec.ConnectError, repeats int) {
+		r.log.Error("kafka connection failed in a way retrying cannot fix; kafka-go keeps retrying, fix the credentials or certificates",
+			"broker", err.Broker, "mechanism", err.Mechanism, "user", err.User, "step", err.Step, "repeats", repeats, "err", err)
+	}
+}
+
+// dial is the Dial of every kafka-go dialer and transport of a secured
+// runtime.
+func (r *Runtime) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	nc, err := r.conn.sec.DialContext(ctx, network, addr)
+	if ce, ok := errors.AsType[*kafkasec.ConnectError](err); ok {
+		r.conn.failed(ce)
+	}
+	return nc, err
+}
+
+// failed counts a connection failure that retrying cannot fix and logs
+// it, once per authLogEvery for a run of them.
+func (c *connection) failed(err *kafkasec.ConnectError) {
+	c.authErrs[stepIndex(err.Step)].Add(1)
+	c.logMu.Lock()
+	c.sinceLog++
+	now := time.Now()
+	if !c.lastLog.IsZero() && now.Sub(c.lastLog) < authLogEvery {
+		c.logMu.Unlock()
+		return
+	}
+	n := c.sinceLog
+	c.sinceLog, c.lastLog = 0, now
+	c.logMu.Unlock()
+	c.authLogger(err, n)
+}
+
+func stepIndex(step string) int {
+	switch step {
+	case "TLS handshake":
+		return 0
+	case "SASL handshake":
+		return 1
+	}
+	return 2
+}
+
+// kafkaDialer returns the dialer of the consumer group (the partition
+// readers fetch through the fetch client's transport, see transport).
+func (r *Runtime) kafkaDialer() *kafka.Dialer {
+	d := &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, ClientID: r.cfg.ClientID}
+	if r.conn.secure {
+		d.DialFunc = r.dial
+	}
+	return d
+}
+
+// transport returns a new transport for a kafka-go client or writer,
+// dialling with dial, or the runtime's own dial when nil.
+func (r *Runtime) transport(dial func(context.Context, string, string) (net.Conn, error)) *kafka.Transport {
+	if dial == nil && r.conn.secure {
+		dial = r.dial
+	}
+	return &kafka.Transport{ClientID: r.cfg.ClientID, Dial: dial}
+}
+
+// baseDial is what a wrapping dial (the dead-letter writer's) calls.
+func (r *Runtime) baseDial() func(context.Context, string, string) (net.Conn, error) {
+	if r.conn.secure {
+		return r.dial
+	}
+	return (&net.Dialer{}).DialContext
+}
+
+// checkBrokers is the start's check of the brokers, before the recovery
+// and the join: with topics to consume it is connect; with only a
+// DeadLetterTopic it is one attempt whose failure to reach the brokers is
+// only logged (publishing is best effort), while a refused TLS handshake
+// or SASL authentication still ends the start.
+func (r *Runtime) checkBrokers(ctx context.Context) error {
+	switch {
+	case len(r.topics) > 0:
+		return r.connect(ctx)
+	case r.dlq != nil:
+		err := r.conn.sec.Check(ctx, r.cfg.Brokers)
+		if ce, ok := errors.AsType[*kafkasec.ConnectError](err); ok {
+			r.conn.authErrs[stepIndex(ce.Step)].Add(1)
+			return fmt.Errorf("runtime: %w", err)
+		}
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("kafka brokers not reachable; dead letters are published once they are", "brokers", strings.Join(r.cfg.Brokers, ","), "err", err)
+		}
+	}
+	return nil
+}
+
+// connect is the start's check that the brokers can be reached and
+// authenticated to, before the group is joined. A failure that retrying
+// cannot fix (TLS handshake, SASL mechanism or credentials; see
+// [kafkasec.ConnectError]) is returned at once. Brokers that cannot be
+// reached are waited for, with one log line per attempt and a backoff
+// from 1s to 30s between attempts, until they answer or ctx ends; then
+// connect returns nil (the caller sees ctx's end).
+func (r *Runtime) connect(ctx context.Context) error {
+	backoff := connectBackoffMin
+	started := time.Now()
+	for attempt := 1; ; attempt++ {
+		err := r.conn.sec.Check(ctx, r.cfg.Brokers)
+		if err == nil {
+			if attempt > 1 {
+				r.log.Info("kafka brokers reachable", "attempts", attempt, "waited", time.Since(started).Round(time.Millisecond))
+			}
+			return nil
+		}
+		if ce, ok := errors.AsType[*kafkasec.ConnectError](err); ok {
+			r.conn.authErrs[stepIndex(ce.Step)].Add(1)
+			return fmt.Errorf("runtime: %w", err)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		attrs := []any{"brokers", strings.Join(r.cfg.Brokers, ","), "attempt", attempt, "retry_in", backoff, "err", err}
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+			attrs = append(attrs, "hint", closedHint)
+		}
+		r.log.Warn("kafka brokers not reachable yet; waiting", attrs...)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		backoff = min(2*backoff, connectBackoffMax)
+	}
+}
