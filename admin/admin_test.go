@@ -69,6 +69,8 @@ func setup(t *testing.T, mod func(*Options)) *bundle {
 		StatePath:    filepath.Join(t.TempDir(), "state.db"),
 		DrainTimeout: 30 * time.Second,
 		Registerer:   reg,
+		Group:        "billing-workers",
+		Instance:     "billing-7f9c-2",
 		Classes: []runtime.Class{
 			{Name: "jobs", Handler: handle, Workers: 2, QueueSize: 8},
 			{Name: "orders", Handler: handle, Workers: 2, QueueSize: 8, Ordered: true},
@@ -789,5 +791,46 @@ func TestServe(t *testing.T) {
 	}
 	if _, err := http.Get("http://" + ln.Addr().String() + "/"); err == nil {
 		t.Error("still serving after Serve returned")
+	}
+}
+
+// TestDashboardNamesAndCounts: the page and /api/classes name the
+// instance and the group and say since when the counters count; a
+// message parked behind its key's dead letter is counted parked, not
+// failed. Before, neither name was shown, nor the start, and the card
+// said "failed 4" for one dead letter and three parked messages.
+func TestDashboardNamesAndCounts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.poison("orders", 1) // key-0 is blocked behind its dead letter
+	for i := range 3 {
+		b.submit("orders", "key-0", fmt.Sprint("later-", i))
+	}
+	var orders map[string]any
+	var out map[string]any
+	waitFor(t, "three parked", func() bool {
+		resp, body := b.do("GET", "/api/classes")
+		out = decode[map[string]any](t, resp, body, 200)
+		for _, c := range out["classes"].([]any) {
+			if c := c.(map[string]any); c["name"] == "orders" {
+				orders = c
+			}
+		}
+		return orders["parked"] == 3.0
+	})
+	if orders["failed"] != 1.0 {
+		t.Errorf("orders: failed %v, want 1 (the dead letter; the parked are not failures): %v", orders["failed"], orders)
+	}
+	if out["instance"] != "billing-7f9c-2" || out["group"] != "billing-workers" || out["counting_since"] == nil {
+		t.Errorf("/api/classes lacks the instance, group or counting_since: %v", out)
+	}
+	_, body := b.do("GET", "/")
+	page := string(body)
+	since := b.rt.Started().UTC().Format("2006-01-02")
+	for _, want := range []string{`id="instance">billing-7f9c-2<`, `id="group">billing-workers<`, "counters since " + since,
+		`id="failed-orders">1<`, `id="parked-orders">3<`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("dashboard lacks %s", want)
+		}
 	}
 }

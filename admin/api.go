@@ -33,9 +33,16 @@ func (h *handler) metrics(w http.ResponseWriter, r *http.Request) {
 
 // classesJSON is the body of GET /api/classes.
 type classesJSON struct {
-	Ready               bool        `json:"ready"`
-	DrainTimeoutSeconds float64     `json:"drain_timeout_seconds"`
-	Classes             []classJSON `json:"classes"`
+	// Instance and Group name this instance and its consumer group (an
+	// operator of N instances has N of these).
+	Instance            string  `json:"instance"`
+	Group               string  `json:"group"`
+	Ready               bool    `json:"ready"`
+	DrainTimeoutSeconds float64 `json:"drain_timeout_seconds"`
+	// CountingSince is when the counters (succeeded, failed, retried,
+	// parked) started counting: the runtime's start in this process.
+	CountingSince time.Time   `json:"counting_since"`
+	Classes       []classJSON `json:"classes"`
 }
 
 // classJSON is one class's [runtime.ClassStats].
@@ -51,12 +58,26 @@ type classJSON struct {
 	// QueueFill is Queued / QueueSize.
 	QueueFill float64 `json:"queue_fill"`
 	Succeeded uint64  `json:"succeeded"`
-	Failed    uint64  `json:"failed"`
-	Retried   uint64  `json:"retried"`
+	// Failed counts failed attempts not retried in place (dead letters,
+	// delayed redeliveries, held); Parked the messages saved behind a
+	// blocked key without running, which are not failures.
+	Failed  uint64 `json:"failed"`
+	Retried uint64 `json:"retried"`
+	Parked  uint64 `json:"parked"`
 	// Rate is the handling capacity in messages per second, 0 when unknown.
 	Rate                 float64 `json:"rate"`
 	DrainEstimateSeconds float64 `json:"drain_estimate_seconds"`
 	OverBudget           bool    `json:"over_budget"`
+	// LongestRunningSeconds is how long the longest-running handler has
+	// run so far.
+	LongestRunningSeconds float64 `json:"longest_running_seconds"`
+	// Partitions is how many partitions of the class's topics this
+	// instance fetches; Lag their consumer lag in messages, null before
+	// the first sample; OldestUnsettledSeconds the age of the oldest
+	// fetched message not yet done or saved.
+	Partitions             int     `json:"partitions"`
+	Lag                    *int64  `json:"lag"`
+	OldestUnsettledSeconds float64 `json:"oldest_unsettled_seconds"`
 	// Hold is the class's suspension or pause (pause.go).
 	Hold holdJSON `json:"hold"`
 }
@@ -65,9 +86,14 @@ func toClassJSON(cs runtime.ClassStats) classJSON {
 	c := classJSON{
 		Name: cs.Name, Topics: cs.Topics, Ordered: cs.Ordered, Workers: cs.Workers, QueueSize: cs.QueueSize,
 		Queued: cs.Queued, Waiting: cs.Waiting, Running: cs.Running,
-		Succeeded: cs.Succeeded, Failed: cs.Failed, Retried: cs.Retried,
+		Succeeded: cs.Succeeded, Failed: cs.Failed, Retried: cs.Retried, Parked: cs.Parked,
 		Rate: cs.Rate, DrainEstimateSeconds: cs.DrainEstimate, OverBudget: cs.OverBudget,
-		Hold: toHoldJSON(cs.Hold),
+		Hold:                  toHoldJSON(cs.Hold),
+		LongestRunningSeconds: cs.LongestRunning, Partitions: cs.Partitions, OldestUnsettledSeconds: cs.OldestUnsettled,
+	}
+	if cs.Lag >= 0 {
+		lag := cs.Lag
+		c.Lag = &lag
 	}
 	if c.Topics == nil {
 		c.Topics = []string{}
@@ -80,7 +106,8 @@ func toClassJSON(cs runtime.ClassStats) classJSON {
 
 func (h *handler) apiClasses(w http.ResponseWriter, r *http.Request) {
 	stats := h.rt.Stats()
-	out := classesJSON{Ready: h.rt.Ready(), DrainTimeoutSeconds: h.rt.DrainTimeout().Seconds(), Classes: make([]classJSON, len(stats))}
+	out := classesJSON{Instance: h.rt.Instance(), Group: h.rt.Group(), Ready: h.rt.Ready(),
+		DrainTimeoutSeconds: h.rt.DrainTimeout().Seconds(), CountingSince: h.rt.Started().UTC(), Classes: make([]classJSON, len(stats))}
 	for i, cs := range stats {
 		out.Classes[i] = toClassJSON(cs)
 	}

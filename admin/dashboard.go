@@ -45,6 +45,8 @@ type page struct {
 	Refresh int64 // milliseconds; 0 means no reload
 	Now     time.Time
 
+	Instance, Group string
+	Since           time.Time // when the counters started counting
 	Ready           bool
 	DrainTimeout    float64
 	Classes         []classView
@@ -93,6 +95,9 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 		Nonce:           nonce(),
 		Refresh:         max(h.refresh.Milliseconds(), 0),
 		Now:             time.Now().UTC(),
+		Instance:        h.rt.Instance(),
+		Group:           h.rt.Group(),
+		Since:           h.rt.Started().UTC(),
 		Ready:           h.rt.Ready(),
 		DrainTimeout:    h.rt.DrainTimeout().Seconds(),
 		TokenConfigured: len(h.token) > 0,

@@ -62,8 +62,9 @@
 // # Stopping
 //
 // [Pool.Drain] waits until nothing runs or is ready to run, without
-// refusing new items; call it once nothing submits any more. It does not
-// wait out retry delays. [Pool.Stop] is the hard stop: it refuses new
+// refusing new items; call it once nothing submits any more. It waits
+// for the retries whose delay ends before its context's deadline, not for
+// later ones. [Pool.Stop] is the hard stop: it refuses new
 // items, takes out the unstarted and the waiting ones, cancels the
 // handlers' context with a cause and waits a bounded grace for them.
 // Handlers that return an error once cancelled, and those still running

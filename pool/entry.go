@@ -17,7 +17,7 @@ const (
 
 // entry carries one accepted item. It is on exactly one of the pool's three
 // intrusive lists: unstarted (while queued), running, or waiting (while it
-// waits out a retry delay). Its size is kept at 64 bytes, a size class: the
+// waits out a retry delay). Its size is kept at 80 bytes, a size class: the
 // retry timer lives in Pool.timers, not here.
 type entry[T any] struct {
 	v          T
@@ -27,6 +27,7 @@ type entry[T any] struct {
 	keyNext    *entry[T] // next item of the same key; Ordered pools only
 	seq        uint32    // acceptance order, wrapping; Ordered pools only
 	state      atomic.Uint32
+	started    int64 // when its handler started, on the pool's clock; under Pool.mu
 }
 
 // list is an intrusive doubly-linked list of entries: O(1) append and

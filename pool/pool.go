@@ -75,10 +75,28 @@ type Pool[T any] struct {
 	interrupted []T                  // returned an error after Stop cancelled workCtx
 	free        []*entry[T]          // recycled entries, for Submit
 	// timers holds the retry timer of each waiting item; RetryFunc only.
-	timers map[*entry[T]]*time.Timer
+	timers map[*entry[T]]retryTimer
+	// drainBy, while a Drain with a deadline waits, is that deadline on
+	// the pool's clock: a retry due by then is waited for (see Drain).
+	// Zero otherwise.
+	drainBy int64
 	// hold is set by Hold; see hold.go.
 	hold holdState
+
+	// epoch is the origin of the pool's clock (see clock).
+	epoch time.Time
 }
+
+// retryTimer is a waiting item's timer and when it is due, on the pool's
+// clock.
+type retryTimer struct {
+	t   *time.Timer
+	due int64
+}
+
+// clock returns the monotonic time since the pool was made, in
+// nanoseconds: one clock read, no wall-clock reading.
+func (p *Pool[T]) clock() int64 { return int64(time.Since(p.epoch)) }
 
 // New checks cfg and returns a pool ready for [Pool.Submit]. It reports
 // every problem of cfg at once, each naming the pool. New starts no
@@ -107,6 +125,7 @@ func New[T any](cfg Config[T]) (*Pool[T], error) {
 		// must not leave the accounting silently stuck.
 		workers: pond.NewPool(cfg.Workers, pond.WithoutPanicRecovery()),
 		stopCh:  make(chan struct{}),
+		epoch:   time.Now(),
 	}
 	p.workFn = p.work
 	p.workCtx, p.cancel = context.WithCancelCause(context.Background())
@@ -114,7 +133,7 @@ func New[T any](cfg Config[T]) (*Pool[T], error) {
 		p.keys = make(map[string]*entry[T])
 	}
 	if cfg.RetryFunc != nil {
-		p.timers = make(map[*entry[T]]*time.Timer)
+		p.timers = make(map[*entry[T]]retryTimer)
 	}
 	return p, nil
 }
@@ -211,9 +230,10 @@ func (p *Pool[T]) dispatch() {
 
 // work is the pond task: a worker loop.
 func (p *Pool[T]) work() {
+	now := p.clock() // read outside mu
 	p.mu.Lock()
 	for {
-		e, dispatch := p.startLocked()
+		e, dispatch := p.startLocked(now)
 		if e == nil {
 			p.loopExitLocked()
 			p.mu.Unlock()
@@ -224,6 +244,7 @@ func (p *Pool[T]) work() {
 			p.dispatch()
 		}
 		out, after := p.report(e, p.call(e))
+		now = p.clock()
 		p.mu.Lock()
 		p.settleLocked(e, out, after)
 	}
@@ -232,8 +253,9 @@ func (p *Pool[T]) work() {
 // startLocked moves the first ready item to running and gives the slot it
 // frees, if that brings the pool under QueueSize (retries may have taken it
 // over), to the first waiting Submit. It returns nil when nothing is ready,
-// and whether admitting the waiter's item needs a new worker loop.
-func (p *Pool[T]) startLocked() (e *entry[T], dispatch bool) {
+// and whether admitting the waiter's item needs a new worker loop. now,
+// on the pool's clock, is recorded as the item's start.
+func (p *Pool[T]) startLocked(now int64) (e *entry[T], dispatch bool) {
 	if !p.hold.mayStart() {
 		return nil, false
 	}
@@ -250,6 +272,7 @@ func (p *Pool[T]) startLocked() (e *entry[T], dispatch bool) {
 	p.running.pushBack(e)
 	p.queued--
 	p.nrunning++
+	e.started = now
 	e.state.Store(stateRunning)
 	if w := p.waiters.head; w != nil && p.queued < p.queueSize {
 		p.waiters.remove(w)
@@ -445,11 +468,26 @@ func (p *Pool[T]) hasReadyLocked() bool {
 	return p.unstarted.head != nil
 }
 
-// idleLocked reports whether nothing is running and nothing is ready to
-// run: what Drain waits for. Items waiting out a retry delay, and in an
-// Ordered pool the items queued behind their key, may remain.
+// idleLocked reports whether nothing is running, nothing is ready to run
+// and no retry is due by drainBy: what Drain waits for. Items waiting out
+// a retry delay that ends later, and in an Ordered pool the items queued
+// behind their key, may remain.
 func (p *Pool[T]) idleLocked() bool {
-	return p.nrunning == 0 && !p.hasReadyLocked()
+	return p.nrunning == 0 && !p.hasReadyLocked() && !p.retryDueLocked()
+}
+
+// retryDueLocked reports whether an item waiting out a retry delay is due
+// by drainBy. It walks the waiting items: at most QueueSize plus Workers.
+func (p *Pool[T]) retryDueLocked() bool {
+	if p.drainBy == 0 || p.stopped || !p.hold.mayStart() {
+		return false // a held pool would not start it anyway
+	}
+	for e := p.waiting.head; e != nil; e = e.next {
+		if rt, ok := p.timers[e]; ok && rt.due <= p.drainBy {
+			return true
+		}
+	}
+	return false
 }
 
 // noteIdleLocked wakes Drain callers once the pool is idle.
@@ -462,15 +500,31 @@ func (p *Pool[T]) noteIdleLocked() {
 
 // Drain blocks until no item is running or ready to run, or until ctx
 // ends, when it returns context.Cause(ctx). It does not stop Submit: items
-// submitted meanwhile are waited for too. Items waiting out a retry delay
-// (see [Config.RetryFunc]) are not waited for, nor, in an Ordered pool,
-// the items queued behind their key: Drain may return with them in the
-// pool, for [Pool.Stop] to hand back. A delay that ends during Drain makes
-// its item ready, and Drain waits for it as for any other. After
-// [Pool.Stop], handlers still running past the grace (stragglers) no
-// longer count. Safe for concurrent use.
+// submitted meanwhile are waited for too. An item waiting out a retry
+// delay (see [Config.RetryFunc]) is waited for when its delay ends before
+// ctx's deadline: it then runs, and Drain waits for it as for any other.
+// Items whose delay ends later (all of them when ctx has no deadline) are
+// not waited for, nor, in an Ordered pool, the items queued behind their
+// key: Drain may return with them in the pool, for [Pool.Stop] to hand
+// back. After [Pool.Stop], handlers still running past the grace
+// (stragglers) no longer count. Safe for concurrent use; concurrent
+// Drains wait for retries due by the latest of their deadlines.
 func (p *Pool[T]) Drain(ctx context.Context) error {
+	var by int64
+	if d, ok := ctx.Deadline(); ok {
+		by = max(int64(d.Sub(p.epoch)), 1)
+	}
 	p.mu.Lock()
+	if by > p.drainBy {
+		p.drainBy = by
+		defer func() {
+			p.mu.Lock()
+			if p.drainBy == by {
+				p.drainBy = 0
+			}
+			p.mu.Unlock()
+		}()
+	}
 	if p.idleLocked() {
 		p.mu.Unlock()
 		return nil
@@ -520,4 +574,20 @@ func (p *Pool[T]) Stats() Stats {
 	p.mu.Unlock()
 	s.Retried = p.retried.Load()
 	return s
+}
+
+// RunningTimes returns how long the handlers running now have run so far:
+// in total and the longest. Stragglers left behind by Stop are not
+// counted. It walks the running handlers (at most Workers) under the
+// pool's lock, does not wait for them and is safe for concurrent use.
+func (p *Pool[T]) RunningTimes() (total, longest time.Duration) {
+	now := p.clock()
+	p.mu.Lock()
+	for e := p.running.head; e != nil; e = e.next {
+		d := time.Duration(max(now-e.started, 0))
+		total += d
+		longest = max(longest, d)
+	}
+	p.mu.Unlock()
+	return total, longest
 }

@@ -41,7 +41,7 @@ func (p *Pool[T]) Remove(match func(T) bool) []T {
 	out := make([]T, len(gone))
 	for i, e := range gone {
 		if i < nwaiting {
-			if t := p.timers[e]; t != nil && t.Stop() {
+			if t := p.timers[e].t; t != nil && t.Stop() {
 				p.timerWG.Done() // its callback will never run
 			}
 			delete(p.timers, e)

@@ -19,7 +19,7 @@ func (p *Pool[T]) retryLocked(e *entry[T], after time.Duration) {
 		e.keyNext = nil // Stop has taken the items behind it
 	} else {
 		p.timerWG.Add(1)
-		p.timers[e] = time.AfterFunc(after, func() { p.wake(e) })
+		p.timers[e] = retryTimer{t: time.AfterFunc(after, func() { p.wake(e) }), due: p.clock() + int64(after)}
 	}
 	p.leftRunningLocked()
 }
@@ -78,7 +78,7 @@ func (p *Pool[T]) requeueLocked(e *entry[T]) {
 func (p *Pool[T]) takeWaitingLocked(dst []T) []T {
 	for e := p.waiting.head; e != nil; {
 		next := e.next
-		if t := p.timers[e]; t != nil && t.Stop() {
+		if t := p.timers[e].t; t != nil && t.Stop() {
 			p.timerWG.Done() // its callback will never run
 		}
 		e.prev, e.next, e.keyNext = nil, nil, nil

@@ -1,8 +1,6 @@
 package pool
 
 import (
-	"context"
-	"log/slog"
 	"time"
 )
 
@@ -148,13 +146,10 @@ func (p *Pool[T]) Stop(grace time.Duration, cause error) StopResult[T] {
 		p.waitLoops()
 	}
 
-	// A stop after a complete drain is routine; handing items back is the
-	// escalation worth a warning.
-	level := slog.LevelInfo
-	if len(res.Unstarted)+len(res.Waiting)+len(res.Interrupted) > 0 {
-		level = slog.LevelWarn
-	}
-	p.log.Log(context.Background(), level, "pool stopped",
+	// Handing items back is what a stop does: the caller saves them and
+	// warns about what is an escalation (a drain that ran out of time,
+	// stragglers). So this is Info, whatever it hands back.
+	p.log.Info("pool stopped",
 		"unstarted", len(res.Unstarted), "waiting", len(res.Waiting), "running", running, "interrupted", len(res.Interrupted),
 		"stragglers", res.Stragglers, "grace", grace, "cause", cause, "took", time.Since(began))
 	return res

@@ -516,7 +516,7 @@ func BenchmarkTracker(b *testing.B) {
 		b.ReportAllocs()
 		var off int64
 		for b.Loop() {
-			tr.settle(tr.add(off))
+			tr.settle(tr.add(off, 0))
 			if off++; off%4096 == 0 {
 				tr.commitPoint() // as the keeper does: frees settled segments
 			}
@@ -540,7 +540,7 @@ func BenchmarkTracker(b *testing.B) {
 	b.Run("commitPoint", func(b *testing.B) {
 		tr := newTracker("t", 0, 0)
 		for i := range int64(10_000) {
-			seq := tr.add(i)
+			seq := tr.add(i, 0)
 			if i%3 != 0 {
 				tr.settle(seq)
 			}
@@ -562,7 +562,7 @@ func BenchmarkTracker(b *testing.B) {
 			i := 0
 			for pb.Next() {
 				mu.Lock()
-				seq := tr.add(off)
+				seq := tr.add(off, 0)
 				off++
 				mu.Unlock()
 				tr.settle(seq)
@@ -586,7 +586,7 @@ func benchOutOfOrder(b *testing.B, window, slowEvery int) {
 	haveSlow := false
 	b.ReportAllocs()
 	for b.Loop() {
-		seq := tr.add(off)
+		seq := tr.add(off, 0)
 		if slowEvery > 0 && off%int64(slowEvery) == 0 {
 			if haveSlow {
 				tr.settle(slow)

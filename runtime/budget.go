@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
+
+	"github.com/handoff-go/handoff/pool"
 )
 
 // serviceTime keeps an exponentially weighted mean of a class's handler
@@ -50,26 +52,38 @@ func (s *serviceTime) observe(d time.Duration) {
 	}
 }
 
-// capacity is the class's handling capacity in messages per second, zero
-// before the first timed call.
-func (c *class) capacity() float64 {
+// meanTime returns the class's mean handler time in seconds, counting
+// the handlers running now by the time they have run so far: the larger
+// of the returned handlers' mean and the running ones' mean elapsed time.
+// A hung class thus shows its hang instead of the mean of the few
+// handlers that did return. Zero when nothing is known.
+func (c *class) meanTime(running int, runningFor time.Duration) float64 {
 	m := math.Float64frombits(c.svc.mean.Load())
-	if m <= 0 {
-		return 0
+	if running > 0 {
+		m = max(m, runningFor.Seconds()/float64(running))
 	}
-	return float64(c.cfg.Workers) / m
+	return max(m, 0)
 }
 
-// drainEstimate returns how long inFlight messages (queued and running)
-// would take to drain at rate, in seconds, and whether that exceeds
-// DrainTimeout. An ordered class whose work sits on few keys drains
-// slower than this: it assumes every worker can be busy.
-func (r *Runtime) drainEstimate(c *class, inFlight int, rate float64) (float64, bool) {
-	if rate <= 0 || inFlight == 0 {
-		return 0, false
+// drainEstimate returns how long the class's queued and running work
+// would take to drain, in seconds, and whether that exceeds DrainTimeout.
+// With Workers busy, queued+running messages drain in (queued+running) ×
+// mean / Workers (mean from meanTime). A handler that has run for t so
+// far is taken to need at least t more, so the estimate is never less
+// than the longest running handler's time: a hang is over budget within
+// one DrainTimeout, whatever the other handlers do. An ordered class
+// whose work sits on few keys drains slower than this: it assumes every
+// worker can be busy.
+func (r *Runtime) drainEstimate(c *class, ps pool.Stats, runningFor, longest time.Duration) (est, rate float64, over bool) {
+	mean := c.meanTime(ps.Running, runningFor)
+	if mean <= 0 {
+		return 0, 0, false
 	}
-	est := float64(inFlight) / rate
-	return est, est > r.cfg.DrainTimeout.Seconds()
+	rate = float64(c.cfg.Workers) / mean
+	if n := ps.Queued + ps.Running; n > 0 {
+		est = max(float64(n)/rate, longest.Seconds())
+	}
+	return est, rate, est > r.cfg.DrainTimeout.Seconds()
 }
 
 // watchBudget checks every class's drain estimate once a second and warns,

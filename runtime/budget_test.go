@@ -66,12 +66,11 @@ func TestDrainBudget(t *testing.T) {
 		t.Errorf("idle class: %+v", cs)
 	}
 	// The state file's buckets, counted once per scrape.
-	scraped, err := testutil.CollectAndFormat(reg, expfmt.TypeTextPlain, "handoff_state_records_pending", "handoff_state_records_dead",
-		"handoff_state_records_parked", "handoff_state_records_delayed")
+	scraped, err := testutil.CollectAndFormat(reg, expfmt.TypeTextPlain, "handoff_state_records")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"handoff_state_records_pending 0", "handoff_state_records_dead 0", "handoff_state_records_parked 0", "handoff_state_records_delayed 0"} {
+	for _, want := range []string{`handoff_state_records{bucket="pending"} 0`, `handoff_state_records{bucket="dead"} 0`, `handoff_state_records{bucket="parked"} 0`, `handoff_state_records{bucket="delayed"} 0`} {
 		if !strings.Contains(string(scraped), want) {
 			t.Errorf("metrics lack %s:\n%s", want, scraped)
 		}

@@ -38,7 +38,8 @@ func (g *generation) keep(kctx context.Context, stopFetch context.CancelFunc, fe
 	budget := newCommitBudget(len(g.trackers), minCommitGap(interval), time.Now())
 	commit := func(when string) {
 		if err := g.commit(); err != nil {
-			g.r.log.Warn("commit failed; retrying at the next interval", "generation", g.kg.ID, "when", when, "err", err)
+			g.r.metrics.commitFailed()
+			g.r.logs.warn(g.r.log, "commit failed", "commit failed; retrying at the next interval", "generation", g.kg.ID, "when", when, "err", err)
 		}
 	}
 	for {
@@ -66,14 +67,20 @@ func (g *generation) keep(kctx context.Context, stopFetch context.CancelFunc, fe
 				soon.Reset(wait)
 			}
 		case reply := <-g.finalReq:
-			reply <- g.commit()
+			err := g.commit()
+			if err != nil {
+				g.r.metrics.commitFailed()
+			}
+			reply <- err
 			<-kctx.Done() // held open until the group closes
 			return
 		case <-kctx.Done():
 			stopFetch()
 			fetchers.Wait()
 			given, left := g.revoke()
+			g.r.metrics.rebalanced()
 			if err := g.commit(); err != nil {
+				g.r.metrics.commitFailed()
 				g.r.log.Warn("commit at generation end failed", "generation", g.kg.ID, "err", err)
 			}
 			g.r.log.Info("group generation ended", "generation", g.kg.ID, "given_back", given, "still_running", left)
@@ -164,7 +171,6 @@ func (g *generation) commit() error {
 	}
 	for i, tr := range moved {
 		tr.committedTo(points[i])
-		g.r.metrics.setLag(tr.topic, tr.partition, tr.lag())
 	}
 	return nil
 }

@@ -281,6 +281,16 @@ type Class struct {
 	// StopSnapshot.
 	StopPolicy StopPolicy
 
+	// WaitForTopics makes the start wait for the class's topics that do
+	// not exist yet: it asks the brokers again, with backoff from 0.5s to
+	// 30s, logging which topics it waits for, and joins the group once
+	// they all exist (or a stop is requested); the runtime is not ready
+	// meanwhile. False means a missing topic is logged at Warn, naming
+	// it, and the class runs without it (it is read only after a
+	// restart once it exists) and the runtime is never ready; if none of
+	// the class's topics exists, [Runtime.Run] returns a [TopicError].
+	WaitForTopics bool
+
 	// DeadLetterTopic, if set, is a Kafka topic each dead letter of this
 	// class is also published to, with headers naming its origin, attempts
 	// and error (see [HeaderOriginTopic]). The state file keeps the dead

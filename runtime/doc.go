@@ -30,7 +30,9 @@
 // [Runtime.Run] opens the state file (a second process on the same file
 // gets [snapshot.ErrLocked] naming the file after LockTimeout), re-pushes
 // every saved message into its pool, oldest first, before the first fetch,
-// and joins the consumer group. A saved record is deleted only when its
+// checks that every configured topic exists (see [Class.WaitForTopics])
+// and joins the consumer group; [Runtime.Ready] is true once all of that
+// is done and the first generation has arrived. A saved record is deleted only when its
 // message is done, so a crash during recovery loses nothing. A record that
 // cannot be decoded moves to the quarantine bucket; one whose class no
 // longer exists becomes a dead letter.
@@ -42,9 +44,9 @@
 //
 //  1. Quiesce: [Runtime.Ready] turns false, fetching stops (the partition
 //     readers close in the background, joined in step 6).
-//  2. Drain: pools keep working until empty or DrainTimeout. A second
-//     signal (see [HandleSignals]) or Shutdown's context ending skips the
-//     rest.
+//  2. Drain: pools keep working until empty or DrainTimeout, waiting for
+//     the retries in place due before then. A second signal (see
+//     [HandleSignals]) or Shutdown's context ending skips the rest.
 //  3. Hard stop: unstarted messages are taken out; running handlers get
 //     their context cancelled with cause [ErrStopping] and HardStopGrace to
 //     return. A handler that returns an error then is interrupted, not
@@ -170,26 +172,37 @@
 //     deferred, scheduled, delivered, requeued, requeued_done, discarded,
 //     published, unpublished, held (the fields of [Report]; requeued_done
 //     counts requeued dead letters that then succeeded).
+//   - handoff_handler_duration_seconds{class,outcome}: histogram of handler
+//     calls (each batch call in a batch class), outcome succeeded, failed,
+//     timed_out or panicked;
+//     handoff_handler_errors_total{class}: calls that failed or panicked.
 //   - handoff_pool_queued, handoff_pool_waiting, handoff_pool_running and
 //     handoff_pool_workers{class}: the class's pool right now (see
 //     [ClassStats]).
-//   - handoff_handler_duration_seconds{class}: histogram of handler time
-//     (of each batch call in a batch class).
 //   - handoff_batch_messages{class}: histogram of messages per call of a
 //     batch class.
 //   - handoff_drain_estimate_seconds{class} and
 //     handoff_drain_over_budget{class}: how long the class's queued and
-//     running work would take to drain, and 1 when that exceeds
-//     DrainTimeout (checked once a second; a warning is logged then).
-//   - handoff_ready: 1 while [Runtime.Ready].
+//     running work would take to drain (running handlers counted by the
+//     time they have run so far), and 1 when that exceeds DrainTimeout
+//     (checked once a second; a warning is logged then).
+//   - handoff_consumer_lag_messages{topic,partition}: high watermark minus
+//     the group's committed offset of each partition this instance holds,
+//     asked of the brokers every CommitInterval; a partition's series is
+//     removed when it leaves this instance (rebalance, stop).
+//   - handoff_oldest_unsettled_age_seconds{class}: age of the class's
+//     oldest fetched message that is neither done nor saved.
+//   - handoff_rebalances_total, handoff_commit_failures_total,
+//     handoff_fetch_errors_total{topic} and
+//     handoff_dead_letter_publish_failures_total{class}.
+//   - handoff_ready: 1 while [Runtime.Ready]; handoff_start_time_seconds:
+//     when [New] ran, the start of every counter.
 //   - handoff_stop_phase_duration_seconds{phase} and
 //     handoff_snapshot_messages: the phases of the last stop (quiesce,
 //     drain, hard_stop, snapshot, commit, leave) and how many messages it
 //     saved.
-//   - handoff_state_records_pending, _dead, _parked and _delayed: records
-//     in the state file's buckets, counted at each scrape.
-//   - handoff_commit_lag{topic,partition}: high watermark minus committed
-//     offset, as of the last fetch and commit.
+//   - handoff_state_records{bucket}: records in the state file's pending,
+//     dead, parked and delayed buckets, counted at each scrape.
 //   - handoff_kafka_auth_errors_total{step}: connections to the brokers
 //     refused at step tls_handshake, sasl_handshake or sasl_authentication.
 //   - handoff_class_suspended{class} and handoff_class_paused{class}: 1

@@ -40,6 +40,9 @@ var (
 	// ErrRequeued is returned by [Runtime.Requeue] and [Runtime.Discard]
 	// for a dead letter that was requeued and is not finished yet.
 	ErrRequeued = errors.New("runtime: dead letter already requeued")
+	// ErrNoTopic is wrapped by the [TopicError] [Runtime.Run] returns
+	// when none of a class's topics exists at start.
+	ErrNoTopic = errors.New("runtime: no topic of the class exists")
 	// ErrBadCursor is returned by the paging methods for a cursor they
 	// did not make.
 	ErrBadCursor = errors.New("runtime: bad cursor")

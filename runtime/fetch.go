@@ -48,7 +48,6 @@ func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracke
 		case fr = <-recs:
 		}
 		it := r.fetched(c, tr, &fr)
-		tr.hwm.Store(fr.hwm)
 		last := fr.offset+1 >= fr.hwm
 		if err := c.pool.Submit(ctx, it); err != nil {
 			// Never accepted: it stays unsettled, so the commit stops
@@ -79,8 +78,12 @@ type fetchedRecord struct {
 	headers    []handoff.Header
 }
 
-// fetchRetry is how long a partition reader waits after a failed fetch.
-const fetchRetry = 100 * time.Millisecond
+// Bounds of a partition reader's wait after a failed fetch: it doubles
+// from the first to the second while fetches fail.
+const (
+	fetchBackoffMin = 100 * time.Millisecond
+	fetchBackoffMax = 5 * time.Second
+)
 
 // fetchMaxBytes bounds one fetch response, which kafka-go's protocol
 // client reads whole into memory before the first record is decoded
@@ -91,8 +94,11 @@ const fetchMaxBytes = 1 << 20
 
 // readPartition fetches tr's partition from offset on and sends its
 // records to out, in offset order, until ctx ends. A failed fetch is
-// logged and tried again after fetchRetry. It blocks while out is full.
+// counted, logged (with backoff: see Runtime.logs) and tried again after
+// a wait that doubles from fetchBackoffMin to fetchBackoffMax while
+// fetches fail. It blocks while out is full.
 func (r *Runtime) readPartition(ctx context.Context, tr *tracker, offset int64, out chan<- fetchedRecord, log *slog.Logger) {
+	backoff := fetchBackoffMin
 	for {
 		resp, err := r.fetches.Fetch(ctx, &kafka.FetchRequest{
 			Topic:     tr.topic,
@@ -108,17 +114,21 @@ func (r *Runtime) readPartition(ctx context.Context, tr *tracker, offset int64, 
 		if err == nil {
 			offset, err = sendRecords(ctx, resp, offset, out)
 		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			log.Warn("fetch failed; retrying", "offset", offset, "err", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(fetchRetry):
-			}
+		if err == nil {
+			backoff = fetchBackoffMin
+			continue
 		}
+		if ctx.Err() != nil {
+			return
+		}
+		r.metrics.fetchError(tr.topic)
+		r.logs.warn(log, "fetch failed", "fetch failed; retrying", "offset", offset, "err", err, "wait", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, fetchBackoffMax)
 	}
 }
 
@@ -188,6 +198,7 @@ func recordTime(t time.Time) time.Time {
 func (r *Runtime) fetched(c *class, tr *tracker, fr *fetchedRecord) *item {
 	it := r.items.Get().(*item) // zero: result clears an item before it returns it
 	it.src, it.tr = fromKafka, tr
+	seen := r.mono()
 	it.msg = handoff.Message{
 		ID:        kafkaID(tr.idPrefix, fr.offset),
 		Class:     c.cfg.Name,
@@ -196,9 +207,9 @@ func (r *Runtime) fetched(c *class, tr *tracker, fr *fetchedRecord) *item {
 		Headers:   fr.headers,
 		Origin:    handoff.Origin{Topic: tr.topic, Partition: tr.partition, Offset: fr.offset},
 		Timestamp: fr.time,
-		FirstSeen: r.now(),
+		FirstSeen: r.epoch.Add(time.Duration(seen)),
 	}
-	it.slot = tr.add(fr.offset)
+	it.slot = tr.add(fr.offset, seen)
 	return it
 }
 
@@ -211,21 +222,6 @@ func (r *Runtime) joinReader(done <-chan struct{}, log *slog.Logger) {
 	case <-done:
 	case <-time.After(wait):
 		log.Warn("partition reader did not end in time; left behind", "waited", wait)
-	}
-}
-
-// kafkaLogger adapts kafka-go's Printf logging to slog: debug for its
-// chatter, warn for its errors.
-func kafkaLogger(log *slog.Logger, isErr bool) kafka.LoggerFunc {
-	if isErr {
-		return func(format string, args ...any) {
-			log.Warn("kafka-go", "msg", fmt.Sprintf(format, args...))
-		}
-	}
-	return func(format string, args ...any) {
-		if log.Enabled(context.Background(), slog.LevelDebug) {
-			log.Debug("kafka-go", "msg", fmt.Sprintf(format, args...))
-		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -27,6 +28,8 @@ type generation struct {
 	// caughtUp is how a fetch loop tells the keeper its partition caught
 	// up with the high watermark; see keep.
 	caughtUp chan struct{}
+	// fetching is true while the generation's partitions are fetched.
+	fetching atomic.Bool
 	// connLost is set, by the keeper, once a commit through the
 	// generation's connection failed; see commitOffsets.
 	connLost bool
@@ -40,7 +43,8 @@ func (r *Runtime) consume(fetchCtx context.Context, cg *kafka.ConsumerGroup) {
 			if fetchCtx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
 				return
 			}
-			r.log.Warn("consumer group join failed; retrying", "group", r.cfg.Group, "err", err)
+			// kafka-go's error logger has said so already, with backoff.
+			r.log.Debug("consumer group join failed; retrying", "group", r.cfg.Group, "err", err)
 			continue
 		}
 		r.runGeneration(fetchCtx, kg)
@@ -69,13 +73,18 @@ func (r *Runtime) runGeneration(fetchCtx context.Context, kg *kafka.Generation) 
 			n++
 		}
 	}
+	g.fetching.Store(true)
 	r.genMu.Lock()
 	r.gen = g
 	r.genMu.Unlock()
+	r.joined.Store(true)
 	r.log.Info("joined group generation", "group", r.cfg.Group, "generation", kg.ID, "partitions", n)
+	lag := g.startLag(gctx)
 	kg.Start(func(kctx context.Context) { g.keep(kctx, cancel, &fetchers) })
 	<-gctx.Done()
 	fetchers.Wait()
+	g.fetching.Store(false)
+	lag.stop()
 }
 
 // revoke is the generation's end at a rebalance: it takes this

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -46,13 +47,34 @@ func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 		if r.metrics == nil && !sample(it) {
 			return c.handle(ctx, &m)
 		}
-		began := time.Now()
-		err := c.handle(ctx, &m)
+		return r.timedCall(ctx, c, &m)
+	}
+}
+
+// timedCall calls the class's handler, feeds its time to the drain
+// estimate and, with metrics, to the histogram under its outcome; a panic
+// is observed on its way up to the pool, which recovers it.
+func (r *Runtime) timedCall(ctx context.Context, c *class, m *handoff.Message) (err error) {
+	began := time.Now()
+	returned := false
+	defer func() {
 		d := time.Since(began)
 		c.svc.observe(d)
-		r.metrics.observeHandler(c.index, d)
-		return err
-	}
+		o := callSucceeded
+		switch {
+		case !returned:
+			o = callPanicked
+		case err == nil:
+		case errors.Is(context.Cause(ctx), ErrHandlerTimeout):
+			o = callTimedOut
+		default:
+			o = callFailed
+		}
+		r.metrics.observeHandler(c.index, o, d)
+	}()
+	err = c.handle(ctx, m)
+	returned = true
+	return err
 }
 
 // diverted marks an item the handler wrapper did not run because it is
@@ -107,6 +129,7 @@ func (r *Runtime) result(c *class) func(*item, error) {
 			r.done(c, it)
 			it.settleAttempt(OutcomeSucceeded, nil, 0)
 		case errors.Is(err, errDiverted):
+			c.diverted.Add(1) // the pool counts it failed; see Stats
 			r.inconclusive(c, it)
 		default:
 			if !r.saveFailed(c, it, err) && it.src == fromSubmit {

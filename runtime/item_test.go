@@ -151,9 +151,10 @@ func BenchmarkDelivery(b *testing.B) {
 			it.msg.Class = c.cfg.Name
 			it.msg.Key, it.msg.Value = key, value
 			it.msg.Origin = handoff.Origin{Topic: tr.topic, Partition: tr.partition, Offset: off}
-			it.msg.FirstSeen = r.now()
+			seen := r.mono()
+			it.msg.FirstSeen = r.epoch.Add(time.Duration(seen))
 			it.src, it.tr = fromKafka, tr
-			it.slot = tr.add(off)
+			it.slot = tr.add(off, seen)
 			if err := c.cfg.Handler(context.Background(), &it.msg); err != nil {
 				b.Fatal(err)
 			}

@@ -15,15 +15,34 @@ import (
 // Registerer) records nothing.
 type metrics struct {
 	handler     *prometheus.HistogramVec
-	handlerObs  []prometheus.Observer // per class, in r.order
+	handlerObs  [][numCallOutcomes]prometheus.Observer // per class, in r.order
+	handlerErrs []prometheus.Counter                   // per class
+	publishFail []prometheus.Counter                   // per class
 	batch       *prometheus.HistogramVec
 	batchObs    []prometheus.Observer // per class, in r.order; nil for non-batch classes
 	drainEst    *prometheus.GaugeVec
 	overBudget  *prometheus.GaugeVec
 	phase       *prometheus.GaugeVec
 	snapshotMsg prometheus.Gauge
-	commitLag   *prometheus.GaugeVec
+	lag         *prometheus.GaugeVec
+	rebalances  prometheus.Counter
+	commitFails prometheus.Counter
+	fetchErrs   *prometheus.CounterVec
 }
+
+// callOutcome is how a handler call ended, the outcome label of
+// handoff_handler_duration_seconds.
+type callOutcome int
+
+const (
+	callSucceeded callOutcome = iota
+	callFailed                // returned an error
+	callTimedOut              // returned after the class's Timeout
+	callPanicked
+	numCallOutcomes
+)
+
+var callOutcomeNames = [numCallOutcomes]string{"succeeded", "failed", "timed_out", "panicked"}
 
 func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 	if reg == nil {
@@ -31,15 +50,15 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 	}
 	m := &metrics{
 		handler: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "handoff_handler_duration_seconds", Help: "Time handlers take, per class.",
+			Name: "handoff_handler_duration_seconds", Help: "Time handler calls take, per class and outcome (succeeded, failed, timed_out, panicked).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
-		}, []string{"class"}),
+		}, []string{"class", "outcome"}),
 		batch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "handoff_batch_messages", Help: "Messages per call of a batch class's handler.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
 		}, []string{"class"}),
 		drainEst: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "handoff_drain_estimate_seconds", Help: "How long the class's queued and running work would take to drain at its recent handling rate.",
+			Name: "handoff_drain_estimate_seconds", Help: "How long the class's queued and running work would take to drain, running handlers counted by the time they have run so far.",
 		}, []string{"class"}),
 		overBudget: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "handoff_drain_over_budget", Help: "1 when the class's drain estimate exceeds DrainTimeout: a stop now would snapshot part of its queue.",
@@ -50,13 +69,31 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 		snapshotMsg: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "handoff_snapshot_messages", Help: "Messages saved to the state file by the last stop.",
 		}),
-		commitLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "handoff_commit_lag", Help: "High watermark minus committed offset per partition, as of the last commit.",
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "handoff_consumer_lag_messages", Help: "Messages between the partition's high watermark and the group's committed offset, for the partitions this instance holds; sampled every CommitInterval.",
 		}, []string{"topic", "partition"}),
+		rebalances: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "handoff_rebalances_total", Help: "Consumer group generations of this instance that ended in a rebalance.",
+		}),
+		commitFails: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "handoff_commit_failures_total", Help: "Offset commits that failed (each is retried at the next one).",
+		}),
+		fetchErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "handoff_fetch_errors_total", Help: "Failed fetches, per topic (each is retried with backoff).",
+		}, []string{"topic"}),
 	}
-	cs := []prometheus.Collector{m.handler, m.batch, m.drainEst, m.overBudget, m.phase, m.snapshotMsg, m.commitLag,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_ready", Help: "1 while the runtime is running and not stopping."},
+	handlerErrs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "handoff_handler_errors_total", Help: "Handler calls that returned an error or panicked, per class.",
+	}, []string{"class"})
+	publishFail := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "handoff_dead_letter_publish_failures_total", Help: "Dead letters whose write to the class's DeadLetterTopic failed (the state file keeps them).",
+	}, []string{"class"})
+	cs := []prometheus.Collector{m.handler, m.batch, handlerErrs, publishFail, m.drainEst, m.overBudget, m.phase, m.snapshotMsg,
+		m.lag, m.rebalances, m.commitFails, m.fetchErrs,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_ready", Help: "1 while the runtime is ready: recovered, joined, every topic present, not stopping."},
 			func() float64 { return b2f(r.Ready()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_start_time_seconds", Help: "When the runtime was made, in Unix seconds: the counters count since then."},
+			func() float64 { return float64(r.epoch.UnixNano()) / 1e9 }),
 		newStateCollector(r),
 	}
 	for i, step := range connSteps {
@@ -83,14 +120,33 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 				func() float64 { return float64(p.Stats().Running) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_pool_workers", Help: "The class's worker bound.", ConstLabels: labels},
 				func() float64 { return float64(c.cfg.Workers) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_oldest_unsettled_age_seconds",
+				Help:        "Age of the class's oldest Kafka message fetched and neither done nor saved (what holds its partition's commit back); 0 when none.",
+				ConstLabels: labels},
+				func() float64 { return r.oldestUnsettled(c).Seconds() }),
 		)
 		cs = append(cs, c.holdCollectors(labels)...)
-		m.handlerObs = append(m.handlerObs, m.handler.WithLabelValues(c.cfg.Name))
+		var obs [numCallOutcomes]prometheus.Observer
+		for o := range numCallOutcomes {
+			obs[o] = m.handler.WithLabelValues(c.cfg.Name, callOutcomeNames[o])
+		}
+		m.handlerObs = append(m.handlerObs, obs)
+		m.handlerErrs = append(m.handlerErrs, handlerErrs.WithLabelValues(c.cfg.Name))
+		m.publishFail = append(m.publishFail, publishFail.WithLabelValues(c.cfg.Name))
 		var bo prometheus.Observer
 		if c.cfg.BatchHandler != nil {
 			bo = m.batch.WithLabelValues(c.cfg.Name)
 		}
 		m.batchObs = append(m.batchObs, bo)
+	}
+	// Every series that can be known now exists from the start, at 0, so
+	// that rate() and alerts see the first increase.
+	for _, c := range r.order {
+		m.drainEst.WithLabelValues(c.cfg.Name)
+		m.overBudget.WithLabelValues(c.cfg.Name)
+	}
+	for _, t := range r.topics {
+		m.fetchErrs.WithLabelValues(t)
 	}
 	var errs []error
 	for _, c := range cs {
@@ -112,31 +168,22 @@ func b2f(b bool) float64 {
 }
 
 // stateCollector exports the record counts of the state file's buckets
-// as handoff_state_records_{pending,dead,parked,delayed}. Tx.Counts
-// walks the buckets, so a scrape calls it once for all four.
+// as handoff_state_records{bucket}. Tx.Counts walks the buckets, so a
+// scrape calls it once for all of them.
 type stateCollector struct {
-	r     *Runtime
-	descs map[string]*prometheus.Desc // bucket -> metric
+	r    *Runtime
+	desc *prometheus.Desc
 }
+
+// stateBuckets are the bucket label values of handoff_state_records.
+var stateBuckets = []string{snapshot.BucketPending, snapshot.BucketDead, snapshot.BucketParked, snapshot.BucketDelayed}
 
 func newStateCollector(r *Runtime) *stateCollector {
-	c := &stateCollector{r: r, descs: map[string]*prometheus.Desc{}}
-	for bucket, help := range map[string]string{
-		snapshot.BucketPending: "Records in the state file's pending bucket.",
-		snapshot.BucketDead:    "Dead letters in the state file.",
-		snapshot.BucketParked:  "Parked messages in the state file.",
-		snapshot.BucketDelayed: "Delayed messages in the state file.",
-	} {
-		c.descs[bucket] = prometheus.NewDesc("handoff_state_records_"+bucket, help, nil, nil)
-	}
-	return c
+	return &stateCollector{r: r, desc: prometheus.NewDesc("handoff_state_records",
+		"Records in the state file, per bucket (pending, dead, parked, delayed).", []string{"bucket"}, nil)}
 }
 
-func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range c.descs {
-		ch <- d
-	}
-}
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 // Collect reports nothing while the state file is not open.
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -149,14 +196,41 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
-	for bucket, d := range c.descs {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(counts[bucket]))
+	for _, bucket := range stateBuckets {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[bucket]), bucket)
 	}
 }
 
-func (m *metrics) observeHandler(i int, d time.Duration) {
+func (m *metrics) observeHandler(i int, o callOutcome, d time.Duration) {
 	if m != nil {
-		m.handlerObs[i].Observe(d.Seconds())
+		m.handlerObs[i][o].Observe(d.Seconds())
+		if o != callSucceeded {
+			m.handlerErrs[i].Inc()
+		}
+	}
+}
+
+func (m *metrics) publishFailed(i int) {
+	if m != nil {
+		m.publishFail[i].Inc()
+	}
+}
+
+func (m *metrics) rebalanced() {
+	if m != nil {
+		m.rebalances.Inc()
+	}
+}
+
+func (m *metrics) commitFailed() {
+	if m != nil {
+		m.commitFails.Inc()
+	}
+}
+
+func (m *metrics) fetchError(topic string) {
+	if m != nil {
+		m.fetchErrs.WithLabelValues(topic).Inc()
 	}
 }
 
@@ -187,6 +261,14 @@ func (m *metrics) setSnapshot(n int) {
 
 func (m *metrics) setLag(topic string, partition int, lag int64) {
 	if m != nil {
-		m.commitLag.WithLabelValues(topic, strconv.Itoa(partition)).Set(float64(lag))
+		m.lag.WithLabelValues(topic, strconv.Itoa(partition)).Set(float64(lag))
+	}
+}
+
+// dropLag removes the lag series of a partition this instance no longer
+// holds.
+func (m *metrics) dropLag(topic string, partition int) {
+	if m != nil {
+		m.lag.DeleteLabelValues(topic, strconv.Itoa(partition))
 	}
 }

@@ -164,6 +164,7 @@ func (p *publisher) write(ctx context.Context, batch []deadPublish) {
 		if ctx.Err() != nil {
 			p.abandoned++
 		} else {
+			p.r.metrics.publishFailed(d.c.index)
 			p.r.log.Error("dead letter not published; it stays in the state file", "class", d.c.cfg.Name, "id", d.rec.Message.ID,
 				"topic", d.c.cfg.DeadLetterTopic, "err", e)
 		}

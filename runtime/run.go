@@ -155,21 +155,33 @@ func (s *runState) start() error {
 		"unknown_class", rep.UnknownClass, "blocked_keys", rep.BlockedKeys, "took", time.Since(started))
 	s.feeds.Go(func() { r.sched.run(feedCtx) })
 	if len(r.topics) > 0 && runCtx.Err() == nil {
-		s.join(fetchCtx)
+		r.commits = r.newCommitClient()
+		r.fetches = r.newFetchClient()
+		present, err := r.checkTopics(runCtx)
+		if err != nil {
+			return err
+		}
+		r.topicsOK.Store(len(present) == len(r.topics))
+		if runCtx.Err() == nil {
+			s.join(fetchCtx, present)
+		}
+	}
+	if runCtx.Err() != nil {
+		return nil // a stop was requested: never ready
 	}
 	r.ready.Store(true)
-	r.log.Info("running", "classes", len(r.order), "topics", len(r.topics), "group", r.cfg.Group)
+	r.log.Info("running", "classes", len(r.order), "topics", len(r.topics), "group", r.cfg.Group, "instance", r.cfg.Instance)
 	return nil
 }
 
-// join creates the consumer group and starts the loop that joins its
-// generations until fetchCtx ends.
-func (s *runState) join(fetchCtx context.Context) {
+// join creates the consumer group for topics and starts the loop that
+// joins its generations until fetchCtx ends.
+func (s *runState) join(fetchCtx context.Context, topics []string) {
 	r := s.r
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                r.cfg.Group,
 		Brokers:           r.cfg.Brokers,
-		Topics:            r.topics,
+		Topics:            topics,
 		StartOffset:       r.startOffset(),
 		SessionTimeout:    r.cfg.SessionTimeout,
 		RebalanceTimeout:  r.cfg.RebalanceTimeout,
@@ -177,8 +189,8 @@ func (s *runState) join(fetchCtx context.Context) {
 		JoinGroupBackoff:  time.Second,
 		Timeout:           5 * time.Second,
 		Dialer:            r.kafkaDialer(),
-		Logger:            kafkaLogger(r.log, false),
-		ErrorLogger:       kafkaLogger(r.log, true),
+		Logger:            r.kafkaLogger(fetchCtx, r.log, false),
+		ErrorLogger:       r.kafkaLogger(fetchCtx, r.log, true),
 	})
 	if err != nil {
 		// Validated in New; this means kafka-go disagrees.
@@ -187,8 +199,6 @@ func (s *runState) join(fetchCtx context.Context) {
 		return
 	}
 	s.cg = cg
-	r.commits = r.newCommitClient()
-	r.fetches = r.newFetchClient()
 	s.consumer.Go(func() { r.consume(fetchCtx, cg) })
 }
 

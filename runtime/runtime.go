@@ -33,7 +33,11 @@ type Runtime struct {
 
 	life      lifecycle
 	accepting atomic.Bool // Submit, Schedule and Requeue are let in
-	ready     atomic.Bool
+	// Readiness (see Ready): started (recovered, not stopping), joined (a
+	// generation received) and every topic present.
+	ready    atomic.Bool
+	joined   atomic.Bool
+	topicsOK atomic.Bool
 
 	// The state file, open from the start of Run to the end of its stop.
 	store     *snapshot.Store
@@ -56,7 +60,8 @@ type Runtime struct {
 	fetches *kafka.Client // the partition readers'; see readPartition
 	conn    connection    // how connections to the brokers are made; see connect.go
 
-	stats counters // outcomes of no configured class; see total
+	stats counters    // outcomes of no configured class; see total
+	logs  *logBackoff // repeated failures' lines
 	// items recycles the items of fetched Kafka messages: one allocation
 	// less per message on the hot path. A handler never sees an item,
 	// only a copy of its message (see handler).
@@ -109,6 +114,10 @@ type class struct {
 	batch   *batcher // batch classes only
 	// susp is the class's outage suspension and pause (suspend.go).
 	susp suspension
+	// diverted counts the results of messages the handler wrapper saved
+	// elsewhere (parked, deferred) instead of running: the pool counts
+	// them failed.
+	diverted atomic.Uint64
 }
 
 // New validates cfg and returns a Runtime ready to [Runtime.Run]. Every
@@ -126,6 +135,7 @@ func New(cfg Config) (*Runtime, error) {
 		byTopic: map[string]*class{},
 		life:    lifecycle{stopCh: make(chan struct{}), skipCh: make(chan struct{}), done: make(chan struct{})},
 	}
+	r.logs = newLogBackoff()
 	r.sched = newScheduler(r)
 	r.newConnection()
 	r.held.added = make(chan struct{}, 1)
@@ -189,10 +199,30 @@ func New(cfg Config) (*Runtime, error) {
 // after New; the monotonic reading is the same.
 func (r *Runtime) now() time.Time { return r.epoch.Add(time.Since(r.epoch)) }
 
-// Ready reports whether the runtime has recovered its state file, joined
-// the consumer group's start and is not stopping: false the moment a stop
-// begins, so a load balancer can stop sending work.
-func (r *Runtime) Ready() bool { return r.ready.Load() }
+// mono is the monotonic time since New, in nanoseconds: the clock the
+// trackers stamp fetched offsets with.
+func (r *Runtime) mono() int64 { return int64(time.Since(r.epoch)) }
+
+// Ready reports whether the runtime has recovered its state file, found
+// every configured topic on the brokers, received its first consumer
+// group generation (it stays ready through later rebalances) and is not
+// stopping: false the moment a stop begins, so a load balancer can stop
+// sending work. Without topics, recovered and not stopping is enough.
+func (r *Runtime) Ready() bool {
+	return r.ready.Load() && (len(r.topics) == 0 || r.joined.Load() && r.topicsOK.Load())
+}
+
+// Group returns the consumer group ID, Config.Group.
+func (r *Runtime) Group() string { return r.cfg.Group }
+
+// Instance returns the instance's name, Config.Instance with its default
+// (the hostname) applied.
+func (r *Runtime) Instance() string { return r.cfg.Instance }
+
+// Started returns when [New] made the runtime: the counters of [Stats]
+// and of the metrics count since then (they start at zero in each
+// process).
+func (r *Runtime) Started() time.Time { return r.epoch }
 
 // DrainTimeout returns the configured drain bound, defaults applied.
 func (r *Runtime) DrainTimeout() time.Duration { return r.cfg.DrainTimeout }

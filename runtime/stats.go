@@ -11,16 +11,33 @@ type ClassStats struct {
 	// a busy key), Waiting those waiting out a retry backoff, Running the
 	// handlers running now.
 	Queued, Waiting, Running int
-	// Succeeded, Failed and Retried count handler results since start:
-	// Failed are attempts that were not retried in place (dead letters,
-	// redeliveries, parked or deferred messages included).
-	Succeeded, Failed, Retried uint64
+	// Succeeded, Failed and Retried count handler results since
+	// [Runtime.Started]: Failed are failed attempts that were not retried
+	// in place (dead letters, delayed redeliveries, held messages).
+	// Parked counts messages saved behind a blocked key of an ordered
+	// class without running, which are not failures.
+	Succeeded, Failed, Retried, Parked uint64
+	// Partitions is how many partitions of the class's topics this
+	// instance fetches now. Lag is their consumer lag (high watermark
+	// minus the group's committed offset, summed), as last sampled; -1
+	// before the first sample. OldestUnsettled is the age, in seconds,
+	// of the oldest Kafka message fetched and neither done nor saved
+	// (zero when none).
+	Partitions      int
+	Lag             int64
+	OldestUnsettled float64
 	// Rate is the class's handling capacity in messages per second:
-	// Workers divided by the recent mean handler time. DrainEstimate is how
-	// long its queued and running work would take at that rate, in
-	// seconds (zero when unknown or idle).
+	// Workers divided by the recent mean handler time, where handlers
+	// still running count by the time they have run so far (so a hang
+	// lowers it at once). DrainEstimate is how long its queued and
+	// running work would take at that rate, in seconds, and at least
+	// LongestRunning (a handler that has run for t is taken to need t
+	// more); zero when unknown or idle.
 	Rate          float64
 	DrainEstimate float64
+	// LongestRunning is how long, in seconds, the longest-running handler
+	// of the class has run so far; zero when none runs.
+	LongestRunning float64
 	// OverBudget is true when DrainEstimate exceeds DrainTimeout: a stop
 	// now would snapshot part of this class's queue.
 	OverBudget bool
@@ -38,10 +55,16 @@ func (r *Runtime) Stats() []ClassStats {
 			Name: c.cfg.Name, Topics: append([]string(nil), c.cfg.Topics...), Ordered: c.cfg.Ordered,
 			Workers: c.cfg.Workers, QueueSize: c.cfg.QueueSize,
 			Queued: ps.Queued, Waiting: ps.Waiting, Running: ps.Running,
-			Succeeded: ps.Succeeded, Failed: ps.Failed, Retried: ps.Retried,
+			Succeeded: ps.Succeeded, Retried: ps.Retried, Parked: c.count(outParked),
 		}
-		cs.Rate = c.capacity()
-		cs.DrainEstimate, cs.OverBudget = r.drainEstimate(c, ps.Queued+ps.Running, cs.Rate)
+		// A diverted message's result is counted after the pool's
+		// failed count moved: never more than it.
+		cs.Failed = ps.Failed - min(c.diverted.Load(), ps.Failed)
+		cs.Partitions, cs.Lag = r.classLag(c)
+		cs.OldestUnsettled = r.oldestUnsettled(c).Seconds()
+		runningFor, longest := c.pool.RunningTimes()
+		cs.DrainEstimate, cs.Rate, cs.OverBudget = r.drainEstimate(c, ps, runningFor, longest)
+		cs.LongestRunning = longest.Seconds()
 		cs.Hold = c.holdStats()
 		out[i] = cs
 	}

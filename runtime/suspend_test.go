@@ -425,24 +425,24 @@ func TestPauseResume(t *testing.T) {
 	})
 }
 
-// logRecorder keeps every record's level and message.
-type logRecorder struct {
+// warnRecorder keeps every record's level and message.
+type warnRecorder struct {
 	mu   sync.Mutex
 	recs []slog.Record
 }
 
-func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
+func (h *warnRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (h *warnRecorder) Handle(_ context.Context, r slog.Record) error {
 	h.mu.Lock()
 	h.recs = append(h.recs, r.Clone())
 	h.mu.Unlock()
 	return nil
 }
-func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *logRecorder) WithGroup(string) slog.Handler      { return h }
+func (h *warnRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *warnRecorder) WithGroup(string) slog.Handler      { return h }
 
 // count returns how many warnings had a message starting with prefix.
-func (h *logRecorder) count(prefix string) int {
+func (h *warnRecorder) count(prefix string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n := 0
@@ -480,7 +480,7 @@ func TestSuspendAlerting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(10 * time.Millisecond)
 		d.down.Store(true)
-		logs := &logRecorder{}
+		logs := &warnRecorder{}
 		reg := prometheus.NewRegistry()
 		cfg := dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, nil)
 		cfg.Logger, cfg.Registerer = slog.New(logs), reg

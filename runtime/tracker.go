@@ -43,11 +43,14 @@ type tracker struct {
 	// committed is the last offset committed to Kafka (the next to read).
 	committed int64
 
-	// hwm is the partition's high watermark as of the last fetch.
-	hwm atomic.Int64
 	// caughtUp is whether the last record fetched was the partition's
 	// last one (its offset + 1 was the high watermark).
 	caughtUp atomic.Bool
+	// lag is the partition's consumer lag as last sampled (lag.go), -1
+	// before.
+	lag atomic.Int64
+	// first is the first offset fetched, -1 before.
+	first atomic.Int64
 	// abandoned counts fetched offsets that will never settle here: given
 	// back at a rebalance or by a StopRedeliver class's stop, or never
 	// accepted by a pool.
@@ -55,12 +58,14 @@ type tracker struct {
 }
 
 // segSize is the number of offsets a segment holds: a segment is about
-// 2.3 KiB, allocated once per segSize fetched messages.
+// 4.3 KiB, allocated once per segSize fetched messages.
 const segSize = 256
 
-// segment is a run of fetched offsets and their settled flags.
+// segment is a run of fetched offsets, when each was fetched and their
+// settled flags.
 type segment struct {
 	offs    [segSize]int64
+	seen    [segSize]int64 // when fetched, on the runtime's clock (Runtime.mono)
 	settled [segSize]atomic.Bool
 	n       atomic.Int32 // slots published by add
 	next    atomic.Pointer[segment]
@@ -75,6 +80,8 @@ type slot struct {
 func newTracker(topic string, partition int, start int64) *tracker {
 	s := new(segment)
 	t := &tracker{topic: topic, partition: partition, idPrefix: kafkaIDPrefix(topic, partition), tail: s, head: s, end: -1, committed: -1}
+	t.first.Store(-1)
+	t.lag.Store(-1)
 	if start >= 0 {
 		t.end = start
 		t.committed = start
@@ -82,11 +89,14 @@ func newTracker(topic string, partition int, start int64) *tracker {
 	return t
 }
 
-// add records a fetched offset and returns its slot. Only the partition's
-// fetch loop calls it, in fetch order.
-func (t *tracker) add(offset int64) slot {
+// add records a fetched offset, fetched at seen, and returns its slot.
+// Only the partition's fetch loop calls it, in fetch order.
+func (t *tracker) add(offset, seen int64) slot {
 	s := t.tail
 	i := s.n.Load()
+	if i == 0 && s == t.head && t.first.Load() < 0 {
+		t.first.Store(offset)
+	}
 	if i == segSize {
 		ns := new(segment)
 		s.next.Store(ns)
@@ -100,7 +110,8 @@ func (t *tracker) add(offset int64) slot {
 		}
 	}
 	s.offs[i] = offset
-	s.n.Store(i + 1) // publishes offs[i] to the committer
+	s.seen[i] = seen
+	s.n.Store(i + 1) // publishes offs[i] and seen[i] to the committer
 	return slot{seg: s, i: i}
 }
 
@@ -181,13 +192,32 @@ func (t *tracker) inFlight() int {
 	return t.unsettled() - int(t.abandoned.Load())
 }
 
-// lag returns the high watermark minus the committed offset.
-func (t *tracker) lag() int64 {
+// committedOffset returns the last offset committed to Kafka (the next
+// to read), -1 while the group has none.
+func (t *tracker) committedOffset() int64 {
 	t.mu.Lock()
-	c := t.committed
-	t.mu.Unlock()
-	if c < 0 {
-		return 0
+	defer t.mu.Unlock()
+	return t.committed
+}
+
+// firstFetched returns the first offset fetched in this generation, or
+// none when nothing was fetched yet.
+func (t *tracker) firstFetched(none int64) int64 {
+	if f := t.first.Load(); f >= 0 {
+		return f
 	}
-	return max(t.hwm.Load()-c, 0)
+	return none
+}
+
+// oldest returns when the oldest fetched offset that is not settled was
+// fetched, on the runtime's clock, and false when every fetched offset is
+// settled. That offset is the commit point: fetch order is time order.
+func (t *tracker) oldest() (int64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advanceLocked()
+	if t.hi >= t.head.n.Load() {
+		return 0, false
+	}
+	return t.head.seen[t.hi], true
 }

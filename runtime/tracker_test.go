@@ -19,7 +19,7 @@ func TestTrackerCommitRule(t *testing.T) {
 	offs := []int64{10, 11, 13, 14, 15}
 	seqs := make([]slot, len(offs))
 	for i, o := range offs {
-		seqs[i] = tr.add(o)
+		seqs[i] = tr.add(o, 0)
 	}
 	check := func(want int64, wantOK bool) {
 		t.Helper()
@@ -63,7 +63,7 @@ func TestTrackerRandomOrder(t *testing.T) {
 		for range n {
 			o += 1 + int64(rng.IntN(3)) // gaps
 			offs = append(offs, o)
-			seqs = append(seqs, tr.add(o))
+			seqs = append(seqs, tr.add(o, 0))
 		}
 		done := make([]bool, n)
 		perm := rng.Perm(n)
@@ -157,7 +157,7 @@ func TestTrackerConcurrent(t *testing.T) {
 	}()
 	for i := range n {
 		offs[i] = 3*int64(i) + 1 // gaps, as after compaction
-		slots[i] = tr.add(offs[i])
+		slots[i] = tr.add(offs[i], 0)
 		work <- i
 	}
 	close(work)
@@ -183,7 +183,7 @@ func TestTrackerUnsettled(t *testing.T) {
 	tr := newTracker("t", 0, 0)
 	var slots []slot
 	for o := range int64(3*segSize + 10) {
-		slots = append(slots, tr.add(o))
+		slots = append(slots, tr.add(o, 0))
 	}
 	for i, sl := range slots {
 		if i%5 != 0 {

@@ -34,9 +34,11 @@ var screenshotPath = filepath.Join("..", "..", "docs", "dashboard.png")
 // operator logs in, the bug is fixed (Service.Cure), Requeue is clicked on
 // the orders dead letter, and after a reload its row is gone and the
 // orders card counts more successes (the dead letter and the message
-// parked behind it). With HANDOFF_SCREENSHOT=1 it also runs the handlers
-// slowly under a burst, so the cards show queues, and saves the page to
-// docs/dashboard.png.
+// parked behind it). The header names the instance and the group. With
+// HANDOFF_SCREENSHOT=1 it also runs the handlers slowly under a burst
+// with the users handlers hung (a dependency that stopped answering), so
+// the cards show queues, consumer lag and users over its drain budget,
+// and saves the page to docs/dashboard.png.
 func TestDashboardInBrowser(t *testing.T) {
 	if _, err := os.Stat(chromium); err != nil {
 		t.Skipf("needs %s: install the Debian packages chromium and chromium-driver (apt-get install chromium chromium-driver)", chromium)
@@ -69,9 +71,33 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	defer svc.Close()
 	reg := prometheus.NewRegistry()
+	classes := svc.Classes()
+	// hang, once closed, makes the users handlers wait for unhang (or
+	// the stop): the screenshot's hung class.
+	hang, unhang := make(chan struct{}), make(chan struct{})
+	usersHandler := classes[1].Handler
+	classes[1].Handler = func(ctx context.Context, m *handoff.Message) error {
+		select {
+		case <-hang:
+			select {
+			case <-unhang:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		default:
+		}
+		return usersHandler(ctx, m)
+	}
+	defer func() {
+		select {
+		case <-unhang:
+		default:
+			close(unhang)
+		}
+	}()
 	rt, err := runtime.New(runtime.Config{
-		Brokers: broker.Addrs(), Group: "rental-dashboard", StatePath: filepath.Join(t.TempDir(), "rental.db"),
-		Classes: svc.Classes(), Registerer: reg, DrainTimeout: drain, HardStopGrace: time.Second,
+		Brokers: broker.Addrs(), Group: "rental-dashboard", Instance: "rental-6f8d9-2", StatePath: filepath.Join(t.TempDir(), "rental.db"),
+		Classes: classes, Registerer: reg, DrainTimeout: drain, HardStopGrace: time.Second,
 		CommitInterval: 100 * time.Millisecond, FetchMaxWait: 100 * time.Millisecond, SessionTimeout: 6 * time.Second,
 	})
 	if err != nil {
@@ -138,9 +164,24 @@ func TestDashboardInBrowser(t *testing.T) {
 	if !disabled {
 		t.Error("Requeue was enabled before the login")
 	}
+	names := value(t, ctx, "read the header", chromedp.Evaluate[string](`document.querySelector("#instance").textContent + " " + document.querySelector("#group").textContent`))
+	if names != "rental-6f8d9-2 rental-dashboard" {
+		t.Errorf("header names %q, want the instance and the group", names)
+	}
 
 	if shoot {
+		close(hang)
 		screenshot(t, ctx, srv.URL, broker, rt)
+		close(unhang)
+		// The users backlog drains before the pause below, which checks
+		// that nothing of users runs.
+		deadline := time.Now().Add(60 * time.Second)
+		for st := rt.Stats()[1]; st.Queued+st.Running > 0 || st.Lag != 0; st = rt.Stats()[1] {
+			if time.Now().After(deadline) {
+				t.Fatalf("users backlog did not drain: %+v", st)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 
 	// A fresh page without the login's message, so the next #flash is
@@ -292,20 +333,26 @@ func produce(t *testing.T, broker *devbroker.Broker, msgs []kafka.Message) {
 	}
 }
 
-// screenshot loads a burst so the cards show work in progress, and saves
-// the page to docs/dashboard.png.
+// screenshot loads a burst so the cards show work in progress (and the
+// hung users class backs up past its drain budget), and saves the page to
+// docs/dashboard.png.
 func screenshot(t *testing.T, ctx context.Context, url string, broker *devbroker.Broker, rt *runtime.Runtime) {
 	t.Helper()
 	var msgs []kafka.Message
-	for i := range 600 {
+	for i := range 1500 {
 		topic := rental.Topics()[i%3]
+		if topic == rental.TopicUsers && i > 180 {
+			continue // 60 fill its queue; more would take long to drain after
+		}
 		msgs = append(msgs, kafka.Message{Topic: topic, Key: fmt.Appendf(nil, "burst-%d", i), Value: []byte("ok")})
 	}
 	produce(t, broker, msgs)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		st := rt.Stats()
-		if st[2].Queued > st[2].QueueSize/2 && st[0].Running > 0 && st[1].Running > 0 && st[2].Rate > 0 {
+		// users hung for longer than DrainTimeout: over budget whatever
+		// its queue.
+		if st[0].Running > 0 && st[1].OverBudget && st[1].LongestRunning > rt.DrainTimeout().Seconds()+1 && st[1].Lag > 0 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -1,0 +1,156 @@
+package runtime
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// Consumer lag as operators read it: for each partition this instance
+// holds, the messages between the partition's high watermark and the
+// group's committed offset, sampled from the broker every CommitInterval
+// whether or not commits move; and, per class, the age of the oldest
+// message fetched and not settled.
+
+// sampleLag sets the lag of the generation's partitions every
+// CommitInterval until ctx ends, then removes their series: the
+// partitions leave this instance (a rebalance or the stop).
+func (g *generation) sampleLag(ctx context.Context) {
+	r := g.r
+	defer func() {
+		for _, tr := range g.trackers {
+			r.metrics.dropLag(tr.topic, tr.partition)
+		}
+	}()
+	if len(g.trackers) == 0 || r.commits == nil {
+		return
+	}
+	t := time.NewTicker(r.cfg.CommitInterval)
+	defer t.Stop()
+	for {
+		if err := g.sampleLagOnce(ctx); err != nil && ctx.Err() == nil {
+			r.log.Debug("consumer lag not sampled", "generation", g.kg.ID, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sampleLagOnce asks the partitions' leaders for their first and last
+// offsets and sets each partition's lag: the high watermark minus the
+// committed offset or, while the group has committed none, minus where
+// reading starts (the first offset with StartFirst; with StartLast the
+// lag counts from the first fetched record, none fetched counts 0).
+func (g *generation) sampleLagOnce(ctx context.Context) error {
+	r := g.r
+	req := &kafka.ListOffsetsRequest{Addr: r.commits.Addr, Topics: map[string][]kafka.OffsetRequest{}}
+	for _, tr := range g.trackers {
+		req.Topics[tr.topic] = append(req.Topics[tr.topic], kafka.FirstOffsetOf(tr.partition), kafka.LastOffsetOf(tr.partition))
+	}
+	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
+	defer cancel()
+	resp, err := r.commits.ListOffsets(ctx, req)
+	if err != nil {
+		return err
+	}
+	type tp struct {
+		topic     string
+		partition int
+	}
+	offs := map[tp]kafka.PartitionOffsets{}
+	for topic, parts := range resp.Topics {
+		for _, p := range parts {
+			if p.Error == nil {
+				offs[tp{topic, p.Partition}] = p
+			}
+		}
+	}
+	for _, tr := range g.trackers {
+		p, ok := offs[tp{tr.topic, tr.partition}]
+		if !ok {
+			continue
+		}
+		base := tr.committedOffset()
+		if base < 0 {
+			base = p.FirstOffset
+			if r.cfg.StartOffset == StartLast {
+				base = tr.firstFetched(p.LastOffset)
+			}
+		}
+		lag := max(p.LastOffset-base, 0)
+		tr.lag.Store(lag)
+		r.metrics.setLag(tr.topic, tr.partition, lag)
+	}
+	return nil
+}
+
+// oldestUnsettled returns the age of class c's oldest Kafka message that
+// is fetched and neither done nor saved, over the partitions this
+// instance fetches now; zero when there is none.
+func (r *Runtime) oldestUnsettled(c *class) time.Duration {
+	r.genMu.Lock()
+	g := r.gen
+	r.genMu.Unlock()
+	if g == nil || !g.fetching.Load() {
+		return 0
+	}
+	oldest, found := int64(0), false
+	for _, tr := range g.trackers {
+		if r.byTopic[tr.topic] != c {
+			continue
+		}
+		if seen, ok := tr.oldest(); ok && (!found || seen < oldest) {
+			oldest, found = seen, true
+		}
+	}
+	if !found {
+		return 0
+	}
+	return time.Duration(max(r.mono()-oldest, 0))
+}
+
+// classLag returns how many partitions of class c's topics this
+// instance fetches now and their summed lag as last sampled, -1 while
+// none is sampled.
+func (r *Runtime) classLag(c *class) (partitions int, lag int64) {
+	r.genMu.Lock()
+	g := r.gen
+	r.genMu.Unlock()
+	lag = -1
+	if g == nil || !g.fetching.Load() {
+		return 0, lag
+	}
+	for _, tr := range g.trackers {
+		if r.byTopic[tr.topic] != c {
+			continue
+		}
+		partitions++
+		if l := tr.lag.Load(); l >= 0 {
+			lag = max(lag, 0) + l
+		}
+	}
+	return partitions, lag
+}
+
+// lagSampler runs sampleLag for one generation; stop ends it and waits.
+type lagSampler struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func (g *generation) startLag(ctx context.Context) *lagSampler {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &lagSampler{cancel: cancel}
+	s.wg.Go(func() { g.sampleLag(ctx) })
+	return s
+}
+
+func (s *lagSampler) stop() {
+	s.cancel()
+	s.wg.Wait()
+}

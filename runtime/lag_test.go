@@ -1,0 +1,145 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/handoff-go/handoff"
+)
+
+// lagSeries returns the consumer lag series gathered from reg, by
+// partition label.
+func lagSeries(t *testing.T, reg prometheus.Gatherer, name string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "partition" {
+					out[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+func gaugeValue(t *testing.T, reg prometheus.Gatherer, name, label, value string) (float64, bool) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetGauge().GetValue(), true
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
+const lagMetric = "handoff_consumer_lag_messages"
+
+// TestConsumerLag: the first 50 messages (or none) are handled, then
+// every handler hangs with 1,000 messages backed up. The lag series of both partitions
+// are there and add up to produced minus what the group committed (read
+// from the broker), although no commit moves; the oldest unsettled
+// message's age is above zero. A second instance joining takes one
+// partition: its series leaves the first instance's metrics. At the stop
+// the rest go. Before, the only lag metric was set when a commit moved an
+// offset and was never removed: with the handlers hung there was no
+// series at all.
+func TestConsumerLag(t *testing.T) {
+	t.Parallel()
+	for _, okFirst := range []int64{0, 50} {
+		t.Run(fmt.Sprintf("%d handled first", okFirst), func(t *testing.T) {
+			t.Parallel()
+			testConsumerLag(t, okFirst)
+		})
+	}
+}
+
+func testConsumerLag(t *testing.T, okFirst int64) {
+	b := setup(t, 2, "lag")
+	produced := b.produce(1000)
+	release := make(chan struct{})
+	var n atomic.Int64
+	reg := prometheus.NewRegistry()
+	cfg := b.config(func(ctx context.Context, m *handoff.Message) error {
+		if n.Add(1) > okFirst {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}
+		return nil
+	}, nil)
+	cfg.Registerer = reg
+	cfg.RevokeTimeout = 200 * time.Millisecond
+	cfg.Instance = "a"
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := start(t, rt, context.Background())
+	waitFor(t, "ready", rt.Ready)
+	waitFor(t, "handlers hung", func() bool { return n.Load() > okFirst })
+	var lag map[string]float64
+	var committed int64
+	waitFor(t, "lag of both partitions = produced - committed", func() bool {
+		committed = b.committed()
+		lag = lagSeries(t, reg, lagMetric)
+		sum := 0.0
+		for _, v := range lag {
+			sum += v
+		}
+		return len(lag) == 2 && (committed > 0) == (okFirst > 0) && int64(sum) == int64(produced)-committed
+	})
+	t.Logf("produced %d, committed %d, lag %v", produced, committed, lag)
+	if age, ok := gaugeValue(t, reg, "handoff_oldest_unsettled_age_seconds", "class", "lag"); !ok || age <= 0 {
+		t.Errorf("oldest unsettled age = %v (present %v), want > 0 with hung handlers", age, ok)
+	}
+
+	// A second instance takes a partition.
+	cfgB := b.config(func(context.Context, *handoff.Message) error { return nil }, nil)
+	cfgB.RevokeTimeout = cfg.RevokeTimeout
+	rtB, waitB := b.instance("b", cfgB)
+	waitFor(t, "one partition left on instance a", func() bool {
+		lag = lagSeries(t, reg, lagMetric)
+		return len(lag) == 1 && rtB.Ready()
+	})
+	t.Logf("after the rebalance, instance a's lag series: %v", lag)
+
+	close(release)
+	rt.Shutdown(context.Background())
+	if _, err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if lag := lagSeries(t, reg, lagMetric); len(lag) != 0 {
+		t.Errorf("lag series after the stop: %v", lag)
+	}
+	rtB.Shutdown(context.Background())
+	if _, err := waitB(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,131 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// The topic check of the start: every configured topic must exist before
+// the runtime is ready. kafka-go's consumer group joins without a topic
+// that does not exist (its partitions are simply not assigned) and says
+// nothing, so the start asks the brokers itself.
+
+// TopicError is returned by [Runtime.Run] when none of a class's topics
+// exists and the class does not wait for them ([Class.WaitForTopics]). It
+// wraps [ErrNoTopic].
+type TopicError struct {
+	Class  string
+	Topics []string // the class's topics, none of which exists
+}
+
+func (e *TopicError) Error() string {
+	return fmt.Sprintf("%v: class %q: none of its topics exists: %s", ErrNoTopic, e.Class, strings.Join(e.Topics, ", "))
+}
+
+func (e *TopicError) Unwrap() error { return ErrNoTopic }
+
+// Bounds of the waits between topic checks: from the first, doubling, to
+// the second.
+const (
+	topicWaitMin = 500 * time.Millisecond
+	topicWaitMax = 30 * time.Second
+)
+
+// checkTopics asks the brokers which configured topics exist, until they
+// answer or ctx ends. A missing topic of a class that waits for its
+// topics is asked about again, with backoff, until it exists or ctx
+// ends. Any other missing topic is logged at Warn, naming it, and the
+// runtime runs without it and is not ready; a class with none of its
+// topics makes it return a *TopicError. It returns the topics that exist,
+// the ones to join the group with: kafka-go's group leader assigns no
+// partition at all, of any topic, when one of the topics it is given does
+// not exist.
+func (r *Runtime) checkTopics(ctx context.Context) ([]string, error) {
+	wait := topicWaitMin
+	pause := func() bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, topicWaitMax)
+		return true
+	}
+	for {
+		missing, err := r.missingTopics(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, nil
+			}
+			r.logs.warn(r.log, "topics not checked", "brokers did not answer; topics not checked yet, not ready",
+				"brokers", r.cfg.Brokers, "err", err, "retry_in", wait)
+			if !pause() {
+				return nil, nil
+			}
+			continue
+		}
+		var waitFor []string
+		for _, c := range r.order {
+			gone := slices.DeleteFunc(slices.Clone(c.cfg.Topics), func(t string) bool { return !missing[t] })
+			if len(gone) > 0 && c.cfg.WaitForTopics {
+				waitFor = append(waitFor, gone...)
+			}
+		}
+		if len(waitFor) == 0 {
+			return r.judgeTopics(missing)
+		}
+		r.log.Warn("waiting for topics to exist; not ready", "topics", waitFor, "retry_in", wait)
+		if !pause() {
+			return nil, nil
+		}
+	}
+}
+
+// judgeTopics logs each missing topic and returns the topics that exist,
+// with a *TopicError for each class that has none of its topics.
+func (r *Runtime) judgeTopics(missing map[string]bool) ([]string, error) {
+	var errs []error
+	for _, c := range r.order {
+		n := 0
+		for _, t := range c.cfg.Topics {
+			if missing[t] {
+				n++
+				r.log.Warn("topic does not exist; its class runs without it and the runtime is not ready", "topic", t, "class", c.cfg.Name)
+			}
+		}
+		if n > 0 && n == len(c.cfg.Topics) {
+			errs = append(errs, &TopicError{Class: c.cfg.Name, Topics: slices.Clone(c.cfg.Topics)})
+		}
+	}
+	present := slices.DeleteFunc(slices.Clone(r.topics), func(t string) bool { return missing[t] })
+	return present, errors.Join(errs...)
+}
+
+// missingTopics returns the configured topics the brokers do not know.
+func (r *Runtime) missingTopics(ctx context.Context) (map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := r.commits.Metadata(ctx, &kafka.MetadataRequest{Addr: r.commits.Addr, Topics: r.topics})
+	if err != nil {
+		return nil, err
+	}
+	missing := map[string]bool{}
+	for _, t := range r.topics {
+		missing[t] = true
+	}
+	for _, t := range resp.Topics {
+		switch {
+		case t.Error == nil && len(t.Partitions) > 0:
+			delete(missing, t.Name)
+		case t.Error != nil && !errors.Is(t.Error, kafka.UnknownTopicOrPartition):
+			return nil, fmt.Errorf("topic %s: %w", t.Name, t.Error)
+		}
+	}
+	return missing, nil
+}
