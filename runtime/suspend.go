@@ -529,14 +529,7 @@ func (r *Runtime) pushBacklog(c *class, its []*item) {
 // [ErrNotRunning] when the state file is not open; it blocks only for
 // the state-file write.
 func (r *Runtime) Pause(ctx context.Context, class, reason string) error {
-	c := r.classes[class]
-	if c == nil {
-		return fmt.Errorf("%w: %q", ErrUnknownClass, class)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	store, err := r.openStore()
+	c, store, err := r.holdTarget(ctx, class)
 	if err != nil {
 		return err
 	}
@@ -556,6 +549,23 @@ func (r *Runtime) Pause(ctx context.Context, class, reason string) error {
 	return nil
 }
 
+// holdTarget returns the class named name and the open state file, for
+// Pause and Resume.
+func (r *Runtime) holdTarget(ctx context.Context, name string) (*class, *snapshot.Store, error) {
+	c := r.classes[name]
+	if c == nil {
+		return nil, nil, fmt.Errorf("%w: %q", ErrUnknownClass, name)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	store, err := r.openStore()
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, store, nil
+}
+
 func (r *Runtime) pauseLocked(c *class, p snapshot.Pause) {
 	s := &c.susp
 	r.endSuspensionLocked(c, "paused")
@@ -571,14 +581,7 @@ func (r *Runtime) pauseLocked(c *class, p snapshot.Pause) {
 // fetching resumes. Resuming a running class does nothing. Errors are as
 // for [Runtime.Pause].
 func (r *Runtime) Resume(ctx context.Context, class string) error {
-	c := r.classes[class]
-	if c == nil {
-		return fmt.Errorf("%w: %q", ErrUnknownClass, class)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	store, err := r.openStore()
+	c, store, err := r.holdTarget(ctx, class)
 	if err != nil {
 		return err
 	}
