@@ -265,7 +265,8 @@ type Class struct {
 	// Suspend says when a dependency outage suspends the class as a whole
 	// instead of failing its messages one by one, and how the suspended
 	// class probes for the dependency's return. The zero value suspends
-	// after 10 distinct messages failed in a row and probes after 250ms
+	// after 10 attempts of at least 3 messages failed in a row and
+	// probes after 250ms
 	// doubling to 5s; see [SuspendPolicy].
 	Suspend SuspendPolicy
 

@@ -74,8 +74,9 @@
 // # Outages: suspension and pause
 //
 // A dependency outage is not a property of a message: when a class's
-// recoverable failures spread over [SuspendPolicy.After] distinct
-// messages with no success between them, or a handler returns
+// recoverable failures reach [SuspendPolicy.After] attempts in a row,
+// of at least three distinct messages, with no success between them, or
+// a handler returns
 // [handoff.Unavailable], the class is suspended as a whole. It takes no
 // new messages (its partitions' fetching waits; the group membership
 // stays; other classes are not slowed), keeps those it holds with their

@@ -31,18 +31,31 @@ const (
 	DefaultSuspendWarn     = time.Minute
 )
 
+// suspendDistinct is how many distinct messages the failures that
+// suspend a class must be of (see [SuspendPolicy]).
+const suspendDistinct = 3
+
 // SuspendPolicy says when a class is suspended and how it probes.
 //
-// The rule: the class is suspended when After distinct messages have
-// failed recoverably in a row, with no success of the class between them.
-// A message failing again (its retries) adds nothing: one poison message
-// among healthy ones keeps failing alone while the others succeed, so it
-// never trips the rule and becomes a dead letter after its attempts, as
-// before. A low steady failure rate does not trip it either: with a
-// fraction p of attempts failing independently, After failures in a row
-// happen with probability p^After per message, about 1e-13 for p = 5% and
-// the default 10 (one suspension in some thousands of years at 1,000
-// messages a second); at p = 20% it is 1e-7. A handler that knows its
+// The rule: the class is suspended when After attempts (retries
+// included) have failed recoverably in a row, with no success of the
+// class between them, and those failures are of at least three distinct
+// messages (of After, when After is less than three). Counting attempts,
+// not only messages, matters when few messages can run at once (one
+// worker, or an ordered class whose keys all wait behind failing ones):
+// counting only distinct messages, the first messages of an outage would
+// run out of attempts and become dead letters before enough others had
+// failed. The three distinct messages keep one or two poison messages
+// from tripping it however often they are retried: one poison message
+// among healthy ones keeps failing while the others succeed, so it never
+// trips the rule and becomes a dead letter after its attempts, as before.
+// A low steady failure rate does not trip it either: with a fraction p of
+// attempts failing independently, After failures in a row happen with
+// probability about p^After, 1e-13 for p = 5% and the default 10 (one
+// suspension in some thousands of years at 1,000 attempts a second); at p
+// = 20% it is 1e-7. With the defaults (MaxAttempts 3) an outage is seen
+// at the latest when a fourth message fails, so at most three messages of
+// a one-worker class become dead letters before it. A handler that knows its
 // dependency is down can say so with [handoff.Unavailable]: that suspends
 // the class at once.
 //
@@ -57,8 +70,9 @@ const (
 // later. A suspension is not kept across a restart: the next start
 // begins unsuspended and detects again.
 type SuspendPolicy struct {
-	// After is how many distinct messages must fail recoverably in a row,
-	// with no success of the class between them, to suspend the class.
+	// After is how many attempts must fail recoverably in a row, with no
+	// success of the class between them and across at least three
+	// distinct messages, to suspend the class.
 	// Zero means 10; negative turns the detection off
 	// ([handoff.Unavailable] still suspends).
 	After int
@@ -148,6 +162,7 @@ type itemHold struct {
 type suspension struct {
 	// Read without the lock on the hot path, written under it.
 	streak atomic.Int32 // distinct messages failed since the last success
+	fails  atomic.Int32 // attempts failed since the last success
 	held   atomic.Bool  // suspended or paused: the pool is held
 
 	mu        sync.Mutex
@@ -313,8 +328,9 @@ func (r *Runtime) heldFailure(c *class, it *item, err error) bool {
 		it.hold.epoch, it.hold.fails = s.epoch, 0
 		s.streak.Add(1)
 	}
-	if int(s.streak.Load()) >= after {
-		r.tripLocked(c, err, fmt.Sprintf("%d messages failed in a row", s.streak.Load()))
+	s.fails.Add(1)
+	if n, m := int(s.fails.Load()), int(s.streak.Load()); n >= after && m >= min(after, suspendDistinct) {
+		r.tripLocked(c, err, fmt.Sprintf("%d attempts of %d messages failed in a row", n, m))
 		s.uncountLocked(it)
 		return true
 	}
@@ -334,6 +350,7 @@ func (r *Runtime) succeeded(c *class, it *item) {
 	it.hold.probe = false
 	if s.streak.Load() != 0 {
 		s.streak.Store(0)
+		s.fails.Store(0)
 		s.epoch++
 	}
 	if s.suspended && !s.paused {
@@ -369,6 +386,7 @@ func (r *Runtime) tripLocked(c *class, err error, why string) {
 	s.tripped[s.epoch] = true
 	s.epoch++
 	s.streak.Store(0)
+	s.fails.Store(0)
 	s.held.Store(true)
 	c.pool.Hold()
 	r.log.Warn("class suspended: its failures look like a dependency outage; holding its messages and probing",
