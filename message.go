@@ -8,42 +8,72 @@ import (
 
 // Message is the source-independent envelope a handler receives.
 //
-// A message that came from Kafka carries its [Origin]; one handed in with
-// the runtime's Submit has a zero Origin and a caller-given ID. Everything
-// the state file stores is this envelope, so a message re-pushed after a
-// restart looks to its handler exactly like a fresh one except for
-// Attempt.
+// What a handler may keep: everything. The runtime hands each delivery a
+// Message of its own and never writes to it, its ID or the bytes of its
+// Key, Value and Headers after the handler returns; so a handler may keep
+// m, or any field of it, for as long as it likes (a dedup set of m.ID, a
+// batch of *Message flushed later), at the cost of the memory it keeps:
+// the ID is a string of its own, not part of a shared block, and Key,
+// Value and header values are slices of their own, not of a fetch
+// buffer. A handler must not write to a Message either: a retry of the
+// same message (Attempt+1) is handed the same Key, Value and Headers. (A
+// middleware that replaces the headers with runtime.SetHeaders changes
+// those of the Message it was handed and of the envelope the runtime
+// saves, not those of Messages handed out earlier.)
 //
-// A handler may read a Message concurrently with nothing else; it must not
-// keep m, or its Key, Value or Headers, after it returns without copying
-// them: the runtime reuses the envelope of a handled Kafka message.
+// A message that came from Kafka carries its [Origin] and the record's
+// Timestamp; one handed in with the runtime's Submit has a zero Origin
+// and a caller-given ID. Everything the state file stores is this
+// envelope, so a message re-pushed after a restart looks to its handler
+// exactly like a fresh one except for Attempt.
+//
+// Nil and empty stay apart, for Key, Value and each header's Value, as
+// Kafka keeps them: a record produced without a key has a nil Key, one
+// with a zero-length key an empty non-nil Key. A tombstone (a record
+// with a null value, which a compacted topic reads as a delete) arrives
+// with a nil Value; a record whose value is zero bytes long arrives with
+// an empty non-nil Value. The state file, the dead-letter topic and the
+// CLI's replay keep the difference too.
 type Message struct {
 	// ID is stable across restarts: "topic/partition/offset" for a Kafka
-	// record, the caller's ID otherwise. The IDs of Kafka records share
-	// memory blocks of about 1 KiB: an ID kept after the handler returns
-	// keeps its block alive, so copy it (strings.Clone) to keep a few out
-	// of many.
+	// record, the caller's ID otherwise.
 	ID string
 
 	// Class names the message class (and so the pool) that handles it.
 	Class string
 
-	// Key is the record key. Nil and empty are kept apart, as Kafka does.
+	// Key is the record key: nil for a record without a key, empty for
+	// a zero-length key.
 	Key []byte
 
-	// Value is the record value.
+	// Value is the record value: nil for a null value (a tombstone),
+	// empty for a zero-length value.
 	Value []byte
 
-	// Headers are the record headers, in their original order. A
-	// middleware may replace them for the message's next steps with
-	// runtime.SetHeaders (a tracing middleware carries an attempt's
-	// context to the next attempt so); never write into this slice's
-	// array, which may be shared.
+	// Headers are the record headers, in their original order; nil when
+	// the record has none. A header's Value is nil for a null header
+	// value, empty for a zero-length one. A middleware may replace them
+	// for the message's next steps with runtime.SetHeaders (a tracing
+	// middleware carries an attempt's context to the next attempt so);
+	// never write into this slice's array, which may be shared.
 	Headers []Header
 
 	// Origin says where the message was read from; zero when it was not
 	// read from Kafka.
 	Origin Origin
+
+	// Timestamp is the record's timestamp, to the millisecond, in UTC:
+	// the time its producer set (CreateTime). There is no timestamp type:
+	// kafka-go's decoder gives neither a batch's timestamp type nor its
+	// max timestamp, which is where Kafka puts the append time of a topic
+	// with message.timestamp.type=LogAppendTime; on such a topic
+	// Timestamp is still the producer's time. It is kept across
+	// restarts, dead letters and replays (a dead letter published to its
+	// topic and a replayed record carry it as their timestamp). Zero when
+	// the message was not read from Kafka, the record has none (-1), or
+	// it was saved by a handoff whose state file had no timestamps
+	// (format 1).
+	Timestamp time.Time
 
 	// Attempt counts the attempts that already failed: zero on the first
 	// delivery. An attempt cut short by a stop is not counted.

@@ -8,9 +8,9 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/internal/recordjson"
 	"github.com/handoff-go/handoff/runtime"
 )
 
@@ -114,62 +114,19 @@ func (h *handler) apiClasses(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// messageJSON is a message envelope. Byte fields are base64, null when
-// nil; their *_text twins are set when the bytes are valid UTF-8.
-type messageJSON struct {
-	ID             string       `json:"id"`
-	Class          string       `json:"class"`
-	MessageKey     []byte       `json:"message_key"`
-	MessageKeyText *string      `json:"message_key_text,omitempty"`
-	Value          []byte       `json:"value"`
-	ValueText      *string      `json:"value_text,omitempty"`
-	Headers        []headerJSON `json:"headers"`
-	Topic          string       `json:"topic,omitempty"`
-	Partition      int          `json:"partition"`
-	Offset         int64        `json:"offset"`
-	Attempt        int          `json:"attempt"`
-	FirstSeen      time.Time    `json:"first_seen,omitzero"`
-}
+// The message and dead-letter JSON are the CLI's too (internal/recordjson).
+type (
+	messageJSON = recordjson.Message
+	deadJSON    = recordjson.Dead
+)
 
-type headerJSON struct {
-	Key       string  `json:"key"`
-	Value     []byte  `json:"value"`
-	ValueText *string `json:"value_text,omitempty"`
-}
+func text(b []byte) *string { return recordjson.Text(b) }
 
-// text returns b as a string when it is valid UTF-8, else nil.
-func text(b []byte) *string {
-	if b == nil || !utf8.Valid(b) {
-		return nil
-	}
-	s := string(b)
-	return &s
-}
-
-func toMessageJSON(m *handoff.Message) messageJSON {
-	j := messageJSON{
-		ID: m.ID, Class: m.Class, MessageKey: m.Key, MessageKeyText: text(m.Key), Value: m.Value, ValueText: text(m.Value),
-		Headers: make([]headerJSON, len(m.Headers)), Topic: m.Origin.Topic, Partition: m.Origin.Partition, Offset: m.Origin.Offset,
-		Attempt: m.Attempt, FirstSeen: m.FirstSeen,
-	}
-	for i, hd := range m.Headers {
-		j.Headers[i] = headerJSON{Key: hd.Key, Value: hd.Value, ValueText: text(hd.Value)}
-	}
-	return j
-}
-
-// deadJSON is a dead letter: its state-file key, the message (Attempt
-// counts the failed attempts) and its failures.
-type deadJSON struct {
-	Key uint64 `json:"key"`
-	messageJSON
-	Error       string    `json:"error"`
-	FirstFailed time.Time `json:"first_failed,omitzero"`
-	LastFailed  time.Time `json:"last_failed,omitzero"`
-}
+func toMessageJSON(m *handoff.Message) messageJSON { return recordjson.MessageOf(m) }
 
 func toDeadJSON(dl *runtime.DeadLetter) deadJSON {
-	return deadJSON{Key: dl.Key, messageJSON: toMessageJSON(&dl.Message), Error: dl.Err, FirstFailed: dl.FirstFailed, LastFailed: dl.LastFailed}
+	return recordjson.DeadOf(dl.Key, &dl.Message, recordjson.DeadFields{Reason: dl.Reason, Err: dl.Err,
+		Redeliveries: dl.Redeliveries, FirstFailed: dl.FirstFailed, LastFailed: dl.LastFailed})
 }
 
 // deadPageJSON is the body of GET /api/dead.

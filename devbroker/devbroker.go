@@ -4,7 +4,9 @@
 // github.com/twmb/franz-go/pkg/kfake, which speaks the real Kafka wire
 // protocol, so kafka-go (and kcat) talk to it as to a real cluster.
 //
-// Unlike bare kfake, it expires a group member that stays silent past its
+// Unlike bare kfake, it answers librdkafka's (kcat's) ApiVersions query
+// so that librdkafka compresses with gzip, snappy and lz4 (see
+// apiversions.go), and it expires a group member that stays silent past its
 // session timeout, as Kafka does, even when the member's connection closed
 // while its JoinGroup was parked; see [Config.DisableSessionExpiry].
 //
@@ -122,6 +124,10 @@ func Start(cfg Config) (*Broker, error) {
 	b := &Broker{c: c, sec: sec, addrs: c.ListenAddrs()}
 	if sec != nil {
 		sec.install(c)
+	}
+	if err := answerLibrdkafka(c, b.wire); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("devbroker: start: %w", err)
 	}
 	if !cfg.DisableSessionExpiry {
 		log := cfg.Logger

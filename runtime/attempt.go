@@ -161,6 +161,11 @@ func SetHeaders(ctx context.Context, m *handoff.Message, hs []handoff.Header) bo
 		return false
 	}
 	m.Headers = hs
+	// m is the attempt's copy of the message (see Runtime.handler): the
+	// envelope the runtime saves is the item's.
+	if a.msg != nil {
+		a.msg.Headers = hs
+	}
 	return true
 }
 
@@ -171,6 +176,8 @@ type attemptKey struct{}
 // the context itself, it costs one allocation per attempt.
 type attempt struct {
 	context.Context
+	// msg is the item's envelope, whose copy the attempt's handler has.
+	msg     *handoff.Message
 	mu      sync.Mutex
 	fns     []func(Outcome)
 	settled bool
@@ -204,7 +211,7 @@ func (a *attempt) settle(out Outcome) {
 // begin returns the context of a new attempt of it, kept in it until the
 // attempt is settled.
 func (it *item) begin(ctx context.Context) context.Context {
-	a := &attempt{Context: ctx}
+	a := &attempt{Context: ctx, msg: &it.msg}
 	it.attempt.Store(a)
 	return a
 }

@@ -59,12 +59,16 @@ func (c *Class) batchDefaults(bad func(string, ...any)) {
 // own, once per attempt, with an attempt context of its own (OnOutcome,
 // SetHeaders), and the chain's innermost handler, batchJoin, puts the
 // message it is given into the batch. ctx is the pool's handler context.
+//
+// As for any class, the chain and the BatchHandler get a copy of the
+// message of their own, which they may keep (see Runtime.handler).
 func (r *Runtime) joinBatch(ctx context.Context, c *class, it *item) error {
+	m := it.msg
 	if !c.hooked {
-		return c.batch.add(ctx, it, &it.msg)
+		return c.batch.add(ctx, it, &m)
 	}
 	j := &join{b: c.batch, it: it, ctx: ctx}
-	return c.handle(it.begin(context.WithValue(ctx, joinKey{}, j)), &it.msg)
+	return c.handle(it.begin(context.WithValue(ctx, joinKey{}, j)), &m)
 }
 
 // join is what batchJoin needs of a message's way into its batch.

@@ -251,6 +251,19 @@ func (r *Runtime) closeCommitClient() {
 	}
 }
 
+// newFetchClient returns the client the partition readers share, with a
+// transport of its own (closed by closeFetchClient once they ended): its
+// connections are pooled, one per fetch in flight.
+func (r *Runtime) newFetchClient() *kafka.Client {
+	return &kafka.Client{Addr: kafka.TCP(r.cfg.Brokers...), Transport: r.transport(nil)}
+}
+
+func (r *Runtime) closeFetchClient() {
+	if r.fetches != nil {
+		r.fetches.Transport.(*kafka.Transport).CloseIdleConnections()
+	}
+}
+
 // finalCommit commits through the current generation, bounded by
 // commitTimeout.
 func (r *Runtime) finalCommit() error {

@@ -162,16 +162,17 @@ type Config struct {
 	StartOffset StartOffset
 
 	// FetchMaxWait bounds how long a fetch request waits on the broker for
-	// new records. It also bounds how long closing a partition reader
-	// takes (kafka-go's 10s default makes Close slow). Zero means 500ms.
+	// new records. A partition reader's end is waited for at most this
+	// plus a second. Zero means 500ms.
 	FetchMaxWait time.Duration
 
 	// FetchQueue is how many records each partition's reader decodes
-	// ahead of the fetch loop (kafka-go's ReaderConfig.QueueCapacity, whose
-	// own default is 100). Deeper costs less CPU per message (see
+	// ahead of the fetch loop (as kafka-go's ReaderConfig.QueueCapacity,
+	// whose own default is 100, does for its Reader). Deeper costs less CPU per message (see
 	// docs/bench.md) and up to FetchQueue decoded records of memory per
-	// assigned partition: about 30 MB with 1 KiB records on 30 partitions;
-	// lower it for large records. Records still in it at a stop were never
+	// assigned partition (about 30 MB with 1 KiB records on 30
+	// partitions), besides one fetch response of up to 1 MiB per
+	// partition; lower it for large records. Records still in it at a stop were never
 	// accepted: Kafka delivers them again. Zero means 1000.
 	FetchQueue int
 

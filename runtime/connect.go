@@ -102,8 +102,8 @@ func stepIndex(step string) int {
 	return 2
 }
 
-// kafkaDialer returns the dialer of the consumer group and the partition
-// readers.
+// kafkaDialer returns the dialer of the consumer group (the partition
+// readers fetch through the fetch client's transport, see transport).
 func (r *Runtime) kafkaDialer() *kafka.Dialer {
 	d := &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, ClientID: r.cfg.ClientID}
 	if r.conn.secure {

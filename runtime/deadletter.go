@@ -44,15 +44,20 @@ type DeadLetter struct {
 	Key uint64
 	// Message is the envelope; Message.Attempt counts the failed attempts.
 	Message handoff.Message
+	// Reason says why it was saved ("failed"; "unknown class" for a
+	// message of a class the runtime was not configured with).
+	Reason string
 	// Err is the last error's text.
 	Err string
+	// Redeliveries counts the persisted delayed redeliveries it had.
+	Redeliveries int
 	// FirstFailed and LastFailed bound the failures.
 	FirstFailed, LastFailed time.Time
 }
 
 func deadLetterOf(e snapshot.Entry) DeadLetter {
-	return DeadLetter{Key: e.Key, Message: e.Record.Message, Err: e.Record.Err,
-		FirstFailed: e.Record.FirstFailed, LastFailed: e.Record.SavedAt}
+	return DeadLetter{Key: e.Key, Message: e.Record.Message, Reason: e.Record.Reason, Err: e.Record.Err,
+		Redeliveries: e.Record.Redeliveries, FirstFailed: e.Record.FirstFailed, LastFailed: e.Record.SavedAt}
 }
 
 // DeadLetters returns up to limit dead letters of class ("" for every

@@ -2,70 +2,53 @@ package runtime
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"strconv"
 	"time"
-	"unsafe"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 
 	"github.com/handoff-go/handoff"
 )
 
 // fetch reads one partition and hands its records to the class's pool.
 // A full pool makes it wait, which pushes back on this partition only.
+//
+// The records come from a partition reader (readPartition) that fetches
+// and decodes up to FetchQueue records ahead. It fetches with kafka-go's
+// protocol client rather than its kafka.Reader: the Reader hands a
+// zero-length key, value or header value over as nil, which the
+// protocol client keeps apart from a null one (see handoff.Message).
 func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracker, start int64) {
 	log := r.log.With("topic", tr.topic, "partition", tr.partition)
-	rd := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:       r.cfg.Brokers,
-		Topic:         tr.topic,
-		Partition:     tr.partition,
-		MinBytes:      1,
-		MaxBytes:      10 << 20,
-		MaxWait:       r.cfg.FetchMaxWait,
-		QueueCapacity: r.cfg.FetchQueue,
-		// The runtime samples the lag itself (lag.go); kafka-go's own
-		// lag reader would ask again per partition, and log a failure
-		// when a normal stop cancels it.
-		ReadLagInterval: -1,
-		Dialer:          r.kafkaDialer(),
-		Logger:          r.kafkaLogger(ctx, log, false),
-		ErrorLogger:     r.kafkaLogger(ctx, log, true),
-	})
-	// Closed in the background: the stop's quiesce needs the fetch loop
-	// gone, not the reader closed (kafka-go's Close waits for an
-	// in-flight fetch). The stop joins the closes before leaving the
+	recs := make(chan fetchedRecord, r.cfg.FetchQueue)
+	rctx, cancel := context.WithCancel(ctx)
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		r.readPartition(rctx, tr, start, recs, log)
+	}()
+	// Joined in the background: the stop's quiesce needs the fetch loop
+	// gone, not the reader. The stop joins the readers before leaving the
 	// group.
-	defer r.closing.Go(func() { r.closeReader(rd, log) })
-	if err := rd.SetOffset(start); err != nil {
-		log.Error("reader offset not set", "offset", start, "err", err)
-		return
-	}
-	ids := newKafkaIDs(tr.topic, tr.partition)
+	defer r.closing.Go(func() { cancel(); r.joinReader(read, log) })
 	caughtUp := false
-	backoff := fetchBackoffMin
 	for {
 		if !r.mayFetch(ctx, c) { // suspended or paused
 			return
 		}
-		m, err := rd.FetchMessage(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			r.metrics.fetchError(tr.topic)
-			r.logs.warn(log, "fetch failed", "fetch failed; retrying", "err", err, "wait", backoff)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, fetchBackoffMax)
-			continue
+		var fr fetchedRecord
+		select {
+		case <-ctx.Done():
+			return
+		case fr = <-recs:
 		}
-		backoff = fetchBackoffMin
-		it := r.fetched(c, tr, ids, &m)
-		last := m.Offset+1 >= m.HighWaterMark
+		it := r.fetched(c, tr, &fr)
+		last := fr.offset+1 >= fr.hwm
 		if err := c.pool.Submit(ctx, it); err != nil {
 			// Never accepted: it stays unsettled, so the commit stops
 			// before it and Kafka delivers it again.
@@ -85,83 +68,174 @@ func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracke
 	}
 }
 
-// Bounds of the fetch loop's wait after a failed fetch: it doubles from
-// the first to the second while fetches fail.
+// fetchedRecord is one record a partition reader decoded, its bytes
+// copied out of the fetch buffer.
+type fetchedRecord struct {
+	offset     int64
+	hwm        int64 // the partition's high watermark in the fetch response
+	time       time.Time
+	key, value []byte
+	headers    []handoff.Header
+}
+
+// Bounds of a partition reader's wait after a failed fetch: it doubles
+// from the first to the second while fetches fail.
 const (
 	fetchBackoffMin = 100 * time.Millisecond
 	fetchBackoffMax = 5 * time.Second
 )
 
-// fetched returns the recycled item of record m, its offset added to tr.
-func (r *Runtime) fetched(c *class, tr *tracker, ids *kafkaIDs, m *kafka.Message) *item {
-	it := r.items.Get().(*item) // zero: result clears an item before it returns it
-	it.msg.ID = ids.id(m.Offset)
-	it.msg.Class = c.cfg.Name
-	it.msg.Key, it.msg.Value = m.Key, m.Value
-	it.msg.Origin = handoff.Origin{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
-	seen := r.mono()
-	it.msg.FirstSeen = r.epoch.Add(time.Duration(seen))
-	it.src, it.tr = fromKafka, tr
-	if len(m.Headers) > 0 {
-		it.msg.Headers = make([]handoff.Header, len(m.Headers))
-		for i, h := range m.Headers {
-			it.msg.Headers[i] = handoff.Header{Key: h.Key, Value: h.Value}
+// fetchMaxBytes bounds one fetch response, which kafka-go's protocol
+// client reads whole into memory before the first record is decoded
+// (kafka-go's Reader streamed its 10 MiB responses): Kafka's own
+// max.partition.fetch.bytes default. A first batch larger than it is
+// still returned whole (Fetch v3 on), so large records make progress.
+const fetchMaxBytes = 1 << 20
+
+// readPartition fetches tr's partition from offset on and sends its
+// records to out, in offset order, until ctx ends. A failed fetch is
+// counted, logged (with backoff: see Runtime.logs) and tried again after
+// a wait that doubles from fetchBackoffMin to fetchBackoffMax while
+// fetches fail. It blocks while out is full.
+func (r *Runtime) readPartition(ctx context.Context, tr *tracker, offset int64, out chan<- fetchedRecord, log *slog.Logger) {
+	backoff := fetchBackoffMin
+	for {
+		resp, err := r.fetches.Fetch(ctx, &kafka.FetchRequest{
+			Topic:     tr.topic,
+			Partition: tr.partition,
+			Offset:    offset,
+			MinBytes:  1,
+			MaxBytes:  fetchMaxBytes,
+			MaxWait:   r.cfg.FetchMaxWait,
+		})
+		if err == nil && resp.Error != nil {
+			err = resp.Error
 		}
+		if err == nil {
+			offset, err = sendRecords(ctx, resp, offset, out)
+		}
+		if err == nil {
+			backoff = fetchBackoffMin
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		r.metrics.fetchError(tr.topic)
+		r.logs.warn(log, "fetch failed", "fetch failed; retrying", "offset", offset, "err", err, "wait", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, fetchBackoffMax)
 	}
-	it.slot = tr.add(m.Offset, seen)
+}
+
+// sendRecords sends the records of resp from offset on to out and
+// returns the offset after the last one sent. A batch may start before
+// the offset asked for: its earlier records are skipped. Control batches
+// (transaction markers) are skipped by kafka-go's record stream.
+func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, out chan<- fetchedRecord) (int64, error) {
+	for {
+		rec, err := resp.Records.ReadRecord()
+		if errors.Is(err, io.EOF) {
+			return offset, nil
+		}
+		if err != nil {
+			return offset, fmt.Errorf("decode records: %w", err)
+		}
+		if rec.Offset < offset && offset >= 0 {
+			continue
+		}
+		fr := fetchedRecord{offset: rec.Offset, hwm: resp.HighWatermark, time: recordTime(rec.Time)}
+		if fr.key, err = readBytes(rec.Key); err == nil {
+			fr.value, err = readBytes(rec.Value)
+		}
+		if err != nil {
+			return offset, fmt.Errorf("read record at offset %d: %w", rec.Offset, err)
+		}
+		if len(rec.Headers) > 0 {
+			// kafka-go decodes each header value into a slice of its own.
+			fr.headers = make([]handoff.Header, len(rec.Headers))
+			for i, h := range rec.Headers {
+				fr.headers[i] = handoff.Header{Key: h.Key, Value: h.Value}
+			}
+		}
+		select {
+		case out <- fr:
+		case <-ctx.Done():
+			return offset, ctx.Err()
+		}
+		offset = rec.Offset + 1
+	}
+}
+
+// readBytes copies b out of the fetch buffer and closes it, which gives
+// the buffer's pages back to kafka-go's pool once every record's bytes
+// are read; nil for a null b.
+func readBytes(b protocol.Bytes) ([]byte, error) {
+	if b == nil {
+		return nil, nil
+	}
+	out, err := protocol.ReadAll(b)
+	return out, errors.Join(err, b.Close())
+}
+
+// recordTime returns a record's timestamp in UTC, or the zero time for
+// the -1 of a record without one.
+func recordTime(t time.Time) time.Time {
+	if t.UnixMilli() < 0 {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// fetched returns the recycled item of record fr, its offset added to
+// tr. The message's ID and bytes are its own, and the handler is handed
+// copies of the message (see handler): a handler may keep them (see
+// handoff.Message).
+func (r *Runtime) fetched(c *class, tr *tracker, fr *fetchedRecord) *item {
+	it := r.items.Get().(*item) // zero: result clears an item before it returns it
+	it.src, it.tr = fromKafka, tr
+	seen := r.mono()
+	it.msg = handoff.Message{
+		ID:        kafkaID(tr.idPrefix, fr.offset),
+		Class:     c.cfg.Name,
+		Key:       fr.key,
+		Value:     fr.value,
+		Headers:   fr.headers,
+		Origin:    handoff.Origin{Topic: tr.topic, Partition: tr.partition, Offset: fr.offset},
+		Timestamp: fr.time,
+		FirstSeen: r.epoch.Add(time.Duration(seen)),
+	}
+	it.slot = tr.add(fr.offset, seen)
 	return it
 }
 
-// closeReader closes rd, waiting at most FetchMaxWait plus a second: a
-// kafka-go reader's Close can block on an in-flight fetch.
-func (r *Runtime) closeReader(rd *kafka.Reader, log *slog.Logger) {
-	done := make(chan struct{})
-	go func() { rd.Close(); close(done) }()
+// joinReader waits for a partition reader to end, at most FetchMaxWait
+// plus a second: a fetch in flight ends with its context, unless the
+// connection is stuck.
+func (r *Runtime) joinReader(done <-chan struct{}, log *slog.Logger) {
 	wait := r.cfg.FetchMaxWait + time.Second
 	select {
 	case <-done:
 	case <-time.After(wait):
-		log.Warn("partition reader did not close in time; left behind", "waited", wait)
+		log.Warn("partition reader did not end in time; left behind", "waited", wait)
 	}
 }
 
 // kafkaIDPrefix returns "topic/partition/": a Kafka record's stable ID is
 // that prefix and its offset, so one partition's records share it.
-func kafkaIDPrefix(topic string, partition int) []byte {
-	b := make([]byte, 0, len(topic)+24)
-	b = append(b, topic...)
-	b = append(b, '/')
-	b = strconv.AppendInt(b, int64(partition), 10)
-	return append(b, '/')
+func kafkaIDPrefix(topic string, partition int) string {
+	return topic + "/" + strconv.Itoa(partition) + "/"
 }
 
-// idBlockSize is the size of the blocks kafkaIDs carves IDs from: about
-// 40 IDs of a 25-byte "topic/partition/offset" per allocation.
-const idBlockSize = 1024
-
-// kafkaIDs makes the IDs of one partition's records. It carves them from
-// shared blocks instead of allocating a string per message: the fetch
-// loop's one allocation per record otherwise. The bytes behind an ID are
-// never written again once it is handed out, as unsafe.String requires.
-// An ID kept after its message is handled keeps its block alive, at most
-// idBlockSize bytes; the runtime copies the IDs it keeps (parking).
-type kafkaIDs struct {
-	prefix []byte // "topic/partition/"
-	block  []byte
-}
-
-func newKafkaIDs(topic string, partition int) *kafkaIDs {
-	return &kafkaIDs{prefix: kafkaIDPrefix(topic, partition)}
-}
-
-// id returns the ID of the record at offset.
-func (k *kafkaIDs) id(offset int64) string {
-	const maxOffsetLen = 20 // digits of the largest int64, and a sign
-	if cap(k.block)-len(k.block) < len(k.prefix)+maxOffsetLen {
-		k.block = make([]byte, 0, max(idBlockSize, len(k.prefix)+maxOffsetLen))
-	}
-	start := len(k.block)
-	k.block = append(k.block, k.prefix...)
-	k.block = strconv.AppendInt(k.block, offset, 10)
-	return unsafe.String(&k.block[start], len(k.block)-start)
+// kafkaID returns the ID of the record at offset, prefix its partition's
+// kafkaIDPrefix: a string of its own, in one allocation for topics of up
+// to about 40 bytes.
+func kafkaID(prefix string, offset int64) string {
+	var buf [64]byte
+	b := append(buf[:0], prefix...)
+	return string(strconv.AppendInt(b, offset, 10))
 }

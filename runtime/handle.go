@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -39,17 +40,21 @@ func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 		if c.hooked {
 			ctx = it.begin(ctx)
 		}
+		// Each call gets a copy of the message of its own, which the
+		// handler may keep, and through which it cannot change the
+		// item's (runtime.SetHeaders changes both).
+		m := it.msg
 		if r.metrics == nil && !sample(it) {
-			return c.handle(ctx, &it.msg)
+			return c.handle(ctx, &m)
 		}
-		return r.timedCall(ctx, c, it)
+		return r.timedCall(ctx, c, &m)
 	}
 }
 
 // timedCall calls the class's handler, feeds its time to the drain
 // estimate and, with metrics, to the histogram under its outcome; a panic
 // is observed on its way up to the pool, which recovers it.
-func (r *Runtime) timedCall(ctx context.Context, c *class, it *item) (err error) {
+func (r *Runtime) timedCall(ctx context.Context, c *class, m *handoff.Message) (err error) {
 	began := time.Now()
 	returned := false
 	defer func() {
@@ -67,7 +72,7 @@ func (r *Runtime) timedCall(ctx context.Context, c *class, it *item) (err error)
 		}
 		r.metrics.observeHandler(c.index, o, d)
 	}()
-	err = c.handle(ctx, &it.msg)
+	err = c.handle(ctx, m)
 	returned = true
 	return err
 }
@@ -139,8 +144,9 @@ func (r *Runtime) result(c *class) func(*item, error) {
 		r.leftPool(it)
 		if it.src == fromKafka {
 			// Nothing refers to a Kafka item once its result is in: the
-			// pool is done with it and the handler must not keep it.
-			// Items the stop or a rebalance takes out never get here.
+			// pool is done with it, and the handler had copies of its
+			// message only. Items the stop or a rebalance takes out
+			// never get here.
 			*it = item{}
 			r.items.Put(it)
 		}

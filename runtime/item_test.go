@@ -1,44 +1,238 @@
 package runtime
 
 import (
+	"context"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/handoff-go/handoff"
 )
 
-// TestKafkaIDs checks IDs carved from shared blocks: each is
-// "topic/partition/offset", across block boundaries, and stays unchanged
-// while later IDs are made.
+// TestKafkaIDs checks the IDs of Kafka records: "topic/partition/offset"
+// for short and long topics and the extreme offsets.
 func TestKafkaIDs(t *testing.T) {
 	t.Parallel()
-	for _, topic := range []string{"orders", strings.Repeat("t", 2*idBlockSize)} {
-		ids := newKafkaIDs(topic, 7)
-		var made []string
-		for i := range 500 {
-			off := int64(i) * 1_000_003
-			if i == 499 {
-				off = 1<<63 - 1
-			}
-			made = append(made, ids.id(off))
-		}
-		for i, id := range made {
-			off := int64(i) * 1_000_003
-			if i == 499 {
-				off = 1<<63 - 1
-			}
-			if want := fmt.Sprintf("%s/7/%d", topic, off); id != want {
-				t.Fatalf("topic of %d bytes: ID %d is %q, want %q", len(topic), i, id, want)
+	for _, topic := range []string{"orders", strings.Repeat("t", 2048)} {
+		prefix := kafkaIDPrefix(topic, 7)
+		for _, off := range []int64{0, 1, 99, 1_000_003, 1<<63 - 1} {
+			if got, want := kafkaID(prefix, off), fmt.Sprintf("%s/7/%d", topic, off); got != want {
+				t.Fatalf("topic of %d bytes, offset %d: ID %q, want %q", len(topic), off, got, want)
 			}
 		}
 	}
 }
 
-func BenchmarkKafkaIDs(b *testing.B) {
-	ids := newKafkaIDs("orders", 3)
-	b.ReportAllocs()
-	var off int64
-	for b.Loop() {
-		_ = ids.id(off)
-		off++
+// TestHandlerKeepsMessages: a handler that keeps the *Message it is
+// handed, its ID, Key, Value and Headers, and reads them after many more
+// messages were fetched and handled, finds each exactly as it was
+// delivered. (Before, the runtime recycled the envelope of a handled Kafka
+// message and carved IDs from shared blocks: the kept *Message showed a
+// later record.) A retry hands the handler a fresh copy too: the one kept
+// from the first attempt still says Attempt 0.
+func TestHandlerKeepsMessages(t *testing.T) {
+	t.Parallel()
+	const n = 300
+	b := setup(t, 1, "orders")
+	b.produce(n)
+	var (
+		mu    sync.Mutex
+		kept  []*handoff.Message
+		ids   []string
+		first = map[string]*handoff.Message{}
+	)
+	all := make(chan struct{})
+	rt, err := New(b.config(func(_ context.Context, m *handoff.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if m.Attempt == 0 && m.Origin.Offset%50 == 0 {
+			first[m.ID] = m
+			return fmt.Errorf("fail once")
+		}
+		kept = append(kept, m)
+		ids = append(ids, m.ID)
+		if len(kept) == n {
+			close(all)
+		}
+		return nil
+	}, func(c *Class) { c.Retry.InitialBackoff, c.Retry.MaxBackoff = time.Millisecond, time.Millisecond }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := start(t, rt, context.Background())
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		mu.Lock()
+		t.Fatalf("handled %d of %d", len(kept), n)
+	}
+	rt.Shutdown(context.Background())
+	if _, err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	seen := map[int64]bool{}
+	for i, m := range kept {
+		o := m.Origin
+		if seen[o.Offset] {
+			t.Fatalf("kept message %d is offset %d again: a kept *Message changed", i, o.Offset)
+		}
+		seen[o.Offset] = true
+		want := kafkaID(kafkaIDPrefix(o.Topic, o.Partition), o.Offset)
+		if m.ID != want || ids[i] != want {
+			t.Fatalf("kept message %d: ID %q (kept ID %q), want %q", i, m.ID, ids[i], want)
+		}
+		// One partition: offset i holds produce's record i.
+		wantKey, wantValue := fmt.Sprintf("key-%d", o.Offset%13), fmt.Sprintf("orders-%d", o.Offset)
+		if string(m.Key) != wantKey || string(m.Value) != wantValue {
+			t.Fatalf("kept message %s: key %q value %q, want %q %q", m.ID, m.Key, m.Value, wantKey, wantValue)
+		}
+	}
+	if len(first) != n/50 {
+		t.Fatalf("%d first attempts failed, want %d", len(first), n/50)
+	}
+	for id, m := range first {
+		if m.Attempt != 0 || m.ID != id {
+			t.Errorf("the first attempt's message of %s now says ID %q attempt %d", id, m.ID, m.Attempt)
+		}
+	}
+}
+
+// The delivery path as it was, kept for BenchmarkDelivery's comparison:
+// IDs carved from shared 1 KiB blocks with unsafe.String, recycled items,
+// and the handler handed the item's own message.
+type blockIDs struct {
+	prefix []byte
+	block  []byte
+}
+
+func (k *blockIDs) id(offset int64) string {
+	if cap(k.block)-len(k.block) < len(k.prefix)+20 {
+		k.block = make([]byte, 0, max(1024, len(k.prefix)+20))
+	}
+	start := len(k.block)
+	k.block = append(k.block, k.prefix...)
+	k.block = strconv.AppendInt(k.block, offset, 10)
+	return unsafe.String(&k.block[start], len(k.block)-start)
+}
+
+// BenchmarkDelivery compares the per-message cost of what a handler may
+// keep: "recycled" is the old path (shared ID blocks, recycled items, the
+// handler handed the item's message), "own" today's (recycled items, but
+// an ID string and a message copy of each delivery's own). Each iteration makes
+// the item of one record, hands it to a handler that keeps nothing, and
+// settles it. Run it with
+//
+//	go test -run='^$' -bench=Delivery -benchmem -count=5 ./runtime/
+func BenchmarkDelivery(b *testing.B) {
+	handler := handoff.HandlerFunc(func(_ context.Context, m *handoff.Message) error {
+		if len(m.ID) == 0 {
+			return fmt.Errorf("no ID")
+		}
+		return nil
+	})
+	r := &Runtime{epoch: time.Now()}
+	c := &class{cfg: Class{Name: "orders", Handler: handler}}
+	key, value := []byte("customer-42"), make([]byte, 256)
+	b.Run("recycled", func(b *testing.B) {
+		tr := newTracker("orders", 3, 0)
+		ids := &blockIDs{prefix: []byte(tr.idPrefix)}
+		items := sync.Pool{New: func() any { return new(item) }}
+		b.ReportAllocs()
+		var off int64
+		for b.Loop() {
+			it := items.Get().(*item)
+			it.msg.ID = ids.id(off)
+			it.msg.Class = c.cfg.Name
+			it.msg.Key, it.msg.Value = key, value
+			it.msg.Origin = handoff.Origin{Topic: tr.topic, Partition: tr.partition, Offset: off}
+			seen := r.mono()
+			it.msg.FirstSeen = r.epoch.Add(time.Duration(seen))
+			it.src, it.tr = fromKafka, tr
+			it.slot = tr.add(off, seen)
+			if err := c.cfg.Handler(context.Background(), &it.msg); err != nil {
+				b.Fatal(err)
+			}
+			it.settle()
+			*it = item{}
+			items.Put(it)
+			off++
+		}
+	})
+	b.Run("own", func(b *testing.B) {
+		r := &Runtime{epoch: time.Now()}
+		r.items.New = func() any { return new(item) }
+		tr := newTracker("orders", 3, 0)
+		b.ReportAllocs()
+		var off int64
+		for b.Loop() {
+			it := r.fetched(c, tr, &fetchedRecord{offset: off, key: key, value: value})
+			m := it.msg
+			if err := c.cfg.Handler(context.Background(), &m); err != nil {
+				b.Fatal(err)
+			}
+			it.settle()
+			*it = item{}
+			r.items.Put(it)
+			off++
+		}
+	})
+}
+
+// TestBatchHandlerKeepsMessages: a BatchHandler that keeps the messages
+// of its batches finds each as it was delivered after every later batch
+// was handled (their items are recycled as a single class's are).
+func TestBatchHandlerKeepsMessages(t *testing.T) {
+	t.Parallel()
+	const n = 300
+	b := setup(t, 1, "orders")
+	b.produce(n)
+	var (
+		mu   sync.Mutex
+		kept []*handoff.Message
+	)
+	all := make(chan struct{})
+	cfg := b.config(nil, func(c *Class) {
+		c.Handler = nil
+		c.BatchHandler = func(_ context.Context, ms []*handoff.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			kept = append(kept, ms...)
+			if len(kept) == n {
+				close(all)
+			}
+			return nil
+		}
+		c.MaxBatch = 10
+	})
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := start(t, rt, context.Background())
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		mu.Lock()
+		t.Fatalf("handled %d of %d", len(kept), n)
+	}
+	rt.Shutdown(context.Background())
+	if _, err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	seen := map[int64]bool{}
+	for _, m := range kept {
+		o := m.Origin.Offset
+		if seen[o] || m.ID != kafkaID(kafkaIDPrefix("orders", 0), o) || string(m.Value) != fmt.Sprintf("orders-%d", o) {
+			t.Fatalf("kept message %q: offset %d (seen %v), value %q", m.ID, o, seen[o], m.Value)
+		}
+		seen[o] = true
 	}
 }

@@ -223,7 +223,9 @@ func (p *publisher) close(deadline time.Time) {
 }
 
 // deadLetterRecord is the Kafka record that publishes a dead letter of
-// class c.
+// class c: the message's key, value and headers (nil and empty kept
+// apart), the original record's timestamp (the publish time for a
+// message that has none), and the handoff headers.
 func deadLetterRecord(c *class, rec snapshot.Record) kafka.Message {
 	m := rec.Message
 	headers := []kafka.Header{
@@ -241,7 +243,7 @@ func deadLetterRecord(c *class, rec snapshot.Record) kafka.Message {
 	for _, h := range m.Headers {
 		headers = append(headers, kafka.Header{Key: h.Key, Value: h.Value})
 	}
-	return kafka.Message{Topic: c.cfg.DeadLetterTopic, Key: m.Key, Value: m.Value, Headers: headers}
+	return kafka.Message{Topic: c.cfg.DeadLetterTopic, Key: m.Key, Value: m.Value, Headers: headers, Time: m.Timestamp}
 }
 
 // publishHeaders returns the headers Config.PublishHeadersFunc f makes

@@ -157,6 +157,7 @@ func (s *runState) start() error {
 	s.feeds.Go(func() { r.sched.run(feedCtx) })
 	if len(r.topics) > 0 && runCtx.Err() == nil {
 		r.commits = r.newCommitClient()
+		r.fetches = r.newFetchClient()
 		present, err := r.checkTopics(runCtx)
 		if err != nil {
 			return err

@@ -57,12 +57,14 @@ type Runtime struct {
 	revoked atomic.Int64  // messages given back at rebalances
 	dlq     *publisher    // nil without a DeadLetterTopic
 	commits *kafka.Client // for commits on a fresh connection; see commitFresh
+	fetches *kafka.Client // the partition readers'; see readPartition
 	conn    connection    // how connections to the brokers are made; see connect.go
 
 	stats counters    // outcomes of no configured class; see total
 	logs  *logBackoff // repeated failures' lines
 	// items recycles the items of fetched Kafka messages: one allocation
-	// less per message on the hot path.
+	// less per message on the hot path. A handler never sees an item,
+	// only a copy of its message (see handler).
 	items sync.Pool
 
 	// beforeSnapshot, when set by a test, runs just before the stop's

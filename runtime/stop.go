@@ -307,6 +307,7 @@ func (s *runState) leave() []any {
 		}
 	}
 	r.closeCommitClient()
+	r.closeFetchClient()
 	r.dlq.close(s.deadline)
 	r.storeOpen.Store(false)
 	if err := r.store.Close(); err != nil {

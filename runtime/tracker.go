@@ -27,6 +27,8 @@ import (
 type tracker struct {
 	topic     string
 	partition int
+	// idPrefix is the kafkaIDPrefix of the partition's records.
+	idPrefix string
 
 	// tail is the segment add appends to; the fetch loop's only.
 	tail *segment
@@ -77,7 +79,7 @@ type slot struct {
 
 func newTracker(topic string, partition int, start int64) *tracker {
 	s := new(segment)
-	t := &tracker{topic: topic, partition: partition, tail: s, head: s, end: -1, committed: -1}
+	t := &tracker{topic: topic, partition: partition, idPrefix: kafkaIDPrefix(topic, partition), tail: s, head: s, end: -1, committed: -1}
 	t.first.Store(-1)
 	t.lag.Store(-1)
 	if start >= 0 {

@@ -121,7 +121,7 @@ func (tx *Tx) DeadPage(class string, after uint64, limit int) ([]Entry, uint64, 
 // decoding the rest, and false when b does not start as a record does.
 // The class aliases b.
 func recordClass(b []byte) ([]byte, bool) {
-	if len(b) == 0 || b[0] != formatVersion {
+	if len(b) == 0 || b[0] < oldestRecordVersion || b[0] > recordVersion {
 		return nil, false
 	}
 	d := decoder{b: b, off: 1}

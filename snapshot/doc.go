@@ -25,6 +25,12 @@
 //     blocks writers nor waits for them. The write methods of Tx fail in
 //     it.
 //
+// A Store opened with [Options.ReadOnly] allows View only. It changes
+// nothing in the file, and it can read the file of a running service:
+// bbolt locks a file opened for writing exclusively, so the read-only
+// Open then reads a consistent copy (see [Options.ReadOnly]); this is
+// what the CLI's inspect, dead list and dead show use.
+//
 // A read on the delivery path ([Tx.LoadPending], [Tx.DueDelayed],
 // [Tx.Parked], [Tx.ParkedKeys]) skips a record that fails to decode and
 // reports it; the caller moves it with [Tx.Quarantine] in a write
@@ -52,7 +58,7 @@
 //	delayed      due(8) + ID    -> record   to deliver at due
 //	delayed_ids  ID             -> its key in delayed
 //	parked       class key seq  -> record   parked behind a dead letter
-//	meta         "format"       -> 1 byte, the file format version (1)
+//	meta         "format"       -> 1 byte, the file format version (2)
 //	             "group"        -> the consumer group the file belongs to ([MetaGroup])
 //	             "instance"     -> the instance that last started on it ([MetaInstance])
 //
@@ -60,7 +66,7 @@
 // numbers of their bucket, starting at 1 and never reused, so key order is
 // save order. These buckets are only ever appended to, so their pages are
 // filled to 100% (bbolt's FillPercent 1.0). Open refuses a file whose
-// meta format is not 1.
+// meta format is not 1 or 2 (see "Format versions" below).
 //
 // A delayed key ([DelayedKey]) is the due time as 8 bytes of big-endian
 // Unix nanoseconds, clamped to [0, 2^63-1], followed by the message ID,
@@ -82,9 +88,10 @@
 // # Record format
 //
 // A record (a [Record] in the pending, dead, delayed or parked bucket) is
-// encoded as its fields, one after another with no padding:
+// encoded as its fields, one after another with no padding (format 2,
+// what this package writes):
 //
-//	version      1 byte, 1
+//	version      1 byte, 2
 //	id           string   Message.ID
 //	class        string   Message.Class
 //	key          bytes    Message.Key
@@ -94,6 +101,7 @@
 //	topic        string   Message.Origin.Topic
 //	partition    varint   Message.Origin.Partition
 //	offset       varint   Message.Origin.Offset
+//	timestamp    time     Message.Timestamp (format 2 on)
 //	attempt      varint   Message.Attempt
 //	first seen   time     Message.FirstSeen
 //	reason       string   Record.Reason
@@ -116,6 +124,37 @@
 // Times are kept to the nanosecond for any year, but not their location
 // or monotonic reading: they decode in UTC.
 //
+// # Format versions
+//
+// Each record starts with its own format version; the meta bucket's
+// "format" names the newest format the file may hold.
+//
+//	1  the layout above without the timestamp (handoff before record
+//	   timestamps); decodes with a zero Message.Timestamp
+//	2  adds the timestamp after the offset
+//
+// The decoder reads every version from the oldest on, so a file keeps
+// working across an upgrade without a migration: its old records stay as
+// they are until they are rewritten (saved again, requeued, moved), and
+// new ones are written in the newest format. Open in write mode marks a
+// file of an older format with the newest before anything is written,
+// so that an older binary refuses the file ("unsupported file format")
+// instead of failing on records it cannot read; a read-only Open marks
+// nothing. testdata/v1.state is a file written by the format-1 code, and
+// TestReadV1File reads it.
+//
+// To add format N+1: add its constant in record.go and make it
+// recordVersion (the encoder's); add its fields to appendRecord and
+// maxEncodedSize, and read them in decodeOwned under "if version >= N+1"
+// so that older versions still decode (give the new fields a zero
+// value for them); raise fileFormat in store.go; before changing the
+// encoder, write a fixture with the current code into testdata (as
+// v1.state was), and add a test like TestReadV1File for it and its
+// values to FuzzDecodeRecord's seeds (v1Values does it for format 1);
+// describe the version in the list above. A format is never read
+// differently once released: the version byte of a record says exactly
+// how it was written.
+//
 // # Quarantine entry format
 //
 // [Tx.Quarantine] (and [Store.ScanPending] for its own) moves a value of
@@ -137,8 +176,9 @@
 //
 // # Decoding invariants
 //
-// The decoders of records, quarantine entries and parked keys, checked by
-// FuzzDecodeRecord, FuzzDecodeQuarantined and FuzzParkedKey: they never
+// The decoders of records (of every format version), quarantine entries
+// and parked keys, checked by FuzzDecodeRecord (seeded with records of
+// format 1 and 2), FuzzDecodeQuarantined and FuzzParkedKey: they never
 // panic on any input; every failure of the record and parked key
 // decoders wraps [ErrCorrupt]; what they return shares no memory with
 // their input (bbolt memory is only valid inside its transaction); and

@@ -117,6 +117,7 @@ func fullRecord(i int) Record {
 				Partition: -1 - i,
 				Offset:    -1 << 62,
 			},
+			Timestamp: time.Date(2025, 3, 4, 5, 6, 6, int(time.Millisecond)*i, loc),
 			Attempt:   7 + i,
 			FirstSeen: time.Date(2025, 3, 4, 5, 6, 7, 123456789+i, loc),
 		},
@@ -147,6 +148,7 @@ func normalized(r Record) Record {
 		return t.Round(0).UTC()
 	}
 	r.Message.FirstSeen = norm(r.Message.FirstSeen)
+	r.Message.Timestamp = norm(r.Message.Timestamp)
 	r.FirstFailed = norm(r.FirstFailed)
 	r.SavedAt = norm(r.SavedAt)
 	return r

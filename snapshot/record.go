@@ -10,8 +10,19 @@ import (
 	"github.com/handoff-go/handoff"
 )
 
-// formatVersion is the first byte of every record this package writes.
-const formatVersion = 1
+// Record format versions: the first byte of every record. This package
+// writes recordVersion and reads every version down to
+// oldestRecordVersion (see "Record format" in the package documentation
+// for what changed and how a version is added).
+const (
+	// recordV1 has no record timestamp.
+	recordV1 = 1
+	// recordV2 adds Message.Timestamp after the offset.
+	recordV2 = 2
+
+	recordVersion       = recordV2
+	oldestRecordVersion = recordV1
+)
 
 // Record is what the store keeps for one message: the envelope and why it
 // was saved.
@@ -34,13 +45,13 @@ type Record struct {
 	SavedAt time.Time
 }
 
-// appendRecord appends the binary encoding of r (format version 1, see the
+// appendRecord appends the binary encoding of r (format version 2, see the
 // package documentation) to dst and returns the extended slice. It grows
 // dst at most once. It never fails: every Record is encodable.
 func appendRecord(dst []byte, r *Record) []byte {
 	m := &r.Message
 	dst = slices.Grow(dst, maxEncodedSize(r))
-	dst = append(dst, formatVersion)
+	dst = append(dst, recordVersion)
 	dst = appendString(dst, m.ID)
 	dst = appendString(dst, m.Class)
 	dst = appendBytes(dst, m.Key)
@@ -57,6 +68,7 @@ func appendRecord(dst []byte, r *Record) []byte {
 	dst = appendString(dst, m.Origin.Topic)
 	dst = binary.AppendVarint(dst, int64(m.Origin.Partition))
 	dst = binary.AppendVarint(dst, m.Origin.Offset)
+	dst = appendTime(dst, m.Timestamp)
 	dst = binary.AppendVarint(dst, int64(m.Attempt))
 	dst = appendTime(dst, m.FirstSeen)
 	dst = appendString(dst, r.Reason)
@@ -80,6 +92,7 @@ func maxEncodedSize(r *Record) int {
 		v + // header count
 		v + len(m.Origin.Topic) +
 		3*v + // partition, offset, attempt
+		1 + 2*v + // timestamp
 		1 + 2*v + // first seen
 		v + len(r.Reason) +
 		v + len(r.Err) +
@@ -125,7 +138,9 @@ func appendTime(dst []byte, t time.Time) []byte {
 //
 // decodeRecord never panics. It returns an error wrapping [ErrCorrupt] when
 // b is truncated, has bytes after the last field, starts with an unknown
-// format version, or holds a value out of range.
+// format version, or holds a value out of range. It reads every format
+// version from oldestRecordVersion on; a version-1 record has no
+// timestamp and decodes with a zero Message.Timestamp.
 func decodeRecord(b []byte) (Record, error) {
 	// One copy for all byte fields: Key, Value and header values are
 	// capped sub-slices of it, so nothing aliases b and an append to one
@@ -142,8 +157,9 @@ func decodeOwned(b []byte, in interner) (Record, error) {
 	if len(b) == 0 {
 		return Record{}, fmt.Errorf("%w: empty", ErrCorrupt)
 	}
-	if b[0] != formatVersion {
-		return Record{}, fmt.Errorf("%w: unknown format version %d", ErrCorrupt, b[0])
+	version := b[0]
+	if version < oldestRecordVersion || version > recordVersion {
+		return Record{}, fmt.Errorf("%w: unknown format version %d", ErrCorrupt, version)
 	}
 	d := decoder{b: b, off: 1}
 	var r Record
@@ -168,6 +184,9 @@ func decodeOwned(b []byte, in interner) (Record, error) {
 	m.Origin.Topic = d.stringIn("topic", in)
 	m.Origin.Partition = d.int("partition")
 	m.Origin.Offset = d.varint("offset", "")
+	if version >= recordV2 {
+		m.Timestamp = d.time("timestamp")
+	}
 	m.Attempt = d.int("attempt")
 	m.FirstSeen = d.time("first seen")
 	r.Reason = d.stringIn("reason", in)

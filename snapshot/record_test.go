@@ -16,7 +16,7 @@ func edgeRecords() map[string]Record {
 	return map[string]Record{
 		"zero": {},
 		"now": {SavedAt: time.Now(), FirstFailed: time.Now().In(time.FixedZone("z", 5*3600)),
-			Message: handoff.Message{FirstSeen: time.Now().In(time.FixedZone("y", -3600))}}, // monotonic reading, zones
+			Message: handoff.Message{FirstSeen: time.Now().In(time.FixedZone("y", -3600)), Timestamp: time.Now()}}, // monotonic reading, zones
 		"full": fullRecord(3),
 		"empty not nil": {Message: handoff.Message{
 			Key: []byte{}, Value: []byte{}, Headers: []handoff.Header{},
@@ -29,6 +29,7 @@ func edgeRecords() map[string]Record {
 			Origin:    handoff.Origin{Topic: "t", Partition: -1 << 62, Offset: -1 << 63},
 			Attempt:   1<<62 + 5,
 			FirstSeen: time.Unix(0, 0), // the epoch is not the zero time
+			Timestamp: time.Unix(-1, 0),
 			Value:     []byte{0},
 		}, SavedAt: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), FirstFailed: time.Unix(-1, 0), Redeliveries: -1 << 62},
 		"far past": {
@@ -56,8 +57,8 @@ func TestRecordRoundTrip(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := appendRecord(nil, &r)
-			if b[0] != formatVersion {
-				t.Fatalf("first byte %d, want version %d", b[0], formatVersion)
+			if b[0] != recordVersion {
+				t.Fatalf("first byte %d, want version %d", b[0], recordVersion)
 			}
 			if n := maxEncodedSize(&r); len(b) > n {
 				t.Fatalf("encoded %d bytes, bound %d", len(b), n)
@@ -150,8 +151,8 @@ func TestDecodeRecordCorrupt(t *testing.T) {
 	}{
 		"empty":            {nil, "empty"},
 		"version 0":        {with(func(b []byte) []byte { b[0] = 0; return b }), "unknown format version 0"},
-		"version 2":        {with(func(b []byte) []byte { b[0] = 2; return b }), "unknown format version 2"},
-		"flipped version":  {with(func(b []byte) []byte { b[0] ^= 0xff; return b }), "unknown format version 254"},
+		"version 3":        {with(func(b []byte) []byte { b[0] = 3; return b }), "unknown format version 3"},
+		"flipped version":  {with(func(b []byte) []byte { b[0] ^= 0xff; return b }), "unknown format version 253"},
 		"trailing byte":    {append(bytes.Clone(valid), 0), "1 trailing bytes"},
 		"huge length":      {[]byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, "id length 18446744073709551615 exceeds"},
 		"varint overflow":  {[]byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, "id length overflows"},

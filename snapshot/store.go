@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"sync"
 	"time"
 
@@ -44,6 +45,16 @@ var buckets = []string{BucketPending, BucketDead, BucketQuarantine, BucketDelaye
 // metaFormatKey is the key, in the meta bucket, of the file format version.
 const metaFormatKey = "format"
 
+// File format versions, the value of the meta format key. A file of
+// format 2 may hold records of format 1 and 2; a format-1 file only
+// records of format 1. Open in write mode marks a format-1 file format 2
+// before it writes a record, so that a binary that knows only format 1
+// refuses the file instead of quarantining records it cannot read.
+const (
+	fileFormat       = 2
+	oldestFileFormat = 1
+)
+
 const (
 	defaultLockTimeout     = time.Second
 	defaultInitialMmapSize = 256 << 20
@@ -71,6 +82,18 @@ type Options struct {
 	// the guarantees of handoff need it. Close syncs once when it is set.
 	// Zero (false) means every commit is synced.
 	NoSync bool
+
+	// ReadOnly opens the file for reading only: the write transactions
+	// (Update, Batch) fail, the file is neither created nor changed (not
+	// even its format mark), and another read-only Open may share it.
+	// A file another process holds open for writing (a running service:
+	// bbolt locks it exclusively for as long as it is open) cannot be
+	// shared; then Open waits at most LockTimeout and, instead of
+	// failing, reads a consistent copy of the file taken into a
+	// temporary file (a copy during which no transaction committed),
+	// removed by Close. [Store.Copied] says which happened. Zero (false)
+	// means read-write.
+	ReadOnly bool
 }
 
 // Store is one open state file. All methods are safe for concurrent use:
@@ -78,6 +101,9 @@ type Options struct {
 type Store struct {
 	db   *bolt.DB
 	path string
+	// copied is the temporary copy a ReadOnly Open reads, removed by
+	// Close; empty when it reads path itself.
+	copied string
 
 	// group is the group commit of Batch.
 	group groupCommit
@@ -90,13 +116,18 @@ type Store struct {
 // needed. It blocks up to opts.LockTimeout while another process (or
 // another open Store in this process) holds the file; then it returns an
 // error wrapping [ErrLocked] that names the file. It also fails when the
-// file is not a bbolt file or was written by a newer format.
+// file is not a bbolt file or was written by a newer format. With
+// opts.ReadOnly it changes nothing and reads a copy of a file held by a
+// running service (see [Options.ReadOnly]).
 func Open(path string, opts Options) (*Store, error) {
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = defaultLockTimeout
 	}
 	if opts.InitialMmapSize <= 0 {
 		opts.InitialMmapSize = defaultInitialMmapSize
+	}
+	if opts.ReadOnly {
+		return openReadOnly(path, opts)
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:         opts.LockTimeout, // never zero: zero waits forever
@@ -117,18 +148,29 @@ func Open(path string, opts Options) (*Store, error) {
 			}
 		}
 		meta := tx.Bucket([]byte(bucketMeta))
-		switch v := meta.Get([]byte(metaFormatKey)); {
-		case v == nil:
-			return meta.Put([]byte(metaFormatKey), []byte{formatVersion})
-		case len(v) != 1 || v[0] != formatVersion:
-			return fmt.Errorf("unsupported file format %x in bucket %s key %s", v, bucketMeta, metaFormatKey)
+		v := meta.Get([]byte(metaFormatKey))
+		if v != nil {
+			if err := checkFormat(v); err != nil {
+				return err
+			}
+			if v[0] == fileFormat {
+				return nil
+			}
 		}
-		return nil
+		return meta.Put([]byte(metaFormatKey), []byte{fileFormat})
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("snapshot: open %s: %w", path, err), db.Close())
 	}
 	return &Store{db: db, path: path}, nil
+}
+
+// checkFormat checks the file format mark v.
+func checkFormat(v []byte) error {
+	if len(v) != 1 || v[0] < oldestFileFormat || v[0] > fileFormat {
+		return fmt.Errorf("unsupported file format %x in bucket %s key %s (this build reads %d to %d)", v, bucketMeta, metaFormatKey, oldestFileFormat, fileFormat)
+	}
+	return nil
 }
 
 // Path returns the path the store was opened with.
@@ -148,6 +190,11 @@ func (s *Store) Close() error {
 		}
 		if err := s.db.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("snapshot: close %s: %w", s.path, err))
+		}
+		if s.copied != "" {
+			if err := os.Remove(s.copied); err != nil {
+				errs = append(errs, fmt.Errorf("snapshot: remove the copy of %s: %w", s.path, err))
+			}
 		}
 		s.closeErr = errors.Join(errs...)
 	})

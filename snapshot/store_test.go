@@ -567,12 +567,12 @@ func TestOpenErrors(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return b.Put([]byte(metaFormatKey), []byte{2})
+		return b.Put([]byte(metaFormatKey), []byte{fileFormat + 1})
 	})
 	if err := errors.Join(err, db.Close()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(newer, Options{}); err == nil || !strings.Contains(err.Error(), "unsupported file format 02") {
+	if _, err := Open(newer, Options{}); err == nil || !strings.Contains(err.Error(), "unsupported file format 03") {
 		t.Errorf("Open of a newer format: %v", err)
 	}
 }

@@ -37,7 +37,7 @@ next page.`,
 			if limit <= 0 {
 				return usagef("--limit must be > 0, got %d", limit)
 			}
-			return withState(args[0], &sf, func(st *snapshot.Store) error {
+			return withStateReadOnly(args[0], &sf, func(st *snapshot.Store) error {
 				var page []snapshot.Entry
 				var next uint64
 				// The page comes with the decode errors of its records.

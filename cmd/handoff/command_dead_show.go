@@ -2,13 +2,15 @@ package main
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/handoff-go/handoff/internal/recordjson"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -18,29 +20,31 @@ func newDeadShowCmd() *cobra.Command {
 		jsonFlag bool
 	)
 	cmd := &cobra.Command{
-		Use:   "show STATE KEY",
+		Use:   "show STATE KEY|ID",
 		Short: "Show one dead letter in full: envelope, error, headers and value",
-		Long: `Show prints everything the state file STATE keeps for the dead letter KEY.
-Keys, header values and the value are printed as text when they are valid
-UTF-8 without control characters, else as hex.`,
+		Long: `Show prints everything the state file STATE keeps for one dead letter,
+named by its KEY (the number dead list prints) or by its message ID
+("topic/partition/offset" for a Kafka record). A decimal number is tried
+as a KEY first, then as an ID. Keys, header values and the value are
+printed as text when they are valid UTF-8 without control characters,
+else as hex. --json prints the admin API's JSON (GET /api/dead/{key}).`,
 		Args: stateArgs(1, 1, "KEY"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			if err := sf.validate(); err != nil {
 				return err
 			}
-			key, err := parseKey(args[1])
-			if err != nil {
-				return err
-			}
-			return withState(args[0], &sf, func(st *snapshot.Store) error {
-				var rec snapshot.Record
-				var ok bool
-				err := st.View(func(tx *snapshot.Tx) (err error) { rec, ok, err = tx.GetDead(key); return err })
+			return withStateReadOnly(args[0], &sf, func(st *snapshot.Store) error {
+				var (
+					key uint64
+					rec snapshot.Record
+					ok  bool
+				)
+				err := st.View(func(tx *snapshot.Tx) (err error) { key, rec, ok, err = findDead(tx, args[1]); return err })
 				if err != nil {
 					return err
 				}
 				if !ok {
-					return usagef("no dead letter with key %d in %s", key, args[0])
+					return usagef("no dead letter with key or message ID %q in %s", args[1], args[0])
 				}
 				if jsonFlag {
 					return writeJSON(cmd.OutOrStdout(), toRecordJSON(key, &rec))
@@ -52,6 +56,34 @@ UTF-8 without control characters, else as hex.`,
 	sf.register(cmd)
 	cmd.Flags().BoolVar(&jsonFlag, "json", false, "print JSON (bytes in base64) instead of text")
 	return cmd
+}
+
+// findDead returns the dead letter named by s: the one whose key s is
+// (a decimal number), else the first whose message ID is s. Undecodable
+// dead letters are passed over in the search by ID.
+func findDead(tx *snapshot.Tx, s string) (uint64, snapshot.Record, bool, error) {
+	if key, err := strconv.ParseUint(s, 10, 64); err == nil {
+		rec, ok, err := tx.GetDead(key)
+		if ok || err != nil {
+			return key, rec, ok, err
+		}
+	}
+	const pageSize = 1000
+	for after := uint64(0); ; {
+		page, next, err := tx.DeadPage("", after, pageSize)
+		if err != nil && !errors.Is(err, snapshot.ErrCorrupt) {
+			return 0, snapshot.Record{}, false, err
+		}
+		for _, e := range page {
+			if e.Record.Message.ID == s {
+				return e.Key, e.Record, true, nil
+			}
+		}
+		if next == 0 {
+			return 0, snapshot.Record{}, false, nil
+		}
+		after = next
+	}
 }
 
 func printRecord(w io.Writer, key uint64, r *snapshot.Record) error {
@@ -68,6 +100,7 @@ func printRecord(w io.Writer, key uint64, r *snapshot.Record) error {
 		{"origin", origin},
 		{"attempts", fmt.Sprint(m.Attempt)},
 		{"redeliveries", fmt.Sprint(r.Redeliveries)},
+		{"timestamp", fmtTime(m.Timestamp)},
 		{"first seen", fmtTime(m.FirstSeen)},
 		{"first failed", fmtTime(r.FirstFailed)},
 		{"last failed", fmtTime(r.SavedAt)},
@@ -126,45 +159,13 @@ func safeText(s string) string {
 	return string(out)
 }
 
-// recordJSON is a record as the --json flags print it. Byte fields are
-// base64 (encoding/json), null when nil.
-type recordJSON struct {
-	Key          uint64       `json:"key"`
-	ID           string       `json:"id"`
-	Class        string       `json:"class"`
-	MessageKey   []byte       `json:"message_key"`
-	Value        []byte       `json:"value"`
-	Headers      []headerJSON `json:"headers"`
-	Topic        string       `json:"topic,omitempty"`
-	Partition    int          `json:"partition"`
-	Offset       int64        `json:"offset"`
-	Attempt      int          `json:"attempt"`
-	Redeliveries int          `json:"redeliveries"`
-	FirstSeen    time.Time    `json:"first_seen,omitzero"`
-	Reason       string       `json:"reason"`
-	Error        string       `json:"error,omitempty"`
-	FirstFailed  time.Time    `json:"first_failed,omitzero"`
-	SavedAt      time.Time    `json:"saved_at,omitzero"`
-}
-
-type headerJSON struct {
-	Key   string `json:"key"`
-	Value []byte `json:"value"`
-}
+// recordJSON is a dead letter as the --json flags print it: the admin
+// API's JSON (GET /api/dead/{key}), from the same encoder.
+type recordJSON = recordjson.Dead
 
 func toRecordJSON(key uint64, r *snapshot.Record) recordJSON {
-	m := &r.Message
-	j := recordJSON{
-		Key: key, ID: m.ID, Class: m.Class, MessageKey: m.Key, Value: m.Value,
-		Topic: m.Origin.Topic, Partition: m.Origin.Partition, Offset: m.Origin.Offset,
-		Attempt: m.Attempt, Redeliveries: r.Redeliveries, FirstSeen: m.FirstSeen,
-		Reason: r.Reason, Error: r.Err, FirstFailed: r.FirstFailed, SavedAt: r.SavedAt,
-		Headers: make([]headerJSON, len(m.Headers)),
-	}
-	for i, h := range m.Headers {
-		j.Headers[i] = headerJSON{Key: h.Key, Value: h.Value}
-	}
-	return j
+	return recordjson.DeadOf(key, &r.Message, recordjson.DeadFields{Reason: r.Reason, Err: r.Err,
+		Redeliveries: r.Redeliveries, FirstFailed: r.FirstFailed, LastFailed: r.SavedAt})
 }
 
 type deadPageJSONOut struct {

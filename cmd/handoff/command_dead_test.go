@@ -145,7 +145,7 @@ func TestDeadShow(t *testing.T) {
 		t.Fatalf("--json: %d %v\n%s", r.code, err, r.stdout)
 	}
 	if j.ID != m.ID || string(j.MessageKey) != string(m.Key) || string(j.Value) != string(m.Value) ||
-		len(j.Headers) != 2 || string(j.Headers[1].Value) != "\x00\x01\xfe\xff" || !j.SavedAt.Equal(rec.SavedAt) || j.Offset != m.Origin.Offset {
+		len(j.Headers) != 2 || string(j.Headers[1].Value) != "\x00\x01\xfe\xff" || !j.LastFailed.Equal(rec.SavedAt) || j.ValueText == nil || j.MessageKeyText == nil || j.Offset != m.Origin.Offset {
 		t.Errorf("--json: %+v, stored %+v", j, rec)
 	}
 }
@@ -294,5 +294,47 @@ func TestDeadDiscard(t *testing.T) {
 	final := readState(t, path)
 	if len(final.dead) != 0 || len(final.pending) != len(before.pending) {
 		t.Errorf("after discard --all: dead %d, pending %d", len(final.dead), len(final.pending))
+	}
+}
+
+// apiDeadFields are the fields of the admin API's GET /api/dead/{key}
+// (docs/admin.md), which dead show --json must print too.
+var apiDeadFields = []string{"key", "id", "class", "message_key", "message_key_text", "value", "value_text", "headers",
+	"topic", "partition", "offset", "timestamp", "attempt", "first_seen", "reason", "error", "redeliveries", "first_failed", "last_failed"}
+
+// TestDeadShowJSONIsTheAPIs: dead show --json prints the fields of the
+// admin API's dead letter (before, value_text, message_key_text and
+// last_failed were missing), and dead show finds a dead letter by its
+// message ID as well as by its key.
+func TestDeadShowJSONIsTheAPIs(t *testing.T) {
+	t.Parallel()
+	path := stateFile(t)
+	fs := readState(t, path)
+	k := sortedKeys(fs.dead)[0]
+	rec := fs.dead[k]
+	byKey := run(t, "dead", "show", "--json", path, fmt.Sprint(k))
+	if byKey.code != 0 {
+		t.Fatalf("show --json %d: exit %d: %s", k, byKey.code, byKey.stderr)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(byKey.stdout), &fields); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range apiDeadFields {
+		if _, ok := fields[f]; !ok && f != "timestamp" && f != "first_seen" && f != "topic" { // omitted when zero
+			t.Errorf("dead show --json has no %q:\n%s", f, byKey.stdout)
+		}
+	}
+	for f := range fields {
+		if !slices.Contains(apiDeadFields, f) {
+			t.Errorf("dead show --json has %q, which the API has not", f)
+		}
+	}
+	byID := run(t, "dead", "show", "--json", path, rec.Message.ID)
+	if byID.code != 0 || byID.stdout != byKey.stdout {
+		t.Errorf("show --json %s: exit %d, %s\nby key:\n%s", rec.Message.ID, byID.code, byID.stdout+byID.stderr, byKey.stdout)
+	}
+	if r := run(t, "dead", "show", path, "no/such/id"); r.code == 0 || !strings.Contains(r.stderr, `"no/such/id"`) {
+		t.Errorf("show of an unknown ID: exit %d, %s", r.code, r.stderr)
 	}
 }

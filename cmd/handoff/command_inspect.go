@@ -54,15 +54,23 @@ type inspectReport struct {
 	Path    string          `json:"path"`
 	Size    int64           `json:"size_bytes"`
 	Buckets []*bucketReport `json:"buckets"`
+	// Copied is set when the file was held by a running service and
+	// inspect read a consistent copy of it.
+	Copied bool `json:"copied,omitempty"`
+	// Undecodable is how many pending, delayed or parked records (or
+	// parked keys) failed to decode; inspect --quarantine moves those of
+	// pending and parked to the quarantine bucket, as the service does.
+	Undecodable int `json:"undecodable,omitempty"`
 	// Quarantined is how many undecodable pending or parked records this
-	// inspect moved to the quarantine bucket (as the service would).
+	// inspect --quarantine moved to the quarantine bucket.
 	Quarantined int `json:"quarantined_now,omitempty"`
 }
 
 func newInspectCmd() *cobra.Command {
 	var (
-		sf       stateFlags
-		jsonFlag bool
+		sf             stateFlags
+		jsonFlag       bool
+		quarantineFlag bool
 	)
 	cmd := &cobra.Command{
 		Use:   "inspect STATE",
@@ -72,17 +80,26 @@ delayed, parked, quarantine), how many records it holds and the oldest and
 newest save time, and the count per message class; for delayed messages
 also the earliest due time.
 
-Undecodable pending and parked records are moved to the quarantine
-bucket, as the service would do, and reported; nothing else is changed.`,
+Inspect only reads: it opens the file read-only and changes nothing, and
+it works on the file of a running service, which holds it locked: after
+--lock-timeout it reads a consistent copy of the file instead (the copy
+is taken into the temporary directory and removed). Undecodable records
+are counted; with --quarantine (which needs the service stopped) the
+undecodable pending and parked records are moved to the quarantine
+bucket, as the service would do.`,
 		Args: stateArgs(0, 0, ""),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			if err := sf.validate(); err != nil {
 				return err
 			}
 			var rep *inspectReport
-			err := withState(args[0], &sf, func(st *snapshot.Store) error {
+			open := withStateReadOnly
+			if quarantineFlag {
+				open = withState
+			}
+			err := open(args[0], &sf, func(st *snapshot.Store) error {
 				var err error
-				rep, err = inspect(st)
+				rep, err = inspect(st, quarantineFlag)
 				return err
 			})
 			if err != nil {
@@ -101,14 +118,17 @@ bucket, as the service would do, and reported; nothing else is changed.`,
 	}
 	sf.register(cmd)
 	cmd.Flags().BoolVar(&jsonFlag, "json", false, "print JSON instead of a table")
+	cmd.Flags().BoolVar(&quarantineFlag, "quarantine", false,
+		"move undecodable pending and parked records to the quarantine bucket (opens the file for writing: stop the service first)")
 	return cmd
 }
 
-// inspect reads every bucket of st, in one transaction, then moves the
-// undecodable pending and parked records to the quarantine bucket, as
-// the service does, and reads what that bucket holds.
-func inspect(st *snapshot.Store) (*inspectReport, error) {
-	rep := &inspectReport{Path: st.Path()}
+// inspect reads every bucket of st, in one transaction; with quarantine
+// it then moves the undecodable pending and parked records to the
+// quarantine bucket, as the service does. Then it reads what that bucket
+// holds.
+func inspect(st *snapshot.Store, quarantine bool) (*inspectReport, error) {
+	rep := &inspectReport{Path: st.Path(), Copied: st.Copied()}
 	byName := map[string]*bucketReport{}
 	add := func(name string) *bucketReport {
 		b := &bucketReport{Name: name}
@@ -153,9 +173,11 @@ func inspect(st *snapshot.Store) (*inspectReport, error) {
 		// No limit: a short page cannot tell the end from skipped
 		// undecodable records.
 		des, err := tx.ListDelayed(nil, 0)
-		if _, ok := decodeErrors(err); err != nil && !ok {
+		badDelayed, ok := decodeErrors(err)
+		if err != nil && !ok {
 			return err
 		}
+		rep.Undecodable += len(badDelayed)
 		for i := range des {
 			delayed.saw(des[i].Record.Message.Class, des[i].Record.SavedAt)
 			if delayed.NextDue.IsZero() || des[i].Due.Before(delayed.NextDue) {
@@ -185,8 +207,11 @@ func inspect(st *snapshot.Store) (*inspectReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := quarantine(st, bad); err != nil {
-		return nil, err
+	rep.Undecodable += len(bad)
+	if quarantine {
+		if err := quarantineBad(st, bad); err != nil {
+			return nil, err
+		}
 	}
 
 	quar := add(snapshot.BucketQuarantine)
@@ -240,8 +265,14 @@ func printInspect(w io.Writer, rep *inspectReport) error {
 			fmt.Fprintf(w, "\nnext delayed message due %s\n", fmtTime(b.NextDue))
 		}
 	}
-	if rep.Quarantined > 0 {
+	if rep.Copied {
+		fmt.Fprintf(w, "\nread from a consistent copy: a running service holds the file\n")
+	}
+	switch {
+	case rep.Quarantined > 0:
 		fmt.Fprintf(w, "\nmoved %d undecodable records to quarantine\n", rep.Quarantined)
+	case rep.Undecodable > 0:
+		fmt.Fprintf(w, "\n%d undecodable records or keys; nothing was changed (inspect --quarantine moves those of pending and parked, as the service does)\n", rep.Undecodable)
 	}
 	return nil
 }

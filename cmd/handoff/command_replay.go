@@ -229,7 +229,9 @@ func planReplay(st *snapshot.Store, dead bool, topics map[string]string) (*repla
 			bucket:    bucket,
 			key:       key,
 			partition: partition,
-			msg:       kafka.Message{Topic: topic, Key: m.Key, Value: m.Value, Headers: headers},
+			// Time: the original record's timestamp; zero (the produce
+			// time) for a submitted message or a format-1 record.
+			msg: kafka.Message{Topic: topic, Key: m.Key, Value: m.Value, Headers: headers, Time: m.Timestamp},
 		})
 		return true
 	}
@@ -261,7 +263,7 @@ func planReplay(st *snapshot.Store, dead bool, topics map[string]string) (*repla
 		return nil, err
 	}
 	plan.bad = len(bad)
-	return plan, quarantine(st, bad)
+	return plan, quarantineBad(st, bad)
 }
 
 // errInterrupted is returned by replay when it was stopped before the end.

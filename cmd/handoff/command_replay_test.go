@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -13,8 +14,10 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/snapshot"
 )
@@ -307,4 +310,78 @@ func TestReplayBrokerDown(t *testing.T) {
 		t.Errorf("exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
 	}
 	sameState(t, before, readState(t, path))
+}
+
+// TestReplayKeepsRecordBytes: replay produces a record with the saved
+// message's key, value and header values, nil and empty kept apart, and
+// its original timestamp.
+func TestReplayKeepsRecordBytes(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "state.db")
+	st, err := snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := time.Date(2026, 5, 6, 7, 8, 9, 123e6, time.UTC)
+	saved := []handoff.Message{
+		{ID: "orders/0/1", Class: "orders", Key: []byte{}, Value: nil, Timestamp: ts,
+			Headers: []handoff.Header{{Key: "null"}, {Key: "empty", Value: []byte{}}}, Origin: handoff.Origin{Topic: "orders", Partition: 0, Offset: 1}},
+		{ID: "orders/0/2", Class: "orders", Key: nil, Value: []byte{}, Timestamp: ts.Add(time.Hour),
+			Origin: handoff.Origin{Topic: "orders", Partition: 0, Offset: 2}},
+	}
+	err = st.Update(func(tx *snapshot.Tx) error {
+		for _, m := range saved {
+			if _, err := tx.SavePending(snapshot.Record{Message: m, Reason: "unstarted", SavedAt: time.Now()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err := errors.Join(err, st.Close()); err != nil {
+		t.Fatal(err)
+	}
+	b := startBroker(t)
+	if r := run(t, "replay", path, "--brokers", b.Addr()); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	client := &kafka.Client{Addr: kafka.TCP(b.Addr()), Transport: tr, Timeout: 10 * time.Second}
+	resp, err := client.Fetch(context.Background(), &kafka.FetchRequest{Topic: "orders", Partition: 0, Offset: 0, MaxBytes: 1 << 20})
+	if err == nil {
+		err = resp.Error
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	kind := func(b []byte) string {
+		if b == nil {
+			return "nil"
+		}
+		return fmt.Sprintf("%q", b)
+	}
+	for i := range saved {
+		rec, err := resp.Records.ReadRecord()
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		key, err := protocol.ReadAll(rec.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		value, err := protocol.ReadAll(rec.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := saved[i]
+		if kind(key) != kind(m.Key) || kind(value) != kind(m.Value) || !rec.Time.Equal(m.Timestamp) {
+			t.Errorf("replayed %s: key %s value %s time %v; saved key %s value %s timestamp %v",
+				m.ID, kind(key), kind(value), rec.Time, kind(m.Key), kind(m.Value), m.Timestamp)
+		}
+		for j, h := range m.Headers {
+			if j >= len(rec.Headers) || rec.Headers[j].Key != h.Key || kind(rec.Headers[j].Value) != kind(h.Value) {
+				t.Errorf("replayed %s: headers %q, saved %q", m.ID, rec.Headers, m.Headers)
+			}
+		}
+	}
 }

@@ -1,13 +1,14 @@
 // Command handoff is the operator tool of handoff.
 //
-// It works offline on the state file of a stopped service (the bbolt file
-// a runtime keeps per instance), replays a retired instance's saved
+// It works on the state file of a service (the bbolt file a runtime keeps
+// per instance): read-only, even while the service runs, or offline on a
+// stopped service's file for what changes it; it replays a retired instance's saved
 // messages back to Kafka, and runs an embedded Kafka-protocol broker and
 // the demo for local development:
 //
-//	handoff inspect STATE                      counts and ages per bucket and class
-//	handoff dead list STATE                    dead letters, a page at a time
-//	handoff dead show STATE KEY                one dead letter in full
+//	handoff inspect STATE                      counts and ages per bucket and class (read-only)
+//	handoff dead list STATE                    dead letters, a page at a time (read-only)
+//	handoff dead show STATE KEY|ID             one dead letter in full (read-only)
 //	handoff dead requeue STATE KEY...|--all    move dead letters to pending
 //	handoff dead discard STATE KEY...|--all    delete dead letters
 //	handoff replay STATE --brokers HOST:PORT   produce saved messages to their topics
@@ -19,8 +20,11 @@
 // # State files
 //
 // A running service holds its state file's lock. Every command on a state
-// file waits at most --lock-timeout (500ms) for it, then fails saying the
-// file is in use: stop the service first, or use the service's admin API.
+// file waits at most --lock-timeout (500ms) for it. Then the read-only
+// commands (inspect, dead list, dead show) read a consistent copy of the
+// file, taken into the temporary directory and removed after; the others
+// fail saying the file is in use: stop the service first, or use the
+// service's admin API.
 // A command never creates a state file that does not exist.
 //
 // # Exit status

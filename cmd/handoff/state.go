@@ -49,9 +49,22 @@ func (e *lockedError) Error() string {
 
 func (e *lockedError) Unwrap() error { return e.err }
 
-// withState opens the existing state file at path, runs fn on it and
-// closes it, joining the errors.
-func withState(path string, f *stateFlags, fn func(st *snapshot.Store) error) (err error) {
+// withState opens the existing state file at path for writing, runs fn
+// on it and closes it, joining the errors. A running service's lock
+// makes it fail with a lockedError.
+func withState(path string, f *stateFlags, fn func(st *snapshot.Store) error) error {
+	return openState(path, f, false, fn)
+}
+
+// withStateReadOnly is withState for commands that only read: it changes
+// nothing in the file, and on the file of a running service (whose lock
+// it waits for up to --lock-timeout) it reads a consistent copy (see
+// snapshot.Options.ReadOnly).
+func withStateReadOnly(path string, f *stateFlags, fn func(st *snapshot.Store) error) error {
+	return openState(path, f, true, fn)
+}
+
+func openState(path string, f *stateFlags, readOnly bool, fn func(st *snapshot.Store) error) (err error) {
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -61,7 +74,7 @@ func withState(path string, f *stateFlags, fn func(st *snapshot.Store) error) (e
 	case fi.IsDir():
 		return fmt.Errorf("state file %s is a directory", path)
 	}
-	st, err := snapshot.Open(path, snapshot.Options{LockTimeout: f.lockTimeout})
+	st, err := snapshot.Open(path, snapshot.Options{LockTimeout: f.lockTimeout, ReadOnly: readOnly})
 	if errors.Is(err, snapshot.ErrLocked) {
 		return &lockedError{path: path, wait: f.lockTimeout, err: err}
 	}
@@ -74,7 +87,7 @@ func withState(path string, f *stateFlags, fn func(st *snapshot.Store) error) (e
 
 // quarantine moves the undecodable records that reads of the delivery
 // path reported to the quarantine bucket, as the service does.
-func quarantine(st *snapshot.Store, bad []*snapshot.DecodeError) error {
+func quarantineBad(st *snapshot.Store, bad []*snapshot.DecodeError) error {
 	if len(bad) == 0 {
 		return nil
 	}

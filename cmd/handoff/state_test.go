@@ -32,10 +32,10 @@ func TestBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"show malformed key", []string{"dead", "show", path, "abc"}, `malformed key "abc"`},
-		{"show zero key", []string{"dead", "show", path, "0"}, `malformed key "0"`},
-		{"show negative key", []string{"dead", "show", path, "--", "-3"}, `malformed key "-3"`},
-		{"show unknown key", []string{"dead", "show", path, "9999"}, "no dead letter with key 9999 in " + path},
+		{"show unknown ID", []string{"dead", "show", path, "abc"}, `no dead letter with key or message ID "abc" in ` + path},
+		{"show zero key", []string{"dead", "show", path, "0"}, `no dead letter with key or message ID "0"`},
+		{"show negative key", []string{"dead", "show", path, "--", "-3"}, `no dead letter with key or message ID "-3"`},
+		{"show unknown key", []string{"dead", "show", path, "9999"}, `no dead letter with key or message ID "9999" in ` + path},
 		{"show without key", []string{"dead", "show", path}, "missing KEY after STATE"},
 		{"show two keys", []string{"dead", "show", path, "1", "2"}, `unexpected argument "2"`},
 		{"list without state", []string{"dead", "list"}, "missing STATE"},
@@ -98,7 +98,9 @@ func TestMissingFile(t *testing.T) {
 }
 
 // TestLocked: a state file held by another process (a running service)
-// is refused by every command with a clear error and exit status 1.
+// is refused by every command that writes with a clear error and exit
+// status 1; the commands that only read (inspect, dead list, dead show)
+// read a consistent copy of it instead and say so where they can.
 func TestLocked(t *testing.T) {
 	t.Parallel()
 	path := stateFile(t)
@@ -111,6 +113,14 @@ func TestLocked(t *testing.T) {
 		{"inspect", path},
 		{"dead", "list", path},
 		{"dead", "show", path, "1"},
+	} {
+		r := run(t, append(args, "--lock-timeout", "50ms")...)
+		if r.code != 0 || args[0] == "inspect" && !strings.Contains(r.stdout, "read from a consistent copy: a running service holds the file") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	for _, args := range [][]string{
+		{"inspect", "--quarantine", path},
 		{"dead", "requeue", path, "--all"},
 		{"dead", "discard", path, "1"},
 		{"replay", path, "--brokers", "127.0.0.1:1"},
