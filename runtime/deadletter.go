@@ -110,22 +110,32 @@ func (r *Runtime) GetDeadLetter(key uint64) (DeadLetter, error) {
 // for good again the record is updated. In an ordered class its key's
 // parked messages run after it succeeds. Requeue blocks while the pool is
 // full, until ctx ends. It returns an error wrapping [ErrRequeued] while
-// the same dead letter's requeue has not finished, and [ErrNotRunning]
-// once the stop has begun.
+// the same dead letter's requeue has not finished (or its discard is
+// being written), [ErrNotFound] once it is gone (a requeue of it
+// succeeded, or it was discarded), and [ErrNotRunning] once the stop has
+// begun. Concurrent and repeated Requeues of one dead letter run it once.
 func (r *Runtime) Requeue(ctx context.Context, key uint64) error {
+	// Claim the dead letter before reading it: a requeue of it that ends
+	// now deletes its record before it lets go of the claim, so what is
+	// read under the claim is not a record already done. (Read first, the
+	// record could be one whose requeue succeeded in between, and the
+	// message would run twice.)
+	if !r.requeues.start(key) {
+		return fmt.Errorf("%w: dead letter %d", ErrRequeued, key)
+	}
 	dl, err := r.GetDeadLetter(key)
 	if err != nil {
+		r.requeues.finish(key)
 		return err
 	}
 	c := r.classes[dl.Message.Class]
 	if c == nil {
+		r.requeues.finish(key)
 		return fmt.Errorf("%w: dead letter %d has class %q", ErrUnknownClass, key, dl.Message.Class)
 	}
 	if !r.accepting.Load() {
+		r.requeues.finish(key)
 		return ErrNotRunning
-	}
-	if !r.requeues.start(key) {
-		return fmt.Errorf("%w: dead letter %d", ErrRequeued, key)
 	}
 	it := &item{msg: dl.Message, src: fromDead, key: key}
 	it.msg.Attempt = 0
@@ -144,14 +154,19 @@ func (r *Runtime) Requeue(ctx context.Context, key uint64) error {
 // Discard deletes a dead letter. In an ordered class its key's parked
 // messages are released. It writes the state file once (one fsync) and
 // returns ctx's error without writing when ctx has ended; the write
-// itself is not interrupted.
+// itself is not interrupted. It returns an error wrapping [ErrRequeued]
+// while the dead letter's requeue has not finished.
 func (r *Runtime) Discard(ctx context.Context, key uint64) error {
+	// Claimed like a requeue, for the same reason, and so that a Requeue
+	// cannot hand the record to its pool between our read and our delete
+	// (its message would run, and its key be released under it).
+	if !r.requeues.start(key) {
+		return fmt.Errorf("%w: dead letter %d", ErrRequeued, key)
+	}
+	defer r.requeues.finish(key)
 	dl, err := r.GetDeadLetter(key)
 	if err != nil {
 		return err
-	}
-	if r.requeues.busy(key) {
-		return fmt.Errorf("%w: dead letter %d", ErrRequeued, key)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("runtime: discard dead letter %d: %w", key, err)
@@ -168,15 +183,17 @@ func (r *Runtime) Discard(ctx context.Context, key uint64) error {
 	return nil
 }
 
-// requeues are the dead letters requeued and not finished: a second
-// requeue or a discard of one of them is refused until it leaves its
-// pool.
+// requeues are the dead letters claimed by a Requeue or a Discard: a
+// requeued one until it leaves its pool (its record deleted or updated
+// first), a discarded one until its delete is written. A second requeue
+// or a discard of a claimed one is refused; each reads the record only
+// once it holds the claim.
 type requeues struct {
 	mu   sync.Mutex
 	keys map[uint64]bool
 }
 
-// start marks key requeued and reports whether it was not already.
+// start claims key and reports whether it was not claimed already.
 func (q *requeues) start(key uint64) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -190,16 +207,9 @@ func (q *requeues) start(key uint64) bool {
 	return true
 }
 
-// finish forgets key's requeue.
+// finish lets go of key's claim.
 func (q *requeues) finish(key uint64) {
 	q.mu.Lock()
 	delete(q.keys, key)
 	q.mu.Unlock()
-}
-
-// busy reports whether key's requeue has not finished.
-func (q *requeues) busy(key uint64) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.keys[key]
 }

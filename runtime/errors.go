@@ -38,7 +38,8 @@ var (
 	// ErrNotFound is returned for a dead letter that does not exist.
 	ErrNotFound = errors.New("runtime: not found")
 	// ErrRequeued is returned by [Runtime.Requeue] and [Runtime.Discard]
-	// for a dead letter that was requeued and is not finished yet.
+	// for a dead letter that was requeued and is not finished yet, or
+	// whose discard is being written.
 	ErrRequeued = errors.New("runtime: dead letter already requeued")
 	// ErrNoTopic is wrapped by the [TopicError] [Runtime.Run] returns
 	// when none of a class's topics exists at start.

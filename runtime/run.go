@@ -68,6 +68,7 @@ type runState struct {
 	// Fetching: the consumer group and the loop that joins its
 	// generations (group.go). They end at the quiesce.
 	cg        *kafka.ConsumerGroup
+	member    memberWatch // what kafka-go joined the group as (member.go)
 	stopFetch context.CancelFunc
 	consumer  sync.WaitGroup
 
@@ -189,8 +190,8 @@ func (s *runState) join(fetchCtx context.Context, topics []string) {
 		JoinGroupBackoff:  time.Second,
 		Timeout:           5 * time.Second,
 		Dialer:            r.kafkaDialer(),
-		Logger:            r.kafkaLogger(fetchCtx, r.log, false),
-		ErrorLogger:       r.kafkaLogger(fetchCtx, r.log, true),
+		Logger:            s.member.logger(r.kafkaLogger(fetchCtx, r.log, false)),
+		ErrorLogger:       s.member.logger(r.kafkaLogger(fetchCtx, r.log, true)),
 	})
 	if err != nil {
 		// Validated in New; this means kafka-go disagrees.

@@ -287,6 +287,8 @@ func (s *runState) commit() []any {
 // generation its join completes, and they stall until its session
 // expires. So the leave waits for it for whatever the stop's budget has
 // left (at least leaveTimeout), and says so when that runs out first.
+// When kafka-go returns without leaving (member.go), the leave sends its
+// LeaveGroup for it.
 func (s *runState) leave() []any {
 	r := s.r
 	r.closing.Wait()
@@ -296,6 +298,9 @@ func (s *runState) leave() []any {
 		go func() { s.cg.Close(); close(closed) }()
 		select {
 		case <-closed:
+			if id := s.member.stranded(); id != "" {
+				r.leaveFor(id, max(leaveTimeout, time.Until(s.deadline)))
+			}
 		case <-time.After(wait):
 			r.log.Warn("leaving the group did not finish within the stop's budget (a join may be in flight); the broker will give this member partitions until its session expires",
 				"phase", "leave", "waited", wait, "session_timeout", r.cfg.SessionTimeout)
