@@ -61,7 +61,9 @@ func TestScheduleSurvivesRestart(t *testing.T) {
 	if _, err := wait2(); err != nil {
 		t.Fatal(err)
 	}
-	if a.id+b.id != "ab" {
+	// Both are due at once and the class has 8 workers: they may finish
+	// in either order.
+	if ids := a.id + b.id; ids != "ab" && ids != "ba" {
 		t.Errorf("handled %s %s", a.id, b.id)
 	}
 	if a.at.Before(due) || b.at.Before(due) {
