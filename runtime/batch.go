@@ -105,8 +105,9 @@ type batcher struct {
 	c     *class
 	calls chan struct{} // one token per batch call running: Workers
 
-	mu   sync.Mutex
-	open *batch // the batch filling, nil when none
+	mu    sync.Mutex
+	open  *batch // the batch filling, nil when none
+	added uint64 // messages put into batches so far (tests wait on it)
 }
 
 // batch is one BatchHandler call's messages and their results.
@@ -136,6 +137,7 @@ func (b *batcher) add(ctx context.Context, it *item, m *handoff.Message) error {
 		b.open = bt
 	}
 	i := len(bt.items)
+	b.added++
 	bt.items = append(bt.items, it)
 	bt.msgs = append(bt.msgs, m)
 	if len(bt.items) == b.c.cfg.MaxBatch {

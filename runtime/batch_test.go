@@ -95,7 +95,14 @@ func TestBatchOneFails(t *testing.T) {
 	}
 	<-warm
 	submitN(t, rt, 100, 100)
-	waitFor(t, "a full batch", func() bool { return rt.classes["beats"].pool.Stats().Running == 101 })
+	// Running counts a message once its pool goroutine starts, a moment
+	// before it joins the batch: wait for the batch itself to hold 100.
+	bt := rt.classes["beats"].batch
+	waitFor(t, "a full batch", func() bool {
+		bt.mu.Lock()
+		defer bt.mu.Unlock()
+		return bt.added == 101 // warm and the 100
+	})
 	close(release)
 	select {
 	case <-all:
@@ -436,7 +443,12 @@ func TestBatchMetrics(t *testing.T) {
 	submitN(t, rt, 40, 40)
 	// The pool has (Workers+1)×MaxBatch = 40 goroutines: the first call,
 	// a full batch waiting for the call slot, 19 filling, 1 queued.
-	waitFor(t, "two batches behind the first", func() bool { s := rt.Stats()[0]; return s.Running == 40 && s.Queued == 1 })
+	bt := rt.classes["beats"].batch
+	waitFor(t, "two batches behind the first", func() bool {
+		bt.mu.Lock()
+		defer bt.mu.Unlock()
+		return bt.added == 40 && rt.Stats()[0].Queued == 1
+	})
 	close(release)
 	waitFor(t, "all handled", func() bool { return rt.Stats()[0].Succeeded == 41 })
 	if err := rt.Shutdown(context.Background()); err != nil {
@@ -531,7 +543,12 @@ func TestBatchMiddleware(t *testing.T) {
 	}
 	<-warm
 	submitN(t, rt, 10, 10)
-	waitFor(t, "a full batch behind the first", func() bool { return rt.Stats()[0].Running == 11 })
+	bt := rt.classes["beats"].batch
+	waitFor(t, "a full batch behind the first", func() bool {
+		bt.mu.Lock()
+		defer bt.mu.Unlock()
+		return bt.added == 11 // warm and the 10, joined (Running counts them a moment before)
+	})
 	close(release)
 	if err := rt.Submit(context.Background(), "beats", &handoff.Message{ID: "dup"}); err != nil {
 		t.Fatal(err)
