@@ -286,14 +286,19 @@ func (s *runState) commit() []any {
 // LeaveGroup: a member that exits before that is given partitions by the
 // generation its join completes, and they stall until its session
 // expires. So the leave waits for it for whatever the stop's budget has
-// left (at least leaveTimeout), and says so when that runs out first.
+// left (at least leaveTimeout, at most RebalanceTimeout + leaveTimeout +
+// FetchMaxWait), and says so when that runs out first.
 // When kafka-go returns without leaving (member.go), the leave sends its
 // LeaveGroup for it.
 func (s *runState) leave() []any {
 	r := s.r
 	r.closing.Wait()
 	if s.cg != nil {
-		wait := max(leaveTimeout, time.Until(s.deadline))
+		// A join in flight ends within the group's RebalanceTimeout (the
+		// broker answers it then at the latest), so that bounds the wait
+		// too: a huge DrainTimeout whose drain a second signal skipped
+		// must not leave the stop waiting here for it.
+		wait := max(leaveTimeout, min(time.Until(s.deadline), r.cfg.RebalanceTimeout+leaveTimeout+r.cfg.FetchMaxWait))
 		closed := make(chan struct{})
 		go func() { s.cg.Close(); close(closed) }()
 		select {
