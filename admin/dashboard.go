@@ -104,10 +104,7 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 		LoggedIn:        h.loggedIn(r),
 		DeadClass:       q.Get("class"),
 	}
-	p.Flash, p.FlashErr = flash(q.Get("msg"), q.Get("key"))
-	if text, isErr, ok := classFlash(q.Get("msg"), q.Get("name")); ok {
-		p.Flash, p.FlashErr = text, isErr
-	}
+	p.Flash, p.FlashErr = flash(q)
 	for _, cs := range h.rt.Stats() {
 		cv := classView{classJSON: toClassJSON(cs)}
 		if p.DrainTimeout > 0 {
@@ -251,45 +248,66 @@ func (h *handler) sameOrigin(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// back redirects to the dashboard, showing the message of code.
+// back redirects to the dashboard, showing the message of code (about
+// dead letter key, when not zero).
 func (h *handler) back(w http.ResponseWriter, r *http.Request, code string, key uint64) {
 	v := url.Values{"msg": {code}}
 	if key != 0 {
 		v.Set("key", strconv.FormatUint(key, 10))
 	}
-	http.Redirect(w, r, basePath(r)+"?"+v.Encode(), http.StatusSeeOther)
+	h.redirect(w, r, v)
 }
 
-// flashes are the dashboard's messages by code; %s is the dead letter key.
-// Codes come from the query, so only these texts can ever be shown.
+// redirect sends the browser back to the dashboard with query q (the
+// flash message's code and what it is about).
+func (h *handler) redirect(w http.ResponseWriter, r *http.Request, q url.Values) {
+	http.Redirect(w, r, basePath(r)+"?"+q.Encode(), http.StatusSeeOther)
+}
+
+// flashes are the dashboard's messages by code; %s is the dead letter key
+// (the query's key), or for the class messages the class (its name,
+// quoted). Codes come from the query, so only these texts can ever be
+// shown.
 var flashes = map[string]struct {
-	text string
-	err  bool
+	text  string
+	err   bool
+	class bool // %s is the query's class name, not a dead letter key
 }{
-	"logged-in":     {"Logged in: requeue and discard are enabled.", false},
-	"logged-out":    {"Logged out.", false},
-	"requeued":      {"Dead letter %s requeued: it runs again in its class.", false},
-	"discarded":     {"Dead letter %s discarded.", false},
-	"bad-token":     {"Wrong token.", true},
-	"no-token":      {"No token is configured: requeue and discard are disabled.", true},
-	"login-first":   {"Log in with the admin token first.", true},
-	"bad-key":       {"That is not a dead letter key.", true},
-	"not-found":     {"Dead letter %s does not exist (handled or discarded already?).", true},
-	"busy":          {"Dead letter %s was requeued and has not finished yet.", true},
-	"unknown-class": {"Dead letter %s belongs to a class that is not configured: it cannot be requeued.", true},
-	"not-running":   {"The runtime is not running (stopping?): try again after the restart.", true},
-	"pool-full":     {"Dead letter %s was not requeued: its class's queue stayed full.", true},
-	"failed":        {"The action on dead letter %s failed; the service log says why.", true},
+	"logged-in":     {"Logged in: requeue and discard are enabled.", false, false},
+	"logged-out":    {"Logged out.", false, false},
+	"requeued":      {"Dead letter %s requeued: it runs again in its class.", false, false},
+	"discarded":     {"Dead letter %s discarded.", false, false},
+	"bad-token":     {"Wrong token.", true, false},
+	"no-token":      {"No token is configured: requeue and discard are disabled.", true, false},
+	"login-first":   {"Log in with the admin token first.", true, false},
+	"bad-key":       {"That is not a dead letter key.", true, false},
+	"not-found":     {"Dead letter %s does not exist (handled or discarded already?).", true, false},
+	"busy":          {"Dead letter %s was requeued and has not finished yet.", true, false},
+	"unknown-class": {"Dead letter %s belongs to a class that is not configured: it cannot be requeued.", true, false},
+	"not-running":   {"The runtime is not running (stopping?): try again after the restart.", true, false},
+	"pool-full":     {"Dead letter %s was not requeued: its class's queue stayed full.", true, false},
+	"failed":        {"The action on dead letter %s failed; the service log says why.", true, false},
+
+	"class-paused":  {"Class %s paused: it takes and starts no messages until resumed, across restarts too.", false, true},
+	"class-resumed": {"Class %s resumed.", false, true},
+	"class-unknown": {"There is no class %s.", true, true},
+	"class-failed":  {"Pausing or resuming class %s failed; the service log says why.", true, true},
 }
 
-func flash(code, key string) (string, bool) {
-	f, ok := flashes[code]
+// flash returns the message of query q's code, and whether it is an
+// error; "" for no code or an unknown one.
+func flash(q url.Values) (string, bool) {
+	f, ok := flashes[q.Get("msg")]
 	if !ok {
 		return "", false
 	}
 	if !strings.Contains(f.text, "%s") {
 		return f.text, f.err
 	}
+	if f.class {
+		return fmt.Sprintf(f.text, fmt.Sprintf("%q", q.Get("name"))), f.err
+	}
+	key := q.Get("key")
 	if _, err := strconv.ParseUint(key, 10, 64); err != nil {
 		key = "?"
 	}

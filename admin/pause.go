@@ -3,7 +3,6 @@ package admin
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -133,37 +132,8 @@ func (h *handler) uiClassAction(w http.ResponseWriter, r *http.Request, done str
 		default:
 			h.log.Error("dashboard class action failed", "action", done, "class", name, "err", err)
 		}
-		h.backClass(w, r, code, name)
+		h.redirect(w, r, url.Values{"msg": {code}, "name": {name}})
 		return
 	}
-	h.backClass(w, r, done, name)
-}
-
-// backClass redirects to the dashboard, showing the message of code
-// about class name.
-func (h *handler) backClass(w http.ResponseWriter, r *http.Request, code, name string) {
-	v := url.Values{"msg": {code}, "name": {name}}
-	http.Redirect(w, r, basePath(r)+"?"+v.Encode(), http.StatusSeeOther)
-}
-
-// classFlashes are the dashboard's messages about a class; %s is its
-// name, quoted.
-var classFlashes = map[string]struct {
-	text string
-	err  bool
-}{
-	"class-paused":  {"Class %s paused: it takes and starts no messages until resumed, across restarts too.", false},
-	"class-resumed": {"Class %s resumed.", false},
-	"class-unknown": {"There is no class %s.", true},
-	"class-failed":  {"Pausing or resuming class %s failed; the service log says why.", true},
-}
-
-// classFlash returns the message of code about class name, if code is
-// one of classFlashes.
-func classFlash(code, name string) (string, bool, bool) {
-	f, ok := classFlashes[code]
-	if !ok {
-		return "", false, false
-	}
-	return fmt.Sprintf(f.text, fmt.Sprintf("%q", name)), f.err, true
+	h.redirect(w, r, url.Values{"msg": {done}, "name": {name}})
 }
