@@ -75,6 +75,21 @@ func (p StopPolicy) String() string {
 	return fmt.Sprintf("StopPolicy(%d)", int(p))
 }
 
+// Client names the Kafka client library a [Runtime] consumes with.
+type Client string
+
+const (
+	// ClientKafkaGo is github.com/segmentio/kafka-go, the default: eager
+	// rebalancing and dynamic membership only, one fetch per partition.
+	ClientKafkaGo Client = "kafka-go"
+	// ClientFranzGo is github.com/twmb/franz-go (kgo): static membership
+	// (the group.instance.id is Config.Instance when it is set), the
+	// cooperative-sticky assignor, fetches per broker and partitions
+	// paused rather than fetch loops blocked. See the package doc,
+	// Choosing a Kafka client.
+	ClientFranzGo Client = "franz-go"
+)
+
 // Config configures a [Runtime]. [New] copies it, fills the defaults and
 // reports every problem at once.
 type Config struct {
@@ -101,6 +116,10 @@ type Config struct {
 	// Nil means no SASL.
 	SASL sasl.Mechanism
 
+	// Client is the Kafka client library the runtime consumes, commits
+	// and publishes dead letters with. Empty means [ClientKafkaGo].
+	Client Client
+
 	// ClientID is the client ID of every request, as the brokers' logs
 	// and quotas see it. Empty means "handoff".
 	ClientID string
@@ -109,6 +128,14 @@ type Config struct {
 	// file records the group and the instance that first used it; a
 	// different Instance on the same file is allowed (a replica took over
 	// the volume) and logged at Warn. Empty means the hostname.
+	//
+	// With [ClientFranzGo], an Instance that is set is also the member's
+	// group.instance.id (static membership, KIP-345): a member that
+	// restarts within SessionTimeout gets its own partitions back without
+	// a rebalance, so its snapshot is re-pushed by the partitions' owner.
+	// Set it to a name that is stable across restarts and unique in the
+	// group (a StatefulSet pod's name), and SessionTimeout above a
+	// restart's duration. Left empty, the member is dynamic.
 	Instance string
 
 	// RevokeTimeout bounds how long, when a rebalance takes partitions
@@ -205,6 +232,10 @@ type Config struct {
 	// at a time; it must not keep m or write into headers' array (append
 	// to a copy). Nil means the headers as made.
 	PublishHeadersFunc func(m *handoff.Message, headers []handoff.Header) []handoff.Header
+
+	// staticID is the Instance the user set ("" when it defaulted to the
+	// hostname): franz-go's group.instance.id (static membership).
+	staticID string
 }
 
 // Class is one message class: a handler with its own bounded pool.
@@ -349,6 +380,16 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.RevokeTimeout >= cfg.RebalanceTimeout {
 		bad("RevokeTimeout (%s) must be less than RebalanceTimeout (%s)", cfg.RevokeTimeout, cfg.RebalanceTimeout)
 	}
+	switch cfg.Client {
+	case "":
+		cfg.Client = ClientKafkaGo
+	case ClientKafkaGo, ClientFranzGo:
+	default:
+		bad("unknown Client %q (want %q or %q)", cfg.Client, ClientKafkaGo, ClientFranzGo)
+	}
+	// A static member is named by an Instance the user chose: two
+	// processes on one host must not share the hostname's.
+	cfg.staticID = cfg.Instance
 	if cfg.Instance == "" {
 		host, err := os.Hostname()
 		if err != nil || host == "" {
