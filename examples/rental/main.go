@@ -83,6 +83,9 @@ func run(args []string) int {
 	fs.Var(&outages, "outage", "from START after the service started (`CLASS:START:DURATION`), for DURATION, every handler attempt of CLASS fails recoverably (a simulated database outage, e.g. orders:5s:20s); repeatable")
 	var stopPolicy stopPolicyFlag
 	fs.Var(&stopPolicy, "stop-policy", "what the stop does with unfinished Kafka messages: snapshot (save them) or redeliver (leave them to the partition's next owner)")
+	var client clientFlag
+	fs.Var(&client, "client", "Kafka client library: `kafka-go` (the default) or franz-go (static membership with -instance, cooperative rebalancing)")
+	instance := fs.String("instance", "", "this instance's `NAME`, stable across restarts and unique in the group (the state file records it; with -client franz-go it is the static group.instance.id); empty means the hostname")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -113,6 +116,7 @@ func run(args []string) int {
 		admin: *adminAddr, adminToken: *adminToken,
 		stopPolicy: stopPolicy.p, outages: outages,
 		tls: tlsConfig, sasl: mech,
+		client: client.c, instance: *instance,
 	})
 }
 
@@ -136,6 +140,9 @@ type serviceConfig struct {
 	// plaintext, no SASL.
 	tls  *tls.Config
 	sasl sasl.Mechanism
+
+	client   runtime.Client // "" means kafka-go
+	instance string         // "" means the hostname
 }
 
 // serve runs the service until a signal and prints the stop report as
@@ -161,6 +168,8 @@ func serve(log *slog.Logger, sc serviceConfig) int {
 		Registerer:   reg,
 		TLS:          sc.tls,
 		SASL:         sc.sasl,
+		Client:       sc.client,
+		Instance:     sc.instance,
 	})
 	if err != nil {
 		log.Error("bad configuration", "err", err)

@@ -30,3 +30,23 @@ func withStopPolicy(classes []runtime.Class, p runtime.StopPolicy) []runtime.Cla
 	}
 	return classes
 }
+
+// clientFlag is the -client flag: kafka-go or franz-go.
+type clientFlag struct{ c runtime.Client }
+
+func (f *clientFlag) String() string {
+	if f.c == "" {
+		return string(runtime.ClientKafkaGo)
+	}
+	return string(f.c)
+}
+
+func (f *clientFlag) Set(s string) error {
+	switch c := runtime.Client(s); c {
+	case runtime.ClientKafkaGo, runtime.ClientFranzGo:
+		f.c = c
+	default:
+		return fmt.Errorf("want %s or %s, got %q", runtime.ClientKafkaGo, runtime.ClientFranzGo, s)
+	}
+	return nil
+}
