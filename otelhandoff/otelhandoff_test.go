@@ -22,12 +22,14 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/devbroker"
+	"github.com/handoff-go/handoff/internal/testio"
 	"github.com/handoff-go/handoff/otelhandoff"
 	"github.com/handoff-go/handoff/runtime"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	// Every test runs for kafka-go, then for franz-go.
+	goleak.VerifyTestMain(testio.BothClients(m),
 		// kafka-go's package-level connection pool for the default
 		// transport keeps an idle reaper per address.
 		goleak.IgnoreAnyFunction("github.com/segmentio/kafka-go.(*connPool).discover"),
@@ -80,6 +82,7 @@ func (e *env) produce(topic, key, value string) {
 
 func (e *env) config(c runtime.Class) runtime.Config {
 	return runtime.Config{
+		Client:  runtime.Client(testio.Client()), // the run's client (TestMain)
 		Brokers: e.broker.Addrs(), Group: "g-" + e.t.Name(), StatePath: e.state,
 		CommitInterval: 100 * time.Millisecond, FetchMaxWait: 100 * time.Millisecond, SessionTimeout: 6 * time.Second,
 		DrainTimeout: 100 * time.Millisecond, HardStopGrace: 2 * time.Second,

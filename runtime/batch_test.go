@@ -84,7 +84,7 @@ func TestBatchOneFails(t *testing.T) {
 		MaxBatch: 100, MaxWait: time.Millisecond, Workers: 1, QueueSize: 100,
 		Retry: RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond},
 	})
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestBatchOrderedParks(t *testing.T) {
 		},
 		MaxBatch: 8, MaxWait: time.Millisecond, Workers: 2,
 	})
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func TestBatchStopMidBatch(t *testing.T) {
 	cfg.DrainTimeout = 50 * time.Millisecond
 	cfg.HardStopGrace = 5 * time.Second
 	runs.Store(1)
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestBatchStopMidBatch(t *testing.T) {
 	}
 
 	runs.Store(2)
-	rt2, err := New(cfg)
+	rt2, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +352,7 @@ func TestBatchPanicAndGoexit(t *testing.T) {
 		MaxBatch: 10, MaxWait: time.Millisecond, Workers: 1,
 		Retry: RetryPolicy{MaxAttempts: 1},
 	})
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestBatchConfig(t *testing.T) {
 	t.Parallel()
 	h := func(context.Context, *handoff.Message) error { return nil }
 	bh := func(context.Context, []*handoff.Message) error { return nil }
-	_, err := New(Config{StatePath: "x", Classes: []Class{
+	_, err := newRuntime(Config{StatePath: "x", Classes: []Class{
 		{Name: "both", Handler: h, BatchHandler: bh},
 		{Name: "single", Handler: h, MaxBatch: 10},
 		{Name: "neg", BatchHandler: bh, MaxBatch: -1, MaxWait: -time.Second},
@@ -430,7 +430,7 @@ func TestBatchMetrics(t *testing.T) {
 		MaxBatch: 20, MaxWait: time.Millisecond, Workers: 1,
 	})
 	cfg.Registerer = reg
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -532,7 +532,7 @@ func TestBatchMiddleware(t *testing.T) {
 		Middleware: []handoff.Middleware{skip},
 	})
 	cfg.Middleware = []handoff.Middleware{observe}
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -595,7 +595,7 @@ func TestBatchDrainRate(t *testing.T) {
 		},
 		MaxBatch: 50, MaxWait: 50 * time.Millisecond, Workers: 1,
 	})
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

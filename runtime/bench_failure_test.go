@@ -26,7 +26,7 @@ func BenchmarkDeadLetters(b *testing.B) {
 	errPoison := handoff.Permanent(errors.New("poison"))
 	for b.Loop() {
 		path := filepath.Join(b.TempDir(), "s.db")
-		rt, err := New(Config{StatePath: path, Classes: []Class{{Name: "c", Workers: 8, QueueSize: 1024,
+		rt, err := newRuntime(Config{StatePath: path, Classes: []Class{{Name: "c", Workers: 8, QueueSize: 1024,
 			Handler: func(context.Context, *handoff.Message) error { return errPoison }}}})
 		if err != nil {
 			b.Fatal(err)
@@ -84,7 +84,7 @@ func BenchmarkScheduler100k(b *testing.B) {
 		copyFile(b, golden, path)
 		var handled atomic.Int64
 		all := make(chan struct{})
-		rt, err := New(Config{StatePath: path, Classes: []Class{{Name: "c", Workers: 8, QueueSize: 1024,
+		rt, err := newRuntime(Config{StatePath: path, Classes: []Class{{Name: "c", Workers: 8, QueueSize: 1024,
 			Handler: func(context.Context, *handoff.Message) error {
 				if handled.Add(1) == n {
 					close(all)

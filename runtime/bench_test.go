@@ -228,7 +228,7 @@ func runHandoff(b *testing.B, addrs []string, group string, v e2eVariant) e2eRes
 	for _, t := range v.topics {
 		cfg.Classes = append(cfg.Classes, Class{Name: t, Topics: []string{t}, Handler: h, Workers: v.workers})
 	}
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func BenchmarkRepush(b *testing.B) {
 
 		var handled atomic.Int64
 		recovered := make(chan time.Duration, 1)
-		rt, err := New(Config{
+		rt, err := newRuntime(Config{
 			StatePath: path,
 			Classes: []Class{{Name: "local", QueueSize: 200_000, Handler: func(context.Context, *handoff.Message) error {
 				handled.Add(1)

@@ -34,7 +34,7 @@ func TestStopBoundedWhenBrokerHangs(t *testing.T) {
 	}, nil)
 	cfg.DrainTimeout = 200 * time.Millisecond
 	cfg.HardStopGrace = 200 * time.Millisecond
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func TestDrainBudgetHungHandlers(t *testing.T) {
 		const drain = 2 * time.Second
 		log, warned := countLogs(t, "queued work would not drain within DrainTimeout; a stop now would snapshot part of it")
 		reg := prometheus.NewRegistry()
-		rt, err := New(Config{StatePath: t.TempDir() + "/s.db", DrainTimeout: drain, HardStopGrace: time.Second,
+		rt, err := newRuntime(Config{StatePath: t.TempDir() + "/s.db", DrainTimeout: drain, HardStopGrace: time.Second,
 			Logger: log, Registerer: reg,
 			Classes: []Class{{Name: "hang", Workers: 2, QueueSize: 10, Handler: func(ctx context.Context, m *handoff.Message) error {
 				if m.ID == "fast" {

@@ -31,7 +31,7 @@ func TestDrainBudget(t *testing.T) {
 			time.Sleep(work) // simulated work: what the estimate measures
 			return nil
 		}}}}
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

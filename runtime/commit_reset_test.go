@@ -42,7 +42,7 @@ func TestCommitAfterConnectionReset(t *testing.T) {
 		return nil
 	}, nil)
 	cfg.CommitInterval = 50 * time.Millisecond
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestCommitResetsUnderLoad(t *testing.T) {
 		return nil
 	}, nil)
 	cfg.CommitInterval = 50 * time.Millisecond
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

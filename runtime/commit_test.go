@@ -26,7 +26,7 @@ func TestCommitWhenCaughtUp(t *testing.T) {
 	}
 	cfg := b.config(h, nil)
 	cfg.CommitInterval = 10 * time.Minute
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

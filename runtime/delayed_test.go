@@ -29,7 +29,7 @@ func TestScheduleSurvivesRestart(t *testing.T) {
 	got := make(chan run, 10)
 	cfg := Config{StatePath: state, Logger: testLogger(t), Classes: []Class{{Name: "mail",
 		Handler: func(_ context.Context, m *handoff.Message) error { got <- run{m.ID, time.Now()}; return nil }}}}
-	rt, _ := New(cfg)
+	rt, _ := newRuntime(cfg)
 	wait := start(t, rt, context.Background())
 	waitFor(t, "ready", rt.Ready)
 	due := time.Now().Add(700 * time.Millisecond)
@@ -54,7 +54,7 @@ func TestScheduleSurvivesRestart(t *testing.T) {
 		t.Fatalf("%v %v", rep, err)
 	}
 
-	rt2, _ := New(cfg)
+	rt2, _ := newRuntime(cfg)
 	wait2 := start(t, rt2, context.Background())
 	a, b := <-got, <-got
 	rt2.Shutdown(context.Background())
@@ -128,7 +128,7 @@ func TestSchedulerDoesNotScan(t *testing.T) {
 			}
 			return nil
 		}}}}
-	rt, _ := New(cfg)
+	rt, _ := newRuntime(cfg)
 	wait := start(t, rt, context.Background())
 	<-done
 	reads := delayedRead.Load()
@@ -172,7 +172,7 @@ func TestDeliverAtHeader(t *testing.T) {
 		at time.Time
 	}
 	got := make(chan run, 5)
-	rt, _ := New(b.config(func(_ context.Context, m *handoff.Message) error {
+	rt, _ := newRuntime(b.config(func(_ context.Context, m *handoff.Message) error {
 		got <- run{string(m.Value), time.Now()}
 		return nil
 	}, nil))
@@ -215,7 +215,7 @@ func TestRequeueAndDiscard(t *testing.T) {
 	devbroker.CloseWriter(w)
 	poisoned := map[string]bool{"a0": true, "b2": true}
 	handled := make(chan string, 10)
-	rt, _ := New(b.config(func(_ context.Context, m *handoff.Message) error {
+	rt, _ := newRuntime(b.config(func(_ context.Context, m *handoff.Message) error {
 		if poisoned[string(m.Value)] {
 			return handoff.Permanent(errors.New("poison"))
 		}
@@ -303,7 +303,7 @@ func TestParkedSurviveRestart(t *testing.T) {
 		handled <- string(m.Value)
 		return nil
 	}, func(c *Class) { c.Ordered = true })
-	rt, _ := New(cfg)
+	rt, _ := newRuntime(cfg)
 	wait := start(t, rt, context.Background())
 	<-handled // v0
 	waitFor(t, "parking", func() bool { return rt.total(outParked) == 3 })
@@ -312,7 +312,7 @@ func TestParkedSurviveRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	poison = false
-	rt2, _ := New(cfg)
+	rt2, _ := newRuntime(cfg)
 	wait2 := start(t, rt2, context.Background())
 	waitFor(t, "ready", rt2.Ready)
 	dls, _, _ := rt2.DeadLetters("", "", 10)
@@ -354,7 +354,7 @@ func TestDeadLetterTopic(t *testing.T) {
 	cfg := b.config(nil, nil)
 	cfg.Classes = []Class{{Name: "orders", Topics: []string{"orders"}, DeadLetterTopic: "orders-dlq",
 		Handler: func(context.Context, *handoff.Message) error { return handoff.Permanent(errors.New("cannot parse")) }}}
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +404,7 @@ func TestOfflineRequeueRunsFirst(t *testing.T) {
 		handled <- string(m.Value)
 		return nil
 	}, func(c *Class) { c.Ordered = true })
-	rt, _ := New(cfg)
+	rt, _ := newRuntime(cfg)
 	wait := start(t, rt, context.Background())
 	<-handled
 	waitFor(t, "parking", func() bool { return rt.total(outParked) == 2 })
@@ -419,7 +419,7 @@ func TestOfflineRequeueRunsFirst(t *testing.T) {
 	}
 	st.Close()
 	poison.Store(false)
-	rt2, _ := New(cfg)
+	rt2, _ := newRuntime(cfg)
 	wait2 := start(t, rt2, context.Background())
 	var order []string
 	for range 3 {

@@ -63,7 +63,7 @@ func TestDivertedAtHardStop(t *testing.T) {
 			}, func(c *Class) { c.Ordered = tc.ordered; c.Workers = 1 })
 			cfg.DrainTimeout = 20 * time.Millisecond
 			cfg.HardStopGrace = 5 * time.Second
-			rt, err := New(cfg)
+			rt, err := newRuntime(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,7 +98,7 @@ func TestDivertedAtHardStop(t *testing.T) {
 
 			// The restart re-pushes nothing: the message waits where it was
 			// saved (behind its key, or until its due time).
-			rt2, err := New(b.config(func(ctx context.Context, m *handoff.Message) error {
+			rt2, err := newRuntime(b.config(func(ctx context.Context, m *handoff.Message) error {
 				ran.Add(1)
 				return nil
 			}, func(c *Class) { c.Ordered = tc.ordered }))

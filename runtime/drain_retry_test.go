@@ -39,7 +39,7 @@ func TestDrainWaitsForRetries(t *testing.T) {
 		c.Suspend.After = -1
 	})
 	cfg.DrainTimeout = 2 * time.Second
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

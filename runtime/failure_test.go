@@ -69,7 +69,7 @@ func TestRetryInPlace(t *testing.T) {
 		c.Workers = 1
 		c.Retry = RetryPolicy{MaxAttempts: 4, InitialBackoff: 20 * time.Millisecond, MaxBackoff: 40 * time.Millisecond}
 	})
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestStopDuringBackoff(t *testing.T) {
 		c.Retry = RetryPolicy{MaxAttempts: 5, InitialBackoff: time.Hour, MaxBackoff: time.Hour}
 	})
 	cfg.DrainTimeout = time.Minute // the backoff is not waited for
-	rt, _ := New(cfg)
+	rt, _ := newRuntime(cfg)
 	wait := start(t, rt, context.Background())
 	<-failed
 	rt.Shutdown(context.Background())
@@ -128,7 +128,7 @@ func TestStopDuringBackoff(t *testing.T) {
 		t.Error("saved message's offset not committed")
 	}
 	got := make(chan int, 1)
-	rt2, _ := New(b.config(func(ctx context.Context, m *handoff.Message) error { got <- m.Attempt; return nil }, nil))
+	rt2, _ := newRuntime(b.config(func(ctx context.Context, m *handoff.Message) error { got <- m.Attempt; return nil }, nil))
 	wait2 := start(t, rt2, context.Background())
 	if a := <-got; a != 1 {
 		t.Errorf("after restart attempt %d, want 1", a)
@@ -159,7 +159,7 @@ func TestRedelivery(t *testing.T) {
 		c.Retry = RetryPolicy{MaxAttempts: 2, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
 			Redeliveries: 2, RedeliveryDelay: 300 * time.Millisecond}
 	})
-	rt, _ := New(cfg)
+	rt, _ := newRuntime(cfg)
 	wait := start(t, rt, context.Background())
 	<-runs
 	<-runs // two attempts in place, then stored for redelivery
@@ -176,7 +176,7 @@ func TestRedelivery(t *testing.T) {
 	if b.committed() != 1 {
 		t.Error("stored message's offset not committed")
 	}
-	rt2, _ := New(cfg)
+	rt2, _ := newRuntime(cfg)
 	wait2 := start(t, rt2, context.Background())
 	first := <-runs  // redelivery 1 (due 300ms after the failure)
 	second := <-runs // redelivery 2, 600ms later
@@ -218,7 +218,7 @@ func TestHandlerTimeout(t *testing.T) {
 		c.Timeout = 20 * time.Millisecond
 		c.Retry = RetryPolicy{MaxAttempts: 2, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}
 	})
-	rt, _ := New(cfg)
+	rt, _ := newRuntime(cfg)
 	wait := start(t, rt, context.Background())
 	for range 2 {
 		if c := <-causes; !errors.Is(c, ErrHandlerTimeout) {
@@ -290,7 +290,7 @@ func TestOrderedParkingProperty(t *testing.T) {
 				}
 				return nil
 			}, func(c *Class) { c.Ordered = true; c.Workers = 4; fastRetry(c) })
-			rt, err := New(cfg)
+			rt, err := newRuntime(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

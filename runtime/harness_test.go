@@ -16,10 +16,12 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/devbroker"
+	"github.com/handoff-go/handoff/internal/testio"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	// Every test runs for kafka-go, then for franz-go (conform_test.go).
+	goleak.VerifyTestMain(testio.BothClients(m),
 		// kafka-go's package-level connection pool for the default
 		// transport keeps an idle reaper per address.
 		goleak.IgnoreAnyFunction("github.com/segmentio/kafka-go.(*connPool).discover"),
@@ -193,7 +195,7 @@ func (b *bundle) instance(name string, cfg Config) (*Runtime, func() (*Report, e
 	b.t.Helper()
 	cfg.Instance = name
 	cfg.StatePath = filepath.Join(b.t.TempDir(), name+".db")
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -247,7 +249,7 @@ func (b *bundle) stopUnderLoad(mod func(*Class)) (*Report, func()) {
 	cfg := b.config(slow, mod)
 	cfg.DrainTimeout = 50 * time.Millisecond
 	cfg.HardStopGrace = 2 * time.Second
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -275,7 +277,7 @@ func (b *bundle) runUntil(want int64, mod func(*Class)) *Report {
 	b.t.Helper()
 	var n atomic.Int64
 	all := make(chan struct{})
-	rt, err := New(b.config(func(ctx context.Context, m *handoff.Message) error {
+	rt, err := newRuntime(b.config(func(ctx context.Context, m *handoff.Message) error {
 		b.record(m)
 		if n.Add(1) == want {
 			close(all)

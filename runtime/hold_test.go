@@ -26,7 +26,7 @@ func TestSubmittedKeptWhenSaveFails(t *testing.T) {
 	// the count of failed writes.
 	run := func(t *testing.T, state string, fail func() bool, fixed bool, handled chan<- string) (*Runtime, func() *Report, *atomic.Int64) {
 		log, failedWrites := countLogs(t, "state file write failed; offset stays uncommitted")
-		rt, err := New(Config{StatePath: state, Logger: log, Classes: []Class{{Name: "mail", Workers: 1,
+		rt, err := newRuntime(Config{StatePath: state, Logger: log, Classes: []Class{{Name: "mail", Workers: 1,
 			Handler: func(_ context.Context, m *handoff.Message) error {
 				if !fixed {
 					return handoff.Permanent(errors.New("template missing"))

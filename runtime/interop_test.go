@@ -43,7 +43,7 @@ func TestKcatInterop(t *testing.T) {
 	}
 	var n atomic.Int64
 	all := make(chan struct{})
-	rt, err := New(b.config(func(_ context.Context, m *handoff.Message) error {
+	rt, err := newRuntime(b.config(func(_ context.Context, m *handoff.Message) error {
 		if !strings.HasPrefix(string(m.Key), "key-") || len(m.Headers) != 1 || m.Headers[0].Key != "origin" || string(m.Headers[0].Value) != "kcat" {
 			t.Errorf("message from kcat: key %q headers %v", m.Key, m.Headers)
 		}
@@ -259,7 +259,7 @@ func TestKcatRecords(t *testing.T) {
 		return nil
 	}, func(c *Class) { c.DeadLetterTopic = "kc-dlq" })
 	cfg.Classes = slices.DeleteFunc(cfg.Classes, func(c Class) bool { return c.Name != "kc" })
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

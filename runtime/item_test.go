@@ -46,7 +46,7 @@ func TestHandlerKeepsMessages(t *testing.T) {
 		first = map[string]*handoff.Message{}
 	)
 	all := make(chan struct{})
-	rt, err := New(b.config(func(_ context.Context, m *handoff.Message) error {
+	rt, err := newRuntime(b.config(func(_ context.Context, m *handoff.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if m.Attempt == 0 && m.Origin.Offset%50 == 0 {
@@ -210,7 +210,7 @@ func TestBatchHandlerKeepsMessages(t *testing.T) {
 		}
 		c.MaxBatch = 10
 	})
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,7 +97,7 @@ func testConsumerLag(t *testing.T, okFirst int64) {
 	cfg.Registerer = reg
 	cfg.RevokeTimeout = 200 * time.Millisecond
 	cfg.Instance = "a"
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,7 +74,7 @@ func TestStopDuringJoin(t *testing.T) {
 	cfg := b.config(func(context.Context, *handoff.Message) error { return nil }, nil)
 	cfg.RebalanceTimeout = 20 * time.Second
 	cfg.DrainTimeout = 5 * time.Second
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

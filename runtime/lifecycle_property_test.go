@@ -122,7 +122,7 @@ func lifecycleProperty(t *testing.T, seed uint64) {
 	stops := 0
 	for round := 0; ; round++ {
 		cfg.DrainTimeout = time.Duration(rng.IntN(40)) * time.Millisecond
-		rt, err := New(cfg)
+		rt, err := newRuntime(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 // text was a second msg key, which JSON pipelines choke on.
 func TestKafkaLoggerOneMsgKey(t *testing.T) {
 	t.Parallel()
+	onlyClient(t, ClientKafkaGo, "kafkaLogger formats kafka-go's printf-style log lines")
 	var buf bytes.Buffer
 	r := &Runtime{logs: newLogBackoff()}
 	log := slog.New(slog.NewJSONHandler(&buf, nil))

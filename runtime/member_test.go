@@ -7,6 +7,7 @@ import "testing"
 // replaces it.
 func TestMemberWatch(t *testing.T) {
 	t.Parallel()
+	onlyClient(t, ClientKafkaGo, "memberWatch reads kafka-go's own log lines")
 	var w memberWatch
 	if got := w.stranded(); got != "" {
 		t.Fatalf("before any join: stranded %q", got)

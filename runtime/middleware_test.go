@@ -69,7 +69,7 @@ func TestTypedDecodeFailure(t *testing.T) {
 			mu.Unlock()
 			return nil
 		})}}
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestMiddlewareOrder(t *testing.T) {
 			return nil
 		}})
 	cfg.Middleware = []handoff.Middleware{layer("a"), layer("b")}
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestOutcomeInterrupted(t *testing.T) {
 			return context.Cause(ctx)
 		}})
 	cfg.DrainTimeout = time.Millisecond
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestOnOutcomeWithoutMiddleware(t *testing.T) {
 		found <- OnOutcome(ctx, func(Outcome) {})
 		return nil
 	}})
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +286,7 @@ func TestMiddlewareConfig(t *testing.T) {
 	h := func(context.Context, *handoff.Message) error { return nil }
 	cfg := mwConfig(t, Class{Name: "a", Handler: h, Middleware: []handoff.Middleware{nil}})
 	cfg.Middleware = []handoff.Middleware{nil}
-	_, err := New(cfg)
+	_, err := newRuntime(cfg)
 	for _, want := range []string{`Middleware 0 is nil`, `class "a": Middleware 0 is nil`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not say %q", err, want)
@@ -294,7 +294,7 @@ func TestMiddlewareConfig(t *testing.T) {
 	}
 	cfg = mwConfig(t, Class{Name: "a", Handler: h, Middleware: []handoff.Middleware{
 		func(handoff.HandlerFunc) handoff.HandlerFunc { return nil }}})
-	if _, err := New(cfg); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "nil handler") {
+	if _, err := newRuntime(cfg); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "nil handler") {
 		t.Errorf("error %v, want a config error about a nil handler", err)
 	}
 }
@@ -323,7 +323,7 @@ func TestPublishHeadersFunc(t *testing.T) {
 		}
 		return out
 	}
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +373,7 @@ func TestSetHeadersStraggler(t *testing.T) {
 		}})
 	cfg.DrainTimeout = time.Millisecond
 	cfg.HardStopGrace = 10 * time.Millisecond
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -434,7 +434,7 @@ func BenchmarkHandlerChain(b *testing.B) {
 	}{{"none", nil}, {"noop", []handoff.Middleware{noop}}, {"pass", []handoff.Middleware{pass}},
 		{"pass3", []handoff.Middleware{pass, pass, pass}}, {"outcome", []handoff.Middleware{hook}}} {
 		b.Run(bc.name, func(b *testing.B) {
-			rt, err := New(Config{StatePath: filepath.Join(b.TempDir(), "s.db"), Classes: []Class{{Name: "c", Middleware: bc.mw,
+			rt, err := newRuntime(Config{StatePath: filepath.Join(b.TempDir(), "s.db"), Classes: []Class{{Name: "c", Middleware: bc.mw,
 				Handler: func(context.Context, *handoff.Message) error { return nil }}}})
 			if err != nil {
 				b.Fatal(err)

@@ -98,7 +98,7 @@ func TestNilAndEmptyApart(t *testing.T) {
 		}, nil)
 		cfg.DrainTimeout = 50 * time.Millisecond
 		cfg.HardStopGrace = time.Second
-		rt, err := New(cfg)
+		rt, err := newRuntime(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

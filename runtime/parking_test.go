@@ -30,7 +30,7 @@ func TestReleaseSkipsUndeletedParked(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}, func(c *Class) { c.Ordered = true })
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

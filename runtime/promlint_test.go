@@ -31,7 +31,7 @@ func TestMetricsLint(t *testing.T) {
 		return nil
 	}, nil)
 	cfg.Registerer = reg
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

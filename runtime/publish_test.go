@@ -51,7 +51,7 @@ func TestDeadLetterPublishHangs(t *testing.T) {
 			failedBeforeGood <- failed.Load()
 			return nil
 		}}}
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestDeadLetterPublishHangs(t *testing.T) {
 func TestDeadLetterPublishQueueFull(t *testing.T) {
 	t.Parallel()
 	log, warned := countLogs(t, "dead-letter publish queue full; dead letters are not published until it empties, they stay in the state file")
-	rt, err := New(Config{Brokers: []string{"127.0.0.1:9"}, Group: "g", StatePath: filepath.Join(t.TempDir(), "s.db"), Logger: log,
+	rt, err := newRuntime(Config{Brokers: []string{"127.0.0.1:9"}, Group: "g", StatePath: filepath.Join(t.TempDir(), "s.db"), Logger: log,
 		Classes: []Class{{Name: "orders", Topics: []string{"orders"}, DeadLetterTopic: "orders-dlq",
 			Handler: func(context.Context, *handoff.Message) error { return nil }}}})
 	if err != nil {

@@ -33,7 +33,7 @@ func closedAddr(t *testing.T) string {
 func TestReadyUnreachableBroker(t *testing.T) {
 	t.Parallel()
 	log, rec := recordLogs(t)
-	rt, err := New(Config{Brokers: []string{closedAddr(t)}, Group: "g", StatePath: t.TempDir() + "/s.db", Logger: log,
+	rt, err := newRuntime(Config{Brokers: []string{closedAddr(t)}, Group: "g", StatePath: t.TempDir() + "/s.db", Logger: log,
 		Classes: []Class{{Name: "c", Topics: []string{"t"}, Handler: func(context.Context, *handoff.Message) error { return nil }}}})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +70,7 @@ func TestReadyMissingTopic(t *testing.T) {
 		return nil
 	}, func(c *Class) { c.Topics = append(c.Topics, "not-here") })
 	cfg.Logger = log
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestNoTopicOfClass(t *testing.T) {
 	cfg := b.config(func(context.Context, *handoff.Message) error { return nil }, nil)
 	cfg.Classes = append(cfg.Classes, Class{Name: "ghost", Topics: []string{"gone-1", "gone-2"},
 		Handler: func(context.Context, *handoff.Message) error { return nil }})
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestWaitForTopics(t *testing.T) {
 	cfg.Logger = log
 	cfg.Classes = append(cfg.Classes, Class{Name: "later", Topics: []string{"later"}, WaitForTopics: true,
 		Handler: func(ctx context.Context, m *handoff.Message) error { handled <- m.Origin.Topic; return nil }})
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -108,7 +108,7 @@ func TestStaleGenerationNeverCommits(t *testing.T) {
 	cfgA.Instance = "a"
 	cfgA.RevokeTimeout = 300 * time.Millisecond
 	cfgA.HardStopGrace = 100 * time.Millisecond
-	rtA, err := New(cfgA)
+	rtA, err := newRuntime(cfgA)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func recoveryHeap(t *testing.T, n int) {
 	gate := make(chan struct{})
 	var handled atomic.Int64
 	base := sampleMem(t)
-	rt, err := New(Config{
+	rt, err := newRuntime(Config{
 		StatePath: path,
 		Logger:    testLogger(t),
 		Classes: []Class{{Name: "local", Workers: workers, QueueSize: queue, Handler: func(ctx context.Context, _ *handoff.Message) error {

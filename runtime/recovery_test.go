@@ -47,7 +47,7 @@ func TestRecoveryQuarantineAndUnknownClass(t *testing.T) {
 	db.Close()
 
 	got := make(chan string, 10)
-	rt, err := New(Config{StatePath: state, Logger: testLogger(t), Classes: []Class{{Name: "mail", Workers: 1,
+	rt, err := newRuntime(Config{StatePath: state, Logger: testLogger(t), Classes: []Class{{Name: "mail", Workers: 1,
 		Handler: func(_ context.Context, m *handoff.Message) error { got <- m.ID; return nil }}}})
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +111,7 @@ func TestFailedBecomesDeadLetter(t *testing.T) {
 		c.Retry.InitialBackoff = time.Millisecond
 		c.Retry.MaxBackoff = time.Millisecond
 	})
-	rt, _ := New(cfg)
+	rt, _ := newRuntime(cfg)
 	wait := start(t, rt, context.Background())
 	<-all
 	rt.Shutdown(context.Background())

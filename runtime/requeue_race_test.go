@@ -57,7 +57,7 @@ func TestRequeueRacingItsEnd(t *testing.T) {
 				runs[v]++
 				return nil
 			}, func(c *Class) { c.Ordered = ordered; c.Workers = 4 })
-			rt, err := New(cfg)
+			rt, err := newRuntime(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -141,7 +141,7 @@ func TestDiscardRacingRequeue(t *testing.T) {
 		ran[string(m.Key)] = append(ran[string(m.Key)], v)
 		return nil
 	}, func(c *Class) { c.Ordered = true; c.Workers = 4 })
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

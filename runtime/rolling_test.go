@@ -67,7 +67,7 @@ func testRollingDeploy(t *testing.T, policy StopPolicy) {
 		cfg.DrainTimeout = time.Millisecond // leave work behind at each stop
 		cfg.HardStopGrace = time.Second
 		cfg.RevokeTimeout = time.Second
-		rt, err := New(cfg)
+		rt, err := newRuntime(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,7 +16,7 @@ import (
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	h := func(context.Context, *handoff.Message) error { return nil }
-	_, err := New(Config{
+	_, err := newRuntime(Config{
 		Classes: []Class{
 			{Name: "a", Topics: []string{"t1"}, Handler: h, Workers: -1},
 			{Name: "a", Topics: []string{"t1"}, QueueSize: -2},
@@ -38,7 +38,7 @@ func TestConfigValidation(t *testing.T) {
 			t.Errorf("error does not say %q:\n%v", want, err)
 		}
 	}
-	rt, err := New(Config{StatePath: "x.db", Classes: []Class{{Name: "local", Handler: h}}})
+	rt, err := newRuntime(Config{StatePath: "x.db", Classes: []Class{{Name: "local", Handler: h}}})
 	if err != nil {
 		t.Fatalf("a Submit-only runtime needs no brokers: %v", err)
 	}
@@ -56,7 +56,7 @@ func TestConsumeAndCommit(t *testing.T) {
 	produced := b.produce(200)
 	var n atomic.Int64
 	all := make(chan struct{})
-	rt, err := New(b.config(func(ctx context.Context, m *handoff.Message) error {
+	rt, err := newRuntime(b.config(func(ctx context.Context, m *handoff.Message) error {
 		b.record(m)
 		if n.Add(1) == int64(produced) {
 			close(all)
@@ -174,7 +174,7 @@ func TestRecoveryBeforeFetch(t *testing.T) {
 		}
 		return nil
 	}, func(c *Class) { c.Workers = 1; c.QueueSize = 100 }) // one FIFO worker: handling order = push order
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestLockedStateFile(t *testing.T) {
 	defer st.Close()
 	cfg := b.config(func(context.Context, *handoff.Message) error { return nil }, nil)
 	cfg.LockTimeout = 100 * time.Millisecond
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestStragglerInterrupted(t *testing.T) {
 	}, nil)
 	cfg.DrainTimeout = 100 * time.Millisecond
 	cfg.HardStopGrace = 100 * time.Millisecond
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestStragglerInterrupted(t *testing.T) {
 		t.Error("the saved straggler's offset is not committed")
 	}
 	done := make(chan struct{})
-	rt2, _ := New(b.config(func(ctx context.Context, m *handoff.Message) error {
+	rt2, _ := newRuntime(b.config(func(ctx context.Context, m *handoff.Message) error {
 		if m.Attempt != 0 {
 			t.Errorf("interrupted attempt was counted: %d", m.Attempt)
 		}
@@ -297,7 +297,7 @@ func TestSecondSignal(t *testing.T) {
 	}, nil)
 	cfg.DrainTimeout = time.Hour
 	cfg.HardStopGrace = time.Second
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +335,7 @@ func TestSnapshotFailureKeepsOffsets(t *testing.T) {
 	}, nil)
 	cfg.DrainTimeout = 10 * time.Millisecond
 	cfg.HardStopGrace = time.Second
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +355,7 @@ func TestSnapshotFailureKeepsOffsets(t *testing.T) {
 	}
 	var m atomic.Int64
 	all := make(chan struct{})
-	rt2, _ := New(b.config(func(ctx context.Context, msg *handoff.Message) error {
+	rt2, _ := newRuntime(b.config(func(ctx context.Context, msg *handoff.Message) error {
 		b.record(msg)
 		if m.Add(1) == int64(produced-10) {
 			close(all)
@@ -392,7 +392,7 @@ func TestSubmitSavedAtStop(t *testing.T) {
 				return ctx.Err()
 			}
 		}}}}
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +423,7 @@ func TestSubmitSavedAtStop(t *testing.T) {
 	close(block)
 	got := make(chan string, 10)
 	cfg.Classes[0].Handler = func(ctx context.Context, m *handoff.Message) error { got <- m.ID + string(m.Value); return nil }
-	rt2, _ := New(cfg)
+	rt2, _ := newRuntime(cfg)
 	wait2 := start(t, rt2, context.Background())
 	var ids []string
 	for range 4 {

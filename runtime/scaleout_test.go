@@ -64,7 +64,7 @@ func TestStateFileIdentity(t *testing.T) {
 		t.Helper()
 		// Topics need brokers; the group is all that matters here, so
 		// the class is Submit-only and Group is set by hand.
-		rt, err := New(Config{StatePath: state, Instance: instance, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		rt, err := newRuntime(Config{StatePath: state, Instance: instance, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 			Classes: []Class{{Name: "c", Handler: h}}})
 		if err != nil {
 			t.Fatal(err)

@@ -42,7 +42,7 @@ func TestScheduleNearDue(t *testing.T) {
 			}
 			return nil
 		}}}}
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestScheduleRunningID(t *testing.T) {
 			return nil
 		}}}}
 	var err error
-	if rt, err = New(cfg); err != nil {
+	if rt, err = newRuntime(cfg); err != nil {
 		t.Fatal(err)
 	}
 	wait := start(t, rt, context.Background())
@@ -143,7 +143,7 @@ func TestRedeliverySupersededBySchedule(t *testing.T) {
 			return errors.New("test: failed after scheduling the next run")
 		}}}}
 	var err error
-	if rt, err = New(cfg); err != nil {
+	if rt, err = newRuntime(cfg); err != nil {
 		t.Fatal(err)
 	}
 	wait := start(t, rt, context.Background())

@@ -204,7 +204,7 @@ func TestSecureConsume(t *testing.T) {
 						}},
 				},
 			}
-			rt, err := New(cfg)
+			rt, err := newRuntime(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -307,7 +307,7 @@ func TestSecureFailFast(t *testing.T) {
 			}
 			t.Cleanup(b.Close)
 			logs := &logBuffer{}
-			rt, err := New(Config{
+			rt, err := newRuntime(Config{
 				Brokers: b.Addrs(), Group: "g", StatePath: filepath.Join(t.TempDir(), "state.db"),
 				TLS: tc.clientTLS, SASL: tc.mech, Logger: logs.logger(),
 				Classes: []Class{{Name: "orders", Topics: []string{"orders"}, Handler: func(context.Context, *handoff.Message) error { return nil }}},
@@ -352,7 +352,7 @@ func TestSecureFailFast(t *testing.T) {
 func TestConnectWaitsWithBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		logger, warned := countLogs(t, "kafka brokers not reachable yet; waiting")
-		rt, err := New(Config{
+		rt, err := newRuntime(Config{
 			Brokers: []string{"127.0.0.1:1"}, Group: "g", StatePath: filepath.Join(t.TempDir(), "state.db"), Logger: logger,
 			Classes: []Class{{Name: "orders", Topics: []string{"orders"}, Handler: func(context.Context, *handoff.Message) error { return nil }}},
 		})
@@ -394,7 +394,7 @@ func TestSecureWaitsForBroker(t *testing.T) {
 	mech := mechanism(t, "scram-sha-512", "alice", pw)
 	var handled atomic.Int64
 	logger, warned := countLogs(t, "kafka brokers not reachable yet; waiting")
-	rt, err := New(Config{
+	rt, err := newRuntime(Config{
 		Brokers: []string{addr}, Group: "g", StatePath: filepath.Join(t.TempDir(), "state.db"), SASL: mech, Logger: logger,
 		CommitInterval: 100 * time.Millisecond, SessionTimeout: 6 * time.Second, FetchMaxWait: 100 * time.Millisecond,
 		Classes: []Class{{Name: "orders", Topics: []string{"orders"},
@@ -431,7 +431,7 @@ func TestSecureCredentialsRotated(t *testing.T) {
 	var handled atomic.Int64
 	cfg := b.config(func(context.Context, *handoff.Message) error { handled.Add(1); return nil }, nil)
 	cfg.SASL, cfg.Logger, cfg.Registerer = old, logs.logger(), reg
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -529,7 +529,7 @@ func TestSecureConfigValidated(t *testing.T) {
 			cfg := Config{Brokers: []string{"127.0.0.1:9092"}, Group: "g", StatePath: "x.db",
 				Classes: []Class{{Name: "orders", Topics: []string{"orders"}, Handler: func(context.Context, *handoff.Message) error { return nil }}}}
 			tc.mod(&cfg)
-			_, err := New(cfg)
+			_, err := newRuntime(cfg)
 			if err == nil || err.Error() != tc.want || !errors.Is(err, ErrConfig) {
 				t.Errorf("New: %v\nwant: %s", err, tc.want)
 			}
@@ -559,7 +559,7 @@ func TestConnectHintsAtSecurity(t *testing.T) {
 			}
 			t.Cleanup(b.Close)
 			logs := &logBuffer{}
-			rt, err := New(Config{
+			rt, err := newRuntime(Config{
 				Brokers: b.Addrs(), Group: "g", StatePath: filepath.Join(t.TempDir(), "state.db"), Logger: logs.logger(),
 				Classes: []Class{{Name: "orders", Topics: []string{"orders"}, Handler: func(context.Context, *handoff.Message) error { return nil }}},
 			})

@@ -48,7 +48,7 @@ func TestStopRedeliverRebalance(t *testing.T) {
 	// RevokeTimeout is its default, 5s: longer than the final commit's
 	// 2s, so a revoke waiting for given-back messages is still waiting
 	// when the stop commits.
-	rtA, err := New(cfgA)
+	rtA, err := newRuntime(cfgA)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func TestNormalStopLogsNoWarning(t *testing.T) {
 		return nil
 	}, func(c *Class) { c.Retry = RetryPolicy{InitialBackoff: 50 * time.Millisecond} })
 	cfg.Logger = log
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

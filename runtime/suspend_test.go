@@ -120,7 +120,7 @@ func TestSuspendOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(10 * time.Millisecond)
 		d.down.Store(true)
-		rt, err := New(dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, nil))
+		rt, err := newRuntime(dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +212,7 @@ func TestSuspendPoisonDeadLetters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(5 * time.Millisecond)
 		d.failSet = func(m *handoff.Message) bool { return m.ID == "m017" }
-		rt, err := New(dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, nil))
+		rt, err := newRuntime(dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -239,7 +239,7 @@ func TestSuspendSteadyFailureRate(t *testing.T) {
 		rnd := rand.New(rand.NewPCG(1, 2))
 		var mu sync.Mutex
 		d.failSet = func(*handoff.Message) bool { mu.Lock(); defer mu.Unlock(); return rnd.IntN(100) < 5 }
-		rt, err := New(dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, nil))
+		rt, err := newRuntime(dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -276,7 +276,7 @@ func TestSuspendUnavailable(t *testing.T) {
 			}
 			return nil
 		}
-		rt, err := New(dbConfig(t, filepath.Join(t.TempDir(), "state.db"), h, func(c *Class) { c.Workers = 1 }))
+		rt, err := newRuntime(dbConfig(t, filepath.Join(t.TempDir(), "state.db"), h, func(c *Class) { c.Workers = 1 }))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -303,7 +303,7 @@ func TestSuspendStopSaves(t *testing.T) {
 		state := filepath.Join(t.TempDir(), "state.db")
 		d := newDep(10 * time.Millisecond)
 		d.down.Store(true)
-		rt, err := New(dbConfig(t, state, d.handle, nil))
+		rt, err := newRuntime(dbConfig(t, state, d.handle, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -331,7 +331,7 @@ func TestSuspendStopSaves(t *testing.T) {
 		}
 
 		d.down.Store(false)
-		rt2, err := New(dbConfig(t, state, d.handle, nil))
+		rt2, err := newRuntime(dbConfig(t, state, d.handle, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -354,7 +354,7 @@ func TestPauseResume(t *testing.T) {
 		state := filepath.Join(t.TempDir(), "state.db")
 		d := newDep(time.Millisecond)
 		small := func(c *Class) { c.Workers, c.QueueSize = 2, 4 }
-		rt, err := New(dbConfig(t, state, d.handle, small))
+		rt, err := newRuntime(dbConfig(t, state, d.handle, small))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -393,7 +393,7 @@ func TestPauseResume(t *testing.T) {
 		}
 		st.Close()
 
-		rt2, err := New(dbConfig(t, state, d.handle, small))
+		rt2, err := newRuntime(dbConfig(t, state, d.handle, small))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -413,7 +413,7 @@ func TestPauseResume(t *testing.T) {
 		if _, done := d.snapshot(); len(done) != 10 {
 			t.Fatalf("%d of 10 handled after the resume", len(done))
 		}
-		rt3, err := New(dbConfig(t, state, d.handle, small))
+		rt3, err := newRuntime(dbConfig(t, state, d.handle, small))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -484,7 +484,7 @@ func TestSuspendAlerting(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		cfg := dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, nil)
 		cfg.Logger, cfg.Registerer = slog.New(logs), reg
-		rt, err := New(cfg)
+		rt, err := newRuntime(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -523,7 +523,7 @@ func TestSuspendRule(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(time.Millisecond)
 		d.failSet = func(m *handoff.Message) bool { return strings.HasPrefix(m.ID, "bad") }
-		rt, err := New(dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, func(c *Class) {
+		rt, err := newRuntime(dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, func(c *Class) {
 			c.Workers = 1
 			c.Retry.MaxAttempts = 6
 		}))
@@ -578,7 +578,7 @@ func TestSuspendFewMessagesOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(time.Millisecond)
 		d.down.Store(true)
-		rt, err := New(dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, func(c *Class) {
+		rt, err := newRuntime(dbConfig(t, filepath.Join(t.TempDir(), "state.db"), d.handle, func(c *Class) {
 			c.Retry.InitialBackoff = time.Millisecond
 		}))
 		if err != nil {
@@ -604,7 +604,7 @@ func TestPauseDelayed(t *testing.T) {
 		other := cfg.Classes[0]
 		other.Name = "other"
 		cfg.Classes = append(cfg.Classes, other)
-		rt, err := New(cfg)
+		rt, err := newRuntime(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -663,7 +663,7 @@ func TestSuspendOutcomeHeld(t *testing.T) {
 			c.Workers = 1
 			c.Middleware = []handoff.Middleware{watch}
 		})
-		rt, err := New(cfg)
+		rt, err := newRuntime(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -707,7 +707,7 @@ func TestSuspendBatchClass(t *testing.T) {
 		cfg := dbConfig(t, filepath.Join(t.TempDir(), "state.db"), nil, func(c *Class) {
 			c.Handler, c.BatchHandler, c.MaxBatch, c.Workers = nil, batch, 8, 2
 		})
-		rt, err := New(cfg)
+		rt, err := newRuntime(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

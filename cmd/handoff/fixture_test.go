@@ -16,6 +16,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/devbroker"
+	"github.com/handoff-go/handoff/internal/testio"
 	"github.com/handoff-go/handoff/runtime"
 	"github.com/handoff-go/handoff/snapshot"
 )
@@ -102,6 +103,7 @@ func buildFixture(path string) (err error) {
 		return context.Cause(hctx)
 	}
 	cfg := runtime.Config{
+		Client:         runtime.Client(testio.Client()), // the run's client (TestMain)
 		Brokers:        b.Addrs(),
 		Group:          "fixture",
 		StatePath:      path,

@@ -13,7 +13,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(cleanupM{m},
+	// Every test runs for kafka-go, then for franz-go: the fixture's
+	// state file is written by a runtime on the run's client.
+	goleak.VerifyTestMain(testio.BothClients(cleanupM{m}),
 		// kafka-go's connection pool for its default transport (used by
 		// the runtime that builds the fixture) keeps an idle reaper.
 		goleak.IgnoreAnyFunction("github.com/segmentio/kafka-go.(*connPool).discover"),

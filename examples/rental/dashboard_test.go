@@ -20,6 +20,7 @@ import (
 	"github.com/handoff-go/handoff/admin"
 	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/examples/rental/rental"
+	"github.com/handoff-go/handoff/internal/testio"
 	"github.com/handoff-go/handoff/runtime"
 )
 
@@ -96,6 +97,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	}()
 	rt, err := runtime.New(runtime.Config{
+		Client:  runtime.Client(testio.Client()),
 		Brokers: broker.Addrs(), Group: "rental-dashboard", Instance: "rental-6f8d9-2", StatePath: filepath.Join(t.TempDir(), "rental.db"),
 		Classes: classes, Registerer: reg, DrainTimeout: drain, HardStopGrace: time.Second,
 		CommitInterval: 100 * time.Millisecond, FetchMaxWait: 100 * time.Millisecond, SessionTimeout: 6 * time.Second,

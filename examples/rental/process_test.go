@@ -25,6 +25,11 @@ import (
 	"github.com/handoff-go/handoff/snapshot"
 )
 
+// TestMain runs the tests for kafka-go, then again for franz-go: every
+// process a test starts (startService) and every runtime it makes runs on
+// that client (testio.BothClients).
+func TestMain(m *testing.M) { os.Exit(testio.BothClients(m).Run()) }
+
 // buildRental builds the example binary once per test binary.
 var buildRental = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "rental-bin-")
@@ -75,8 +80,12 @@ func startBroker(t *testing.T, partitions int) *devbroker.Broker {
 
 func (s *service) stderrText() string { return s.stderr.String() }
 
+// startService starts the rental binary with args, on the Kafka client
+// of this run of the tests (-client first, so that a test's own -client
+// would win).
 func startService(t *testing.T, bin string, args ...string) *service {
 	t.Helper()
+	args = append([]string{"-client", testio.Client()}, args...)
 	s := &service{cmd: exec.Command(bin, args...), done: make(chan struct{})}
 	s.cmd.Stdout = &s.stdout
 	s.cmd.Stderr = &s.stderr

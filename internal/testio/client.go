@@ -1,0 +1,135 @@
+package testio
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ClientEnv is the environment variable naming the Kafka client library
+// the tests of a test binary run against: "kafka-go" or "franz-go" (the
+// values of runtime.Client). Set, the binary runs its tests once, for
+// that client. Unset, a TestMain using [BothClients] runs them for
+// kafka-go and then again, in a copy of itself, for franz-go.
+const ClientEnv = "HANDOFF_TEST_CLIENT"
+
+// The two clients, as runtime.Client spells them (this package cannot
+// import runtime: runtime's own tests use it).
+const (
+	KafkaGo = "kafka-go"
+	FranzGo = "franz-go"
+)
+
+// Client returns the Kafka client this test binary runs against: the
+// value of [ClientEnv], or kafka-go when it is unset. A value that is
+// neither client ends the process with exit code 2 and a message naming
+// the variable, so that a misspelled client does not quietly test
+// kafka-go twice.
+func Client() string {
+	c := os.Getenv(ClientEnv)
+	switch c {
+	case "":
+		return KafkaGo
+	case KafkaGo, FranzGo:
+		return c
+	}
+	fmt.Fprintf(os.Stderr, "%s=%q: want %s or %s\n", ClientEnv, c, KafkaGo, FranzGo)
+	os.Exit(2)
+	return ""
+}
+
+// TestingM is what [BothClients] wraps and returns: *testing.M, or a
+// wrapper of it. goleak.VerifyTestMain takes the same shape.
+type TestingM interface{ Run() int }
+
+// BothClients returns m with a Run that runs the package's tests for
+// every client: with [ClientEnv] set, for that client only (m.Run);
+// unset, for kafka-go (m.Run), then for franz-go by running the test
+// binary again (its own path and arguments, so -run, -v, -count, -json
+// and the rest apply to both runs) with ClientEnv=franz-go, its output
+// streamed to this process's. Run's exit code is non-zero when either
+// run failed. Each run starts with a line "=== client NAME", so that a
+// failure can be told to belong to its client.
+//
+// The second run is skipped when it could only repeat the first or
+// would be wrong to repeat: -test.list, -test.fuzz, and -test.failfast
+// after a failure. Its -test.timeout is what is left of the first's, and
+// its profiles and coverage profile (-test.coverprofile, cpuprofile,
+// memprofile, blockprofile, mutexprofile, trace) are written to the
+// same names with ".franz-go" added, so the first run's are kept.
+//
+// Use it in TestMain, inside goleak's check if the package has one:
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(testio.BothClients(m)) }
+func BothClients(m TestingM) TestingM { return bothClients{m} }
+
+type bothClients struct{ m TestingM }
+
+func (b bothClients) Run() int {
+	start := time.Now()
+	client := Client()
+	_, set := os.LookupEnv(ClientEnv)
+	fmt.Printf("=== client %s\n", client)
+	code := b.m.Run()
+	if set || skipSecond(code) {
+		return code
+	}
+	cmd := exec.Command(os.Args[0], secondRun(os.Args[1:], time.Since(start))...)
+	cmd.Env = append(os.Environ(), ClientEnv+"="+FranzGo)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	first, second := "ok", "ok"
+	if code != 0 {
+		first = "FAIL"
+	}
+	if err := cmd.Run(); err != nil {
+		second = "FAIL"
+		if _, ok := err.(*exec.ExitError); !ok {
+			second = fmt.Sprintf("FAIL (could not run the test binary again: %v)", err)
+		}
+		code = max(code, 1)
+	}
+	if code != 0 {
+		// The first run's FAIL line is far above the second run's
+		// output: say which client failed.
+		fmt.Printf("=== clients: %s %s, %s %s\n", KafkaGo, first, FranzGo, second)
+	}
+	return code
+}
+
+// skipSecond says whether the flags make a second run pointless: a
+// listing or a fuzzing run, or -failfast after a failure.
+func skipSecond(code int) bool {
+	on := func(name string) bool {
+		f := flag.Lookup(name)
+		return f != nil && f.Value.String() != "" && f.Value.String() != "false"
+	}
+	return on("test.list") || on("test.fuzz") || code != 0 && on("test.failfast")
+}
+
+// outputFlags are the flags naming files a run writes; the second run
+// writes them with a suffix.
+var outputFlags = []string{"coverprofile", "cpuprofile", "memprofile", "blockprofile", "mutexprofile", "trace"}
+
+// secondRun returns the first run's arguments for the second: the
+// timeout reduced by the time the first run took, output files renamed.
+func secondRun(args []string, took time.Duration) []string {
+	out := make([]string, 0, len(args))
+	for _, a := range args {
+		name, value, ok := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		switch {
+		case !ok:
+		case name == "test.timeout":
+			if d, err := time.ParseDuration(value); err == nil && d > 0 {
+				a = "-test.timeout=" + max(d-took, time.Second).String()
+			}
+		case strings.HasPrefix(name, "test.") && slices.Contains(outputFlags, strings.TrimPrefix(name, "test.")) && value != "":
+			a = "-" + name + "=" + value + "." + FranzGo
+		}
+		out = append(out, a)
+	}
+	return out
+}
