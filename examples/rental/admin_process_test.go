@@ -52,6 +52,7 @@ func get(url string) (int, string) {
 // and /metrics shows the finished quiesce phase while the drain is still
 // running. The server is down once the process has exited 0.
 func TestProcessAdminDuringStop(t *testing.T) {
+	t.Parallel() // its own broker, directory and processes
 	bin := rentalBinary(t)
 	broker := startBroker(t, 2)
 	produceSteadily(context.Background(), t, broker.Addrs(), 300)

@@ -21,6 +21,7 @@ import (
 // -work, completions stay nearly in order and such a service could not be
 // told from a correct one).
 func TestProcessKillWithJitter(t *testing.T) {
+	t.Parallel() // its own broker, directory and processes
 	bin := rentalBinary(t)
 	broker := startBroker(t, 4)
 	dir := t.TempDir()

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -28,7 +29,21 @@ import (
 // TestMain runs the tests for kafka-go, then again for franz-go: every
 // process a test starts (startService) and every runtime it makes runs on
 // that client (testio.BothClients).
-func TestMain(m *testing.M) { os.Exit(testio.BothClients(m).Run()) }
+//
+// The process tests (but TestProcessStopAndKill, timed against the
+// recovery's deletions) run in parallel, four at a time unless -parallel
+// says otherwise: they wait on their processes (handlers that sleep,
+// drains, restarts), not on the CPU (a run of the package uses about
+// half of one core), and GOMAXPROCS, go test's default, is 2 here.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", "4")
+	}
+	os.Exit(testio.BothClients(m).Run())
+}
 
 // buildRental builds the example binary once per test binary.
 var buildRental = sync.OnceValues(func() (string, error) {
@@ -179,6 +194,10 @@ func waitLines(t *testing.T, path string, n int, s *service) {
 // produced message was handled at least once or is a dead letter; graceful
 // stops duplicate nothing but interrupted handlers.
 func TestProcessStopAndKill(t *testing.T) {
+	// Not parallel: its SIGKILL must land during the recovery, before the
+	// re-pushed messages' records are deleted (every 200ms), 50 lines
+	// after the start; beside the parallel process tests the lines came
+	// slower than the deletions (1 of 4 runs: 0 records pending).
 	bin := rentalBinary(t)
 	broker := startBroker(t, 4)
 	dir := t.TempDir()
@@ -365,6 +384,7 @@ func produceSteadilyWith(ctx context.Context, t *testing.T, w *kafka.Writer, tot
 // SIGTERM skips the rest of it; the service still saves what is left,
 // commits and exits 0, and the next start handles the saved messages.
 func TestProcessSecondSignal(t *testing.T) {
+	t.Parallel() // its own broker, directory and processes
 	bin := rentalBinary(t)
 	broker := startBroker(t, 2)
 	keys := produceSteadily(context.Background(), t, broker.Addrs(), 600)

@@ -24,9 +24,11 @@ import (
 // write per line), so its order is the global handling order. It asserts
 // lost = 0 and reports duplicates and per-key order inversions.
 func TestProcessRollingDeploy(t *testing.T) {
+	t.Parallel() // its own broker, directory and processes
 	bin := rentalBinary(t)
 	for _, policy := range []string{"snapshot", "redeliver"} {
 		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
 			rollingDeploy(t, bin, policy)
 		})
 	}
