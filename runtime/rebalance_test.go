@@ -189,7 +189,11 @@ func TestStaleGenerationNeverCommits(t *testing.T) {
 	}
 	t.Logf("moved partition %d; A revoked %d, handled %d; B handled %d; duplicates %d",
 		moved, repA.Revoked, repA.Succeeded, repB.Succeeded, total-unique)
-	if repA.Revoked == 0 {
+	// kafka-go's eager rebalance revokes both partitions, so A gives back
+	// its 4 queued messages; franz-go's cooperative one revokes only the
+	// moved partition, whose queued messages may be none (the 4 were of
+	// the partition A kept in 3 of 6 runs).
+	if repA.Revoked == 0 && testClient() == ClientKafkaGo {
 		t.Error("A gave nothing back at the rebalance")
 	}
 }
