@@ -217,7 +217,9 @@ func runHandoff(b *testing.B, addrs []string, group string, v e2eVariant) e2eRes
 		Group:     group,
 		StatePath: filepath.Join(b.TempDir(), "state.db"),
 		Logger: slog.New(tapHandler{b: b, fn: func(r slog.Record) {
-			if r.Message == "joined group generation" {
+			// kafka-go logs both, "partitions assigned" first; franz-go
+			// only that one.
+			if r.Message == "joined group generation" || r.Message == "partitions assigned" {
 				select {
 				case joined <- r.Time:
 				default:

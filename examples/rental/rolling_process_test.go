@@ -51,11 +51,12 @@ func rollingDeploy(t *testing.T, bin, policy string) {
 		procs[i] = startService(t, bin, args(i)...)
 	}
 	began := time.Now()
-	// joined waits until instance i has joined a generation, so each stop
-	// lands on an instance that owns partitions and has work in flight.
+	// joined waits until instance i has been assigned partitions (the
+	// line both clients log), so each stop lands on an instance that owns
+	// partitions and has work in flight.
 	joined := func(i int) {
 		deadline := time.Now().Add(60 * time.Second)
-		for !strings.Contains(procs[i].stderrText(), "joined group generation") {
+		for !strings.Contains(procs[i].stderrText(), `msg="partitions assigned"`) {
 			if time.Now().After(deadline) {
 				t.Fatalf("instance %d did not join\n%s", i, procs[i].stderrText())
 			}
