@@ -1,6 +1,7 @@
 package testio
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"os"
@@ -60,7 +61,9 @@ type TestingM interface{ Run() int }
 // after a failure. Its -test.timeout is what is left of the first's, and
 // its profiles and coverage profile (-test.coverprofile, cpuprofile,
 // memprofile, blockprofile, mutexprofile, trace) are written to the
-// same names with ".franz-go" added, so the first run's are kept.
+// same names with ".franz-go" added, so the first run's are kept. Its
+// test log (what the tests read, which go test's cache is keyed with) is
+// added to the first's, with ClientEnv.
 //
 // Use it in TestMain, inside goleak's check if the package has one:
 //
@@ -75,6 +78,10 @@ func (b bothClients) Run() int {
 	_, set := os.LookupEnv(ClientEnv)
 	fmt.Printf("=== client %s\n", client)
 	code := b.m.Run()
+	// go test's cache must know that the runs depend on ClientEnv, which
+	// was read before the test log was open (m.Run opens it).
+	testLog := flagValue("test.testlogfile")
+	appendTestLog(testLog, []byte("getenv "+ClientEnv+"\n"))
 	if set || skipSecond(code) {
 		return code
 	}
@@ -92,6 +99,12 @@ func (b bothClients) Run() int {
 		}
 		code = max(code, 1)
 	}
+	if testLog != "" {
+		// What the second run's tests read counts for the cache too.
+		second, _ := os.ReadFile(testLog + "." + FranzGo)
+		appendTestLog(testLog, bytes.TrimPrefix(second, []byte(testLogMagic)))
+		os.Remove(testLog + "." + FranzGo)
+	}
 	if code != 0 {
 		// The first run's FAIL line is far above the second run's
 		// output: say which client failed.
@@ -100,19 +113,47 @@ func (b bothClients) Run() int {
 	return code
 }
 
+// testLogMagic starts the test log, the list of the environment
+// variables and files the tests read, that go test keys its cache with
+// (-test.testlogfile; the format is cmd/go's and testing's).
+const testLogMagic = "# test log\n"
+
+// appendTestLog adds lines (each ending in a newline) to the test log at
+// path, if there is one.
+func appendTestLog(path string, lines []byte) {
+	if path == "" || len(lines) == 0 {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return // no log (not run by go test): nothing to tell
+	}
+	defer f.Close()
+	f.Write(lines)
+}
+
+// flagValue returns the value of the test binary's flag name, "" if it
+// has none.
+func flagValue(name string) string {
+	if f := flag.Lookup(name); f != nil {
+		return f.Value.String()
+	}
+	return ""
+}
+
 // skipSecond says whether the flags make a second run pointless: a
 // listing or a fuzzing run, or -failfast after a failure.
 func skipSecond(code int) bool {
 	on := func(name string) bool {
-		f := flag.Lookup(name)
-		return f != nil && f.Value.String() != "" && f.Value.String() != "false"
+		v := flagValue(name)
+		return v != "" && v != "false"
 	}
 	return on("test.list") || on("test.fuzz") || code != 0 && on("test.failfast")
 }
 
 // outputFlags are the flags naming files a run writes; the second run
 // writes them with a suffix.
-var outputFlags = []string{"coverprofile", "cpuprofile", "memprofile", "blockprofile", "mutexprofile", "trace"}
+var outputFlags = []string{"coverprofile", "cpuprofile", "memprofile", "blockprofile", "mutexprofile", "trace", "testlogfile"}
 
 // secondRun returns the first run's arguments for the second: the
 // timeout reduced by the time the first run took, output files renamed.
