@@ -101,8 +101,8 @@ func (b bothClients) Run() int {
 	}
 	if testLog != "" {
 		// What the second run's tests read counts for the cache too.
-		second, _ := os.ReadFile(testLog + "." + FranzGo)
-		appendTestLog(testLog, bytes.TrimPrefix(second, []byte(testLogMagic)))
+		read, _ := os.ReadFile(testLog + "." + FranzGo)
+		appendTestLog(testLog, bytes.TrimPrefix(read, []byte(testLogMagic)))
 		os.Remove(testLog + "." + FranzGo)
 	}
 	if code != 0 {
