@@ -68,6 +68,7 @@ func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
 	cfg := hrt.Config{
 		Brokers:        []string{s.br.addr},
 		Group:          s.group,
+		Client:         s.client,
 		StatePath:      filepath.Join(dir, "state.db"),
 		CommitInterval: s.commitInterval,
 		Logger: slog.New(tapHandler{fn: func(r slog.Record) {
