@@ -81,14 +81,15 @@ func TestSmoke(t *testing.T) {
 // TestSweepFourStacks runs a tiny partitions sweep of the four stacks
 // (raw kafka-go, the runtime on kafka-go, raw franz-go, the runtime on
 // franz-go) and checks that the output states each one's fetch settings,
-// has a figure of each at every point, their ratios, and a memory row of
-// each at every point and per partition. Figures are not checked.
+// has a figure of each at every point, their ratios, a memory row of
+// each at every point and per partition, and a held-memory row of each.
+// Figures are not checked.
 func TestSweepFourStacks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := config{
 		n: 1, slowN: 1, rounds: 1, tablePartition: 1, workers: 1, commitInterval: 100 * time.Millisecond,
-		partitions: []int{3, 6}, sweepN: 600, sweep: true, stacks: allStacks, franz: defaultFranzFetch,
+		partitions: []int{3, 6}, sweepN: 600, sweep: true, held: true, stacks: allStacks, franz: defaultFranzFetch,
 	}
 	if err := cfg.check(); err != nil {
 		t.Fatal(err)
@@ -127,16 +128,19 @@ func TestSweepFourStacks(t *testing.T) {
 				}
 			}
 			rows["rate "+f[0]]++
-		case len(f) == 6 && slices.ContainsFunc(allStacks, func(s stack) bool { return s.name == f[0] }):
+		case len(f) == 7 && slices.ContainsFunc(allStacks, func(s stack) bool { return s.name == f[0] }):
 			rows["memory "+f[0]]++
 		case len(f) == 3 && slices.ContainsFunc(allStacks, func(s stack) bool { return s.name == f[0] }):
 			rows["per partition "+f[0]]++
+		case len(f) == 4 && slices.ContainsFunc(allStacks, func(s stack) bool { return s.name == f[0] }):
+			rows["held "+f[0]]++
 		}
 	}
 	want := map[string]int{"rate 3 partitions (3 topics)": 1, "rate 6 partitions (3 topics)": 1}
 	for _, st := range allStacks {
 		want["memory "+st.name] = 2
 		want["per partition "+st.name] = 1
+		want["held "+st.name] = 1
 	}
 	if !maps.Equal(rows, want) {
 		t.Errorf("rows %v, want %v", rows, want)

@@ -51,6 +51,7 @@ type config struct {
 	sweepN         int    // messages per sweep point
 	plot           string // sweep and write the PNG here
 	sweep          bool   // run the sweep (also with plot)
+	held           bool   // the sweep's held-memory measure
 	stacks         []stack
 	franz          franzFetch // raw franz-go's fetch settings
 	table          bool
@@ -81,6 +82,7 @@ func main() {
 	flag.IntVar(&cfg.sweepN, "sweep-n", 0, "messages per sweep point; 0 means -n")
 	flag.StringVar(&cfg.plot, "plot", "", "run the sweep and draw it as a PNG at this path (docs/scaling.png)")
 	flag.BoolVar(&cfg.sweep, "sweep", false, "run the sweep; -plot, -partitions and -classes imply it")
+	flag.BoolVar(&cfg.held, "held", true, "sweep: measure each stack's held memory (handler blocked) at the most partitions")
 	flag.StringVar(&stacks, "stacks", strings.Join([]string{rawKafkaGo, runtimeKafkaGo, rawFranzGo, runtimeFranzGo}, ","), "sweep: the stacks compared, in the table's order")
 	flag.IntVar(&franzMax, "franz-fetch-max-bytes", int(defaultFranzFetch.maxBytes), "raw franz-go's kgo.FetchMaxBytes")
 	flag.IntVar(&franzPart, "franz-fetch-max-partition-bytes", int(defaultFranzFetch.maxPartitionBytes), "raw franz-go's kgo.FetchMaxPartitionBytes")

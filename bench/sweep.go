@@ -62,9 +62,13 @@ func stacksOf(list string) ([]stack, error) {
 	return out, nil
 }
 
-// stackFig is one stack's medians at one sweep point.
+// stackFig is one stack's figures at one sweep point: medians over the
+// rounds, but for the memory, the largest of the rounds (a bound, and
+// the two figures of one round: medians taken apart could pair a live
+// heap with another round's smaller RSS).
 type stackFig struct {
 	handled, committed float64 // msgs/s
+	steady             float64 // msgs/s, first message handled to the last
 	cpuUS, allocs      float64 // per message
 	peakRSS, liveHeap  uint64  // bytes
 }
@@ -98,6 +102,10 @@ type sweepResult struct {
 	partitions []point    // 3 topics, x partitions in all
 	classes    []point    // max(classes) topics of 3 partitions, x classes
 	topics     int        // topics of the classes sweep
+	// held is each stack's held memory at heldAt partitions (the most of
+	// the partitions sweep); nil when not measured.
+	held   map[string]heldFig
+	heldAt int
 }
 
 // runSweep measures the stacks (no-op handler) against partitions, then
@@ -116,7 +124,7 @@ func runSweep(ctx context.Context, cfg config, log io.Writer) (sweepResult, erro
 		for r := range cfg.rounds {
 			k := r % len(cfg.stacks)
 			order := slices.Concat(cfg.stacks[k:], cfg.stacks[:k])
-			line := fmt.Sprintf("sweep x=%d round %d:", x, r)
+			line := fmt.Sprintf("sweep x=%d round %d", x, r)
 			for _, st := range order {
 				ss := s
 				ss.client = st.client
@@ -125,15 +133,18 @@ func runSweep(ctx context.Context, cfg config, log io.Writer) (sweepResult, erro
 					return point{}, fmt.Errorf("%s, x=%d: %w", st.name, x, err)
 				}
 				got[st.key] = append(got[st.key], smp)
-				line += fmt.Sprintf(" %s %.0f", st.name, smp.handled)
+				line += fmt.Sprintf("; %s %.0f (steady %.0f, RSS %.0f MiB)", st.name, smp.handled, smp.steady, float64(smp.peakRSS)/(1<<20))
 			}
 			fmt.Fprintln(log, line+" msgs/s handled")
 		}
 		pt := point{x: x, by: map[string]stackFig{}}
 		for key, ss := range got {
 			m := medianSample(ss)
-			pt.by[key] = stackFig{handled: m.handled, committed: m.committed, cpuUS: m.cpuUS, allocs: m.allocs,
-				peakRSS: m.peakRSS, liveHeap: m.liveHeap}
+			f := stackFig{handled: m.handled, committed: m.committed, steady: m.steady, cpuUS: m.cpuUS, allocs: m.allocs}
+			for _, smp := range ss {
+				f.peakRSS, f.liveHeap = max(f.peakRSS, smp.peakRSS), max(f.liveHeap, smp.liveHeap)
+			}
+			pt.by[key] = f
 		}
 		pt.handled, pt.committed = pt.by[runtimeKafkaGo].handled, pt.by[runtimeKafkaGo].committed
 		pt.raw = pt.by[rawKafkaGo].handled
@@ -156,8 +167,14 @@ func runSweep(ctx context.Context, cfg config, log io.Writer) (sweepResult, erro
 			for _, t := range topics {
 				cs = append(cs, []string{t})
 			}
-			pt, err := pointOf(p, spec{br: br, classes: cs, n: cfg.sweepN, commitInterval: cfg.commitInterval})
+			sp := spec{br: br, classes: cs, n: cfg.sweepN, commitInterval: cfg.commitInterval, franz: cfg.franz}
+			pt, err := pointOf(p, sp)
 			sw.partitions = append(sw.partitions, pt)
+			if err != nil || !cfg.held || p != slices.Max(cfg.partitions) {
+				return err
+			}
+			sw.heldAt = p
+			sw.held, err = runHeld(ctx, cfg.stacks, sp, log)
 			return err
 		}()
 		if err != nil {
@@ -271,6 +288,29 @@ func printSweep(w io.Writer, sw sweepResult) {
 		}
 	}
 	printSweepMemory(w, sw)
+	printHeld(w, sw)
+}
+
+// printHeld prints the held-memory measure.
+func printHeld(w io.Writer, sw sweepResult) {
+	if sw.held == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nheld memory at %d partitions: all %d messages of %d bytes produced (%d per partition), every handler blocked from the first message on; the live heap after GC once it stopped growing (within 1 %% or 256 KiB for %s), over the heap before the consumer was made:\n\n",
+		sw.heldAt, sw.n, valueSize, sw.n/sw.heldAt, heldSettle)
+	fmt.Fprintln(w, "| stack | held MiB | held KiB/partition | settled |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | --- |")
+	for _, st := range sw.stacks {
+		f, ok := sw.held[st.key]
+		if !ok {
+			continue
+		}
+		settled := "yes"
+		if !f.settled {
+			settled = fmt.Sprintf("no (largest in %s)", heldLimit)
+		}
+		fmt.Fprintf(w, "| %s | %.1f | %.1f | %s |\n", st.name, float64(f.bytes)/(1<<20), float64(f.bytes)/float64(sw.heldAt)/1024, settled)
+	}
 }
 
 // printSweepMemory prints the partitions sweep's memory: each stack's
@@ -283,15 +323,15 @@ func printSweepMemory(w io.Writer, sw sweepResult) {
 	if len(pts) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "\nmemory of the measuring process (the broker is another), medians; peak RSS is VmHWM reset before each side, live heap the largest /gc/heap/live:bytes sampled every 10 ms:")
+	fmt.Fprintln(w, "\neach stack against partitions: the steady rate (first message handled to the last, without the join and the first fetch), CPU and allocations (medians), and the memory of the measuring process (the broker is another; the largest of the rounds): peak RSS is VmHWM reset before each side, live heap the largest /gc/heap/live:bytes sampled every 10 ms:")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| stack | partitions | peak RSS MiB | peak live heap MiB | CPU µs/msg | allocs/msg |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(w, "| stack | partitions | steady msgs/s | CPU µs/msg | allocs/msg | peak RSS MiB | peak live heap MiB |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, st := range sw.stacks {
 		for _, p := range pts {
 			f := p.by[st.key]
-			fmt.Fprintf(w, "| %s | %d | %.1f | %.1f | %.2f | %.2f |\n", st.name, p.x,
-				float64(f.peakRSS)/(1<<20), float64(f.liveHeap)/(1<<20), f.cpuUS, f.allocs)
+			fmt.Fprintf(w, "| %s | %d | %.0f | %.2f | %.2f | %.1f | %.1f |\n", st.name, p.x,
+				f.steady, f.cpuUS, f.allocs, float64(f.peakRSS)/(1<<20), float64(f.liveHeap)/(1<<20))
 		}
 	}
 	lo, hi := pts[0], pts[0]
