@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -118,7 +119,7 @@ type sweepResult struct {
 // partitions sweep starts a broker per point.
 func runSweep(ctx context.Context, cfg config, log io.Writer) (sweepResult, error) {
 	sw := sweepResult{n: cfg.sweepN, rounds: cfg.rounds, stacks: cfg.stacks, franz: cfg.franz}
-	pointOf := func(x int, s spec) (point, error) {
+	pointOf := func(kind string, x int, s spec) (point, error) {
 		s.franz = cfg.franz
 		got := map[string][]sample{}
 		for r := range cfg.rounds {
@@ -128,7 +129,11 @@ func runSweep(ctx context.Context, cfg config, log io.Writer) (sweepResult, erro
 			for _, st := range order {
 				ss := s
 				ss.client = st.client
-				smp, err := measure(ctx, st.run, ss, "")
+				prof := ""
+				if cfg.profileDir != "" && r == 0 {
+					prof = filepath.Join(cfg.profileDir, fmt.Sprintf("sweep-%s-%d-%s", kind, x, st.key))
+				}
+				smp, err := measure(ctx, st.run, ss, prof)
 				if err != nil {
 					return point{}, fmt.Errorf("%s, x=%d: %w", st.name, x, err)
 				}
@@ -168,7 +173,7 @@ func runSweep(ctx context.Context, cfg config, log io.Writer) (sweepResult, erro
 				cs = append(cs, []string{t})
 			}
 			sp := spec{br: br, classes: cs, n: cfg.sweepN, commitInterval: cfg.commitInterval, franz: cfg.franz}
-			pt, err := pointOf(p, sp)
+			pt, err := pointOf("partitions", p, sp)
 			sw.partitions = append(sw.partitions, pt)
 			if err != nil || !cfg.held || p != slices.Max(cfg.partitions) {
 				return err
@@ -204,7 +209,7 @@ func runSweep(ctx context.Context, cfg config, log io.Writer) (sweepResult, erro
 		for i, t := range ctopics {
 			cs[i%k] = append(cs[i%k], t)
 		}
-		pt, err := pointOf(k, spec{br: br, classes: cs, n: cfg.sweepN, commitInterval: cfg.commitInterval})
+		pt, err := pointOf("classes", k, spec{br: br, classes: cs, n: cfg.sweepN, commitInterval: cfg.commitInterval})
 		if err != nil {
 			return sw, err
 		}
@@ -223,7 +228,7 @@ func fetchSettings(st stack, franz franzFetch) string {
 	case rawFranzGo:
 		return "one kgo.Client, fetches per broker, " + franz.String()
 	case runtimeFranzGo:
-		return fmt.Sprintf("the runtime's franz-go client with its defaults (FetchMaxWait %s; see runtime's Config.Client)", hrt.DefaultFetchMaxWait)
+		return fmt.Sprintf("one kgo.Client, fetches per broker, FetchMaxBytes 3 MiB, FetchMaxPartitionBytes 1 MiB, FetchMaxWait %s, a queue per partition that pauses its partition at FetchQueue %d records (the runtime's defaults)", hrt.DefaultFetchMaxWait, hrt.DefaultFetchQueue)
 	}
 	return ""
 }
