@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -394,4 +396,64 @@ func (l *franzLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 		keyvals = append(keyvals, "suppressed", suppressed)
 	}
 	l.log.Warn("franz-go: "+msg, keyvals...)
+}
+
+// franzDLQ is the dead-letter writer on franz-go: a producer client of its
+// own (the group member's closes at the leave, before the publisher has
+// finished), acks from all in-sync replicas, records placed as kafka-go's
+// Hash balancer places them (kgo's Sarama-compatible hasher over FNV-1a).
+type franzDLQ struct{ cl *kgo.Client }
+
+func (r *Runtime) newFranzDLQ(dial func(context.Context, string, string) (net.Conn, error)) (dlqWriter, error) {
+	fnv1a := func(b []byte) uint32 {
+		h := fnv.New32a()
+		h.Write(b)
+		return h.Sum32()
+	}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(r.cfg.Brokers...),
+		kgo.ClientID(r.cfg.ClientID),
+		kgo.Dialer(dial),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		// Not idempotent, as kafka-go's writer: an idempotent producer
+		// cannot fail a record whose request is in flight, so the stop
+		// could not abandon a publish the broker never answers.
+		// Publishing is best effort; the state file keeps every dead
+		// letter.
+		kgo.DisableIdempotentWrite(),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(fnv1a))),
+		kgo.RecordDeliveryTimeout(publishTimeout),
+		kgo.ProducerLinger(0),
+		kgo.WithLogger(&franzLogger{r: r, log: r.log.With("client", string(ClientFranzGo)), ctx: context.Background()}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("runtime: franz-go dead-letter writer: %w", err)
+	}
+	return &franzDLQ{cl: cl}, nil
+}
+
+func (f *franzDLQ) write(ctx context.Context, recs []deadRecord) []error {
+	rs := make([]*kgo.Record, len(recs))
+	for i, d := range recs {
+		rec := &kgo.Record{Topic: d.topic, Key: d.key, Value: d.value, Timestamp: d.time}
+		if d.time.IsZero() {
+			rec.Timestamp = time.Now()
+		}
+		rec.Headers = make([]kgo.RecordHeader, len(d.headers))
+		for j, h := range d.headers {
+			rec.Headers[j] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+		}
+		rs[i] = rec
+	}
+	res := f.cl.ProduceSync(ctx, rs...)
+	errs := make([]error, len(recs))
+	for i := range res {
+		errs[i] = res[i].Err
+	}
+	return errs
+}
+
+func (f *franzDLQ) close() error {
+	f.cl.Close()
+	return nil
 }
