@@ -89,6 +89,10 @@ func (r *Runtime) startFranzGo(fetchCtx context.Context, topics []string, poll *
 		kgo.FetchMaxBytes(franzFetchMaxBytes),
 		kgo.FetchMaxPartitionBytes(fetchMaxBytes),
 		kgo.WithLogger(&franzLogger{r: r, log: r.log.With("client", string(ClientFranzGo)), ctx: fetchCtx}),
+		// The runtime's metrics are Prometheus'; no client telemetry
+		// (KIP-714) to the brokers, whose final push would add a second
+		// to a close against a broker that does not answer.
+		kgo.DisableClientMetrics(),
 	}
 	if r.cfg.staticID != "" {
 		opts = append(opts, kgo.InstanceID(r.cfg.staticID))
@@ -111,7 +115,7 @@ func (r *Runtime) startFranzGo(fetchCtx context.Context, topics []string, poll *
 	lag := f.g.startLag(fetchCtx)
 	poll.Go(func() {
 		f.poll(fetchCtx)
-		f.g.request(change{quiesce: true}) // the stop's quiesce waits for the fetch loops
+		f.g.quiesce() // the stop's quiesce waits for the fetch loops
 		f.g.fetching.Store(false)
 		lag.stop()
 	})
@@ -281,20 +285,37 @@ func (f *franzGo) commit(offsets map[string]map[int]int64) error {
 	return errors.Join(errs...)
 }
 
-// leave closes the client within wait. A static member does not leave
-// the group (its restart within SessionTimeout takes its partitions back
-// without a rebalance); a dynamic one does. Then the keeper ends.
+// leave ends the membership within wait, then closes the client and ends
+// the keeper. A static member does not leave the group (its restart
+// within SessionTimeout takes its partitions back without a rebalance); a
+// dynamic one sends LeaveGroup, after a join in flight if there is one.
+// kgo's Close waits for the leave without a bound, so the leave is made
+// first with wait as its deadline, after which Close is immediate.
 func (f *franzGo) leave(wait time.Duration) {
+	// The close gets a second of wait (kgo ends its fetch sessions within
+	// one), the leave the rest.
+	closeWait := min(leaveTimeout, wait/2)
+	ctx, cancel := context.WithTimeout(context.Background(), wait-closeWait)
+	err := f.cl.LeaveGroupContext(ctx)
+	cancel()
+	if err != nil {
+		f.r.log.Warn("leaving the group did not finish within the stop's budget (a join may be in flight, or the broker does not answer); the broker will give this member partitions until its session expires",
+			"phase", "leave", "waited", wait, "session_timeout", f.r.cfg.SessionTimeout, "err", err)
+	}
 	closed := make(chan struct{})
 	go func() { f.cl.Close(); close(closed) }()
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
 	select {
 	case <-closed:
-	case <-time.After(wait):
-		f.r.log.Warn("closing the franz-go client did not finish within the stop's budget (a join may be in flight); the broker will give this member partitions until its session expires",
-			"phase", "leave", "waited", wait, "session_timeout", f.r.cfg.SessionTimeout)
+	case <-t.C:
+		f.r.log.Warn("closing the franz-go client did not finish in time; left closing", "phase", "leave", "waited", closeWait)
 	}
 	f.endLife()
-	<-f.g.ended
+	select {
+	case <-f.g.ended:
+	case <-time.After(closeWait): // a commit in flight ends within commitTimeout
+	}
 }
 
 // pauseGrace is how long the poll loop waits for a partition's fetch loop
@@ -505,6 +526,7 @@ func (r *Runtime) newFranzDLQ(dial func(context.Context, string, string) (net.Co
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(fnv1a))),
 		kgo.RecordDeliveryTimeout(publishTimeout),
 		kgo.ProducerLinger(0),
+		kgo.DisableClientMetrics(),
 		kgo.WithLogger(&franzLogger{r: r, log: r.log.With("client", string(ClientFranzGo)), ctx: context.Background()}),
 	)
 	if err != nil {
