@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -20,13 +19,17 @@ import (
 // (within the commitBudget: 10 such commits a second), so after a burst
 // the commit follows the last message within milliseconds rather than up
 // to a CommitInterval later. Until then it looks again after 1 ms, then
-// 2, 4, … up to maxIdlePoll.
+// 2, 4, … up to maxIdlePoll. It also applies franz-go's assignments and
+// revocations (changes), so only the keeper commits and changes the set
+// of partitions.
 //
-// When kafka-go ends the generation (rebalance, lost session) it stops
-// this generation's fetchers and commits what is settled before
-// returning, since kafka-go waits for it to move on. A late result of
-// this generation then only marks trackers nobody commits any more.
-func (g *generation) keep(kctx context.Context, stopFetch context.CancelFunc, fetchers *sync.WaitGroup) {
+// When end ends (kafka-go ended the generation at a rebalance or a lost
+// session; franz-go's client closed) it stops the fetch loops, gives back
+// what they fetched and is not started, commits what is settled and
+// returns: kafka-go waits for it to move on. A late result of the
+// generation then only marks trackers nobody commits any more. After the
+// stop's final commit it only waits for end.
+func (g *generation) keep(end context.Context) {
 	defer close(g.ended)
 	interval := g.r.cfg.CommitInterval
 	t := time.NewTicker(interval)
@@ -35,11 +38,11 @@ func (g *generation) keep(kctx context.Context, stopFetch context.CancelFunc, fe
 	soon.Stop()
 	defer soon.Stop()
 	var wait time.Duration // until soon looks again; 0 while not armed
-	budget := newCommitBudget(len(g.trackers), minCommitGap(interval), time.Now())
+	budget := newCommitBudget(len(g.trackers()), minCommitGap(interval), time.Now())
 	commit := func(when string) {
 		if err := g.commit(); err != nil {
 			g.r.metrics.commitFailed()
-			g.r.logs.warn(g.r.log, "commit failed", "commit failed; retrying at the next interval", "generation", g.kg.ID, "when", when, "err", err)
+			g.r.logs.warn(g.r.log, "commit failed", "commit failed; retrying at the next interval", "generation", g.id.Load(), "when", when, "err", err)
 		}
 	}
 	for {
@@ -66,26 +69,62 @@ func (g *generation) keep(kctx context.Context, stopFetch context.CancelFunc, fe
 				wait = min(2*wait, maxIdlePoll, interval)
 				soon.Reset(wait)
 			}
+		case ch := <-g.changes:
+			g.apply(ch)
+			budget = newCommitBudget(len(g.trackers()), minCommitGap(interval), time.Now())
 		case reply := <-g.finalReq:
 			err := g.commit()
 			if err != nil {
 				g.r.metrics.commitFailed()
 			}
 			reply <- err
-			<-kctx.Done() // held open until the group closes
-			return
-		case <-kctx.Done():
-			stopFetch()
-			fetchers.Wait()
-			given, left := g.revoke()
-			g.r.metrics.rebalanced()
-			if err := g.commit(); err != nil {
-				g.r.metrics.commitFailed()
-				g.r.log.Warn("commit at generation end failed", "generation", g.kg.ID, "err", err)
+			// Held open until the group closes; what the membership
+			// does meanwhile (a leave's revocation) changes nothing.
+			for {
+				select {
+				case <-end.Done():
+					return
+				case ch := <-g.changes:
+					close(ch.done)
+				}
 			}
-			g.r.log.Info("group generation ended", "generation", g.kg.ID, "given_back", given, "still_running", left)
+		case <-end.Done():
+			given := g.r.revoked.Load()
+			g.remove(nil, false)
+			g.r.metrics.rebalanced()
+			g.r.log.Info("group generation ended", "generation", g.id.Load(), "given_back", g.r.revoked.Load()-given)
 			return
 		}
+	}
+}
+
+// apply makes an assignment or a revocation of franz-go's and answers it.
+func (g *generation) apply(ch change) {
+	defer close(ch.done)
+	if len(ch.remove) > 0 {
+		g.remove(ch.remove, ch.lost)
+		g.r.metrics.rebalanced()
+	}
+	g.add(ch.add)
+	if ch.quiesce {
+		for _, fl := range g.parts {
+			<-fl.done
+		}
+	}
+}
+
+// request hands ch to the keeper and waits until it is applied, or until
+// the keeper has ended (then there is nothing left to change).
+func (g *generation) request(ch change) {
+	ch.done = make(chan struct{})
+	select {
+	case g.changes <- ch:
+	case <-g.ended:
+		return
+	}
+	select {
+	case <-ch.done:
+	case <-g.ended:
 	}
 }
 
@@ -134,7 +173,7 @@ func (b *commitBudget) take(now time.Time) time.Duration {
 // for the interval.
 func (g *generation) idle() (idle, some bool) {
 	idle = true
-	for _, tr := range g.trackers {
+	for _, tr := range g.trackers() {
 		if !tr.caughtUp.Load() {
 			continue
 		}
@@ -151,7 +190,7 @@ func (g *generation) commit() error {
 	offsets := map[string]map[int]int64{}
 	var moved []*tracker
 	var points []int64
-	for _, tr := range g.trackers {
+	for _, tr := range g.trackers() {
 		cp, ok := tr.commitPoint()
 		if !ok {
 			continue
@@ -167,7 +206,7 @@ func (g *generation) commit() error {
 		return nil
 	}
 	if err := g.commitOffsets(offsets); err != nil {
-		return fmt.Errorf("runtime: commit offsets of %d partitions in generation %d: %w", len(moved), g.kg.ID, err)
+		return fmt.Errorf("runtime: commit offsets of %d partitions in generation %d: %w", len(moved), g.id.Load(), err)
 	}
 	for i, tr := range moved {
 		tr.committedTo(points[i])
@@ -175,25 +214,34 @@ func (g *generation) commit() error {
 	return nil
 }
 
-// commitOffsets commits offsets through the generation's connection and,
-// once that has failed, on fresh connections. kafka-go commits through one
-// connection per generation and never reconnects it: after a connection
-// reset every later commit of the generation would fail, its end's commit
-// too, and the next generation would read again everything since the last
-// commit that got through. A fresh commit carries the generation's ID and
-// member ID, so the broker fences it exactly as it fences the generation.
-// Only the keeper calls it.
-func (g *generation) commitOffsets(offsets map[string]map[int]int64) error {
-	if !g.connLost {
-		err := g.kg.CommitOffsets(offsets)
+// kafkaGoCommits commits a kafka-go generation's offsets: through the
+// generation's connection and, once that has failed, on fresh
+// connections. kafka-go commits through one connection per generation and
+// never reconnects it: after a connection reset every later commit of the
+// generation would fail, its end's commit too, and the next generation
+// would read again everything since the last commit that got through. A
+// fresh commit carries the generation's ID and member ID, so the broker
+// fences it exactly as it fences the generation. Only the keeper calls
+// commit.
+type kafkaGoCommits struct {
+	r  *Runtime
+	kg *kafka.Generation
+	// connLost is set once a commit through the generation's connection
+	// failed.
+	connLost bool
+}
+
+func (k *kafkaGoCommits) commit(offsets map[string]map[int]int64) error {
+	if !k.connLost {
+		err := k.kg.CommitOffsets(offsets)
 		if err == nil {
 			return nil
 		}
-		g.connLost = true
-		g.r.log.Warn("commit through the generation's connection failed; committing on fresh connections for the rest of the generation",
-			"generation", g.kg.ID, "err", err)
+		k.connLost = true
+		k.r.log.Warn("commit through the generation's connection failed; committing on fresh connections for the rest of the generation",
+			"generation", k.kg.ID, "err", err)
 	}
-	return g.r.commitFresh(g.kg, offsets)
+	return k.r.commitFresh(k.kg, offsets)
 }
 
 // commitFresh commits offsets for generation kg through the runtime's own

@@ -15,37 +15,31 @@ import (
 	"github.com/handoff-go/handoff"
 )
 
-// fetch reads one partition and hands its records to the class's pool.
-// A full pool makes it wait, which pushes back on this partition only.
-//
-// The records come from a partition reader (readPartition) that fetches
-// and decodes up to FetchQueue records ahead. It fetches with kafka-go's
-// protocol client rather than its kafka.Reader: the Reader hands a
-// zero-length key, value or header value over as nil, which the
-// protocol client keeps apart from a null one (see handoff.Message).
-func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracker, start int64) {
-	log := r.log.With("topic", tr.topic, "partition", tr.partition)
-	recs := make(chan fetchedRecord, r.cfg.FetchQueue)
-	rctx, cancel := context.WithCancel(ctx)
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		r.readPartition(rctx, tr, start, recs, log)
-	}()
-	// Joined in the background: the stop's quiesce needs the fetch loop
-	// gone, not the reader. The stop joins the readers before leaving the
-	// group.
-	defer r.closing.Go(func() { cancel(); r.joinReader(read, log) })
+// partSource is where a partition's fetch loop takes its records from:
+// a kafka-go partition reader (kafkaGoSource) or franz-go's poll loop
+// (franzgo.go). Records come in offset order.
+type partSource interface {
+	// next returns the partition's next record, blocking until there is
+	// one; false once ctx ended.
+	next(ctx context.Context) (fetchedRecord, bool)
+	// close ends the source once the fetch loop is done with it. It does
+	// not block: a reader still closing is joined by the stop (closing).
+	close()
+}
+
+// fetch reads one partition from src and hands its records to the
+// class's pool. A full pool makes it wait, which pushes back on this
+// partition only.
+func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracker, src partSource) {
+	defer src.close()
 	caughtUp := false
 	for {
 		if !r.mayFetch(ctx, c) { // suspended or paused
 			return
 		}
-		var fr fetchedRecord
-		select {
-		case <-ctx.Done():
+		fr, ok := src.next(ctx)
+		if !ok {
 			return
-		case fr = <-recs:
 		}
 		it := r.fetched(c, tr, &fr)
 		last := fr.offset+1 >= fr.hwm
@@ -66,6 +60,47 @@ func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracke
 			}
 		}
 	}
+}
+
+// kafkaGoSource is a kafka-go partition reader (readPartition) that
+// fetches and decodes up to FetchQueue records ahead. It fetches with
+// kafka-go's protocol client rather than its kafka.Reader: the Reader
+// hands a zero-length key, value or header value over as nil, which the
+// protocol client keeps apart from a null one (see handoff.Message).
+type kafkaGoSource struct {
+	r      *Runtime
+	recs   chan fetchedRecord
+	cancel context.CancelFunc
+	read   chan struct{} // closed when the reader returns
+	log    *slog.Logger
+}
+
+func (r *Runtime) kafkaGoSource(ctx context.Context, tr *tracker, start int64) partSource {
+	s := &kafkaGoSource{r: r, recs: make(chan fetchedRecord, r.cfg.FetchQueue), read: make(chan struct{}),
+		log: r.log.With("topic", tr.topic, "partition", tr.partition)}
+	var rctx context.Context
+	rctx, s.cancel = context.WithCancel(ctx)
+	go func() {
+		defer close(s.read)
+		r.readPartition(rctx, tr, start, s.recs, s.log)
+	}()
+	return s
+}
+
+func (s *kafkaGoSource) next(ctx context.Context) (fetchedRecord, bool) {
+	select {
+	case <-ctx.Done():
+		return fetchedRecord{}, false
+	case fr := <-s.recs:
+		return fr, true
+	}
+}
+
+// close joins the reader in the background: the stop's quiesce needs the
+// fetch loop gone, not the reader. The stop joins the readers before
+// leaving the group.
+func (s *kafkaGoSource) close() {
+	s.r.closing.Go(func() { s.cancel(); s.r.joinReader(s.read, s.log) })
 }
 
 // fetchedRecord is one record a partition reader decoded, its bytes

@@ -3,23 +3,52 @@ package runtime
 import (
 	"context"
 	"errors"
-	"sync"
+	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 )
 
-// The consumer group: joining, one generation after another, and the end
-// of a generation at a rebalance. A generation's partitions are read by
-// fetch.go and committed by commit.go.
+// The consumer group: the partitions this instance owns, one generation
+// after another, and how they end. Both clients (Config.Client) drive the
+// same generation type: kafka-go's eager group makes one generation per
+// rebalance, assigned all at once and revoked all at once (consume,
+// below); franz-go's cooperative group keeps one for the client's life
+// and adds and revokes partitions as they move (franzgo.go). A
+// generation's partitions are read by fetch.go and committed by
+// commit.go.
 
-// generation is one kafka-go consumer group generation: the partitions it
-// assigned us, their trackers, and the keeper goroutine that commits.
+// generation is the set of partitions the group gave this instance,
+// their trackers, and the keeper goroutine that commits them.
 type generation struct {
-	r        *Runtime
-	kg       *kafka.Generation
-	trackers []*tracker
+	r      *Runtime
+	client Client
+	// id is the group generation, for logs; franz-go's moves on at each
+	// rebalance while its partitions stay.
+	id atomic.Int32
+	// commitOffsets commits offsets fenced by the membership (the
+	// generation and member ID): kafka-go's generation, franz-go's
+	// current one. Only the keeper calls it.
+	commitOffsets func(offsets map[string]map[int]int64) error
+	// source opens the record source of a partition added at offset start
+	// (-1: where the client resumes it, its committed offset).
+	source func(ctx context.Context, tr *tracker, start int64) partSource
+
+	// trs is the owned partitions' trackers, replaced (never changed in
+	// place) by the keeper when partitions come and go, read by anyone.
+	trs atomic.Pointer[[]*tracker]
+	// parts is each owned partition's fetch loop; the keeper's only, once
+	// it runs.
+	parts map[*tracker]*fetchLoop
+	// ctx bounds the fetch loops: it ends at the stop's quiesce.
+	ctx context.Context
+
+	// changes carries franz-go's assignments and revocations to the
+	// keeper, which answers each once it is done.
+	changes chan change
 	// finalReq asks the keeper for the stop's final commit; it answers on
 	// the channel it is sent, then holds the generation open until the
 	// group is closed.
@@ -30,12 +59,139 @@ type generation struct {
 	caughtUp chan struct{}
 	// fetching is true while the generation's partitions are fetched.
 	fetching atomic.Bool
-	// connLost is set, by the keeper, once a commit through the
-	// generation's connection failed; see commitOffsets.
-	connLost bool
 }
 
-// consume joins generation after generation until fetchCtx ends.
+// fetchLoop is one owned partition's fetch loop.
+type fetchLoop struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// partStart is a partition the group assigned and the offset its reading
+// starts at (-1: the client resumes it from the committed offset).
+type partStart struct {
+	topic     string
+	partition int
+	offset    int64
+}
+
+// change is an assignment (add) or a revocation (remove) the keeper
+// applies; lost says the membership is gone, so nothing is committed.
+type change struct {
+	add    []partStart
+	remove []tp
+	lost   bool
+	// quiesce waits for every fetch loop to end (their context has).
+	quiesce bool
+	done    chan struct{}
+}
+
+// tp names a partition.
+type tp struct {
+	topic     string
+	partition int
+}
+
+func (r *Runtime) newGeneration(ctx context.Context, client Client, id int32,
+	commit func(map[string]map[int]int64) error,
+	source func(context.Context, *tracker, int64) partSource) *generation {
+	g := &generation{r: r, client: client, commitOffsets: commit, source: source, ctx: ctx,
+		parts:    map[*tracker]*fetchLoop{},
+		changes:  make(chan change),
+		finalReq: make(chan chan error), ended: make(chan struct{}), caughtUp: make(chan struct{}, 1)}
+	g.id.Store(id)
+	g.trs.Store(&[]*tracker{})
+	return g
+}
+
+// trackers returns the owned partitions' trackers; the slice is not
+// changed afterwards.
+func (g *generation) trackers() []*tracker { return *g.trs.Load() }
+
+// add starts fetching the partitions ps. Before the keeper runs, the
+// goroutine that made the generation calls it; then only the keeper.
+func (g *generation) add(ps []partStart) {
+	if len(ps) == 0 {
+		return
+	}
+	trs := slices.Clone(g.trackers())
+	names := make([]string, 0, len(ps))
+	for _, p := range ps {
+		c := g.r.byTopic[p.topic]
+		if c == nil {
+			continue // not a configured topic: the group gave it to the wrong member
+		}
+		tr := newTracker(p.topic, p.partition, p.offset)
+		ctx, cancel := context.WithCancel(g.ctx)
+		fl := &fetchLoop{cancel: cancel, done: make(chan struct{})}
+		src := g.source(ctx, tr, p.offset)
+		go func() {
+			defer close(fl.done)
+			g.r.fetch(ctx, g, c, tr, src)
+		}()
+		g.parts[tr] = fl
+		trs = append(trs, tr)
+		names = append(names, p.topic+"/"+strconv.Itoa(p.partition))
+	}
+	g.trs.Store(&trs)
+	g.r.log.Info("partitions assigned", "client", string(g.client), "generation", g.id.Load(), "partitions", partList(names))
+}
+
+// remove ends the owned partitions in ps (all of them when ps is nil):
+// it stops their fetch loops, gives back their messages (revoke), commits
+// what is settled unless lost, and drops them. Only the keeper calls it.
+func (g *generation) remove(ps []tp, lost bool) {
+	var gone []*tracker
+	var names []string
+	keep := g.trackers()[:0:0]
+	for _, tr := range g.trackers() {
+		if ps != nil && !slices.Contains(ps, tp{tr.topic, tr.partition}) {
+			keep = append(keep, tr)
+			continue
+		}
+		gone = append(gone, tr)
+		names = append(names, tr.topic+"/"+strconv.Itoa(tr.partition))
+	}
+	for _, tr := range gone {
+		g.parts[tr].cancel()
+	}
+	for _, tr := range gone {
+		<-g.parts[tr].done
+		delete(g.parts, tr)
+	}
+	given, left := g.revoke(gone)
+	if !lost {
+		if err := g.commit(); err != nil {
+			g.r.metrics.commitFailed()
+			g.r.log.Warn("commit of revoked partitions failed", "generation", g.id.Load(), "err", err)
+		}
+	}
+	g.trs.Store(&keep)
+	for _, tr := range gone {
+		g.r.metrics.dropLag(tr.topic, tr.partition)
+	}
+	if len(gone) > 0 || ps == nil {
+		g.r.log.Info("partitions revoked", "client", string(g.client), "generation", g.id.Load(), "partitions", partList(names),
+			"given_back", given, "still_running", left, "lost", lost)
+	}
+}
+
+// partList is the "partitions" attribute of the assignment lines: sorted
+// topic/partition names, comma-separated.
+func partList(names []string) string {
+	slices.Sort(names)
+	return strings.Join(names, ",")
+}
+
+// setGen makes g the generation the stop commits through and the stats
+// read.
+func (r *Runtime) setGen(g *generation) {
+	r.genMu.Lock()
+	r.gen = g
+	r.genMu.Unlock()
+}
+
+// consume joins kafka-go generation after generation until fetchCtx ends.
 func (r *Runtime) consume(fetchCtx context.Context, cg *kafka.ConsumerGroup) {
 	for {
 		kg, err := cg.Next(fetchCtx)
@@ -54,49 +210,64 @@ func (r *Runtime) consume(fetchCtx context.Context, cg *kafka.ConsumerGroup) {
 	}
 }
 
-// runGeneration fetches the generation's partitions until it ends or
-// fetchCtx ends. In the second case the keeper stays, so the stop can
+// runGeneration fetches a kafka-go generation's partitions until it ends
+// or fetchCtx ends. In the second case the keeper stays, so the stop can
 // commit through this generation.
 func (r *Runtime) runGeneration(fetchCtx context.Context, kg *kafka.Generation) {
-	g := &generation{r: r, kg: kg, finalReq: make(chan chan error), ended: make(chan struct{}),
-		caughtUp: make(chan struct{}, 1)}
 	gctx, cancel := context.WithCancel(fetchCtx)
 	defer cancel()
-	var fetchers sync.WaitGroup
-	n := 0
+	kc := &kafkaGoCommits{r: r, kg: kg}
+	g := r.newGeneration(gctx, ClientKafkaGo, kg.ID, kc.commit, r.kafkaGoSource)
+	var ps []partStart
 	for topic, parts := range kg.Assignments {
-		c := r.byTopic[topic]
 		for _, pa := range parts {
-			tr := newTracker(topic, pa.ID, pa.Offset)
-			g.trackers = append(g.trackers, tr)
-			fetchers.Go(func() { r.fetch(gctx, g, c, tr, pa.Offset) })
-			n++
+			ps = append(ps, partStart{topic: topic, partition: pa.ID, offset: pa.Offset})
 		}
 	}
+	g.add(ps)
+	loops := g.loops() // before the keeper runs: it changes parts
 	g.fetching.Store(true)
-	r.genMu.Lock()
-	r.gen = g
-	r.genMu.Unlock()
+	r.setGen(g)
 	r.joined.Store(true)
-	r.log.Info("joined group generation", "group", r.cfg.Group, "generation", kg.ID, "partitions", n)
+	r.log.Info("joined group generation", "group", r.cfg.Group, "generation", kg.ID, "partitions", len(g.trackers()))
 	lag := g.startLag(gctx)
-	kg.Start(func(kctx context.Context) { g.keep(kctx, cancel, &fetchers) })
+	kg.Start(func(kctx context.Context) {
+		g.keep(kctx)
+		cancel() // the generation ended: so does runGeneration
+	})
 	<-gctx.Done()
-	fetchers.Wait()
+	// The keeper's end stopped the fetch loops; at the stop they end with
+	// fetchCtx, and the keeper stays for the final commit.
+	for _, fl := range loops {
+		<-fl.done
+	}
 	g.fetching.Store(false)
 	lag.stop()
 }
 
-// revoke is the generation's end at a rebalance: it takes this
-// generation's unstarted and backing-off Kafka messages out of the pools
-// and gives them back (unsettled: the commit stops before them and the
-// partition's next owner reads them again), then waits up to
-// RevokeTimeout for the running ones to settle. It returns how many were
-// given back and how many still run; those finish but only mark this
-// generation's trackers, which nobody commits any more.
-func (g *generation) revoke() (given, left int) {
-	mine := make(map[*tracker]bool, len(g.trackers))
-	for _, tr := range g.trackers {
+// loops returns the generation's fetch loops. Call it before the keeper
+// runs or from the keeper.
+func (g *generation) loops() []*fetchLoop {
+	out := make([]*fetchLoop, 0, len(g.parts))
+	for _, fl := range g.parts {
+		out = append(out, fl)
+	}
+	return out
+}
+
+// revoke is the end of partitions trs at a rebalance: it takes their
+// unstarted and backing-off Kafka messages out of the pools and gives
+// them back (unsettled: the commit stops before them and the partition's
+// next owner reads them again), then waits up to RevokeTimeout for the
+// running ones to settle. It returns how many were given back and how
+// many still run; those finish but only mark these trackers, which
+// nobody commits any more.
+func (g *generation) revoke(trs []*tracker) (given, left int) {
+	if len(trs) == 0 {
+		return 0, 0
+	}
+	mine := make(map[*tracker]bool, len(trs))
+	for _, tr := range trs {
 		mine[tr] = true
 	}
 	match := func(it *item) bool { return it.isKafka() && mine[it.tr] }
@@ -113,7 +284,7 @@ func (g *generation) revoke() (given, left int) {
 	}
 	inFlight := func() int {
 		n := 0
-		for _, tr := range g.trackers {
+		for _, tr := range trs {
 			n += tr.inFlight()
 		}
 		return n
@@ -129,7 +300,7 @@ func (g *generation) revoke() (given, left int) {
 	g.r.revoked.Add(int64(given))
 	if left > 0 {
 		g.r.log.Warn("handlers of revoked partitions still running; their results will not be committed",
-			"generation", g.kg.ID, "running", left, "waited", g.r.cfg.RevokeTimeout)
+			"generation", g.id.Load(), "running", left, "waited", g.r.cfg.RevokeTimeout)
 	}
 	return given, left
 }

@@ -79,6 +79,7 @@ func (b *bundle) config(h handoff.HandlerFunc, mod func(*Class)) Config {
 		SessionTimeout: 6 * time.Second,
 		FetchMaxWait:   100 * time.Millisecond,
 		Logger:         testLogger(b.t),
+		Client:         Client(os.Getenv("HANDOFF_TEST_CLIENT")),
 	}
 	for topic := range b.topics {
 		c := Class{Name: topic, Topics: []string{topic}, Handler: h, Workers: 4, QueueSize: 32}

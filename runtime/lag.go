@@ -20,18 +20,18 @@ import (
 func (g *generation) sampleLag(ctx context.Context) {
 	r := g.r
 	defer func() {
-		for _, tr := range g.trackers {
+		for _, tr := range g.trackers() {
 			r.metrics.dropLag(tr.topic, tr.partition)
 		}
 	}()
-	if len(g.trackers) == 0 || r.commits == nil {
+	if r.commits == nil {
 		return
 	}
 	t := time.NewTicker(r.cfg.CommitInterval)
 	defer t.Stop()
 	for {
 		if err := g.sampleLagOnce(ctx); err != nil && ctx.Err() == nil {
-			r.log.Debug("consumer lag not sampled", "generation", g.kg.ID, "err", err)
+			r.log.Debug("consumer lag not sampled", "generation", g.id.Load(), "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -48,8 +48,12 @@ func (g *generation) sampleLag(ctx context.Context) {
 // lag counts from the first fetched record, none fetched counts 0).
 func (g *generation) sampleLagOnce(ctx context.Context) error {
 	r := g.r
+	trs := g.trackers()
+	if len(trs) == 0 {
+		return nil
+	}
 	req := &kafka.ListOffsetsRequest{Addr: r.commits.Addr, Topics: map[string][]kafka.OffsetRequest{}}
-	for _, tr := range g.trackers {
+	for _, tr := range trs {
 		req.Topics[tr.topic] = append(req.Topics[tr.topic], kafka.FirstOffsetOf(tr.partition), kafka.LastOffsetOf(tr.partition))
 	}
 	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
@@ -57,10 +61,6 @@ func (g *generation) sampleLagOnce(ctx context.Context) error {
 	resp, err := r.commits.ListOffsets(ctx, req)
 	if err != nil {
 		return err
-	}
-	type tp struct {
-		topic     string
-		partition int
 	}
 	offs := map[tp]kafka.PartitionOffsets{}
 	for topic, parts := range resp.Topics {
@@ -70,7 +70,7 @@ func (g *generation) sampleLagOnce(ctx context.Context) error {
 			}
 		}
 	}
-	for _, tr := range g.trackers {
+	for _, tr := range trs {
 		p, ok := offs[tp{tr.topic, tr.partition}]
 		if !ok {
 			continue
@@ -100,7 +100,7 @@ func (r *Runtime) oldestUnsettled(c *class) time.Duration {
 		return 0
 	}
 	oldest, found := int64(0), false
-	for _, tr := range g.trackers {
+	for _, tr := range g.trackers() {
 		if r.byTopic[tr.topic] != c {
 			continue
 		}
@@ -125,7 +125,7 @@ func (r *Runtime) classLag(c *class) (partitions int, lag int64) {
 	if g == nil || !g.fetching.Load() {
 		return 0, lag
 	}
-	for _, tr := range g.trackers {
+	for _, tr := range g.trackers() {
 		if r.byTopic[tr.topic] != c {
 			continue
 		}

@@ -80,7 +80,12 @@ func TestStopDuringJoin(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	wait := start(t, rt, ctx)
-	waitFor(t, "the runtime's join parked", func() bool { return joins.Load() >= 2 })
+	// Parked: the group waits for A to rejoin. (franz-go's first join is
+	// answered MEMBER_ID_REQUIRED, KIP-394, and does not count.)
+	waitFor(t, "the runtime's join parked", func() bool {
+		gi := cluster.GroupInfo(b.group)
+		return joins.Load() >= 2 && gi != nil && gi.State == "PreparingRebalance"
+	})
 	cancel()
 	// A rejoins 1.5s after the stop began, later than the old fixed wait.
 	time.AfterFunc(1500*time.Millisecond, release)

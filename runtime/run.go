@@ -69,6 +69,7 @@ type runState struct {
 	// generations (group.go). They end at the quiesce.
 	cg        *kafka.ConsumerGroup
 	member    memberWatch // what kafka-go joined the group as (member.go)
+	fg        *franzGo    // the franz-go member, with Config.Client franz-go
 	stopFetch context.CancelFunc
 	consumer  sync.WaitGroup
 
@@ -157,14 +158,18 @@ func (s *runState) start() error {
 	s.feeds.Go(func() { r.sched.run(feedCtx) })
 	if len(r.topics) > 0 && runCtx.Err() == nil {
 		r.commits = r.newCommitClient()
-		r.fetches = r.newFetchClient()
+		if r.cfg.Client == ClientKafkaGo {
+			r.fetches = r.newFetchClient()
+		}
 		present, err := r.checkTopics(runCtx)
 		if err != nil {
 			return err
 		}
 		r.topicsOK.Store(len(present) == len(r.topics))
 		if runCtx.Err() == nil {
-			s.join(fetchCtx, present)
+			if err := s.join(fetchCtx, present); err != nil {
+				return err
+			}
 		}
 	}
 	if runCtx.Err() != nil {
@@ -175,10 +180,15 @@ func (s *runState) start() error {
 	return nil
 }
 
-// join creates the consumer group for topics and starts the loop that
-// joins its generations until fetchCtx ends.
-func (s *runState) join(fetchCtx context.Context, topics []string) {
+// join creates the consumer group member for topics, on the configured
+// client, and starts the loop that fetches until fetchCtx ends.
+func (s *runState) join(fetchCtx context.Context, topics []string) error {
 	r := s.r
+	if r.cfg.Client == ClientFranzGo {
+		fg, err := r.startFranzGo(fetchCtx, topics, &s.consumer)
+		s.fg = fg
+		return err
+	}
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                r.cfg.Group,
 		Brokers:           r.cfg.Brokers,
@@ -195,12 +205,11 @@ func (s *runState) join(fetchCtx context.Context, topics []string) {
 	})
 	if err != nil {
 		// Validated in New; this means kafka-go disagrees.
-		r.log.Error("consumer group not created", "err", err)
-		r.life.requestStop()
-		return
+		return fmt.Errorf("runtime: kafka-go consumer group: %w", err)
 	}
 	s.cg = cg
 	s.consumer.Go(func() { r.consume(fetchCtx, cg) })
+	return nil
 }
 
 // checkIdentity records the group and the instance in a new state file,

@@ -294,11 +294,7 @@ func (s *runState) leave() []any {
 	r := s.r
 	r.closing.Wait()
 	if s.cg != nil {
-		// A join in flight ends within the group's RebalanceTimeout (the
-		// broker answers it then at the latest), so that bounds the wait
-		// too: a huge DrainTimeout whose drain a second signal skipped
-		// must not leave the stop waiting here for it.
-		wait := max(leaveTimeout, min(time.Until(s.deadline), r.cfg.RebalanceTimeout+leaveTimeout+r.cfg.FetchMaxWait))
+		wait := s.leaveWait()
 		closed := make(chan struct{})
 		go func() { s.cg.Close(); close(closed) }()
 		select {
@@ -311,6 +307,9 @@ func (s *runState) leave() []any {
 				"phase", "leave", "waited", wait, "session_timeout", r.cfg.SessionTimeout)
 		}
 	}
+	if s.fg != nil {
+		s.fg.leave(s.leaveWait())
+	}
 	r.closeCommitClient()
 	r.closeFetchClient()
 	r.dlq.close(s.deadline)
@@ -319,6 +318,17 @@ func (s *runState) leave() []any {
 		s.closeErr = fmt.Errorf("runtime: close state file: %w", err)
 	}
 	return nil
+}
+
+// leaveWait is how long the leave waits for the client to leave the
+// group: what the stop's budget has left, at least leaveTimeout, at most
+// RebalanceTimeout + leaveTimeout + FetchMaxWait (a join in flight ends
+// within the group's RebalanceTimeout: the broker answers it then at the
+// latest; a huge DrainTimeout whose drain a second signal skipped must
+// not leave the stop waiting here for it).
+func (s *runState) leaveWait() time.Duration {
+	r := s.r
+	return max(leaveTimeout, min(time.Until(s.deadline), r.cfg.RebalanceTimeout+leaveTimeout+r.cfg.FetchMaxWait))
 }
 
 // handled counts the messages that left the pools for good so far.

@@ -1,0 +1,397 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/handoff-go/handoff"
+)
+
+// The consumer group on franz-go (Config.Client = ClientFranzGo): one kgo
+// client for the runtime's life, a cooperative-sticky member, static when
+// Config.Instance is set. It drives one generation (group.go) whose
+// partitions come and go with franz-go's assignment callbacks, applied by
+// the generation's keeper. One poll loop reads the fetches of every
+// broker and hands each partition's records to that partition's queue, a
+// partSource its fetch loop reads; a queue that holds FetchQueue records
+// pauses its partition's fetching until its fetch loop takes them, so a
+// full pool or a suspended class stops only its own partitions.
+
+// Fetch settings of the franz-go client: one fetch response per broker of
+// at most franzFetchMaxBytes, at most fetchMaxBytes (1 MiB, Kafka's
+// max.partition.fetch.bytes default) of it per partition. kgo buffers one
+// response per broker until the poll loop takes it; franz-go's own
+// default of 50 MiB made fetches of hundreds of partitions slower, not
+// faster, on the embedded broker (see docs/bench.md).
+const franzFetchMaxBytes = 3 << 20
+
+// franzGo is the runtime's franz-go consumer group member.
+type franzGo struct {
+	r  *Runtime
+	cl *kgo.Client
+	g  *generation
+
+	// life ends the generation's keeper once the client is closed.
+	life    context.Context
+	endLife context.CancelFunc
+
+	mu sync.Mutex
+	// queues is each owned partition's record queue; the poll loop drops
+	// the records of a partition that has none (not, or no more, ours).
+	queues map[tp]*franzQueue
+}
+
+// startFranzGo creates the kgo client for topics and starts its poll loop
+// and the generation's keeper. The poll loop ends with fetchCtx; the
+// membership lasts until leave.
+func (r *Runtime) startFranzGo(fetchCtx context.Context, topics []string, poll *sync.WaitGroup) (*franzGo, error) {
+	f := &franzGo{r: r, queues: map[tp]*franzQueue{}}
+	f.life, f.endLife = context.WithCancel(context.Background())
+	f.g = r.newGeneration(fetchCtx, ClientFranzGo, -1, f.commit, f.source)
+	reset := kgo.NewOffset().AtStart()
+	if r.cfg.StartOffset == StartLast {
+		reset = kgo.NewOffset().AtEnd()
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(r.cfg.Brokers...),
+		kgo.ClientID(r.cfg.ClientID),
+		kgo.ConsumerGroup(r.cfg.Group),
+		kgo.ConsumeTopics(topics...),
+		// Cooperative-sticky, and range for a group that still has
+		// kafka-go members (its default balancers are range and round
+		// robin): a rolling move from kafka-go to franz-go runs eager
+		// until the last kafka-go member is gone, then cooperative.
+		kgo.Balancers(kgo.CooperativeStickyBalancer(), kgo.RangeBalancer()),
+		kgo.SessionTimeout(r.cfg.SessionTimeout),
+		kgo.RebalanceTimeout(r.cfg.RebalanceTimeout),
+		kgo.HeartbeatInterval(r.cfg.SessionTimeout / 3),
+		kgo.ConsumeResetOffset(reset),
+		kgo.DisableAutoCommit(),
+		// A rebalance waits for the poll loop to hand out what it polled:
+		// no record of a revoked partition reaches a queue after the
+		// revocation.
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(f.assigned),
+		kgo.OnPartitionsRevoked(f.revoked),
+		kgo.OnPartitionsLost(f.lost),
+		kgo.FetchMaxWait(r.cfg.FetchMaxWait),
+		kgo.FetchMaxBytes(franzFetchMaxBytes),
+		kgo.FetchMaxPartitionBytes(fetchMaxBytes),
+		kgo.WithLogger(&franzLogger{r: r, log: r.log.With("client", string(ClientFranzGo)), ctx: fetchCtx}),
+	}
+	if r.cfg.staticID != "" {
+		opts = append(opts, kgo.InstanceID(r.cfg.staticID))
+	}
+	if r.conn.secure {
+		// The runtime's own dial does TLS and SASL, so their failures are
+		// typed, counted and logged as on kafka-go (connect.go).
+		opts = append(opts, kgo.Dialer(r.dial))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		f.endLife()
+		return nil, fmt.Errorf("runtime: franz-go client: %w", err)
+	}
+	f.cl = cl
+	r.setGen(f.g)
+	go f.g.keep(f.life)
+	f.g.fetching.Store(true)
+	lag := f.g.startLag(fetchCtx)
+	poll.Go(func() {
+		f.poll(fetchCtx)
+		f.g.request(change{quiesce: true}) // the stop's quiesce waits for the fetch loops
+		f.g.fetching.Store(false)
+		lag.stop()
+	})
+	return f, nil
+}
+
+// assigned is franz-go's OnPartitionsAssigned: the partitions start
+// fetching where franz-go resumes them (the committed offset).
+func (f *franzGo) assigned(_ context.Context, cl *kgo.Client, added map[string][]int32) {
+	_, gen := cl.GroupMetadata()
+	f.g.id.Store(gen)
+	var ps []partStart
+	f.mu.Lock()
+	for topic, parts := range added {
+		for _, p := range parts {
+			ps = append(ps, partStart{topic: topic, partition: int(p), offset: -1})
+			f.queues[tp{topic, int(p)}] = newFranzQueue(f, topic, p)
+		}
+	}
+	f.mu.Unlock()
+	f.g.request(change{add: ps})
+	f.r.joined.Store(true)
+}
+
+// revoked is franz-go's OnPartitionsRevoked: the partitions moving away
+// stop, give back what they did not start, wait up to RevokeTimeout for
+// what runs, and commit, all before franz-go rejoins.
+func (f *franzGo) revoked(_ context.Context, cl *kgo.Client, gone map[string][]int32) {
+	f.end(cl, gone, false)
+}
+
+// lost is franz-go's OnPartitionsLost: as revoked, but the membership is
+// gone (session expired, fenced), so nothing is committed.
+func (f *franzGo) lost(_ context.Context, cl *kgo.Client, gone map[string][]int32) {
+	f.end(cl, gone, true)
+}
+
+func (f *franzGo) end(cl *kgo.Client, gone map[string][]int32, lost bool) {
+	var ps []tp
+	for topic, parts := range gone {
+		for _, p := range parts {
+			ps = append(ps, tp{topic, int(p)})
+		}
+	}
+	if len(ps) == 0 {
+		return
+	}
+	f.g.request(change{remove: ps, lost: lost})
+	f.mu.Lock()
+	var paused map[string][]int32
+	for _, k := range ps {
+		if q := f.queues[k]; q != nil {
+			if q.drop() {
+				if paused == nil {
+					paused = map[string][]int32{}
+				}
+				paused[k.topic] = append(paused[k.topic], int32(k.partition))
+			}
+			delete(f.queues, k)
+		}
+	}
+	f.mu.Unlock()
+	if paused != nil {
+		// A pause outlives the assignment: a partition that comes back
+		// must fetch.
+		cl.ResumeFetchPartitions(paused)
+	}
+}
+
+// source is the generation's partSource of a partition: its queue.
+func (f *franzGo) source(_ context.Context, tr *tracker, _ int64) partSource {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q := f.queues[tp{tr.topic, tr.partition}]
+	if q == nil { // revoked before it started
+		q = newFranzQueue(f, tr.topic, int32(tr.partition))
+		q.drop()
+	}
+	return q
+}
+
+// poll reads fetches until ctx ends and hands each partition's records to
+// its queue. It never blocks on a queue: a full one pauses its partition.
+func (f *franzGo) poll(ctx context.Context) {
+	for {
+		fetches := f.cl.PollFetches(ctx)
+		if ctx.Err() != nil || fetches.IsClientClosed() {
+			f.cl.AllowRebalance()
+			return
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, context.Canceled) {
+				return
+			}
+			f.r.metrics.fetchError(topic)
+			f.r.logs.warn(f.r.log, "fetch failed", "fetch failed; franz-go retries", "topic", topic, "partition", p, "err", err)
+		})
+		f.mu.Lock()
+		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) == 0 {
+				return
+			}
+			if q := f.queues[tp{p.Topic, int(p.Partition)}]; q != nil {
+				q.put(p.Records, p.HighWatermark)
+			}
+		})
+		f.mu.Unlock()
+		f.cl.AllowRebalance()
+	}
+}
+
+// commit commits offsets in the member's current generation; franz-go
+// sends its generation and member ID, so the broker fences a member that
+// lost them. Bounded by commitTimeout.
+func (f *franzGo) commit(offsets map[string]map[int]int64) error {
+	req := make(map[string]map[int32]kgo.EpochOffset, len(offsets))
+	for topic, parts := range offsets {
+		m := make(map[int32]kgo.EpochOffset, len(parts))
+		for p, off := range parts {
+			m[int32(p)] = kgo.EpochOffset{Epoch: -1, Offset: off}
+		}
+		req[topic] = m
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	defer cancel()
+	var errs []error
+	f.cl.CommitOffsetsSync(ctx, req, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+					errs = append(errs, fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, err))
+				}
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// leave closes the client within wait. A static member does not leave
+// the group (its restart within SessionTimeout takes its partitions back
+// without a rebalance); a dynamic one does. Then the keeper ends.
+func (f *franzGo) leave(wait time.Duration) {
+	closed := make(chan struct{})
+	go func() { f.cl.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(wait):
+		f.r.log.Warn("closing the franz-go client did not finish within the stop's budget (a join may be in flight); the broker will give this member partitions until its session expires",
+			"phase", "leave", "waited", wait, "session_timeout", f.r.cfg.SessionTimeout)
+	}
+	f.endLife()
+	<-f.g.ended
+}
+
+// franzQueue is one partition's records between the poll loop (put) and
+// the partition's fetch loop (next): the partSource of franz-go.
+type franzQueue struct {
+	f         *franzGo
+	topic     string
+	partition int32
+
+	mu      sync.Mutex
+	recs    []*kgo.Record
+	hwm     int64
+	paused  bool          // fetching of the partition is paused: recs is full
+	dropped bool          // the partition is gone: next ends
+	wake    chan struct{} // signalled by put and drop
+
+	// The fetch loop's own: the records it took and not yet returned.
+	taken   []*kgo.Record
+	takenHW int64
+}
+
+func newFranzQueue(f *franzGo, topic string, p int32) *franzQueue {
+	return &franzQueue{f: f, topic: topic, partition: p, wake: make(chan struct{}, 1)}
+}
+
+// put appends a fetch's records and pauses the partition once the queue
+// holds FetchQueue records or more.
+func (q *franzQueue) put(recs []*kgo.Record, hwm int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dropped {
+		return
+	}
+	q.recs = append(q.recs, recs...)
+	q.hwm = hwm
+	if !q.paused && len(q.recs) >= q.f.r.cfg.FetchQueue {
+		q.paused = true
+		// Under mu, so that a resume by next cannot come before it.
+		q.f.cl.PauseFetchPartitions(map[string][]int32{q.topic: {q.partition}})
+	}
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// drop ends the queue and reports whether its partition was paused.
+func (q *franzQueue) drop() (paused bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.dropped, q.recs = true, nil
+	paused, q.paused = q.paused, false
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+	return paused
+}
+
+func (q *franzQueue) next(ctx context.Context) (fetchedRecord, bool) {
+	for len(q.taken) == 0 {
+		q.mu.Lock()
+		if q.dropped {
+			q.mu.Unlock()
+			return fetchedRecord{}, false
+		}
+		q.taken, q.recs, q.takenHW = q.recs, nil, q.hwm
+		if len(q.taken) > 0 && q.paused {
+			q.paused = false
+			q.f.cl.ResumeFetchPartitions(map[string][]int32{q.topic: {q.partition}})
+		}
+		q.mu.Unlock()
+		if len(q.taken) > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fetchedRecord{}, false
+		case <-q.wake:
+		}
+	}
+	if ctx.Err() != nil {
+		return fetchedRecord{}, false
+	}
+	rec := q.taken[0]
+	q.taken[0] = nil
+	q.taken = q.taken[1:]
+	fr := fetchedRecord{offset: rec.Offset, hwm: q.takenHW, time: recordTime(rec.Timestamp), key: rec.Key, value: rec.Value}
+	if len(rec.Headers) > 0 {
+		fr.headers = make([]handoff.Header, len(rec.Headers))
+		for i, h := range rec.Headers {
+			fr.headers[i] = handoff.Header{Key: h.Key, Value: h.Value}
+		}
+	}
+	return fr, true
+}
+
+// close: the queue has nothing to join; the poll loop drops what comes
+// for a partition once end removed its queue.
+func (q *franzQueue) close() {}
+
+// franzLogger writes franz-go's log lines to the runtime's logger: its
+// errors and warnings at Warn (a run of the same line once per
+// logBackoff interval), its info at Debug, as kafka-go's are.
+type franzLogger struct {
+	r   *Runtime
+	log *slog.Logger
+	ctx context.Context // the fetching's: once it ended, errors are routine
+}
+
+func (l *franzLogger) Level() kgo.LogLevel {
+	if l.log.Enabled(context.Background(), slog.LevelDebug) {
+		return kgo.LogLevelDebug
+	}
+	return kgo.LogLevelWarn
+}
+
+func (l *franzLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	if level > kgo.LogLevelWarn || l.ctx.Err() != nil {
+		l.log.Debug("franz-go: "+msg, keyvals...)
+		return
+	}
+	ok, suppressed := l.r.logs.allow("franz-go: " + msg)
+	if !ok {
+		return
+	}
+	if suppressed > 0 {
+		keyvals = append(keyvals, "suppressed", suppressed)
+	}
+	l.log.Warn("franz-go: "+msg, keyvals...)
+}
