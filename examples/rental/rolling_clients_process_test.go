@@ -65,11 +65,11 @@ type deployFigures struct {
 	saved, interrupted int
 	// away is the time from the SIGTERMs to the restarted instances'
 	// first assignments, in all.
-	away time.Duration
-	produced, unique   int
-	duplicates         int
-	inversions         int // per key, in the ordered class's topic
-	took               time.Duration
+	away             time.Duration
+	produced, unique int
+	duplicates       int
+	inversions       int // per key, in the ordered class's topic
+	took             time.Duration
 }
 
 func (f *deployFigures) String() string {
