@@ -215,13 +215,32 @@
 //
 // # Rebalances
 //
-// Offset trackers belong to one consumer group generation. When kafka-go
-// ends a generation, its partitions stop fetching and what is settled is
-// committed before the generation's work returns; a late result of the old
-// generation only marks trackers nobody commits any more, so it can never
-// move the new generation's offsets. Messages of the old generation still
-// in the pools run to the end; the new owner reads them again (at-least
-// once).
+// Offset trackers belong to one partition's stay with this instance. When
+// a rebalance takes partitions away, they stop fetching, their unstarted
+// messages are given back, running ones get RevokeTimeout, and what is
+// settled is committed before the client rejoins; a late result only marks
+// trackers nobody commits any more, so it can never move the offsets of the
+// partition's next owner. Messages still running then finish; the new
+// owner reads them again (at-least once). On kafka-go every rebalance
+// revokes all partitions; on franz-go only those that move.
+//
+// # Choosing a Kafka client
+//
+// [Config.Client] picks the library: [ClientKafkaGo] (the default) or
+// [ClientFranzGo]. Both keep the same commit rule, stop phases, metrics and
+// logs. kafka-go's group is eager and dynamic: every restart of an
+// instance is a rebalance of the whole group, its partitions move to
+// others while it is down, and its snapshot's keys may then run out of
+// order across instances (StopSnapshot). franz-go's member is
+// cooperative-sticky (only moving partitions are revoked) and, with
+// Config.Instance set, static: a restart within SessionTimeout gets its
+// own partitions back, nothing moves and nothing is revoked elsewhere.
+// franz-go also fetches per broker rather than per partition, which keeps
+// hundreds of partitions cheap. Choose franz-go for services that deploy
+// often or hold many partitions; set Instance to a stable, unique name (a
+// StatefulSet pod's) and SessionTimeout above a restart's duration. A group
+// can move from kafka-go to franz-go by a rolling restart (franz-go also
+// offers kafka-go's range assignor until the last kafka-go member is gone).
 //
 // # Middleware
 //

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -101,6 +104,7 @@ func (r *Runtime) startFranzGo(fetchCtx context.Context, topics []string, poll *
 		return nil, fmt.Errorf("runtime: franz-go client: %w", err)
 	}
 	f.cl = cl
+	r.franz = f
 	r.setGen(f.g)
 	go f.g.keep(f.life)
 	f.g.fetching.Store(true)
@@ -205,17 +209,44 @@ func (f *franzGo) poll(ctx context.Context) {
 			f.r.metrics.fetchError(topic)
 			f.r.logs.warn(f.r.log, "fetch failed", "fetch failed; franz-go retries", "topic", topic, "partition", p, "err", err)
 		})
+		var full []*franzQueue
 		f.mu.Lock()
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 			if len(p.Records) == 0 {
 				return
 			}
-			if q := f.queues[tp{p.Topic, int(p.Partition)}]; q != nil {
-				q.put(p.Records, p.HighWatermark)
+			if q := f.queues[tp{p.Topic, int(p.Partition)}]; q != nil && q.put(p.Records, p.HighWatermark) {
+				full = append(full, q)
 			}
 		})
 		f.mu.Unlock()
+		pauseFull(full)
 		f.cl.AllowRebalance()
+	}
+}
+
+// pauseFull pauses the partitions of the queues in full that are still
+// full after pauseGrace. Meanwhile franz-go's next fetch may be on its
+// way, for these partitions too: memory per partition is FetchQueue
+// records and up to two partition fetches (1 MiB each).
+func pauseFull(full []*franzQueue) {
+	if len(full) == 0 {
+		return
+	}
+	grace := time.NewTimer(pauseGrace)
+	defer grace.Stop()
+	late := false
+	for _, q := range full {
+		for !late && q.full() {
+			select {
+			case <-q.room:
+			case <-grace.C:
+				late = true
+			}
+		}
+	}
+	for _, q := range full {
+		q.pauseIfFull()
 	}
 }
 
@@ -266,17 +297,35 @@ func (f *franzGo) leave(wait time.Duration) {
 	<-f.g.ended
 }
 
+// pauseGrace is how long the poll loop waits for a partition's fetch loop
+// to take records from a full queue before it pauses the partition: a
+// queue that is only full because one fetch brought more than FetchQueue
+// records drains within it, and is never paused. A pause costs more than
+// the wait: a partition resumed has to wait for the next fetch to its
+// broker, which waits up to FetchMaxWait when the broker's other
+// partitions have nothing new.
+const pauseGrace = 20 * time.Millisecond
+
 // franzQueue is one partition's records between the poll loop (put) and
-// the partition's fetch loop (next): the partSource of franz-go.
+// the partition's fetch loop (next): the partSource of franz-go. It holds
+// about FetchQueue records: one that stays full for pauseGrace pauses its
+// partition's fetching, and the fetch loop resumes it once half of them
+// are handed on.
 type franzQueue struct {
 	f         *franzGo
 	topic     string
 	partition int32
+	high, low int64 // pause at high (FetchQueue) records, resume at low
+
+	// buffered counts the records put and not yet handed on by next.
+	buffered atomic.Int64
+	// room is signalled when buffered falls below high.
+	room chan struct{}
 
 	mu      sync.Mutex
 	recs    []*kgo.Record
 	hwm     int64
-	paused  bool          // fetching of the partition is paused: recs is full
+	paused  atomic.Bool   // set and cleared under mu, with the pause or resume
 	dropped bool          // the partition is gone: next ends
 	wake    chan struct{} // signalled by put and drop
 
@@ -286,28 +335,57 @@ type franzQueue struct {
 }
 
 func newFranzQueue(f *franzGo, topic string, p int32) *franzQueue {
-	return &franzQueue{f: f, topic: topic, partition: p, wake: make(chan struct{}, 1)}
+	high := int64(f.r.cfg.FetchQueue)
+	return &franzQueue{f: f, topic: topic, partition: p, high: high, low: high / 2,
+		wake: make(chan struct{}, 1), room: make(chan struct{}, 1)}
 }
 
-// put appends a fetch's records and pauses the partition once the queue
-// holds FetchQueue records or more.
-func (q *franzQueue) put(recs []*kgo.Record, hwm int64) {
+// put appends a fetch's records and reports whether the queue is full.
+func (q *franzQueue) put(recs []*kgo.Record, hwm int64) (full bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.dropped {
-		return
+		return false
 	}
 	q.recs = append(q.recs, recs...)
 	q.hwm = hwm
-	if !q.paused && len(q.recs) >= q.f.r.cfg.FetchQueue {
-		q.paused = true
-		// Under mu, so that a resume by next cannot come before it.
-		q.f.cl.PauseFetchPartitions(map[string][]int32{q.topic: {q.partition}})
-	}
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
+	return q.buffered.Add(int64(len(recs))) >= q.high
+}
+
+// full reports whether the queue holds high records or more.
+func (q *franzQueue) full() bool { return q.buffered.Load() >= q.high }
+
+// pauseIfFull pauses the partition's fetching if the queue is still full.
+func (q *franzQueue) pauseIfFull() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dropped || q.paused.Load() {
+		return
+	}
+	// paused first, then the check: a record handed on meanwhile sees
+	// paused and resumes (it waits for mu, so never before the pause), or
+	// the queue is no longer full and there is no pause.
+	q.paused.Store(true)
+	if !q.full() {
+		q.paused.Store(false)
+		return
+	}
+	q.f.cl.PauseFetchPartitions(map[string][]int32{q.topic: {q.partition}})
+}
+
+// resume resumes the partition's fetching if it is paused.
+func (q *franzQueue) resume() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dropped || !q.paused.Load() {
+		return
+	}
+	q.paused.Store(false)
+	q.f.cl.ResumeFetchPartitions(map[string][]int32{q.topic: {q.partition}})
 }
 
 // drop ends the queue and reports whether its partition was paused.
@@ -315,7 +393,7 @@ func (q *franzQueue) drop() (paused bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.dropped, q.recs = true, nil
-	paused, q.paused = q.paused, false
+	paused = q.paused.Swap(false)
 	select {
 	case q.wake <- struct{}{}:
 	default:
@@ -331,10 +409,6 @@ func (q *franzQueue) next(ctx context.Context) (fetchedRecord, bool) {
 			return fetchedRecord{}, false
 		}
 		q.taken, q.recs, q.takenHW = q.recs, nil, q.hwm
-		if len(q.taken) > 0 && q.paused {
-			q.paused = false
-			q.f.cl.ResumeFetchPartitions(map[string][]int32{q.topic: {q.partition}})
-		}
 		q.mu.Unlock()
 		if len(q.taken) > 0 {
 			break
@@ -351,6 +425,15 @@ func (q *franzQueue) next(ctx context.Context) (fetchedRecord, bool) {
 	rec := q.taken[0]
 	q.taken[0] = nil
 	q.taken = q.taken[1:]
+	switch n := q.buffered.Add(-1); {
+	case n == q.high-1:
+		select {
+		case q.room <- struct{}{}:
+		default:
+		}
+	case n <= q.low && q.paused.Load():
+		q.resume()
+	}
 	fr := fetchedRecord{offset: rec.Offset, hwm: q.takenHW, time: recordTime(rec.Timestamp), key: rec.Key, value: rec.Value}
 	if len(rec.Headers) > 0 {
 		fr.headers = make([]handoff.Header, len(rec.Headers))
@@ -394,4 +477,64 @@ func (l *franzLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 		keyvals = append(keyvals, "suppressed", suppressed)
 	}
 	l.log.Warn("franz-go: "+msg, keyvals...)
+}
+
+// franzDLQ is the dead-letter writer on franz-go: a producer client of its
+// own (the group member's closes at the leave, before the publisher has
+// finished), acks from all in-sync replicas, records placed as kafka-go's
+// Hash balancer places them (kgo's Sarama-compatible hasher over FNV-1a).
+type franzDLQ struct{ cl *kgo.Client }
+
+func (r *Runtime) newFranzDLQ(dial func(context.Context, string, string) (net.Conn, error)) (dlqWriter, error) {
+	fnv1a := func(b []byte) uint32 {
+		h := fnv.New32a()
+		h.Write(b)
+		return h.Sum32()
+	}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(r.cfg.Brokers...),
+		kgo.ClientID(r.cfg.ClientID),
+		kgo.Dialer(dial),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		// Not idempotent, as kafka-go's writer: an idempotent producer
+		// cannot fail a record whose request is in flight, so the stop
+		// could not abandon a publish the broker never answers.
+		// Publishing is best effort; the state file keeps every dead
+		// letter.
+		kgo.DisableIdempotentWrite(),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(fnv1a))),
+		kgo.RecordDeliveryTimeout(publishTimeout),
+		kgo.ProducerLinger(0),
+		kgo.WithLogger(&franzLogger{r: r, log: r.log.With("client", string(ClientFranzGo)), ctx: context.Background()}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("runtime: franz-go dead-letter writer: %w", err)
+	}
+	return &franzDLQ{cl: cl}, nil
+}
+
+func (f *franzDLQ) write(ctx context.Context, recs []deadRecord) []error {
+	rs := make([]*kgo.Record, len(recs))
+	for i, d := range recs {
+		rec := &kgo.Record{Topic: d.topic, Key: d.key, Value: d.value, Timestamp: d.time}
+		if d.time.IsZero() {
+			rec.Timestamp = time.Now()
+		}
+		rec.Headers = make([]kgo.RecordHeader, len(d.headers))
+		for j, h := range d.headers {
+			rec.Headers[j] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+		}
+		rs[i] = rec
+	}
+	res := f.cl.ProduceSync(ctx, rs...)
+	errs := make([]error, len(recs))
+	for i := range res {
+		errs[i] = res[i].Err
+	}
+	return errs
+}
+
+func (f *franzDLQ) close() error {
+	f.cl.Close()
+	return nil
 }

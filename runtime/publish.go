@@ -38,7 +38,7 @@ var errAbandoned = errors.New("runtime: dead-letter publishing abandoned by the 
 // what is left of the stop's budget, then abandons the rest.
 type publisher struct {
 	r      *Runtime
-	w      *kafka.Writer
+	w      dlqWriter
 	conns  dlqConns
 	queue  chan deadPublish
 	finish chan struct{} // closed by the stop: return once the queue is empty
@@ -66,14 +66,10 @@ func (r *Runtime) openDLQ() {
 		}
 		p := &publisher{r: r, queue: make(chan deadPublish, publishQueue), finish: make(chan struct{})}
 		p.conns.base = r.baseDial()
-		p.w = &kafka.Writer{
-			Addr:                   kafka.TCP(r.cfg.Brokers...),
-			Balancer:               &kafka.Hash{},
-			RequiredAcks:           kafka.RequireAll,
-			BatchTimeout:           time.Millisecond,
-			WriteTimeout:           publishTimeout,
-			AllowAutoTopicCreation: false,
-			Transport:              r.transport(p.conns.dial),
+		var err error
+		if p.w, err = r.newDLQWriter(p.conns.dial); err != nil {
+			r.log.Error("dead-letter writer not created; dead letters stay in the state file only", "err", err)
+			return
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		p.cancel = cancel
@@ -140,23 +136,18 @@ func (p *publisher) run(ctx context.Context) {
 // write publishes batch in one write and counts each dead letter
 // published or not.
 func (p *publisher) write(ctx context.Context, batch []deadPublish) {
-	msgs := make([]kafka.Message, len(batch))
+	recs := make([]deadRecord, len(batch))
 	for i, d := range batch {
-		msgs[i] = deadLetterRecord(d.c, d.rec)
+		recs[i] = deadLetterRecord(d.c, d.rec)
 		if f := p.r.cfg.PublishHeadersFunc; f != nil {
-			msgs[i].Headers = publishHeaders(f, &d.rec.Message, msgs[i].Headers)
+			recs[i].headers = f(&d.rec.Message, recs[i].headers)
 		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, publishTimeout)
-	err := p.w.WriteMessages(wctx, msgs...)
+	errs := p.w.write(wctx, recs)
 	cancel()
-	var each kafka.WriteErrors
-	errors.As(err, &each)
 	for i, d := range batch {
-		e := err
-		if each != nil {
-			e = each[i]
-		}
+		e := errs[i]
 		if e == nil {
 			p.r.inc(d.c, outPublished)
 			continue
@@ -211,9 +202,7 @@ func (p *publisher) close(deadline time.Time) {
 		<-done
 	}
 	p.cancel()
-	err := p.w.Close()
-	p.w.Transport.(*kafka.Transport).CloseIdleConnections()
-	if err != nil {
+	if err := p.w.close(); err != nil {
 		p.r.log.Warn("dead-letter writer close failed", "err", err)
 	}
 	if p.abandoned > 0 {
@@ -222,13 +211,21 @@ func (p *publisher) close(deadline time.Time) {
 	}
 }
 
+// deadRecord is a dead letter as its topic gets it.
+type deadRecord struct {
+	topic      string
+	key, value []byte
+	headers    []handoff.Header
+	time       time.Time // zero: the publish time
+}
+
 // deadLetterRecord is the Kafka record that publishes a dead letter of
 // class c: the message's key, value and headers (nil and empty kept
 // apart), the original record's timestamp (the publish time for a
 // message that has none), and the handoff headers.
-func deadLetterRecord(c *class, rec snapshot.Record) kafka.Message {
+func deadLetterRecord(c *class, rec snapshot.Record) deadRecord {
 	m := rec.Message
-	headers := []kafka.Header{
+	headers := []handoff.Header{
 		{Key: HeaderClass, Value: []byte(c.cfg.Name)},
 		{Key: HeaderID, Value: []byte(m.ID)},
 		{Key: HeaderAttempts, Value: strconv.AppendInt(nil, int64(m.Attempt), 10)},
@@ -236,29 +233,71 @@ func deadLetterRecord(c *class, rec snapshot.Record) kafka.Message {
 	}
 	if m.Origin.IsKafka() {
 		headers = append(headers,
-			kafka.Header{Key: HeaderOriginTopic, Value: []byte(m.Origin.Topic)},
-			kafka.Header{Key: HeaderOriginPartition, Value: strconv.AppendInt(nil, int64(m.Origin.Partition), 10)},
-			kafka.Header{Key: HeaderOriginOffset, Value: strconv.AppendInt(nil, m.Origin.Offset, 10)})
+			handoff.Header{Key: HeaderOriginTopic, Value: []byte(m.Origin.Topic)},
+			handoff.Header{Key: HeaderOriginPartition, Value: strconv.AppendInt(nil, int64(m.Origin.Partition), 10)},
+			handoff.Header{Key: HeaderOriginOffset, Value: strconv.AppendInt(nil, m.Origin.Offset, 10)})
 	}
-	for _, h := range m.Headers {
-		headers = append(headers, kafka.Header{Key: h.Key, Value: h.Value})
-	}
-	return kafka.Message{Topic: c.cfg.DeadLetterTopic, Key: m.Key, Value: m.Value, Headers: headers, Time: m.Timestamp}
+	headers = append(headers, m.Headers...)
+	return deadRecord{topic: c.cfg.DeadLetterTopic, key: m.Key, value: m.Value, headers: headers, time: m.Timestamp}
 }
 
-// publishHeaders returns the headers Config.PublishHeadersFunc f makes
-// of the headers made for dead letter m.
-func publishHeaders(f func(*handoff.Message, []handoff.Header) []handoff.Header, m *handoff.Message, hs []kafka.Header) []kafka.Header {
-	in := make([]handoff.Header, len(hs))
-	for i, h := range hs {
-		in[i] = handoff.Header{Key: h.Key, Value: h.Value}
+// dlqWriter writes dead letters with the configured client: the seam's
+// produce side.
+type dlqWriter interface {
+	// write sends recs in one write and returns each one's error (nil:
+	// the broker acknowledged it from all in-sync replicas), within ctx.
+	write(ctx context.Context, recs []deadRecord) []error
+	// close ends the writer once no write is in flight.
+	close() error
+}
+
+// newDLQWriter returns the dead-letter writer of the configured client,
+// dialling through dial. Both place a keyed dead letter on the same
+// partition: FNV-1a of the key, as kafka-go's Hash balancer.
+func (r *Runtime) newDLQWriter(dial func(context.Context, string, string) (net.Conn, error)) (dlqWriter, error) {
+	if r.cfg.Client == ClientFranzGo {
+		return r.newFranzDLQ(dial)
 	}
-	out := f(m, in)
-	hs = make([]kafka.Header, len(out))
-	for i, h := range out {
-		hs[i] = kafka.Header{Key: h.Key, Value: h.Value}
+	return &kafkaGoDLQ{w: &kafka.Writer{
+		Addr:                   kafka.TCP(r.cfg.Brokers...),
+		Balancer:               &kafka.Hash{},
+		RequiredAcks:           kafka.RequireAll,
+		BatchTimeout:           time.Millisecond,
+		WriteTimeout:           publishTimeout,
+		AllowAutoTopicCreation: false,
+		Transport:              r.transport(dial),
+	}}, nil
+}
+
+// kafkaGoDLQ is the dead-letter writer on kafka-go.
+type kafkaGoDLQ struct{ w *kafka.Writer }
+
+func (k *kafkaGoDLQ) write(ctx context.Context, recs []deadRecord) []error {
+	msgs := make([]kafka.Message, len(recs))
+	for i, d := range recs {
+		hs := make([]kafka.Header, len(d.headers))
+		for j, h := range d.headers {
+			hs[j] = kafka.Header{Key: h.Key, Value: h.Value}
+		}
+		msgs[i] = kafka.Message{Topic: d.topic, Key: d.key, Value: d.value, Headers: hs, Time: d.time}
 	}
-	return hs
+	err := k.w.WriteMessages(ctx, msgs...)
+	var each kafka.WriteErrors
+	errors.As(err, &each)
+	errs := make([]error, len(recs))
+	for i := range errs {
+		errs[i] = err
+		if each != nil {
+			errs[i] = each[i]
+		}
+	}
+	return errs
+}
+
+func (k *kafkaGoDLQ) close() error {
+	err := k.w.Close()
+	k.w.Transport.(*kafka.Transport).CloseIdleConnections()
+	return err
 }
 
 // dlqConns are the dead-letter writer's connections. Abandoning the

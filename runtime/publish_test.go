@@ -25,9 +25,11 @@ func TestDeadLetterPublishHangs(t *testing.T) {
 	b := setup(t, 1, "orders", "orders-dlq")
 	b.produceValues("orders", "k", "bad-1", "bad-2", "good")
 	var held atomic.Int64
+	// Produce v13 (franz-go) names the topic by its ID (KIP-516).
+	dlqID := b.broker.Cluster().TopicInfo("orders-dlq").TopicID
 	b.broker.Cluster().ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
-			if tp.Topic == "orders-dlq" {
+			if tp.Topic == "orders-dlq" || tp.TopicID == dlqID {
 				b.broker.Cluster().KeepControl()
 				held.Add(1)
 				return nil, nil, true // read, never answered
