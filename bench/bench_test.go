@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"image/png"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +52,7 @@ func TestSmoke(t *testing.T) {
 		work: 2 * time.Millisecond, commitInterval: 100 * time.Millisecond,
 		partitions: []int{3}, classes: []int{2}, sweepN: 1000,
 		plot: filepath.Join(t.TempDir(), "scaling.png"), table: true, batchN: 2000, batchWorkers: 4,
+		stacks: allStacks[:2], franz: defaultFranzFetch, // the kafka-go stacks; TestSweepFourStacks runs all four
 	}
 	if err := cfg.check(); err != nil {
 		t.Fatal(err)
@@ -74,11 +78,82 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
+// TestSweepFourStacks runs a tiny partitions sweep of the four stacks
+// (raw kafka-go, the runtime on kafka-go, raw franz-go, the runtime on
+// franz-go) and checks that the output states each one's fetch settings,
+// has a figure of each at every point, their ratios, a memory row of
+// each at every point and per partition, and a held-memory row of each.
+// Figures are not checked.
+func TestSweepFourStacks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := config{
+		n: 1, slowN: 1, rounds: 1, tablePartition: 1, workers: 1, commitInterval: 100 * time.Millisecond,
+		partitions: []int{3, 6}, sweepN: 600, sweep: true, held: true, stacks: allStacks, franz: defaultFranzFetch,
+	}
+	if err := cfg.check(); err != nil {
+		t.Fatal(err)
+	}
+	var out, log bytes.Buffer
+	if err := run(ctx, cfg, &out, &log); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	t.Log("\n" + log.String() + out.String())
+	text := out.String()
+	for _, st := range allStacks {
+		if !strings.Contains(text, "- "+st.name+": ") {
+			t.Errorf("output states no fetch settings of %s", st.name)
+		}
+	}
+	if !strings.Contains(text, defaultFranzFetch.String()) {
+		t.Errorf("output lacks raw franz-go's settings %q", defaultFranzFetch.String())
+	}
+	head := "| sweep | raw kafka-go msgs/s | runtime on kafka-go msgs/s | raw franz-go msgs/s | runtime on franz-go msgs/s | " +
+		"runtime/raw (kafka-go) | runtime/raw (franz-go) | runtime franz-go/kafka-go | raw franz-go/kafka-go |"
+	if !strings.Contains(text, head) {
+		t.Errorf("output lacks the header %q", head)
+	}
+	rows := map[string]int{}
+	for line := range strings.Lines(text) {
+		f := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
+		for i := range f {
+			f[i] = strings.TrimSpace(f[i])
+		}
+		switch {
+		case len(f) == 10 && strings.HasSuffix(f[0], "partitions (3 topics)"):
+			// Four rates, four ratios, the vs-mean column: all numbers > 0.
+			for _, v := range f[1:] {
+				if x, err := strconv.ParseFloat(v, 64); err != nil || x <= 0 {
+					t.Errorf("row %q: %q is not a positive figure", f[0], v)
+				}
+			}
+			rows["rate "+f[0]]++
+		case len(f) == 7 && slices.ContainsFunc(allStacks, func(s stack) bool { return s.name == f[0] }):
+			rows["memory "+f[0]]++
+		case len(f) == 3 && slices.ContainsFunc(allStacks, func(s stack) bool { return s.name == f[0] }):
+			rows["per partition "+f[0]]++
+		case len(f) == 4 && slices.ContainsFunc(allStacks, func(s stack) bool { return s.name == f[0] }):
+			rows["held "+f[0]]++
+		}
+	}
+	want := map[string]int{"rate 3 partitions (3 topics)": 1, "rate 6 partitions (3 topics)": 1}
+	for _, st := range allStacks {
+		want["memory "+st.name] = 2
+		want["per partition "+st.name] = 1
+		want["held "+st.name] = 1
+	}
+	if !maps.Equal(rows, want) {
+		t.Errorf("rows %v, want %v", rows, want)
+	}
+}
+
 // sweepOfDocs is the sweep of docs/bench.md's latest run.
 var sweepOfDocs = sweepResult{
 	n: 1_000_000, rounds: 5, topics: 8,
-	partitions: []point{{3, 1025201, 1022405, 1149048}, {12, 1112389, 1110676, 1190713}, {30, 1030304, 1028170, 1155205}},
-	classes:    []point{{1, 1063257, 1060613, 1134885}, {3, 1055884, 1054248, 1201450}, {8, 1101731, 1099746, 1206125}},
+	partitions: []point{{x: 3, handled: 1025201, committed: 1022405, raw: 1149048}, {x: 12, handled: 1112389, committed: 1110676, raw: 1190713},
+		{x: 30, handled: 1030304, committed: 1028170, raw: 1155205}},
+	classes: []point{{x: 1, handled: 1063257, committed: 1060613, raw: 1134885}, {x: 3, handled: 1055884, committed: 1054248, raw: 1201450},
+		{x: 8, handled: 1101731, committed: 1099746, raw: 1206125}},
 }
 
 // TestWritePlot draws the documented sweep, then one sweep alone, and

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,20 +65,13 @@ func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
 		done(len(ms))
 		return nil
 	}
-	joined := make(chan time.Time, 1)
 	cfg := hrt.Config{
 		Brokers:        []string{s.br.addr},
 		Group:          s.group,
+		Client:         s.client,
 		StatePath:      filepath.Join(dir, "state.db"),
 		CommitInterval: s.commitInterval,
-		Logger: slog.New(tapHandler{fn: func(r slog.Record) {
-			if r.Message == "joined group generation" {
-				select {
-				case joined <- r.Time:
-				default:
-				}
-			}
-		}}),
+		Logger:         slog.New(tapHandler{fn: func(slog.Record) {}}),
 	}
 	for i, topics := range s.classes {
 		c := hrt.Class{Name: fmt.Sprintf("class-%d", i), Topics: topics, Handler: h, Workers: s.workers}
@@ -90,6 +84,26 @@ func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
 	if err != nil {
 		return tm, err
 	}
+	// The join is when Ready turns true (polled every millisecond): the
+	// same moment on both clients, kafka-go's generation join or
+	// franz-go's first assignment (Run is ready before either).
+	joined := make(chan time.Time, 1)
+	stopPolling := make(chan struct{})
+	var polling sync.WaitGroup
+	polling.Go(func() {
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for !rt.Ready() {
+			select {
+			case <-stopPolling:
+				return
+			case <-t.C:
+			}
+		}
+		joined <- time.Now()
+	})
+	defer polling.Wait()
+	defer close(stopPolling)
 	ran := runInBackground(rt)
 	fail := func(err error) (timing, error) {
 		rt.Close()
@@ -107,7 +121,7 @@ func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
 	select {
 	case tm.began = <-joined:
 	default:
-		return fail(fmt.Errorf("runtime: no generation join logged"))
+		return fail(fmt.Errorf("runtime: all handled, but not Ready"))
 	}
 	if tm.committed, err = s.br.waitCommitted(ctx, s.group, s.topics(), s.n); err != nil {
 		return fail(err)

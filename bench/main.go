@@ -1,10 +1,14 @@
 // Command bench measures the handoff runtime against raw kafka-go, side
-// by side in one run, over an embedded Kafka-protocol broker that runs in
-// a separate process (this binary, re-executed):
+// by side in one run, and in the sweep the runtime on each of its two
+// Kafka clients against the raw client (kafka-go, franz-go), over an
+// embedded Kafka-protocol broker that runs in a separate process (this
+// binary, re-executed):
 //
 //	go run ./bench                      # the table, 3 rounds
 //	go run ./bench -plot docs/scaling.png # plus the scaling sweep
 //	go run ./bench -table=false           # only the heartbeats measure (batch vs one at a time)
+//	go run ./bench -table=false -batch-n 0 -partitions 3,96,300 -classes '' -sweep-n 300000
+//	                                      # the four stacks against partitions
 //
 // Each side of each round reads every message with a fresh consumer
 // group, until the group's committed offsets cover all of them. Sides
@@ -45,7 +49,11 @@ type config struct {
 	partitions     []int  // sweep: total partitions over 3 topics
 	classes        []int  // sweep: classes over max(classes) topics
 	sweepN         int    // messages per sweep point
-	plot           string // sweep and write the PNG here; empty: no sweep
+	plot           string // sweep and write the PNG here
+	sweep          bool   // run the sweep (also with plot)
+	held           bool   // the sweep's held-memory measure
+	stacks         []stack
+	franz          franzFetch // raw franz-go's fetch settings
 	table          bool
 	profileDir     string
 	timeout        time.Duration
@@ -58,7 +66,8 @@ func main() {
 		os.Exit(brokerChild(spec))
 	}
 	var cfg config
-	var parts, classes string
+	var parts, classes, stacks string
+	var franzMax, franzPart int
 	flag.IntVar(&cfg.n, "n", 1_000_000, "messages for the no-op comparison (over 3 topics)")
 	flag.IntVar(&cfg.slowN, "slow-n", 24_000, "messages for the 2ms-handler comparison")
 	flag.IntVar(&cfg.memN, "mem-n", 20_000, "messages of 1 KiB for the memory-per-queued-message measure; 0 skips it")
@@ -72,15 +81,26 @@ func main() {
 	flag.StringVar(&classes, "classes", "1,3,8", "sweep: classes, over max(classes) topics of 3 partitions")
 	flag.IntVar(&cfg.sweepN, "sweep-n", 0, "messages per sweep point; 0 means -n")
 	flag.StringVar(&cfg.plot, "plot", "", "run the sweep and draw it as a PNG at this path (docs/scaling.png)")
+	flag.BoolVar(&cfg.sweep, "sweep", false, "run the sweep; -plot, -partitions and -classes imply it")
+	flag.BoolVar(&cfg.held, "held", true, "sweep: measure each stack's held memory (handler blocked) at the most partitions")
+	flag.StringVar(&stacks, "stacks", strings.Join([]string{rawKafkaGo, runtimeKafkaGo, rawFranzGo, runtimeFranzGo}, ","), "sweep: the stacks compared, in the table's order")
+	flag.IntVar(&franzMax, "franz-fetch-max-bytes", int(defaultFranzFetch.maxBytes), "raw franz-go's kgo.FetchMaxBytes")
+	flag.IntVar(&franzPart, "franz-fetch-max-partition-bytes", int(defaultFranzFetch.maxPartitionBytes), "raw franz-go's kgo.FetchMaxPartitionBytes")
+	flag.DurationVar(&cfg.franz.maxWait, "franz-fetch-max-wait", defaultFranzFetch.maxWait, "raw franz-go's kgo.FetchMaxWait")
 	flag.BoolVar(&cfg.table, "table", true, "run the side-by-side table")
-	flag.StringVar(&cfg.profileDir, "profile", "", "write CPU and allocation profiles of the first no-op round's sides to this directory")
+	flag.StringVar(&cfg.profileDir, "profile", "", "write CPU and allocation profiles of the first no-op round's sides, and of each sweep point's first round's stacks, to this directory")
 	flag.IntVar(&cfg.batchN, "batch-n", 20_000, "messages for the heartbeats measure (a batch class vs one message per call, handler costing 1ms per call + 10µs per message); 0 skips it")
 	flag.IntVar(&cfg.batchWorkers, "batch-workers", 8, "workers (calls at once) of the heartbeats class, both sides")
 	flag.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "give up after this long")
 	flag.Parse()
+	flag.Visit(func(f *flag.Flag) { cfg.sweep = cfg.sweep || f.Name == "partitions" || f.Name == "classes" })
+	cfg.franz.maxBytes, cfg.franz.maxPartitionBytes = int32(franzMax), int32(franzPart)
 	var err error
 	if cfg.partitions, err = intList(parts); err == nil {
 		cfg.classes, err = intList(classes)
+	}
+	if err == nil {
+		cfg.stacks, err = stacksOf(stacks)
 	}
 	if err == nil {
 		err = cfg.check()
@@ -119,8 +139,15 @@ func (c *config) check() error {
 			return fmt.Errorf("-classes: %d must be > 0", k)
 		}
 	}
-	if c.plot != "" && len(c.partitions) == 0 && len(c.classes) == 0 {
-		return fmt.Errorf("-plot: -partitions and -classes are both empty")
+	c.sweep = c.sweep || c.plot != ""
+	if c.sweep && len(c.partitions) == 0 && len(c.classes) == 0 {
+		return fmt.Errorf("sweep: -partitions and -classes are both empty")
+	}
+	if c.sweep && len(c.stacks) == 0 {
+		return fmt.Errorf("sweep: no -stacks")
+	}
+	if c.franz.maxBytes <= 0 || c.franz.maxPartitionBytes <= 0 || c.franz.maxWait <= 0 {
+		return fmt.Errorf("-franz-fetch-max-bytes, -franz-fetch-max-partition-bytes and -franz-fetch-max-wait must be > 0")
 	}
 	if c.sweepN == 0 {
 		c.sweepN = c.n
@@ -160,12 +187,15 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 		}
 		printBatch(out, cfg, b)
 	}
-	if cfg.plot != "" {
+	if cfg.sweep {
 		sw, err := runSweep(ctx, cfg, log)
 		if err != nil {
 			return err
 		}
 		printSweep(out, sw)
+		if cfg.plot == "" {
+			return nil
+		}
 		if err := writePlot(cfg.plot, sw); err != nil {
 			return err
 		}
@@ -192,6 +222,7 @@ type sample struct {
 	busy          float64
 	cpuUS, allocs float64 // per message
 	peakRSS       uint64
+	liveHeap      uint64 // the largest live heap sampled (see meter)
 	stop          time.Duration
 	calls         int64 // handler calls (the heartbeats measure)
 }
@@ -221,6 +252,7 @@ func measure(ctx context.Context, side sideFunc, s spec, prof string) (sample, e
 	}
 	m := startMeter()
 	tm, err := side(ctx, s, m)
+	m.end() // a side that failed did not
 	if prof != "" {
 		pprof.StopCPUProfile()
 		if err == nil {
@@ -240,6 +272,7 @@ func measure(ctx context.Context, side sideFunc, s spec, prof string) (sample, e
 		cpuUS:     float64((m.endUse.cpu - m.start.cpu).Microseconds()) / n,
 		allocs:    float64(m.endUse.mallocs-m.start.mallocs) / n,
 		peakRSS:   m.peak,
+		liveHeap:  m.liveHeap,
 		stop:      tm.stop,
 		calls:     tm.calls,
 	}, nil
@@ -431,6 +464,7 @@ func medianSample(ss []sample) sample {
 		cpuUS:     pick(func(s sample) float64 { return s.cpuUS }),
 		allocs:    pick(func(s sample) float64 { return s.allocs }),
 		peakRSS:   uint64(pick(func(s sample) float64 { return float64(s.peakRSS) })),
+		liveHeap:  uint64(pick(func(s sample) float64 { return float64(s.liveHeap) })),
 		stop:      time.Duration(pick(func(s sample) float64 { return float64(s.stop) })),
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"syscall"
 	"time"
@@ -65,22 +66,62 @@ func peakRSS() uint64 {
 // handled: the hot path, without the wait for the commit tick), peak RSS
 // to the moment it calls end (the group's commit covers every message).
 // The stop that follows is not measured.
+//
+// It also samples the live heap (runtime/metrics /gc/heap/live:bytes, the
+// heap marked live by the last GC) every 10 ms from the start to end:
+// liveHeap is the largest sample, the memory the side's consumer held
+// without the garbage not yet collected that RSS counts too.
 type meter struct {
 	hwmReset bool
 	start    usage
 	endUse   usage
 	peak     uint64
+	liveHeap uint64
+
+	stopSampling chan struct{}
+	sampled      chan uint64
 }
 
 func (m *meter) handled() { m.endUse = readUsage() }
 
 func startMeter() *meter {
-	m := &meter{hwmReset: resetPeakRSS()}
+	m := &meter{hwmReset: resetPeakRSS(), stopSampling: make(chan struct{}), sampled: make(chan uint64, 1)}
 	m.start = readUsage()
+	go sampleLiveHeap(m.stopSampling, m.sampled)
 	return m
 }
 
-func (m *meter) end() { m.peak = peakRSS() }
+// sampleLiveHeap samples until stop closes, then sends the largest sample.
+func sampleLiveHeap(stop <-chan struct{}, out chan<- uint64) {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	var top uint64
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		metrics.Read(s)
+		if s[0].Value.Kind() == metrics.KindUint64 {
+			top = max(top, s[0].Value.Uint64())
+		}
+		select {
+		case <-stop:
+			out <- top
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// end records the peak RSS and the live heap's peak; a second call does
+// nothing.
+func (m *meter) end() {
+	if m.stopSampling == nil {
+		return
+	}
+	m.peak = peakRSS()
+	close(m.stopSampling)
+	m.stopSampling = nil
+	m.liveHeap = <-m.sampled
+}
 
 // sleepTime measures what time.Sleep(d) really takes here, averaged over
 // 100 calls: the worker ceiling is workers ÷ this, not ÷ d.

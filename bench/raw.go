@@ -31,6 +31,11 @@ type spec struct {
 	// MaxBatch (the runtime side only).
 	callCost, msgCost time.Duration
 	maxBatch          int
+	// client is the runtime's Config.Client (the runtime side only; empty
+	// is its default, kafka-go).
+	client hrt.Client
+	// franz is raw franz-go's fetch settings; zero is defaultFranzFetch.
+	franz franzFetch
 }
 
 func (s spec) topics() []string {

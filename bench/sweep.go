@@ -4,15 +4,85 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
+	"strings"
+
+	hrt "github.com/handoff-go/handoff/runtime"
 )
 
-// point is one sweep point: medians over the rounds of the runtime's
-// rates and of raw kafka-go's handled rate on the same topics.
+// stack is one of the consumers the sweep compares, each on the same
+// topics in the same rounds.
+type stack struct {
+	key    string // as -stacks names it
+	name   string // as the output names it
+	run    sideFunc
+	client hrt.Client // the runtime's Config.Client; raw stacks: ""
+}
+
+// The four stacks, in the order of the output's columns.
+const (
+	rawKafkaGo     = "raw-kafka-go"
+	runtimeKafkaGo = "runtime-kafka-go"
+	rawFranzGo     = "raw-franz-go"
+	runtimeFranzGo = "runtime-franz-go"
+)
+
+var allStacks = []stack{
+	{rawKafkaGo, "raw kafka-go", runRaw, ""},
+	{runtimeKafkaGo, "runtime on kafka-go", runHandoff, hrt.ClientKafkaGo},
+	{rawFranzGo, "raw franz-go", runRawFranz, ""},
+	{runtimeFranzGo, "runtime on franz-go", runHandoff, hrt.ClientFranzGo},
+}
+
+// stacksOf returns the stacks -stacks names, in allStacks' order.
+func stacksOf(list string) ([]stack, error) {
+	want := map[string]bool{}
+	for f := range strings.SplitSeq(list, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if !slices.ContainsFunc(allStacks, func(s stack) bool { return s.key == f }) {
+			var keys []string
+			for _, s := range allStacks {
+				keys = append(keys, s.key)
+			}
+			return nil, fmt.Errorf("-stacks: unknown %q (want some of %s)", f, strings.Join(keys, ","))
+		}
+		want[f] = true
+	}
+	var out []stack
+	for _, s := range allStacks {
+		if want[s.key] {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("-stacks: none named in %q", list)
+	}
+	return out, nil
+}
+
+// stackFig is one stack's figures at one sweep point: medians over the
+// rounds, but for the memory, the largest of the rounds (a bound, and
+// the two figures of one round: medians taken apart could pair a live
+// heap with another round's smaller RSS).
+type stackFig struct {
+	handled, committed float64 // msgs/s
+	steady             float64 // msgs/s, first message handled to the last
+	cpuUS, allocs      float64 // per message
+	peakRSS, liveHeap  uint64  // bytes
+}
+
+// point is one sweep point: the stacks' medians over the rounds. handled,
+// committed and raw are the runtime on kafka-go's rates and raw
+// kafka-go's handled rate (zero for a stack not run), which the plot
+// draws.
 type point struct {
 	x                  int
 	handled, committed float64
 	raw                float64
+	by                 map[string]stackFig // by stack key
 }
 
 // mean returns the mean handled rate of pts: the centre of the ±10 %
@@ -25,49 +95,65 @@ func mean(pts []point) float64 {
 	return s / float64(len(pts))
 }
 
-// sweepResult is how the runtime's no-op throughput scales.
+// sweepResult is how the stacks' no-op throughput scales.
 type sweepResult struct {
 	n, rounds  int
-	partitions []point // 3 topics, x partitions in all
-	classes    []point // max(classes) topics of 3 partitions, x classes
-	topics     int     // topics of the classes sweep
+	stacks     []stack
+	franz      franzFetch // raw franz-go's fetch settings
+	partitions []point    // 3 topics, x partitions in all
+	classes    []point    // max(classes) topics of 3 partitions, x classes
+	topics     int        // topics of the classes sweep
+	// held is each stack's held memory at heldAt partitions (the most of
+	// the partitions sweep); nil when not measured.
+	held   map[string]heldFig
+	heldAt int
 }
 
-// runSweep measures the runtime (no-op handler) against partitions, then
-// against classes, each point with its own topics and fresh groups, and
-// raw kafka-go on the same topics in the same rounds (interleaved, order
-// flipped every round): raw is what the broker and the machine allow at
-// that point, and in the classes sweep, where its setup is the same at
-// every point, its spread is the noise of the measure. The partitions
-// sweep starts a broker per point.
+// runSweep measures the stacks (no-op handler) against partitions, then
+// against classes, each point with its own topics and fresh groups, all
+// stacks on the same topics in the same rounds (interleaved, the order
+// rotating every round). Raw kafka-go is what the broker and the machine
+// allow a kafka-go consumer at that point; raw franz-go the same for a
+// franz-go one. In the classes sweep, where the raw stacks' setup is the
+// same at every point, their spread is the noise of the measure. The
+// partitions sweep starts a broker per point.
 func runSweep(ctx context.Context, cfg config, log io.Writer) (sweepResult, error) {
-	sw := sweepResult{n: cfg.sweepN, rounds: cfg.rounds}
-	pointOf := func(x int, s spec) (point, error) {
-		var hs, cs, raws []float64
+	sw := sweepResult{n: cfg.sweepN, rounds: cfg.rounds, stacks: cfg.stacks, franz: cfg.franz}
+	pointOf := func(kind string, x int, s spec) (point, error) {
+		s.franz = cfg.franz
+		got := map[string][]sample{}
 		for r := range cfg.rounds {
-			var rt, raw sample
-			for i := range 2 {
-				isRaw := (i == 0) == (r%2 == 0) // raw first in even rounds
-				side := runHandoff
-				if isRaw {
-					side = runRaw
+			k := r % len(cfg.stacks)
+			order := slices.Concat(cfg.stacks[k:], cfg.stacks[:k])
+			line := fmt.Sprintf("sweep x=%d round %d", x, r)
+			for _, st := range order {
+				ss := s
+				ss.client = st.client
+				prof := ""
+				if cfg.profileDir != "" && r == 0 {
+					prof = filepath.Join(cfg.profileDir, fmt.Sprintf("sweep-%s-%d-%s", kind, x, st.key))
 				}
-				smp, err := measure(ctx, side, s, "")
+				smp, err := measure(ctx, st.run, ss, prof)
 				if err != nil {
-					return point{}, err
+					return point{}, fmt.Errorf("%s, x=%d: %w", st.name, x, err)
 				}
-				if isRaw {
-					raw = smp
-				} else {
-					rt = smp
-				}
+				got[st.key] = append(got[st.key], smp)
+				line += fmt.Sprintf("; %s %.0f (steady %.0f, RSS %.0f MiB)", st.name, smp.handled, smp.steady, float64(smp.peakRSS)/(1<<20))
 			}
-			raws = append(raws, raw.handled)
-			fmt.Fprintf(log, "sweep x=%d round %d: runtime %9.0f msgs/s handled, %9.0f committed; raw %9.0f handled\n",
-				x, r, rt.handled, rt.committed, raw.handled)
-			hs, cs = append(hs, rt.handled), append(cs, rt.committed)
+			fmt.Fprintln(log, line+" msgs/s handled")
 		}
-		return point{x: x, handled: median(hs), committed: median(cs), raw: median(raws)}, nil
+		pt := point{x: x, by: map[string]stackFig{}}
+		for key, ss := range got {
+			m := medianSample(ss)
+			f := stackFig{handled: m.handled, committed: m.committed, steady: m.steady, cpuUS: m.cpuUS, allocs: m.allocs}
+			for _, smp := range ss {
+				f.peakRSS, f.liveHeap = max(f.peakRSS, smp.peakRSS), max(f.liveHeap, smp.liveHeap)
+			}
+			pt.by[key] = f
+		}
+		pt.handled, pt.committed = pt.by[runtimeKafkaGo].handled, pt.by[runtimeKafkaGo].committed
+		pt.raw = pt.by[rawKafkaGo].handled
+		return pt, nil
 	}
 
 	topics := []string{"sweep-a", "sweep-b", "sweep-c"}
@@ -86,8 +172,14 @@ func runSweep(ctx context.Context, cfg config, log io.Writer) (sweepResult, erro
 			for _, t := range topics {
 				cs = append(cs, []string{t})
 			}
-			pt, err := pointOf(p, spec{br: br, classes: cs, n: cfg.sweepN, commitInterval: cfg.commitInterval})
+			sp := spec{br: br, classes: cs, n: cfg.sweepN, commitInterval: cfg.commitInterval, franz: cfg.franz}
+			pt, err := pointOf("partitions", p, sp)
 			sw.partitions = append(sw.partitions, pt)
+			if err != nil || !cfg.held || p != slices.Max(cfg.partitions) {
+				return err
+			}
+			sw.heldAt = p
+			sw.held, err = runHeld(ctx, cfg.stacks, sp, log)
 			return err
 		}()
 		if err != nil {
@@ -117,7 +209,7 @@ func runSweep(ctx context.Context, cfg config, log io.Writer) (sweepResult, erro
 		for i, t := range ctopics {
 			cs[i%k] = append(cs[i%k], t)
 		}
-		pt, err := pointOf(k, spec{br: br, classes: cs, n: cfg.sweepN, commitInterval: cfg.commitInterval})
+		pt, err := pointOf("classes", k, spec{br: br, classes: cs, n: cfg.sweepN, commitInterval: cfg.commitInterval})
 		if err != nil {
 			return sw, err
 		}
@@ -126,10 +218,56 @@ func runSweep(ctx context.Context, cfg config, log io.Writer) (sweepResult, erro
 	return sw, nil
 }
 
+// fetchSettings says how each stack fetches, as the sweep ran it.
+func fetchSettings(st stack, franz franzFetch) string {
+	switch st.key {
+	case rawKafkaGo:
+		return fmt.Sprintf("a kafka.Reader per partition, MinBytes 1, MaxBytes 10 MiB, MaxWait %s, QueueCapacity 100 (kafka-go's default)", hrt.DefaultFetchMaxWait)
+	case runtimeKafkaGo:
+		return fmt.Sprintf("a kafka.Client.Fetch loop per partition, 1 MiB per response, FetchMaxWait %s, FetchQueue %d (the runtime's defaults)", hrt.DefaultFetchMaxWait, hrt.DefaultFetchQueue)
+	case rawFranzGo:
+		return "one kgo.Client, fetches per broker, " + franz.String()
+	case runtimeFranzGo:
+		return fmt.Sprintf("one kgo.Client, fetches per broker, FetchMaxBytes 3 MiB, FetchMaxPartitionBytes 1 MiB, FetchMaxWait %s, a queue per partition that pauses its partition at FetchQueue %d records (the runtime's defaults)", hrt.DefaultFetchMaxWait, hrt.DefaultFetchQueue)
+	}
+	return ""
+}
+
+// ratios are the comparisons the sweep prints, where it ran both stacks.
+var ratios = []struct{ name, of, to string }{
+	{"runtime/raw (kafka-go)", runtimeKafkaGo, rawKafkaGo},
+	{"runtime/raw (franz-go)", runtimeFranzGo, rawFranzGo},
+	{"runtime franz-go/kafka-go", runtimeFranzGo, runtimeKafkaGo},
+	{"raw franz-go/kafka-go", rawFranzGo, rawKafkaGo},
+}
+
 func printSweep(w io.Writer, sw sweepResult) {
-	fmt.Fprintf(w, "\nno-op handler, n=%d, median of %d interleaved rounds:\n\n", sw.n, sw.rounds)
-	fmt.Fprintln(w, "| sweep | runtime handled msgs/s | runtime committed msgs/s | raw kafka-go handled msgs/s | runtime vs raw | runtime vs sweep mean |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: |")
+	has := func(key string) bool {
+		return slices.ContainsFunc(sw.stacks, func(s stack) bool { return s.key == key })
+	}
+	fmt.Fprintf(w, "\nno-op handler, %d-byte values, n=%d, median of %d interleaved rounds; fetch settings:\n\n", valueSize, sw.n, sw.rounds)
+	for _, st := range sw.stacks {
+		fmt.Fprintf(w, "- %s: %s\n", st.name, fetchSettings(st, sw.franz))
+	}
+	fmt.Fprintln(w)
+	head := "| sweep |"
+	sep := "| --- |"
+	for _, st := range sw.stacks {
+		head += " " + st.name + " msgs/s |"
+		sep += " ---: |"
+	}
+	for _, r := range ratios {
+		if has(r.of) && has(r.to) {
+			head += " " + r.name + " |"
+			sep += " ---: |"
+		}
+	}
+	if has(runtimeKafkaGo) {
+		head += " runtime on kafka-go vs sweep mean |"
+		sep += " ---: |"
+	}
+	fmt.Fprintln(w, head)
+	fmt.Fprintln(w, sep)
 	for _, s := range []struct {
 		what string
 		pts  []point
@@ -139,7 +277,86 @@ func printSweep(w io.Writer, sw sweepResult) {
 		}
 		m := mean(s.pts)
 		for _, p := range s.pts {
-			fmt.Fprintf(w, "| %d %s | %.0f | %.0f | %.0f | %.2f | %.2f |\n", p.x, s.what, p.handled, p.committed, p.raw, p.handled/p.raw, p.handled/m)
+			line := fmt.Sprintf("| %d %s |", p.x, s.what)
+			for _, st := range sw.stacks {
+				line += fmt.Sprintf(" %.0f |", p.by[st.key].handled)
+			}
+			for _, r := range ratios {
+				if has(r.of) && has(r.to) {
+					line += fmt.Sprintf(" %.2f |", p.by[r.of].handled/p.by[r.to].handled)
+				}
+			}
+			if has(runtimeKafkaGo) {
+				line += fmt.Sprintf(" %.2f |", p.handled/m)
+			}
+			fmt.Fprintln(w, line)
 		}
+	}
+	printSweepMemory(w, sw)
+	printHeld(w, sw)
+}
+
+// printHeld prints the held-memory measure.
+func printHeld(w io.Writer, sw sweepResult) {
+	if sw.held == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nheld memory at %d partitions: all %d messages of %d bytes produced (%d per partition), every handler blocked from the first message on; the live heap after GC once it stopped growing (within 1 %% or 256 KiB for %s), over the heap before the consumer was made:\n\n",
+		sw.heldAt, sw.n, valueSize, sw.n/sw.heldAt, heldSettle)
+	fmt.Fprintln(w, "| stack | held MiB | held KiB/partition | settled |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | --- |")
+	for _, st := range sw.stacks {
+		f, ok := sw.held[st.key]
+		if !ok {
+			continue
+		}
+		settled := "yes"
+		if !f.settled {
+			settled = fmt.Sprintf("no (largest in %s)", heldLimit)
+		}
+		fmt.Fprintf(w, "| %s | %.1f | %.1f | %s |\n", st.name, float64(f.bytes)/(1<<20), float64(f.bytes)/float64(sw.heldAt)/1024, settled)
+	}
+}
+
+// printSweepMemory prints the partitions sweep's memory: each stack's
+// peak RSS and peak live heap at each point, CPU and allocations per
+// message, and the memory per partition, the growth of the live heap
+// and of the peak RSS from the fewest partitions to the most, over the
+// partitions added.
+func printSweepMemory(w io.Writer, sw sweepResult) {
+	pts := sw.partitions
+	if len(pts) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\neach stack against partitions: the steady rate (first message handled to the last, without the join and the first fetch), CPU and allocations (medians), and the memory of the measuring process (the broker is another; the largest of the rounds): peak RSS is VmHWM reset before each side, live heap the largest /gc/heap/live:bytes sampled every 10 ms:")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| stack | partitions | steady msgs/s | CPU µs/msg | allocs/msg | peak RSS MiB | peak live heap MiB |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, st := range sw.stacks {
+		for _, p := range pts {
+			f := p.by[st.key]
+			fmt.Fprintf(w, "| %s | %d | %.0f | %.2f | %.2f | %.1f | %.1f |\n", st.name, p.x,
+				f.steady, f.cpuUS, f.allocs, float64(f.peakRSS)/(1<<20), float64(f.liveHeap)/(1<<20))
+		}
+	}
+	lo, hi := pts[0], pts[0]
+	for _, p := range pts {
+		if p.x < lo.x {
+			lo = p
+		}
+		if p.x > hi.x {
+			hi = p
+		}
+	}
+	if hi.x == lo.x {
+		return
+	}
+	fmt.Fprintf(w, "\nmemory per partition, from %d to %d partitions ((figure at %d − figure at %d) ÷ %d):\n\n", lo.x, hi.x, hi.x, lo.x, hi.x-lo.x)
+	fmt.Fprintln(w, "| stack | live heap KiB/partition | peak RSS KiB/partition |")
+	fmt.Fprintln(w, "| --- | ---: | ---: |")
+	per := func(a, b uint64) float64 { return (float64(a) - float64(b)) / float64(hi.x-lo.x) / 1024 }
+	for _, st := range sw.stacks {
+		h, l := hi.by[st.key], lo.by[st.key]
+		fmt.Fprintf(w, "| %s | %.1f | %.1f |\n", st.name, per(h.liveHeap, l.liveHeap), per(h.peakRSS, l.peakRSS))
 	}
 }

@@ -65,3 +65,46 @@ func TestStopBoundedWhenBrokerHangs(t *testing.T) {
 	t.Logf("stop against a hung broker: %s (quiesce %s, commit %s, leave %s)", took.Round(time.Millisecond),
 		rep.Quiesce.Round(time.Millisecond), rep.Commit.Round(time.Millisecond), rep.Leave.Round(time.Millisecond))
 }
+
+// TestStopIdleBounded: a stop with empty pools (everything handled and
+// committed) takes the fixed part of the stop only: no drain, no hard
+// stop, a final commit with nothing to commit and the leave. On franz-go a
+// dynamic member leaves the group; a static one (Instance set) does not.
+// The bound asserted is the stop's budget; the figures are logged.
+func TestStopIdleBounded(t *testing.T) {
+	t.Parallel()
+	for _, static := range []bool{false, true} {
+		t.Run(map[bool]string{false: "dynamic", true: "static"}[static], func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, 4, "orders")
+			produced := b.produce(200)
+			var handled atomic.Int64
+			cfg := b.config(func(context.Context, *handoff.Message) error { handled.Add(1); return nil }, nil)
+			if static {
+				cfg.Instance = "idle-0"
+			}
+			rt, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wait := start(t, rt, context.Background())
+			waitFor(t, "everything handled", func() bool { return handled.Load() == int64(produced) })
+			waitFor(t, "everything committed", func() bool { return b.committed() == int64(produced) })
+			begin := time.Now()
+			rt.Shutdown(context.Background())
+			rep, err := wait()
+			took := time.Since(begin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if took > rt.stopBudget() {
+				t.Errorf("idle stop took %s, budget %s", took, rt.stopBudget())
+			}
+			if rep.Snapshotted != 0 || rep.Drained != 0 {
+				t.Errorf("idle stop drained %d, saved %d", rep.Drained, rep.Snapshotted)
+			}
+			t.Logf("%s idle stop: %s (quiesce %s, drain %s, commit %s, leave %s)", rt.cfg.Client, took.Round(time.Millisecond),
+				rep.Quiesce.Round(time.Millisecond), rep.Drain.Round(time.Millisecond), rep.Commit.Round(time.Millisecond), rep.Leave.Round(time.Millisecond))
+		})
+	}
+}

@@ -40,6 +40,9 @@ func (g *generation) keep(end context.Context) {
 	var wait time.Duration // until soon looks again; 0 while not armed
 	budget := newCommitBudget(len(g.trackers()), minCommitGap(interval), time.Now())
 	commit := func(when string) {
+		if g.final.Load() { // the stop's final commit is on its way
+			return
+		}
 		if err := g.commit(); err != nil {
 			g.r.metrics.commitFailed()
 			g.r.logs.warn(g.r.log, "commit failed", "commit failed; retrying at the next interval", "generation", g.id.Load(), "when", when, "err", err)
@@ -89,6 +92,12 @@ func (g *generation) keep(end context.Context) {
 				}
 			}
 		case <-end.Done():
+			if g.client == ClientFranzGo {
+				// The client is closed, at the stop's leave: fetching
+				// ended at the quiesce and nothing can be committed any
+				// more.
+				return
+			}
 			given := g.r.revoked.Load()
 			g.remove(nil, false)
 			g.r.metrics.rebalanced()
@@ -101,16 +110,16 @@ func (g *generation) keep(end context.Context) {
 // apply makes an assignment or a revocation of franz-go's and answers it.
 func (g *generation) apply(ch change) {
 	defer close(ch.done)
+	if g.final.Load() {
+		// The stop's final commit is on its way or done: what the
+		// membership does now (a close's revocation) changes nothing.
+		return
+	}
 	if len(ch.remove) > 0 {
 		g.remove(ch.remove, ch.lost)
 		g.r.metrics.rebalanced()
 	}
 	g.add(ch.add)
-	if ch.quiesce {
-		for _, fl := range g.parts {
-			<-fl.done
-		}
-	}
 }
 
 // request hands ch to the keeper and waits until it is applied, or until
@@ -324,6 +333,7 @@ func (r *Runtime) finalCommit() error {
 	timer := time.NewTimer(commitTimeout)
 	defer timer.Stop()
 	reply := make(chan error, 1)
+	g.final.Store(true)
 	select {
 	case g.finalReq <- reply:
 	case <-g.ended:

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -88,6 +89,10 @@ func (r *Runtime) startFranzGo(fetchCtx context.Context, topics []string, poll *
 		kgo.FetchMaxBytes(franzFetchMaxBytes),
 		kgo.FetchMaxPartitionBytes(fetchMaxBytes),
 		kgo.WithLogger(&franzLogger{r: r, log: r.log.With("client", string(ClientFranzGo)), ctx: fetchCtx}),
+		// The runtime's metrics are Prometheus'; no client telemetry
+		// (KIP-714) to the brokers, whose final push would add a second
+		// to a close against a broker that does not answer.
+		kgo.DisableClientMetrics(),
 	}
 	if r.cfg.staticID != "" {
 		opts = append(opts, kgo.InstanceID(r.cfg.staticID))
@@ -103,13 +108,14 @@ func (r *Runtime) startFranzGo(fetchCtx context.Context, topics []string, poll *
 		return nil, fmt.Errorf("runtime: franz-go client: %w", err)
 	}
 	f.cl = cl
+	r.franz = f
 	r.setGen(f.g)
 	go f.g.keep(f.life)
 	f.g.fetching.Store(true)
 	lag := f.g.startLag(fetchCtx)
 	poll.Go(func() {
 		f.poll(fetchCtx)
-		f.g.request(change{quiesce: true}) // the stop's quiesce waits for the fetch loops
+		f.g.quiesce() // the stop's quiesce waits for the fetch loops
 		f.g.fetching.Store(false)
 		lag.stop()
 	})
@@ -132,6 +138,9 @@ func (f *franzGo) assigned(_ context.Context, cl *kgo.Client, added map[string][
 	f.mu.Unlock()
 	f.g.request(change{add: ps})
 	f.r.joined.Store(true)
+	// As kafka-go's path logs each generation it joins: cooperative
+	// generations keep their partitions, so the count is all it holds.
+	f.r.log.Info("joined group generation", "group", f.r.cfg.Group, "generation", gen, "partitions", len(f.g.trackers()))
 }
 
 // revoked is franz-go's OnPartitionsRevoked: the partitions moving away
@@ -207,17 +216,44 @@ func (f *franzGo) poll(ctx context.Context) {
 			f.r.metrics.fetchError(topic)
 			f.r.logs.warn(f.r.log, "fetch failed", "fetch failed; franz-go retries", "topic", topic, "partition", p, "err", err)
 		})
+		var full []*franzQueue
 		f.mu.Lock()
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 			if len(p.Records) == 0 {
 				return
 			}
-			if q := f.queues[tp{p.Topic, int(p.Partition)}]; q != nil {
-				q.put(p.Records, p.HighWatermark)
+			if q := f.queues[tp{p.Topic, int(p.Partition)}]; q != nil && q.put(p.Records, p.HighWatermark) {
+				full = append(full, q)
 			}
 		})
 		f.mu.Unlock()
+		pauseFull(full)
 		f.cl.AllowRebalance()
+	}
+}
+
+// pauseFull pauses the partitions of the queues in full that are still
+// full after pauseGrace. Meanwhile franz-go's next fetch may be on its
+// way, for these partitions too: memory per partition is FetchQueue
+// records and up to two partition fetches (1 MiB each).
+func pauseFull(full []*franzQueue) {
+	if len(full) == 0 {
+		return
+	}
+	grace := time.NewTimer(pauseGrace)
+	defer grace.Stop()
+	late := false
+	for _, q := range full {
+		for !late && q.full() {
+			select {
+			case <-q.room:
+			case <-grace.C:
+				late = true
+			}
+		}
+	}
+	for _, q := range full {
+		q.pauseIfFull()
 	}
 }
 
@@ -252,33 +288,68 @@ func (f *franzGo) commit(offsets map[string]map[int]int64) error {
 	return errors.Join(errs...)
 }
 
-// leave closes the client within wait. A static member does not leave
-// the group (its restart within SessionTimeout takes its partitions back
-// without a rebalance); a dynamic one does. Then the keeper ends.
+// leave ends the membership within wait, then closes the client and ends
+// the keeper. A static member does not leave the group (its restart
+// within SessionTimeout takes its partitions back without a rebalance); a
+// dynamic one sends LeaveGroup, after a join in flight if there is one.
+// kgo's Close waits for the leave without a bound, so the leave is made
+// first with wait as its deadline, after which Close is immediate.
 func (f *franzGo) leave(wait time.Duration) {
+	// The close gets a second of wait (kgo ends its fetch sessions within
+	// one), the leave the rest.
+	closeWait := min(leaveTimeout, wait/2)
+	ctx, cancel := context.WithTimeout(context.Background(), wait-closeWait)
+	err := f.cl.LeaveGroupContext(ctx)
+	cancel()
+	if err != nil {
+		f.r.log.Warn("leaving the group did not finish within the stop's budget (a join may be in flight, or the broker does not answer); the broker will give this member partitions until its session expires",
+			"phase", "leave", "waited", wait, "session_timeout", f.r.cfg.SessionTimeout, "err", err)
+	}
 	closed := make(chan struct{})
 	go func() { f.cl.Close(); close(closed) }()
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
 	select {
 	case <-closed:
-	case <-time.After(wait):
-		f.r.log.Warn("closing the franz-go client did not finish within the stop's budget (a join may be in flight); the broker will give this member partitions until its session expires",
-			"phase", "leave", "waited", wait, "session_timeout", f.r.cfg.SessionTimeout)
+	case <-t.C:
+		f.r.log.Warn("closing the franz-go client did not finish in time; left closing", "phase", "leave", "waited", closeWait)
 	}
 	f.endLife()
-	<-f.g.ended
+	select {
+	case <-f.g.ended:
+	case <-time.After(closeWait): // a commit in flight ends within commitTimeout
+	}
 }
 
+// pauseGrace is how long the poll loop waits for a partition's fetch loop
+// to take records from a full queue before it pauses the partition: a
+// queue that is only full because one fetch brought more than FetchQueue
+// records drains within it, and is never paused. A pause costs more than
+// the wait: a partition resumed has to wait for the next fetch to its
+// broker, which waits up to FetchMaxWait when the broker's other
+// partitions have nothing new.
+const pauseGrace = 20 * time.Millisecond
+
 // franzQueue is one partition's records between the poll loop (put) and
-// the partition's fetch loop (next): the partSource of franz-go.
+// the partition's fetch loop (next): the partSource of franz-go. It holds
+// about FetchQueue records: one that stays full for pauseGrace pauses its
+// partition's fetching, and the fetch loop resumes it once half of them
+// are handed on.
 type franzQueue struct {
 	f         *franzGo
 	topic     string
 	partition int32
+	high, low int64 // pause at high (FetchQueue) records, resume at low
+
+	// buffered counts the records put and not yet handed on by next.
+	buffered atomic.Int64
+	// room is signalled when buffered falls below high.
+	room chan struct{}
 
 	mu      sync.Mutex
 	recs    []*kgo.Record
 	hwm     int64
-	paused  bool          // fetching of the partition is paused: recs is full
+	paused  atomic.Bool   // set and cleared under mu, with the pause or resume
 	dropped bool          // the partition is gone: next ends
 	wake    chan struct{} // signalled by put and drop
 
@@ -288,28 +359,57 @@ type franzQueue struct {
 }
 
 func newFranzQueue(f *franzGo, topic string, p int32) *franzQueue {
-	return &franzQueue{f: f, topic: topic, partition: p, wake: make(chan struct{}, 1)}
+	high := int64(f.r.cfg.FetchQueue)
+	return &franzQueue{f: f, topic: topic, partition: p, high: high, low: high / 2,
+		wake: make(chan struct{}, 1), room: make(chan struct{}, 1)}
 }
 
-// put appends a fetch's records and pauses the partition once the queue
-// holds FetchQueue records or more.
-func (q *franzQueue) put(recs []*kgo.Record, hwm int64) {
+// put appends a fetch's records and reports whether the queue is full.
+func (q *franzQueue) put(recs []*kgo.Record, hwm int64) (full bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.dropped {
-		return
+		return false
 	}
 	q.recs = append(q.recs, recs...)
 	q.hwm = hwm
-	if !q.paused && len(q.recs) >= q.f.r.cfg.FetchQueue {
-		q.paused = true
-		// Under mu, so that a resume by next cannot come before it.
-		q.f.cl.PauseFetchPartitions(map[string][]int32{q.topic: {q.partition}})
-	}
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
+	return q.buffered.Add(int64(len(recs))) >= q.high
+}
+
+// full reports whether the queue holds high records or more.
+func (q *franzQueue) full() bool { return q.buffered.Load() >= q.high }
+
+// pauseIfFull pauses the partition's fetching if the queue is still full.
+func (q *franzQueue) pauseIfFull() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dropped || q.paused.Load() {
+		return
+	}
+	// paused first, then the check: a record handed on meanwhile sees
+	// paused and resumes (it waits for mu, so never before the pause), or
+	// the queue is no longer full and there is no pause.
+	q.paused.Store(true)
+	if !q.full() {
+		q.paused.Store(false)
+		return
+	}
+	q.f.cl.PauseFetchPartitions(map[string][]int32{q.topic: {q.partition}})
+}
+
+// resume resumes the partition's fetching if it is paused.
+func (q *franzQueue) resume() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dropped || !q.paused.Load() {
+		return
+	}
+	q.paused.Store(false)
+	q.f.cl.ResumeFetchPartitions(map[string][]int32{q.topic: {q.partition}})
 }
 
 // drop ends the queue and reports whether its partition was paused.
@@ -317,7 +417,7 @@ func (q *franzQueue) drop() (paused bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.dropped, q.recs = true, nil
-	paused, q.paused = q.paused, false
+	paused = q.paused.Swap(false)
 	select {
 	case q.wake <- struct{}{}:
 	default:
@@ -333,10 +433,6 @@ func (q *franzQueue) next(ctx context.Context) (fetchedRecord, bool) {
 			return fetchedRecord{}, false
 		}
 		q.taken, q.recs, q.takenHW = q.recs, nil, q.hwm
-		if len(q.taken) > 0 && q.paused {
-			q.paused = false
-			q.f.cl.ResumeFetchPartitions(map[string][]int32{q.topic: {q.partition}})
-		}
 		q.mu.Unlock()
 		if len(q.taken) > 0 {
 			break
@@ -353,6 +449,15 @@ func (q *franzQueue) next(ctx context.Context) (fetchedRecord, bool) {
 	rec := q.taken[0]
 	q.taken[0] = nil
 	q.taken = q.taken[1:]
+	switch n := q.buffered.Add(-1); {
+	case n == q.high-1:
+		select {
+		case q.room <- struct{}{}:
+		default:
+		}
+	case n <= q.low && q.paused.Load():
+		q.resume()
+	}
 	fr := fetchedRecord{offset: rec.Offset, hwm: q.takenHW, time: recordTime(rec.Timestamp), key: rec.Key, value: rec.Value}
 	if len(rec.Headers) > 0 {
 		fr.headers = make([]handoff.Header, len(rec.Headers))
@@ -424,6 +529,7 @@ func (r *Runtime) newFranzDLQ(dial func(context.Context, string, string) (net.Co
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(fnv1a))),
 		kgo.RecordDeliveryTimeout(publishTimeout),
 		kgo.ProducerLinger(0),
+		kgo.DisableClientMetrics(),
 		kgo.WithLogger(&franzLogger{r: r, log: r.log.With("client", string(ClientFranzGo)), ctx: context.Background()}),
 	)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,6 +46,10 @@ type generation struct {
 	parts map[*tracker]*fetchLoop
 	// ctx bounds the fetch loops: it ends at the stop's quiesce.
 	ctx context.Context
+	// running counts the fetch loops; loopMu orders its Adds (none once
+	// ctx ended) before the quiesce's Wait (see quiesce).
+	loopMu  sync.Mutex
+	running sync.WaitGroup
 
 	// changes carries franz-go's assignments and revocations to the
 	// keeper, which answers each once it is done.
@@ -57,6 +62,9 @@ type generation struct {
 	// caughtUp is how a fetch loop tells the keeper its partition caught
 	// up with the high watermark; see keep.
 	caughtUp chan struct{}
+	// final is set by the stop's final commit: the keeper commits nothing
+	// else and applies no change after it.
+	final atomic.Bool
 	// fetching is true while the generation's partitions are fetched.
 	fetching atomic.Bool
 }
@@ -81,9 +89,7 @@ type change struct {
 	add    []partStart
 	remove []tp
 	lost   bool
-	// quiesce waits for every fetch loop to end (their context has).
-	quiesce bool
-	done    chan struct{}
+	done   chan struct{}
 }
 
 // tp names a partition.
@@ -125,10 +131,18 @@ func (g *generation) add(ps []partStart) {
 		ctx, cancel := context.WithCancel(g.ctx)
 		fl := &fetchLoop{cancel: cancel, done: make(chan struct{})}
 		src := g.source(ctx, tr, p.offset)
-		go func() {
-			defer close(fl.done)
-			g.r.fetch(ctx, g, c, tr, src)
-		}()
+		g.loopMu.Lock()
+		if g.ctx.Err() != nil { // the stop began: nothing is fetched any more
+			close(fl.done)
+		} else {
+			g.running.Add(1)
+			go func() {
+				defer g.running.Done()
+				defer close(fl.done)
+				g.r.fetch(ctx, g, c, tr, src)
+			}()
+		}
+		g.loopMu.Unlock()
 		g.parts[tr] = fl
 		trs = append(trs, tr)
 		names = append(names, p.topic+"/"+strconv.Itoa(p.partition))
@@ -174,6 +188,14 @@ func (g *generation) remove(ps []tp, lost bool) {
 		g.r.log.Info("partitions revoked", "client", string(g.client), "generation", g.id.Load(), "partitions", partList(names),
 			"given_back", given, "still_running", left, "lost", lost)
 	}
+}
+
+// quiesce waits for every fetch loop to end, once ctx has ended: what
+// the stop's quiesce needs of a generation whose keeper may be busy.
+func (g *generation) quiesce() {
+	g.loopMu.Lock()
+	g.loopMu.Unlock() //nolint:staticcheck // an add in progress has done its Add
+	g.running.Wait()
 }
 
 // partList is the "partitions" attribute of the assignment lines: sorted

@@ -56,6 +56,7 @@ type Runtime struct {
 	closing sync.WaitGroup
 	revoked atomic.Int64  // messages given back at rebalances
 	dlq     *publisher    // nil without a DeadLetterTopic
+	franz   *franzGo      // the franz-go member, set by Run's join on ClientFranzGo
 	commits *kafka.Client // for commits on a fresh connection; see commitFresh
 	fetches *kafka.Client // the partition readers'; see readPartition
 	conn    connection    // how connections to the brokers are made; see connect.go

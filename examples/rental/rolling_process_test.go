@@ -123,18 +123,23 @@ func rollingDeploy(t *testing.T, bin, policy string) {
 	}
 }
 
-type effStats struct{ lines, unique, inversions int }
+type effStats struct {
+	lines, unique, inversions int
+	// topicInversions are the inversions of each topic (those of an
+	// ordered class's topic are the ones that count).
+	topicInversions map[string]int
+}
 
 // effectStats reads the shared effects file: lines, unique records, and
 // per-key inversions (a record handled for the first time after a later
-// offset of its key was).
+// offset of its key was), in all and per topic.
 func effectStats(t *testing.T, path string) effStats {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
 	}
-	var st effStats
+	st := effStats{topicInversions: map[string]int{}}
 	seen := map[string]bool{}
 	maxOff := map[string]int64{}
 	for _, line := range strings.Split(string(b), "\n") {
@@ -153,6 +158,7 @@ func effectStats(t *testing.T, path string) effStats {
 		k := f[0] + "/" + f[3]
 		if m, ok := maxOff[k]; ok && off < m {
 			st.inversions++
+			st.topicInversions[f[0]]++
 		} else {
 			maxOff[k] = off
 		}
@@ -163,23 +169,33 @@ func effectStats(t *testing.T, path string) effStats {
 // produceKeyed writes total messages over the three topics with keys
 // reused (keys per topic), in batches, and returns how many it wrote.
 func produceKeyed(t *testing.T, addrs []string, total, keys int) int {
+	return producePaced(context.Background(), t, addrs, total, keys, 1000, 100*time.Millisecond)
+}
+
+// producePaced is produceKeyed in batches of size, gap apart, until total
+// are written or ctx ends.
+func producePaced(ctx context.Context, t *testing.T, addrs []string, total, keys, size int, gap time.Duration) int {
 	w := devbroker.NewWriter(addrs)
 	defer devbroker.CloseWriter(w)
 	n := 0
-	for n < total {
+	for n < total && ctx.Err() == nil {
 		var batch []kafka.Message
-		for j := 0; j < 1000 && n < total; j++ {
+		for j := 0; j < size && n < total; j++ {
 			batch = append(batch, kafka.Message{Topic: rental.Topics()[n%3], Key: fmt.Appendf(nil, "key-%d", n%keys), Value: []byte("v")})
 			n++
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := w.WriteMessages(ctx, batch...)
+		// A batch begun is written whole, so n counts what was written.
+		wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := w.WriteMessages(wctx, batch...)
 		cancel()
 		if err != nil {
 			t.Errorf("produce: %v", err)
 			return n - len(batch)
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-time.After(gap):
+		}
 	}
 	return n
 }

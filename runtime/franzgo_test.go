@@ -1,0 +1,80 @@
+package runtime
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/handoff-go/handoff"
+)
+
+// TestSlowClassHoldsOnlyItsPartitions: a class whose handlers block holds
+// back only its own partitions: another class's are fetched and handled
+// to the end meanwhile, the blocked class's fetched records stay bounded
+// (on franz-go its partitions are paused once their queues are full, not
+// its fetch loop blocked with the poll loop), and once its handlers are
+// released it handles everything, all committed.
+func TestSlowClassHoldsOnlyItsPartitions(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2, "slow", "fast")
+	produced := b.produce(3000)
+	release := make(chan struct{})
+	var fast atomic.Int64
+	cfg := b.config(func(ctx context.Context, m *handoff.Message) error {
+		if m.Class == "slow" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		} else {
+			fast.Add(1)
+		}
+		b.record(m)
+		return nil
+	}, nil)
+	cfg.FetchQueue = 100
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait := start(t, rt, ctx)
+	waitFor(t, "the fast class handled all of its topic", func() bool { return fast.Load() == int64(produced/2) })
+	if rt.cfg.Client == ClientFranzGo {
+		waitFor(t, "the slow class's two partitions paused", func() bool {
+			return len(rt.franz.cl.PauseFetchPartitions(nil)["slow"]) == 2
+		})
+		paused := rt.franz.cl.PauseFetchPartitions(nil)
+		if len(paused["fast"]) != 0 {
+			t.Errorf("fast partitions paused: %v", paused)
+		}
+		rt.franz.mu.Lock()
+		for k, q := range rt.franz.queues {
+			// FetchQueue and up to two partition fetches (all of a
+			// partition's 1500 small records fit in one).
+			if n := q.buffered.Load(); k.topic == "slow" && n > 100+2*1500 {
+				t.Errorf("%s/%d buffers %d records", k.topic, k.partition, n)
+			}
+		}
+		rt.franz.mu.Unlock()
+	}
+	close(release)
+	waitFor(t, "everything handled", func() bool {
+		unique, _ := b.counts()
+		return unique == produced
+	})
+	waitFor(t, "everything committed", func() bool { return b.committed() == int64(produced) })
+	if rt.cfg.Client == ClientFranzGo {
+		if paused := rt.franz.cl.PauseFetchPartitions(nil); len(paused) != 0 {
+			t.Errorf("partitions still paused after the slow class caught up: %v", paused)
+		}
+	}
+	cancel()
+	if _, err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	unique, total := b.counts()
+	t.Logf("produced %d, handled %d (%d distinct), committed %d", produced, total, unique, b.committed())
+}
