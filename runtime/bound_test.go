@@ -83,7 +83,7 @@ func TestStopIdleBounded(t *testing.T) {
 			if static {
 				cfg.Instance = "idle-0"
 			}
-			rt, err := New(cfg)
+			rt, err := newRuntime(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -34,7 +34,7 @@ func TestSlowClassHoldsOnlyItsPartitions(t *testing.T) {
 		return nil
 	}, nil)
 	cfg.FetchQueue = 100
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

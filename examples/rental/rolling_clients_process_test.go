@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/handoff-go/handoff/examples/rental/rental"
+	"github.com/handoff-go/handoff/internal/testio"
 )
 
 // TestProcessRollingDeployClients is the rolling deploy of three rental
@@ -36,6 +37,10 @@ import (
 // restart then cost 3 generations, 40 owner changes over the 5 restarts,
 // 0 of 5 got their partitions back, 4 and 27 inversions in two runs.)
 func TestProcessRollingDeployClients(t *testing.T) {
+	if c := testio.Client(); c != testio.KafkaGo {
+		// It runs each client itself, with its own -client flags.
+		t.Skipf("compares both clients side by side: it runs in the %s run of the suite, not again in this %s run", testio.KafkaGo, c)
+	}
 	bin := rentalBinary(t)
 	clients := []string{"kafka-go", "franz-go"}
 	figs := make([]*deployFigures, len(clients))
