@@ -115,7 +115,7 @@ func handledOffsets(t *testing.T, path string) map[string]bool {
 		t.Fatal(err)
 	}
 	out := map[string]bool{}
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range effectLines(b) {
 		if f := strings.Fields(line); len(f) == 4 {
 			out[strings.Join(f[:3], " ")] = true
 		}

@@ -63,7 +63,7 @@ func topicLines(t *testing.T, path string) map[string]int {
 		t.Fatal(err)
 	}
 	out := map[string]int{}
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range effectLines(b) {
 		if f := strings.Fields(line); len(f) == 4 {
 			out[f[0]]++
 		}

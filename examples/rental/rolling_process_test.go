@@ -142,7 +142,7 @@ func effectStats(t *testing.T, path string) effStats {
 	st := effStats{topicInversions: map[string]int{}}
 	seen := map[string]bool{}
 	maxOff := map[string]int64{}
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range effectLines(b) {
 		f := strings.Fields(line)
 		if len(f) != 4 {
 			continue
