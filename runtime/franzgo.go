@@ -24,9 +24,10 @@ import (
 // partitions come and go with franz-go's assignment callbacks, applied by
 // the generation's keeper. One poll loop reads the fetches of every
 // broker and hands each partition's records to that partition's queue, a
-// partSource its fetch loop reads; a queue that holds FetchQueue records
-// pauses its partition's fetching until its fetch loop takes them, so a
-// full pool or a suspended class stops only its own partitions.
+// partSource its fetch loop reads; a queue that stays full (FetchQueue
+// records or 1 MiB) for pauseGrace pauses its partition's fetching until
+// its fetch loop has handed on half of it, so a full pool or a suspended
+// class stops only its own partitions.
 
 // Fetch settings of the franz-go client: one fetch response per broker of
 // at most franzFetchMaxBytes, at most fetchMaxBytes (1 MiB, Kafka's
