@@ -24,9 +24,10 @@ import (
 // partitions come and go with franz-go's assignment callbacks, applied by
 // the generation's keeper. One poll loop reads the fetches of every
 // broker and hands each partition's records to that partition's queue, a
-// partSource its fetch loop reads; a queue that holds FetchQueue records
-// pauses its partition's fetching until its fetch loop takes them, so a
-// full pool or a suspended class stops only its own partitions.
+// partSource its fetch loop reads; a queue that stays full (FetchQueue
+// records or 1 MiB) for pauseGrace pauses its partition's fetching until
+// its fetch loop has handed on half of it, so a full pool or a suspended
+// class stops only its own partitions.
 
 // Fetch settings of the franz-go client: one fetch response per broker of
 // at most franzFetchMaxBytes, at most fetchMaxBytes (1 MiB, Kafka's
@@ -330,19 +331,25 @@ func (f *franzGo) leave(wait time.Duration) {
 // partitions have nothing new.
 const pauseGrace = 20 * time.Millisecond
 
+// queueBytes caps the key and value bytes a franz-go partition queue
+// holds, whatever FetchQueue: a partition fetch's worth (1 MiB), so that
+// large records do not multiply FetchQueue's memory.
+const queueBytes = fetchMaxBytes
+
 // franzQueue is one partition's records between the poll loop (put) and
 // the partition's fetch loop (next): the partSource of franz-go. It holds
-// about FetchQueue records: one that stays full for pauseGrace pauses its
-// partition's fetching, and the fetch loop resumes it once half of them
-// are handed on.
+// about FetchQueue records or queueBytes of keys and values, whichever
+// comes first: one that stays full for pauseGrace pauses its partition's
+// fetching, and the fetch loop resumes it once half of both are handed on.
 type franzQueue struct {
 	f         *franzGo
 	topic     string
 	partition int32
 	high, low int64 // pause at high (FetchQueue) records, resume at low
 
-	// buffered counts the records put and not yet handed on by next.
-	buffered atomic.Int64
+	// buffered counts the records put and not yet handed on by next,
+	// bytes their keys' and values' bytes.
+	buffered, bytes atomic.Int64
 	// room is signalled when buffered falls below high.
 	room chan struct{}
 
@@ -373,15 +380,22 @@ func (q *franzQueue) put(recs []*kgo.Record, hwm int64) (full bool) {
 	}
 	q.recs = append(q.recs, recs...)
 	q.hwm = hwm
+	n := 0
+	for _, r := range recs {
+		n += len(r.Key) + len(r.Value)
+	}
+	q.bytes.Add(int64(n))
+	q.buffered.Add(int64(len(recs)))
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
-	return q.buffered.Add(int64(len(recs))) >= q.high
+	return q.full()
 }
 
-// full reports whether the queue holds high records or more.
-func (q *franzQueue) full() bool { return q.buffered.Load() >= q.high }
+// full reports whether the queue holds high records, or queueBytes, or
+// more.
+func (q *franzQueue) full() bool { return q.buffered.Load() >= q.high || q.bytes.Load() >= queueBytes }
 
 // pauseIfFull pauses the partition's fetching if the queue is still full.
 func (q *franzQueue) pauseIfFull() {
@@ -449,14 +463,18 @@ func (q *franzQueue) next(ctx context.Context) (fetchedRecord, bool) {
 	rec := q.taken[0]
 	q.taken[0] = nil
 	q.taken = q.taken[1:]
-	switch n := q.buffered.Add(-1); {
-	case n == q.high-1:
-		select {
+	size := int64(len(rec.Key) + len(rec.Value))
+	n, b := q.buffered.Add(-1), q.bytes.Add(-size)
+	switch {
+	case q.paused.Load():
+		if n <= q.low && b <= queueBytes/2 {
+			q.resume()
+		}
+	case n == q.high-1 || b < queueBytes && b+size >= queueBytes:
+		select { // below a bound: the poll loop may wait for room (pauseFull)
 		case q.room <- struct{}{}:
 		default:
 		}
-	case n <= q.low && q.paused.Load():
-		q.resume()
 	}
 	fr := fetchedRecord{offset: rec.Offset, hwm: q.takenHW, time: recordTime(rec.Timestamp), key: rec.Key, value: rec.Value}
 	if len(rec.Headers) > 0 {

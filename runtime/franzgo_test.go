@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"context"
+	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -41,6 +43,7 @@ func TestSlowClassHoldsOnlyItsPartitions(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	wait := start(t, rt, ctx)
+	waitFor(t, "ready", rt.Ready) // Run has set rt.franz
 	waitFor(t, "the fast class handled all of its topic", func() bool { return fast.Load() == int64(produced/2) })
 	if rt.cfg.Client == ClientFranzGo {
 		waitFor(t, "the slow class's two partitions paused", func() bool {
@@ -77,4 +80,54 @@ func TestSlowClassHoldsOnlyItsPartitions(t *testing.T) {
 	}
 	unique, total := b.counts()
 	t.Logf("produced %d, handled %d (%d distinct), committed %d", produced, total, unique, b.committed())
+}
+
+// TestFranzQueueBytesBounded: on franz-go a partition queue pauses its
+// partition at queueBytes of keys and values, whatever FetchQueue, so
+// large records do not multiply its memory.
+func TestFranzQueueBytesBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, "big")
+	if Client(os.Getenv("HANDOFF_TEST_CLIENT")) != ClientFranzGo {
+		t.Skip("the partition queue is franz-go's (kafka-go's reader is bounded by FetchQueue records)")
+	}
+	values := make([]string, 80)
+	for i := range values {
+		values[i] = strings.Repeat("x", 100<<10) // 80 × 100 KiB
+	}
+	produced := b.produceValues("big", "k", values...)
+	release := make(chan struct{})
+	cfg := b.config(func(ctx context.Context, m *handoff.Message) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		b.record(m)
+		return nil
+	}, func(c *Class) { c.Workers, c.QueueSize = 1, 1 })
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait := start(t, rt, ctx)
+	waitFor(t, "ready", rt.Ready) // Run has set rt.franz
+	waitFor(t, "the partition paused", func() bool { return len(rt.franz.cl.PauseFetchPartitions(nil)["big"]) == 1 })
+	rt.franz.mu.Lock()
+	q := rt.franz.queues[tp{"big", 0}]
+	rt.franz.mu.Unlock()
+	// queueBytes, and up to two partition fetches while the pause takes
+	// effect.
+	if n := q.bytes.Load(); n > queueBytes+2*fetchMaxBytes {
+		t.Errorf("the queue holds %d bytes, bound %d", n, queueBytes+2*fetchMaxBytes)
+	}
+	t.Logf("paused holding %d records, %d KiB (FetchQueue %d)", q.buffered.Load(), q.bytes.Load()>>10, rt.cfg.FetchQueue)
+	close(release)
+	waitFor(t, "everything handled", func() bool { unique, _ := b.counts(); return unique == produced })
+	cancel()
+	if _, err := wait(); err != nil {
+		t.Fatal(err)
+	}
 }

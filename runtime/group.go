@@ -41,6 +41,9 @@ type generation struct {
 	// trs is the owned partitions' trackers, replaced (never changed in
 	// place) by the keeper when partitions come and go, read by anyone.
 	trs atomic.Pointer[[]*tracker]
+	// lagMu orders the lag sampler's series updates with the drop of a
+	// removed partition's series (remove).
+	lagMu sync.Mutex
 	// parts is each owned partition's fetch loop; the keeper's only, once
 	// it runs.
 	parts map[*tracker]*fetchLoop
@@ -180,10 +183,12 @@ func (g *generation) remove(ps []tp, lost bool) {
 			g.r.log.Warn("commit of revoked partitions failed", "generation", g.id.Load(), "err", err)
 		}
 	}
+	g.lagMu.Lock() // a sample in flight sets no series of a gone partition
 	g.trs.Store(&keep)
 	for _, tr := range gone {
 		g.r.metrics.dropLag(tr.topic, tr.partition)
 	}
+	g.lagMu.Unlock()
 	if len(gone) > 0 || ps == nil {
 		g.r.log.Info("partitions revoked", "client", string(g.client), "generation", g.id.Load(), "partitions", partList(names),
 			"given_back", given, "still_running", left, "lost", lost)

@@ -70,7 +70,16 @@ func (g *generation) sampleLagOnce(ctx context.Context) error {
 			}
 		}
 	}
+	g.lagMu.Lock()
+	defer g.lagMu.Unlock()
+	owned := make(map[*tracker]bool, len(trs))
+	for _, tr := range g.trackers() {
+		owned[tr] = true
+	}
 	for _, tr := range trs {
+		if !owned[tr] {
+			continue // removed while the offsets were asked for
+		}
 		p, ok := offs[tp{tr.topic, tr.partition}]
 		if !ok {
 			continue
