@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -87,10 +86,8 @@ func TestSlowClassHoldsOnlyItsPartitions(t *testing.T) {
 // large records do not multiply its memory.
 func TestFranzQueueBytesBounded(t *testing.T) {
 	t.Parallel()
+	onlyClient(t, ClientFranzGo, "the partition queue is franz-go's (kafka-go's reader is bounded by FetchQueue records)")
 	b := setup(t, 1, "big")
-	if Client(os.Getenv("HANDOFF_TEST_CLIENT")) != ClientFranzGo {
-		t.Skip("the partition queue is franz-go's (kafka-go's reader is bounded by FetchQueue records)")
-	}
 	values := make([]string, 80)
 	for i := range values {
 		values[i] = strings.Repeat("x", 100<<10) // 80 × 100 KiB
@@ -106,7 +103,7 @@ func TestFranzQueueBytesBounded(t *testing.T) {
 		b.record(m)
 		return nil
 	}, func(c *Class) { c.Workers, c.QueueSize = 1, 1 })
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
