@@ -20,13 +20,14 @@ func TestStopBoundedWhenBrokerHangs(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 2, "orders")
 	produced := b.produce(100)
-	var n atomic.Int64
+	var n, blocked atomic.Int64
 	half := make(chan struct{})
 	cfg := b.config(func(ctx context.Context, m *handoff.Message) error {
 		if n.Add(1) == int64(produced/2) {
 			close(half)
 		}
 		if n.Load() > int64(produced/2) {
+			blocked.Add(1)
 			<-ctx.Done()
 			return context.Cause(ctx)
 		}
@@ -40,6 +41,9 @@ func TestStopBoundedWhenBrokerHangs(t *testing.T) {
 	}
 	wait := start(t, rt, context.Background())
 	<-half
+	// Something to save: a handler past the half is running (the rest of
+	// the records may still be on their way when the half is reached).
+	waitFor(t, "a handler past the half", func() bool { return blocked.Load() > 0 })
 	// From now on the broker reads requests and never answers.
 	b.broker.Cluster().Control(func(kmsg.Request) (kmsg.Response, error, bool) {
 		b.broker.Cluster().KeepControl()
