@@ -181,23 +181,7 @@ func heldRuntime(ctx context.Context, s spec, measure func() error) error {
 // then keeps the fetches it got, unhandled, as a poll loop blocked in its
 // first record's handler does.
 func heldRawFranz(ctx context.Context, s spec, measure func() error) error {
-	f := s.franz
-	if f == (franzFetch{}) {
-		f = defaultFranzFetch
-	}
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(s.br.addr),
-		kgo.ConsumerGroup(s.group),
-		kgo.ConsumeTopics(s.topics()...),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()),
-		kgo.DisableAutoCommit(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.SessionTimeout(hrt.DefaultSessionTimeout),
-		kgo.HeartbeatInterval(hrt.DefaultSessionTimeout/3),
-		kgo.FetchMaxBytes(f.maxBytes),
-		kgo.FetchMaxPartitionBytes(f.maxPartitionBytes),
-		kgo.FetchMaxWait(f.maxWait),
-	)
+	cl, err := kgo.NewClient(rawFranzOpts(s)...)
 	if err != nil {
 		return err
 	}

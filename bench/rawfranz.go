@@ -60,24 +60,9 @@ func runRawFranz(ctx context.Context, s spec, m *meter) (timing, error) {
 		return tm, errors.New("raw franz-go: only the no-op handler")
 	}
 	topics := s.topics()
-	f := s.franz
-	if f == (franzFetch{}) {
-		f = defaultFranzFetch
-	}
 	var began atomic.Pointer[time.Time]
 	assigned := make(chan int, 1)
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(s.br.addr),
-		kgo.ConsumerGroup(s.group),
-		kgo.ConsumeTopics(topics...),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()),
-		kgo.DisableAutoCommit(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.SessionTimeout(hrt.DefaultSessionTimeout),
-		kgo.HeartbeatInterval(hrt.DefaultSessionTimeout/3),
-		kgo.FetchMaxBytes(f.maxBytes),
-		kgo.FetchMaxPartitionBytes(f.maxPartitionBytes),
-		kgo.FetchMaxWait(f.maxWait),
+	cl, err := kgo.NewClient(append(rawFranzOpts(s),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, as map[string][]int32) {
 			now := time.Now()
 			began.CompareAndSwap(nil, &now)
@@ -89,7 +74,7 @@ func runRawFranz(ctx context.Context, s spec, m *meter) (timing, error) {
 			case assigned <- k:
 			default:
 			}
-		}),
+		}))...,
 	)
 	if err != nil {
 		return tm, fmt.Errorf("raw franz-go: client: %w", err)
@@ -236,4 +221,27 @@ func commitError(resp *kmsg.OffsetCommitResponse, err error) error {
 		}
 	}
 	return nil
+}
+
+// rawFranzOpts are raw franz-go's client options for s: a consumer group
+// on s's topics, cooperative-sticky, autocommit off, from the start, with
+// s's fetch settings (defaultFranzFetch when unset).
+func rawFranzOpts(s spec) []kgo.Opt {
+	f := s.franz
+	if f == (franzFetch{}) {
+		f = defaultFranzFetch
+	}
+	return []kgo.Opt{
+		kgo.SeedBrokers(s.br.addr),
+		kgo.ConsumerGroup(s.group),
+		kgo.ConsumeTopics(s.topics()...),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.SessionTimeout(hrt.DefaultSessionTimeout),
+		kgo.HeartbeatInterval(hrt.DefaultSessionTimeout / 3),
+		kgo.FetchMaxBytes(f.maxBytes),
+		kgo.FetchMaxPartitionBytes(f.maxPartitionBytes),
+		kgo.FetchMaxWait(f.maxWait),
+	}
 }
