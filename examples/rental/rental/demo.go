@@ -161,7 +161,11 @@ func Demo(out io.Writer) int {
 	// In run 2 the database behind orders is down for a while: the class
 	// is suspended and waits, instead of dead-lettering its backlog.
 	outage := Outage{Class: "orders", Start: demoOutageAt, Duration: demoOutageFor}
-	h2, err := New(Options{Work: demoWork, OnDone: t.done, FailRate: demoFailRate, Outages: []Outage{outage}})
+	// The outage's clock starts once run 2 is running (recovered and
+	// joined), so that it meets orders' flow and not a class still waiting
+	// for its partitions on a loaded machine: a quiet class can use up a
+	// message's attempts before enough fail to suspend it.
+	h2, err := New(Options{Work: demoWork, OnDone: t.done, FailRate: demoFailRate, Outages: []Outage{outage}, DeferOutages: true})
 	if err != nil {
 		return fail(err)
 	}
@@ -172,7 +176,21 @@ func Demo(out io.Writer) int {
 		return fail(err)
 	}
 	go func() { rep, err := rt2.Run(context.Background()); res <- runResult{rep, err} }()
+	readyCtx, readyDone := context.WithCancel(context.Background())
+	go func() {
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for !rt2.Ready() {
+			select {
+			case <-readyCtx.Done():
+				return
+			case <-t.C:
+			}
+		}
+		h2.StartOutages()
+	}()
 	dead, err := healAfter(rt2, t, produced, h2)
+	readyDone()
 	if err != nil {
 		rt2.Shutdown(context.Background())
 		<-res

@@ -52,6 +52,9 @@ type Options struct {
 	// Outages are simulated dependency outages: during each, every
 	// attempt of its class fails with the recoverable [ErrOutage].
 	Outages []Outage
+	// DeferOutages starts the outages' clock at [Service.StartOutages]
+	// instead of at New: no outage happens before it.
+	DeferOutages bool
 }
 
 // Outage is a simulated outage of the database behind one class: from
@@ -116,7 +119,7 @@ type Service struct {
 	onDone   func(m *handoff.Message)
 	failRate float64
 	cured    atomic.Bool
-	started  time.Time
+	started  atomic.Pointer[time.Time] // the outages' clock; nil until it starts
 	outages  []Outage
 	failed   []atomic.Int64 // attempts failed by each outage
 }
@@ -126,10 +129,22 @@ type Service struct {
 func (h *Service) OutageFailed(i int) int64 { return h.failed[i].Load() }
 
 // OutageWindow returns when the i-th outage of Options.Outages begins and
-// ends, measured from New.
+// ends, measured from New (or StartOutages); zero times while the clock
+// has not started.
 func (h *Service) OutageWindow(i int) (begin, end time.Time) {
 	o := h.outages[i]
-	return h.started.Add(o.Start), h.started.Add(o.Start + o.Duration)
+	started := h.started.Load()
+	if started == nil {
+		return time.Time{}, time.Time{}
+	}
+	return started.Add(o.Start), started.Add(o.Start + o.Duration)
+}
+
+// StartOutages starts the outages' clock now, if it has not started
+// (see Options.DeferOutages).
+func (h *Service) StartOutages() {
+	now := time.Now()
+	h.started.CompareAndSwap(nil, &now)
 }
 
 // Cure makes poison messages succeed from now on.
@@ -149,13 +164,16 @@ func New(opts Options) (*Service, error) {
 		}
 	}
 	h := &Service{work: opts.Work, jitter: opts.WorkJitter, onDone: opts.OnDone, failRate: opts.FailRate,
-		started: time.Now(), outages: append([]Outage(nil), opts.Outages...), failed: make([]atomic.Int64, len(opts.Outages))}
+		outages: append([]Outage(nil), opts.Outages...), failed: make([]atomic.Int64, len(opts.Outages))}
 	if opts.EffectsPath != "" {
 		f, err := os.OpenFile(opts.EffectsPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 		if err != nil {
 			return nil, fmt.Errorf("rental: open effects file: %w", err)
 		}
 		h.effects = f
+	}
+	if !opts.DeferOutages {
+		h.StartOutages()
 	}
 	return h, nil
 }
@@ -199,7 +217,11 @@ func (h *Service) down(class string) bool {
 	if len(h.outages) == 0 {
 		return false
 	}
-	since := time.Since(h.started)
+	started := h.started.Load()
+	if started == nil {
+		return false
+	}
+	since := time.Since(*started)
 	for i, o := range h.outages {
 		if o.Class == class && since >= o.Start && since < o.Start+o.Duration {
 			h.failed[i].Add(1)
