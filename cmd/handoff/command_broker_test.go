@@ -37,48 +37,78 @@ func (w *lineWaiter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func TestBroker(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	w := &lineWaiter{re: regexp.MustCompile(`broker listening on (\S+) \(topics a, b, 3 partitions each\); Ctrl-C to stop\n`), ready: make(chan struct{})}
+// brokerCmd is `handoff broker` running in the background for a test.
+type brokerCmd struct {
+	out  *lineWaiter
+	errb testio.SyncBuffer
+	done chan int
+}
+
+// startBrokerCmd runs `handoff broker args...` until ctx ends and waits
+// up to 30 s for its output to match ready (out.match then holds the
+// submatches); it fails the test if the command exits or times out first.
+func startBrokerCmd(t *testing.T, ctx context.Context, ready string, args ...string) *brokerCmd {
+	t.Helper()
+	b := &brokerCmd{out: &lineWaiter{re: regexp.MustCompile(ready), ready: make(chan struct{})}, done: make(chan int, 1)}
 	root := newRootCmd()
-	root.SetOut(w)
-	var errb testio.SyncBuffer
-	root.SetErr(&errb)
-	done := make(chan int, 1)
+	root.SetOut(b.out)
+	root.SetErr(&b.errb)
 	go func() {
-		done <- execute(ctx, root, []string{"broker", "--addr", "127.0.0.1:0", "--topics", "a,b", "--partitions", "3"})
+		b.done <- execute(ctx, root, append([]string{"broker"}, args...))
 	}()
 	select {
-	case <-w.ready:
-	case code := <-done:
-		t.Fatalf("broker exited %d: %s", code, errb.String())
+	case <-b.out.ready:
+	case code := <-b.done:
+		t.Fatalf("broker exited %d: %s", code, b.errb.String())
 	case <-time.After(30 * time.Second):
 		t.Fatal("broker did not start")
 	}
-	addr := w.match[1]
+	return b
+}
 
-	pw := devbroker.NewWriter([]string{addr})
-	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
-	err := pw.WriteMessages(pctx, kafka.Message{Topic: "a", Key: []byte("k"), Value: []byte("v")}, kafka.Message{Topic: "b", Value: []byte("w")})
-	pcancel()
-	if err := devbroker.CloseWriter(pw); err != nil {
-		t.Error(err)
-	}
-	if err != nil {
-		t.Fatalf("produce to the broker at %s: %v", addr, err)
-	}
-
-	cancel()
+// waitStopped waits up to 30 s for the command to end (after its ctx was
+// cancelled) and fails the test unless it exits 0.
+func (b *brokerCmd) waitStopped(t *testing.T) {
+	t.Helper()
 	select {
-	case code := <-done:
+	case code := <-b.done:
 		if code != 0 {
-			t.Errorf("exit %d: %s", code, errb.String())
+			t.Errorf("exit %d: %s", code, b.errb.String())
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("broker did not stop on cancel")
 	}
+}
+
+// produceOnce writes msgs with w (up to 30 s), closes w, and fails the
+// test if the write failed; what and addr name the broker in the failure.
+func produceOnce(t *testing.T, ctx context.Context, w *kafka.Writer, what, addr string, msgs ...kafka.Message) {
+	t.Helper()
+	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
+	err := w.WriteMessages(pctx, msgs...)
+	pcancel()
+	if cerr := devbroker.CloseWriter(w); cerr != nil {
+		t.Error(cerr)
+	}
+	if err != nil {
+		t.Fatalf("produce to the %s at %s: %v", what, addr, err)
+	}
+}
+
+func TestBroker(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := startBrokerCmd(t, ctx, `broker listening on (\S+) \(topics a, b, 3 partitions each\); Ctrl-C to stop\n`,
+		"--addr", "127.0.0.1:0", "--topics", "a,b", "--partitions", "3")
+	w := b.out
+	addr := w.match[1]
+
+	produceOnce(t, ctx, devbroker.NewWriter([]string{addr}), "broker", addr,
+		kafka.Message{Topic: "a", Key: []byte("k"), Value: []byte("v")}, kafka.Message{Topic: "b", Value: []byte("w")})
+
+	cancel()
+	b.waitStopped(t)
 	w.mu.Lock()
 	out := w.buf.String()
 	w.mu.Unlock()

@@ -5,15 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/handoff-go/handoff/devbroker"
-	"github.com/handoff-go/handoff/internal/testio"
 	"github.com/handoff-go/handoff/kafkasec"
 )
 
@@ -89,23 +86,10 @@ func TestBrokerSecure(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dir := filepath.Join(t.TempDir(), "tls")
-	w := &lineWaiter{re: regexp.MustCompile(`broker listening on (\S+) .*\nmutual TLS: CA and certificates in (\S+) .*\nSASL users: alice \(SCRAM-SHA-256\), bob \(PLAIN\)\n`), ready: make(chan struct{})}
-	root := newRootCmd()
-	root.SetOut(w)
-	var errb testio.SyncBuffer
-	root.SetErr(&errb)
-	done := make(chan int, 1)
-	go func() {
-		done <- execute(ctx, root, []string{"broker", "--addr", "127.0.0.1:0", "--topics", "a", "--partitions", "1",
-			"--tls", "--tls-dir", dir, "--tls-client-auth", "--sasl-user", "scram-sha-256:alice:pw-a-1", "--sasl-user", "plain:bob:pw-b-2"})
-	}()
-	select {
-	case <-w.ready:
-	case code := <-done:
-		t.Fatalf("broker exited %d: %s", code, errb.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("broker did not start")
-	}
+	b := startBrokerCmd(t, ctx, `broker listening on (\S+) .*\nmutual TLS: CA and certificates in (\S+) .*\nSASL users: alice \(SCRAM-SHA-256\), bob \(PLAIN\)\n`,
+		"--addr", "127.0.0.1:0", "--topics", "a", "--partitions", "1",
+		"--tls", "--tls-dir", dir, "--tls-client-auth", "--sasl-user", "scram-sha-256:alice:pw-a-1", "--sasl-user", "plain:bob:pw-b-2")
+	w := b.out
 	addr, printed := w.match[1], w.match[2]
 	if printed != dir {
 		t.Errorf("printed folder %s, want %s", printed, dir)
@@ -119,23 +103,8 @@ func TestBrokerSecure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pw := devbroker.NewWriterWith(&kafka.Transport{TLS: tc, SASL: mech}, []string{addr})
-	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
-	err = pw.WriteMessages(pctx, kafka.Message{Topic: "a", Value: []byte("v")})
-	pcancel()
-	if cerr := devbroker.CloseWriter(pw); cerr != nil {
-		t.Error(cerr)
-	}
-	if err != nil {
-		t.Fatalf("produce to the secured broker at %s: %v", addr, err)
-	}
+	produceOnce(t, ctx, devbroker.NewWriterWith(&kafka.Transport{TLS: tc, SASL: mech}, []string{addr}), "secured broker", addr,
+		kafka.Message{Topic: "a", Value: []byte("v")})
 	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Errorf("exit %d: %s", code, errb.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("broker did not stop on cancel")
-	}
+	b.waitStopped(t)
 }
