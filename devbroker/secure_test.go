@@ -3,6 +3,7 @@ package devbroker
 import (
 	"context"
 	"crypto/tls"
+	"os"
 	"testing"
 	"time"
 
@@ -65,5 +66,39 @@ func TestSecureOwnConnection(t *testing.T) {
 	}
 	if _, err := w.request(ctx, kmsg.NewPtrMetadataRequest()); err == nil {
 		t.Error("an unauthenticated Metadata request was answered")
+	}
+}
+
+// TestStartSecured: the files StartSecured writes let a client through
+// the mutual TLS and authenticate as its user, and the password file
+// holds the password.
+func TestStartSecured(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, err := StartSecured(dir, Config{Topics: []string{"t"}, Partitions: 1}, "carol", "pw-3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if b, err := os.ReadFile(s.PasswordFile); err != nil || string(b) != "pw-3\n" {
+		t.Errorf("password file %s: %q, %v", s.PasswordFile, b, err)
+	}
+	tc, _, err := s.ClientOptions().Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := tls.Dial("tcp", s.Addr(), tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &wireConn{conn: conn, f: kmsg.NewRequestFormatter(kmsg.FormatterClientID("carol"))}
+	defer w.Close()
+	if err := w.authenticate(ctx, User{Mechanism: SCRAMSHA512, Name: "carol", Password: "pw-3"}); err != nil {
+		t.Fatalf("authenticate as carol: %v", err)
+	}
+	if _, err := w.request(ctx, kmsg.NewPtrMetadataRequest()); err != nil {
+		t.Fatalf("metadata after authenticating: %v", err)
 	}
 }

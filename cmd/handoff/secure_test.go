@@ -21,21 +21,13 @@ import (
 func TestReplaySecure(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	files, err := devbroker.WriteTLSFiles(dir, []string{"127.0.0.1"}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const pw = "pw-replay-3e9d"
-	b, err := devbroker.Start(devbroker.Config{Topics: replayTopics, Partitions: fixPartitions, TLS: files.Server,
-		Users: []devbroker.User{{Mechanism: devbroker.SCRAMSHA512, Name: "ops", Password: pw}}})
+	b, err := devbroker.StartSecured(dir, devbroker.Config{Topics: replayTopics, Partitions: fixPartitions}, "ops", pw)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Close)
-	pwFile := filepath.Join(dir, "pw")
-	if err := os.WriteFile(pwFile, []byte(pw+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	files, pwFile := b.Files, b.PasswordFile
 	wrongFile := filepath.Join(dir, "wrong")
 	if err := os.WriteFile(wrongFile, []byte("not-"+pw), 0o600); err != nil {
 		t.Fatal(err)
@@ -67,10 +59,7 @@ func TestReplaySecure(t *testing.T) {
 	if !strings.Contains(r.stdout, fmt.Sprintf("replayed %d of %d messages", n, n)) {
 		t.Errorf("output:\n%s", r.stdout)
 	}
-	var o kafkasec.Options
-	o.CAFile, o.CertFile, o.KeyFile = files.CAFile, files.ClientCert, files.ClientKey
-	o.Mechanism, o.Username, o.PasswordFile = "scram-sha-512", "ops", pwFile
-	tc, mech, err := o.Load()
+	tc, mech, err := b.ClientOptions().Load()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/examples/rental/rental"
-	"github.com/handoff-go/handoff/kafkasec"
 )
 
 // TestProcessSecure runs the real binary against an embedded broker that
@@ -28,21 +26,13 @@ import (
 func TestProcessSecure(t *testing.T) {
 	bin := rentalBinary(t)
 	dir := t.TempDir()
-	files, err := devbroker.WriteTLSFiles(filepath.Join(dir, "tls"), []string{"127.0.0.1"}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const pw = "pw-rental-c4e8"
-	broker, err := devbroker.Start(devbroker.Config{Topics: rental.Topics(), Partitions: 4, TLS: files.Server,
-		Users: []devbroker.User{{Mechanism: devbroker.SCRAMSHA512, Name: "rental", Password: pw}}})
+	broker, err := devbroker.StartSecured(filepath.Join(dir, "tls"), devbroker.Config{Topics: rental.Topics(), Partitions: 4}, "rental", pw)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(broker.Close)
-	pwFile := filepath.Join(dir, "pw")
-	if err := os.WriteFile(pwFile, []byte(pw+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	files, pwFile := broker.Files, broker.PasswordFile
 	effects := filepath.Join(dir, "effects.log")
 	tlsFlags := []string{"-tls-ca", files.CAFile, "-tls-cert", files.ClientCert, "-tls-key", files.ClientKey}
 	base := []string{"-brokers", broker.Addr(), "-group", "rental-secure", "-state", filepath.Join(dir, "rental.db"),
@@ -84,9 +74,7 @@ func TestProcessSecure(t *testing.T) {
 		t.Fatalf("refused starts handled %d messages", lines)
 	}
 
-	o := kafkasec.Options{CAFile: files.CAFile, CertFile: files.ClientCert, KeyFile: files.ClientKey,
-		Mechanism: "scram-sha-512", Username: "rental", PasswordFile: pwFile}
-	tc, mech, err := o.Load()
+	tc, mech, err := broker.ClientOptions().Load()
 	if err != nil {
 		t.Fatal(err)
 	}
