@@ -155,6 +155,31 @@ func lostKeys(t *testing.T, effects string, keys map[string][]string, dead map[s
 	return lost
 }
 
+// outageLoad is what the outage tests start with: the binary, a broker
+// of 4 partitions a topic, the effects and state files of a fresh folder,
+// and a producer writing 100 messages a second to each topic until
+// stopProducing (also called at the test's end), which then sends the
+// keys it wrote, by topic, on produced.
+type outageLoad struct {
+	bin            string
+	broker         *devbroker.Broker
+	effects, state string
+	stopProducing  context.CancelFunc
+	produced       chan map[string][]string
+}
+
+func startOutageLoad(t *testing.T) *outageLoad {
+	t.Helper()
+	r := &outageLoad{bin: rentalBinary(t), broker: startBroker(t, 4), produced: make(chan map[string][]string, 1)}
+	dir := t.TempDir()
+	r.effects, r.state = filepath.Join(dir, "effects.log"), filepath.Join(dir, "rental.db")
+	ctx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	r.stopProducing = stop
+	go func() { r.produced <- produceAtRate(ctx, t, r.broker.Addrs(), 100) }()
+	return r
+}
+
 var (
 	reRunning   = regexp.MustCompile(`msg=running `)
 	reBegins    = regexp.MustCompile(`msg="simulated outage begins" class=orders`)
@@ -172,14 +197,8 @@ var (
 // orders catches up after. It takes about 35 s and runs in parallel.
 func TestProcessOutage(t *testing.T) {
 	t.Parallel()
-	bin := rentalBinary(t)
-	broker := startBroker(t, 4)
-	dir := t.TempDir()
-	effects, state := filepath.Join(dir, "effects.log"), filepath.Join(dir, "rental.db")
-	ctx, stopProducing := context.WithCancel(context.Background())
-	defer stopProducing()
-	produced := make(chan map[string][]string, 1)
-	go func() { produced <- produceAtRate(ctx, t, broker.Addrs(), 100) }()
+	load := startOutageLoad(t)
+	bin, broker, effects, state, stopProducing, produced := load.bin, load.broker, load.effects, load.state, load.stopProducing, load.produced
 
 	s := startService(t, bin, "-brokers", broker.Addr(), "-group", "rental-outage", "-state", state,
 		"-work", "5ms", "-effects", effects, "-outage", "orders:8s:20s")
@@ -269,14 +288,8 @@ func missingAll(t *testing.T, effects string, keys map[string][]string) int {
 // It takes about 15 s and runs in parallel.
 func TestProcessOutageStop(t *testing.T) {
 	t.Parallel()
-	bin := rentalBinary(t)
-	broker := startBroker(t, 4)
-	dir := t.TempDir()
-	effects, state := filepath.Join(dir, "effects.log"), filepath.Join(dir, "rental.db")
-	ctx, stopProducing := context.WithCancel(context.Background())
-	defer stopProducing()
-	produced := make(chan map[string][]string, 1)
-	go func() { produced <- produceAtRate(ctx, t, broker.Addrs(), 100) }()
+	load := startOutageLoad(t)
+	bin, broker, effects, state, stopProducing, produced := load.bin, load.broker, load.effects, load.state, load.stopProducing, load.produced
 	args := []string{"-brokers", broker.Addr(), "-group", "rental-outage-stop", "-state", state, "-work", "5ms",
 		"-effects", effects, "-drain-timeout", "2s"}
 
