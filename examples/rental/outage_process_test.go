@@ -242,10 +242,7 @@ func TestProcessOutage(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	stopProducing()
 	keys := <-produced
-	deadline := time.Now().Add(60 * time.Second)
-	for missingAll(t, effects, keys) > 0 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitAllHandled(t, effects, keys, 60*time.Second)
 	caughtUp := time.Since(t3)
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	if code := s.wait(t); code != 0 {
@@ -254,10 +251,7 @@ func TestProcessOutage(t *testing.T) {
 	rep := s.report(t)
 	st := checkState(t, state, "orders")
 	lost := lostKeys(t, effects, keys, st.deadKeys)
-	total := 0
-	for _, ks := range keys {
-		total += len(ks)
-	}
+	total := keyCount(keys)
 	t.Logf("produced %d; lost %d; dead letters %d (by the outage %d); parked %d (report %d); orders attempts failed in the outage %d, "+
 		"probes %d failed + 1; suspended for %s; all handled %s after the outage ended",
 		total, lost, st.dead, st.outageDead, st.parked, rep.Parked, attempts, probes, suspendedFor, caughtUp.Round(time.Millisecond))
@@ -271,6 +265,26 @@ func TestProcessOutage(t *testing.T) {
 	if suspendedFor < 20*time.Second || suspendedFor > 30*time.Second {
 		t.Errorf("suspended for %s; the outage lasted 20s and the class must flow within 30s of its start", suspendedFor)
 	}
+}
+
+// waitAllHandled waits up to limit for the effects file to have a line
+// for each of keys; it does not fail the test (the callers count what
+// is missing or lost after).
+func waitAllHandled(t *testing.T, effects string, keys map[string][]string, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for missingAll(t, effects, keys) > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// keyCount is the number of keys of all topics.
+func keyCount(keys map[string][]string) int {
+	total := 0
+	for _, ks := range keys {
+		total += len(ks)
+	}
+	return total
 }
 
 func missingAll(t *testing.T, effects string, keys map[string][]string) int {
@@ -312,10 +326,7 @@ func TestProcessOutageStop(t *testing.T) {
 	}
 
 	s = startService(t, bin, args...)
-	deadline := time.Now().Add(60 * time.Second)
-	for missingAll(t, effects, keys) > 0 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitAllHandled(t, effects, keys, 60*time.Second)
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	if code := s.wait(t); code != 0 {
 		t.Fatalf("restart: exit %d\nstderr:\n%s", code, s.stderrText())
@@ -325,10 +336,7 @@ func TestProcessOutageStop(t *testing.T) {
 	}
 	st = checkState(t, state, "orders")
 	lost := lostKeys(t, effects, keys, st.deadKeys)
-	total := 0
-	for _, ks := range keys {
-		total += len(ks)
-	}
+	total := keyCount(keys)
 	t.Logf("after the restart: produced %d, lost %d, dead letters %d, re-pushed %d", total, lost, st.dead, s.report(t).Repushed)
 	if lost != 0 || st.dead != 0 {
 		t.Errorf("lost %d, dead letters %d; want 0", lost, st.dead)
