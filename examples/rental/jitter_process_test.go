@@ -97,10 +97,7 @@ func TestProcessKillWithJitter(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	if code := s.wait(t); code != 0 {
-		t.Fatalf("stop: exit %d\nstderr:\n%s", code, s.stderrText())
-	}
+	s.stopOK(t, "stop")
 	seen, lines := readEffects(t, effects)
 	t.Logf("produced %d, killed after %d handled (%d committed), handled %d unique, lost 0, duplicates %d (redelivered from the last commit)",
 		total, atKill, below, len(seen), lines-len(seen))

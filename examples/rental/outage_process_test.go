@@ -327,10 +327,7 @@ func TestProcessOutageStop(t *testing.T) {
 
 	s = startService(t, bin, args...)
 	waitAllHandled(t, effects, keys, 60*time.Second)
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	if code := s.wait(t); code != 0 {
-		t.Fatalf("restart: exit %d\nstderr:\n%s", code, s.stderrText())
-	}
+	s.stopOK(t, "restart")
 	if strings.Contains(s.stderrText(), "class suspended") {
 		t.Error("the restart began suspended or suspended again without an outage")
 	}

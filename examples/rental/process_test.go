@@ -126,6 +126,16 @@ func (s *service) wait(t *testing.T) int {
 	return s.cmd.ProcessState.ExitCode()
 }
 
+// stopOK sends SIGTERM and waits for the process to exit; it fails the
+// test unless the exit code is 0, the failure starting with what.
+func (s *service) stopOK(t *testing.T, what string) {
+	t.Helper()
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if code := s.wait(t); code != 0 {
+		t.Fatalf("%s: exit %d\nstderr:\n%s", what, code, s.stderrText())
+	}
+}
+
 // report parses the "report {json}" line the service prints at exit.
 func (s *service) report(t *testing.T) runtime.Report {
 	t.Helper()
@@ -298,10 +308,7 @@ func TestProcessStopAndKill(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	if code := s.wait(t); code != 0 {
-		t.Fatalf("final stop: exit %d\nstderr:\n%s", code, s.stderr.String())
-	}
+	s.stopOK(t, "final stop")
 	seen, lines := readEffects(t, effects)
 	dead := deadKeys(t, filepath.Join(dir, "rental.db"))
 	lost := 0

@@ -113,10 +113,7 @@ func TestProcessSecure(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	if code := s.wait(t); code != 0 {
-		t.Fatalf("final stop: exit %d\nstderr:\n%s", code, s.stderrText())
-	}
+	s.stopOK(t, "final stop")
 	seen, lines := readEffects(t, effects)
 	dead := deadKeys(t, filepath.Join(dir, "rental.db"))
 	lost := 0
