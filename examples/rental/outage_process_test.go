@@ -146,11 +146,7 @@ func lostKeys(t *testing.T, effects string, keys map[string][]string, dead map[s
 	seen, _ := readEffects(t, effects)
 	lost := 0
 	for _, ks := range keys {
-		for _, k := range ks {
-			if seen[k] == 0 && !dead[k] {
-				lost++
-			}
-		}
+		lost += lostOf(seen, dead, ks)
 	}
 	return lost
 }

@@ -311,17 +311,24 @@ func TestProcessStopAndKill(t *testing.T) {
 	s.stopOK(t, "final stop")
 	seen, lines := readEffects(t, effects)
 	dead := deadKeys(t, filepath.Join(dir, "rental.db"))
+	lost := lostOf(seen, dead, keys)
+	t.Logf("produced %d, handled %d unique, dead letters %d, lost %d, duplicates %d (fail rate %s, after 3 SIGTERM and 1 SIGKILL)",
+		len(keys), len(seen), len(dead), lost, lines-len(seen), failRate)
+	if lost != 0 {
+		t.Errorf("lost %d messages: neither handled nor dead letters", lost)
+	}
+}
+
+// lostOf returns how many of keys are neither handled (seen, from
+// readEffects) nor dead letters (dead, from deadKeys).
+func lostOf(seen map[string]int, dead map[string]bool, keys []string) int {
 	lost := 0
 	for _, k := range keys {
 		if seen[k] == 0 && !dead[k] {
 			lost++
 		}
 	}
-	t.Logf("produced %d, handled %d unique, dead letters %d, lost %d, duplicates %d (fail rate %s, after 3 SIGTERM and 1 SIGKILL)",
-		len(keys), len(seen), len(dead), lost, lines-len(seen), failRate)
-	if lost != 0 {
-		t.Errorf("lost %d messages: neither handled nor dead letters", lost)
-	}
+	return lost
 }
 
 // missingKeys returns how many of keys the effects file has no line for,

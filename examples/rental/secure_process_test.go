@@ -116,12 +116,7 @@ func TestProcessSecure(t *testing.T) {
 	s.stopOK(t, "final stop")
 	seen, lines := readEffects(t, effects)
 	dead := deadKeys(t, filepath.Join(dir, "rental.db"))
-	lost := 0
-	for _, k := range keys {
-		if seen[k] == 0 && !dead[k] {
-			lost++
-		}
-	}
+	lost := lostOf(seen, dead, keys)
 	t.Logf("secured (mutual TLS, SCRAM-SHA-512): produced %d, handled %d unique, dead letters %d, lost %d, duplicates %d (after 2 SIGTERM)",
 		len(keys), len(seen), len(dead), lost, lines-len(seen))
 	if lost != 0 {
