@@ -86,17 +86,7 @@ func TestProcessKillWithJitter(t *testing.T) {
 	// The restart handles the rest (it rejoins once the killed member's
 	// session has expired).
 	s = startService(t, bin, args...)
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		missing, _ := missingKeys(t, effects, keys)
-		if missing == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d produced messages never handled (killed after %d lines)\nstderr:\n%s", missing, total, atKill, s.stderrText())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitHandled(t, effects, keys, s, 90*time.Second, fmt.Sprintf(" (killed after %d lines)", atKill))
 	s.stopOK(t, "stop")
 	seen, lines := readEffects(t, effects)
 	t.Logf("produced %d, killed after %d handled (%d committed), handled %d unique, lost 0, duplicates %d (redelivered from the last commit)",

@@ -331,6 +331,24 @@ func lostOf(seen map[string]int, dead map[string]bool, keys []string) int {
 	return lost
 }
 
+// waitHandled waits up to limit for the effects file to have a line for
+// each of keys; past it, it fails the test with how many are missing,
+// note (appended to the count) and s's stderr.
+func waitHandled(t *testing.T, effects string, keys []string, s *service, limit time.Duration, note string) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		missing, _ := missingKeys(t, effects, keys)
+		if missing == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d produced messages never handled%s\nstderr:\n%s", missing, len(keys), note, s.stderrText())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // missingKeys returns how many of keys the effects file has no line for,
 // and its number of lines.
 func missingKeys(t *testing.T, effects string, keys []string) (missing, lines int) {

@@ -102,17 +102,7 @@ func TestProcessSecure(t *testing.T) {
 	}
 	keys := <-produced
 	s := startService(t, bin, args...)
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		missing, _ := missingKeys(t, effects, keys)
-		if missing == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d produced messages never handled\nstderr:\n%s", missing, len(keys), s.stderrText())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitHandled(t, effects, keys, s, 90*time.Second, "")
 	s.stopOK(t, "final stop")
 	seen, lines := readEffects(t, effects)
 	dead := deadKeys(t, filepath.Join(dir, "rental.db"))
