@@ -92,31 +92,53 @@ func (e *env) config(c runtime.Class) runtime.Config {
 	}
 }
 
-// run runs cfg until until is closed, then stops it.
-func (e *env) run(cfg runtime.Config, until <-chan struct{}) *runtime.Report {
+// running is a runtime started by [env.start], running until stop.
+type running struct {
+	rt     *runtime.Runtime
+	cancel context.CancelFunc
+	ch     chan runResult
+}
+
+type runResult struct {
+	rep *runtime.Report
+	err error
+}
+
+// start makes a runtime of cfg and runs it in the background.
+func (e *env) start(cfg runtime.Config) *running {
 	e.t.Helper()
 	rt, err := runtime.New(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	type res struct {
-		rep *runtime.Report
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() { rep, err := rt.Run(ctx); ch <- res{rep, err} }()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{rt: rt, cancel: cancel, ch: make(chan runResult, 1)}
+	go func() { rep, err := rt.Run(ctx); r.ch <- runResult{rep, err} }()
+	return r
+}
+
+// stop cancels the run and returns what Run returned; it blocks until
+// Run has.
+func (r *running) stop() (*runtime.Report, error) {
+	r.cancel()
+	res := <-r.ch
+	return res.rep, res.err
+}
+
+// run runs cfg until until is closed, then stops it.
+func (e *env) run(cfg runtime.Config, until <-chan struct{}) *runtime.Report {
+	e.t.Helper()
+	r := e.start(cfg)
 	select {
 	case <-until:
 	case <-time.After(30 * time.Second):
 		e.t.Fatal("timed out")
 	}
-	stop()
-	r := <-ch
-	if r.err != nil {
-		e.t.Fatal(r.err)
+	rep, err := r.stop()
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	return r.rep
+	return rep
 }
 
 // ended returns the recorded spans of the handoff scope, in start order.
@@ -409,17 +431,8 @@ func TestStraggler(t *testing.T) {
 		}})
 	cfg.DrainTimeout = time.Millisecond
 	cfg.HardStopGrace = 10 * time.Millisecond
-	rt, err := runtime.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	type res struct {
-		rep *runtime.Report
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() { rep, err := rt.Run(ctx); ch <- res{rep, err} }()
+	run := e.start(cfg)
+	rt := run.rt
 	// Nothing the handler does tells the stop it ran (a signal from it
 	// would order its header write before the stop's save for the race
 	// detector): the stop starts once the pool counts it running.
@@ -430,14 +443,12 @@ func TestStraggler(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond) // the poll interval, not a wait for an event
 	}
-	stop()
-	r := <-ch
+	rep, err := run.stop()
 	close(release)
 	<-returned
-	if r.err != nil {
-		t.Fatal(r.err)
+	if err != nil {
+		t.Fatal(err)
 	}
-	rep := r.rep
 	if rep.Stragglers != 1 || rep.Snapshotted != 1 {
 		t.Errorf("stragglers %d, snapshotted %d; want 1, 1", rep.Stragglers, rep.Snapshotted)
 	}
