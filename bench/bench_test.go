@@ -54,17 +54,10 @@ func TestSmoke(t *testing.T) {
 		plot: filepath.Join(t.TempDir(), "scaling.png"), table: true, batchN: 2000, batchWorkers: 4,
 		stacks: allStacks[:2], franz: defaultFranzFetch, // the kafka-go stacks; TestSweepFourStacks runs all four
 	}
-	if err := cfg.check(); err != nil {
-		t.Fatal(err)
-	}
-	var out, log bytes.Buffer
-	if err := run(ctx, cfg, &out, &log); err != nil {
-		t.Fatalf("%v\n%s", err, log.String())
-	}
-	t.Log("\n" + log.String() + out.String())
+	out := runChecked(t, ctx, cfg)
 	for _, want := range []string{"raw kafka-go, one committer, no-op", "handoff runtime, no-op",
 		"2ms handler", "3 partitions (3 topics)", "2 classes (2 topics × 3 partitions)", "Memory per queued message", "with the same reader queue", "Stop with full pools", "workers busy"} {
-		if !strings.Contains(out.String(), want) {
+		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
@@ -76,6 +69,22 @@ func TestSmoke(t *testing.T) {
 	if _, err := png.Decode(f); err != nil {
 		t.Fatalf("plot: %v", err)
 	}
+}
+
+// runChecked checks cfg, runs it and returns its output; it logs the
+// progress log and the output, and fails the test if the check or the
+// run does.
+func runChecked(t *testing.T, ctx context.Context, cfg config) string {
+	t.Helper()
+	if err := cfg.check(); err != nil {
+		t.Fatal(err)
+	}
+	var out, log bytes.Buffer
+	if err := run(ctx, cfg, &out, &log); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	t.Log("\n" + log.String() + out.String())
+	return out.String()
 }
 
 // TestSweepFourStacks runs a tiny partitions sweep of the four stacks
@@ -91,15 +100,7 @@ func TestSweepFourStacks(t *testing.T) {
 		n: 1, slowN: 1, rounds: 1, tablePartition: 1, workers: 1, commitInterval: 100 * time.Millisecond,
 		partitions: []int{3, 6}, sweepN: 600, sweep: true, held: true, stacks: allStacks, franz: defaultFranzFetch,
 	}
-	if err := cfg.check(); err != nil {
-		t.Fatal(err)
-	}
-	var out, log bytes.Buffer
-	if err := run(ctx, cfg, &out, &log); err != nil {
-		t.Fatalf("%v\n%s", err, log.String())
-	}
-	t.Log("\n" + log.String() + out.String())
-	text := out.String()
+	text := runChecked(t, ctx, cfg)
 	for _, st := range allStacks {
 		if !strings.Contains(text, "- "+st.name+": ") {
 			t.Errorf("output states no fetch settings of %s", st.name)
