@@ -17,6 +17,16 @@ import (
 
 func sortedKeys(m map[uint64]snapshot.Record) []uint64 { return slices.Sorted(maps.Keys(m)) }
 
+// firstDead returns a fixture state file (see stateFile), the lowest key
+// of its dead letters and that dead letter.
+func firstDead(t *testing.T) (path string, k uint64, rec snapshot.Record) {
+	t.Helper()
+	path = stateFile(t)
+	fs := readState(t, path)
+	k = sortedKeys(fs.dead)[0]
+	return path, k, fs.dead[k]
+}
+
 func TestDeadList(t *testing.T) {
 	t.Parallel()
 	path := stateFile(t)
@@ -107,10 +117,7 @@ func TestDeadList(t *testing.T) {
 
 func TestDeadShow(t *testing.T) {
 	t.Parallel()
-	path := stateFile(t)
-	fs := readState(t, path)
-	k := sortedKeys(fs.dead)[0]
-	rec := fs.dead[k]
+	path, k, rec := firstDead(t)
 	m := rec.Message
 
 	r := run(t, "dead", "show", path, fmt.Sprint(k))
@@ -308,10 +315,7 @@ var apiDeadFields = []string{"key", "id", "class", "message_key", "message_key_t
 // message ID as well as by its key.
 func TestDeadShowJSONIsTheAPIs(t *testing.T) {
 	t.Parallel()
-	path := stateFile(t)
-	fs := readState(t, path)
-	k := sortedKeys(fs.dead)[0]
-	rec := fs.dead[k]
+	path, k, rec := firstDead(t)
 	byKey := run(t, "dead", "show", "--json", path, fmt.Sprint(k))
 	if byKey.code != 0 {
 		t.Fatalf("show --json %d: exit %d: %s", k, byKey.code, byKey.stderr)
