@@ -383,3 +383,17 @@ func shutdownAndWait(t *testing.T, rt *Runtime, wait func() (*Report, error)) *R
 	}
 	return rep
 }
+
+// timedStop is stopAndWait that also returns how long the stop took,
+// from the Shutdown call to Run's return.
+func timedStop(t *testing.T, rt *Runtime, wait func() (*Report, error)) (*Report, time.Duration) {
+	t.Helper()
+	begin := time.Now()
+	rt.Shutdown(context.Background())
+	rep, err := wait()
+	took := time.Since(begin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep, took
+}
