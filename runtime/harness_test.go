@@ -347,6 +347,19 @@ func startNew(t *testing.T, cfg Config) (*Runtime, func() (*Report, error)) {
 	return rt, start(t, rt, context.Background())
 }
 
+// startWithCancel is startNew with a context the test cancels to stop
+// Run; the test's cleanup cancels it too.
+func startWithCancel(t *testing.T, cfg Config) (*Runtime, context.CancelFunc, func() (*Report, error)) {
+	t.Helper()
+	rt, err := newRuntime(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return rt, cancel, start(t, rt, ctx)
+}
+
 // waitClosed blocks until done is closed; after 30s it fails the test
 // with what stuck returns (called only then).
 func waitClosed(t *testing.T, done <-chan struct{}, stuck func() string) {
