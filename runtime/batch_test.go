@@ -29,6 +29,29 @@ func submitOnly(t *testing.T, state string, c Class) Config {
 		DrainTimeout: 5 * time.Second, HardStopGrace: 2 * time.Second}
 }
 
+// startWarmed starts a runtime on cfg, waits for it to run, submits warm
+// to class "beats" and waits for warmed to close (the test's handler
+// closes it once it has warm).
+func startWarmed(t *testing.T, cfg Config, warm *handoff.Message, warmed <-chan struct{}) (*Runtime, func() (*Report, error)) {
+	t.Helper()
+	rt, wait := startNew(t, cfg)
+	waitFor(t, "running", rt.Ready)
+	if err := rt.Submit(context.Background(), "beats", warm); err != nil {
+		t.Fatal(err)
+	}
+	<-warmed
+	return rt, wait
+}
+
+// holdWarm, called first in a batch handler, holds the batch that starts
+// with message "warm" until release closes, closing warm once it holds it.
+func holdWarm(ms []*handoff.Message, warm chan<- struct{}, release <-chan struct{}) {
+	if ms[0].ID == "warm" {
+		close(warm)
+		<-release
+	}
+}
+
 // submitN submits n messages m-0.. with keys k-(i%keys) to class beats.
 func submitN(t *testing.T, rt *Runtime, n, keys int) {
 	t.Helper()
@@ -57,10 +80,7 @@ func TestBatchOneFails(t *testing.T) {
 	errBad := errors.New("bad row")
 	cfg := submitOnly(t, filepath.Join(t.TempDir(), "state.db"), Class{
 		BatchHandler: func(ctx context.Context, ms []*handoff.Message) error {
-			if ms[0].ID == "warm" {
-				close(warm)
-				<-release
-			}
+			holdWarm(ms, warm, release)
 			mu.Lock()
 			defer mu.Unlock()
 			sizes = append(sizes, len(ms))
@@ -84,16 +104,7 @@ func TestBatchOneFails(t *testing.T) {
 		MaxBatch: 100, MaxWait: time.Millisecond, Workers: 1, QueueSize: 100,
 		Retry: RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond},
 	})
-	rt, err := newRuntime(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := start(t, rt, context.Background())
-	waitFor(t, "running", rt.Ready)
-	if err := rt.Submit(context.Background(), "beats", &handoff.Message{ID: "warm"}); err != nil {
-		t.Fatal(err)
-	}
-	<-warm
+	rt, wait := startWarmed(t, cfg, &handoff.Message{ID: "warm"}, warm)
 	submitN(t, rt, 100, 100)
 	// Running counts a message once its pool goroutine starts, a moment
 	// before it joins the batch: wait for the batch itself to hold 100.
@@ -421,25 +432,13 @@ func TestBatchMetrics(t *testing.T) {
 	release, warm := make(chan struct{}), make(chan struct{})
 	cfg := submitOnly(t, filepath.Join(t.TempDir(), "state.db"), Class{
 		BatchHandler: func(ctx context.Context, ms []*handoff.Message) error {
-			if ms[0].ID == "warm" {
-				close(warm)
-				<-release
-			}
+			holdWarm(ms, warm, release)
 			return nil
 		},
 		MaxBatch: 20, MaxWait: time.Millisecond, Workers: 1,
 	})
 	cfg.Registerer = reg
-	rt, err := newRuntime(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := start(t, rt, context.Background())
-	waitFor(t, "running", rt.Ready)
-	if err := rt.Submit(context.Background(), "beats", &handoff.Message{ID: "warm"}); err != nil {
-		t.Fatal(err)
-	}
-	<-warm
+	rt, wait := startWarmed(t, cfg, &handoff.Message{ID: "warm"}, warm)
 	submitN(t, rt, 40, 40)
 	// The pool has (Workers+1)×MaxBatch = 40 goroutines: the first call,
 	// a full batch waiting for the call slot, 19 filling, 1 queued.
@@ -511,10 +510,7 @@ func TestBatchMiddleware(t *testing.T) {
 	warm := make(chan struct{})
 	cfg := submitOnly(t, filepath.Join(t.TempDir(), "state.db"), Class{
 		BatchHandler: func(ctx context.Context, ms []*handoff.Message) error {
-			if ms[0].ID == "warm" {
-				close(warm)
-				<-release
-			}
+			holdWarm(ms, warm, release)
 			mu.Lock()
 			defer mu.Unlock()
 			sizes = append(sizes, len(ms))
@@ -532,16 +528,7 @@ func TestBatchMiddleware(t *testing.T) {
 		Middleware: []handoff.Middleware{skip},
 	})
 	cfg.Middleware = []handoff.Middleware{observe}
-	rt, err := newRuntime(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := start(t, rt, context.Background())
-	waitFor(t, "running", rt.Ready)
-	if err := rt.Submit(context.Background(), "beats", &handoff.Message{ID: "warm", Value: []byte("w")}); err != nil {
-		t.Fatal(err)
-	}
-	<-warm
+	rt, wait := startWarmed(t, cfg, &handoff.Message{ID: "warm", Value: []byte("w")}, warm)
 	submitN(t, rt, 10, 10)
 	bt := rt.classes["beats"].batch
 	waitFor(t, "a full batch behind the first", func() bool {
