@@ -252,7 +252,6 @@ func (r *Runtime) runGeneration(fetchCtx context.Context, kg *kafka.Generation) 
 		}
 	}
 	g.add(ps)
-	loops := g.loops() // before the keeper runs: it changes parts
 	g.fetching.Store(true)
 	r.setGen(g)
 	r.joined.Store(true)
@@ -265,21 +264,9 @@ func (r *Runtime) runGeneration(fetchCtx context.Context, kg *kafka.Generation) 
 	<-gctx.Done()
 	// The keeper's end stopped the fetch loops; at the stop they end with
 	// fetchCtx, and the keeper stays for the final commit.
-	for _, fl := range loops {
-		<-fl.done
-	}
+	g.quiesce()
 	g.fetching.Store(false)
 	lag.stop()
-}
-
-// loops returns the generation's fetch loops. Call it before the keeper
-// runs or from the keeper.
-func (g *generation) loops() []*fetchLoop {
-	out := make([]*fetchLoop, 0, len(g.parts))
-	for _, fl := range g.parts {
-		out = append(out, fl)
-	}
-	return out
 }
 
 // revoke is the end of partitions trs at a rebalance: it takes their
