@@ -195,8 +195,9 @@ func (g *generation) remove(ps []tp, lost bool) {
 	}
 }
 
-// quiesce waits for every fetch loop to end, once ctx has ended: what
-// the stop's quiesce needs of a generation whose keeper may be busy.
+// quiesce waits for every fetch loop to end, once ctx has ended (the stop
+// began, or kafka-go ended the generation). It does not go through the
+// keeper, which may be busy in a commit.
 func (g *generation) quiesce() {
 	g.loopMu.Lock()
 	g.loopMu.Unlock() //nolint:staticcheck // an add in progress has done its Add
