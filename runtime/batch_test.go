@@ -115,11 +115,7 @@ func TestBatchOneFails(t *testing.T) {
 		return bt.added == 101 // warm and the 100
 	})
 	close(release)
-	select {
-	case <-all:
-	case <-time.After(30 * time.Second):
-		t.Fatal("not all handled")
-	}
+	waitClosed(t, all, func() string { return "not all handled" })
 	// A result is counted once its ResultFunc (the dead letter's write)
 	// has returned.
 	waitFor(t, "the results", func() bool { s := rt.Stats()[0]; return s.Succeeded == 100 && s.Failed == 1 })
@@ -127,13 +123,7 @@ func TestBatchOneFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := wait()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := shutdownAndWait(t, rt, wait)
 	mu.Lock()
 	defer mu.Unlock()
 	if sizes[0] != 1 || sizes[1] != 100 {
@@ -211,12 +201,7 @@ func TestBatchOrderedParks(t *testing.T) {
 		return err == nil && n == (keys-1)*perKey+2 && len(pk) == 1 && pk[0].Count == perKey-3
 	})
 	pk, _ := rt.ParkedKeys()
-	if err := rt.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := wait(); err != nil {
-		t.Fatal(err)
-	}
+	shutdownAndWait(t, rt, wait)
 	if badBatch.Load() {
 		t.Error("a batch held two messages of one key")
 	}
@@ -287,11 +272,7 @@ func TestBatchStopMidBatch(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	wait := start(t, rt, ctx)
-	select {
-	case <-inBatch:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no batch got stuck")
-	}
+	waitClosed(t, inBatch, func() string { return "no batch got stuck" })
 	cancel()
 	rep1, err := wait()
 	if err != nil {
@@ -379,13 +360,7 @@ func TestBatchPanicAndGoexit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := wait()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := shutdownAndWait(t, rt, wait)
 	// The batch's leader is reported by its pool (the goroutine is gone),
 	// the others by the batcher; both errors name the Goexit.
 	if len(dls) != 2 || dls[0].Err != "handoff: handler panicked: bulk insert exploded" || !strings.Contains(dls[1].Err, "runtime.Goexit") {
@@ -450,12 +425,7 @@ func TestBatchMetrics(t *testing.T) {
 	})
 	close(release)
 	waitFor(t, "all handled", func() bool { return rt.Stats()[0].Succeeded == 41 })
-	if err := rt.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := wait(); err != nil {
-		t.Fatal(err)
-	}
+	shutdownAndWait(t, rt, wait)
 	out, err := testutil.CollectAndFormat(reg, expfmt.TypeTextPlain, "handoff_batch_messages", "handoff_messages_total")
 	if err != nil {
 		t.Fatal(err)
@@ -541,12 +511,7 @@ func TestBatchMiddleware(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "all handled", func() bool { return rt.Stats()[0].Succeeded == 12 })
-	if err := rt.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := wait(); err != nil {
-		t.Fatal(err)
-	}
+	shutdownAndWait(t, rt, wait)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(sizes) < 2 || sizes[1] != 10 {
@@ -591,12 +556,7 @@ func TestBatchDrainRate(t *testing.T) {
 	submitN(t, rt, 400, 400)
 	waitFor(t, "all handled", func() bool { return rt.Stats()[0].Succeeded == 400 })
 	cs := rt.Stats()[0]
-	if err := rt.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := wait(); err != nil {
-		t.Fatal(err)
-	}
+	shutdownAndWait(t, rt, wait)
 	if cs.Rate < 2000 {
 		t.Errorf("rate %.0f messages/s, want the per-message rate of batch calls (~25,000/s for full batches)", cs.Rate)
 	}
