@@ -29,6 +29,29 @@ func submitOnly(t *testing.T, state string, c Class) Config {
 		DrainTimeout: 5 * time.Second, HardStopGrace: 2 * time.Second}
 }
 
+// startWarmed starts a runtime on cfg, waits for it to run, submits warm
+// to class "beats" and waits for warmed to close (the test's handler
+// closes it once it has warm).
+func startWarmed(t *testing.T, cfg Config, warm *handoff.Message, warmed <-chan struct{}) (*Runtime, func() (*Report, error)) {
+	t.Helper()
+	rt, wait := startNew(t, cfg)
+	waitFor(t, "running", rt.Ready)
+	if err := rt.Submit(context.Background(), "beats", warm); err != nil {
+		t.Fatal(err)
+	}
+	<-warmed
+	return rt, wait
+}
+
+// holdWarm, called first in a batch handler, holds the batch that starts
+// with message "warm" until release closes, closing warm once it holds it.
+func holdWarm(ms []*handoff.Message, warm chan<- struct{}, release <-chan struct{}) {
+	if ms[0].ID == "warm" {
+		close(warm)
+		<-release
+	}
+}
+
 // submitN submits n messages m-0.. with keys k-(i%keys) to class beats.
 func submitN(t *testing.T, rt *Runtime, n, keys int) {
 	t.Helper()
@@ -57,10 +80,7 @@ func TestBatchOneFails(t *testing.T) {
 	errBad := errors.New("bad row")
 	cfg := submitOnly(t, filepath.Join(t.TempDir(), "state.db"), Class{
 		BatchHandler: func(ctx context.Context, ms []*handoff.Message) error {
-			if ms[0].ID == "warm" {
-				close(warm)
-				<-release
-			}
+			holdWarm(ms, warm, release)
 			mu.Lock()
 			defer mu.Unlock()
 			sizes = append(sizes, len(ms))
@@ -84,16 +104,7 @@ func TestBatchOneFails(t *testing.T) {
 		MaxBatch: 100, MaxWait: time.Millisecond, Workers: 1, QueueSize: 100,
 		Retry: RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond},
 	})
-	rt, err := newRuntime(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := start(t, rt, context.Background())
-	waitFor(t, "running", rt.Ready)
-	if err := rt.Submit(context.Background(), "beats", &handoff.Message{ID: "warm"}); err != nil {
-		t.Fatal(err)
-	}
-	<-warm
+	rt, wait := startWarmed(t, cfg, &handoff.Message{ID: "warm"}, warm)
 	submitN(t, rt, 100, 100)
 	// Running counts a message once its pool goroutine starts, a moment
 	// before it joins the batch: wait for the batch itself to hold 100.
@@ -104,11 +115,7 @@ func TestBatchOneFails(t *testing.T) {
 		return bt.added == 101 // warm and the 100
 	})
 	close(release)
-	select {
-	case <-all:
-	case <-time.After(30 * time.Second):
-		t.Fatal("not all handled")
-	}
+	waitClosed(t, all, func() string { return "not all handled" })
 	// A result is counted once its ResultFunc (the dead letter's write)
 	// has returned.
 	waitFor(t, "the results", func() bool { s := rt.Stats()[0]; return s.Succeeded == 100 && s.Failed == 1 })
@@ -116,13 +123,7 @@ func TestBatchOneFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := wait()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := shutdownAndWait(t, rt, wait)
 	mu.Lock()
 	defer mu.Unlock()
 	if sizes[0] != 1 || sizes[1] != 100 {
@@ -200,12 +201,7 @@ func TestBatchOrderedParks(t *testing.T) {
 		return err == nil && n == (keys-1)*perKey+2 && len(pk) == 1 && pk[0].Count == perKey-3
 	})
 	pk, _ := rt.ParkedKeys()
-	if err := rt.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := wait(); err != nil {
-		t.Fatal(err)
-	}
+	shutdownAndWait(t, rt, wait)
 	if badBatch.Load() {
 		t.Error("a batch held two messages of one key")
 	}
@@ -276,11 +272,7 @@ func TestBatchStopMidBatch(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	wait := start(t, rt, ctx)
-	select {
-	case <-inBatch:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no batch got stuck")
-	}
+	waitClosed(t, inBatch, func() string { return "no batch got stuck" })
 	cancel()
 	rep1, err := wait()
 	if err != nil {
@@ -368,13 +360,7 @@ func TestBatchPanicAndGoexit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := wait()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := shutdownAndWait(t, rt, wait)
 	// The batch's leader is reported by its pool (the goroutine is gone),
 	// the others by the batcher; both errors name the Goexit.
 	if len(dls) != 2 || dls[0].Err != "handoff: handler panicked: bulk insert exploded" || !strings.Contains(dls[1].Err, "runtime.Goexit") {
@@ -421,25 +407,13 @@ func TestBatchMetrics(t *testing.T) {
 	release, warm := make(chan struct{}), make(chan struct{})
 	cfg := submitOnly(t, filepath.Join(t.TempDir(), "state.db"), Class{
 		BatchHandler: func(ctx context.Context, ms []*handoff.Message) error {
-			if ms[0].ID == "warm" {
-				close(warm)
-				<-release
-			}
+			holdWarm(ms, warm, release)
 			return nil
 		},
 		MaxBatch: 20, MaxWait: time.Millisecond, Workers: 1,
 	})
 	cfg.Registerer = reg
-	rt, err := newRuntime(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := start(t, rt, context.Background())
-	waitFor(t, "running", rt.Ready)
-	if err := rt.Submit(context.Background(), "beats", &handoff.Message{ID: "warm"}); err != nil {
-		t.Fatal(err)
-	}
-	<-warm
+	rt, wait := startWarmed(t, cfg, &handoff.Message{ID: "warm"}, warm)
 	submitN(t, rt, 40, 40)
 	// The pool has (Workers+1)×MaxBatch = 40 goroutines: the first call,
 	// a full batch waiting for the call slot, 19 filling, 1 queued.
@@ -451,12 +425,7 @@ func TestBatchMetrics(t *testing.T) {
 	})
 	close(release)
 	waitFor(t, "all handled", func() bool { return rt.Stats()[0].Succeeded == 41 })
-	if err := rt.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := wait(); err != nil {
-		t.Fatal(err)
-	}
+	shutdownAndWait(t, rt, wait)
 	out, err := testutil.CollectAndFormat(reg, expfmt.TypeTextPlain, "handoff_batch_messages", "handoff_messages_total")
 	if err != nil {
 		t.Fatal(err)
@@ -511,10 +480,7 @@ func TestBatchMiddleware(t *testing.T) {
 	warm := make(chan struct{})
 	cfg := submitOnly(t, filepath.Join(t.TempDir(), "state.db"), Class{
 		BatchHandler: func(ctx context.Context, ms []*handoff.Message) error {
-			if ms[0].ID == "warm" {
-				close(warm)
-				<-release
-			}
+			holdWarm(ms, warm, release)
 			mu.Lock()
 			defer mu.Unlock()
 			sizes = append(sizes, len(ms))
@@ -532,16 +498,7 @@ func TestBatchMiddleware(t *testing.T) {
 		Middleware: []handoff.Middleware{skip},
 	})
 	cfg.Middleware = []handoff.Middleware{observe}
-	rt, err := newRuntime(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := start(t, rt, context.Background())
-	waitFor(t, "running", rt.Ready)
-	if err := rt.Submit(context.Background(), "beats", &handoff.Message{ID: "warm", Value: []byte("w")}); err != nil {
-		t.Fatal(err)
-	}
-	<-warm
+	rt, wait := startWarmed(t, cfg, &handoff.Message{ID: "warm", Value: []byte("w")}, warm)
 	submitN(t, rt, 10, 10)
 	bt := rt.classes["beats"].batch
 	waitFor(t, "a full batch behind the first", func() bool {
@@ -554,12 +511,7 @@ func TestBatchMiddleware(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "all handled", func() bool { return rt.Stats()[0].Succeeded == 12 })
-	if err := rt.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := wait(); err != nil {
-		t.Fatal(err)
-	}
+	shutdownAndWait(t, rt, wait)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(sizes) < 2 || sizes[1] != 10 {
@@ -604,12 +556,7 @@ func TestBatchDrainRate(t *testing.T) {
 	submitN(t, rt, 400, 400)
 	waitFor(t, "all handled", func() bool { return rt.Stats()[0].Succeeded == 400 })
 	cs := rt.Stats()[0]
-	if err := rt.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := wait(); err != nil {
-		t.Fatal(err)
-	}
+	shutdownAndWait(t, rt, wait)
 	if cs.Rate < 2000 {
 		t.Errorf("rate %.0f messages/s, want the per-message rate of batch calls (~25,000/s for full batches)", cs.Rate)
 	}

@@ -87,20 +87,10 @@ func TestStopIdleBounded(t *testing.T) {
 			if static {
 				cfg.Instance = "idle-0"
 			}
-			rt, err := newRuntime(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			wait := start(t, rt, context.Background())
+			rt, wait := startNew(t, cfg)
 			waitFor(t, "everything handled", func() bool { return handled.Load() == int64(produced) })
 			waitFor(t, "everything committed", func() bool { return b.committed() == int64(produced) })
-			begin := time.Now()
-			rt.Shutdown(context.Background())
-			rep, err := wait()
-			took := time.Since(begin)
-			if err != nil {
-				t.Fatal(err)
-			}
+			rep, took := timedStop(t, rt, wait)
 			if took > rt.stopBudget() {
 				t.Errorf("idle stop took %s, budget %s", took, rt.stopBudget())
 			}

@@ -92,6 +92,18 @@ func (c *connection) failed(err *kafkasec.ConnectError) {
 	c.authLogger(err, n)
 }
 
+// refused counts err when it is a failure that retrying cannot fix (a
+// *kafkasec.ConnectError) and returns it as Run's error; nil otherwise.
+// The start's checks use it; dial counts through failed, which logs too.
+func (c *connection) refused(err error) error {
+	ce, ok := errors.AsType[*kafkasec.ConnectError](err)
+	if !ok {
+		return nil
+	}
+	c.authErrs[stepIndex(ce.Step)].Add(1)
+	return fmt.Errorf("runtime: %w", err)
+}
+
 func stepIndex(step string) int {
 	switch step {
 	case "TLS handshake":
@@ -140,9 +152,8 @@ func (r *Runtime) checkBrokers(ctx context.Context) error {
 		return r.connect(ctx)
 	case r.dlq != nil:
 		err := r.conn.sec.Check(ctx, r.cfg.Brokers)
-		if ce, ok := errors.AsType[*kafkasec.ConnectError](err); ok {
-			r.conn.authErrs[stepIndex(ce.Step)].Add(1)
-			return fmt.Errorf("runtime: %w", err)
+		if refused := r.conn.refused(err); refused != nil {
+			return refused
 		}
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("kafka brokers not reachable; dead letters are published once they are", "brokers", strings.Join(r.cfg.Brokers, ","), "err", err)
@@ -169,9 +180,8 @@ func (r *Runtime) connect(ctx context.Context) error {
 			}
 			return nil
 		}
-		if ce, ok := errors.AsType[*kafkasec.ConnectError](err); ok {
-			r.conn.authErrs[stepIndex(ce.Step)].Add(1)
-			return fmt.Errorf("runtime: %w", err)
+		if refused := r.conn.refused(err); refused != nil {
+			return refused
 		}
 		if ctx.Err() != nil {
 			return nil

@@ -354,16 +354,21 @@ func TestDeadLetterTopic(t *testing.T) {
 	cfg := b.config(nil, nil)
 	cfg.Classes = []Class{{Name: "orders", Topics: []string{"orders"}, DeadLetterTopic: "orders-dlq",
 		Handler: func(context.Context, *handoff.Message) error { return handoff.Permanent(errors.New("cannot parse")) }}}
-	rt, err := newRuntime(cfg)
-	if err != nil {
-		t.Fatal(err)
+	h := deadLetterHeaders(t, b, cfg)
+	if h[HeaderOriginTopic] != "orders" || h[HeaderOriginOffset] != "0" || h[HeaderAttempts] != "1" ||
+		!strings.Contains(h[HeaderError], "cannot parse") || h[HeaderClass] != "orders" {
+		t.Errorf("headers %v", h)
 	}
-	wait := start(t, rt, context.Background())
+}
+
+// deadLetterHeaders runs cfg until it has published one dead letter,
+// stops it and returns the headers of the first record on orders-dlq
+// (partition 0), by key.
+func deadLetterHeaders(t *testing.T, b *bundle, cfg Config) map[string]string {
+	t.Helper()
+	rt, wait := startNew(t, cfg)
 	waitFor(t, "published", func() bool { return rt.total(outPublished) == 1 })
-	rt.Shutdown(context.Background())
-	if _, err := wait(); err != nil {
-		t.Fatal(err)
-	}
+	stopAndWait(t, rt, wait)
 	rd := kafka.NewReader(kafka.ReaderConfig{Brokers: b.broker.Addrs(), Topic: "orders-dlq", Partition: 0, MaxWait: 100 * time.Millisecond})
 	defer rd.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -376,10 +381,7 @@ func TestDeadLetterTopic(t *testing.T) {
 	for _, x := range m.Headers {
 		h[x.Key] = string(x.Value)
 	}
-	if h[HeaderOriginTopic] != "orders" || h[HeaderOriginOffset] != "0" || h[HeaderAttempts] != "1" ||
-		!strings.Contains(h[HeaderError], "cannot parse") || h[HeaderClass] != "orders" {
-		t.Errorf("headers %v", h)
-	}
+	return h
 }
 
 // TestOfflineRequeueRunsFirst: a dead letter requeued offline (the CLI

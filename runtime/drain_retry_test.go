@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,23 +40,9 @@ func TestDrainWaitsForRetries(t *testing.T) {
 		c.Suspend.After = -1
 	})
 	cfg.DrainTimeout = 2 * time.Second
-	rt, err := newRuntime(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := start(t, rt, context.Background())
-	select {
-	case <-allFailed:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%d of %d messages failed once", failed.Load(), n)
-	}
-	if err := rt.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := wait()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rt, wait := startNew(t, cfg)
+	waitClosed(t, allFailed, func() string { return fmt.Sprintf("%d of %d messages failed once", failed.Load(), n) })
+	rep := shutdownAndWait(t, rt, wait)
 	unique, total := b.counts()
 	committed := b.committed()
 	t.Logf("produced %d, handled %d (%d unique), snapshotted %d, waiting at the hard stop %d, committed %d, drain %s",

@@ -69,17 +69,9 @@ func TestRetryInPlace(t *testing.T) {
 		c.Workers = 1
 		c.Retry = RetryPolicy{MaxAttempts: 4, InitialBackoff: 20 * time.Millisecond, MaxBackoff: 40 * time.Millisecond}
 	})
-	rt, err := newRuntime(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := start(t, rt, context.Background())
+	rt, wait := startNew(t, cfg)
 	<-all
-	rt.Shutdown(context.Background())
-	rep, err := wait()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := stopAndWait(t, rt, wait)
 	if got := fmt.Sprint(attempts["orders-1"]); got != "[0 1 2]" {
 		t.Errorf("flaky message saw attempts %s, want [0 1 2]", got)
 	}

@@ -511,14 +511,7 @@ func (l *franzLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 		l.log.Debug("franz-go: "+msg, keyvals...)
 		return
 	}
-	ok, suppressed := l.r.logs.allow("franz-go: " + msg)
-	if !ok {
-		return
-	}
-	if suppressed > 0 {
-		keyvals = append(keyvals, "suppressed", suppressed)
-	}
-	l.log.Warn("franz-go: "+msg, keyvals...)
+	l.r.logs.warn(l.log, "franz-go: "+msg, "franz-go: "+msg, keyvals...)
 }
 
 // franzDLQ is the dead-letter writer on franz-go: a producer client of its

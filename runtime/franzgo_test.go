@@ -35,13 +35,7 @@ func TestSlowClassHoldsOnlyItsPartitions(t *testing.T) {
 		return nil
 	}, nil)
 	cfg.FetchQueue = 100
-	rt, err := newRuntime(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	wait := start(t, rt, ctx)
+	rt, cancel, wait := startWithCancel(t, cfg)
 	waitFor(t, "ready", rt.Ready) // Run has set rt.franz
 	waitFor(t, "the fast class handled all of its topic", func() bool { return fast.Load() == int64(produced/2) })
 	if rt.cfg.Client == ClientFranzGo {
@@ -103,13 +97,7 @@ func TestFranzQueueBytesBounded(t *testing.T) {
 		b.record(m)
 		return nil
 	}, func(c *Class) { c.Workers, c.QueueSize = 1, 1 })
-	rt, err := newRuntime(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	wait := start(t, rt, ctx)
+	rt, cancel, wait := startWithCancel(t, cfg)
 	waitFor(t, "ready", rt.Ready) // Run has set rt.franz
 	waitFor(t, "the partition paused", func() bool { return len(rt.franz.cl.PauseFetchPartitions(nil)["big"]) == 1 })
 	rt.franz.mu.Lock()

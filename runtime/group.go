@@ -195,8 +195,9 @@ func (g *generation) remove(ps []tp, lost bool) {
 	}
 }
 
-// quiesce waits for every fetch loop to end, once ctx has ended: what
-// the stop's quiesce needs of a generation whose keeper may be busy.
+// quiesce waits for every fetch loop to end, once ctx has ended (the stop
+// began, or kafka-go ended the generation). It does not go through the
+// keeper, which may be busy in a commit.
 func (g *generation) quiesce() {
 	g.loopMu.Lock()
 	g.loopMu.Unlock() //nolint:staticcheck // an add in progress has done its Add
@@ -252,7 +253,6 @@ func (r *Runtime) runGeneration(fetchCtx context.Context, kg *kafka.Generation) 
 		}
 	}
 	g.add(ps)
-	loops := g.loops() // before the keeper runs: it changes parts
 	g.fetching.Store(true)
 	r.setGen(g)
 	r.joined.Store(true)
@@ -265,21 +265,9 @@ func (r *Runtime) runGeneration(fetchCtx context.Context, kg *kafka.Generation) 
 	<-gctx.Done()
 	// The keeper's end stopped the fetch loops; at the stop they end with
 	// fetchCtx, and the keeper stays for the final commit.
-	for _, fl := range loops {
-		<-fl.done
-	}
+	g.quiesce()
 	g.fetching.Store(false)
 	lag.stop()
-}
-
-// loops returns the generation's fetch loops. Call it before the keeper
-// runs or from the keeper.
-func (g *generation) loops() []*fetchLoop {
-	out := make([]*fetchLoop, 0, len(g.parts))
-	for _, fl := range g.parts {
-		out = append(out, fl)
-	}
-	return out
 }
 
 // revoke is the end of partitions trs at a rebalance: it takes their

@@ -335,3 +335,78 @@ func (h logCounter) WithAttrs(as []slog.Attr) slog.Handler {
 func (h logCounter) WithGroup(name string) slog.Handler {
 	return logCounter{h.Handler.WithGroup(name), h.msg, h.n}
 }
+
+// startNew builds a runtime from cfg with newRuntime (failing the test
+// on its error) and runs it in the background as start does.
+func startNew(t *testing.T, cfg Config) (*Runtime, func() (*Report, error)) {
+	t.Helper()
+	rt, err := newRuntime(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt, start(t, rt, context.Background())
+}
+
+// startWithCancel is startNew with a context the test cancels to stop
+// Run; the test's cleanup cancels it too.
+func startWithCancel(t *testing.T, cfg Config) (*Runtime, context.CancelFunc, func() (*Report, error)) {
+	t.Helper()
+	rt, err := newRuntime(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return rt, cancel, start(t, rt, ctx)
+}
+
+// waitClosed blocks until done is closed; after 30s it fails the test
+// with what stuck returns (called only then).
+func waitClosed(t *testing.T, done <-chan struct{}, stuck func() string) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal(stuck())
+	}
+}
+
+// stopAndWait shuts rt down, not checking Shutdown's error, and returns
+// Run's report, failing the test on Run's error.
+func stopAndWait(t *testing.T, rt *Runtime, wait func() (*Report, error)) *Report {
+	t.Helper()
+	rt.Shutdown(context.Background())
+	rep, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// shutdownAndWait is stopAndWait failing the test on Shutdown's error
+// too.
+func shutdownAndWait(t *testing.T, rt *Runtime, wait func() (*Report, error)) *Report {
+	t.Helper()
+	if err := rt.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// timedStop is stopAndWait that also returns how long the stop took,
+// from the Shutdown call to Run's return.
+func timedStop(t *testing.T, rt *Runtime, wait func() (*Report, error)) (*Report, time.Duration) {
+	t.Helper()
+	begin := time.Now()
+	rt.Shutdown(context.Background())
+	rep, err := wait()
+	took := time.Since(begin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep, took
+}

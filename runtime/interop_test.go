@@ -43,7 +43,7 @@ func TestKcatInterop(t *testing.T) {
 	}
 	var n atomic.Int64
 	all := make(chan struct{})
-	rt, err := newRuntime(b.config(func(_ context.Context, m *handoff.Message) error {
+	rt, wait := startNew(t, b.config(func(_ context.Context, m *handoff.Message) error {
 		if !strings.HasPrefix(string(m.Key), "key-") || len(m.Headers) != 1 || m.Headers[0].Key != "origin" || string(m.Headers[0].Value) != "kcat" {
 			t.Errorf("message from kcat: key %q headers %v", m.Key, m.Headers)
 		}
@@ -52,19 +52,8 @@ func TestKcatInterop(t *testing.T) {
 		}
 		return nil
 	}, func(c *Class) { c.Ordered = true }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := start(t, rt, context.Background())
-	select {
-	case <-all:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("handled %d of 50", n.Load())
-	}
-	rt.Shutdown(context.Background())
-	if _, err := wait(); err != nil {
-		t.Fatal(err)
-	}
+	waitClosed(t, all, func() string { return fmt.Sprintf("handled %d of 50", n.Load()) })
+	stopAndWait(t, rt, wait)
 	if got := b.committed(); got != 50 {
 		t.Errorf("committed %d, want 50", got)
 	}
@@ -259,21 +248,13 @@ func TestKcatRecords(t *testing.T) {
 		return nil
 	}, func(c *Class) { c.DeadLetterTopic = "kc-dlq" })
 	cfg.Classes = slices.DeleteFunc(cfg.Classes, func(c Class) bool { return c.Name != "kc" })
-	rt, err := newRuntime(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := start(t, rt, context.Background())
-	select {
-	case <-all:
-	case <-time.After(30 * time.Second):
+	rt, wait := startNew(t, cfg)
+	waitClosed(t, all, func() string {
 		mu.Lock()
-		t.Fatalf("handled %d of %d", len(handled), next)
-	}
-	rt.Shutdown(context.Background())
-	if _, err := wait(); err != nil {
-		t.Fatal(err)
-	}
+		defer mu.Unlock()
+		return fmt.Sprintf("handled %d of %d", len(handled), next)
+	})
+	stopAndWait(t, rt, wait)
 	same := func(where string, r rawRecord, m *handoff.Message) {
 		t.Helper()
 		name := cases[caseOf[r.offset]].name

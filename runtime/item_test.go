@@ -13,6 +13,18 @@ import (
 	"github.com/handoff-go/handoff"
 )
 
+// runKept waits for all to close (failing after 30s with how many of n
+// messages kept holds, read under mu) and stops rt.
+func runKept(t *testing.T, rt *Runtime, wait func() (*Report, error), all <-chan struct{}, mu *sync.Mutex, kept *[]*handoff.Message, n int) {
+	t.Helper()
+	waitClosed(t, all, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprintf("handled %d of %d", len(*kept), n)
+	})
+	stopAndWait(t, rt, wait)
+}
+
 // TestKafkaIDs checks the IDs of Kafka records: "topic/partition/offset"
 // for short and long topics and the extreme offsets.
 func TestKafkaIDs(t *testing.T) {
@@ -46,7 +58,7 @@ func TestHandlerKeepsMessages(t *testing.T) {
 		first = map[string]*handoff.Message{}
 	)
 	all := make(chan struct{})
-	rt, err := newRuntime(b.config(func(_ context.Context, m *handoff.Message) error {
+	rt, wait := startNew(t, b.config(func(_ context.Context, m *handoff.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if m.Attempt == 0 && m.Origin.Offset%50 == 0 {
@@ -60,20 +72,7 @@ func TestHandlerKeepsMessages(t *testing.T) {
 		}
 		return nil
 	}, func(c *Class) { c.Retry.InitialBackoff, c.Retry.MaxBackoff = time.Millisecond, time.Millisecond }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := start(t, rt, context.Background())
-	select {
-	case <-all:
-	case <-time.After(30 * time.Second):
-		mu.Lock()
-		t.Fatalf("handled %d of %d", len(kept), n)
-	}
-	rt.Shutdown(context.Background())
-	if _, err := wait(); err != nil {
-		t.Fatal(err)
-	}
+	runKept(t, rt, wait, all, &mu, &kept, n)
 	mu.Lock()
 	defer mu.Unlock()
 	seen := map[int64]bool{}
@@ -210,21 +209,8 @@ func TestBatchHandlerKeepsMessages(t *testing.T) {
 		}
 		c.MaxBatch = 10
 	})
-	rt, err := newRuntime(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := start(t, rt, context.Background())
-	select {
-	case <-all:
-	case <-time.After(30 * time.Second):
-		mu.Lock()
-		t.Fatalf("handled %d of %d", len(kept), n)
-	}
-	rt.Shutdown(context.Background())
-	if _, err := wait(); err != nil {
-		t.Fatal(err)
-	}
+	rt, wait := startNew(t, cfg)
+	runKept(t, rt, wait, all, &mu, &kept, n)
 	mu.Lock()
 	defer mu.Unlock()
 	seen := map[int64]bool{}

@@ -93,15 +93,7 @@ func (r *Runtime) kafkaLogger(ctx context.Context, log *slog.Logger, isErr bool)
 				log.Debug("kafka-go", "kafka_message", fmt.Sprintf(format, args...))
 				return
 			}
-			ok, suppressed := r.logs.allow("kafka-go: " + format)
-			if !ok {
-				return
-			}
-			attrs := []any{"kafka_message", fmt.Sprintf(format, args...)}
-			if suppressed > 0 {
-				attrs = append(attrs, "suppressed", suppressed)
-			}
-			log.Warn("kafka-go error", attrs...)
+			r.logs.warn(log, "kafka-go: "+format, "kafka-go error", "kafka_message", fmt.Sprintf(format, args...))
 		}
 	}
 	return func(format string, args ...any) {

@@ -69,11 +69,7 @@ func TestTypedDecodeFailure(t *testing.T) {
 			mu.Unlock()
 			return nil
 		})}}
-	rt, err := newRuntime(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := start(t, rt, context.Background())
+	rt, wait := startNew(t, cfg)
 	waitFor(t, "two handled and one dead letter", func() bool {
 		return rt.total(outDeadLettered) == 1 && rt.total(outSucceeded) == 2
 	})
@@ -323,28 +319,7 @@ func TestPublishHeadersFunc(t *testing.T) {
 		}
 		return out
 	}
-	rt, err := newRuntime(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := start(t, rt, context.Background())
-	waitFor(t, "published", func() bool { return rt.total(outPublished) == 1 })
-	rt.Shutdown(context.Background())
-	if _, err := wait(); err != nil {
-		t.Fatal(err)
-	}
-	rd := kafka.NewReader(kafka.ReaderConfig{Brokers: b.broker.Addrs(), Topic: "orders-dlq", Partition: 0, MaxWait: 100 * time.Millisecond})
-	defer rd.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	m, err := rd.ReadMessage(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := map[string]string{}
-	for _, x := range m.Headers {
-		h[x.Key] = string(x.Value)
-	}
+	h := deadLetterHeaders(t, b, cfg)
 	if h["traceparent"] != "new for orders/0/0" || h[HeaderClass] != "orders" {
 		t.Errorf("headers %v", h)
 	}

@@ -98,21 +98,9 @@ func TestNilAndEmptyApart(t *testing.T) {
 		}, nil)
 		cfg.DrainTimeout = 50 * time.Millisecond
 		cfg.HardStopGrace = time.Second
-		rt, err := newRuntime(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wait := start(t, rt, context.Background())
-		select {
-		case <-all:
-		case <-time.After(30 * time.Second):
-			t.Fatal("not every record was handled")
-		}
-		rt.Shutdown(context.Background())
-		rep, err := wait()
-		if err != nil {
-			t.Fatal(err)
-		}
+		rt, wait := startNew(t, cfg)
+		waitClosed(t, all, func() string { return "not every record was handled" })
+		rep := stopAndWait(t, rt, wait)
 		if hang && rep.Snapshotted != len(nilEmptyRecords) {
 			t.Fatalf("the stop saved %d messages, want %d: %v", rep.Snapshotted, len(nilEmptyRecords), rep)
 		}

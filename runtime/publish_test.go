@@ -62,13 +62,7 @@ func TestDeadLetterPublishHangs(t *testing.T) {
 		t.Errorf("the message behind the dead letters ran after %d publishes gave up: a publish holds its worker", n)
 	}
 	waitFor(t, "a publish held by the broker", func() bool { return held.Load() > 0 })
-	begin := time.Now()
-	rt.Shutdown(context.Background())
-	rep, err := wait()
-	took := time.Since(begin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep, took := timedStop(t, rt, wait)
 	// The bound is the stop's own (its margin covers the snapshot, the
 	// commit and the leave); a second for the closes after the deadline
 	// on a loaded machine.

@@ -111,14 +111,9 @@ func TestFailedBecomesDeadLetter(t *testing.T) {
 		c.Retry.InitialBackoff = time.Millisecond
 		c.Retry.MaxBackoff = time.Millisecond
 	})
-	rt, _ := newRuntime(cfg)
-	wait := start(t, rt, context.Background())
+	rt, wait := startNew(t, cfg)
 	<-all
-	rt.Shutdown(context.Background())
-	rep, err := wait()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := stopAndWait(t, rt, wait)
 	if rep.DeadLettered != 2 || rep.Retried != 2 || rep.Succeeded != uint64(produced-2) {
 		t.Errorf("report %v", rep)
 	}

@@ -57,7 +57,7 @@ type Runtime struct {
 	revoked atomic.Int64  // messages given back at rebalances
 	dlq     *publisher    // nil without a DeadLetterTopic
 	franz   *franzGo      // the franz-go member, set by Run's join on ClientFranzGo
-	commits *kafka.Client // for commits on a fresh connection; see commitFresh
+	commits *kafka.Client // kafka-go's fresh-connection commits (commitFresh), and on both clients the topic check and the lag sampler
 	fetches *kafka.Client // the partition readers'; see readPartition
 	conn    connection    // how connections to the brokers are made; see connect.go
 

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -56,29 +57,15 @@ func TestConsumeAndCommit(t *testing.T) {
 	produced := b.produce(200)
 	var n atomic.Int64
 	all := make(chan struct{})
-	rt, err := newRuntime(b.config(func(ctx context.Context, m *handoff.Message) error {
+	rt, wait := startNew(t, b.config(func(ctx context.Context, m *handoff.Message) error {
 		b.record(m)
 		if n.Add(1) == int64(produced) {
 			close(all)
 		}
 		return nil
 	}, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := start(t, rt, context.Background())
-	select {
-	case <-all:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("handled %d of %d", n.Load(), produced)
-	}
-	if err := rt.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := wait()
-	if err != nil {
-		t.Fatal(err)
-	}
+	waitClosed(t, all, func() string { return fmt.Sprintf("handled %d of %d", n.Load(), produced) })
+	rep := shutdownAndWait(t, rt, wait)
 	unique, total := b.counts()
 	if unique != produced || total != produced {
 		t.Errorf("produced %d, handled %d unique, %d total", produced, unique, total)
@@ -174,17 +161,9 @@ func TestRecoveryBeforeFetch(t *testing.T) {
 		}
 		return nil
 	}, func(c *Class) { c.Workers = 1; c.QueueSize = 100 }) // one FIFO worker: handling order = push order
-	rt, err := newRuntime(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := start(t, rt, context.Background())
+	rt, wait := startNew(t, cfg)
 	<-all
-	rt.Shutdown(context.Background())
-	rep, err := wait()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := stopAndWait(t, rt, wait)
 	if rep.Repushed != 50 {
 		t.Errorf("re-pushed %d", rep.Repushed)
 	}

@@ -204,11 +204,7 @@ func TestSecureConsume(t *testing.T) {
 						}},
 				},
 			}
-			rt, err := newRuntime(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			wait := start(t, rt, context.Background())
+			rt, wait := startNew(t, cfg)
 			waitFor(t, "16 handled and 4 dead letters consumed", func() bool {
 				mu.Lock()
 				defer mu.Unlock()

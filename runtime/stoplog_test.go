@@ -41,17 +41,9 @@ func TestNormalStopLogsNoWarning(t *testing.T) {
 		return nil
 	}, func(c *Class) { c.Retry = RetryPolicy{InitialBackoff: 50 * time.Millisecond} })
 	cfg.Logger = log
-	rt, err := newRuntime(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := start(t, rt, context.Background())
+	rt, wait := startNew(t, cfg)
 	<-all
-	rt.Shutdown(context.Background())
-	rep, err := wait()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := stopAndWait(t, rt, wait)
 	if unique, _ := b.counts(); unique+rep.Snapshotted != produced {
 		t.Errorf("handled %d + saved %d != produced %d", unique, rep.Snapshotted, produced)
 	}
