@@ -133,3 +133,55 @@ func TestAnalyzeDeploy(t *testing.T) {
 		}
 	})
 }
+
+// The group's start in the CI run that failed TestProcessRollingDeployClients
+// on franz-go (stop 19): instance 0 joined alone and took 6 of the 12
+// partitions, the other two joined and got 3 each, and for 17ms, until
+// instance 0 logged its revocation of orders/3 and users/3, the three
+// held a cover of the 12. The deploy's first restart began in that
+// window, and the next generation's owner changes were counted as the
+// restarts'.
+func TestGroupSettled(t *testing.T) {
+	const total = 12
+	logs := []*fakeGroupLog{newFakeGroupLog(), newFakeGroupLog(), newFakeGroupLog()}
+	logs[0].assigned(625, "franz-go", 2, "heartbeats/0", "heartbeats/3", "orders/0", "orders/3", "users/0", "users/3")
+	logs[1].assigned(1127, "franz-go", 3, "heartbeats/2", "orders/1", "users/1")
+	logs[2].assigned(1127, "franz-go", 3, "heartbeats/1", "orders/2", "users/2")
+	logs[0].revoked(1144, "franz-go", 2, false, "orders/3", "users/3")
+	logs[1].assigned(1631, "franz-go", 4, "orders/3")
+	logs[2].assigned(1631, "franz-go", 4, "users/3")
+	var runs []memberRun
+	for i, l := range logs {
+		evs, err := parseGroupEvents(l.buf.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, memberRun{instance: i, events: evs})
+	}
+	heldAt := func(ms int) []map[string]bool {
+		var out []map[string]bool
+		for _, r := range runs {
+			out = append(out, r.held(at(ms)))
+		}
+		return out
+	}
+	for _, c := range []struct {
+		ms     int
+		client string
+		want   bool
+	}{
+		{1000, "franz-go", false}, // two members hold nothing yet
+		{1130, "franz-go", false}, // the cover before the revocation: 6, 3, 3
+		{1130, "kafka-go", true},  // range's 6, 3, 3 of 12 is final
+		{1200, "franz-go", false}, // orders/3 and users/3 are nobody's
+		{1700, "franz-go", true},  // 4, 4, 4
+	} {
+		if got := groupSettled(c.client, heldAt(c.ms), total); got != c.want {
+			t.Errorf("%s at %dms (%v): settled %v, want %v", c.client, c.ms, heldAt(c.ms), got, c.want)
+		}
+	}
+	twice := []map[string]bool{{"t/0": true, "t/1": true}, {"t/1": true, "t/2": true}, {"t/3": true}}
+	if groupSettled("kafka-go", twice, 4) {
+		t.Error("a partition held by two members counted as settled")
+	}
+}
