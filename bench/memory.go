@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	goruntime "runtime"
 	"strconv"
 	"time"
 
@@ -55,14 +54,7 @@ func queuedMemory(ctx context.Context, br *broker, topic string, n int) (queued,
 		return q, err
 	}
 	defer os.RemoveAll(dir)
-	heap := func() uint64 {
-		goruntime.GC()
-		var ms goruntime.MemStats
-		goruntime.ReadMemStats(&ms)
-		return ms.HeapAlloc
-	}
-
-	before := heap()
+	before := liveHeap()
 	block := make(chan struct{})
 	rt, err := hrt.New(hrt.Config{
 		Brokers:   []string{br.addr},
@@ -95,7 +87,7 @@ func queuedMemory(ctx context.Context, br *broker, topic string, n int) (queued,
 		stop()
 		return q, fmt.Errorf("queued memory: %d of %d queued: %w", queued(), n, err)
 	}
-	q.perMsg = float64(heap()-before) / float64(n)
+	q.perMsg = float64(liveHeap()-before) / float64(n)
 	if err := stop(); err != nil {
 		return q, fmt.Errorf("queued memory: runtime: %w", err)
 	}
