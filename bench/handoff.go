@@ -71,7 +71,7 @@ func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
 		Client:         s.client,
 		StatePath:      filepath.Join(dir, "state.db"),
 		CommitInterval: s.commitInterval,
-		Logger:         slog.New(tapHandler{fn: func(slog.Record) {}}),
+		Logger:         slog.New(warnHandler{}),
 	}
 	for i, topics := range s.classes {
 		c := hrt.Class{Name: fmt.Sprintf("class-%d", i), Topics: topics, Handler: h, Workers: s.workers}
@@ -159,16 +159,14 @@ func runInBackground(rt *hrt.Runtime) <-chan runResult {
 	return ran
 }
 
-// tapHandler passes every Info-or-above record to fn and writes warnings
-// and errors to stderr. It keeps no attributes of With.
-type tapHandler struct {
-	fn func(slog.Record)
-}
+// warnHandler writes warnings and errors to stderr and drops the rest.
+// It is enabled from Info on, so the runtime builds its Info records as
+// a service's would. It keeps no attributes of With.
+type warnHandler struct{}
 
-func (h tapHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+func (h warnHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
 
-func (h tapHandler) Handle(_ context.Context, r slog.Record) error {
-	h.fn(r)
+func (h warnHandler) Handle(_ context.Context, r slog.Record) error {
 	if r.Level >= slog.LevelWarn {
 		msg := r.Message
 		r.Attrs(func(a slog.Attr) bool { msg += " " + a.String(); return true })
@@ -177,5 +175,5 @@ func (h tapHandler) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
-func (h tapHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h tapHandler) WithGroup(string) slog.Handler      { return h }
+func (h warnHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h warnHandler) WithGroup(string) slog.Handler      { return h }

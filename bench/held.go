@@ -149,7 +149,7 @@ func heldRuntime(ctx context.Context, s spec, measure func() error) error {
 		return nil
 	}
 	cfg := hrt.Config{Brokers: []string{s.br.addr}, Group: s.group, Client: s.client,
-		StatePath: filepath.Join(dir, "state.db"), Logger: slog.New(tapHandler{fn: func(slog.Record) {}})}
+		StatePath: filepath.Join(dir, "state.db"), Logger: slog.New(warnHandler{})}
 	for i, topics := range s.classes {
 		cfg.Classes = append(cfg.Classes, hrt.Class{Name: fmt.Sprintf("class-%d", i), Topics: topics, Handler: h})
 	}

@@ -68,7 +68,7 @@ func queuedMemory(ctx context.Context, br *broker, topic string, n int) (queued,
 				}
 				return nil
 			}}},
-		Logger: slog.New(tapHandler{fn: func(slog.Record) {}}),
+		Logger: slog.New(warnHandler{}),
 	})
 	if err != nil {
 		return q, err
