@@ -88,22 +88,15 @@ func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
 	// same moment on both clients, kafka-go's generation join or
 	// franz-go's first assignment (Run is ready before either).
 	joined := make(chan time.Time, 1)
-	stopPolling := make(chan struct{})
+	pollCtx, stopPolling := context.WithCancel(ctx)
 	var polling sync.WaitGroup
 	polling.Go(func() {
-		t := time.NewTicker(time.Millisecond)
-		defer t.Stop()
-		for !rt.Ready() {
-			select {
-			case <-stopPolling:
-				return
-			case <-t.C:
-			}
+		if waitFor(pollCtx, time.Millisecond, rt.Ready) == nil {
+			joined <- time.Now()
 		}
-		joined <- time.Now()
 	})
 	defer polling.Wait()
-	defer close(stopPolling)
+	defer stopPolling()
 	ran := runInBackground(rt)
 	fail := func(err error) (timing, error) {
 		rt.Close()

@@ -22,10 +22,10 @@ type queued struct {
 	perMsg, payload float64 // bytes per message: live heap, key + value
 }
 
-// waitStats polls cond (which reads the runtime's Stats) every 5 ms until
+// waitFor polls cond (first at once, then once per interval every) until
 // it holds or ctx ends.
-func waitStats(ctx context.Context, cond func() bool) error {
-	t := time.NewTicker(5 * time.Millisecond)
+func waitFor(ctx context.Context, every time.Duration, cond func() bool) error {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for !cond() {
 		select {
@@ -83,7 +83,7 @@ func queuedMemory(ctx context.Context, br *broker, topic string, n int) (queued,
 		return err
 	}
 	queued := func() int { s := rt.Stats()[0]; return s.Queued + s.Running }
-	if err := waitStats(ctx, func() bool { return queued() >= n }); err != nil {
+	if err := waitFor(ctx, 5*time.Millisecond, func() bool { return queued() >= n }); err != nil {
 		stop()
 		return q, fmt.Errorf("queued memory: %d of %d queued: %w", queued(), n, err)
 	}

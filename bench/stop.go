@@ -68,7 +68,7 @@ func stopFullPools(ctx context.Context, br *broker, topics []string, workers int
 		}
 		return true
 	}
-	if err := waitStats(ctx, full); err != nil {
+	if err := waitFor(ctx, 5*time.Millisecond, full); err != nil {
 		rt.Close()
 		<-ran
 		return f, fmt.Errorf("full-pools stop: pools did not fill: %w", err)
