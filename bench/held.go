@@ -86,20 +86,6 @@ func sub(a, b uint64) uint64 {
 // message on, calls measure once it has one, and stops.
 type heldFunc func(ctx context.Context, s spec, measure func() error) error
 
-// heldOf returns the held measure of a stack.
-func heldOf(st stack) heldFunc {
-	switch st.key {
-	case rawKafkaGo:
-		return heldRawKafka
-	case rawFranzGo:
-		return heldRawFranz
-	}
-	return func(ctx context.Context, s spec, measure func() error) error {
-		s.client = st.client
-		return heldRuntime(ctx, s, measure)
-	}
-}
-
 // runHeld measures, for each stack, the memory it holds with s's topics
 // full (all their messages produced) and its handler blocked on the first
 // message: what the stack's buffers fill to when the handler cannot keep
@@ -111,9 +97,10 @@ func runHeld(ctx context.Context, stacks []stack, s spec, log io.Writer) (map[st
 		groups++
 		ss := s
 		ss.group = fmt.Sprintf("bench-held-%d-%d", os.Getpid(), groups)
+		ss.client = st.client
 		before := liveHeap()
 		var f heldFig
-		err := heldOf(st)(ctx, ss, func() error {
+		err := st.held(ctx, ss, func() error {
 			var err error
 			f, err = settledHeap(ctx, before)
 			return err

@@ -17,6 +17,7 @@ type stack struct {
 	key    string // as -stacks names it
 	name   string // as the output names it
 	run    sideFunc
+	held   heldFunc   // its held-memory measure
 	client hrt.Client // the runtime's Config.Client; raw stacks: ""
 }
 
@@ -29,10 +30,10 @@ const (
 )
 
 var allStacks = []stack{
-	{rawKafkaGo, "raw kafka-go", runRaw, ""},
-	{runtimeKafkaGo, "runtime on kafka-go", runHandoff, hrt.ClientKafkaGo},
-	{rawFranzGo, "raw franz-go", runRawFranz, ""},
-	{runtimeFranzGo, "runtime on franz-go", runHandoff, hrt.ClientFranzGo},
+	{rawKafkaGo, "raw kafka-go", runRaw, heldRawKafka, ""},
+	{runtimeKafkaGo, "runtime on kafka-go", runHandoff, heldRuntime, hrt.ClientKafkaGo},
+	{rawFranzGo, "raw franz-go", runRawFranz, heldRawFranz, ""},
+	{runtimeFranzGo, "runtime on franz-go", runHandoff, heldRuntime, hrt.ClientFranzGo},
 }
 
 // stacksOf returns the stacks -stacks names, in allStacks' order.
