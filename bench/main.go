@@ -83,7 +83,7 @@ func main() {
 	flag.StringVar(&cfg.plot, "plot", "", "run the sweep and draw it as a PNG at this path (docs/scaling.png)")
 	flag.BoolVar(&cfg.sweep, "sweep", false, "run the sweep; -plot, -partitions and -classes imply it")
 	flag.BoolVar(&cfg.held, "held", true, "sweep: measure each stack's held memory (handler blocked) at the most partitions")
-	flag.StringVar(&stacks, "stacks", strings.Join([]string{rawKafkaGo, runtimeKafkaGo, rawFranzGo, runtimeFranzGo}, ","), "sweep: the stacks compared, in the table's order")
+	flag.StringVar(&stacks, "stacks", stackKeys(), "sweep: the stacks compared, in the table's order")
 	flag.IntVar(&franzMax, "franz-fetch-max-bytes", int(defaultFranzFetch.maxBytes), "raw franz-go's kgo.FetchMaxBytes")
 	flag.IntVar(&franzPart, "franz-fetch-max-partition-bytes", int(defaultFranzFetch.maxPartitionBytes), "raw franz-go's kgo.FetchMaxPartitionBytes")
 	flag.DurationVar(&cfg.franz.maxWait, "franz-fetch-max-wait", defaultFranzFetch.maxWait, "raw franz-go's kgo.FetchMaxWait")

@@ -36,6 +36,15 @@ var allStacks = []stack{
 	{runtimeFranzGo, "runtime on franz-go", runHandoff, heldRuntime, hrt.ClientFranzGo},
 }
 
+// stackKeys is allStacks' keys, comma-separated: -stacks' default.
+func stackKeys() string {
+	var keys []string
+	for _, s := range allStacks {
+		keys = append(keys, s.key)
+	}
+	return strings.Join(keys, ",")
+}
+
 // stacksOf returns the stacks -stacks names, in allStacks' order.
 func stacksOf(list string) ([]stack, error) {
 	want := map[string]bool{}
@@ -44,11 +53,7 @@ func stacksOf(list string) ([]stack, error) {
 			continue
 		}
 		if !slices.ContainsFunc(allStacks, func(s stack) bool { return s.key == f }) {
-			var keys []string
-			for _, s := range allStacks {
-				keys = append(keys, s.key)
-			}
-			return nil, fmt.Errorf("-stacks: unknown %q (want some of %s)", f, strings.Join(keys, ","))
+			return nil, fmt.Errorf("-stacks: unknown %q (want some of %s)", f, stackKeys())
 		}
 		want[f] = true
 	}
