@@ -31,7 +31,7 @@ type franzFetch struct {
 // responses (kgo's default 50 MiB ran at about a fifth of the rate with
 // 300 partitions on the embedded broker, issue 16), kgo's 1 MiB per
 // partition, and the runtime's FetchMaxWait.
-var defaultFranzFetch = franzFetch{maxBytes: 3 << 20, maxPartitionBytes: 1 << 20, maxWait: 500 * time.Millisecond}
+var defaultFranzFetch = franzFetch{maxBytes: 3 << 20, maxPartitionBytes: 1 << 20, maxWait: hrt.DefaultFetchMaxWait}
 
 func (f franzFetch) String() string {
 	return fmt.Sprintf("FetchMaxBytes %s, FetchMaxPartitionBytes %s, FetchMaxWait %s",

@@ -234,7 +234,7 @@ func fetchSettings(st stack, franz franzFetch) string {
 	case rawFranzGo:
 		return "one kgo.Client, fetches per broker, " + franz.String()
 	case runtimeFranzGo:
-		return fmt.Sprintf("one kgo.Client, fetches per broker, FetchMaxBytes 3 MiB, FetchMaxPartitionBytes 1 MiB, FetchMaxWait %s, a queue per partition that pauses its partition at FetchQueue %d records (the runtime's defaults)", hrt.DefaultFetchMaxWait, hrt.DefaultFetchQueue)
+		return fmt.Sprintf("one kgo.Client, fetches per broker, %s, a queue per partition that pauses its partition at FetchQueue %d records (the runtime's defaults)", defaultFranzFetch, hrt.DefaultFetchQueue)
 	}
 	return ""
 }
