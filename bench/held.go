@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -199,7 +198,6 @@ func heldRawKafka(ctx context.Context, s spec, measure func() error) error {
 		}
 		wg.Wait()
 	}()
-	var got atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 1)
 	for _, t := range s.topics() {
@@ -216,9 +214,7 @@ func heldRawKafka(ctx context.Context, s spec, measure func() error) error {
 					case errs <- fmt.Errorf("%s/%d: %w", t, p, err):
 					default:
 					}
-					return
 				}
-				got.Add(1)
 			})
 		}
 	}
