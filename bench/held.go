@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,10 +26,11 @@ type heldFig struct {
 }
 
 // heldSettle is how long the live heap must stay within 1 % (or 256 KiB)
-// for the held measure to take it; heldLimit is when it gives up and takes
-// the largest seen.
+// for the held measure to take it, sampled every heldEvery; heldLimit is
+// when it gives up and takes the largest seen.
 const (
 	heldSettle = time.Second
+	heldEvery  = 250 * time.Millisecond
 	heldLimit  = 20 * time.Second
 )
 
@@ -40,27 +42,25 @@ func liveHeap() uint64 {
 	return ms.HeapAlloc
 }
 
-// settledHeap samples liveHeap every 250 ms until it has stayed within 1 %
-// (or 256 KiB) for heldSettle, and returns it over before; after heldLimit
-// it returns the largest sample, not settled.
+// settledHeap samples liveHeap every heldEvery until it has stayed within
+// 1 % (or 256 KiB) for heldSettle, and returns it over before; after
+// heldLimit it returns the largest sample, not settled.
 func settledHeap(ctx context.Context, before uint64) (heldFig, error) {
-	t := time.NewTicker(250 * time.Millisecond)
+	t := time.NewTicker(heldEvery)
 	defer t.Stop()
 	giveUp := time.Now().Add(heldLimit)
+	// win is the samples of the last heldSettle: k of them, once full.
+	k := int(heldSettle/heldEvery) + 1
 	var win []uint64
 	var top uint64
 	for {
 		h := liveHeap()
 		top = max(top, h)
 		win = append(win, h)
-		if k := int(heldSettle/(250*time.Millisecond)) + 1; len(win) > k {
+		if len(win) > k {
 			win = win[len(win)-k:]
 		}
-		lo, hi := win[0], win[0]
-		for _, v := range win {
-			lo, hi = min(lo, v), max(hi, v)
-		}
-		if len(win) > int(heldSettle/(250*time.Millisecond)) && hi-lo <= max(hi/100, 256<<10) {
+		if lo, hi := slices.Min(win), slices.Max(win); len(win) == k && hi-lo <= max(hi/100, 256<<10) {
 			return heldFig{bytes: sub(h, before), settled: true}, nil
 		}
 		if time.Now().After(giveUp) {
