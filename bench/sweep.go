@@ -239,8 +239,11 @@ func fetchSettings(st stack, franz franzFetch) string {
 	return ""
 }
 
+// ratio is one comparison: of's handled rate over to's.
+type ratio struct{ name, of, to string }
+
 // ratios are the comparisons the sweep prints, where it ran both stacks.
-var ratios = []struct{ name, of, to string }{
+var ratios = []ratio{
 	{"runtime/raw (kafka-go)", runtimeKafkaGo, rawKafkaGo},
 	{"runtime/raw (franz-go)", runtimeFranzGo, rawFranzGo},
 	{"runtime franz-go/kafka-go", runtimeFranzGo, runtimeKafkaGo},
@@ -251,6 +254,9 @@ func printSweep(w io.Writer, sw sweepResult) {
 	has := func(key string) bool {
 		return slices.ContainsFunc(sw.stacks, func(s stack) bool { return s.key == key })
 	}
+	// The columns past the rates, chosen once for the header and the rows.
+	shown := slices.DeleteFunc(slices.Clone(ratios), func(r ratio) bool { return !has(r.of) || !has(r.to) })
+	vsMean := has(runtimeKafkaGo)
 	fmt.Fprintf(w, "\nno-op handler, %d-byte values, n=%d, median of %d interleaved rounds; fetch settings:\n\n", valueSize, sw.n, sw.rounds)
 	for _, st := range sw.stacks {
 		fmt.Fprintf(w, "- %s: %s\n", st.name, fetchSettings(st, sw.franz))
@@ -262,13 +268,11 @@ func printSweep(w io.Writer, sw sweepResult) {
 		head += " " + st.name + " msgs/s |"
 		sep += " ---: |"
 	}
-	for _, r := range ratios {
-		if has(r.of) && has(r.to) {
-			head += " " + r.name + " |"
-			sep += " ---: |"
-		}
+	for _, r := range shown {
+		head += " " + r.name + " |"
+		sep += " ---: |"
 	}
-	if has(runtimeKafkaGo) {
+	if vsMean {
 		head += " runtime on kafka-go vs sweep mean |"
 		sep += " ---: |"
 	}
@@ -287,12 +291,10 @@ func printSweep(w io.Writer, sw sweepResult) {
 			for _, st := range sw.stacks {
 				line += fmt.Sprintf(" %.0f |", p.by[st.key].handled)
 			}
-			for _, r := range ratios {
-				if has(r.of) && has(r.to) {
-					line += fmt.Sprintf(" %.2f |", p.by[r.of].handled/p.by[r.to].handled)
-				}
+			for _, r := range shown {
+				line += fmt.Sprintf(" %.2f |", p.by[r.of].handled/p.by[r.to].handled)
 			}
-			if has(runtimeKafkaGo) {
+			if vsMean {
 				line += fmt.Sprintf(" %.2f |", p.handled/m)
 			}
 			fmt.Fprintln(w, line)
