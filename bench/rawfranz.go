@@ -60,18 +60,20 @@ func runRawFranz(ctx context.Context, s spec, m *meter) (timing, error) {
 		return tm, errors.New("raw franz-go: only the no-op handler")
 	}
 	topics := s.topics()
-	var began atomic.Pointer[time.Time]
-	assigned := make(chan int, 1)
+	// assigned gets the first assignment: when, and how many partitions.
+	type assignment struct {
+		at         time.Time
+		partitions int
+	}
+	assigned := make(chan assignment, 1)
 	cl, err := kgo.NewClient(append(rawFranzOpts(s),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, as map[string][]int32) {
-			now := time.Now()
-			began.CompareAndSwap(nil, &now)
-			k := 0
+			a := assignment{at: time.Now()}
 			for _, ps := range as {
-				k += len(ps)
+				a.partitions += len(ps)
 			}
 			select {
-			case assigned <- k:
+			case assigned <- a:
 			default:
 			}
 		}))...,
@@ -134,14 +136,14 @@ func runRawFranz(ctx context.Context, s spec, m *meter) (timing, error) {
 	})
 
 	select {
-	case k := <-assigned:
-		if want := len(topics) * s.br.partitions; k != want {
-			return tm, fmt.Errorf("raw franz-go: assigned %d partitions, want %d", k, want)
+	case a := <-assigned:
+		if want := len(topics) * s.br.partitions; a.partitions != want {
+			return tm, fmt.Errorf("raw franz-go: assigned %d partitions, want %d", a.partitions, want)
 		}
+		tm.began = a.at
 	case <-ctx.Done():
 		return tm, fmt.Errorf("raw franz-go: join: %w", ctx.Err())
 	}
-	tm.began = *began.Load()
 
 	committed := map[string][]int64{}
 	for _, t := range topics {
