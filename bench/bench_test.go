@@ -120,6 +120,7 @@ func TestSweepFourStacks(t *testing.T) {
 		for i := range f {
 			f[i] = strings.TrimSpace(f[i])
 		}
+		isStack := slices.ContainsFunc(allStacks, func(s stack) bool { return s.name == f[0] })
 		switch {
 		case len(f) == 10 && strings.HasSuffix(f[0], "partitions (3 topics)"):
 			// Four rates, four ratios, the vs-mean column: all numbers > 0.
@@ -129,11 +130,11 @@ func TestSweepFourStacks(t *testing.T) {
 				}
 			}
 			rows["rate "+f[0]]++
-		case len(f) == 7 && slices.ContainsFunc(allStacks, func(s stack) bool { return s.name == f[0] }):
+		case len(f) == 7 && isStack:
 			rows["memory "+f[0]]++
-		case len(f) == 3 && slices.ContainsFunc(allStacks, func(s stack) bool { return s.name == f[0] }):
+		case len(f) == 3 && isStack:
 			rows["per partition "+f[0]]++
-		case len(f) == 4 && slices.ContainsFunc(allStacks, func(s stack) bool { return s.name == f[0] }):
+		case len(f) == 4 && isStack:
 			rows["held "+f[0]]++
 		}
 	}
