@@ -164,7 +164,6 @@ func clientRollingDeploy(t *testing.T, bin, client string) *deployFigures {
 	f := &deployFigures{client: client, restarts: 5}
 	first := time.Now()
 	var restarts []restart
-	assigned := regexp.MustCompile(`msg="partitions assigned"`)
 	for k := range f.restarts {
 		i := k % 3
 		_, before := readEffects(t, effects)
@@ -180,7 +179,7 @@ func clientRollingDeploy(t *testing.T, bin, client string) *deployFigures {
 		f.interrupted += rep.Interrupted
 		time.Sleep(restartDown)
 		start(i)
-		runs[live[i]].waitLog(t, assigned, 60*time.Second)
+		runs[live[i]].waitLog(t, reAssigned, 60*time.Second)
 		restarts = append(restarts, restart{instance: i, at: at, old: old, new: live[i]})
 		f.away += time.Since(at)
 		t.Logf("%s: %s restart %d of instance %d: saved %d, interrupted %d, drain %s; partitions back %s after the SIGTERM",

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,18 +52,10 @@ func rollingDeploy(t *testing.T, bin, policy string) {
 		procs[i] = startService(t, bin, args(i)...)
 	}
 	began := time.Now()
-	// joined waits until instance i has been assigned partitions (the
-	// line both clients log), so each stop lands on an instance that owns
-	// partitions and has work in flight.
-	joined := func(i int) {
-		deadline := time.Now().Add(60 * time.Second)
-		for !strings.Contains(procs[i].stderrText(), `msg="partitions assigned"`) {
-			if time.Now().After(deadline) {
-				t.Fatalf("instance %d did not join\n%s", i, procs[i].stderrText())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	// joined waits until instance i has been assigned partitions, so each
+	// stop lands on an instance that owns partitions and has work in
+	// flight.
+	joined := func(i int) { procs[i].waitLog(t, reAssigned, 60*time.Second) }
 	for i := range procs {
 		joined(i)
 	}
@@ -122,6 +115,10 @@ func rollingDeploy(t *testing.T, bin, policy string) {
 		t.Errorf("lost %d messages", n-st.unique)
 	}
 }
+
+// reAssigned matches the line both clients log when the group assigns
+// partitions to the process.
+var reAssigned = regexp.MustCompile(`msg="partitions assigned"`)
 
 type effStats struct {
 	lines, unique, inversions int
