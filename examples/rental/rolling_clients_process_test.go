@@ -189,21 +189,7 @@ func clientRollingDeploy(t *testing.T, bin, client string) *deployFigures {
 	stopProducing()
 	f.produced = <-produced
 
-	// Wait until every record is handled, or nothing moves for 15s.
-	deadline = time.Now().Add(90 * time.Second)
-	lastLines, lastMove := -1, time.Now()
-	for {
-		st := effectStats(t, effects)
-		if st.unique == f.produced || time.Now().After(deadline) {
-			break
-		}
-		if st.lines != lastLines {
-			lastLines, lastMove = st.lines, time.Now()
-		} else if time.Since(lastMove) > 15*time.Second {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitDrained(t, effects, f.produced, 90*time.Second, 15*time.Second)
 	end := time.Now()
 	ms := members() // before the final stops, whose rebalances are not the deploy's
 	for _, r := range live {

@@ -84,24 +84,7 @@ func rollingDeploy(t *testing.T, bin, policy string) {
 	step("kill -9", 2, syscall.SIGKILL)
 	n := <-produced
 
-	// Wait until every record is handled, or nothing moves for 20s.
-	deadline := time.Now().Add(3 * time.Minute)
-	lastLines, lastMove := -1, time.Now()
-	for {
-		st := effectStats(t, effects)
-		if st.unique == n {
-			break
-		}
-		if st.lines != lastLines {
-			lastLines, lastMove = st.lines, time.Now()
-		} else if time.Since(lastMove) > 20*time.Second {
-			break
-		}
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitDrained(t, effects, n, 3*time.Minute, 20*time.Second)
 	for i, p := range procs {
 		p.cmd.Process.Signal(syscall.SIGTERM)
 		if code := p.wait(t); code != 0 {
@@ -113,6 +96,27 @@ func rollingDeploy(t *testing.T, bin, policy string) {
 		policy, n, st.unique, n-st.unique, st.lines-st.unique, st.inversions)
 	if st.unique != n {
 		t.Errorf("lost %d messages", n-st.unique)
+	}
+}
+
+// waitDrained waits until the effects file holds n unique records, or
+// nothing was written to it for quiet, or limit has passed; it does not
+// fail the test (the caller counts what is lost).
+func waitDrained(t *testing.T, effects string, n int, limit, quiet time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	lastLines, lastMove := -1, time.Now()
+	for {
+		st := effectStats(t, effects)
+		if st.unique == n || time.Now().After(deadline) {
+			return
+		}
+		if st.lines != lastLines {
+			lastLines, lastMove = st.lines, time.Now()
+		} else if time.Since(lastMove) > quiet {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
