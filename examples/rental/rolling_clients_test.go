@@ -44,6 +44,21 @@ func (l *fakeGroupLog) revoked(ms int, client string, gen int, lost bool, parts 
 		"given_back", 3, "still_running", 0, "lost", lost)
 }
 
+// fakeRuns parses each of logs as a run of the instance at its index in
+// instances.
+func fakeRuns(t *testing.T, logs []*fakeGroupLog, instances ...int) []memberRun {
+	t.Helper()
+	var out []memberRun
+	for i, l := range logs {
+		evs, err := parseGroupEvents(l.buf.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, memberRun{instance: instances[i], events: evs})
+	}
+	return out
+}
+
 func TestParseGroupEvents(t *testing.T) {
 	l := newFakeGroupLog()
 	l.line(1, "joined group generation", "group", "rolling", "generation", 3, "partitions", 2)
@@ -87,17 +102,6 @@ func TestAnalyzeDeploy(t *testing.T) {
 		logs[2].assigned(1000, client, 3, "t/4", "t/5")
 		return logs
 	}
-	runs := func(logs []*fakeGroupLog, instances ...int) []memberRun {
-		var out []memberRun
-		for i, l := range logs {
-			evs, err := parseGroupEvents(l.buf.String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, memberRun{instance: instances[i], events: evs})
-		}
-		return out
-	}
 	restarts := []restart{{instance: 0, at: at(3000), old: 0, new: 3}, {instance: 1, at: at(5000), old: 1, new: 4}}
 
 	t.Run("static", func(t *testing.T) {
@@ -105,7 +109,7 @@ func TestAnalyzeDeploy(t *testing.T) {
 		logs[0].revoked(3060, "franz-go", 3, false, "t/0", "t/1") // its own stop
 		logs[3].assigned(4000, "franz-go", 4, "t/0", "t/1")
 		logs[4].assigned(6000, "franz-go", 5, "t/2", "t/3")
-		g := analyzeDeploy(runs(logs, 0, 1, 2, 0, 1), at(2000), restarts, at(8000))
+		g := analyzeDeploy(fakeRuns(t, logs, 0, 1, 2, 0, 1), at(2000), restarts, at(8000))
 		want := groupFigures{generations: 2, back: 2}
 		if g != want {
 			t.Errorf("got %+v, want %+v", g, want)
@@ -125,7 +129,7 @@ func TestAnalyzeDeploy(t *testing.T) {
 		logs[3].assigned(4900, "kafka-go", 5, "t/4", "t/5")
 		logs[1].assigned(4900, "kafka-go", 5, "t/0", "t/1")
 		logs[2].assigned(4900, "kafka-go", 5, "t/2", "t/3")
-		g := analyzeDeploy(runs(logs, 0, 1, 2, 0), at(2000), restarts[:1], at(6000))
+		g := analyzeDeploy(fakeRuns(t, logs, 0, 1, 2, 0), at(2000), restarts[:1], at(6000))
 		// t/0 0→1; t/1 0→2→1; t/2, t/3 1→2; t/4, t/5 2→0.
 		want := groupFigures{generations: 2, ownerChanges: 7, moved: 6, revokedElsewhere: 10, revocationsElsewhere: 4, lostSessions: 1}
 		if g != want {
@@ -150,14 +154,7 @@ func TestGroupSettled(t *testing.T) {
 	logs[0].revoked(1144, "franz-go", 2, false, "orders/3", "users/3")
 	logs[1].assigned(1631, "franz-go", 4, "orders/3")
 	logs[2].assigned(1631, "franz-go", 4, "users/3")
-	var runs []memberRun
-	for i, l := range logs {
-		evs, err := parseGroupEvents(l.buf.String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		runs = append(runs, memberRun{instance: i, events: evs})
-	}
+	runs := fakeRuns(t, logs, 0, 1, 2)
 	heldAt := func(ms int) []map[string]bool {
 		var out []map[string]bool
 		for _, r := range runs {
