@@ -170,10 +170,7 @@ func clientRollingDeploy(t *testing.T, bin, client string) *deployFigures {
 		waitLines(t, effects, before+500, runs[live[(i+1)%3]]) // under load
 		old := live[i]
 		at := time.Now()
-		runs[old].cmd.Process.Signal(syscall.SIGTERM)
-		if code := runs[old].wait(t); code != 0 {
-			t.Fatalf("restart %d, instance %d: exit %d\n%s", k, i, code, runs[old].stderrText())
-		}
+		runs[old].stopOK(t, fmt.Sprintf("restart %d, instance %d", k, i))
 		rep := runs[old].report(t)
 		f.saved += rep.Snapshotted
 		f.interrupted += rep.Interrupted

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -91,10 +90,7 @@ func TestProcessSecure(t *testing.T) {
 		s := startService(t, bin, args...)
 		_, before := readEffects(t, effects)
 		waitLines(t, effects, before+400, s)
-		s.cmd.Process.Signal(syscall.SIGTERM)
-		if code := s.wait(t); code != 0 {
-			t.Fatalf("round %d: exit %d after SIGTERM\nstderr:\n%s", round, code, s.stderrText())
-		}
+		s.stopOK(t, fmt.Sprintf("round %d, SIGTERM", round))
 		rep := s.report(t)
 		seen, lines := readEffects(t, effects)
 		t.Logf("%s SIGTERM round %d: snapshotted %d, re-pushed at start %d, stop %s; effects %d lines, %d unique",
