@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -127,9 +126,9 @@ func startServiceEnv(t *testing.T, bin, env string, args ...string) *service {
 
 // lineWith returns the first line of text containing sub.
 func lineWith(text, sub string) string {
-	for _, l := range regexp.MustCompile("\r?\n").Split(text, -1) {
+	for l := range strings.Lines(text) {
 		if strings.Contains(l, sub) {
-			return l
+			return strings.TrimRight(l, "\r\n")
 		}
 	}
 	return ""
