@@ -160,15 +160,11 @@ func (s *service) report(t *testing.T) runtime.Report {
 // heartbeats line, once in the rolling deploy).
 func effectLines(b []byte) []string {
 	s := string(b)
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		s = s[:i]
-	} else {
-		s = ""
-	}
-	if s == "" {
+	i := strings.LastIndexByte(s, '\n')
+	if i <= 0 { // no newline, or nothing before the first
 		return nil
 	}
-	return strings.Split(s, "\n")
+	return strings.Split(s[:i], "\n")
 }
 
 // effects reads the effects file: handled count per key, and lines.
