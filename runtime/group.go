@@ -213,10 +213,15 @@ func partList(names []string) string {
 
 // setGen makes g the generation the stop commits through and the stats
 // read.
-func (r *Runtime) setGen(g *generation) {
-	r.genMu.Lock()
-	r.gen = g
-	r.genMu.Unlock()
+func (r *Runtime) setGen(g *generation) { r.gen.Store(g) }
+
+// fetchingGen returns the current generation while its partitions are
+// fetched, or nil.
+func (r *Runtime) fetchingGen() *generation {
+	if g := r.gen.Load(); g != nil && g.fetching.Load() {
+		return g
+	}
+	return nil
 }
 
 // consume joins kafka-go generation after generation until fetchCtx ends.
