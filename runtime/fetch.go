@@ -259,7 +259,7 @@ func (r *Runtime) joinReader(done <-chan struct{}, log *slog.Logger) {
 // kafkaIDPrefix returns "topic/partition/": a Kafka record's stable ID is
 // that prefix and its offset, so one partition's records share it.
 func kafkaIDPrefix(topic string, partition int) string {
-	return topic + "/" + strconv.Itoa(partition) + "/"
+	return tp{topic, partition}.String() + "/"
 }
 
 // kafkaID returns the ID of the record at offset, prefix its partition's
