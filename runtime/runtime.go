@@ -55,7 +55,7 @@ type Runtime struct {
 	closing sync.WaitGroup
 	revoked atomic.Int64  // messages given back at rebalances
 	dlq     *publisher    // nil without a DeadLetterTopic
-	franz   *franzGo      // the franz-go member, set by Run's join on ClientFranzGo
+	franz   *franzGo      // the franz-go member, set by Run's join on ClientFranzGo, ended by its stop's leave
 	commits *kafka.Client // kafka-go's fresh-connection commits (commitFresh), and on both clients the topic check and the lag sampler
 	fetches *kafka.Client // the partition readers'; see readPartition
 	conn    connection    // how connections to the brokers are made; see connect.go

@@ -304,8 +304,8 @@ func (s *runState) leave() []any {
 				"phase", "leave", "waited", wait, "session_timeout", r.cfg.SessionTimeout)
 		}
 	}
-	if s.fg != nil {
-		s.fg.leave(s.leaveWait())
+	if r.franz != nil {
+		r.franz.leave(s.leaveWait())
 	}
 	r.closeCommitClient()
 	r.closeFetchClient()
