@@ -306,20 +306,11 @@ func (f *franzGo) leave(wait time.Duration) {
 		f.r.log.Warn("leaving the group did not finish within the stop's budget (a join may be in flight, or the broker does not answer); the broker will give this member partitions until its session expires",
 			"phase", "leave", "waited", wait, "session_timeout", f.r.cfg.SessionTimeout, "err", err)
 	}
-	closed := make(chan struct{})
-	go func() { f.cl.Close(); close(closed) }()
-	t := time.NewTimer(closeWait)
-	defer t.Stop()
-	select {
-	case <-closed:
-	case <-t.C:
+	if !within(closeWait, f.cl.Close) {
 		f.r.log.Warn("closing the franz-go client did not finish in time; left closing", "phase", "leave", "waited", closeWait)
 	}
 	f.endLife()
-	select {
-	case <-f.g.ended:
-	case <-time.After(closeWait): // a commit in flight ends within commitTimeout
-	}
+	closedWithin(f.g.ended, closeWait) // a commit in flight ends within commitTimeout
 }
 
 // pauseGrace is how long the poll loop waits for a partition's fetch loop

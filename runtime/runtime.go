@@ -51,8 +51,7 @@ type Runtime struct {
 	held     held     // submitted messages whose save failed
 
 	// Kafka: the current generation, and the readers still closing.
-	genMu   sync.Mutex
-	gen     *generation
+	gen     atomic.Pointer[generation] // set by setGen
 	closing sync.WaitGroup
 	revoked atomic.Int64  // messages given back at rebalances
 	dlq     *publisher    // nil without a DeadLetterTopic
