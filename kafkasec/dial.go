@@ -71,7 +71,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, addr string) (net.Con
 		tc := tls.Client(raw, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			raw.Close()
-			return nil, d.fail(addr, "TLS handshake", err)
+			return nil, d.fail(addr, StepTLSHandshake, err)
 		}
 		nc = tc
 	}
@@ -125,7 +125,7 @@ func (d *Dialer) handshake(ctx context.Context, network, addr string, nc net.Con
 	if ctx.Err() != nil {
 		return fmt.Errorf("kafka broker %s: %w (%w)", addr, context.Cause(ctx), err)
 	}
-	return d.fail(addr, "SASL authentication", err)
+	return d.fail(addr, StepSASLAuthentication, err)
 }
 
 // fail returns a *ConnectError for err when retrying cannot fix it, and
@@ -136,9 +136,9 @@ func (d *Dialer) fail(addr, step string, err error) error {
 		return fmt.Errorf("kafka broker %s: %s: %w", addr, step, err)
 	}
 	if isTLS(err) {
-		step = "TLS handshake"
+		step = StepTLSHandshake
 	} else if ke, ok := errors.AsType[kafka.Error](err); ok && ke == kafka.UnsupportedSASLMechanism {
-		step = "SASL handshake"
+		step = StepSASLHandshake
 	}
 	e := &ConnectError{Broker: addr, TLS: d.TLS != nil, Step: step, Reason: reason, Err: err}
 	if d.SASL != nil {

@@ -106,9 +106,9 @@ func (c *connection) refused(err error) error {
 
 func stepIndex(step string) int {
 	switch step {
-	case "TLS handshake":
+	case kafkasec.StepTLSHandshake:
 		return 0
-	case "SASL handshake":
+	case kafkasec.StepSASLHandshake:
 		return 1
 	}
 	return 2
