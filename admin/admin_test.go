@@ -154,7 +154,9 @@ func (b *bundle) deadLetters() []runtime.DeadLetter {
 	return dls
 }
 
-// poison makes n dead letters in class and returns their keys, in order.
+// poison makes n dead letters in class (values poison-0 ...) and returns
+// their keys in the order they were saved: the order their handlers
+// failed, which with several workers is not always submit order.
 func (b *bundle) poison(class string, n int) []uint64 {
 	b.t.Helper()
 	before := len(b.deadLetters())
@@ -349,8 +351,8 @@ func TestDeadLetterList(t *testing.T) {
 		t.Errorf("all classes: %d dead letters", len(all.DeadLetters))
 	}
 
-	// The dead letters are saved in the order their handlers failed (2
-	// workers, so not always in submit order): find poison-1's key.
+	// keys are in save order, not submit order (see poison): find
+	// poison-1's key.
 	var k1 uint64
 	for _, d := range b.deadLetters() {
 		if string(d.Message.Value) == "poison-1" {

@@ -33,6 +33,13 @@ func (h *handler) metrics(w http.ResponseWriter, r *http.Request) {
 
 // classesJSON is the body of GET /api/classes.
 type classesJSON struct {
+	instanceJSON
+	Classes []classJSON `json:"classes"`
+}
+
+// instanceJSON is what /api/classes and the dashboard's header say about
+// this instance.
+type instanceJSON struct {
 	// Instance and Group name this instance and its consumer group (an
 	// operator of N instances has N of these).
 	Instance            string  `json:"instance"`
@@ -41,8 +48,13 @@ type classesJSON struct {
 	DrainTimeoutSeconds float64 `json:"drain_timeout_seconds"`
 	// CountingSince is when the counters (succeeded, failed, retried,
 	// parked) started counting: the runtime's start in this process.
-	CountingSince time.Time   `json:"counting_since"`
-	Classes       []classJSON `json:"classes"`
+	CountingSince time.Time `json:"counting_since"`
+}
+
+// instance reads what instanceJSON says from the runtime.
+func (h *handler) instance() instanceJSON {
+	return instanceJSON{Instance: h.rt.Instance(), Group: h.rt.Group(), Ready: h.rt.Ready(),
+		DrainTimeoutSeconds: h.rt.DrainTimeout().Seconds(), CountingSince: h.rt.Started().UTC()}
 }
 
 // classJSON is one class's [runtime.ClassStats].
@@ -106,8 +118,7 @@ func toClassJSON(cs runtime.ClassStats) classJSON {
 
 func (h *handler) apiClasses(w http.ResponseWriter, r *http.Request) {
 	stats := h.rt.Stats()
-	out := classesJSON{Instance: h.rt.Instance(), Group: h.rt.Group(), Ready: h.rt.Ready(),
-		DrainTimeoutSeconds: h.rt.DrainTimeout().Seconds(), CountingSince: h.rt.Started().UTC(), Classes: make([]classJSON, len(stats))}
+	out := classesJSON{instanceJSON: h.instance(), Classes: make([]classJSON, len(stats))}
 	for i, cs := range stats {
 		out.Classes[i] = toClassJSON(cs)
 	}

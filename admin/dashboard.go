@@ -45,10 +45,7 @@ type page struct {
 	Refresh int64 // milliseconds; 0 means no reload
 	Now     time.Time
 
-	Instance, Group string
-	Since           time.Time // when the counters started counting
-	Ready           bool
-	DrainTimeout    float64
+	instanceJSON
 	Classes         []classView
 	TokenConfigured bool
 	LoggedIn        bool
@@ -95,11 +92,7 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 		Nonce:           nonce(),
 		Refresh:         max(h.refresh.Milliseconds(), 0),
 		Now:             time.Now().UTC(),
-		Instance:        h.rt.Instance(),
-		Group:           h.rt.Group(),
-		Since:           h.rt.Started().UTC(),
-		Ready:           h.rt.Ready(),
-		DrainTimeout:    h.rt.DrainTimeout().Seconds(),
+		instanceJSON:    h.instance(),
 		TokenConfigured: len(h.token) > 0,
 		LoggedIn:        h.loggedIn(r),
 		DeadClass:       q.Get("class"),
@@ -107,8 +100,8 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 	p.Flash, p.FlashErr = flash(q)
 	for _, cs := range h.rt.Stats() {
 		cv := classView{classJSON: toClassJSON(cs)}
-		if p.DrainTimeout > 0 {
-			cv.BudgetFill = cs.DrainEstimate / p.DrainTimeout
+		if p.DrainTimeoutSeconds > 0 {
+			cv.BudgetFill = cs.DrainEstimate / p.DrainTimeoutSeconds
 		}
 		p.Classes = append(p.Classes, cv)
 	}

@@ -47,8 +47,8 @@ type security struct {
 	mechanisms []string // enabled, in the order of Config.Users
 	internal   User
 
-	mu  sync.Mutex
-	lns []*secureListener
+	mu    sync.Mutex
+	first *secureListener // the first listener, where wire connects
 }
 
 // newSecurity checks cfg's TLS and users and returns the kfake options
@@ -90,7 +90,9 @@ func (s *security) listen(ln net.Listener) net.Listener {
 	sl := &secureListener{Listener: ln, tls: s.tls, conns: make(chan net.Conn), done: make(chan struct{})}
 	go sl.acceptLoop()
 	s.mu.Lock()
-	s.lns = append(s.lns, sl)
+	if s.first == nil {
+		s.first = sl
+	}
 	s.mu.Unlock()
 	return sl
 }
@@ -119,12 +121,11 @@ func (s *security) install(c *kfake.Cluster) {
 // the first listener, authenticated as the internal user.
 func (s *security) wire(ctx context.Context, clientID string) (*wireConn, error) {
 	s.mu.Lock()
-	if len(s.lns) == 0 {
-		s.mu.Unlock()
+	sl := s.first
+	s.mu.Unlock()
+	if sl == nil {
 		return nil, errors.New("devbroker: no listener")
 	}
-	sl := s.lns[0]
-	s.mu.Unlock()
 	client, server := net.Pipe()
 	select {
 	case sl.conns <- server:

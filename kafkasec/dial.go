@@ -47,11 +47,7 @@ type Dialer struct {
 // [*ConnectError]; any other error (refused, unreachable, timed out) may
 // pass once the broker is up.
 func (d *Dialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	timeout := d.Timeout
-	if timeout <= 0 {
-		timeout = DefaultDialTimeout
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, d.timeout())
 	defer cancel()
 	dial := d.NetDial
 	if dial == nil {
@@ -75,7 +71,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, addr string) (net.Con
 		tc := tls.Client(raw, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			raw.Close()
-			return nil, d.fail(addr, "TLS handshake", err)
+			return nil, d.fail(addr, StepTLSHandshake, err)
 		}
 		nc = tc
 	}
@@ -86,18 +82,32 @@ func (d *Dialer) DialContext(ctx context.Context, network, addr string) (net.Con
 	return nc, nil
 }
 
+// timeout is Timeout, or DefaultDialTimeout when it is zero.
+func (d *Dialer) timeout() time.Duration {
+	if d.Timeout <= 0 {
+		return DefaultDialTimeout
+	}
+	return d.Timeout
+}
+
+// bindDeadline makes nc's reads and writes fail once ctx ends or its
+// deadline passes; the function it returns undoes that.
+func bindDeadline(ctx context.Context, nc net.Conn) (unbind func()) {
+	deadline, _ := ctx.Deadline()
+	_ = nc.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	return func() {
+		stop()
+		_ = nc.SetDeadline(time.Time{})
+	}
+}
+
 // handshake authenticates nc with SASL, if set, and reads the broker's
 // API versions, through a kafka-go connection on nc that is then
 // dropped (it holds no goroutine). A TLS 1.3 broker that wants a client
 // certificate says so only now, on the first read.
 func (d *Dialer) handshake(ctx context.Context, network, addr string, nc net.Conn) error {
-	deadline, _ := ctx.Deadline()
-	_ = nc.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
-	defer func() {
-		stop()
-		_ = nc.SetDeadline(time.Time{})
-	}()
+	defer bindDeadline(ctx, nc)()
 	kd := &kafka.Dialer{
 		ClientID: d.ClientID,
 		DialFunc: func(context.Context, string, string) (net.Conn, error) { return nc, nil },
@@ -115,7 +125,7 @@ func (d *Dialer) handshake(ctx context.Context, network, addr string, nc net.Con
 	if ctx.Err() != nil {
 		return fmt.Errorf("kafka broker %s: %w (%w)", addr, context.Cause(ctx), err)
 	}
-	return d.fail(addr, "SASL authentication", err)
+	return d.fail(addr, StepSASLAuthentication, err)
 }
 
 // fail returns a *ConnectError for err when retrying cannot fix it, and
@@ -126,9 +136,9 @@ func (d *Dialer) fail(addr, step string, err error) error {
 		return fmt.Errorf("kafka broker %s: %s: %w", addr, step, err)
 	}
 	if isTLS(err) {
-		step = "TLS handshake"
+		step = StepTLSHandshake
 	} else if ke, ok := errors.AsType[kafka.Error](err); ok && ke == kafka.UnsupportedSASLMechanism {
-		step = "SASL handshake"
+		step = StepSASLHandshake
 	}
 	e := &ConnectError{Broker: addr, TLS: d.TLS != nil, Step: step, Reason: reason, Err: err}
 	if d.SASL != nil {
@@ -168,13 +178,9 @@ func (d *Dialer) check(ctx context.Context, addr string) error {
 		return err
 	}
 	defer nc.Close()
-	timeout := d.Timeout
-	if timeout <= 0 {
-		timeout = DefaultDialTimeout
-	}
-	_ = nc.SetDeadline(time.Now().Add(timeout))
-	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, d.timeout())
+	defer cancel()
+	defer bindDeadline(ctx, nc)()
 	if _, err := kafka.NewConnWith(nc, kafka.ConnConfig{ClientID: d.ClientID}).Brokers(); err != nil {
 		return fmt.Errorf("kafka broker %s: metadata: %w", addr, err)
 	}

@@ -25,14 +25,21 @@ type ConnectError struct {
 	// User is the SASL user name; empty without SASL or when the
 	// mechanism does not tell (see [Username]).
 	User string
-	// Step is what failed: "TLS handshake", "SASL handshake" or "SASL
-	// authentication".
+	// Step is what failed: StepTLSHandshake, StepSASLHandshake or
+	// StepSASLAuthentication.
 	Step string
 	// Reason says in words what went wrong and what to check.
 	Reason string
 	// Err is the error of the TLS or Kafka client.
 	Err error
 }
+
+// The steps of a connection a [ConnectError] names.
+const (
+	StepTLSHandshake       = "TLS handshake"
+	StepSASLHandshake      = "SASL handshake"
+	StepSASLAuthentication = "SASL authentication"
+)
 
 func (e *ConnectError) Error() string {
 	return fmt.Sprintf("kafka broker %s (%s): %s failed: %s: %v", e.Broker, e.describe(), e.Step, e.Reason, e.Err)

@@ -477,13 +477,14 @@ func (p *Pool[T]) idleLocked() bool {
 }
 
 // retryDueLocked reports whether an item waiting out a retry delay is due
-// by drainBy. It walks the waiting items: at most QueueSize plus Workers.
+// by drainBy. It walks the retry timers (one per waiting item whose timer
+// has not fired): at most QueueSize plus Workers.
 func (p *Pool[T]) retryDueLocked() bool {
 	if p.drainBy == 0 || p.stopped || !p.hold.mayStart() {
 		return false // a held pool would not start it anyway
 	}
-	for e := p.waiting.head; e != nil; e = e.next {
-		if rt, ok := p.timers[e]; ok && rt.due <= p.drainBy {
+	for _, rt := range p.timers {
+		if rt.due <= p.drainBy {
 			return true
 		}
 	}

@@ -223,21 +223,15 @@ func (b *batcher) call(ctx context.Context, bt *batch) (err error) {
 	msgs := bt.msgs
 	began := time.Now()
 	defer func() {
-		o := callSucceeded
-		if v := recover(); v != nil {
+		v := recover()
+		if v != nil {
 			stack := debug.Stack()
 			err = &handoff.PanicError{Value: v, Stack: stack}
 			b.r.log.Error("batch handler panicked", "class", c.cfg.Name, "batch", len(msgs), "err", err, "stack", string(stack))
-			o = callPanicked
-		} else if err != nil {
-			o = callFailed
-			if errors.Is(context.Cause(ctx), ErrHandlerTimeout) {
-				o = callTimedOut
-			}
 		}
 		d := time.Since(began)
 		c.svc.observe(d / time.Duration(len(msgs)))
-		b.r.metrics.observeHandler(c.index, o, d)
+		b.r.metrics.observeHandler(c.index, outcomeOf(ctx, v != nil, err), d)
 		b.r.metrics.observeBatch(c.index, len(msgs))
 	}()
 	return c.cfg.BatchHandler(ctx, msgs)

@@ -324,9 +324,7 @@ func (r *Runtime) closeFetchClient() {
 // finalCommit commits through the current generation, bounded by
 // commitTimeout.
 func (r *Runtime) finalCommit() error {
-	r.genMu.Lock()
-	g := r.gen
-	r.genMu.Unlock()
+	g := r.gen.Load()
 	if g == nil {
 		return nil
 	}

@@ -106,9 +106,9 @@ func (c *connection) refused(err error) error {
 
 func stepIndex(step string) int {
 	switch step {
-	case "TLS handshake":
+	case kafkasec.StepTLSHandshake:
 		return 0
-	case "SASL handshake":
+	case kafkasec.StepSASLHandshake:
 		return 1
 	}
 	return 2
@@ -191,12 +191,8 @@ func (r *Runtime) connect(ctx context.Context) error {
 			attrs = append(attrs, "hint", closedHint)
 		}
 		r.log.Warn("kafka brokers not reachable yet; waiting", attrs...)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, backoff) {
 			return nil
-		case <-t.C:
 		}
 		backoff = min(2*backoff, connectBackoffMax)
 	}

@@ -158,10 +158,8 @@ func (r *Runtime) readPartition(ctx context.Context, tr *tracker, offset int64, 
 		}
 		r.metrics.fetchError(tr.topic)
 		r.logs.warn(log, "fetch failed", "fetch failed; retrying", "offset", offset, "err", err, "wait", backoff)
-		select {
-		case <-ctx.Done():
+		if !sleep(ctx, backoff) {
 			return
-		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, fetchBackoffMax)
 	}
@@ -253,9 +251,7 @@ func (r *Runtime) fetched(c *class, tr *tracker, fr *fetchedRecord) *item {
 // connection is stuck.
 func (r *Runtime) joinReader(done <-chan struct{}, log *slog.Logger) {
 	wait := r.cfg.FetchMaxWait + time.Second
-	select {
-	case <-done:
-	case <-time.After(wait):
+	if !closedWithin(done, wait) {
 		log.Warn("partition reader did not end in time; left behind", "waited", wait)
 	}
 }
@@ -263,7 +259,7 @@ func (r *Runtime) joinReader(done <-chan struct{}, log *slog.Logger) {
 // kafkaIDPrefix returns "topic/partition/": a Kafka record's stable ID is
 // that prefix and its offset, so one partition's records share it.
 func kafkaIDPrefix(topic string, partition int) string {
-	return topic + "/" + strconv.Itoa(partition) + "/"
+	return tp{topic, partition}.String() + "/"
 }
 
 // kafkaID returns the ID of the record at offset, prefix its partition's

@@ -53,10 +53,10 @@ type franzGo struct {
 	queues map[tp]*franzQueue
 }
 
-// startFranzGo creates the kgo client for topics and starts its poll loop
-// and the generation's keeper. The poll loop ends with fetchCtx; the
-// membership lasts until leave.
-func (r *Runtime) startFranzGo(fetchCtx context.Context, topics []string, poll *sync.WaitGroup) (*franzGo, error) {
+// startFranzGo creates the kgo client for topics, as r.franz, and starts
+// its poll loop and the generation's keeper. The poll loop ends with
+// fetchCtx; the membership lasts until the stop's leave (r.franz.leave).
+func (r *Runtime) startFranzGo(fetchCtx context.Context, topics []string, poll *sync.WaitGroup) error {
 	f := &franzGo{r: r, queues: map[tp]*franzQueue{}}
 	f.life, f.endLife = context.WithCancel(context.Background())
 	f.g = r.newGeneration(fetchCtx, ClientFranzGo, -1, f.commit, f.source)
@@ -106,7 +106,7 @@ func (r *Runtime) startFranzGo(fetchCtx context.Context, topics []string, poll *
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		f.endLife()
-		return nil, fmt.Errorf("runtime: franz-go client: %w", err)
+		return fmt.Errorf("runtime: franz-go client: %w", err)
 	}
 	f.cl = cl
 	r.franz = f
@@ -120,7 +120,7 @@ func (r *Runtime) startFranzGo(fetchCtx context.Context, topics []string, poll *
 		f.g.fetching.Store(false)
 		lag.stop()
 	})
-	return f, nil
+	return nil
 }
 
 // assigned is franz-go's OnPartitionsAssigned: the partitions start
@@ -306,20 +306,11 @@ func (f *franzGo) leave(wait time.Duration) {
 		f.r.log.Warn("leaving the group did not finish within the stop's budget (a join may be in flight, or the broker does not answer); the broker will give this member partitions until its session expires",
 			"phase", "leave", "waited", wait, "session_timeout", f.r.cfg.SessionTimeout, "err", err)
 	}
-	closed := make(chan struct{})
-	go func() { f.cl.Close(); close(closed) }()
-	t := time.NewTimer(closeWait)
-	defer t.Stop()
-	select {
-	case <-closed:
-	case <-t.C:
+	if !within(closeWait, f.cl.Close) {
 		f.r.log.Warn("closing the franz-go client did not finish in time; left closing", "phase", "leave", "waited", closeWait)
 	}
 	f.endLife()
-	select {
-	case <-f.g.ended:
-	case <-time.After(closeWait): // a commit in flight ends within commitTimeout
-	}
+	closedWithin(f.g.ended, closeWait) // a commit in flight ends within commitTimeout
 }
 
 // pauseGrace is how long the poll loop waits for a partition's fetch loop

@@ -101,6 +101,9 @@ type tp struct {
 	partition int
 }
 
+// String returns "topic/partition", as the logs name a partition.
+func (p tp) String() string { return p.topic + "/" + strconv.Itoa(p.partition) }
+
 func (r *Runtime) newGeneration(ctx context.Context, client Client, id int32,
 	commit func(map[string]map[int]int64) error,
 	source func(context.Context, *tracker, int64) partSource) *generation {
@@ -148,7 +151,7 @@ func (g *generation) add(ps []partStart) {
 		g.loopMu.Unlock()
 		g.parts[tr] = fl
 		trs = append(trs, tr)
-		names = append(names, p.topic+"/"+strconv.Itoa(p.partition))
+		names = append(names, tp{p.topic, p.partition}.String())
 	}
 	g.trs.Store(&trs)
 	g.r.log.Info("partitions assigned", "client", string(g.client), "generation", g.id.Load(), "partitions", partList(names))
@@ -167,7 +170,7 @@ func (g *generation) remove(ps []tp, lost bool) {
 			continue
 		}
 		gone = append(gone, tr)
-		names = append(names, tr.topic+"/"+strconv.Itoa(tr.partition))
+		names = append(names, tp{tr.topic, tr.partition}.String())
 	}
 	for _, tr := range gone {
 		g.parts[tr].cancel()
@@ -213,10 +216,15 @@ func partList(names []string) string {
 
 // setGen makes g the generation the stop commits through and the stats
 // read.
-func (r *Runtime) setGen(g *generation) {
-	r.genMu.Lock()
-	r.gen = g
-	r.genMu.Unlock()
+func (r *Runtime) setGen(g *generation) { r.gen.Store(g) }
+
+// fetchingGen returns the current generation while its partitions are
+// fetched, or nil.
+func (r *Runtime) fetchingGen() *generation {
+	if g := r.gen.Load(); g != nil && g.fetching.Load() {
+		return g
+	}
+	return nil
 }
 
 // consume joins kafka-go generation after generation until fetchCtx ends.

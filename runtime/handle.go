@@ -60,17 +60,7 @@ func (r *Runtime) timedCall(ctx context.Context, c *class, m *handoff.Message) (
 	defer func() {
 		d := time.Since(began)
 		c.svc.observe(d)
-		o := callSucceeded
-		switch {
-		case !returned:
-			o = callPanicked
-		case err == nil:
-		case errors.Is(context.Cause(ctx), ErrHandlerTimeout):
-			o = callTimedOut
-		default:
-			o = callFailed
-		}
-		r.metrics.observeHandler(c.index, o, d)
+		r.metrics.observeHandler(c.index, outcomeOf(ctx, !returned, err), d)
 	}()
 	err = c.handle(ctx, m)
 	returned = true

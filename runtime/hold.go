@@ -90,12 +90,8 @@ func (r *Runtime) retryHeld(ctx context.Context) {
 		case <-h.added:
 		}
 		for round := 1; h.len() > 0; round++ {
-			t := time.NewTimer(backoff(round, holdRetryInitial, holdRetryMax, nil))
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !sleep(ctx, backoff(round, holdRetryInitial, holdRetryMax, nil)) {
 				return
-			case <-t.C:
 			}
 			for _, m := range h.take() {
 				if r.saveFailed(m.c, m.it, m.err) {

@@ -102,10 +102,8 @@ func (g *generation) sampleLagOnce(ctx context.Context) error {
 // is fetched and neither done nor saved, over the partitions this
 // instance fetches now; zero when there is none.
 func (r *Runtime) oldestUnsettled(c *class) time.Duration {
-	r.genMu.Lock()
-	g := r.gen
-	r.genMu.Unlock()
-	if g == nil || !g.fetching.Load() {
+	g := r.fetchingGen()
+	if g == nil {
 		return 0
 	}
 	oldest, found := int64(0), false
@@ -127,11 +125,9 @@ func (r *Runtime) oldestUnsettled(c *class) time.Duration {
 // instance fetches now and their summed lag as last sampled, -1 while
 // none is sampled.
 func (r *Runtime) classLag(c *class) (partitions int, lag int64) {
-	r.genMu.Lock()
-	g := r.gen
-	r.genMu.Unlock()
 	lag = -1
-	if g == nil || !g.fetching.Load() {
+	g := r.fetchingGen()
+	if g == nil {
 		return 0, lag
 	}
 	for _, tr := range g.trackers() {

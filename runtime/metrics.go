@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"time"
@@ -43,6 +44,21 @@ const (
 )
 
 var callOutcomeNames = [numCallOutcomes]string{"succeeded", "failed", "timed_out", "panicked"}
+
+// outcomeOf is the outcome of a handler call under ctx that panicked, or
+// returned err.
+func outcomeOf(ctx context.Context, panicked bool, err error) callOutcome {
+	switch {
+	case panicked:
+		return callPanicked
+	case err == nil:
+		return callSucceeded
+	case errors.Is(context.Cause(ctx), ErrHandlerTimeout):
+		return callTimedOut
+	default:
+		return callFailed
+	}
+}
 
 func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 	if reg == nil {

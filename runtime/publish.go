@@ -192,11 +192,7 @@ func (p *publisher) close(deadline time.Time) {
 	close(p.finish)
 	done := make(chan struct{})
 	go func() { p.wg.Wait(); close(done) }()
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
+	if !closedWithin(done, time.Until(deadline)) {
 		p.cancel()
 		p.conns.closeAll()
 		<-done

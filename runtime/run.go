@@ -69,7 +69,6 @@ type runState struct {
 	// generations (group.go). They end at the quiesce.
 	cg        *kafka.ConsumerGroup
 	member    memberWatch // what kafka-go joined the group as (member.go)
-	fg        *franzGo    // the franz-go member, with Config.Client franz-go
 	stopFetch context.CancelFunc
 	consumer  sync.WaitGroup
 
@@ -185,9 +184,7 @@ func (s *runState) start() error {
 func (s *runState) join(fetchCtx context.Context, topics []string) error {
 	r := s.r
 	if r.cfg.Client == ClientFranzGo {
-		fg, err := r.startFranzGo(fetchCtx, topics, &s.consumer)
-		s.fg = fg
-		return err
+		return r.startFranzGo(fetchCtx, topics, &s.consumer)
 	}
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                r.cfg.Group,

@@ -51,12 +51,11 @@ type Runtime struct {
 	held     held     // submitted messages whose save failed
 
 	// Kafka: the current generation, and the readers still closing.
-	genMu   sync.Mutex
-	gen     *generation
+	gen     atomic.Pointer[generation] // set by setGen
 	closing sync.WaitGroup
 	revoked atomic.Int64  // messages given back at rebalances
 	dlq     *publisher    // nil without a DeadLetterTopic
-	franz   *franzGo      // the franz-go member, set by Run's join on ClientFranzGo
+	franz   *franzGo      // the franz-go member, set by Run's join on ClientFranzGo, ended by its stop's leave
 	commits *kafka.Client // kafka-go's fresh-connection commits (commitFresh), and on both clients the topic check and the lag sampler
 	fetches *kafka.Client // the partition readers'; see readPartition
 	conn    connection    // how connections to the brokers are made; see connect.go

@@ -295,20 +295,17 @@ func (s *runState) leave() []any {
 	r.closing.Wait()
 	if s.cg != nil {
 		wait := s.leaveWait()
-		closed := make(chan struct{})
-		go func() { s.cg.Close(); close(closed) }()
-		select {
-		case <-closed:
+		if within(wait, func() { s.cg.Close() }) {
 			if id := s.member.stranded(); id != "" {
 				r.leaveFor(id, max(leaveTimeout, time.Until(s.deadline)))
 			}
-		case <-time.After(wait):
+		} else {
 			r.log.Warn("leaving the group did not finish within the stop's budget (a join may be in flight); the broker will give this member partitions until its session expires",
 				"phase", "leave", "waited", wait, "session_timeout", r.cfg.SessionTimeout)
 		}
 	}
-	if s.fg != nil {
-		s.fg.leave(s.leaveWait())
+	if r.franz != nil {
+		r.franz.leave(s.leaveWait())
 	}
 	r.closeCommitClient()
 	r.closeFetchClient()

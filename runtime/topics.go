@@ -49,10 +49,8 @@ const (
 func (r *Runtime) checkTopics(ctx context.Context) ([]string, error) {
 	wait := topicWaitMin
 	pause := func() bool {
-		select {
-		case <-ctx.Done():
+		if !sleep(ctx, wait) {
 			return false
-		case <-time.After(wait):
 		}
 		wait = min(2*wait, topicWaitMax)
 		return true

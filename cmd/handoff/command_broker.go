@@ -135,7 +135,6 @@ func parseUser(s string) (devbroker.User, error) {
 	mech, rest, ok1 := strings.Cut(s, ":")
 	name, password, ok2 := strings.Cut(rest, ":")
 	if !ok1 || !ok2 || name == "" || password == "" {
-		mech, _, _ = strings.Cut(s, ":")
 		return devbroker.User{}, usagef("--sasl-user %s:...: want MECHANISM:NAME:PASSWORD", mech)
 	}
 	switch strings.ToLower(mech) {

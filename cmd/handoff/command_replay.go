@@ -284,14 +284,16 @@ func sendAll(ctx context.Context, st *snapshot.Store, f *replayFlags, plan *repl
 		return 0, nil
 	}
 	tr := &kafka.Transport{ClientID: f.dialer.ClientID}
+	defer tr.CloseIdleConnections()
 	if f.dialer.TLS != nil || f.dialer.SASL != nil {
 		tr.Dial = f.dialer.DialContext
-	}
-	defer tr.CloseIdleConnections()
-	// What retrying cannot fix ends the replay before anything is sent.
-	if err := f.dialer.Check(ctx, f.brokers); err != nil {
-		if _, ok := errors.AsType[*kafkasec.ConnectError](err); ok {
-			return 0, err
+		// What retrying cannot fix (a refused TLS handshake or SASL
+		// authentication, which only these dials meet) ends the replay
+		// before anything is sent.
+		if err := f.dialer.Check(ctx, f.brokers); err != nil {
+			if _, ok := errors.AsType[*kafkasec.ConnectError](err); ok {
+				return 0, err
+			}
 		}
 	}
 	w := &kafka.Writer{
