@@ -18,7 +18,7 @@ import (
 // of the middleware chain (attempt.go) by the class's Timeout.
 func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 	return func(ctx context.Context, it *item) error {
-		r.starting(c, it)
+		c.hold.starting(it)
 		if it.deferrable() {
 			if at, ok, err := deliverAt(&it.msg); err != nil {
 				return err // permanent: a dead letter
@@ -87,7 +87,7 @@ func (r *Runtime) retry(c *class) func(*item, error) (time.Duration, bool) {
 		if errors.Is(err, errDiverted) {
 			return 0, false
 		}
-		if r.heldFailure(c, it, err) {
+		if c.hold.failed(it, err) {
 			it.settleAttempt(OutcomeHeld, err, 0)
 			return 0, true // not counted; it waits in the held pool
 		}
@@ -115,12 +115,12 @@ func (r *Runtime) result(c *class) func(*item, error) {
 	return func(it *item, err error) {
 		switch {
 		case err == nil:
-			r.succeeded(c, it)
+			c.hold.succeeded(it)
 			r.done(c, it)
 			it.settleAttempt(OutcomeSucceeded, nil, 0)
 		case errors.Is(err, errDiverted):
 			c.diverted.Add(1) // the pool counts it failed; see Stats
-			r.inconclusive(c, it)
+			c.hold.inconclusive(it)
 		default:
 			if !r.saveFailed(c, it, err) && it.src == fromSubmit {
 				r.hold(c, it, err) // it has no other copy

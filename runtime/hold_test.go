@@ -3,98 +3,200 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
-	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/pool"
+	"github.com/handoff-go/handoff/snapshot"
 )
 
-var errDiskFull = errors.New("test: disk full")
+// holdRig is a class's hold around a real pool, built without a Runtime:
+// the pool's functions do what the runtime's do for the hold (handle.go),
+// and a failure that the hold does not take is retried in place after
+// 10ms, with no attempt limit.
+type holdRig struct {
+	h        *hold
+	p        *pool.Pool[*item]
+	down     atomic.Bool
+	calls    atomic.Int64
+	done     atomic.Int64
+	rewound  atomic.Int64 // unix nanos of the last rewind
+	stopping chan struct{}
+}
 
-// TestSubmittedKeptWhenSaveFails: a submitted message that fails for good
-// while the state file refuses its dead-letter write has no other copy
-// (no Kafka offset, no record): it is kept in memory and the write
-// retried until it succeeds, or the stop's snapshot saves it to pending
-// and the next start runs it.
-func TestSubmittedKeptWhenSaveFails(t *testing.T) {
-	t.Parallel()
-	// run starts a runtime whose class fails every message for good
-	// unless fixed, and whose moves fail while fail says so. It returns
-	// the runtime, a function that stops it and returns its report, and
-	// the count of failed writes.
-	run := func(t *testing.T, state string, fail func() bool, fixed bool, handled chan<- string) (*Runtime, func() *Report, *atomic.Int64) {
-		log, failedWrites := countLogs(t, "state file write failed; offset stays uncommitted")
-		rt, err := newRuntime(Config{StatePath: state, Logger: log, Classes: []Class{{Name: "mail", Workers: 1,
-			Handler: func(_ context.Context, m *handoff.Message) error {
-				if !fixed {
-					return handoff.Permanent(errors.New("template missing"))
-				}
-				handled <- m.ID
-				return nil
-			}}}})
+func newHoldRig(t *testing.T, workers int) *holdRig {
+	t.Helper()
+	g := &holdRig{stopping: make(chan struct{})}
+	p, err := pool.New(pool.Config[*item]{
+		Name: "db", Workers: workers, QueueSize: 64,
+		Handler: func(_ context.Context, it *item) error {
+			g.h.starting(it)
+			time.Sleep(time.Millisecond)
+			g.calls.Add(1) // counted as it returns, as the probes are
+			if g.down.Load() {
+				return errors.New("database down")
+			}
+			return nil
+		},
+		RetryFunc: func(it *item, err error) (time.Duration, bool) {
+			if g.h.failed(it, err) {
+				return 0, true
+			}
+			it.msg.Attempt++
+			return 10 * time.Millisecond, true
+		},
+		ResultFunc: func(it *item, err error) {
+			if err == nil {
+				g.h.succeeded(it)
+				g.done.Add(1)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.p = p
+	g.h = newHold(holdConfig{class: "db", policy: SuspendPolicy{}, pool: p, log: slog.New(slog.DiscardHandler),
+		stopping: g.stopping, rewind: func(due time.Time) { g.rewound.Store(due.UnixNano()) }})
+	g.h.cfg.policy.withDefaults()
+	return g
+}
+
+func (g *holdRig) submit(t *testing.T, n int) {
+	t.Helper()
+	for i := range n {
+		it := &item{src: fromSubmit}
+		it.msg.ID = fmt.Sprint("m", i)
+		if err := g.p.Submit(t.Context(), it); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// stop stops the hold and the pool, as the runtime's stop does.
+func (g *holdRig) stop() pool.StopResult[*item] {
+	close(g.stopping)
+	g.h.stop()
+	return g.p.Stop(time.Second, errors.New("test stop"))
+}
+
+// TestHoldSuspendsProbesAndLifts: ten failed attempts of several
+// messages suspend the class (its pool held, fetching closed, due
+// delayed messages skipped); one probe at a time runs while the
+// dependency is down, none of those failures counts an attempt, and the
+// first success after it is back lifts the hold: every message is done,
+// fetching opens and the scheduler is rewound to what it skipped.
+func TestHoldSuspendsProbesAndLifts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newHoldRig(t, 4)
+		g.down.Store(true)
+		g.submit(t, 8)
+		synctest.Wait()
+		// The fourth worker's failure is the tenth in a row (of four
+		// messages, retried at 10ms): suspended within a few retries.
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		st := g.h.stats()
+		if st.State != HoldSuspended || st.Suspensions != 1 || !g.p.Held() {
+			t.Fatalf("after the outage began: %+v, pool held %v; want suspended once and held", st, g.p.Held())
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		if g.h.mayFetch(ctx) {
+			t.Error("fetching open while suspended")
+		}
+		cancel()
+		due := time.Now().Add(-time.Minute)
+		if !g.h.skipDue(due) {
+			t.Error("a due delayed message was not skipped while suspended")
+		}
+
+		// Down for 20s more (1s went by in mayFetch): probes only, one at a time, backing off up
+		// to 5s: about 2+log2(20) of them.
+		before, probed := g.calls.Load(), g.h.stats().Probes
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		calls := g.calls.Load() - before
+		if st := g.h.stats(); calls < 3 || calls > 12 || st.Probes-probed != int(calls) {
+			t.Fatalf("20s more of outage: %d calls, %d failed probes; want as many, between 3 and 12", calls, st.Probes-probed)
+		}
+
+		g.down.Store(false)
+		time.Sleep(6 * time.Second) // the longest probe wait is 5s
+		synctest.Wait()
+		if st := g.h.stats(); st.State != HoldRunning || g.p.Held() || g.done.Load() != 8 {
+			t.Fatalf("after the outage: %+v, held %v, done %d; want running, released, 8 done", st, g.p.Held(), g.done.Load())
+		}
+		if got := g.rewound.Load(); got != due.UnixNano() {
+			t.Errorf("scheduler rewound to %v, want %v", time.Unix(0, got), due)
+		}
+		if !g.h.mayFetch(t.Context()) {
+			t.Error("fetching closed after the lift")
+		}
+		if res := g.stop(); len(res.Unstarted)+len(res.Waiting)+len(res.Interrupted) != 0 {
+			t.Errorf("stop found work left: %+v", res)
+		}
+	})
+}
+
+// TestHoldPauseKept: a pause is written to the state file and holds the
+// pool; restored from the file on a new hold it holds again, with its
+// reason, and saved messages that do not fit the held pool wait in the
+// backlog until the resume, which deletes the pause and pushes them.
+func TestHoldPauseKept(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store, err := snapshot.Open(filepath.Join(t.TempDir(), "state.db"), snapshot.Options{LockTimeout: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		rt.beforeWrite = func(string, *item) error {
-			if fail() {
-				return errDiskFull
-			}
-			return nil
-		}
-		wait := start(t, rt, context.Background())
-		waitFor(t, "running", rt.Ready)
-		stop := func() *Report {
-			rt.Shutdown(context.Background())
-			rep, err := wait()
-			if err != nil {
-				t.Fatal(err)
-			}
-			return rep
-		}
-		return rt, stop, failedWrites
-	}
-	submit := func(t *testing.T, rt *Runtime) {
-		if err := rt.Submit(context.Background(), "mail", &handoff.Message{ID: "welcome-42"}); err != nil {
+		defer store.Close()
+		g := newHoldRig(t, 1)
+		if err := g.h.pause(store, "maintenance"); err != nil {
 			t.Fatal(err)
 		}
-	}
-
-	t.Run("saved by the stop", func(t *testing.T) {
-		t.Parallel()
-		state := filepath.Join(t.TempDir(), "s.db")
-		rt, stop, failedWrites := run(t, state, func() bool { return true }, false, nil)
-		submit(t, rt)
-		waitFor(t, "the dead-letter write failing", func() bool { return failedWrites.Load() > 0 })
-		if rep := stop(); rep.Held != 1 || rep.Snapshotted != 1 || rep.DeadLettered != 0 {
-			t.Errorf("held %d, snapshotted %d, dead lettered %d; want 1, 1, 0", rep.Held, rep.Snapshotted, rep.DeadLettered)
+		if st := g.h.stats(); st.State != HoldPaused || st.Reason != "maintenance" || !g.p.Held() {
+			t.Fatalf("after pause: %+v, held %v", st, g.p.Held())
 		}
-		assertPending(t, state, 1)
-		handled := make(chan string, 1)
-		_, stop2, _ := run(t, state, func() bool { return false }, true, handled)
-		select {
-		case id := <-handled:
-			if id != "welcome-42" {
-				t.Errorf("handled %s", id)
+		g.stop()
+
+		// A new start: the pause comes back from the file.
+		g2 := newHoldRig(t, 1)
+		if err := loadPauses(store, map[string]*class{"db": {hold: g2.h}}, slog.New(slog.DiscardHandler)); err != nil {
+			t.Fatal(err)
+		}
+		if st := g2.h.stats(); st.State != HoldPaused || st.Reason != "maintenance" {
+			t.Fatalf("restored: %+v", st)
+		}
+		for i := range 70 { // QueueSize 64: six go to the backlog
+			it := &item{src: fromPending}
+			it.msg.ID = fmt.Sprint("p", i)
+			if !g2.h.repushPaused(it) {
+				t.Fatal("repushPaused: not paused")
 			}
-		case <-time.After(30 * time.Second):
-			t.Error("the message was not handled after the restart")
 		}
-		stop2()
-		assertPending(t, state, 0)
-	})
-
-	t.Run("saved when the write recovers", func(t *testing.T) {
-		t.Parallel()
-		state := filepath.Join(t.TempDir(), "s.db")
-		var tries atomic.Int64
-		rt, stop, _ := run(t, state, func() bool { return tries.Add(1) <= 3 }, false, nil)
-		submit(t, rt)
-		waitFor(t, "the dead letter saved", func() bool { dl, _, _ := rt.DeadLetters("mail", "", 10); return len(dl) == 1 })
-		if rep := stop(); rep.Held != 1 || rep.DeadLettered != 1 || rep.Snapshotted != 0 {
-			t.Errorf("held %d, dead lettered %d, snapshotted %d; want 1, 1, 0", rep.Held, rep.DeadLettered, rep.Snapshotted)
+		if n := len(g2.h.backlog); n != 6 {
+			t.Fatalf("backlog %d, want 6", n)
 		}
-		assertPending(t, state, 0)
+		if err := g2.h.resume(store); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if g2.done.Load() != 70 || g2.h.stats().State != HoldRunning {
+			t.Fatalf("after resume: done %d, %+v", g2.done.Load(), g2.h.stats())
+		}
+		var pauses map[string]snapshot.Pause
+		if err := store.View(func(tx *snapshot.Tx) (err error) { pauses, err = tx.Pauses(); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if len(pauses) != 0 {
+			t.Errorf("pauses left in the file: %v", pauses)
+		}
+		g2.stop()
 	})
 }

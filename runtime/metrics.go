@@ -141,7 +141,7 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 				ConstLabels: labels},
 				func() float64 { return r.oldestUnsettled(c).Seconds() }),
 		)
-		cs = append(cs, c.holdCollectors(labels)...)
+		cs = append(cs, c.hold.collectors(labels)...)
 		var obs [numCallOutcomes]prometheus.Observer
 		for o := range numCallOutcomes {
 			obs[o] = m.handler.WithLabelValues(c.cfg.Name, callOutcomeNames[o])

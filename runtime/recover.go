@@ -79,7 +79,7 @@ func (r *Runtime) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (b
 		// them.
 		r.blockIfReleasing(c, it)
 	}
-	if r.repushPaused(c, it) {
+	if c.hold.repushPaused(it) {
 		rep.Repushed++
 		return true, nil
 	}

@@ -103,7 +103,7 @@ func (s *runState) open() error {
 		return errors.Join(err, store.Close())
 	}
 	// The pauses apply before the recovery pushes anything.
-	if err := r.loadPauses(store); err != nil {
+	if err := loadPauses(store, r.classes, r.log); err != nil {
 		return errors.Join(err, store.Close())
 	}
 	r.store = store

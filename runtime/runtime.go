@@ -112,8 +112,8 @@ type class struct {
 	svc     serviceTime
 	index   int      // in Runtime.order
 	batch   *batcher // batch classes only
-	// susp is the class's outage suspension and pause (suspend.go).
-	susp suspension
+	// hold is the class's outage suspension and pause (hold.go).
+	hold *hold
 	// diverted counts the results of messages the handler wrapper saved
 	// elsewhere (parked, deferred) instead of running: the pool counts
 	// them failed.
@@ -143,7 +143,6 @@ func New(cfg Config) (*Runtime, error) {
 	var errs []error
 	for _, cc := range cfg.Classes {
 		c := &class{cfg: cc, index: len(r.order)}
-		c.susp.init()
 		workers := cc.Workers
 		if cc.BatchHandler != nil {
 			c.batch = newBatcher(r, c)
@@ -170,6 +169,8 @@ func New(cfg Config) (*Runtime, error) {
 			continue
 		}
 		c.pool = p
+		c.hold = newHold(holdConfig{class: cc.Name, policy: cc.Suspend, permanent: cc.Retry.PermanentFunc, pool: p,
+			log: r.log, stopping: r.life.stopCh, rewind: r.sched.wake})
 		if c.handle, c.hooked, err = chain(&cfg, &cc); err != nil {
 			errs = append(errs, err)
 			continue

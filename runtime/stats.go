@@ -65,7 +65,7 @@ func (r *Runtime) Stats() []ClassStats {
 		runningFor, longest := c.pool.RunningTimes()
 		cs.DrainEstimate, cs.Rate, cs.OverBudget = r.drainEstimate(c, ps, runningFor, longest)
 		cs.LongestRunning = longest.Seconds()
-		cs.Hold = c.holdStats()
+		cs.Hold = c.hold.stats()
 		out[i] = cs
 	}
 	return out

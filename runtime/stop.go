@@ -72,7 +72,9 @@ func (s *runState) quiesce() []any {
 	s.r.releases.close()
 	s.feeds.Wait()
 	s.consumer.Wait()
-	s.r.quiesceHolds()
+	for _, c := range s.r.order {
+		c.hold.stop()
+	}
 	return nil
 }
 
@@ -163,7 +165,9 @@ func (s *runState) hardStop(grace time.Duration, cause error) []any {
 // pools.
 func (s *runState) keep(its []*item, reason string) {
 	for _, it := range its {
-		s.r.uncount(it)
+		if c := s.r.classes[it.msg.Class]; c != nil {
+			c.hold.uncount(it)
+		}
 		s.r.leftPool(it)
 		s.left = append(s.left, leftover{it: it, reason: reason})
 	}
