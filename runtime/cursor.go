@@ -82,5 +82,5 @@ func (r *Runtime) listing(what string, limit int) (*snapshot.Store, error) {
 	if limit <= 0 {
 		return nil, fmt.Errorf("runtime: %s: limit must be > 0, got %d", what, limit)
 	}
-	return r.openStore()
+	return r.state.get()
 }

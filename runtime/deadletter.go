@@ -16,10 +16,10 @@ func (r *Runtime) deadLetter(c *class, it *item, herr error) {
 	rec := it.record(reasonFailed, herr, time.Now())
 	if it.src == fromDead {
 		// A requeued dead letter failed again: update it in place.
-		if !r.moveTo(it, "update dead letter", func(tx *snapshot.Tx) error { return tx.PutDead(it.key, rec) }) {
+		if !r.state.moveTo(it, "update dead letter", func(tx *snapshot.Tx) error { return tx.PutDead(it.key, rec) }) {
 			return
 		}
-	} else if !r.moveTo(it, "save dead letter", func(tx *snapshot.Tx) error { _, err := tx.SaveDead(rec); return err }) {
+	} else if !r.state.moveTo(it, "save dead letter", func(tx *snapshot.Tx) error { _, err := tx.SaveDead(rec); return err }) {
 		return
 	}
 	r.deadLettered(c, it, rec, herr)
@@ -32,7 +32,7 @@ func (r *Runtime) deadLettered(c *class, it *item, rec snapshot.Record, herr err
 	r.log.Warn("message became a dead letter", "class", c.cfg.Name, "id", it.msg.ID,
 		"attempt", it.msg.Attempt, "err", herr)
 	if c.cfg.Ordered {
-		r.block(c, it)
+		c.keys.block(it)
 	}
 	r.publishDead(c, rec)
 }
@@ -89,7 +89,7 @@ func (r *Runtime) DeadLetters(class string, after Cursor, limit int) ([]DeadLett
 
 // GetDeadLetter returns one dead letter, or an error wrapping ErrNotFound.
 func (r *Runtime) GetDeadLetter(key uint64) (DeadLetter, error) {
-	st, err := r.openStore()
+	st, err := r.state.get()
 	if err != nil {
 		return DeadLetter{}, err
 	}
@@ -140,7 +140,7 @@ func (r *Runtime) Requeue(ctx context.Context, key uint64) error {
 	it := &item{msg: dl.Message, src: fromDead, key: key}
 	it.msg.Attempt = 0
 	if c.cfg.Ordered {
-		r.block(c, it) // it is its key's blocker; it may run
+		c.keys.block(it) // it is its key's blocker; it may run
 	}
 	if err := c.pool.Submit(ctx, it); err != nil {
 		r.requeues.finish(key)
@@ -171,14 +171,14 @@ func (r *Runtime) Discard(ctx context.Context, key uint64) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("runtime: discard dead letter %d: %w", key, err)
 	}
-	if err := r.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(key) }); err != nil {
+	if err := r.state.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(key) }); err != nil {
 		return fmt.Errorf("runtime: discard dead letter %d: %w", key, err)
 	}
 	c := r.classes[dl.Message.Class]
 	r.inc(c, outDiscarded)
 	r.log.Info("dead letter discarded", "class", dl.Message.Class, "id", dl.Message.ID, "key", key)
 	if c != nil && c.cfg.Ordered {
-		r.unblockKey(c, dl.Message.Key, dl.Message.ID)
+		c.keys.unblock(dl.Message.Key, dl.Message.ID)
 	}
 	return nil
 }

@@ -40,7 +40,7 @@ func (r *Runtime) redeliver(c *class, it *item, herr error) {
 		_, err = tx.SaveDead(dead)
 		return err
 	}
-	if !r.moveTo(it, "save delayed redelivery", save) {
+	if !r.state.moveTo(it, "save delayed redelivery", save) {
 		it.redeliveries--
 		return
 	}
@@ -53,7 +53,7 @@ func (r *Runtime) redeliver(c *class, it *item, herr error) {
 	r.log.Info("message failed; redelivery scheduled", "class", c.cfg.Name, "id", it.msg.ID,
 		"attempt", it.msg.Attempt, "redelivery", it.redeliveries, "due", due, "err", herr)
 	if c.cfg.Ordered {
-		r.block(c, it)
+		c.keys.block(it)
 	}
 	r.sched.wake(due)
 }
@@ -63,7 +63,7 @@ func (r *Runtime) redeliver(c *class, it *item, herr error) {
 // rather than wait in memory.
 func (r *Runtime) deferDelivery(c *class, it *item, at time.Time) bool {
 	rec := it.record(reasonScheduled, nil, time.Now())
-	if !r.moveTo(it, "save delayed message", func(tx *snapshot.Tx) error { return saveDelayed(tx, at, rec) }) {
+	if !r.state.moveTo(it, "save delayed message", func(tx *snapshot.Tx) error { return saveDelayed(tx, at, rec) }) {
 		return false
 	}
 	r.inc(c, outDeferred)
@@ -103,7 +103,7 @@ func (r *Runtime) Schedule(ctx context.Context, class string, m *handoff.Message
 	rec := snapshot.Record{Message: msg, Reason: reasonScheduled, SavedAt: time.Now()}
 	var added []bool
 	var replaced snapshot.DelayedKey
-	err = r.store.Batch(func(tx *snapshot.Tx) error {
+	err = r.state.store.Batch(func(tx *snapshot.Tx) error {
 		replaced = nil
 		old, ok, err := tx.DelayedKeyOf(msg.ID)
 		if err != nil {

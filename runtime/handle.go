@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/handoff-go/handoff"
-	"github.com/handoff-go/handoff/snapshot"
 )
 
 // The pool calls three functions per message, all made here for each
@@ -26,7 +25,7 @@ func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 				return r.diverted(ctx, it)
 			}
 		}
-		if c.cfg.Ordered && !r.gate(c, it) {
+		if c.cfg.Ordered && !c.keys.gate(it) {
 			return r.diverted(ctx, it)
 		}
 		if c.batch != nil {
@@ -148,7 +147,7 @@ func (r *Runtime) result(c *class) func(*item, error) {
 func (r *Runtime) done(c *class, it *item) {
 	it.forget(r, c)
 	if c.cfg.Ordered {
-		r.unblock(c, it)
+		c.keys.unblock(it.msg.Key, it.msg.ID)
 	}
 }
 
@@ -161,60 +160,5 @@ func (r *Runtime) leftPool(it *item) {
 	}
 	if it.src == fromDead {
 		r.requeues.finish(it.key)
-	}
-}
-
-// moveTo saves the item elsewhere in the state file with save, deleting
-// its source record in the same transaction, and then settles its offset:
-// the offset counts as persisted once the transaction has committed. On
-// failure nothing is settled, so Kafka delivers the message again after a
-// restart. Workers' moves share transactions (one fsync for many).
-func (r *Runtime) moveTo(it *item, what string, save func(tx *snapshot.Tx) error) bool {
-	return r.move(r.store.Batch, it, what, save)
-}
-
-// moveNow is moveTo in a transaction of its own, for callers that hold a
-// lock and must not wait for a shared one to fill.
-func (r *Runtime) moveNow(it *item, what string, save func(tx *snapshot.Tx) error) bool {
-	return r.move(r.store.Update, it, what, save)
-}
-
-func (r *Runtime) move(run func(func(*snapshot.Tx) error) error, it *item, what string, save func(tx *snapshot.Tx) error) bool {
-	// save and deleteSource act only through tx: a Batch may run this
-	// twice, the first time rolled back.
-	err := run(func(tx *snapshot.Tx) error {
-		if err := r.testWriteErr(what, it); err != nil {
-			return err
-		}
-		// Delete first: a delayed record's new version has the same ID,
-		// which SaveDelayed would take for a duplicate.
-		if err := it.deleteSource(tx); err != nil {
-			return err
-		}
-		return save(tx)
-	})
-	if err != nil {
-		r.log.Error("state file write failed; offset stays uncommitted", "op", what,
-			"class", it.msg.Class, "id", it.msg.ID, "err", err)
-		it.unsaved = true
-		return false
-	}
-	it.moved(r)
-	return true
-}
-
-// testWriteErr returns the write failure a test injects with
-// beforeWrite, if any.
-func (r *Runtime) testWriteErr(op string, it *item) error {
-	if r.beforeWrite == nil {
-		return nil
-	}
-	return r.beforeWrite(op, it)
-}
-
-func (r *Runtime) logStoreErr(what string, it *item, err error) {
-	if err != nil {
-		r.log.Error("state file write failed; the message may run again after a restart", "op", what,
-			"class", it.msg.Class, "id", it.msg.ID, "err", err)
 	}
 }

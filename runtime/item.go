@@ -81,16 +81,6 @@ func (it *item) settle() {
 	}
 }
 
-// moved is what the message's origin needs once the message is saved
-// elsewhere and its source record deleted, in one committed transaction:
-// a Kafka offset is settled, a delayed record is gone for the scheduler.
-func (it *item) moved(r *Runtime) {
-	it.settle()
-	if it.src == fromDelayed {
-		r.sched.forget(it.delayedKey)
-	}
-}
-
 // forget removes what the message's origin keeps once it is done: a
 // Kafka offset is settled, a pending or delayed record queued for the
 // batched delete, a parked record or a requeued dead letter deleted at
@@ -106,8 +96,8 @@ func (it *item) forget(r *Runtime, c *class) {
 		r.deletes.delayed(it.delayedKey)
 	case fromParked:
 		const op = "delete done parked message"
-		err := r.store.Batch(func(tx *snapshot.Tx) error {
-			if err := r.testWriteErr(op, it); err != nil {
+		err := r.state.store.Batch(func(tx *snapshot.Tx) error {
+			if err := r.state.testWriteErr(op, it); err != nil {
 				return err
 			}
 			return tx.DeleteParked(it.parkedKey)
@@ -115,9 +105,9 @@ func (it *item) forget(r *Runtime, c *class) {
 		if err != nil {
 			r.deletes.parked(it.parkedKey)
 		}
-		r.logStoreErr(op, it, err)
+		r.state.logErr(op, it, err)
 	case fromDead:
-		r.logStoreErr("delete requeued dead letter", it, r.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(it.key) }))
+		r.state.logErr("delete requeued dead letter", it, r.state.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(it.key) }))
 		r.inc(c, outRequeuedDone)
 	}
 }

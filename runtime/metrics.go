@@ -203,7 +203,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 // Collect reports nothing while the state file is not open.
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	st, err := c.r.openStore()
+	st, err := c.r.state.get()
 	if err != nil {
 		return
 	}

@@ -31,6 +31,9 @@ var outcomeNames = [numOutcomes]string{"succeeded", "retried", "dead_lettered", 
 // counters are outcome counts, runtime-wide and per class.
 type counters [numOutcomes]atomic.Uint64
 
+// inc counts one o.
+func (n *counters) inc(o outcome) { n[o].Add(1) }
+
 // inc counts one o for class c (nil when the class is not configured).
 // Each count lands in one place, the class's counters or, without a
 // class, the runtime's own: one atomic add per outcome on the hot path.

@@ -36,7 +36,7 @@ func TestReleaseSkipsUndeletedParked(t *testing.T) {
 	}
 	var failDeletes atomic.Bool
 	failDeletes.Store(true)
-	rt.beforeWrite = func(op string, _ *item) error {
+	rt.state.beforeWrite = func(op string, _ *item) error {
 		if op == "delete done parked message" && failDeletes.Load() {
 			return errDiskFull
 		}
@@ -53,9 +53,7 @@ func TestReleaseSkipsUndeletedParked(t *testing.T) {
 	}
 	c := rt.classes["orders"]
 	keyFree := func() bool {
-		c.parking.mu.Lock()
-		defer c.parking.mu.Unlock()
-		return c.parking.keys["k"] == nil
+		return c.keys.free("k")
 	}
 	maxRuns := func() int {
 		mu.Lock()
@@ -74,7 +72,7 @@ func TestReleaseSkipsUndeletedParked(t *testing.T) {
 	failDeletes.Store(false)
 	waitFor(t, "the parked records deleted", func() bool {
 		var n int
-		rt.store.View(func(tx *snapshot.Tx) error {
+		rt.state.store.View(func(tx *snapshot.Tx) error {
 			es, _, err := tx.Parked("orders", []byte("k"))
 			n = len(es)
 			return err

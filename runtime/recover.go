@@ -22,12 +22,18 @@ func (r *Runtime) recover(ctx context.Context, rep *Report) error {
 	}
 	// Keys left releasing (parked messages, no blocker) start releasing
 	// once the saved messages are pushed.
-	defer r.startRestoredReleases()
+	defer func() {
+		for _, c := range r.order {
+			if c.keys != nil {
+				c.keys.startRestored()
+			}
+		}
+	}()
 	// The records are pushed batch by batch while the next ones are
 	// still being read from the file.
 	var failed error
 	stopped := false
-	bad, err := r.store.ScanPending(func(batch []snapshot.Entry) bool {
+	bad, err := r.state.store.ScanPending(func(batch []snapshot.Entry) bool {
 		for i := range batch {
 			pushed, err := r.repush(ctx, &batch[i], rep)
 			if err != nil {
@@ -77,7 +83,7 @@ func (r *Runtime) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (b
 		// A dead letter requeued offline: it is older than the messages
 		// parked behind it, so it runs first and its success releases
 		// them.
-		r.blockIfReleasing(c, it)
+		c.keys.blockIfReleasing(it)
 	}
 	if c.hold.repushPaused(it) {
 		rep.Repushed++
@@ -96,7 +102,7 @@ func (r *Runtime) orphan(rec snapshot.Record, del func(tx *snapshot.Tx) error) b
 	rec.Reason = reasonUnknown
 	rec.Err = fmt.Sprintf("runtime: class %q is not configured", rec.Message.Class)
 	rec.SavedAt = time.Now()
-	err := r.store.Update(func(tx *snapshot.Tx) error {
+	err := r.state.store.Update(func(tx *snapshot.Tx) error {
 		if _, err := tx.SaveDead(rec); err != nil {
 			return err
 		}
@@ -115,7 +121,7 @@ func (r *Runtime) orphan(rec snapshot.Record, del func(tx *snapshot.Tx) error) b
 // letters, and those whose class is no longer ordered to pending, where the
 // recovery re-pushes them.
 func (r *Runtime) unparkStrays() error {
-	parked, err := r.parkedKeys()
+	parked, err := r.state.parkedKeys()
 	if err != nil {
 		return err
 	}
@@ -124,11 +130,11 @@ func (r *Runtime) unparkStrays() error {
 		if c != nil && c.cfg.Ordered {
 			continue
 		}
-		entries, err := r.parked(pk.Class, pk.Key)
+		entries, err := r.state.parked(pk.Class, pk.Key)
 		if err != nil {
 			return err
 		}
-		err = r.store.Update(func(tx *snapshot.Tx) error {
+		err = r.state.store.Update(func(tx *snapshot.Tx) error {
 			for _, e := range entries {
 				rec := e.Record
 				var err error
@@ -178,10 +184,8 @@ func (r *Runtime) restoreKeys(rep *Report) error {
 		return err
 	}
 	for _, c := range r.order {
-		if c.parking != nil {
-			c.parking.mu.Lock()
-			rep.BlockedKeys += len(c.parking.keys)
-			c.parking.mu.Unlock()
+		if c.keys != nil {
+			rep.BlockedKeys += c.keys.count()
 		}
 	}
 	return nil
@@ -198,12 +202,12 @@ func (r *Runtime) blockSaved() error {
 		if c == nil || !c.cfg.Ordered {
 			return
 		}
-		r.block(c, &item{msg: rec.Message})
+		c.keys.block(&item{msg: rec.Message})
 	}
 	for after := uint64(0); ; {
 		var page []snapshot.Entry
 		var next uint64
-		err := r.store.View(func(tx *snapshot.Tx) (err error) { page, next, err = tx.DeadPage("", after, restorePage); return err })
+		err := r.state.store.View(func(tx *snapshot.Tx) (err error) { page, next, err = tx.DeadPage("", after, restorePage); return err })
 		if err != nil {
 			return err
 		}
@@ -218,7 +222,7 @@ func (r *Runtime) blockSaved() error {
 	var after snapshot.DelayedKey
 	for {
 		var page []snapshot.DelayedEntry
-		err := r.store.View(func(tx *snapshot.Tx) (err error) { page, err = tx.ListDelayed(after, restorePage); return err })
+		err := r.state.store.View(func(tx *snapshot.Tx) (err error) { page, err = tx.ListDelayed(after, restorePage); return err })
 		if err != nil {
 			return err
 		}
@@ -236,9 +240,9 @@ func (r *Runtime) blockSaved() error {
 
 // releaseParked marks releasing the parked keys of ordered classes that
 // nothing blocks; their releases start once the saved messages are
-// pushed (startRestoredReleases).
+// pushed (orderedKeys.startRestored).
 func (r *Runtime) releaseParked() error {
-	parked, err := r.parkedKeys()
+	parked, err := r.state.parkedKeys()
 	if err != nil {
 		return err
 	}
@@ -247,11 +251,7 @@ func (r *Runtime) releaseParked() error {
 		if c == nil || !c.cfg.Ordered {
 			continue // moved by unparkStrays
 		}
-		c.parking.mu.Lock()
-		if c.parking.keys[string(pk.Key)] == nil {
-			c.parking.keys[string(pk.Key)] = &keyState{releasing: true, release: 1}
-		}
-		c.parking.mu.Unlock()
+		c.keys.restoreReleasing(pk.Key)
 	}
 	return nil
 }

@@ -106,8 +106,7 @@ func (s *runState) open() error {
 	if err := loadPauses(store, r.classes, r.log); err != nil {
 		return errors.Join(err, store.Close())
 	}
-	r.store = store
-	r.storeOpen.Store(true)
+	r.state.opened(store)
 	return nil
 }
 
@@ -133,7 +132,7 @@ func (s *runState) start() error {
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	s.stopBackground = stopBackground
 	s.background.Go(func() {
-		r.deletes.run(bgCtx, r.store, r.log, func(d doneRecords) { r.sched.forget(d.delayed...) })
+		r.deletes.run(bgCtx, r.state.store, r.log, func(d doneRecords) { r.sched.forget(d.delayed...) })
 	})
 	s.background.Go(func() { r.watchBudget(bgCtx) })
 	s.background.Go(func() { r.retryHeld(bgCtx) })

@@ -40,9 +40,8 @@ type Runtime struct {
 	topicsOK atomic.Bool
 
 	// The state file, open from the start of Run to the end of its stop.
-	store     *snapshot.Store
-	storeOpen atomic.Bool // the admin API may use it
-	deletes   deletes     // records of done messages, deleted in batches
+	state   *stateFile
+	deletes deletes // records of done messages, deleted in batches
 
 	// Feeds of the pools besides fetching.
 	sched    *scheduler
@@ -70,11 +69,6 @@ type Runtime struct {
 	// beforeSnapshot, when set by a test, runs just before the stop's
 	// snapshot transaction.
 	beforeSnapshot func(*snapshot.Store)
-	// beforeWrite, when set by a test, runs in the transaction of a move
-	// (see Runtime.move) or of the delete of a done parked message before
-	// it writes, with the operation's name; an error it returns fails
-	// the transaction.
-	beforeWrite func(op string, it *item) error
 	// testHookDiverted, when set by a test, runs in the handler wrapper
 	// after it saved a message elsewhere, before it returns.
 	testHookDiverted func(ctx context.Context)
@@ -104,14 +98,14 @@ type class struct {
 	cfg Class
 	// handle is cfg.Handler in the middleware chain (attempt.go); hooked
 	// says there is middleware, and so an attempt context per attempt.
-	handle  handoff.HandlerFunc
-	hooked  bool
-	pool    *pool.Pool[*item]
-	parking *parking // ordered classes only
-	stats   counters
-	svc     serviceTime
-	index   int      // in Runtime.order
-	batch   *batcher // batch classes only
+	handle handoff.HandlerFunc
+	hooked bool
+	pool   *pool.Pool[*item]
+	keys   *orderedKeys // ordered classes only
+	stats  counters
+	svc    serviceTime
+	index  int      // in Runtime.order
+	batch  *batcher // batch classes only
 	// hold is the class's outage suspension and pause (hold.go).
 	hold *hold
 	// diverted counts the results of messages the handler wrapper saved
@@ -136,7 +130,9 @@ func New(cfg Config) (*Runtime, error) {
 		life:    lifecycle{stopCh: make(chan struct{}), skipCh: make(chan struct{}), done: make(chan struct{})},
 	}
 	r.logs = newLogBackoff()
+	r.state = &stateFile{log: r.log}
 	r.sched = newScheduler(r)
+	r.state.forgetDelayed = r.sched.forget
 	r.newConnection()
 	r.held.added = make(chan struct{}, 1)
 	r.items.New = func() any { return new(item) }
@@ -151,7 +147,6 @@ func New(cfg Config) (*Runtime, error) {
 		var keyFunc func(*item) string
 		if cc.Ordered {
 			keyFunc = itemKey
-			c.parking = &parking{keys: map[string]*keyState{}}
 		}
 		p, err := pool.New(pool.Config[*item]{
 			Name:       cc.Name,
@@ -169,6 +164,10 @@ func New(cfg Config) (*Runtime, error) {
 			continue
 		}
 		c.pool = p
+		if cc.Ordered {
+			c.keys = newOrderedKeys(keysConfig{class: cc.Name, pool: p, state: r.state, deletes: &r.deletes,
+				releases: &r.releases, counts: &c.stats, log: r.log})
+		}
 		c.hold = newHold(holdConfig{class: cc.Name, policy: cc.Suspend, permanent: cc.Retry.PermanentFunc, pool: p,
 			log: r.log, stopping: r.life.stopCh, rewind: r.sched.wake})
 		if c.handle, c.hooked, err = chain(&cfg, &cc); err != nil {
@@ -301,12 +300,4 @@ func (r *Runtime) Close() error {
 	r.life.skipDrain()
 	<-r.life.done
 	return r.life.err
-}
-
-// openStore returns the open state file, or ErrNotRunning.
-func (r *Runtime) openStore() (*snapshot.Store, error) {
-	if !r.storeOpen.Load() {
-		return nil, ErrNotRunning
-	}
-	return r.store, nil
 }

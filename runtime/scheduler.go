@@ -136,12 +136,12 @@ func (s *scheduler) run(ctx context.Context) {
 		var due []snapshot.DelayedEntry
 		var next time.Time
 		var bad []*snapshot.DecodeError
-		err := s.r.store.View(func(tx *snapshot.Tx) (err error) {
+		err := s.r.state.store.View(func(tx *snapshot.Tx) (err error) {
 			due, next, bad, err = tx.DueDelayed(from, now, schedBatch)
 			return err
 		})
 		if err == nil {
-			err = s.r.quarantine(bad)
+			err = s.r.state.quarantine(bad)
 		}
 		s.r.log.Debug("delayed messages read", "due", len(due), "undecodable", len(bad), "next", next)
 		if err != nil {

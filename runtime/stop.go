@@ -231,10 +231,10 @@ func (s *runState) snapshot() []any {
 	}
 	del := r.deletes.take()
 	if r.beforeSnapshot != nil {
-		r.beforeSnapshot(r.store)
+		r.beforeSnapshot(r.state.store)
 	}
 	if len(recs) > 0 || !del.empty() || len(updates) > 0 {
-		err := r.store.Update(func(tx *snapshot.Tx) error {
+		err := r.state.store.Update(func(tx *snapshot.Tx) error {
 			if _, err := tx.SavePending(recs...); err != nil {
 				return err
 			}
@@ -314,8 +314,7 @@ func (s *runState) leave() []any {
 	r.closeCommitClient()
 	r.closeFetchClient()
 	r.dlq.close(s.deadline)
-	r.storeOpen.Store(false)
-	if err := r.store.Close(); err != nil {
+	if err := r.state.close(); err != nil {
 		s.closeErr = fmt.Errorf("runtime: close state file: %w", err)
 	}
 	return nil

@@ -182,7 +182,7 @@ func (r *Runtime) holdTarget(ctx context.Context, name string) (*class, *snapsho
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
-	store, err := r.openStore()
+	store, err := r.state.get()
 	if err != nil {
 		return nil, nil, err
 	}
