@@ -21,7 +21,7 @@ func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 		if it.deferrable() {
 			if at, ok, err := deliverAt(&it.msg); err != nil {
 				return err // permanent: a dead letter
-			} else if ok && at.After(time.Now()) && r.deferDelivery(c, it, at) {
+			} else if ok && at.After(time.Now()) && r.sched.deferDelivery(c, it, at) {
 				return r.diverted(ctx, it)
 			}
 		}
@@ -87,7 +87,7 @@ func (r *Runtime) retry(c *class) func(*item, error) (time.Duration, bool) {
 			return 0, false
 		}
 		if c.hold.failed(it, err) {
-			it.settleAttempt(OutcomeHeld, err, 0)
+			it.tellOutcome(OutcomeHeld, err, 0)
 			return 0, true // not counted; it waits in the held pool
 		}
 		now := time.Now()
@@ -97,8 +97,8 @@ func (r *Runtime) retry(c *class) func(*item, error) (time.Duration, bool) {
 		}
 		it.verdict, it.wait = c.cfg.Retry.decide(err, it.msg.Attempt, it.redeliveries, it.firstFailed, now, nil)
 		if it.verdict == retryInPlace {
-			it.settleAttempt(OutcomeRetried, err, it.wait)
-			r.inc(c, outRetried)
+			it.tellOutcome(OutcomeRetried, err, it.wait)
+			r.tally.inc(c, outRetried)
 			r.log.Debug("handler failed; retrying in place", "class", c.cfg.Name, "id", it.msg.ID,
 				"attempt", it.msg.Attempt, "wait", it.wait, "err", err)
 			return it.wait, true
@@ -109,25 +109,25 @@ func (r *Runtime) retry(c *class) func(*item, error) (time.Duration, bool) {
 
 // result is every pool's ResultFunc: done messages are settled, failed
 // ones redelivered later (delayed.go) or made dead letters
-// (deadletter.go); a submitted one whose write fails is held (hold.go).
+// (deadletter.go); a submitted one whose write fails is kept (unsaved.go).
 func (r *Runtime) result(c *class) func(*item, error) {
 	return func(it *item, err error) {
 		switch {
 		case err == nil:
 			c.hold.succeeded(it)
 			r.done(c, it)
-			it.settleAttempt(OutcomeSucceeded, nil, 0)
+			it.tellOutcome(OutcomeSucceeded, nil, 0)
 		case errors.Is(err, errDiverted):
 			c.diverted.Add(1) // the pool counts it failed; see Stats
 			c.hold.inconclusive(it)
 		default:
-			if !r.saveFailed(c, it, err) && it.src == fromSubmit {
-				r.hold(c, it, err) // it has no other copy
+			if !r.fail.save(c, it, err) && it.src == fromSubmit {
+				r.fail.keep(c, it, err) // it has no other copy
 			}
 			if it.verdict == redeliverLater {
-				it.settleAttempt(OutcomeRedelivered, err, it.wait)
+				it.tellOutcome(OutcomeRedelivered, err, it.wait)
 			} else {
-				it.settleAttempt(OutcomeDeadLettered, err, 0)
+				it.tellOutcome(OutcomeDeadLettered, err, 0)
 			}
 		}
 		r.leftPool(it)
@@ -159,6 +159,6 @@ func (r *Runtime) leftPool(it *item) {
 		it.release = nil
 	}
 	if it.src == fromDead {
-		r.requeues.finish(it.key)
+		r.fail.requeues.finish(it.key)
 	}
 }

@@ -35,13 +35,13 @@ type item struct {
 	// elsewhere instead of running it; see Runtime.diverted.
 	diverted atomic.Bool
 	// unsaved is set when a move of the message to another bucket
-	// failed; see Runtime.saveFailed.
+	// failed; see failures.save.
 	unsaved bool
 	// hold is the message's part in its class's outage detection and
 	// suspension (suspend.go).
 	hold itemHold
 	// attempt is the running attempt of a class with middleware, until
-	// it is settled (attempt.go).
+	// its outcome is told (attempt.go).
 	attempt attemptSlot
 }
 
@@ -108,7 +108,7 @@ func (it *item) forget(r *Runtime, c *class) {
 		r.state.logErr(op, it, err)
 	case fromDead:
 		r.state.logErr("delete requeued dead letter", it, r.state.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(it.key) }))
-		r.inc(c, outRequeuedDone)
+		r.tally.inc(c, outRequeuedDone)
 	}
 }
 

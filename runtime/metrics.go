@@ -110,7 +110,7 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 			func() float64 { return b2f(r.Ready()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_start_time_seconds", Help: "When the runtime was made, in Unix seconds: the counters count since then."},
 			func() float64 { return float64(r.epoch.UnixNano()) / 1e9 }),
-		newStateCollector(r),
+		newStateCollector(r.state),
 	}
 	for i, step := range connSteps {
 		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -187,15 +187,15 @@ func b2f(b bool) float64 {
 // as handoff_state_records{bucket}. Tx.Counts walks the buckets, so a
 // scrape calls it once for all of them.
 type stateCollector struct {
-	r    *Runtime
-	desc *prometheus.Desc
+	state *stateFile
+	desc  *prometheus.Desc
 }
 
 // stateBuckets are the bucket label values of handoff_state_records.
 var stateBuckets = []string{snapshot.BucketPending, snapshot.BucketDead, snapshot.BucketParked, snapshot.BucketDelayed}
 
-func newStateCollector(r *Runtime) *stateCollector {
-	return &stateCollector{r: r, desc: prometheus.NewDesc("handoff_state_records",
+func newStateCollector(state *stateFile) *stateCollector {
+	return &stateCollector{state: state, desc: prometheus.NewDesc("handoff_state_records",
 		"Records in the state file, per bucket (pending, dead, parked, delayed).", []string{"bucket"}, nil)}
 }
 
@@ -203,7 +203,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 // Collect reports nothing while the state file is not open.
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	st, err := c.r.state.get()
+	st, err := c.state.get()
 	if err != nil {
 		return
 	}

@@ -34,25 +34,47 @@ type counters [numOutcomes]atomic.Uint64
 // inc counts one o.
 func (n *counters) inc(o outcome) { n[o].Add(1) }
 
+// tally is the runtime's outcome counts: each class's own (class.stats)
+// and those of messages of no configured class. Its methods are safe for
+// concurrent use.
+type tally struct {
+	none    counters
+	classes []*class // in config order
+}
+
 // inc counts one o for class c (nil when the class is not configured).
 // Each count lands in one place, the class's counters or, without a
-// class, the runtime's own: one atomic add per outcome on the hot path.
-func (r *Runtime) inc(c *class, o outcome) {
+// class, the tally's own: one atomic add per outcome on the hot path.
+func (t *tally) inc(c *class, o outcome) {
 	if c != nil {
 		c.stats[o].Add(1)
 	} else {
-		r.stats[o].Add(1)
+		t.none[o].Add(1)
 	}
 }
 
 // total returns the runtime-wide count of o: every class's and those
 // without a class.
-func (r *Runtime) total(o outcome) uint64 {
-	n := r.stats[o].Load()
-	for _, c := range r.order {
+func (t *tally) total(o outcome) uint64 {
+	n := t.none[o].Load()
+	for _, c := range t.classes {
 		n += c.count(o)
 	}
 	return n
+}
+
+// handled counts the messages that left the pools for good so far.
+func (t *tally) handled() uint64 {
+	return t.total(outSucceeded) + t.total(outDeadLettered) + t.total(outRedelivered) +
+		t.total(outParked) + t.total(outDeferred)
+}
+
+// fill copies the counts into rep.
+func (t *tally) fill(rep *Report) {
+	rep.Succeeded, rep.Retried, rep.DeadLettered, rep.Redelivered = t.total(outSucceeded), t.total(outRetried), t.total(outDeadLettered), t.total(outRedelivered)
+	rep.Parked, rep.Released, rep.Deferred, rep.Scheduled = t.total(outParked), t.total(outReleased), t.total(outDeferred), t.total(outScheduled)
+	rep.Delivered, rep.Requeued, rep.Discarded, rep.Published = t.total(outDelivered), t.total(outRequeued), t.total(outDiscarded), t.total(outPublished)
+	rep.Unpublished, rep.Held = t.total(outUnpublished), t.total(outHeld)
 }
 
 // count returns the class's count of o. Successes are the pool's count:

@@ -96,13 +96,13 @@ func TestDeadLetterPublishQueueFull(t *testing.T) {
 	for _, id := range []string{"a", "b", "c", "d", "e"} {
 		dead(id)
 	}
-	if n, w := rt.total(outUnpublished), warned.Load(); n != 3 || w != 1 {
+	if n, w := rt.tally.total(outUnpublished), warned.Load(); n != 3 || w != 1 {
 		t.Errorf("unpublished %d, warnings %d; want 3, 1", n, w)
 	}
 	<-rt.dlq.queue
 	dead("f") // queued: the run of drops is over
 	dead("g") // dropped: a new run
-	if n, w := rt.total(outUnpublished), warned.Load(); n != 4 || w != 2 {
+	if n, w := rt.tally.total(outUnpublished), warned.Load(); n != 4 || w != 2 {
 		t.Errorf("unpublished %d, warnings %d; want 4, 2", n, w)
 	}
 }

@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/handoff-go/handoff/snapshot"
 )
@@ -71,7 +70,7 @@ func (r *Runtime) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (b
 	c := r.classes[e.Record.Message.Class]
 	if c == nil {
 		key := e.Key
-		if !r.orphan(e.Record, func(tx *snapshot.Tx) error { return tx.DeletePending(key) }) {
+		if !r.fail.orphan(e.Record, func(tx *snapshot.Tx) error { return tx.DeletePending(key) }) {
 			return false, fmt.Errorf("could not dead-letter a message of unknown class %q", e.Record.Message.Class)
 		}
 		rep.UnknownClass++
@@ -94,27 +93,6 @@ func (r *Runtime) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (b
 	}
 	rep.Repushed++
 	return true, nil
-}
-
-// orphan makes a saved message whose class is not configured a dead
-// letter, removing its record with del in the same transaction.
-func (r *Runtime) orphan(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool {
-	rec.Reason = reasonUnknown
-	rec.Err = fmt.Sprintf("runtime: class %q is not configured", rec.Message.Class)
-	rec.SavedAt = time.Now()
-	err := r.state.store.Update(func(tx *snapshot.Tx) error {
-		if _, err := tx.SaveDead(rec); err != nil {
-			return err
-		}
-		return del(tx)
-	})
-	if err != nil {
-		r.log.Error("message of unknown class not dead-lettered", "class", rec.Message.Class, "id", rec.Message.ID, "err", err)
-		return false
-	}
-	r.inc(nil, outDeadLettered)
-	r.log.Warn("saved message of an unknown class became a dead letter", "class", rec.Message.Class, "id", rec.Message.ID)
-	return true
 }
 
 // unparkStrays moves parked messages whose class is gone to the dead

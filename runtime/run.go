@@ -135,7 +135,7 @@ func (s *runState) start() error {
 		r.deletes.run(bgCtx, r.state.store, r.log, func(d doneRecords) { r.sched.forget(d.delayed...) })
 	})
 	s.background.Go(func() { r.watchBudget(bgCtx) })
-	s.background.Go(func() { r.retryHeld(bgCtx) })
+	s.background.Go(func() { r.fail.retryUnsaved(bgCtx) })
 	feedCtx, stopFeeds := context.WithCancel(context.Background())
 	s.stopFeeds = stopFeeds
 	fetchCtx, stopFetch := context.WithCancel(context.Background())

@@ -45,9 +45,8 @@ type Runtime struct {
 
 	// Feeds of the pools besides fetching.
 	sched    *scheduler
-	releases releases // key releases of ordered classes
-	requeues requeues // dead letters requeued and not finished
-	held     held     // submitted messages whose save failed
+	releases releases  // key releases of ordered classes
+	fail     *failures // dead letters, redeliveries, requeues, unsaved failures
 
 	// Kafka: the current generation, and the readers still closing.
 	gen     atomic.Pointer[generation] // set by setGen
@@ -59,7 +58,7 @@ type Runtime struct {
 	fetches *kafka.Client // the partition readers'; see readPartition
 	conn    connection    // how connections to the brokers are made; see connect.go
 
-	stats counters    // outcomes of no configured class; see total
+	tally *tally      // outcome counts
 	logs  *logBackoff // repeated failures' lines
 	// items recycles the items of fetched Kafka messages: one allocation
 	// less per message on the hot path. A handler never sees an item,
@@ -130,18 +129,21 @@ func New(cfg Config) (*Runtime, error) {
 		life:    lifecycle{stopCh: make(chan struct{}), skipCh: make(chan struct{}), done: make(chan struct{})},
 	}
 	r.logs = newLogBackoff()
-	r.state = &stateFile{log: r.log}
-	r.sched = newScheduler(r)
-	r.state.forgetDelayed = r.sched.forget
+	r.tally = &tally{}
 	r.newConnection()
-	r.held.added = make(chan struct{}, 1)
+	r.state = &stateFile{log: r.log}
+	r.fail = newFailures(failuresConfig{state: r.state, tally: r.tally, classes: r.classes, accepting: &r.accepting,
+		publish: func(c *class, rec snapshot.Record) { r.publishDead(c, rec) }, log: r.log})
+	r.sched = newScheduler(schedulerConfig{state: r.state, tally: r.tally, classes: r.classes, orphan: r.fail.orphan, log: r.log})
+	r.state.forgetDelayed = r.sched.forget
+	r.fail.cfg.wake = r.sched.wake
 	r.items.New = func() any { return new(item) }
 	var errs []error
 	for _, cc := range cfg.Classes {
 		c := &class{cfg: cc, index: len(r.order)}
 		workers := cc.Workers
 		if cc.BatchHandler != nil {
-			c.batch = newBatcher(r, c)
+			c.batch = newBatcher(c, r.log)
 			workers = batchPoolWorkers(cc)
 		}
 		var keyFunc func(*item) string
@@ -176,6 +178,7 @@ func New(cfg Config) (*Runtime, error) {
 		}
 		r.classes[cc.Name] = c
 		r.order = append(r.order, c)
+		r.tally.classes = r.order
 		for _, t := range cc.Topics {
 			r.byTopic[t] = c
 			r.topics = append(r.topics, t)
@@ -189,6 +192,11 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("runtime: register metrics: %w", err)
 	}
 	r.metrics = m
+	for _, c := range r.order {
+		if c.batch != nil {
+			c.batch.metrics = m
+		}
+	}
 	return r, nil
 }
 

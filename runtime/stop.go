@@ -44,7 +44,8 @@ func (s *runState) stop(grace time.Duration, cause error) (*Report, error) {
 	s.phase("commit", &rep.Commit, s.commit)
 	s.phase("leave", &rep.Leave, s.leave)
 
-	r.fillCounts(rep)
+	r.tally.fill(rep)
+	rep.Revoked = int(r.revoked.Load())
 	rep.Stop = time.Since(begin)
 	r.log.Info("stop complete", "drained", rep.Drained, "snapshotted", rep.Snapshotted, "unstarted", rep.Unstarted,
 		"interrupted", rep.Interrupted, "stragglers", rep.Stragglers, "succeeded", rep.Succeeded,
@@ -83,7 +84,7 @@ func (s *runState) quiesce() []any {
 // Close).
 func (s *runState) drain() []any {
 	r, rep := s.r, s.rep
-	before := r.handled()
+	before := r.tally.handled()
 	ctx, cancel := context.WithTimeoutCause(context.Background(), r.cfg.DrainTimeout, errDrainTimeout)
 	defer cancel()
 	go func() {
@@ -103,7 +104,7 @@ func (s *runState) drain() []any {
 		})
 	}
 	drains.Wait()
-	rep.Drained = r.handled() - before
+	rep.Drained = r.tally.handled() - before
 	if rep.DrainTimedOut {
 		r.log.Warn("drain ended with work left", "phase", "drain", "drained", rep.Drained)
 	}
@@ -135,7 +136,7 @@ func (s *runState) hardStop(grace time.Duration, cause error) []any {
 	for i, res := range results {
 		res.Interrupted = without(res.Interrupted, (*item).isDiverted, r.leftPool)
 		for _, it := range res.Interrupted {
-			it.settleAttempt(OutcomeInterrupted, nil, 0)
+			it.tellOutcome(OutcomeInterrupted, nil, 0)
 		}
 		rep.Unstarted += len(res.Unstarted)
 		rep.Interrupted += len(res.Interrupted)
@@ -205,7 +206,7 @@ func (r *Runtime) abandon(it *item) {
 }
 
 // snapshot saves, in ONE transaction, what the hard stop took out and has
-// no record yet and the held messages (hold.go), updates the records of
+// no record yet and the unsaved failed messages (unsaved.go), updates the records of
 // persisted messages whose attempt count moved, and deletes the records
 // of done ones. Only once it has
 // committed are the saved Kafka messages settled; if it fails, their
@@ -214,7 +215,7 @@ func (s *runState) snapshot() []any {
 	r, rep := s.r, s.rep
 	s.stopBackground()
 	s.background.Wait()
-	s.keepHeld()
+	s.keepUnsaved()
 	now := time.Now()
 	var recs []snapshot.Record
 	var saved []*item
@@ -329,10 +330,4 @@ func (s *runState) leave() []any {
 func (s *runState) leaveWait() time.Duration {
 	r := s.r
 	return max(leaveTimeout, min(time.Until(s.deadline), r.cfg.RebalanceTimeout+leaveTimeout+r.cfg.FetchMaxWait))
-}
-
-// handled counts the messages that left the pools for good so far.
-func (r *Runtime) handled() uint64 {
-	return r.total(outSucceeded) + r.total(outDeadLettered) + r.total(outRedelivered) +
-		r.total(outParked) + r.total(outDeferred)
 }
