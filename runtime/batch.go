@@ -63,7 +63,7 @@ func (c *Class) batchDefaults(bad func(string, ...any)) {
 //
 // As for any class, the chain and the BatchHandler get a copy of the
 // message of their own, which they may keep (see Runtime.handler).
-func (r *Runtime) joinBatch(ctx context.Context, c *class, it *item) error {
+func joinBatch(ctx context.Context, c *class, it *item) error {
 	m := it.msg
 	if !c.hooked {
 		return c.batch.add(ctx, it, &m)

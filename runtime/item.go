@@ -81,37 +81,6 @@ func (it *item) settle() {
 	}
 }
 
-// forget removes what the message's origin keeps once it is done: a
-// Kafka offset is settled, a pending or delayed record queued for the
-// batched delete, a parked record or a requeued dead letter deleted at
-// once (a parked record whose delete fails is queued for the batched
-// delete, and its key's release skips it).
-func (it *item) forget(r *Runtime, c *class) {
-	switch it.src {
-	case fromKafka:
-		it.tr.settle(it.slot)
-	case fromPending:
-		r.deletes.pending(it.key)
-	case fromDelayed:
-		r.deletes.delayed(it.delayedKey)
-	case fromParked:
-		const op = "delete done parked message"
-		err := r.state.store.Batch(func(tx *snapshot.Tx) error {
-			if err := r.state.testWriteErr(op, it); err != nil {
-				return err
-			}
-			return tx.DeleteParked(it.parkedKey)
-		})
-		if err != nil {
-			r.deletes.parked(it.parkedKey)
-		}
-		r.state.logErr(op, it, err)
-	case fromDead:
-		r.state.logErr("delete requeued dead letter", it, r.state.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(it.key) }))
-		r.tally.inc(c, outRequeuedDone)
-	}
-}
-
 // deleteSource removes, inside tx, the record the message came from.
 func (it *item) deleteSource(tx *snapshot.Tx) error {
 	switch it.src {

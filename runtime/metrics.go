@@ -256,7 +256,7 @@ func (m *metrics) observeBatch(i, n int) {
 	}
 }
 
-func (m *metrics) setBudget(cs ClassStats) {
+func (m *metrics) setDrainEstimate(cs ClassStats) {
 	if m != nil {
 		m.drainEst.WithLabelValues(cs.Name).Set(cs.DrainEstimate)
 		m.overBudget.WithLabelValues(cs.Name).Set(b2f(cs.OverBudget))

@@ -415,7 +415,7 @@ func BenchmarkHandlerChain(b *testing.B) {
 				b.Fatal(err)
 			}
 			c := rt.classes["c"]
-			h, res := rt.handler(c), rt.result(c)
+			h, res := rt.handling.handler(c), rt.handling.result(c)
 			it := &item{msg: handoff.Message{ID: "x", Class: "c"}, src: fromSubmit}
 			ctx := context.Background()
 			b.ReportAllocs()

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/handoff-go/handoff/snapshot"
 )
@@ -10,19 +11,32 @@ import (
 // Recovery, the start's second step: what the state file holds is put
 // back to work before the first fetch.
 
-// recover restores the state of ordered classes' keys and re-pushes the
+// recovery is what the start's recovery works with: the state file, the
+// classes (their pools, holds and ordered keys) and the dead letters of
+// classes no longer configured.
+type recovery struct {
+	state   *stateFile
+	classes map[string]*class
+	order   []*class
+	// orphan makes a saved message of a class no longer configured a
+	// dead letter, deleting its record with del.
+	orphan func(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool
+	log    *slog.Logger
+}
+
+// run restores the state of ordered classes' keys and re-pushes the
 // pending records of the state file into their pools, oldest first. A
 // record stays in the file until its message is done, so a crash here
 // loses nothing. A stop during recovery leaves the records not yet pushed
 // where they are.
-func (r *Runtime) recover(ctx context.Context, rep *Report) error {
-	if err := r.restoreKeys(rep); err != nil {
+func (v *recovery) run(ctx context.Context, rep *Report) error {
+	if err := v.restoreKeys(rep); err != nil {
 		return fmt.Errorf("runtime: recover: %w", err)
 	}
 	// Keys left releasing (parked messages, no blocker) start releasing
 	// once the saved messages are pushed.
 	defer func() {
-		for _, c := range r.order {
+		for _, c := range v.order {
 			if c.keys != nil {
 				c.keys.startRestored()
 			}
@@ -32,9 +46,9 @@ func (r *Runtime) recover(ctx context.Context, rep *Report) error {
 	// still being read from the file.
 	var failed error
 	stopped := false
-	bad, err := r.state.store.ScanPending(func(batch []snapshot.Entry) bool {
+	bad, err := v.state.store.ScanPending(func(batch []snapshot.Entry) bool {
 		for i := range batch {
-			pushed, err := r.repush(ctx, &batch[i], rep)
+			pushed, err := v.repush(ctx, &batch[i], rep)
 			if err != nil {
 				failed = err
 				return false
@@ -54,10 +68,10 @@ func (r *Runtime) recover(ctx context.Context, rep *Report) error {
 	}
 	rep.Quarantined = len(bad)
 	for _, de := range bad {
-		r.log.Error("undecodable record moved to quarantine", "err", de)
+		v.log.Error("undecodable record moved to quarantine", "err", de)
 	}
 	if stopped {
-		r.log.Info("recovery stopped by the stop; the rest stays in the state file", "repushed", rep.Repushed)
+		v.log.Info("recovery stopped by the stop; the rest stays in the state file", "repushed", rep.Repushed)
 	}
 	return nil
 }
@@ -66,11 +80,11 @@ func (r *Runtime) recover(ctx context.Context, rep *Report) error {
 // it a dead letter when its class is not configured. It reports false
 // when the stop ended the push, and an error when the dead letter could
 // not be written.
-func (r *Runtime) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (bool, error) {
-	c := r.classes[e.Record.Message.Class]
+func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (bool, error) {
+	c := v.classes[e.Record.Message.Class]
 	if c == nil {
 		key := e.Key
-		if !r.fail.orphan(e.Record, func(tx *snapshot.Tx) error { return tx.DeletePending(key) }) {
+		if !v.orphan(e.Record, func(tx *snapshot.Tx) error { return tx.DeletePending(key) }) {
 			return false, fmt.Errorf("could not dead-letter a message of unknown class %q", e.Record.Message.Class)
 		}
 		rep.UnknownClass++
@@ -98,21 +112,21 @@ func (r *Runtime) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (b
 // unparkStrays moves parked messages whose class is gone to the dead
 // letters, and those whose class is no longer ordered to pending, where the
 // recovery re-pushes them.
-func (r *Runtime) unparkStrays() error {
-	parked, err := r.state.parkedKeys()
+func (v *recovery) unparkStrays() error {
+	parked, err := v.state.parkedKeys()
 	if err != nil {
 		return err
 	}
 	for _, pk := range parked {
-		c := r.classes[pk.Class]
+		c := v.classes[pk.Class]
 		if c != nil && c.cfg.Ordered {
 			continue
 		}
-		entries, err := r.state.parked(pk.Class, pk.Key)
+		entries, err := v.state.parked(pk.Class, pk.Key)
 		if err != nil {
 			return err
 		}
-		err = r.state.store.Update(func(tx *snapshot.Tx) error {
+		err = v.state.store.Update(func(tx *snapshot.Tx) error {
 			for _, e := range entries {
 				rec := e.Record
 				var err error
@@ -135,7 +149,7 @@ func (r *Runtime) unparkStrays() error {
 		if err != nil {
 			return err
 		}
-		r.log.Warn("parked messages of a class that is gone or no longer ordered moved", "class", pk.Class,
+		v.log.Warn("parked messages of a class that is gone or no longer ordered moved", "class", pk.Class,
 			"count", len(entries), "to_dead_letters", c == nil)
 	}
 	return nil
@@ -144,24 +158,24 @@ func (r *Runtime) unparkStrays() error {
 // restoreKeys rebuilds the blocked and releasing keys of ordered classes
 // from the state file: a dead letter or a message waiting for redelivery
 // blocks its key; a key with parked messages and no blocker is released.
-func (r *Runtime) restoreKeys(rep *Report) error {
-	if err := r.unparkStrays(); err != nil {
+func (v *recovery) restoreKeys(rep *Report) error {
+	if err := v.unparkStrays(); err != nil {
 		return err
 	}
 	ordered := false
-	for _, c := range r.order {
+	for _, c := range v.order {
 		ordered = ordered || c.cfg.Ordered
 	}
 	if !ordered {
 		return nil
 	}
-	if err := r.blockSaved(); err != nil {
+	if err := v.blockSaved(); err != nil {
 		return err
 	}
-	if err := r.releaseParked(); err != nil {
+	if err := v.releaseParked(); err != nil {
 		return err
 	}
-	for _, c := range r.order {
+	for _, c := range v.order {
 		if c.keys != nil {
 			rep.BlockedKeys += c.keys.count()
 		}
@@ -174,9 +188,9 @@ const restorePage = 1000
 
 // blockSaved blocks the keys of ordered classes' dead letters and of
 // their messages waiting for a redelivery.
-func (r *Runtime) blockSaved() error {
+func (v *recovery) blockSaved() error {
 	block := func(rec snapshot.Record) {
-		c := r.classes[rec.Message.Class]
+		c := v.classes[rec.Message.Class]
 		if c == nil || !c.cfg.Ordered {
 			return
 		}
@@ -185,7 +199,7 @@ func (r *Runtime) blockSaved() error {
 	for after := uint64(0); ; {
 		var page []snapshot.Entry
 		var next uint64
-		err := r.state.store.View(func(tx *snapshot.Tx) (err error) { page, next, err = tx.DeadPage("", after, restorePage); return err })
+		err := v.state.store.View(func(tx *snapshot.Tx) (err error) { page, next, err = tx.DeadPage("", after, restorePage); return err })
 		if err != nil {
 			return err
 		}
@@ -200,7 +214,7 @@ func (r *Runtime) blockSaved() error {
 	var after snapshot.DelayedKey
 	for {
 		var page []snapshot.DelayedEntry
-		err := r.state.store.View(func(tx *snapshot.Tx) (err error) { page, err = tx.ListDelayed(after, restorePage); return err })
+		err := v.state.store.View(func(tx *snapshot.Tx) (err error) { page, err = tx.ListDelayed(after, restorePage); return err })
 		if err != nil {
 			return err
 		}
@@ -219,13 +233,13 @@ func (r *Runtime) blockSaved() error {
 // releaseParked marks releasing the parked keys of ordered classes that
 // nothing blocks; their releases start once the saved messages are
 // pushed (orderedKeys.startRestored).
-func (r *Runtime) releaseParked() error {
-	parked, err := r.state.parkedKeys()
+func (v *recovery) releaseParked() error {
+	parked, err := v.state.parkedKeys()
 	if err != nil {
 		return err
 	}
 	for _, pk := range parked {
-		c := r.classes[pk.Class]
+		c := v.classes[pk.Class]
 		if c == nil || !c.cfg.Ordered {
 			continue // moved by unparkStrays
 		}

@@ -74,14 +74,12 @@ type runState struct {
 
 	// The scheduler feeds the pools besides fetching (and the key
 	// releases, r.releases); it ends at the quiesce too.
-	stopFeeds context.CancelFunc
-	feeds     sync.WaitGroup
+	feeds loops
 
 	// Background loops that use the state file: the batched deletes, the
-	// drain-budget watcher and the retries of held messages. They end at
-	// the snapshot.
-	stopBackground context.CancelFunc
-	background     sync.WaitGroup
+	// drain-estimate watcher and the retries of unsaved failed messages.
+	// They end at the snapshot.
+	background loops
 
 	// left is what the hard stop took out of the pools, for the snapshot.
 	left []leftover
@@ -129,15 +127,12 @@ func (s *runState) start() error {
 		}
 	}()
 
-	bgCtx, stopBackground := context.WithCancel(context.Background())
-	s.stopBackground = stopBackground
-	s.background.Go(func() {
-		r.deletes.run(bgCtx, r.state.store, r.log, func(d doneRecords) { r.sched.forget(d.delayed...) })
+	s.background.start(func(ctx context.Context) {
+		r.deletes.run(ctx, r.state.store, r.log, func(d doneRecords) { r.sched.forget(d.delayed...) })
 	})
-	s.background.Go(func() { r.watchBudget(bgCtx) })
-	s.background.Go(func() { r.fail.retryUnsaved(bgCtx) })
-	feedCtx, stopFeeds := context.WithCancel(context.Background())
-	s.stopFeeds = stopFeeds
+	watch := drainWatch{stats: r.Stats, metrics: r.metrics, log: r.log, drainTimeout: r.cfg.DrainTimeout}
+	s.background.start(watch.run)
+	s.background.start(r.fail.retryUnsaved)
 	fetchCtx, stopFetch := context.WithCancel(context.Background())
 	s.stopFetch = stopFetch
 	r.releases.open()
@@ -147,13 +142,14 @@ func (s *runState) start() error {
 	if err := r.checkBrokers(runCtx); err != nil {
 		return err
 	}
-	if err := r.recover(runCtx, s.rep); err != nil {
+	rec := recovery{state: r.state, classes: r.classes, order: r.order, orphan: r.fail.orphan, log: r.log}
+	if err := rec.run(runCtx, s.rep); err != nil {
 		return err
 	}
 	rep := s.rep
 	r.log.Info("recovery finished", "repushed", rep.Repushed, "quarantined", rep.Quarantined,
 		"unknown_class", rep.UnknownClass, "blocked_keys", rep.BlockedKeys, "took", time.Since(started))
-	s.feeds.Go(func() { r.sched.run(feedCtx) })
+	s.feeds.start(r.sched.run)
 	if len(r.topics) > 0 && runCtx.Err() == nil {
 		r.commits = r.newCommitClient()
 		if r.cfg.Client == ClientKafkaGo {

@@ -47,6 +47,7 @@ type Runtime struct {
 	sched    *scheduler
 	releases releases  // key releases of ordered classes
 	fail     *failures // dead letters, redeliveries, requeues, unsaved failures
+	handling *handling // every pool's handler wrapper, retry and result
 
 	// Kafka: the current generation, and the readers still closing.
 	gen     atomic.Pointer[generation] // set by setGen
@@ -68,9 +69,6 @@ type Runtime struct {
 	// beforeSnapshot, when set by a test, runs just before the stop's
 	// snapshot transaction.
 	beforeSnapshot func(*snapshot.Store)
-	// testHookDiverted, when set by a test, runs in the handler wrapper
-	// after it saved a message elsewhere, before it returns.
-	testHookDiverted func(ctx context.Context)
 }
 
 // lifecycle is a Runtime's start and stop signalling.
@@ -136,6 +134,8 @@ func New(cfg Config) (*Runtime, error) {
 		publish: func(c *class, rec snapshot.Record) { r.publishDead(c, rec) }, log: r.log})
 	r.sched = newScheduler(schedulerConfig{state: r.state, tally: r.tally, classes: r.classes, orphan: r.fail.orphan, log: r.log})
 	r.state.forgetDelayed = r.sched.forget
+	r.handling = &handling{cfg: handlingConfig{state: r.state, deletes: &r.deletes, tally: r.tally, fail: r.fail,
+		sched: r.sched, items: &r.items, log: r.log}}
 	r.fail.cfg.wake = r.sched.wake
 	r.items.New = func() any { return new(item) }
 	var errs []error
@@ -156,9 +156,9 @@ func New(cfg Config) (*Runtime, error) {
 			QueueSize:  cc.QueueSize,
 			Ordered:    cc.Ordered,
 			KeyFunc:    keyFunc,
-			Handler:    r.handler(c),
-			RetryFunc:  r.retry(c),
-			ResultFunc: r.result(c),
+			Handler:    r.handling.handler(c),
+			RetryFunc:  r.handling.retry(c),
+			ResultFunc: r.handling.result(c),
 			Logger:     cfg.Logger,
 		})
 		if err != nil {
@@ -192,6 +192,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("runtime: register metrics: %w", err)
 	}
 	r.metrics = m
+	r.handling.metrics = m
 	for _, c := range r.order {
 		if c.batch != nil {
 			c.batch.metrics = m

@@ -63,7 +63,7 @@ func (r *Runtime) Stats() []ClassStats {
 		cs.Partitions, cs.Lag = r.classLag(c)
 		cs.OldestUnsettled = r.oldestUnsettled(c).Seconds()
 		runningFor, longest := c.pool.RunningTimes()
-		cs.DrainEstimate, cs.Rate, cs.OverBudget = r.drainEstimate(c, ps, runningFor, longest)
+		cs.DrainEstimate, cs.Rate, cs.OverBudget = c.drainEstimate(ps, runningFor, longest, r.cfg.DrainTimeout)
 		cs.LongestRunning = longest.Seconds()
 		cs.Hold = c.hold.stats()
 		out[i] = cs

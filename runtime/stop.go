@@ -69,9 +69,9 @@ func (s *runState) phase(name string, d *time.Duration, fn func() []any) {
 // the key releases.
 func (s *runState) quiesce() []any {
 	s.stopFetch()
-	s.stopFeeds()
+	s.feeds.stop()
 	s.r.releases.close()
-	s.feeds.Wait()
+	s.feeds.wait()
 	s.consumer.Wait()
 	for _, c := range s.r.order {
 		c.hold.stop()
@@ -134,7 +134,7 @@ func (s *runState) hardStop(grace time.Duration, cause error) []any {
 	}
 	stops.Wait()
 	for i, res := range results {
-		res.Interrupted = without(res.Interrupted, (*item).isDiverted, r.leftPool)
+		res.Interrupted = without(res.Interrupted, (*item).isDiverted, r.handling.leftPool)
 		for _, it := range res.Interrupted {
 			it.tellOutcome(OutcomeInterrupted, nil, 0)
 		}
@@ -169,7 +169,7 @@ func (s *runState) keep(its []*item, reason string) {
 		if c := s.r.classes[it.msg.Class]; c != nil {
 			c.hold.uncount(it)
 		}
-		s.r.leftPool(it)
+		s.r.handling.leftPool(it)
 		s.left = append(s.left, leftover{it: it, reason: reason})
 	}
 }
@@ -202,7 +202,7 @@ func (it *item) isKafka() bool { return it.src == fromKafka }
 // for it, and its ties to the pool end.
 func (r *Runtime) abandon(it *item) {
 	it.tr.abandoned.Add(1)
-	r.leftPool(it)
+	r.handling.leftPool(it)
 }
 
 // snapshot saves, in ONE transaction, what the hard stop took out and has
@@ -213,8 +213,8 @@ func (r *Runtime) abandon(it *item) {
 // offsets are not committed and Kafka delivers them again.
 func (s *runState) snapshot() []any {
 	r, rep := s.r, s.rep
-	s.stopBackground()
-	s.background.Wait()
+	s.background.stop()
+	s.background.wait()
 	s.keepUnsaved()
 	now := time.Now()
 	var recs []snapshot.Record
