@@ -235,7 +235,7 @@ func (b *batcher) call(ctx context.Context, bt *batch) (err error) {
 		}
 		d := time.Since(began)
 		c.svc.observe(d / time.Duration(len(msgs)))
-		b.metrics.observeHandler(c.index, outcomeOf(ctx, v != nil, err), d)
+		b.metrics.observeHandler(c.index, callEndOf(ctx, v != nil, err), d)
 		b.metrics.observeBatch(c.index, len(msgs))
 	}()
 	return c.cfg.BatchHandler(ctx, msgs)

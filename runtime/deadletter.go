@@ -73,7 +73,7 @@ func (f *failures) deadLetter(c *class, it *item, herr error) {
 // deadLettered is what follows a dead letter's save: it is counted and
 // logged, its key blocked in an ordered class, and it is published.
 func (f *failures) deadLettered(c *class, it *item, rec snapshot.Record, herr error) {
-	f.cfg.tally.inc(c, outDeadLettered)
+	f.cfg.tally.inc(c, evDeadLettered)
 	f.cfg.log.Warn("message became a dead letter", "class", c.cfg.Name, "id", it.msg.ID,
 		"attempt", it.msg.Attempt, "err", herr)
 	if c.cfg.Ordered {
@@ -98,7 +98,7 @@ func (f *failures) orphan(rec snapshot.Record, del func(tx *snapshot.Tx) error) 
 		f.cfg.log.Error("message of unknown class not dead-lettered", "class", rec.Message.Class, "id", rec.Message.ID, "err", err)
 		return false
 	}
-	f.cfg.tally.inc(nil, outDeadLettered)
+	f.cfg.tally.inc(nil, evDeadLettered)
 	f.cfg.log.Warn("saved message of an unknown class became a dead letter", "class", rec.Message.Class, "id", rec.Message.ID)
 	return true
 }
@@ -230,7 +230,7 @@ func (f *failures) requeue(ctx context.Context, key uint64) error {
 		f.requeues.finish(key)
 		return fmt.Errorf("runtime: requeue dead letter %d: %w", key, err)
 	}
-	f.cfg.tally.inc(c, outRequeued)
+	f.cfg.tally.inc(c, evRequeued)
 	f.cfg.log.Info("dead letter requeued", "class", c.cfg.Name, "id", dl.Message.ID, "key", key)
 	return nil
 }
@@ -255,7 +255,7 @@ func (f *failures) discard(ctx context.Context, key uint64) error {
 		return fmt.Errorf("runtime: discard dead letter %d: %w", key, err)
 	}
 	c := f.cfg.classes[dl.Message.Class]
-	f.cfg.tally.inc(c, outDiscarded)
+	f.cfg.tally.inc(c, evDiscarded)
 	f.cfg.log.Info("dead letter discarded", "class", dl.Message.Class, "id", dl.Message.ID, "key", key)
 	if c != nil && c.cfg.Ordered {
 		c.keys.unblock(dl.Message.Key, dl.Message.ID)

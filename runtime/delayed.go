@@ -49,7 +49,7 @@ func (f *failures) redeliver(c *class, it *item, herr error) {
 		f.deadLettered(c, it, dead, herr)
 		return
 	}
-	f.cfg.tally.inc(c, outRedelivered)
+	f.cfg.tally.inc(c, evRedelivered)
 	f.cfg.log.Info("message failed; redelivery scheduled", "class", c.cfg.Name, "id", it.msg.ID,
 		"attempt", it.msg.Attempt, "redelivery", it.redeliveries, "due", due, "err", herr)
 	if c.cfg.Ordered {
@@ -66,7 +66,7 @@ func (s *scheduler) deferDelivery(c *class, it *item, at time.Time) bool {
 	if !s.cfg.state.moveTo(it, "save delayed message", func(tx *snapshot.Tx) error { return saveDelayed(tx, at, rec) }) {
 		return false
 	}
-	s.cfg.tally.inc(c, outDeferred)
+	s.cfg.tally.inc(c, evDeferred)
 	s.wake(at)
 	return true
 }
@@ -131,7 +131,7 @@ func (s *scheduler) schedule(c *class, msg handoff.Message, at time.Time) error 
 	}
 	s.forget(replaced)
 	if added[0] {
-		s.cfg.tally.inc(c, outScheduled)
+		s.cfg.tally.inc(c, evScheduled)
 		s.wake(at)
 	}
 	return nil

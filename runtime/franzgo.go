@@ -138,7 +138,7 @@ func (f *franzGo) assigned(_ context.Context, cl *kgo.Client, added map[string][
 	}
 	f.mu.Unlock()
 	f.g.request(change{add: ps})
-	f.r.joined.Store(true)
+	f.r.ready.joined.Store(true)
 	// As kafka-go's path logs each generation it joins: cooperative
 	// generations keep their partitions, so the count is all it holds.
 	f.r.log.Info("joined group generation", "group", f.r.cfg.Group, "generation", gen, "partitions", len(f.g.trackers()))

@@ -263,7 +263,7 @@ func (r *Runtime) runGeneration(fetchCtx context.Context, kg *kafka.Generation) 
 	g.add(ps)
 	g.fetching.Store(true)
 	r.setGen(g)
-	r.joined.Store(true)
+	r.ready.joined.Store(true)
 	r.log.Info("joined group generation", "group", r.cfg.Group, "generation", kg.ID, "partitions", len(g.trackers()))
 	lag := g.startLag(gctx)
 	kg.Start(func(kctx context.Context) {

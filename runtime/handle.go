@@ -87,7 +87,7 @@ func (h *handling) timedCall(ctx context.Context, c *class, m *handoff.Message) 
 	defer func() {
 		d := time.Since(began)
 		c.svc.observe(d)
-		h.metrics.observeHandler(c.index, outcomeOf(ctx, !returned, err), d)
+		h.metrics.observeHandler(c.index, callEndOf(ctx, !returned, err), d)
 	}()
 	err = c.handle(ctx, m)
 	returned = true
@@ -126,7 +126,7 @@ func (h *handling) retry(c *class) func(*item, error) (time.Duration, bool) {
 		it.verdict, it.wait = c.cfg.Retry.decide(err, it.msg.Attempt, it.redeliveries, it.firstFailed, now, nil)
 		if it.verdict == retryInPlace {
 			it.tellOutcome(OutcomeRetried, err, it.wait)
-			h.cfg.tally.inc(c, outRetried)
+			h.cfg.tally.inc(c, evRetried)
 			h.cfg.log.Debug("handler failed; retrying in place", "class", c.cfg.Name, "id", it.msg.ID,
 				"attempt", it.msg.Attempt, "wait", it.wait, "err", err)
 			return it.wait, true
@@ -219,6 +219,6 @@ func (h *handling) forget(c *class, it *item) {
 		state.logErr(op, it, err)
 	case fromDead:
 		h.cfg.state.logErr("delete requeued dead letter", it, h.cfg.state.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(it.key) }))
-		h.cfg.tally.inc(c, outRequeuedDone)
+		h.cfg.tally.inc(c, evRequeuedDone)
 	}
 }

@@ -38,7 +38,7 @@ type item struct {
 	// failed; see failures.save.
 	unsaved bool
 	// hold is the message's part in its class's outage detection and
-	// suspension (suspend.go).
+	// suspension (hold.go).
 	hold itemHold
 	// attempt is the running attempt of a class with middleware, until
 	// its outcome is told (attempt.go).

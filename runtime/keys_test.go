@@ -90,7 +90,7 @@ func TestOrderedKeysParkAndRelease(t *testing.T) {
 	waitFor(t, "parked and run", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return counts[outParked].Load() == 5 && len(ran) == 5
+		return counts[evParked].Load() == 5 && len(ran) == 5
 	})
 	entries, err := state.parked("orders", []byte("a"))
 	if err != nil || len(entries) != 5 {
@@ -117,7 +117,7 @@ func TestOrderedKeysParkAndRelease(t *testing.T) {
 	if want := []string{"first", "a0", "a1", "a2", "a3", "a4"}; !slices.Equal(a, want) {
 		t.Errorf("key a ran %v, want %v", a, want)
 	}
-	if n := counts[outReleased].Load(); n != 5 {
+	if n := counts[evReleased].Load(); n != 5 {
 		t.Errorf("released %d, want 5", n)
 	}
 	if entries, _ := state.parked("orders", []byte("a")); len(entries) != 0 {

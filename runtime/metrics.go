@@ -16,9 +16,9 @@ import (
 // Registerer) records nothing.
 type metrics struct {
 	handler     *prometheus.HistogramVec
-	handlerObs  [][numCallOutcomes]prometheus.Observer // per class, in r.order
-	handlerErrs []prometheus.Counter                   // per class
-	publishFail []prometheus.Counter                   // per class
+	handlerObs  [][numCallEnds]prometheus.Observer // per class, in r.order
+	handlerErrs []prometheus.Counter               // per class
+	publishFail []prometheus.Counter               // per class
 	batch       *prometheus.HistogramVec
 	batchObs    []prometheus.Observer // per class, in r.order; nil for non-batch classes
 	drainEst    *prometheus.GaugeVec
@@ -31,23 +31,23 @@ type metrics struct {
 	fetchErrs   *prometheus.CounterVec
 }
 
-// callOutcome is how a handler call ended, the outcome label of
+// callEnd is how a handler call ended, the outcome label of
 // handoff_handler_duration_seconds.
-type callOutcome int
+type callEnd int
 
 const (
-	callSucceeded callOutcome = iota
-	callFailed                // returned an error
-	callTimedOut              // returned after the class's Timeout
+	callSucceeded callEnd = iota
+	callFailed            // returned an error
+	callTimedOut          // returned after the class's Timeout
 	callPanicked
-	numCallOutcomes
+	numCallEnds
 )
 
-var callOutcomeNames = [numCallOutcomes]string{"succeeded", "failed", "timed_out", "panicked"}
+var callEndNames = [numCallEnds]string{"succeeded", "failed", "timed_out", "panicked"}
 
-// outcomeOf is the outcome of a handler call under ctx that panicked, or
+// callEndOf is how a handler call under ctx ended that panicked, or
 // returned err.
-func outcomeOf(ctx context.Context, panicked bool, err error) callOutcome {
+func callEndOf(ctx context.Context, panicked bool, err error) callEnd {
 	switch {
 	case panicked:
 		return callPanicked
@@ -120,10 +120,10 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 	}
 	for _, c := range r.order {
 		labels := prometheus.Labels{"class": c.cfg.Name}
-		for o := range numOutcomes {
+		for o := range numEvents {
 			cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "handoff_messages_total", Help: "Messages by class and outcome.",
-				ConstLabels: prometheus.Labels{"class": c.cfg.Name, "outcome": outcomeNames[o]},
+				ConstLabels: prometheus.Labels{"class": c.cfg.Name, "outcome": eventNames[o]},
 			}, func() float64 { return float64(c.count(o)) }))
 		}
 		p := c.pool
@@ -142,9 +142,9 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 				func() float64 { return r.oldestUnsettled(c).Seconds() }),
 		)
 		cs = append(cs, c.hold.collectors(labels)...)
-		var obs [numCallOutcomes]prometheus.Observer
-		for o := range numCallOutcomes {
-			obs[o] = m.handler.WithLabelValues(c.cfg.Name, callOutcomeNames[o])
+		var obs [numCallEnds]prometheus.Observer
+		for o := range numCallEnds {
+			obs[o] = m.handler.WithLabelValues(c.cfg.Name, callEndNames[o])
 		}
 		m.handlerObs = append(m.handlerObs, obs)
 		m.handlerErrs = append(m.handlerErrs, handlerErrs.WithLabelValues(c.cfg.Name))
@@ -217,7 +217,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (m *metrics) observeHandler(i int, o callOutcome, d time.Duration) {
+func (m *metrics) observeHandler(i int, o callEnd, d time.Duration) {
 	if m != nil {
 		m.handlerObs[i][o].Observe(d.Seconds())
 		if o != callSucceeded {

@@ -71,7 +71,7 @@ func TestTypedDecodeFailure(t *testing.T) {
 		})}}
 	rt, wait := startNew(t, cfg)
 	waitFor(t, "two handled and one dead letter", func() bool {
-		return rt.tally.total(outDeadLettered) == 1 && rt.tally.total(outSucceeded) == 2
+		return rt.tally.total(evDeadLettered) == 1 && rt.tally.total(evSucceeded) == 2
 	})
 	dead, _, err := rt.DeadLetters("orders", "", 10)
 	if err != nil {

@@ -82,7 +82,7 @@ func (k *orderedKeys) gate(it *item) bool {
 	if !k.cfg.state.moveNow(it, "park message", func(tx *snapshot.Tx) error { return tx.Park(k.cfg.class, it.msg.Key, rec) }) {
 		return true // could not park: run it rather than lose its place
 	}
-	k.cfg.counts.inc(outParked)
+	k.cfg.counts.inc(evParked)
 	k.cfg.log.Debug("message parked behind its key's blocker", "class", k.cfg.class, "id", it.msg.ID, "blocker", st.blocker)
 	return false
 }
@@ -176,7 +176,7 @@ func (k *orderedKeys) release(ctx context.Context, key []byte, n uint64) {
 				wg.Done()
 				return // stopping: the rest stay parked
 			}
-			k.cfg.counts.inc(outReleased)
+			k.cfg.counts.inc(evReleased)
 		}
 		done := make(chan struct{})
 		go func() { wg.Wait(); close(done) }()

@@ -43,7 +43,7 @@ func TestReleaseSkipsUndeletedParked(t *testing.T) {
 		return nil
 	}
 	wait := start(t, rt, context.Background())
-	waitFor(t, "two parked", func() bool { return rt.tally.total(outParked) == 2 })
+	waitFor(t, "two parked", func() bool { return rt.tally.total(evParked) == 2 })
 	dead, _, err := rt.DeadLetters("orders", "", 10)
 	if err != nil || len(dead) != 1 {
 		t.Fatalf("dead letters %v, %v", dead, err)

@@ -90,7 +90,7 @@ func (r *Runtime) publishDead(c *class, rec snapshot.Record) {
 	case p.queue <- deadPublish{c, rec}:
 		p.dropping.Store(false)
 	default:
-		r.tally.inc(c, outUnpublished)
+		r.tally.inc(c, evUnpublished)
 		if !p.dropping.Swap(true) {
 			r.log.Warn("dead-letter publish queue full; dead letters are not published until it empties, they stay in the state file",
 				"class", c.cfg.Name, "id", rec.Message.ID, "topic", c.cfg.DeadLetterTopic, "queue", publishQueue)
@@ -149,7 +149,7 @@ func (p *publisher) write(ctx context.Context, batch []deadPublish) {
 	for i, d := range batch {
 		e := errs[i]
 		if e == nil {
-			p.r.tally.inc(d.c, outPublished)
+			p.r.tally.inc(d.c, evPublished)
 			continue
 		}
 		if ctx.Err() != nil {
@@ -159,7 +159,7 @@ func (p *publisher) write(ctx context.Context, batch []deadPublish) {
 			p.r.log.Error("dead letter not published; it stays in the state file", "class", d.c.cfg.Name, "id", d.rec.Message.ID,
 				"topic", d.c.cfg.DeadLetterTopic, "err", e)
 		}
-		p.r.tally.inc(d.c, outUnpublished)
+		p.r.tally.inc(d.c, evUnpublished)
 	}
 }
 
@@ -167,7 +167,7 @@ func (p *publisher) write(ctx context.Context, batch []deadPublish) {
 func (p *publisher) abandon(batch []deadPublish) {
 	for {
 		for _, d := range batch {
-			p.r.tally.inc(d.c, outUnpublished)
+			p.r.tally.inc(d.c, evUnpublished)
 			p.abandoned++
 		}
 		batch = batch[:0]

@@ -66,7 +66,7 @@ func TestDeadLetterPublishHangs(t *testing.T) {
 	// The bound is the stop's own (its margin covers the snapshot, the
 	// commit and the leave); a second for the closes after the deadline
 	// on a loaded machine.
-	if limit := rt.stopBudget() + time.Second; took > limit {
+	if limit := rt.cfg.stopBudget() + time.Second; took > limit {
 		t.Errorf("stop took %s with the dead-letter broker hung, budget %s", took, limit)
 	}
 	if rep.DeadLettered != 2 || rep.Published != 0 || rep.Unpublished != 2 {
@@ -74,7 +74,7 @@ func TestDeadLetterPublishHangs(t *testing.T) {
 	}
 	assertCount(t, b.state, snapshot.BucketDead, 2)
 	t.Logf("stop with a hung dead-letter broker: %s (budget %s; drain %s, hard stop %s, leave %s)", took.Round(time.Millisecond),
-		rt.stopBudget(), rep.Drain.Round(time.Millisecond), rep.HardStop.Round(time.Millisecond), rep.Leave.Round(time.Millisecond))
+		rt.cfg.stopBudget(), rep.Drain.Round(time.Millisecond), rep.HardStop.Round(time.Millisecond), rep.Leave.Round(time.Millisecond))
 }
 
 // TestDeadLetterPublishQueueFull: when the publish queue is full, a dead
@@ -96,13 +96,13 @@ func TestDeadLetterPublishQueueFull(t *testing.T) {
 	for _, id := range []string{"a", "b", "c", "d", "e"} {
 		dead(id)
 	}
-	if n, w := rt.tally.total(outUnpublished), warned.Load(); n != 3 || w != 1 {
+	if n, w := rt.tally.total(evUnpublished), warned.Load(); n != 3 || w != 1 {
 		t.Errorf("unpublished %d, warnings %d; want 3, 1", n, w)
 	}
 	<-rt.dlq.queue
 	dead("f") // queued: the run of drops is over
 	dead("g") // dropped: a new run
-	if n, w := rt.tally.total(outUnpublished), warned.Load(); n != 4 || w != 2 {
+	if n, w := rt.tally.total(evUnpublished), warned.Load(); n != 4 || w != 2 {
 		t.Errorf("unpublished %d, warnings %d; want 4, 2", n, w)
 	}
 }

@@ -97,7 +97,7 @@ func (s *runState) open() error {
 	if err != nil {
 		return fmt.Errorf("runtime: open state file: %w", err)
 	}
-	if err := r.checkIdentity(store); err != nil {
+	if err := checkIdentity(store, r.cfg.Group, r.cfg.Instance, r.log); err != nil {
 		return errors.Join(err, store.Close())
 	}
 	// The pauses apply before the recovery pushes anything.
@@ -137,7 +137,7 @@ func (s *runState) start() error {
 	s.stopFetch = stopFetch
 	r.releases.open()
 	r.openDLQ()
-	r.accepting.Store(true)
+	r.life.accepting.Store(true)
 
 	if err := r.checkBrokers(runCtx); err != nil {
 		return err
@@ -159,7 +159,7 @@ func (s *runState) start() error {
 		if err != nil {
 			return err
 		}
-		r.topicsOK.Store(len(present) == len(r.topics))
+		r.ready.topicsOK.Store(len(present) == len(r.topics))
 		if runCtx.Err() == nil {
 			if err := s.join(fetchCtx, present); err != nil {
 				return err
@@ -169,7 +169,7 @@ func (s *runState) start() error {
 	if runCtx.Err() != nil {
 		return nil // a stop was requested: never ready
 	}
-	r.ready.Store(true)
+	r.ready.started.Store(true)
 	r.log.Info("running", "classes", len(r.order), "topics", len(r.topics), "group", r.cfg.Group, "instance", r.cfg.Instance)
 	return nil
 }
@@ -201,42 +201,6 @@ func (s *runState) join(fetchCtx context.Context, topics []string) error {
 	}
 	s.cg = cg
 	s.consumer.Go(func() { r.consume(fetchCtx, cg) })
-	return nil
-}
-
-// checkIdentity records the group and the instance in a new state file,
-// and refuses a file of another group. A file of another instance of the
-// same group is taken over with a warning.
-func (r *Runtime) checkIdentity(store *snapshot.Store) error {
-	var group []byte
-	var ok bool
-	err := store.View(func(tx *snapshot.Tx) (err error) { group, ok, err = tx.Meta(snapshot.MetaGroup); return err })
-	if err != nil {
-		return fmt.Errorf("runtime: check state file identity: %w", err)
-	}
-	switch {
-	case ok && r.cfg.Group != "" && string(group) != r.cfg.Group:
-		return fmt.Errorf("%w: %s belongs to group %q, configured group is %q", ErrOtherGroup, store.Path(), group, r.cfg.Group)
-	case !ok && r.cfg.Group != "":
-		if err := store.Update(func(tx *snapshot.Tx) error { return tx.PutMeta(snapshot.MetaGroup, []byte(r.cfg.Group)) }); err != nil {
-			return fmt.Errorf("runtime: record group in state file: %w", err)
-		}
-	}
-	var inst []byte
-	err = store.View(func(tx *snapshot.Tx) (err error) { inst, ok, err = tx.Meta(snapshot.MetaInstance); return err })
-	if err != nil {
-		return fmt.Errorf("runtime: check state file identity: %w", err)
-	}
-	if ok && string(inst) == r.cfg.Instance {
-		return nil
-	}
-	if ok {
-		r.log.Warn("state file was written by another instance of the group; taking it over", "path", store.Path(),
-			"group", r.cfg.Group, "previous_instance", string(inst), "instance", r.cfg.Instance)
-	}
-	if err := store.Update(func(tx *snapshot.Tx) error { return tx.PutMeta(snapshot.MetaInstance, []byte(r.cfg.Instance)) }); err != nil {
-		return fmt.Errorf("runtime: record instance in state file: %w", err)
-	}
 	return nil
 }
 

@@ -31,13 +31,8 @@ type Runtime struct {
 	// epoch is when New ran; see now.
 	epoch time.Time
 
-	life      lifecycle
-	accepting atomic.Bool // Submit, Schedule and Requeue are let in
-	// Readiness (see Ready): started (recovered, not stopping), joined (a
-	// generation received) and every topic present.
-	ready    atomic.Bool
-	joined   atomic.Bool
-	topicsOK atomic.Bool
+	life  lifecycle
+	ready readiness // see Ready
 
 	// The state file, open from the start of Run to the end of its stop.
 	state   *stateFile
@@ -59,16 +54,12 @@ type Runtime struct {
 	fetches *kafka.Client // the partition readers'; see readPartition
 	conn    connection    // how connections to the brokers are made; see connect.go
 
-	tally *tally      // outcome counts
+	tally *tally      // event counts
 	logs  *logBackoff // repeated failures' lines
 	// items recycles the items of fetched Kafka messages: one allocation
 	// less per message on the hot path. A handler never sees an item,
 	// only a copy of its message (see handler).
 	items sync.Pool
-
-	// beforeSnapshot, when set by a test, runs just before the stop's
-	// snapshot transaction.
-	beforeSnapshot func(*snapshot.Store)
 }
 
 // lifecycle is a Runtime's start and stop signalling.
@@ -80,6 +71,17 @@ type lifecycle struct {
 	skipCh   chan struct{} // closed when the rest of the drain is to be skipped
 	done     chan struct{} // closed when Run returns
 	err      error         // what Run returned; set before done closes
+	// accepting lets Submit, Schedule and Requeue in: from the start of
+	// Run to the start of its stop.
+	accepting atomic.Bool
+}
+
+// readiness is what Ready reports: started (recovered, not stopping),
+// joined (a generation received) and every topic present.
+type readiness struct {
+	started  atomic.Bool
+	joined   atomic.Bool
+	topicsOK atomic.Bool
 }
 
 const (
@@ -130,7 +132,7 @@ func New(cfg Config) (*Runtime, error) {
 	r.tally = &tally{}
 	r.newConnection()
 	r.state = &stateFile{log: r.log}
-	r.fail = newFailures(failuresConfig{state: r.state, tally: r.tally, classes: r.classes, accepting: &r.accepting,
+	r.fail = newFailures(failuresConfig{state: r.state, tally: r.tally, classes: r.classes, accepting: &r.life.accepting,
 		publish: func(c *class, rec snapshot.Record) { r.publishDead(c, rec) }, log: r.log})
 	r.sched = newScheduler(schedulerConfig{state: r.state, tally: r.tally, classes: r.classes, orphan: r.fail.orphan, log: r.log})
 	r.state.forgetDelayed = r.sched.forget
@@ -218,7 +220,7 @@ func (r *Runtime) mono() int64 { return int64(time.Since(r.epoch)) }
 // stopping: false the moment a stop begins, so a load balancer can stop
 // sending work. Without topics, recovered and not stopping is enough.
 func (r *Runtime) Ready() bool {
-	return r.ready.Load() && (len(r.topics) == 0 || r.joined.Load() && r.topicsOK.Load())
+	return r.ready.started.Load() && (len(r.topics) == 0 || r.ready.joined.Load() && r.ready.topicsOK.Load())
 }
 
 // Group returns the consumer group ID, Config.Group.
@@ -259,7 +261,7 @@ func (r *Runtime) Submit(ctx context.Context, class string, m *handoff.Message) 
 // accept checks a message handed in by Submit or Schedule and returns its
 // class and a copy with Class and FirstSeen set.
 func (r *Runtime) accept(verb, class string, m *handoff.Message) (*class, handoff.Message, error) {
-	if !r.accepting.Load() {
+	if !r.life.accepting.Load() {
 		return nil, handoff.Message{}, ErrNotRunning
 	}
 	c := r.classes[class]

@@ -318,7 +318,7 @@ func TestSnapshotFailureKeepsOffsets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt.beforeSnapshot = func(st *snapshot.Store) { st.Close() }
+	rt.state.beforeSnapshot = func(st *snapshot.Store) { st.Close() }
 	wait := start(t, rt, context.Background())
 	waitFor(t, "pool full", func() bool { s := rt.order[0].pool.Stats(); return s.Queued == 32 })
 	rt.Shutdown(context.Background())

@@ -180,7 +180,7 @@ func (s *scheduler) run(ctx context.Context) {
 				s.unhand(e.Key)
 				return // stopping: the record stays for the next start
 			}
-			s.cfg.tally.inc(c, outDelivered)
+			s.cfg.tally.inc(c, evDelivered)
 		}
 		if len(due) == schedBatch {
 			continue

@@ -100,8 +100,8 @@ func TestSchedulerDueOrder(t *testing.T) {
 				t.Errorf("delivery %d: %v, want %v", i, got[i], want[i])
 			}
 		}
-		if orphans != 1 || tl.total(outDelivered) != 4 || tl.total(outScheduled) != 4 {
-			t.Errorf("orphans %d, delivered %d, scheduled %d; want 1, 4, 4", orphans, tl.total(outDelivered), tl.total(outScheduled))
+		if orphans != 1 || tl.total(evDelivered) != 4 || tl.total(evScheduled) != 4 {
+			t.Errorf("orphans %d, delivered %d, scheduled %d; want 1, 4, 4", orphans, tl.total(evDelivered), tl.total(evScheduled))
 		}
 	})
 }

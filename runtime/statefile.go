@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 
@@ -25,6 +26,9 @@ type stateFile struct {
 	// writes, with the operation's name; an error it returns fails the
 	// transaction.
 	beforeWrite func(op string, it *item) error
+	// beforeSnapshot, when set by a test, runs just before the stop's
+	// snapshot transaction.
+	beforeSnapshot func(*snapshot.Store)
 }
 
 // opened is what a component gets from New: set to the file by Run.
@@ -136,4 +140,40 @@ func (f *stateFile) logErr(what string, it *item, err error) {
 		f.log.Error("state file write failed; the message may run again after a restart", "op", what,
 			"class", it.msg.Class, "id", it.msg.ID, "err", err)
 	}
+}
+
+// checkIdentity records the group and the instance in a new state file,
+// and refuses a file of another group. A file of another instance of the
+// same group is taken over with a warning.
+func checkIdentity(store *snapshot.Store, group, instance string, log *slog.Logger) error {
+	var kept []byte
+	var ok bool
+	err := store.View(func(tx *snapshot.Tx) (err error) { kept, ok, err = tx.Meta(snapshot.MetaGroup); return err })
+	if err != nil {
+		return fmt.Errorf("runtime: check state file identity: %w", err)
+	}
+	switch {
+	case ok && group != "" && string(kept) != group:
+		return fmt.Errorf("%w: %s belongs to group %q, configured group is %q", ErrOtherGroup, store.Path(), kept, group)
+	case !ok && group != "":
+		if err := store.Update(func(tx *snapshot.Tx) error { return tx.PutMeta(snapshot.MetaGroup, []byte(group)) }); err != nil {
+			return fmt.Errorf("runtime: record group in state file: %w", err)
+		}
+	}
+	var inst []byte
+	err = store.View(func(tx *snapshot.Tx) (err error) { inst, ok, err = tx.Meta(snapshot.MetaInstance); return err })
+	if err != nil {
+		return fmt.Errorf("runtime: check state file identity: %w", err)
+	}
+	if ok && string(inst) == instance {
+		return nil
+	}
+	if ok {
+		log.Warn("state file was written by another instance of the group; taking it over", "path", store.Path(),
+			"group", group, "previous_instance", string(inst), "instance", instance)
+	}
+	if err := store.Update(func(tx *snapshot.Tx) error { return tx.PutMeta(snapshot.MetaInstance, []byte(instance)) }); err != nil {
+		return fmt.Errorf("runtime: record instance in state file: %w", err)
+	}
+	return nil
 }

@@ -55,7 +55,7 @@ func (r *Runtime) Stats() []ClassStats {
 			Name: c.cfg.Name, Topics: append([]string(nil), c.cfg.Topics...), Ordered: c.cfg.Ordered,
 			Workers: c.cfg.Workers, QueueSize: c.cfg.QueueSize,
 			Queued: ps.Queued, Waiting: ps.Waiting, Running: ps.Running,
-			Succeeded: ps.Succeeded, Retried: ps.Retried, Parked: c.count(outParked),
+			Succeeded: ps.Succeeded, Retried: ps.Retried, Parked: c.count(evParked),
 		}
 		// A diverted message's result is counted after the pool's
 		// failed count moved: never more than it.

@@ -21,8 +21,8 @@ const (
 // stopBudget is how long a stop may take: DrainTimeout, HardStopGrace and
 // a margin for the snapshot, the final commit, the reader closes and the
 // leave. The leave may use what the phases before it left of it.
-func (r *Runtime) stopBudget() time.Duration {
-	return r.cfg.DrainTimeout + r.cfg.HardStopGrace + commitTimeout + leaveTimeout + r.cfg.FetchMaxWait + time.Second
+func (c *Config) stopBudget() time.Duration {
+	return c.DrainTimeout + c.HardStopGrace + commitTimeout + leaveTimeout + c.FetchMaxWait + time.Second
 }
 
 // stop runs the stop's phases in the order of docs/design.md and returns
@@ -32,9 +32,9 @@ func (r *Runtime) stopBudget() time.Duration {
 func (s *runState) stop(grace time.Duration, cause error) (*Report, error) {
 	r, rep := s.r, s.rep
 	begin := time.Now()
-	s.deadline = begin.Add(r.stopBudget())
-	r.ready.Store(false)
-	r.accepting.Store(false)
+	s.deadline = begin.Add(r.cfg.stopBudget())
+	r.ready.started.Store(false)
+	r.life.accepting.Store(false)
 	r.log.Info("stop begins")
 
 	s.phase("quiesce", &rep.Quiesce, s.quiesce)
@@ -231,8 +231,8 @@ func (s *runState) snapshot() []any {
 		// Otherwise its record is still there, unchanged.
 	}
 	del := r.deletes.take()
-	if r.beforeSnapshot != nil {
-		r.beforeSnapshot(r.state.store)
+	if r.state.beforeSnapshot != nil {
+		r.state.beforeSnapshot(r.state.store)
 	}
 	if len(recs) > 0 || !del.empty() || len(updates) > 0 {
 		err := r.state.store.Update(func(tx *snapshot.Tx) error {

@@ -153,7 +153,7 @@ const (
 // [ErrNotRunning] when the state file is not open; it blocks only for
 // the state-file write.
 func (r *Runtime) Pause(ctx context.Context, class, reason string) error {
-	c, store, err := r.holdTarget(ctx, class)
+	c, store, err := holdTarget(ctx, r.classes, r.state, class)
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func (r *Runtime) Pause(ctx context.Context, class, reason string) error {
 // fetching resumes. Resuming a running class does nothing. Errors are as
 // for [Runtime.Pause].
 func (r *Runtime) Resume(ctx context.Context, class string) error {
-	c, store, err := r.holdTarget(ctx, class)
+	c, store, err := holdTarget(ctx, r.classes, r.state, class)
 	if err != nil {
 		return err
 	}
@@ -174,15 +174,15 @@ func (r *Runtime) Resume(ctx context.Context, class string) error {
 
 // holdTarget returns the class named name and the open state file, for
 // Pause and Resume.
-func (r *Runtime) holdTarget(ctx context.Context, name string) (*class, *snapshot.Store, error) {
-	c := r.classes[name]
+func holdTarget(ctx context.Context, classes map[string]*class, state *stateFile, name string) (*class, *snapshot.Store, error) {
+	c := classes[name]
 	if c == nil {
 		return nil, nil, fmt.Errorf("%w: %q", ErrUnknownClass, name)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
-	store, err := r.state.get()
+	store, err := state.get()
 	if err != nil {
 		return nil, nil, err
 	}

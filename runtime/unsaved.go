@@ -35,7 +35,7 @@ type unsavedMsg struct {
 
 // keep keeps a submitted message whose save after its failure failed.
 func (f *failures) keep(c *class, it *item, err error) {
-	f.cfg.tally.inc(c, outHeld)
+	f.cfg.tally.inc(c, evHeld)
 	f.cfg.log.Error("submitted message kept in memory until the state file takes it; it is saved at the stop if it never does",
 		"class", c.cfg.Name, "id", it.msg.ID, "err", err)
 	f.unsaved.put(unsavedMsg{c: c, it: it, err: err, tries: 1})
