@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/runtime/internal/deletes"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -18,7 +19,7 @@ import (
 // handlingConfig is what the message's way through a pool is built from.
 type handlingConfig struct {
 	state   *stateFile
-	deletes *deletes
+	deletes *deletes.Queue
 	tally   *tally
 	fail    *failures
 	sched   *scheduler
@@ -201,9 +202,9 @@ func (h *handling) forget(c *class, it *item) {
 	case fromKafka:
 		it.tr.settle(it.slot)
 	case fromPending:
-		h.cfg.deletes.pending(it.key)
+		h.cfg.deletes.Pending(it.key)
 	case fromDelayed:
-		h.cfg.deletes.delayed(it.delayedKey)
+		h.cfg.deletes.Delayed(it.delayedKey)
 	case fromParked:
 		const op = "delete done parked message"
 		state := h.cfg.state
@@ -214,7 +215,7 @@ func (h *handling) forget(c *class, it *item) {
 			return tx.DeleteParked(it.parkedKey)
 		})
 		if err != nil {
-			h.cfg.deletes.parked(it.parkedKey)
+			h.cfg.deletes.Parked(it.parkedKey)
 		}
 		state.logErr(op, it, err)
 	case fromDead:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/handoff-go/handoff/pool"
+	"github.com/handoff-go/handoff/runtime/internal/deletes"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -39,7 +40,7 @@ func TestOrderedKeysParkAndRelease(t *testing.T) {
 		mu     sync.Mutex
 		ran    []string
 		counts counters
-		dels   deletes
+		dels   deletes.Queue
 		rel    releases
 	)
 	p, err := pool.New(pool.Config[*item]{

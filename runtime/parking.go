@@ -10,6 +10,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/pool"
+	"github.com/handoff-go/handoff/runtime/internal/deletes"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -34,9 +35,9 @@ type keysConfig struct {
 	class    string
 	pool     *pool.Pool[*item]
 	state    *stateFile
-	deletes  *deletes  // a done parked message whose delete failed is not pushed again
-	releases *releases // runs the key releases; the stop's quiesce closes it
-	counts   *counters // the class's
+	deletes  *deletes.Queue // a done parked message whose delete failed is not pushed again
+	releases *releases      // runs the key releases; the stop's quiesce closes it
+	counts   *counters      // the class's
 	log      *slog.Logger
 }
 
@@ -196,7 +197,7 @@ func (k *orderedKeys) releasable(key []byte) ([]snapshot.ParkedEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return k.cfg.deletes.notDone(entries), nil
+	return k.cfg.deletes.NotDone(entries), nil
 }
 
 // blockIfReleasing makes it its key's blocker when the key is releasing

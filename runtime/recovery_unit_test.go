@@ -11,6 +11,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/pool"
+	"github.com/handoff-go/handoff/runtime/internal/deletes"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -59,7 +60,7 @@ func TestRecoveryRun(t *testing.T) {
 	var rel releases // not open: the restored release does not start here
 	c := &class{cfg: Class{Name: "orders", Ordered: true}, pool: p}
 	c.hold = newHold(holdConfig{class: "orders", pool: p, log: log, rewind: func(time.Time) {}})
-	c.keys = newOrderedKeys(keysConfig{class: "orders", pool: p, state: state, deletes: &deletes{}, releases: &rel,
+	c.keys = newOrderedKeys(keysConfig{class: "orders", pool: p, state: state, deletes: &deletes.Queue{}, releases: &rel,
 		counts: &c.stats, log: log})
 	var orphans []string
 	v := recovery{state: state, classes: map[string]*class{"orders": c}, order: []*class{c}, log: log,

@@ -9,6 +9,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/handoff-go/handoff/runtime/internal/deletes"
+	"github.com/handoff-go/handoff/runtime/internal/service"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -74,12 +76,12 @@ type runState struct {
 
 	// The scheduler feeds the pools besides fetching (and the key
 	// releases, r.releases); it ends at the quiesce too.
-	feeds loops
+	feeds service.Loops
 
 	// Background loops that use the state file: the batched deletes, the
 	// drain-estimate watcher and the retries of unsaved failed messages.
 	// They end at the snapshot.
-	background loops
+	background service.Loops
 
 	// left is what the hard stop took out of the pools, for the snapshot.
 	left []leftover
@@ -127,12 +129,12 @@ func (s *runState) start() error {
 		}
 	}()
 
-	s.background.start(func(ctx context.Context) {
-		r.deletes.run(ctx, r.state.store, r.log, func(d doneRecords) { r.sched.forget(d.delayed...) })
+	s.background.Start(func(ctx context.Context) {
+		r.deletes.Run(ctx, r.state.store, r.log, func(d deletes.Records) { r.sched.forget(d.Delayed...) })
 	})
 	watch := drainWatch{stats: r.Stats, metrics: r.metrics, log: r.log, drainTimeout: r.cfg.DrainTimeout}
-	s.background.start(watch.run)
-	s.background.start(r.fail.retryUnsaved)
+	s.background.Start(watch.run)
+	s.background.Start(r.fail.retryUnsaved)
 	fetchCtx, stopFetch := context.WithCancel(context.Background())
 	s.stopFetch = stopFetch
 	r.releases.open()
@@ -149,7 +151,7 @@ func (s *runState) start() error {
 	rep := s.rep
 	r.log.Info("recovery finished", "repushed", rep.Repushed, "quarantined", rep.Quarantined,
 		"unknown_class", rep.UnknownClass, "blocked_keys", rep.BlockedKeys, "took", time.Since(started))
-	s.feeds.start(r.sched.run)
+	s.feeds.Start(r.sched.run)
 	if len(r.topics) > 0 && runCtx.Err() == nil {
 		r.commits = r.newCommitClient()
 		if r.cfg.Client == ClientKafkaGo {

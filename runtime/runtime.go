@@ -13,6 +13,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/pool"
+	"github.com/handoff-go/handoff/runtime/internal/deletes"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -36,7 +37,7 @@ type Runtime struct {
 
 	// The state file, open from the start of Run to the end of its stop.
 	state   *stateFile
-	deletes deletes // records of done messages, deleted in batches
+	deletes deletes.Queue // records of done messages, deleted in batches
 
 	// Feeds of the pools besides fetching.
 	sched    *scheduler

@@ -69,9 +69,9 @@ func (s *runState) phase(name string, d *time.Duration, fn func() []any) {
 // the key releases.
 func (s *runState) quiesce() []any {
 	s.stopFetch()
-	s.feeds.stop()
+	s.feeds.Stop()
 	s.r.releases.close()
-	s.feeds.wait()
+	s.feeds.Wait()
 	s.consumer.Wait()
 	for _, c := range s.r.order {
 		c.hold.stop()
@@ -213,8 +213,8 @@ func (r *Runtime) abandon(it *item) {
 // offsets are not committed and Kafka delivers them again.
 func (s *runState) snapshot() []any {
 	r, rep := s.r, s.rep
-	s.background.stop()
-	s.background.wait()
+	s.background.Stop()
+	s.background.Wait()
 	s.keepUnsaved()
 	now := time.Now()
 	var recs []snapshot.Record
@@ -230,16 +230,16 @@ func (s *runState) snapshot() []any {
 		}
 		// Otherwise its record is still there, unchanged.
 	}
-	del := r.deletes.take()
+	del := r.deletes.Take()
 	if r.state.beforeSnapshot != nil {
 		r.state.beforeSnapshot(r.state.store)
 	}
-	if len(recs) > 0 || !del.empty() || len(updates) > 0 {
+	if len(recs) > 0 || !del.Empty() || len(updates) > 0 {
 		err := r.state.store.Update(func(tx *snapshot.Tx) error {
 			if _, err := tx.SavePending(recs...); err != nil {
 				return err
 			}
-			if err := del.delete(tx); err != nil {
+			if err := del.Delete(tx); err != nil {
 				return err
 			}
 			for _, it := range updates {

@@ -1,4 +1,4 @@
-package runtime
+package deletes
 
 import (
 	"context"
@@ -9,12 +9,16 @@ import (
 	"testing/synctest"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
 // TestDeletesBatch runs the batched deletes on a real state file under a
-// fake clock, without a Runtime: records of done messages queued between
+// fake clock: records of done messages queued between
 // two ticks go in one transaction at the next tick, the scheduler is told
 // which delayed ones went once it has committed, and a parked record
 // queued here is left out of what its key's release may push.
@@ -55,23 +59,23 @@ func TestDeletesBatch(t *testing.T) {
 			t.Fatalf("parked %d, %v", len(parked), err)
 		}
 
-		var d deletes
+		var d Queue
 		var mu sync.Mutex
-		var batches []doneRecords
+		var batches []Records
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			d.run(ctx, store, slog.New(slog.DiscardHandler), func(b doneRecords) {
+			d.Run(ctx, store, slog.New(slog.DiscardHandler), func(b Records) {
 				mu.Lock()
 				batches = append(batches, b)
 				mu.Unlock()
 			})
 		})
-		d.pending(pending[0])
-		d.pending(pending[1])
-		d.delayed(dkey)
-		d.parked(parked[0].Key)
-		if kept := d.notDone(append([]snapshot.ParkedEntry(nil), parked...)); len(kept) != 1 || string(kept[0].Key) != string(parked[1].Key) {
+		d.Pending(pending[0])
+		d.Pending(pending[1])
+		d.Delayed(dkey)
+		d.Parked(parked[0].Key)
+		if kept := d.NotDone(append([]snapshot.ParkedEntry(nil), parked...)); len(kept) != 1 || string(kept[0].Key) != string(parked[1].Key) {
 			t.Errorf("a release may push %d parked records, want only the second", len(kept))
 		}
 		counts := func() map[string]int {
@@ -84,22 +88,22 @@ func TestDeletesBatch(t *testing.T) {
 		if c := counts(); c[snapshot.BucketPending] != 3 {
 			t.Fatalf("deleted before the tick: %v", c)
 		}
-		time.Sleep(deleteInterval)
+		time.Sleep(Interval)
 		synctest.Wait()
 		c := counts()
 		if c[snapshot.BucketPending] != 1 || c[snapshot.BucketDelayed] != 0 || c[snapshot.BucketParked] != 1 {
 			t.Errorf("after one tick: %v; want 1 pending, 0 delayed, 1 parked", c)
 		}
 		mu.Lock()
-		if len(batches) != 1 || len(batches[0].delayed) != 1 || len(batches[0].pending) != 2 || len(batches[0].parked) != 1 {
+		if len(batches) != 1 || len(batches[0].Delayed) != 1 || len(batches[0].Pending) != 2 || len(batches[0].Parked) != 1 {
 			t.Errorf("batches %+v; want one of 2 pending, 1 delayed, 1 parked", batches)
 		}
 		mu.Unlock()
-		time.Sleep(3 * deleteInterval) // nothing queued: no transaction
+		time.Sleep(3 * Interval) // nothing queued: no transaction
 		synctest.Wait()
 		cancel()
 		wg.Wait()
-		if !d.take().empty() {
+		if !d.Take().Empty() {
 			t.Error("records left queued")
 		}
 		if len(batches) != 1 {
