@@ -14,6 +14,7 @@ import (
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/pool"
 	"github.com/handoff-go/handoff/runtime/internal/deletes"
+	"github.com/handoff-go/handoff/runtime/internal/hold"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -67,7 +68,7 @@ func newFailRig(t *testing.T) *failRig {
 		t.Fatal(err)
 	}
 	g.c.pool = p
-	g.c.hold = newHold(holdConfig{class: "mail", policy: cc.Suspend, pool: p, log: log, rewind: func(time.Time) {}})
+	g.c.hold = hold.New(hold.Config[*item]{Class: "mail", Policy: hold.Policy(cc.Suspend), Pool: p, Log: log, Rewind: func(time.Time) {}, Backoff: probeBackoff})
 	g.accepting.Store(true)
 	t.Cleanup(func() { p.Stop(time.Second, context.Canceled) })
 	return g

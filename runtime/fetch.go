@@ -34,7 +34,7 @@ func (r *Runtime) fetch(ctx context.Context, g *generation, c *class, tr *tracke
 	defer src.close()
 	caughtUp := false
 	for {
-		if !c.hold.mayFetch(ctx) { // suspended or paused
+		if !c.hold.MayFetch(ctx) { // suspended or paused
 			return
 		}
 		fr, ok := src.next(ctx)

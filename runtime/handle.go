@@ -46,7 +46,7 @@ type handling struct {
 // of the middleware chain (attempt.go) by the class's Timeout.
 func (h *handling) handler(c *class) func(context.Context, *item) error {
 	return func(ctx context.Context, it *item) error {
-		c.hold.starting(it)
+		c.hold.Starting(it)
 		if it.deferrable() {
 			if at, ok, err := deliverAt(&it.msg); err != nil {
 				return err // permanent: a dead letter
@@ -115,7 +115,7 @@ func (h *handling) retry(c *class) func(*item, error) (time.Duration, bool) {
 		if errors.Is(err, errDiverted) {
 			return 0, false
 		}
-		if c.hold.failed(it, err) {
+		if c.hold.Failed(it, err) {
 			it.tellOutcome(OutcomeHeld, err, 0)
 			return 0, true // not counted; it waits in the held pool
 		}
@@ -143,12 +143,12 @@ func (h *handling) result(c *class) func(*item, error) {
 	return func(it *item, err error) {
 		switch {
 		case err == nil:
-			c.hold.succeeded(it)
+			c.hold.Succeeded(it)
 			h.done(c, it)
 			it.tellOutcome(OutcomeSucceeded, nil, 0)
 		case errors.Is(err, errDiverted):
 			c.diverted.Add(1) // the pool counts it failed; see Stats
-			c.hold.inconclusive(it)
+			c.hold.Inconclusive(it)
 		default:
 			if !h.cfg.fail.save(c, it, err) && it.src == fromSubmit {
 				h.cfg.fail.keep(c, it, err) // it has no other copy

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/runtime/internal/hold"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -38,14 +39,27 @@ type item struct {
 	// failed; see failures.save.
 	unsaved bool
 	// hold is the message's part in its class's outage detection and
-	// suspension (hold.go).
-	hold itemHold
+	// suspension (package runtime/internal/hold).
+	hold hold.Mark
 	// attempt is the running attempt of a class with middleware, until
 	// its outcome is told (attempt.go).
 	attempt attemptSlot
 }
 
 func itemKey(it *item) string { return string(it.msg.Key) }
+
+// HoldMark returns the item's part in its class's hold.
+func (it *item) HoldMark() *hold.Mark { return &it.hold }
+
+// Uncount takes back n attempts counted in a streak that tripped its
+// class's suspension, and the first failure time when none is left.
+func (it *item) Uncount(n int) {
+	it.msg.Attempt -= n
+	if it.msg.Attempt <= 0 {
+		it.msg.Attempt = 0
+		it.firstFailed = time.Time{}
+	}
+}
 
 // source says where a message in a pool came from, and so what must be
 // done with that origin when the message is done, saved elsewhere or

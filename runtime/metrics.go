@@ -141,7 +141,7 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 				ConstLabels: labels},
 				func() float64 { return r.oldestUnsettled(c).Seconds() }),
 		)
-		cs = append(cs, c.hold.collectors(labels)...)
+		cs = append(cs, c.hold.Collectors(labels)...)
 		var obs [numCallEnds]prometheus.Observer
 		for o := range numCallEnds {
 			obs[o] = m.handler.WithLabelValues(c.cfg.Name, callEndNames[o])

@@ -98,7 +98,7 @@ func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (
 		// them.
 		c.keys.blockIfReleasing(it)
 	}
-	if c.hold.repushPaused(it) {
+	if c.hold.RepushPaused(it) {
 		rep.Repushed++
 		return true, nil
 	}

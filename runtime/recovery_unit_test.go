@@ -12,6 +12,7 @@ import (
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/pool"
 	"github.com/handoff-go/handoff/runtime/internal/deletes"
+	"github.com/handoff-go/handoff/runtime/internal/hold"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -59,7 +60,7 @@ func TestRecoveryRun(t *testing.T) {
 	defer p.Stop(time.Second, context.Canceled)
 	var rel releases // not open: the restored release does not start here
 	c := &class{cfg: Class{Name: "orders", Ordered: true}, pool: p}
-	c.hold = newHold(holdConfig{class: "orders", pool: p, log: log, rewind: func(time.Time) {}})
+	c.hold = hold.New(hold.Config[*item]{Class: "orders", Pool: p, Log: log, Rewind: func(time.Time) {}, Backoff: probeBackoff})
 	c.keys = newOrderedKeys(keysConfig{class: "orders", pool: p, state: state, deletes: &deletes.Queue{}, releases: &rel,
 		counts: &c.stats, log: log})
 	var orphans []string

@@ -14,6 +14,7 @@ import (
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/pool"
 	"github.com/handoff-go/handoff/runtime/internal/deletes"
+	"github.com/handoff-go/handoff/runtime/internal/hold"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -106,8 +107,8 @@ type class struct {
 	svc    serviceTime
 	index  int      // in Runtime.order
 	batch  *batcher // batch classes only
-	// hold is the class's outage suspension and pause (hold.go).
-	hold *hold
+	// hold is the class's outage suspension and pause.
+	hold *hold.Hold[*item]
 	// diverted counts the results of messages the handler wrapper saved
 	// elsewhere (parked, deferred) instead of running: the pool counts
 	// them failed.
@@ -173,8 +174,8 @@ func New(cfg Config) (*Runtime, error) {
 			c.keys = newOrderedKeys(keysConfig{class: cc.Name, pool: p, state: r.state, deletes: &r.deletes,
 				releases: &r.releases, counts: &c.stats, log: r.log})
 		}
-		c.hold = newHold(holdConfig{class: cc.Name, policy: cc.Suspend, permanent: cc.Retry.PermanentFunc, pool: p,
-			log: r.log, stopping: r.life.stopCh, rewind: r.sched.wake})
+		c.hold = hold.New(hold.Config[*item]{Class: cc.Name, Policy: hold.Policy(cc.Suspend), Permanent: cc.Retry.PermanentFunc,
+			Pool: p, Log: r.log, Stopping: r.life.stopCh, Rewind: r.sched.wake, Backoff: probeBackoff})
 		if c.handle, c.hooked, err = chain(&cfg, &cc); err != nil {
 			errs = append(errs, err)
 			continue

@@ -170,7 +170,7 @@ func (s *scheduler) run(ctx context.Context) {
 			if !s.hand(e.Key) {
 				continue // in a pool already: read again after a rewind
 			}
-			if c.hold.skipDue(e.Key.Due()) {
+			if c.hold.SkipDue(e.Key.Due()) {
 				s.unhand(e.Key)
 				continue // its class is suspended or paused: read again once released
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/pool"
+	"github.com/handoff-go/handoff/runtime/internal/hold"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -49,7 +50,7 @@ func TestSchedulerDueOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := &class{cfg: Class{Name: "jobs"}, pool: p}
-		c.hold = newHold(holdConfig{class: "jobs", pool: p, log: log, rewind: func(time.Time) {}})
+		c.hold = hold.New(hold.Config[*item]{Class: "jobs", Pool: p, Log: log, Rewind: func(time.Time) {}, Backoff: probeBackoff})
 		tl := &tally{classes: []*class{c}}
 		orphans := 0
 		s := newScheduler(schedulerConfig{state: state, tally: tl, classes: map[string]*class{"jobs": c}, log: log,

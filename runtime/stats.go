@@ -65,7 +65,7 @@ func (r *Runtime) Stats() []ClassStats {
 		runningFor, longest := c.pool.RunningTimes()
 		cs.DrainEstimate, cs.Rate, cs.OverBudget = c.drainEstimate(ps, runningFor, longest, r.cfg.DrainTimeout)
 		cs.LongestRunning = longest.Seconds()
-		cs.Hold = c.hold.stats()
+		cs.Hold = ClassHold(c.hold.Stats())
 		out[i] = cs
 	}
 	return out

@@ -74,7 +74,7 @@ func (s *runState) quiesce() []any {
 	s.feeds.Wait()
 	s.consumer.Wait()
 	for _, c := range s.r.order {
-		c.hold.stop()
+		c.hold.Stop()
 	}
 	return nil
 }
@@ -167,7 +167,7 @@ func (s *runState) hardStop(grace time.Duration, cause error) []any {
 func (s *runState) keep(its []*item, reason string) {
 	for _, it := range its {
 		if c := s.r.classes[it.msg.Class]; c != nil {
-			c.hold.uncount(it)
+			c.hold.Uncount(it)
 		}
 		s.r.handling.leftPool(it)
 		s.left = append(s.left, leftover{it: it, reason: reason})

@@ -3,8 +3,10 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/handoff-go/handoff/runtime/internal/hold"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -16,7 +18,7 @@ import (
 // whole: it takes no new messages, keeps those it holds in place with
 // their attempt counts, and lets one probe at a time retry a held message
 // until the dependency is back. Operators can also pause a class by hand.
-// Each class's hold (hold.go) does all of it.
+// Each class's hold (package runtime/internal/hold) does all of it.
 
 // Defaults of [SuspendPolicy].
 const (
@@ -25,10 +27,6 @@ const (
 	DefaultProbeMaxBackoff = 5 * time.Second
 	DefaultSuspendWarn     = time.Minute
 )
-
-// suspendDistinct is how many distinct messages the failures that
-// suspend a class must be of (see [SuspendPolicy]).
-const suspendDistinct = 3
 
 // SuspendPolicy says when a class is suspended and how it probes.
 //
@@ -139,9 +137,9 @@ type ClassHold struct {
 
 // Hold states.
 const (
-	HoldRunning   = "running"
-	HoldSuspended = "suspended"
-	HoldPaused    = "paused"
+	HoldRunning   = hold.Running
+	HoldSuspended = hold.Suspended
+	HoldPaused    = hold.Paused
 )
 
 // Pause stops class from taking and starting messages until
@@ -157,7 +155,7 @@ func (r *Runtime) Pause(ctx context.Context, class, reason string) error {
 	if err != nil {
 		return err
 	}
-	return c.hold.pause(store, reason)
+	return c.hold.Pause(store, reason)
 }
 
 // Resume ends a pause of class, or a suspension (the operator knows the
@@ -169,7 +167,7 @@ func (r *Runtime) Resume(ctx context.Context, class string) error {
 	if err != nil {
 		return err
 	}
-	return c.hold.resume(store)
+	return c.hold.Resume(store)
 }
 
 // holdTarget returns the class named name and the open state file, for
@@ -187,4 +185,23 @@ func holdTarget(ctx context.Context, classes map[string]*class, state *stateFile
 		return nil, nil, err
 	}
 	return c, store, nil
+}
+
+// loadPauses restores the pauses kept in the state file, before the
+// recovery pushes anything. A pause of a class no longer configured is
+// left in the file with a warning.
+func loadPauses(store *snapshot.Store, classes map[string]*class, log *slog.Logger) error {
+	var pauses map[string]snapshot.Pause
+	if err := store.View(func(tx *snapshot.Tx) (err error) { pauses, err = tx.Pauses(); return err }); err != nil {
+		return fmt.Errorf("runtime: read pauses: %w", err)
+	}
+	for name, p := range pauses {
+		c := classes[name]
+		if c == nil {
+			log.Warn("state file keeps a pause of a class that is not configured; ignored", "class", name)
+			continue
+		}
+		c.hold.RestorePause(p)
+	}
+	return nil
 }

@@ -1,4 +1,10 @@
-package runtime
+// Package hold is a message class's outage detection, suspension and
+// pause: while it holds, the class's pool is held (it starts nothing but
+// one probe at a time), its fetching waits, and the scheduler leaves its
+// due messages in the state file. It knows the pool and the state file's
+// pauses, and nothing of the runtime: the runtime hands it the class's
+// pool, policy and logger, and its items carry a Mark.
+package hold
 
 import (
 	"context"
@@ -12,48 +18,99 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/handoff-go/handoff"
-	"github.com/handoff-go/handoff/pool"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
-// A class's hold is its outage detection, suspension and pause (see
-// SuspendPolicy in suspend.go): while it holds, the class's pool is held
-// (pool.Hold), its fetching waits, the scheduler leaves its due messages
-// in the state file, and one probe at a time retries a held message.
+// States of a Hold, the State of its Stats.
+const (
+	Running   = "running"
+	Suspended = "suspended"
+	Paused    = "paused"
+)
 
-// holdConfig is what a class's hold is built from.
-type holdConfig struct {
-	class  string
-	policy SuspendPolicy
-	// permanent is the class's classifier besides handoff.Permanent; nil
-	// for none.
-	permanent func(error) bool
-	pool      *pool.Pool[*item]
-	log       *slog.Logger
-	// stopping is closed when a stop is requested: it ends a backlog
-	// push.
-	stopping <-chan struct{}
-	// rewind makes the scheduler read again from a due time: the lift
-	// calls it with the earliest due message it skipped.
-	rewind func(due time.Time)
+// distinct is how many distinct messages the failures that suspend a
+// class must be of (see Policy).
+const distinct = 3
+
+// Policy says when a class is suspended and how it probes; the runtime's
+// SuspendPolicy with its defaults applied (see there).
+type Policy struct {
+	// After is how many attempts must fail recoverably in a row, across
+	// at least three distinct messages, to suspend; negative turns the
+	// detection off.
+	After int
+	// ProbeBackoff and ProbeMaxBackoff bound the waits between probes.
+	ProbeBackoff, ProbeMaxBackoff time.Duration
+	// WarnAfter is how often a suspension is warned about again;
+	// negative means never.
+	WarnAfter time.Duration
 }
 
-// itemHold is a message's part in its class's detection: the streak it
-// failed in, and how many attempts it had counted in that streak (undone
-// if the streak trips), and whether it runs as the probe.
-type itemHold struct {
+// Pool is what a Hold needs of its class's pool (pool.Pool has it).
+type Pool[T any] interface {
+	Hold()
+	Release()
+	Probe() bool
+	Submit(ctx context.Context, v T) error
+}
+
+// Item is what a Hold needs of a pool's item: its Mark, and a way to undo
+// attempts the item counted in a streak that tripped a suspension.
+type Item interface {
+	HoldMark() *Mark
+	// Uncount takes n counted attempts back (and the first failure time
+	// with them when none is left).
+	Uncount(n int)
+}
+
+// Mark is an item's part in its class's detection: the streak it failed
+// in, and how many attempts it had counted in that streak (undone if the
+// streak trips), and whether it runs as the probe. The zero Mark is an
+// item that has not failed.
+type Mark struct {
 	epoch uint64
 	fails int
 	probe bool
 }
 
-// hold is one class's outage detection, suspension and pause. Its
-// methods are safe for concurrent use; the pool's workers call starting,
-// failed, succeeded and inconclusive, the fetch loops mayFetch, the
-// scheduler skipDue, operators pause and resume, and the stop's quiesce
-// stop.
-type hold struct {
-	cfg holdConfig
+// Stats is a Hold's state, as the runtime's ClassHold shows it.
+type Stats struct {
+	State            string
+	Since            time.Time
+	Reason           string
+	LastError        string
+	Probes           int
+	Suspensions      uint64
+	SuspendedSeconds float64
+}
+
+// Config is what a Hold is built from.
+type Config[T Item] struct {
+	Class  string
+	Policy Policy
+	// Permanent is the class's classifier besides handoff.Permanent; nil
+	// for none.
+	Permanent func(error) bool
+	Pool      Pool[T]
+	Log       *slog.Logger
+	// Stopping is closed when a stop is requested: it ends a backlog
+	// push.
+	Stopping <-chan struct{}
+	// Rewind makes the scheduler read again from a due time: the lift
+	// calls it with the earliest due message it skipped.
+	Rewind func(due time.Time)
+	// Backoff is the wait before probe n (from 1), between initial and
+	// max.
+	Backoff func(n int, initial, max time.Duration) time.Duration
+}
+
+// Hold is one class's outage detection, suspension and pause. Its
+// methods are safe for concurrent use; the pool's workers call Starting,
+// Failed, Succeeded and Inconclusive, the fetch loops MayFetch, the
+// scheduler SkipDue, operators Pause and Resume, and the stop's quiesce
+// Stop.
+type Hold[T Item] struct {
+	cfg Config[T]
 
 	// Read without the lock on the hot path, written under it.
 	streak atomic.Int32 // distinct messages failed since the last success
@@ -78,7 +135,7 @@ type hold struct {
 	past      time.Duration // how long the ended suspensions lasted
 	// backlog holds the saved messages of a class paused at start that
 	// did not fit its held pool; they are pushed when it is resumed.
-	backlog []*item
+	backlog []T
 	pushing bool // the backlog is being pushed: fetching still waits
 	pushes  sync.WaitGroup
 	// skipped is the earliest due time of a delayed message the scheduler
@@ -89,24 +146,25 @@ type hold struct {
 	stopping bool
 }
 
-func newHold(cfg holdConfig) *hold {
-	return &hold{cfg: cfg, epoch: 1, tripped: map[uint64]bool{}, changed: make(chan struct{})}
+// New returns the Hold of cfg's class, running.
+func New[T Item](cfg Config[T]) *Hold[T] {
+	return &Hold[T]{cfg: cfg, epoch: 1, tripped: map[uint64]bool{}, changed: make(chan struct{})}
 }
 
-// signalLocked wakes the fetch loops waiting in mayFetch.
-func (h *hold) signalLocked() {
+// signalLocked wakes the fetch loops waiting in MayFetch.
+func (h *Hold[T]) signalLocked() {
 	close(h.changed)
 	h.changed = make(chan struct{})
 }
 
 // fetchOpenLocked reports whether the class's partitions may fetch.
-func (h *hold) fetchOpenLocked() bool {
+func (h *Hold[T]) fetchOpenLocked() bool {
 	return (!h.suspended && !h.paused && !h.pushing) || (h.starved && !h.paused)
 }
 
-// mayFetch waits while the class is suspended or paused and reports
+// MayFetch waits while the class is suspended or paused and reports
 // whether its fetch loop may go on: false when ctx ended first.
-func (h *hold) mayFetch(ctx context.Context) bool {
+func (h *Hold[T]) MayFetch(ctx context.Context) bool {
 	if !h.held.Load() {
 		h.mu.Lock()
 		pushing := h.pushing
@@ -130,11 +188,12 @@ func (h *hold) mayFetch(ctx context.Context) bool {
 	}
 }
 
-// starting is called by the handler wrapper before it runs it: the
+// Starting is called by the handler wrapper before it runs it: the
 // attempts a tripped streak counted are undone, and in a suspended class
 // the message is the probe (a held pool starts nothing else).
-func (h *hold) starting(it *item) {
-	if it.hold.fails == 0 && !h.held.Load() {
+func (h *Hold[T]) Starting(it T) {
+	m := it.HoldMark()
+	if m.fails == 0 && !h.held.Load() {
 		return
 	}
 	h.mu.Lock()
@@ -142,14 +201,14 @@ func (h *hold) starting(it *item) {
 	h.uncountLocked(it)
 	if h.suspended && !h.paused && h.armed {
 		h.armed, h.starved = false, false
-		it.hold.probe = true
+		m.probe = true
 	}
 }
 
-// uncount undoes the attempts it counted in a streak that tripped a
+// Uncount undoes the attempts it counted in a streak that tripped a
 // suspension; the stop calls it for what it saves.
-func (h *hold) uncount(it *item) {
-	if it.hold.fails == 0 {
+func (h *Hold[T]) Uncount(it T) {
+	if it.HoldMark().fails == 0 {
 		return
 	}
 	h.mu.Lock()
@@ -157,29 +216,27 @@ func (h *hold) uncount(it *item) {
 	h.mu.Unlock()
 }
 
-func (h *hold) uncountLocked(it *item) {
-	if it.hold.fails == 0 || !h.tripped[it.hold.epoch] {
+func (h *Hold[T]) uncountLocked(it T) {
+	m := it.HoldMark()
+	if m.fails == 0 || !h.tripped[m.epoch] {
 		return
 	}
-	it.msg.Attempt -= it.hold.fails
-	if it.msg.Attempt <= 0 {
-		it.msg.Attempt = 0
-		it.firstFailed = time.Time{}
-	}
-	it.hold.fails = 0
+	it.Uncount(m.fails)
+	m.fails = 0
 }
 
-// failed is called by the retry function for a failed attempt before it
+// Failed is called by the retry function for a failed attempt before it
 // is counted. It reports true when the failure is not to be counted: the
 // class is (or is now) suspended or paused, and the message waits in its
 // held pool. Otherwise it notes the failure for the detection and the
 // retry policy decides as usual.
-func (h *hold) failed(it *item, err error) bool {
-	permanent := handoff.IsPermanent(err) || (h.cfg.permanent != nil && h.cfg.permanent(err))
+func (h *Hold[T]) Failed(it T, err error) bool {
+	permanent := handoff.IsPermanent(err) || (h.cfg.Permanent != nil && h.cfg.Permanent(err))
+	m := it.HoldMark()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if it.hold.probe {
-		it.hold.probe = false
+	if m.probe {
+		m.probe = false
 		if h.suspended && !h.paused {
 			if permanent {
 				// The message is bad, whatever the dependency's state:
@@ -206,33 +263,34 @@ func (h *hold) failed(it *item, err error) bool {
 		h.tripLocked(err, "handler returned handoff.Unavailable")
 		return true
 	}
-	after := h.cfg.policy.After
+	after := h.cfg.Policy.After
 	if after < 0 {
 		return false
 	}
-	if it.hold.epoch != h.epoch || it.hold.fails == 0 {
-		it.hold.epoch, it.hold.fails = h.epoch, 0
+	if m.epoch != h.epoch || m.fails == 0 {
+		m.epoch, m.fails = h.epoch, 0
 		h.streak.Add(1)
 	}
 	h.fails.Add(1)
-	if n, m := int(h.fails.Load()), int(h.streak.Load()); n >= after && m >= min(after, suspendDistinct) {
-		h.tripLocked(err, fmt.Sprintf("%d attempts of %d messages failed in a row", n, m))
+	if n, k := int(h.fails.Load()), int(h.streak.Load()); n >= after && k >= min(after, distinct) {
+		h.tripLocked(err, fmt.Sprintf("%d attempts of %d messages failed in a row", n, k))
 		h.uncountLocked(it)
 		return true
 	}
-	it.hold.fails++ // counted by the caller next
+	m.fails++ // counted by the caller next
 	return false
 }
 
-// succeeded is called for every handler that returned nil: it ends the
+// Succeeded is called for every handler that returned nil: it ends the
 // streak, and a suspension.
-func (h *hold) succeeded(it *item) {
-	if h.streak.Load() == 0 && !h.held.Load() && !it.hold.probe {
+func (h *Hold[T]) Succeeded(it T) {
+	m := it.HoldMark()
+	if h.streak.Load() == 0 && !h.held.Load() && !m.probe {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	it.hold.probe = false
+	m.probe = false
 	if h.streak.Load() != 0 {
 		h.streak.Store(0)
 		h.fails.Store(0)
@@ -244,22 +302,23 @@ func (h *hold) succeeded(it *item) {
 	}
 }
 
-// inconclusive is called for a probe the handler wrapper did not run (it
+// Inconclusive is called for a probe the handler wrapper did not run (it
 // parked or delayed it): another message probes at once.
-func (h *hold) inconclusive(it *item) {
-	if !it.hold.probe {
+func (h *Hold[T]) Inconclusive(it T) {
+	m := it.HoldMark()
+	if !m.probe {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	it.hold.probe = false
+	m.probe = false
 	if h.suspended && !h.paused {
 		h.armLocked()
 	}
 }
 
 // tripLocked suspends the class.
-func (h *hold) tripLocked(err error, why string) {
+func (h *Hold[T]) tripLocked(err error, why string) {
 	h.suspended = true
 	h.since = time.Now()
 	h.reason = why
@@ -271,9 +330,9 @@ func (h *hold) tripLocked(err error, why string) {
 	h.streak.Store(0)
 	h.fails.Store(0)
 	h.held.Store(true)
-	h.cfg.pool.Hold()
-	h.cfg.log.Warn("class suspended: its failures look like a dependency outage; holding its messages and probing",
-		"class", h.cfg.class, "why", why, "err", err)
+	h.cfg.Pool.Hold()
+	h.cfg.Log.Warn("class suspended: its failures look like a dependency outage; holding its messages and probing",
+		"class", h.cfg.Class, "why", why, "err", err)
 	h.scheduleProbeLocked()
 	h.scheduleWarnLocked()
 	h.signalLocked()
@@ -281,12 +340,12 @@ func (h *hold) tripLocked(err error, why string) {
 
 // scheduleProbeLocked sets the timer of the next probe: backoff after
 // the failed probes so far.
-func (h *hold) scheduleProbeLocked() {
+func (h *Hold[T]) scheduleProbeLocked() {
 	if h.stopping {
 		return
 	}
-	p := &h.cfg.policy
-	wait := backoff(h.probes+1, p.ProbeBackoff, p.ProbeMaxBackoff, nil)
+	p := &h.cfg.Policy
+	wait := h.cfg.Backoff(h.probes+1, p.ProbeBackoff, p.ProbeMaxBackoff)
 	if h.probeT != nil {
 		h.probeT.Stop()
 	}
@@ -301,19 +360,19 @@ func (h *hold) scheduleProbeLocked() {
 
 // armLocked lets one held message start as the probe; when the pool has
 // none to start, fetching may bring one.
-func (h *hold) armLocked() {
+func (h *Hold[T]) armLocked() {
 	if h.stopping {
 		return
 	}
 	h.armed = true
-	if !h.cfg.pool.Probe() {
+	if !h.cfg.Pool.Probe() {
 		h.starved = true
 		h.signalLocked()
 	}
 }
 
-func (h *hold) scheduleWarnLocked() {
-	every := h.cfg.policy.WarnAfter
+func (h *Hold[T]) scheduleWarnLocked() {
+	every := h.cfg.Policy.WarnAfter
 	if every < 0 || h.stopping {
 		return
 	}
@@ -325,7 +384,7 @@ func (h *hold) scheduleWarnLocked() {
 		if !h.suspended || h.since != since || h.stopping {
 			return
 		}
-		h.cfg.log.Warn("class still suspended", "class", h.cfg.class, "for", time.Since(since).Round(time.Millisecond),
+		h.cfg.Log.Warn("class still suspended", "class", h.cfg.Class, "for", time.Since(since).Round(time.Millisecond),
 			"probes", h.probes, "last_err", h.lastErr)
 		h.warnT = time.AfterFunc(every, warn)
 	}
@@ -334,7 +393,7 @@ func (h *hold) scheduleWarnLocked() {
 
 // endSuspensionLocked ends the suspension (the pool stays held; see
 // liftLocked).
-func (h *hold) endSuspensionLocked(why string) {
+func (h *Hold[T]) endSuspensionLocked(why string) {
 	if !h.suspended {
 		return
 	}
@@ -342,11 +401,11 @@ func (h *hold) endSuspensionLocked(why string) {
 	h.past += took
 	h.suspended, h.armed, h.starved = false, false, false
 	h.stopTimersLocked()
-	h.cfg.log.Warn("class resumed after a suspension", "class", h.cfg.class, "why", why,
+	h.cfg.Log.Warn("class resumed after a suspension", "class", h.cfg.Class, "why", why,
 		"suspended_for", took.Round(time.Millisecond), "probes", h.probes, "last_err", h.lastErr)
 }
 
-func (h *hold) stopTimersLocked() {
+func (h *Hold[T]) stopTimersLocked() {
 	for _, t := range []*time.Timer{h.probeT, h.warnT} {
 		if t != nil {
 			t.Stop()
@@ -358,15 +417,15 @@ func (h *hold) stopTimersLocked() {
 // liftLocked lets the pool run again unless the class is still suspended
 // or paused, rewinds the scheduler to what it skipped, pushes a backlog
 // saved while paused, and opens fetching.
-func (h *hold) liftLocked() {
+func (h *Hold[T]) liftLocked() {
 	if h.suspended || h.paused {
 		return
 	}
 	h.since, h.reason = time.Time{}, ""
 	h.held.Store(false)
-	h.cfg.pool.Release()
+	h.cfg.Pool.Release()
 	if !h.skipped.IsZero() {
-		h.cfg.rewind(h.skipped) // the scheduler reads again from there
+		h.cfg.Rewind(h.skipped) // the scheduler reads again from there
 		h.skipped = time.Time{}
 	}
 	if len(h.backlog) > 0 {
@@ -380,19 +439,19 @@ func (h *hold) liftLocked() {
 
 // pushBacklog pushes the saved messages that did not fit a class paused
 // at start, before fetching resumes (they are older: per-key order). A
-// stop ends it: the rest stay in the state file for the next start.
-func (h *hold) pushBacklog(its []*item) {
+// Stop ends it: the rest stay in the state file for the next start.
+func (h *Hold[T]) pushBacklog(its []T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
 		select {
-		case <-h.cfg.stopping:
+		case <-h.cfg.Stopping:
 			cancel()
 		case <-ctx.Done():
 		}
 	}()
 	for _, it := range its {
-		if err := h.cfg.pool.Submit(ctx, it); err != nil {
+		if err := h.cfg.Pool.Submit(ctx, it); err != nil {
 			break
 		}
 	}
@@ -402,9 +461,9 @@ func (h *hold) pushBacklog(its []*item) {
 	h.mu.Unlock()
 }
 
-// pause pauses the class and keeps the pause in store; see
-// [Runtime.Pause]. It blocks for the state-file write.
-func (h *hold) pause(store *snapshot.Store, reason string) error {
+// Pause pauses the class and keeps the pause in store (the runtime's
+// Pause says what a pause does). It blocks for the state-file write.
+func (h *Hold[T]) Pause(store *snapshot.Store, reason string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	since := h.since
@@ -412,33 +471,33 @@ func (h *hold) pause(store *snapshot.Store, reason string) error {
 		since = time.Now()
 	}
 	p := snapshot.Pause{Reason: reason, Since: since}
-	if err := store.Update(func(tx *snapshot.Tx) error { return tx.PutPause(h.cfg.class, p) }); err != nil {
-		return fmt.Errorf("runtime: pause class %q: %w", h.cfg.class, err)
+	if err := store.Update(func(tx *snapshot.Tx) error { return tx.PutPause(h.cfg.Class, p) }); err != nil {
+		return fmt.Errorf("runtime: pause class %q: %w", h.cfg.Class, err)
 	}
 	h.pauseLocked(p)
-	h.cfg.log.Warn("class paused", "class", h.cfg.class, "reason", reason)
+	h.cfg.Log.Warn("class paused", "class", h.cfg.Class, "reason", reason)
 	return nil
 }
 
-func (h *hold) pauseLocked(p snapshot.Pause) {
+func (h *Hold[T]) pauseLocked(p snapshot.Pause) {
 	h.endSuspensionLocked("paused")
 	h.paused = true
 	h.since, h.reason = p.Since, p.Reason
 	h.held.Store(true)
-	h.cfg.pool.Hold()
+	h.cfg.Pool.Hold()
 	h.signalLocked()
 }
 
-// resume ends a pause (deleting it from store) or a suspension; see
-// [Runtime.Resume].
-func (h *hold) resume(store *snapshot.Store) error {
+// Resume ends a pause (deleting it from store) or a suspension. It
+// blocks for the state-file write.
+func (h *Hold[T]) Resume(store *snapshot.Store) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.paused {
-		if err := store.Update(func(tx *snapshot.Tx) error { _, err := tx.DeletePause(h.cfg.class); return err }); err != nil {
-			return fmt.Errorf("runtime: resume class %q: %w", h.cfg.class, err)
+		if err := store.Update(func(tx *snapshot.Tx) error { _, err := tx.DeletePause(h.cfg.Class); return err }); err != nil {
+			return fmt.Errorf("runtime: resume class %q: %w", h.cfg.Class, err)
 		}
-		h.cfg.log.Warn("class resumed after a pause", "class", h.cfg.class, "paused_for", time.Since(h.since).Round(time.Millisecond),
+		h.cfg.Log.Warn("class resumed after a pause", "class", h.cfg.Class, "paused_for", time.Since(h.since).Round(time.Millisecond),
 			"reason", h.reason)
 		h.paused = false
 	}
@@ -447,38 +506,19 @@ func (h *hold) resume(store *snapshot.Store) error {
 	return nil
 }
 
-// restorePause applies a pause kept in the state file, at start.
-func (h *hold) restorePause(p snapshot.Pause) {
+// RestorePause applies a pause kept in the state file, at start.
+func (h *Hold[T]) RestorePause(p snapshot.Pause) {
 	h.mu.Lock()
 	h.pauseLocked(p)
 	h.mu.Unlock()
-	h.cfg.log.Warn("class is paused (kept in the state file); resume it through the admin API or 'handoff resume'",
-		"class", h.cfg.class, "since", p.Since, "reason", p.Reason)
+	h.cfg.Log.Warn("class is paused (kept in the state file); resume it through the admin API or 'handoff resume'",
+		"class", h.cfg.Class, "since", p.Since, "reason", p.Reason)
 }
 
-// loadPauses restores the pauses kept in the state file, before the
-// recovery pushes anything. A pause of a class no longer configured is
-// left in the file with a warning.
-func loadPauses(store *snapshot.Store, classes map[string]*class, log *slog.Logger) error {
-	var pauses map[string]snapshot.Pause
-	if err := store.View(func(tx *snapshot.Tx) (err error) { pauses, err = tx.Pauses(); return err }); err != nil {
-		return fmt.Errorf("runtime: read pauses: %w", err)
-	}
-	for name, p := range pauses {
-		c := classes[name]
-		if c == nil {
-			log.Warn("state file keeps a pause of a class that is not configured; ignored", "class", name)
-			continue
-		}
-		c.hold.restorePause(p)
-	}
-	return nil
-}
-
-// repushPaused pushes a saved message of a paused class if its held pool
+// RepushPaused pushes a saved message of a paused class if its held pool
 // has room, and keeps it for the resume otherwise. It reports whether the
 // class is paused.
-func (h *hold) repushPaused(it *item) bool {
+func (h *Hold[T]) RepushPaused(it T) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.paused {
@@ -486,18 +526,18 @@ func (h *hold) repushPaused(it *item) bool {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // a Submit that finds room does not look at it
-	if err := h.cfg.pool.Submit(ctx, it); errors.Is(err, context.Canceled) {
+	if err := h.cfg.Pool.Submit(ctx, it); errors.Is(err, context.Canceled) {
 		h.backlog = append(h.backlog, it)
 	}
 	return true
 }
 
-// skipDue reports whether a due delayed message of the class is to stay
+// SkipDue reports whether a due delayed message of the class is to stay
 // in the state file because the class is held (paused, or suspended with
 // a message to probe): the scheduler does not wait on a held pool, which
 // would hold back every other class's delayed messages. The lift makes
 // the scheduler read again from the earliest one skipped.
-func (h *hold) skipDue(due time.Time) bool {
+func (h *Hold[T]) SkipDue(due time.Time) bool {
 	if !h.held.Load() {
 		return false
 	}
@@ -512,27 +552,27 @@ func (h *hold) skipDue(due time.Time) bool {
 	return true
 }
 
-// stats returns the class's ClassHold.
-func (h *hold) stats() ClassHold {
+// Stats returns the hold's state.
+func (h *Hold[T]) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := ClassHold{State: HoldRunning, Since: h.since, Reason: h.reason, LastError: h.lastErr, Probes: h.probes,
+	s := Stats{State: Running, Since: h.since, Reason: h.reason, LastError: h.lastErr, Probes: h.probes,
 		Suspensions: h.total, SuspendedSeconds: h.past.Seconds()}
 	switch {
 	case h.paused:
-		s.State = HoldPaused
+		s.State = Paused
 	case h.suspended:
-		s.State = HoldSuspended
+		s.State = Suspended
 		s.SuspendedSeconds += time.Since(h.since).Seconds()
 	}
 	return s
 }
 
-// stop is the stop's quiesce for the hold: it joins the backlog push
+// Stop is the stop's quiesce for the hold: it joins the backlog push
 // (fetching and feeding have ended) and stops the probe and warning
 // timers; a suspended or paused class stays held, so the drain does not
 // wait for it and the stop saves what it holds.
-func (h *hold) stop() {
+func (h *Hold[T]) Stop() {
 	h.pushes.Wait()
 	h.mu.Lock()
 	h.stopping = true
@@ -544,8 +584,8 @@ func (h *hold) stop() {
 	h.mu.Unlock()
 }
 
-// collectors are the class's suspension and pause metrics.
-func (h *hold) collectors(labels prometheus.Labels) []prometheus.Collector {
+// Collectors are the class's suspension and pause metrics.
+func (h *Hold[T]) Collectors(labels prometheus.Labels) []prometheus.Collector {
 	read := func(f func() float64) func() float64 {
 		return func() float64 { h.mu.Lock(); defer h.mu.Unlock(); return f() }
 	}
@@ -577,4 +617,11 @@ func (h *hold) collectors(labels prometheus.Labels) []prometheus.Collector {
 				return d.Seconds()
 			})),
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
