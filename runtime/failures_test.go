@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,14 +34,9 @@ type failRig struct {
 
 func newFailRig(t *testing.T) *failRig {
 	t.Helper()
-	store, err := snapshot.Open(filepath.Join(t.TempDir(), "state.db"), snapshot.Options{LockTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store, state := openState(t)
 	log := slog.New(slog.DiscardHandler)
-	g := &failRig{store: store, state: &stateFile{log: log, forgetDelayed: func(...snapshot.DelayedKey) {}}}
-	g.state.opened(store)
+	g := &failRig{store: store, state: state}
 	cc := Class{Name: "mail", Workers: 2, QueueSize: 16, Handler: func(context.Context, *handoff.Message) error {
 		if g.failing.Load() {
 			return handoff.Permanent(errors.New("bad address"))

@@ -15,6 +15,20 @@ import (
 	"github.com/handoff-go/handoff/snapshot"
 )
 
+// openState opens a state file in t.TempDir, closed when the test ends,
+// and returns it as the components share it.
+func openState(t testing.TB) (*snapshot.Store, *stateFile) {
+	t.Helper()
+	store, err := snapshot.Open(filepath.Join(t.TempDir(), "state.db"), snapshot.Options{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	state := &stateFile{log: slog.New(slog.DiscardHandler), forgetDelayed: func(...snapshot.DelayedKey) {}}
+	state.opened(store)
+	return store, state
+}
+
 // free reports whether key is free: neither blocked nor releasing.
 func (k *orderedKeys) free(key string) bool {
 	k.mu.Lock()
@@ -28,13 +42,7 @@ func (k *orderedKeys) free(key string) bool {
 // blocker's success releases them, in park order, and frees the key once
 // none is left.
 func TestOrderedKeysParkAndRelease(t *testing.T) {
-	store, err := snapshot.Open(filepath.Join(t.TempDir(), "state.db"), snapshot.Options{LockTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	state := &stateFile{log: slog.New(slog.DiscardHandler), forgetDelayed: func(...snapshot.DelayedKey) {}}
-	state.opened(store)
+	store, state := openState(t)
 	var (
 		k      *orderedKeys
 		mu     sync.Mutex

@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -22,18 +21,12 @@ import (
 // a key with a dead letter is restored blocked and one with parked
 // records and no blocker releasing, and the report counts them.
 func TestRecoveryRun(t *testing.T) {
-	store, err := snapshot.Open(filepath.Join(t.TempDir(), "state.db"), snapshot.Options{LockTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store, state := openState(t)
 	log := slog.New(slog.DiscardHandler)
-	state := &stateFile{log: log, forgetDelayed: func(...snapshot.DelayedKey) {}}
-	state.opened(store)
 	rec := func(id, class, key string) snapshot.Record {
 		return snapshot.Record{Message: handoff.Message{ID: id, Class: class, Key: []byte(key)}}
 	}
-	err = store.Update(func(tx *snapshot.Tx) error {
+	err := store.Update(func(tx *snapshot.Tx) error {
 		if _, err := tx.SavePending(rec("p1", "orders", "x"), rec("gone", "retired", "x"), rec("p2", "orders", "y")); err != nil {
 			return err
 		}

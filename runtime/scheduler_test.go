@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -23,14 +22,8 @@ import (
 // becomes a dead letter.
 func TestSchedulerDueOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store, err := snapshot.Open(filepath.Join(t.TempDir(), "state.db"), snapshot.Options{LockTimeout: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer store.Close()
+		store, state := openState(t)
 		log := slog.New(slog.DiscardHandler)
-		state := &stateFile{log: log}
-		state.opened(store)
 		var mu sync.Mutex
 		type delivery struct {
 			id string
