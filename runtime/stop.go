@@ -174,6 +174,13 @@ func (s *runState) keep(its []*item, reason string) {
 	}
 }
 
+// keepUnsaved adds what is still kept unsaved to what the snapshot saves.
+func (s *runState) keepUnsaved() {
+	for _, m := range s.r.fail.unsaved.take() {
+		s.left = append(s.left, leftover{it: m.it, reason: reasonFailed, err: m.err})
+	}
+}
+
 // without returns its less the items out reports, each of which it hands
 // to drop. It reuses its' array.
 func without(its []*item, out func(*item) bool, drop func(*item)) []*item {

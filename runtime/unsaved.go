@@ -93,10 +93,3 @@ func (f *failures) retryUnsaved(ctx context.Context) {
 		}
 	}
 }
-
-// keepUnsaved adds what is still kept unsaved to what the snapshot saves.
-func (s *runState) keepUnsaved() {
-	for _, m := range s.r.fail.unsaved.take() {
-		s.left = append(s.left, leftover{it: m.it, reason: reasonFailed, err: m.err})
-	}
-}
