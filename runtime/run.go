@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -87,6 +88,9 @@ type runState struct {
 	left []leftover
 	// deadline is when the stop's budget runs out (see stopBudget).
 	deadline time.Time
+	// kept is what the state file holds at the end of the stop, for its
+	// last log line (kept.go).
+	kept slog.Attr
 	// Errors of the stop's phases, joined into Run's.
 	snapErr, commitErr, closeErr error
 }
@@ -100,6 +104,9 @@ func (s *runState) open() error {
 		return fmt.Errorf("runtime: open state file: %w", err)
 	}
 	if err := r.checkIdentity(store); err != nil {
+		return errors.Join(err, store.Close())
+	}
+	if err := r.renameClasses(store); err != nil {
 		return errors.Join(err, store.Close())
 	}
 	// The pauses apply before the recovery pushes anything.
