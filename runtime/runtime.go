@@ -60,9 +60,10 @@ type Runtime struct {
 	fetches *kafka.Client // the partition readers'; see readPartition
 	conn    connection    // how connections to the brokers are made; see connect.go
 
-	orphans orphans     // saved messages of unknown classes, logged as one line; see rename.go
-	stats   counters    // outcomes of no configured class; see total
-	logs    *logBackoff // repeated failures' lines
+	orphans orphans // saved messages of unknown classes, logged as one line; see rename.go
+
+	stats counters    // outcomes of no configured class; see total
+	logs  *logBackoff // repeated failures' lines
 	// items recycles the items of fetched Kafka messages: one allocation
 	// less per message on the hot path. A handler never sees an item,
 	// only a copy of its message (see handler).
