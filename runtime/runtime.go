@@ -60,7 +60,8 @@ type Runtime struct {
 	fetches *kafka.Client // the partition readers'; see readPartition
 	conn    connection    // how connections to the brokers are made; see connect.go
 
-	orphans orphans // saved messages of unknown classes, logged as one line; see rename.go
+	orphans orphans  // saved messages of unknown classes, logged as one line; see rename.go
+	alive   liveness // the loops that beat; see alive.go
 
 	stats counters    // outcomes of no configured class; see total
 	logs  *logBackoff // repeated failures' lines
