@@ -54,8 +54,8 @@ type page struct {
 	// session's role ("" none, "r" read, "w" admin).
 	ReadConfigured, CanRead bool
 	Session                 string
-	Flash           string
-	FlashErr        bool
+	Flash                   string
+	FlashErr                bool
 
 	DeadClass string
 	DeadAfter runtime.Cursor
