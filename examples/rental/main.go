@@ -215,8 +215,12 @@ func serve(log *slog.Logger, sc serviceConfig) int {
 	stop := runtime.HandleSignals(rt)
 	defer stop()
 	rep, err := rt.Run(context.Background())
-	stopAdmin() // they served through the stop; Run has returned
-	stopProbes()
+	// They served through the stop; Run has returned. Both shut down at
+	// once: each may take admin.ShutdownTimeout.
+	var down sync.WaitGroup
+	down.Go(stopAdmin)
+	down.Go(stopProbes)
+	down.Wait()
 	if rep != nil {
 		line, _ := json.Marshal(rep)
 		fmt.Printf("report %s\n", line)
