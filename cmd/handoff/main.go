@@ -14,6 +14,7 @@
 //	handoff replay STATE --brokers HOST:PORT   produce saved messages to their topics
 //	handoff pause STATE CLASS [--reason TEXT]  keep a class paused across the next start
 //	handoff resume STATE CLASS                 remove a class's pause
+//	handoff rename-class STATE OLD NEW         give a renamed class's saved records to its new name
 //	handoff broker                             embedded broker until Ctrl-C
 //	handoff demo                               the rental demo
 //	handoff version                            the version the binary carries
@@ -86,6 +87,7 @@ Commands on a state file work offline, on a stopped service's file.`,
 		newResumeCmd(),
 		newBrokerCmd(),
 		newDemoCmd(),
+		newRenameClassCmd(),
 		newVersionCmd(),
 	)
 	return root
