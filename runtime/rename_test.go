@@ -112,7 +112,7 @@ func TestClassRenamesConfig(t *testing.T) {
 		"to no configured class":  {"bookings": "nope"},
 		"empty":                   {"": "orders"},
 	} {
-		_, err := New(Config{StatePath: t.TempDir() + "/s.db", ClassRenames: renames,
+		_, err := newRuntime(Config{StatePath: t.TempDir() + "/s.db", ClassRenames: renames,
 			Classes: []Class{{Name: "orders", Handler: h}, {Name: "users", Handler: h}}})
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "ClassRenames") {
 			t.Errorf("%s: %v", name, err)
