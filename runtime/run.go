@@ -10,6 +10,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -182,7 +183,7 @@ func (s *runState) start() error {
 		return nil // a stop was requested: never ready
 	}
 	r.ready.Store(true)
-	r.log.Info("running", "classes", len(r.order), "topics", len(r.topics), "group", r.cfg.Group, "instance", r.cfg.Instance)
+	r.log.Info("running", "classes", len(r.order), "topics", len(r.topics), "group", r.cfg.Group, "instance", r.cfg.Instance, "version", handoff.Version)
 	return nil
 }
 
