@@ -11,10 +11,11 @@ import (
 )
 
 // Liveness: the loops that must keep turning while the runtime runs (the
-// drain-budget watcher, each generation's committer) beat on every turn;
-// Alive names the ones that stopped. A liveness probe on it restarts a
-// process whose loops are stuck (a deadlock, a write that never returns),
-// not only one whose process is gone.
+// drain-budget watcher, the state file deleter, each generation's
+// committer) beat on every turn; Alive names the ones that stopped. A
+// liveness probe on it restarts a process whose loops are stuck (a
+// deadlock, a write that never returns), not only one whose process is
+// gone.
 
 // aliveMinWindow is the least time a loop may go without a beat before
 // Alive reports it; a loop's window is also at least aliveTurns of its
@@ -94,8 +95,8 @@ func (l *liveness) stale(now time.Time) error {
 
 // Alive reports whether the runtime's loops are turning: it returns an
 // error wrapping [ErrNotAlive] that names every loop (the drain-budget
-// watcher, a generation's committer) that has not turned within its
-// window (10 of its intervals, at least 30s), and nil otherwise. Before
+// watcher, the state file deleter, a generation's committer) that has
+// not turned within its window (10 of its intervals, at least 30s), and nil otherwise. Before
 // Run, once a stop has begun (the stop is bounded by its own budget) and
 // after Run returned it is nil. It does not block and is safe for
 // concurrent use; the admin package serves it on /livez.

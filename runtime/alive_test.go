@@ -13,9 +13,10 @@ import (
 )
 
 // TestAliveNamesStuckLoop: a running runtime is alive hour after hour
-// while its loops turn; when the drain-budget watcher stops turning (a
-// test blocks it in its beat, as a deadlock would), Alive names it once
-// its 30 s window has passed, and not before; a stop makes it nil again.
+// while its loops turn; when the drain-budget watcher and the state file
+// deleter stop turning (a test blocks them in their beats, as a deadlock
+// or a hung disk would), Alive names both once their 30 s windows have
+// passed, and not before; a stop makes it nil again.
 // On the bubble's clock: no sleeps on the real one.
 func TestAliveNamesStuckLoop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -30,7 +31,7 @@ func TestAliveNamesStuckLoop(t *testing.T) {
 		var stuck atomic.Bool
 		unblock := make(chan struct{})
 		rt.alive.stall = func(name string) {
-			if name == "drain budget watcher" && stuck.Load() {
+			if (name == "drain budget watcher" || name == "state file deleter") && stuck.Load() {
 				<-unblock
 			}
 		}
@@ -44,7 +45,7 @@ func TestAliveNamesStuckLoop(t *testing.T) {
 			t.Fatalf("after 2h of turning loops: %v", err)
 		}
 		stuck.Store(true)
-		time.Sleep(2 * time.Second) // the watcher is blocked in its beat from now on
+		time.Sleep(2 * time.Second) // both are blocked in their beats from now on
 		synctest.Wait()
 		time.Sleep(aliveMinWindow - 5*time.Second)
 		if err := rt.Alive(); err != nil {
@@ -52,7 +53,8 @@ func TestAliveNamesStuckLoop(t *testing.T) {
 		}
 		time.Sleep(10 * time.Second)
 		err = rt.Alive()
-		if !errors.Is(err, ErrNotAlive) || !strings.Contains(err.Error(), "drain budget watcher has not turned for") {
+		if !errors.Is(err, ErrNotAlive) || !strings.Contains(err.Error(), "drain budget watcher has not turned for") ||
+			!strings.Contains(err.Error(), "state file deleter has not turned for") {
 			t.Fatalf("stuck watcher: %v", err)
 		}
 		go rt.Shutdown(context.Background()) // returns once Run has: after close(unblock)

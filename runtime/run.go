@@ -141,7 +141,7 @@ func (s *runState) start() error {
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	s.stopBackground = stopBackground
 	s.background.Go(func() {
-		r.deletes.run(bgCtx, r.store, r.log, func(d doneRecords) { r.sched.forget(d.delayed...) })
+		r.deletes.run(bgCtx, r.store, r.log, r.alive.start("state file deleter", deleteInterval), func(d doneRecords) { r.sched.forget(d.delayed...) })
 	})
 	s.background.Go(func() { r.watchBudget(bgCtx) })
 	s.background.Go(func() { r.retryHeld(bgCtx) })
