@@ -55,8 +55,8 @@ func TestDashboard(t *testing.T) {
 	}
 	exported := exportedSeries(t)
 	check := func(where, expr string) {
-		if u := unknownNames(t, exported, grafanaVars.Replace(expr)); len(u) > 0 {
-			t.Errorf("%s names series the runtime does not export: %v", where, u)
+		if u := problems(t, exported, grafanaVars.Replace(expr)); len(u) > 0 {
+			t.Errorf("%s selects what the runtime does not export: %v", where, u)
 		}
 	}
 	ids := map[int]bool{}

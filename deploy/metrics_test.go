@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -42,14 +43,28 @@ func (d *describing) MustRegister(cs ...prometheus.Collector) {
 	}
 }
 
-// fqName matches the name in a Desc's String, the only place
-// client_golang shows it.
-var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+// descText parses a Desc's String, the only place client_golang shows
+// its name and labels: Desc{fqName: "NAME", help: ..., constLabels:
+// {k="v",...}, variableLabels: {k,...}}.
+var (
+	descName     = regexp.MustCompile(`fqName: "([^"]+)"`)
+	descConst    = regexp.MustCompile(`constLabels: \{([^}]*)\}`)
+	descConstKV  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
+	descVariable = regexp.MustCompile(`variableLabels: \{([^}]*)\}`)
+)
 
-// exportedSeries returns the series names the runtime exports, from the
-// registry of a real runtime with a Kafka class and a batch class: every
-// family registered, and for histograms their _bucket, _sum and _count.
-func exportedSeries(t *testing.T) map[string]bool {
+// family is what a series name of the runtime carries: each label, with
+// the values seen for a constant label (nil for a variable one: any).
+type family map[string]map[string]bool
+
+// targetLabels are the labels Prometheus adds to every scraped series.
+var targetLabels = []string{"job", "instance", "namespace", "pod"}
+
+// exportedSeries returns the series names the runtime exports, with
+// their labels, from the registry of a real runtime with a Kafka class
+// and a batch class: every family registered, and for histograms their
+// _bucket (with le), _sum and _count.
+func exportedSeries(t *testing.T) map[string]family {
 	t.Helper()
 	reg := &describing{Registry: prometheus.NewRegistry()}
 	h := func(context.Context, *handoff.Message) error { return nil }
@@ -63,53 +78,72 @@ func exportedSeries(t *testing.T) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := map[string]bool{}
+	names := map[string]family{}
 	for _, d := range reg.descs {
-		m := fqName.FindStringSubmatch(d.String())
+		text := d.String()
+		m := descName.FindStringSubmatch(text)
 		if m == nil {
-			t.Fatalf("no fqName in %s", d)
+			t.Fatalf("no fqName in %s", text)
 		}
-		names[m[1]] = true
+		f := names[m[1]]
+		if f == nil {
+			f = family{}
+			names[m[1]] = f
+		}
+		if c := descConst.FindStringSubmatch(text); c != nil {
+			for _, kv := range descConstKV.FindAllStringSubmatch(c[1], -1) {
+				if f[kv[1]] == nil {
+					f[kv[1]] = map[string]bool{}
+				}
+				f[kv[1]][kv[2]] = true
+			}
+		}
+		if v := descVariable.FindStringSubmatch(text); v != nil && v[1] != "" {
+			for _, l := range strings.Split(v[1], ",") {
+				f[l] = nil
+			}
+		}
 	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetType() == dto.MetricType_HISTOGRAM {
-			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-				names[mf.GetName()+suffix] = true
+		if mf.GetType() != dto.MetricType_HISTOGRAM {
+			continue
+		}
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			f := family{}
+			for k, v := range names[mf.GetName()] {
+				f[k] = v
 			}
+			if suffix == "_bucket" {
+				f["le"] = nil
+			}
+			names[mf.GetName()+suffix] = f
 		}
 	}
-	if len(names) < 20 || !names["handoff_messages_total"] || !names["handoff_build_info"] {
-		t.Fatalf("the runtime's registry gave %d names: %v", len(names), slices.Sorted(mapKeys(names)))
+	if len(names) < 20 || names["handoff_messages_total"] == nil || names["handoff_build_info"] == nil {
+		t.Fatalf("the runtime's registry gave %d names: %v", len(names), slices.Sorted(maps.Keys(names)))
 	}
 	return names
-}
-
-func mapKeys(m map[string]bool) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // promql parses PromQL as Prometheus does.
 var promql = parser.NewParser(parser.Options{})
 
-// metricNames returns the metric names expr selects, and an error for a
-// selector with no name.
-func metricNames(expr string) ([]string, error) {
+// problems returns what expr selects that the runtime does not export:
+// unknown series names, label names a series does not have (besides the
+// scrape's target labels), and values of a constant label (class,
+// outcome, step...) that the runtime never exports.
+func problems(t *testing.T, exported map[string]family, expr string) []string {
+	t.Helper()
 	e, err := promql.ParseExpr(expr)
 	if err != nil {
-		return nil, err
+		t.Errorf("parse %q: %v", expr, err)
+		return nil
 	}
-	var names []string
-	var bad error
+	var out []string
 	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
 		vs, ok := n.(*parser.VectorSelector)
 		if !ok {
@@ -121,46 +155,47 @@ func metricNames(expr string) ([]string, error) {
 				name = m.Value
 			}
 		}
-		if name == "" {
-			bad = fmt.Errorf("selector %s names no metric", vs)
+		f, ok := exported[name]
+		if !ok {
+			out = append(out, "series "+name)
+			return nil
 		}
-		names = append(names, name)
+		for _, m := range vs.LabelMatchers {
+			if m.Name == labels.MetricName || slices.Contains(targetLabels, m.Name) {
+				continue
+			}
+			values, has := f[m.Name]
+			switch {
+			case !has:
+				out = append(out, fmt.Sprintf("label %s of %s", m.Name, name))
+			case values != nil && (m.Type == labels.MatchEqual || m.Type == labels.MatchRegexp) &&
+				!slices.ContainsFunc(slices.Collect(maps.Keys(values)), m.Matches):
+				out = append(out, fmt.Sprintf("%s of %s (values: %v)", m, name, slices.Sorted(maps.Keys(values))))
+			}
+		}
 		return nil
 	})
-	return names, bad
+	return out
 }
 
-// unknownNames returns the names expr selects that the runtime does not
-// export.
-func unknownNames(t *testing.T, exported map[string]bool, expr string) []string {
-	t.Helper()
-	names, err := metricNames(expr)
-	if err != nil {
-		t.Errorf("parse %q: %v", expr, err)
-		return nil
-	}
-	var unknown []string
-	for _, n := range names {
-		if !exported[n] {
-			unknown = append(unknown, n)
-		}
-	}
-	return unknown
-}
-
-// TestUnknownNamesCatches: the check the rules and dashboard tests rely
-// on finds a name the runtime does not export, and a histogram suffix on
-// a family that is not a histogram.
-func TestUnknownNamesCatches(t *testing.T) {
+// TestProblemsCatches: the check the rules and dashboard tests rely on
+// finds a name the runtime does not export, a histogram suffix on a
+// family that is not a histogram, a label a family does not have and an
+// outcome the runtime never counts; it passes what the runtime exports.
+func TestProblemsCatches(t *testing.T) {
 	exported := exportedSeries(t)
 	for expr, want := range map[string]string{
-		`rate(handoff_nope_total[5m]) > 0`:                               "handoff_nope_total",
-		`handoff_ready_bucket`:                                           "handoff_ready_bucket",
-		`sum(rate(handoff_handler_duration_seconds_bucket[5m])) by (le)`: "",
+		`rate(handoff_nope_total[5m]) > 0`:                                             "series handoff_nope_total",
+		`handoff_ready_bucket`:                                                         "series handoff_ready_bucket",
+		`handoff_pool_queued{topic="orders"}`:                                          "label topic of handoff_pool_queued",
+		`increase(handoff_messages_total{outcome="dead_letter"}[5m])`:                  `outcome="dead_letter" of handoff_messages_total`,
+		`sum(rate(handoff_handler_duration_seconds_bucket{job="x", le="+Inf"}[5m]))`:   "",
+		`handoff_messages_total{outcome=~"dead_lettered|parked", class="orders"}`:      "",
+		`handoff_state_records{bucket="dead"} > ignoring(class) handoff_ready{pod=""}`: "",
 	} {
-		got := strings.Join(unknownNames(t, exported, expr), ",")
-		if got != want {
-			t.Errorf("%s: unknown %q, want %q", expr, got, want)
+		got := strings.Join(problems(t, exported, expr), "; ")
+		if !strings.HasPrefix(got, want) || (want == "" && got != "") {
+			t.Errorf("%s: problems %q, want %q", expr, got, want)
 		}
 	}
 }

@@ -30,8 +30,8 @@ func TestAlertRules(t *testing.T) {
 				name = r.Record
 			}
 			alerts = append(alerts, name)
-			if u := unknownNames(t, exported, r.Expr); len(u) > 0 {
-				t.Errorf("rule %s names series the runtime does not export: %v", name, u)
+			if u := problems(t, exported, r.Expr); len(u) > 0 {
+				t.Errorf("rule %s selects what the runtime does not export: %v", name, u)
 			}
 			if r.Alert != "" && (r.Annotations["summary"] == "" || r.Annotations["description"] == "" || r.Labels["severity"] == "") {
 				t.Errorf("alert %s needs a summary, a description and a severity", name)
