@@ -56,7 +56,7 @@ import (
 	"github.com/segmentio/kafka-go/sasl"
 
 	"github.com/handoff-go/handoff/admin"
-	"github.com/handoff-go/handoff/examples/rental/rental"
+	"github.com/handoff-go/handoff/internal/rental"
 	"github.com/handoff-go/handoff/kafkasec"
 	"github.com/handoff-go/handoff/runtime"
 )
