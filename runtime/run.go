@@ -44,7 +44,7 @@ func (r *Runtime) Run(ctx context.Context) (rep *Report, err error) {
 	defer stopWatch()
 
 	if err := s.open(); err != nil {
-		return s.rep, err
+		return s.rep, startError{err}
 	}
 	if err := s.start(); err != nil {
 		// Nothing was fetched: the pools hold only re-pushed messages,
@@ -52,7 +52,7 @@ func (r *Runtime) Run(ctx context.Context) (rep *Report, err error) {
 		// the stop saves. The drain is skipped.
 		r.life.skipDrain()
 		_, stopErr := s.stop(0, err)
-		return s.rep, errors.Join(err, stopErr)
+		return s.rep, errors.Join(startError{err}, stopErr)
 	}
 	<-r.life.stopCh
 	return s.stop(r.cfg.HardStopGrace, ErrStopping)
