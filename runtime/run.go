@@ -102,6 +102,9 @@ func (s *runState) open() error {
 	if err := r.checkIdentity(store); err != nil {
 		return errors.Join(err, store.Close())
 	}
+	if err := recordClasses(store, r.cfg.Classes); err != nil {
+		return errors.Join(err, store.Close())
+	}
 	// The pauses apply before the recovery pushes anything.
 	if err := r.loadPauses(store); err != nil {
 		return errors.Join(err, store.Close())
