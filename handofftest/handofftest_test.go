@@ -473,3 +473,30 @@ func TestClassesAndMiddleware(t *testing.T) {
 		t.Errorf("ran %v, middleware called %d times", ran, wrapped.Load())
 	}
 }
+
+// A batch class with a typed batch handler on the real runtime: the one
+// message that does not decode is a dead letter after one attempt, with
+// the decode error; the others of its batch are handled once.
+func TestTypedBatchClass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		type beat struct {
+			Temp float64 `json:"temp"`
+		}
+		var rows atomic.Int32
+		h := handofftest.New(t, runtime.Class{Name: "beats", MaxBatch: 10, Workers: 1,
+			BatchHandler: handoff.TypedBatch(handoff.JSON[beat]{}, func(ctx context.Context, ms []*handoff.Message, bs []beat) error {
+				rows.Add(int32(len(bs)))
+				return nil
+			})})
+		ids := h.SendValues("device-1", `{"temp":21.5}`, `{"temp":`, `{"temp":19}`)
+		h.Wait()
+		h.RequireHandled(ids[0], 1)
+		if r := h.RequireDeadLettered(ids[1], `permanent: handoff: decode class beats: id "msg-2": unexpected end of JSON input`); r.Calls != 1 {
+			t.Errorf("undecodable message called %d times", r.Calls)
+		}
+		h.RequireHandled(ids[2], 1)
+		if n := rows.Load(); n != 2 {
+			t.Errorf("%d rows inserted, want 2", n)
+		}
+	})
+}
