@@ -124,7 +124,7 @@ func TestParkingLoggedAtInfo(t *testing.T) {
 			t.Errorf("Info lines of 50 parkings: %v, want one", got)
 		}
 	})
-	rt, err := New(Config{StatePath: filepath.Join(t.TempDir(), "state.db"),
+	rt, err := newRuntime(Config{StatePath: filepath.Join(t.TempDir(), "state.db"),
 		Classes: []Class{{Name: "orders", Handler: func(context.Context, *handoff.Message) error { return nil }}}})
 	if err != nil {
 		t.Fatal(err)

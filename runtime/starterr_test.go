@@ -24,7 +24,7 @@ func TestStartErrorMatchesErrStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := New(cfg)
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestStartErrorMatchesErrStart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rt, err = New(cfg)
+	rt, err = newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
