@@ -749,18 +749,27 @@ func (h *Harness) Handled() []string {
 }
 
 // History returns what happened to the message with id, in order: each
-// attempt (over every delivery of the ID) with what the runtime decided
-// after it, and the discard of its dead letter. An attempt still running
-// has no event yet; a message that never ran (parked, scheduled) has
-// none. It fails the test if no message with id was sent.
+// attempt (over every delivery of the ID, across restarts) with what the
+// runtime decided after it, and the discard of its dead letter. An
+// attempt still running has no event yet; a message that never ran
+// (parked, scheduled) has none. It may be called after [Harness.Stop]
+// (a discard is then noticed only if an earlier call saw it). It fails
+// the test if no message with id was sent.
 func (h *Harness) History(id string) []Event {
 	if h.t != nil {
 		h.t.Helper()
 	}
-	h.Result(id) // notices a discard
+	if h.rep == nil {
+		h.Result(id) // notices a discard
+	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]Event(nil), h.history[id]...)
+	_, sent := h.msgs[id]
+	hist := append([]Event(nil), h.history[id]...)
+	h.mu.Unlock()
+	if !sent {
+		h.fatalf("handofftest: no message %s was sent", id)
+	}
+	return hist
 }
 
 // RequireHandled reports a test error unless the message with id was

@@ -399,6 +399,11 @@ func TestHistory(t *testing.T) {
 			ev[2].Attempt != 2 || ev[3].Attempt != 2 || ev[3].Err != "" {
 			t.Errorf("history %v", ev)
 		}
+		// After the stop the history is still there.
+		h.Stop()
+		if after := h.History("m"); len(after) != 4 {
+			t.Errorf("history after the stop: %v", after)
+		}
 	})
 }
 

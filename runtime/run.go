@@ -28,6 +28,9 @@ import (
 // committed (Kafka delivers them again) and Run returns an error with
 // their count.
 //
+// A start that fails before fetching (the state file, the brokers, the
+// topics, the recovery) returns an error matching [ErrStart].
+//
 // Run installs no signal handler; see [HandleSignals]. It may be called
 // once; a second call returns [ErrRunTwice].
 func (r *Runtime) Run(ctx context.Context) (rep *Report, err error) {
