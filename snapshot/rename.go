@@ -16,7 +16,8 @@ import (
 // where they are (a later read quarantines them). Parked messages of
 // from are parked behind to's of the same key, in their order.
 //
-// It reads every record of those buckets: O(records) in one transaction.
+// It also records to as a class the file has seen ([Tx.AddClasses]). It
+// reads every record of those buckets: O(records) in one transaction.
 // Running it again changes nothing.
 func (tx *Tx) RenameClass(from, to string) (map[string]int, error) {
 	if from == "" || to == "" || from == to {
@@ -41,6 +42,10 @@ func (tx *Tx) RenameClass(from, to string) (map[string]int, error) {
 	}
 	if moved {
 		counts["pause"] = 1
+	}
+	// The file has now seen the new name (see AddClasses).
+	if _, err := tx.AddClasses(to); err != nil {
+		return counts, err
 	}
 	return counts, nil
 }

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"maps"
+	"slices"
 	"testing"
 	"time"
 )
@@ -78,6 +79,9 @@ func TestRenameClass(t *testing.T) {
 		}
 		if users, _, _ := tx.Parked("users", []byte("k")); len(users) != 1 {
 			t.Errorf("another class's parked: %d", len(users))
+		}
+		if cs, err := tx.Classes(); err != nil || !slices.Contains(cs, "orders") {
+			t.Errorf("classes the file has seen: %v %v, want orders among them", cs, err)
 		}
 		ps, err := tx.Pauses()
 		if err != nil || ps["orders"].Reason != "migration" || len(ps) != 1 {
