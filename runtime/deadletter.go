@@ -37,6 +37,7 @@ type failures struct {
 	cfg      failuresConfig
 	requeues requeues // dead letters claimed by a requeue or a discard
 	unsaved  unsaved  // submitted messages whose save failed
+	orphans  orphans  // saved messages of unknown classes, logged as one line at start (rename.go)
 }
 
 func newFailures(cfg failuresConfig) *failures {
@@ -99,7 +100,7 @@ func (f *failures) orphan(rec snapshot.Record, del func(tx *snapshot.Tx) error) 
 		return false
 	}
 	f.cfg.tally.inc(nil, evDeadLettered)
-	f.cfg.log.Warn("saved message of an unknown class became a dead letter", "class", rec.Message.Class, "id", rec.Message.ID)
+	f.orphans.add(f.cfg.log, rec.Message)
 	return true
 }
 

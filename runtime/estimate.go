@@ -95,12 +95,15 @@ type drainWatch struct {
 	metrics      *metrics
 	log          *slog.Logger
 	drainTimeout time.Duration
+	alive        *liveness // the watcher beats on every turn
 }
 
 // run checks until ctx ends.
 func (w drainWatch) run(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	alive := w.alive.start("drain budget watcher", time.Second)
+	defer alive.end()
 	var last []time.Time
 	for {
 		select {
@@ -108,6 +111,7 @@ func (w drainWatch) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		alive.beat()
 		for i, cs := range w.stats() {
 			if i == len(last) {
 				last = append(last, time.Time{})

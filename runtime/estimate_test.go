@@ -35,7 +35,7 @@ func TestDrainWatch(t *testing.T) {
 		var warned atomic.Int64
 		log := slog.New(countHandler{Handler: slog.DiscardHandler,
 			msg: "queued work would not drain within DrainTimeout; a stop now would snapshot part of it", n: &warned})
-		w := drainWatch{log: log, drainTimeout: time.Second, stats: func() []ClassStats {
+		w := drainWatch{log: log, drainTimeout: time.Second, alive: &liveness{}, stats: func() []ClassStats {
 			return []ClassStats{{Name: "a"}, {Name: "b", OverBudget: over.Load(), DrainEstimate: 5}}
 		}}
 		ctx, cancel := context.WithCancel(context.Background())

@@ -46,9 +46,10 @@ type keysConfig struct {
 // parked messages keep their order and a release sees every one of them.
 // Its methods are safe for concurrent use.
 type orderedKeys struct {
-	cfg  keysConfig
-	mu   sync.Mutex
-	keys map[string]*keyState
+	cfg   keysConfig
+	mu    sync.Mutex
+	keys  map[string]*keyState
+	lines parkLines // the parkings' log lines, rate-limited per key (parklog.go)
 }
 
 func newOrderedKeys(cfg keysConfig) *orderedKeys {
@@ -84,7 +85,7 @@ func (k *orderedKeys) gate(it *item) bool {
 		return true // could not park: run it rather than lose its place
 	}
 	k.cfg.counts.inc(evParked)
-	k.cfg.log.Debug("message parked behind its key's blocker", "class", k.cfg.class, "id", it.msg.ID, "blocker", st.blocker)
+	k.lines.parked(k.cfg.log, k.cfg.class, it.msg.Key, it.msg.ID, st.blocker)
 	return false
 }
 

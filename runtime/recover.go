@@ -21,7 +21,10 @@ type recovery struct {
 	// orphan makes a saved message of a class no longer configured a
 	// dead letter, deleting its record with del.
 	orphan func(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool
-	log    *slog.Logger
+	// orphans collects the orphans' log lines into one while the
+	// recovery runs.
+	orphans *orphans
+	log     *slog.Logger
 }
 
 // run restores the state of ordered classes' keys and re-pushes the
@@ -30,6 +33,8 @@ type recovery struct {
 // loses nothing. A stop during recovery leaves the records not yet pushed
 // where they are.
 func (v *recovery) run(ctx context.Context, rep *Report) error {
+	v.orphans.collect() // one line for the saved messages of unknown classes
+	defer v.orphans.flush(v.log)
 	if err := v.restoreKeys(rep); err != nil {
 		return fmt.Errorf("runtime: recover: %w", err)
 	}

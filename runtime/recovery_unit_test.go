@@ -56,10 +56,10 @@ func TestRecoveryRun(t *testing.T) {
 	c.hold = hold.New(hold.Config[*item]{Class: "orders", Pool: p, Log: log, Rewind: func(time.Time) {}, Backoff: probeBackoff})
 	c.keys = newOrderedKeys(keysConfig{class: "orders", pool: p, state: state, deletes: &deletes.Queue{}, releases: &rel,
 		counts: &c.stats, log: log})
-	var orphans []string
-	v := recovery{state: state, classes: map[string]*class{"orders": c}, order: []*class{c}, log: log,
+	var orphaned []string
+	v := recovery{state: state, classes: map[string]*class{"orders": c}, order: []*class{c}, log: log, orphans: &orphans{},
 		orphan: func(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool {
-			orphans = append(orphans, rec.Message.ID)
+			orphaned = append(orphaned, rec.Message.ID)
 			return store.Update(del) == nil
 		}}
 	rep := &Report{}
@@ -72,8 +72,8 @@ func TestRecoveryRun(t *testing.T) {
 		t.Errorf("ran %v, want [p1 p2]", ran)
 	}
 	mu.Unlock()
-	if rep.Repushed != 2 || rep.UnknownClass != 1 || rep.BlockedKeys != 2 || !slices.Equal(orphans, []string{"gone"}) {
-		t.Errorf("report %+v, orphans %v; want 2 re-pushed, 1 unknown class, 2 blocked keys, orphan gone", rep, orphans)
+	if rep.Repushed != 2 || rep.UnknownClass != 1 || rep.BlockedKeys != 2 || !slices.Equal(orphaned, []string{"gone"}) {
+		t.Errorf("report %+v, orphans %v; want 2 re-pushed, 1 unknown class, 2 blocked keys, orphan gone", rep, orphaned)
 	}
 	if c.keys.free("blocked") || c.keys.free("free") || !c.keys.free("x") {
 		t.Error("key states not restored: want blocked and free (releasing) not free, x free")

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/runtime/internal/deletes"
 	"github.com/handoff-go/handoff/runtime/internal/service"
 	"github.com/handoff-go/handoff/snapshot"
@@ -30,6 +32,9 @@ import (
 // committed (Kafka delivers them again) and Run returns an error with
 // their count.
 //
+// A start that fails before fetching (the state file, the brokers, the
+// topics, the recovery) returns an error matching [ErrStart].
+//
 // Run installs no signal handler; see [HandleSignals]. It may be called
 // once; a second call returns [ErrRunTwice].
 func (r *Runtime) Run(ctx context.Context) (rep *Report, err error) {
@@ -46,7 +51,7 @@ func (r *Runtime) Run(ctx context.Context) (rep *Report, err error) {
 	defer stopWatch()
 
 	if err := s.open(); err != nil {
-		return s.rep, err
+		return s.rep, startError{err}
 	}
 	if err := s.start(); err != nil {
 		// Nothing was fetched: the pools hold only re-pushed messages,
@@ -54,7 +59,7 @@ func (r *Runtime) Run(ctx context.Context) (rep *Report, err error) {
 		// the stop saves. The drain is skipped.
 		r.life.skipDrain()
 		_, stopErr := s.stop(0, err)
-		return s.rep, errors.Join(err, stopErr)
+		return s.rep, errors.Join(startError{err}, stopErr)
 	}
 	<-r.life.stopCh
 	return s.stop(r.cfg.HardStopGrace, ErrStopping)
@@ -87,6 +92,9 @@ type runState struct {
 	left []leftover
 	// deadline is when the stop's budget runs out (see stopBudget).
 	deadline time.Time
+	// kept is what the state file holds at the end of the stop, for its
+	// last log line (kept.go).
+	kept slog.Attr
 	// Errors of the stop's phases, joined into Run's.
 	snapErr, commitErr, closeErr error
 }
@@ -100,6 +108,12 @@ func (s *runState) open() error {
 		return fmt.Errorf("runtime: open state file: %w", err)
 	}
 	if err := checkIdentity(store, r.cfg.Group, r.cfg.Instance, r.log); err != nil {
+		return errors.Join(err, store.Close())
+	}
+	if err := renameClasses(store, r.cfg.ClassRenames, r.log); err != nil {
+		return errors.Join(err, store.Close())
+	}
+	if err := recordClasses(store, r.cfg.Classes); err != nil {
 		return errors.Join(err, store.Close())
 	}
 	// The pauses apply before the recovery pushes anything.
@@ -130,9 +144,11 @@ func (s *runState) start() error {
 	}()
 
 	s.background.Start(func(ctx context.Context) {
-		r.deletes.Run(ctx, r.state.store, r.log, func(d deletes.Records) { r.sched.forget(d.Delayed...) })
+		alive := r.alive.start("state file deleter", deletes.Interval)
+		defer alive.end()
+		r.deletes.Run(ctx, r.state.store, r.log, alive.beat, func(d deletes.Records) { r.sched.forget(d.Delayed...) })
 	})
-	watch := drainWatch{stats: r.Stats, metrics: r.metrics, log: r.log, drainTimeout: r.cfg.DrainTimeout}
+	watch := drainWatch{stats: r.Stats, metrics: r.metrics, log: r.log, drainTimeout: r.cfg.DrainTimeout, alive: &r.alive}
 	s.background.Start(watch.run)
 	s.background.Start(r.fail.retryUnsaved)
 	fetchCtx, stopFetch := context.WithCancel(context.Background())
@@ -144,7 +160,7 @@ func (s *runState) start() error {
 	if err := r.checkBrokers(runCtx); err != nil {
 		return err
 	}
-	rec := recovery{state: r.state, classes: r.classes, order: r.order, orphan: r.fail.orphan, log: r.log}
+	rec := recovery{state: r.state, classes: r.classes, order: r.order, orphan: r.fail.orphan, orphans: &r.fail.orphans, log: r.log}
 	if err := rec.run(runCtx, s.rep); err != nil {
 		return err
 	}
@@ -172,7 +188,7 @@ func (s *runState) start() error {
 		return nil // a stop was requested: never ready
 	}
 	r.ready.started.Store(true)
-	r.log.Info("running", "classes", len(r.order), "topics", len(r.topics), "group", r.cfg.Group, "instance", r.cfg.Instance)
+	r.log.Info("running", "classes", len(r.order), "topics", len(r.topics), "group", r.cfg.Group, "instance", r.cfg.Instance, "version", handoff.Version)
 	return nil
 }
 

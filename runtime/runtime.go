@@ -56,6 +56,7 @@ type Runtime struct {
 	fetches *kafka.Client // the partition readers'; see readPartition
 	conn    connection    // how connections to the brokers are made; see connect.go
 
+	alive liveness    // the loops that beat; see alive.go
 	tally *tally      // event counts
 	logs  *logBackoff // repeated failures' lines
 	// items recycles the items of fetched Kafka messages: one allocation

@@ -3,6 +3,7 @@ package runtime
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 
 	"github.com/handoff-go/handoff/snapshot"
@@ -176,4 +177,36 @@ func checkIdentity(store *snapshot.Store, group, instance string, log *slog.Logg
 		return fmt.Errorf("runtime: record instance in state file: %w", err)
 	}
 	return nil
+}
+
+// recordClasses notes the configured classes in the state file, which
+// keeps every class name it has seen (the CLI's pause refuses others).
+// It writes only when a class is new to the file.
+func recordClasses(store *snapshot.Store, classes []Class) error {
+	names := make([]string, len(classes))
+	for i, c := range classes {
+		names[i] = c.Name
+	}
+	var known []string
+	if err := store.View(func(tx *snapshot.Tx) (err error) { known, err = tx.Classes(); return err }); err != nil {
+		return fmt.Errorf("runtime: record classes in state file: %w", err)
+	}
+	if containsAll(known, names) {
+		return nil
+	}
+	err := store.Update(func(tx *snapshot.Tx) error { _, err := tx.AddClasses(names...); return err })
+	if err != nil {
+		return fmt.Errorf("runtime: record classes in state file: %w", err)
+	}
+	return nil
+}
+
+// containsAll reports whether every name is in set.
+func containsAll(set, names []string) bool {
+	for _, n := range names {
+		if !slices.Contains(set, n) {
+			return false
+		}
+	}
+	return true
 }

@@ -49,7 +49,7 @@ func (s *runState) stop(grace time.Duration, cause error) (*Report, error) {
 	rep.Stop = time.Since(begin)
 	r.log.Info("stop complete", "drained", rep.Drained, "snapshotted", rep.Snapshotted, "unstarted", rep.Unstarted,
 		"interrupted", rep.Interrupted, "stragglers", rep.Stragglers, "succeeded", rep.Succeeded,
-		"dead_lettered", rep.DeadLettered, "retried", rep.Retried, "repushed", rep.Repushed, "took", rep.Stop)
+		"dead_lettered", rep.DeadLettered, "retried", rep.Retried, "repushed", rep.Repushed, "took", rep.Stop, s.kept)
 	return rep, errors.Join(s.snapErr, s.commitErr, s.closeErr)
 }
 
@@ -322,6 +322,7 @@ func (s *runState) leave() []any {
 	r.closeCommitClient()
 	r.closeFetchClient()
 	r.dlq.close(s.deadline)
+	s.kept = r.state.kept()
 	if err := r.state.close(); err != nil {
 		s.closeErr = fmt.Errorf("runtime: close state file: %w", err)
 	}

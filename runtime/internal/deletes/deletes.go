@@ -120,8 +120,10 @@ func (d *Queue) putBack(failed Records) {
 // Run deletes the queued records every Interval until ctx ends, and
 // tells deleted which were, once their transaction has committed. It
 // blocks until ctx ends; a failed delete is logged and its records are
-// queued again, before the newer ones.
-func (d *Queue) Run(ctx context.Context, store *snapshot.Store, log *slog.Logger, deleted func(Records)) {
+// queued again, before the newer ones. It calls beat on every turn, so
+// that a write that never returns (a hung disk) shows as a loop that
+// stopped turning.
+func (d *Queue) Run(ctx context.Context, store *snapshot.Store, log *slog.Logger, beat func(), deleted func(Records)) {
 	t := time.NewTicker(Interval)
 	defer t.Stop()
 	for {
@@ -130,6 +132,7 @@ func (d *Queue) Run(ctx context.Context, store *snapshot.Store, log *slog.Logger
 			return
 		case <-t.C:
 		}
+		beat()
 		batch := d.Take()
 		if batch.Empty() {
 			continue

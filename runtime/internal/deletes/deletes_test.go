@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -60,12 +61,13 @@ func TestDeletesBatch(t *testing.T) {
 		}
 
 		var d Queue
+		var beats atomic.Int64
 		var mu sync.Mutex
 		var batches []Records
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			d.Run(ctx, store, slog.New(slog.DiscardHandler), func(b Records) {
+			d.Run(ctx, store, slog.New(slog.DiscardHandler), func() { beats.Add(1) }, func(b Records) {
 				mu.Lock()
 				batches = append(batches, b)
 				mu.Unlock()
@@ -108,6 +110,9 @@ func TestDeletesBatch(t *testing.T) {
 		}
 		if len(batches) != 1 {
 			t.Errorf("%d batches, want 1", len(batches))
+		}
+		if n := beats.Load(); n != 4 {
+			t.Errorf("%d beats in 4 intervals, want 4", n)
 		}
 	})
 }
