@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/runtime/internal/kclient"
 )
 
 // runKept waits for all to close (failing after 30s with how many of n
@@ -170,7 +171,7 @@ func BenchmarkDelivery(b *testing.B) {
 		b.ReportAllocs()
 		var off int64
 		for b.Loop() {
-			it := r.fetched(c, tr, &fetchedRecord{offset: off, key: key, value: value})
+			it := r.fetched(c, tr, &kclient.Record{Offset: off, Key: key, Value: value})
 			m := it.msg
 			if err := c.cfg.Handler(context.Background(), &m); err != nil {
 				b.Fatal(err)

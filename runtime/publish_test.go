@@ -90,9 +90,10 @@ func TestDeadLetterPublishQueueFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A publisher whose goroutine never runs: its queue of 2 only fills.
-	rt.dlq = &publisher{r: rt, queue: make(chan deadPublish, 2)}
+	rt.dlq = newPublisher(rt.publisherConfig(), nil)
+	rt.dlq.queue = make(chan deadPublish, 2)
 	c := rt.classes["orders"]
-	dead := func(id string) { rt.publishDead(c, snapshot.Record{Message: handoff.Message{ID: id}}) }
+	dead := func(id string) { rt.dlq.publish(c, snapshot.Record{Message: handoff.Message{ID: id}}) }
 	for _, id := range []string{"a", "b", "c", "d", "e"} {
 		dead(id)
 	}

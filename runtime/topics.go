@@ -7,14 +7,13 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/segmentio/kafka-go"
 )
 
 // The topic check of the start: every configured topic must exist before
 // the runtime is ready. kafka-go's consumer group joins without a topic
 // that does not exist (its partitions are simply not assigned) and says
-// nothing, so the start asks the brokers itself.
+// nothing, so the start asks the brokers itself, through the configured
+// client.
 
 // TopicError is returned by [Runtime.Run] when none of a class's topics
 // exists and the class does not wait for them ([Class.WaitForTopics]). It
@@ -105,25 +104,10 @@ func (r *Runtime) judgeTopics(missing map[string]bool) ([]string, error) {
 	return present, errors.Join(errs...)
 }
 
-// missingTopics returns the configured topics the brokers do not know.
+// missingTopics returns the configured topics the brokers do not know,
+// asking through the client.
 func (r *Runtime) missingTopics(ctx context.Context) (map[string]bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := r.commits.Metadata(ctx, &kafka.MetadataRequest{Addr: r.commits.Addr, Topics: r.topics})
-	if err != nil {
-		return nil, err
-	}
-	missing := map[string]bool{}
-	for _, t := range r.topics {
-		missing[t] = true
-	}
-	for _, t := range resp.Topics {
-		switch {
-		case t.Error == nil && len(t.Partitions) > 0:
-			delete(missing, t.Name)
-		case t.Error != nil && !errors.Is(t.Error, kafka.UnknownTopicOrPartition):
-			return nil, fmt.Errorf("topic %s: %w", t.Name, t.Error)
-		}
-	}
-	return missing, nil
+	return r.kafka.client.Missing(ctx, r.topics)
 }
