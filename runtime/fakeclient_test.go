@@ -17,7 +17,7 @@ import (
 // fakeClient is a third kclient.Client: an eager member that assigns
 // every partition of records at once, in one session, and serves their
 // records from memory. Its commits can be made to fail (failCommits)
-// and its Close to hang until release is closed (hangClose), so that
+// and its Close to hang until unhang is closed (hangClose), so that
 // tests drive a generation and a stop through a member that misbehaves
 // as a broker or a client may.
 type fakeClient struct {
@@ -28,7 +28,7 @@ type fakeClient struct {
 	hwm         int64
 	failCommits atomic.Bool
 	hangClose   bool
-	release     chan struct{} // closed by the test: a hung Close returns
+	unhang      chan struct{} // closed by the test: a hung Close returns
 
 	mu        sync.Mutex
 	committed map[kclient.Partition]int64 // the highest commit that succeeded
@@ -41,7 +41,7 @@ type fakeClient struct {
 }
 
 func newFakeClient(partitions int, perPartition int, hwm int64) *fakeClient {
-	f := &fakeClient{records: map[kclient.Partition][]kclient.Record{}, hwm: hwm, release: make(chan struct{}),
+	f := &fakeClient{records: map[kclient.Partition][]kclient.Record{}, hwm: hwm, unhang: make(chan struct{}),
 		committed: map[kclient.Partition]int64{}, kept: make(chan struct{}), closed: make(chan struct{})}
 	for p := range partitions {
 		part := kclient.Partition{Topic: "orders", Partition: p}
@@ -83,11 +83,11 @@ func (f *fakeClient) Offsets(_ context.Context, ps []kclient.Partition) (map[kcl
 }
 
 // Close ends the session's keeper, as a client's close ends its
-// membership; a hanging one first waits for release.
+// membership; a hanging one first waits for unhang.
 func (f *fakeClient) Close(time.Time) {
 	defer close(f.closed)
 	if f.hangClose {
-		<-f.release
+		<-f.unhang
 	}
 	if f.endKeep != nil {
 		f.endKeep()
@@ -329,7 +329,7 @@ func TestStopLeaveHangs(t *testing.T) {
 		t.Error("the hung close returned before it was released")
 	default:
 	}
-	close(f.release) // the test's cleanup: the close left behind ends
+	close(f.unhang) // the test's cleanup: the close left behind ends
 	<-f.closed
 	t.Logf("stop took %s", took)
 }

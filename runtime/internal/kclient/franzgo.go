@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/runtime/internal/wait"
 )
 
 // The client on franz-go (github.com/twmb/franz-go/pkg/kgo): one kgo
@@ -334,22 +335,22 @@ func (f *franzGo) Close(deadline time.Time) {
 	f.admin.Close()
 }
 
-func (f *franzGo) leave(wait time.Duration) {
-	// The close gets a second of wait (kgo ends its fetch sessions within
-	// one), the leave the rest.
-	closeWait := min(LeaveTimeout, wait/2)
-	ctx, cancel := context.WithTimeout(context.Background(), wait-closeWait)
+func (f *franzGo) leave(bound time.Duration) {
+	// The close gets a second of bound (kgo ends its fetch sessions
+	// within one), the leave the rest.
+	closeWait := min(LeaveTimeout, bound/2)
+	ctx, cancel := context.WithTimeout(context.Background(), bound-closeWait)
 	err := f.cl.LeaveGroupContext(ctx)
 	cancel()
 	if err != nil {
 		f.cfg.Log.Warn("leaving the group did not finish within the stop's budget (a join may be in flight, or the broker does not answer); the broker will give this member partitions until its session expires",
-			"phase", "leave", "waited", wait, "session_timeout", f.cfg.SessionTimeout, "err", err)
+			"phase", "leave", "waited", bound, "session_timeout", f.cfg.SessionTimeout, "err", err)
 	}
-	if !within(closeWait, f.cl.Close) {
+	if !wait.Within(closeWait, f.cl.Close) {
 		f.cfg.Log.Warn("closing the franz-go client did not finish in time; left closing", "phase", "leave", "waited", closeWait)
 	}
 	f.endLife()
-	closedWithin(f.kept, closeWait) // a commit in flight ends within CommitTimeout
+	wait.ClosedWithin(f.kept, closeWait) // a commit in flight ends within CommitTimeout
 }
 
 // Missing asks the brokers for topics' metadata, never creating a topic.
@@ -365,23 +366,13 @@ func (f *franzGo) Missing(ctx context.Context, topics []string) (map[string]bool
 	if err != nil {
 		return nil, err
 	}
-	missing := map[string]bool{}
-	for _, t := range topics {
-		missing[t] = true
-	}
+	answers := make([]topicAnswer, 0, len(resp.Topics))
 	for _, t := range resp.Topics {
-		if t.Topic == nil {
-			continue
-		}
-		err := kerr.ErrorForCode(t.ErrorCode)
-		switch {
-		case err == nil && len(t.Partitions) > 0:
-			delete(missing, *t.Topic)
-		case err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition):
-			return nil, fmt.Errorf("topic %s: %w", *t.Topic, err)
+		if t.Topic != nil {
+			answers = append(answers, topicAnswer{name: *t.Topic, err: kerr.ErrorForCode(t.ErrorCode), partitions: len(t.Partitions)})
 		}
 	}
-	return missing, nil
+	return missingOf(topics, answers, kerr.UnknownTopicOrPartition)
 }
 
 // Offsets asks the partitions' leaders for their first offsets and their

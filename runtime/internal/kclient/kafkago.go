@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go/protocol"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/runtime/internal/wait"
 )
 
 // The client on github.com/segmentio/kafka-go (the default): an eager,
@@ -260,9 +261,9 @@ func (s *kafkaGoSource) Close() {
 // plus a second: a fetch in flight ends with its context, unless the
 // connection is stuck.
 func (k *kafkaGo) joinReader(done <-chan struct{}, log *slog.Logger) {
-	wait := k.cfg.FetchMaxWait + time.Second
-	if !closedWithin(done, wait) {
-		log.Warn("partition reader did not end in time; left behind", "waited", wait)
+	bound := k.cfg.FetchMaxWait + time.Second
+	if !wait.ClosedWithin(done, bound) {
+		log.Warn("partition reader did not end in time; left behind", "waited", bound)
 	}
 }
 
@@ -307,7 +308,7 @@ func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chan<- Reco
 		}
 		k.cfg.FetchErrorFunc(a.Topic)
 		k.cfg.WarnFunc(log, "fetch failed", "fetch failed; retrying", "offset", offset, "err", err, "wait", backoff)
-		if !sleep(ctx, backoff) {
+		if !wait.Sleep(ctx, backoff) {
 			return
 		}
 		backoff = min(2*backoff, fetchBackoffMax)
@@ -370,19 +371,11 @@ func (k *kafkaGo) Missing(ctx context.Context, topics []string) (map[string]bool
 	if err != nil {
 		return nil, err
 	}
-	missing := map[string]bool{}
-	for _, t := range topics {
-		missing[t] = true
+	answers := make([]topicAnswer, len(resp.Topics))
+	for i, t := range resp.Topics {
+		answers[i] = topicAnswer{name: t.Name, err: t.Error, partitions: len(t.Partitions)}
 	}
-	for _, t := range resp.Topics {
-		switch {
-		case t.Error == nil && len(t.Partitions) > 0:
-			delete(missing, t.Name)
-		case t.Error != nil && !errors.Is(t.Error, kafka.UnknownTopicOrPartition):
-			return nil, fmt.Errorf("topic %s: %w", t.Name, t.Error)
-		}
-	}
-	return missing, nil
+	return missingOf(topics, answers, kafka.UnknownTopicOrPartition)
 }
 
 // Offsets asks the partitions' leaders for their first and last offsets.
@@ -419,14 +412,14 @@ func (k *kafkaGo) Offsets(ctx context.Context, ps []Partition) (map[Partition]Ra
 func (k *kafkaGo) Close(deadline time.Time) {
 	k.closing.Wait()
 	if k.cg != nil {
-		wait := k.cfg.leaveWait(deadline)
-		if within(wait, func() { k.cg.Close() }) {
+		bound := k.cfg.leaveWait(deadline)
+		if wait.Within(bound, func() { k.cg.Close() }) {
 			if id := k.member.stranded(); id != "" {
 				k.leaveFor(id, max(LeaveTimeout, time.Until(deadline)))
 			}
 		} else {
 			k.log.Warn("leaving the group did not finish within the stop's budget (a join may be in flight); the broker will give this member partitions until its session expires",
-				"phase", "leave", "waited", wait, "session_timeout", k.cfg.SessionTimeout)
+				"phase", "leave", "waited", bound, "session_timeout", k.cfg.SessionTimeout)
 		}
 	}
 	k.commits.Transport.(*kafka.Transport).CloseIdleConnections()
@@ -510,11 +503,11 @@ func (w *memberWatch) stranded() string {
 }
 
 // leaveFor sends the LeaveGroup kafka-go did not send for member id,
-// within wait. A member the broker no longer knows is not an error.
-func (k *kafkaGo) leaveFor(id string, wait time.Duration) {
-	client := &kafka.Client{Addr: kafka.TCP(k.cfg.Brokers...), Timeout: wait, Transport: k.cfg.transport(nil)}
+// within bound. A member the broker no longer knows is not an error.
+func (k *kafkaGo) leaveFor(id string, bound time.Duration) {
+	client := &kafka.Client{Addr: kafka.TCP(k.cfg.Brokers...), Timeout: bound, Transport: k.cfg.transport(nil)}
 	defer client.Transport.(*kafka.Transport).CloseIdleConnections()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	resp, err := client.LeaveGroup(ctx, &kafka.LeaveGroupRequest{GroupID: k.cfg.Group, Members: []kafka.LeaveGroupRequestMember{{ID: id}}})
 	if err == nil {

@@ -13,6 +13,7 @@ package kclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -249,6 +250,32 @@ func (c *Config) leaveWait(deadline time.Time) time.Duration {
 	return max(LeaveTimeout, min(time.Until(deadline), c.RebalanceTimeout+LeaveTimeout+c.FetchMaxWait))
 }
 
+// topicAnswer is what the brokers said of one topic asked about.
+type topicAnswer struct {
+	name       string
+	err        error
+	partitions int
+}
+
+// missingOf returns which of topics the answers do not show with
+// partitions; an answer's error other than unknown (the client's
+// UNKNOWN_TOPIC_OR_PARTITION) fails it.
+func missingOf(topics []string, answers []topicAnswer, unknown error) (map[string]bool, error) {
+	missing := map[string]bool{}
+	for _, t := range topics {
+		missing[t] = true
+	}
+	for _, a := range answers {
+		switch {
+		case a.err == nil && a.partitions > 0:
+			delete(missing, a.name)
+		case a.err != nil && !errors.Is(a.err, unknown):
+			return nil, fmt.Errorf("topic %s: %w", a.name, a.err)
+		}
+	}
+	return missing, nil
+}
+
 // recordTime returns a record's timestamp in UTC, or the zero time for
 // the -1 of a record without one.
 func recordTime(t time.Time) time.Time {
@@ -256,40 +283,4 @@ func recordTime(t time.Time) time.Time {
 		return time.Time{}
 	}
 	return t.UTC()
-}
-
-// sleep waits d, or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// closedWithin waits up to d for ch to be closed; it reports whether it
-// was.
-func closedWithin(ch <-chan struct{}, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ch:
-		return true
-	case <-t.C:
-		return false
-	}
-}
-
-// within calls f on a goroutine of its own and waits up to d for it to
-// return; it reports whether it did. An f that did not is left running.
-func within(d time.Duration, f func()) bool {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f()
-	}()
-	return closedWithin(done, d)
 }
