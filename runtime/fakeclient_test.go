@@ -28,7 +28,12 @@ type fakeClient struct {
 	hwm         int64
 	failCommits atomic.Bool
 	hangClose   bool
-	unhang      chan struct{} // closed by the test: a hung Close returns
+	// cooperative makes the session cooperative: its partitions come
+	// with the test's calls of keeper.Assign and keeper.Revoke, as
+	// franz-go's callbacks make them.
+	cooperative bool
+	keeper      kclient.Keeper // set by Join
+	unhang      chan struct{}  // closed by the test: a hung Close returns
 
 	mu        sync.Mutex
 	committed map[kclient.Partition]int64 // the highest commit that succeeded
@@ -55,6 +60,7 @@ func newFakeClient(partitions int, perPartition int, hwm int64) *fakeClient {
 
 func (f *fakeClient) Join(ctx context.Context, _ []string, begin kclient.BeginFunc) error {
 	keeper := begin(ctx, &fakeSession{f: f})
+	f.keeper = keeper
 	end, cancel := context.WithCancel(context.Background())
 	f.endKeep = cancel
 	go func() {
@@ -108,10 +114,19 @@ func (f *fakeClient) commitsMade() (map[kclient.Partition]int64, int) {
 // fakeSession is the fake's one eager session.
 type fakeSession struct{ f *fakeClient }
 
-func (s *fakeSession) Eager() bool       { return true }
-func (s *fakeSession) Generation() int32 { return 1 }
+func (s *fakeSession) Eager() bool { return !s.f.cooperative }
+
+func (s *fakeSession) Generation() int32 {
+	if s.f.cooperative {
+		return -1
+	}
+	return 1
+}
 
 func (s *fakeSession) Assigned() []kclient.Assigned {
+	if s.f.cooperative {
+		return nil
+	}
 	var ps []kclient.Assigned
 	for p := range s.f.records {
 		ps = append(ps, kclient.Assigned{Partition: p, Offset: 0})
@@ -165,34 +180,7 @@ func TestConsumerFakeClient(t *testing.T) {
 	const parts, n = 3, 50
 	f := newFakeClient(parts, n, n) // the last record catches its partition up
 	var joined atomic.Bool
-	k := newConsumer(consumerConfig{
-		log: slog.New(slog.DiscardHandler), logs: newLogBackoff(), metrics: nil, group: "g",
-		commitInterval: time.Hour, revokeTimeout: time.Second,
-		newClientFunc: func(kclient.Config) (kclient.Client, error) { return f, nil },
-		feedFunc: func(string) fetchFunc {
-			return func(ctx context.Context, tr *tracker, src kclient.Source, caughtUp chan<- struct{}) {
-				defer src.Close()
-				for {
-					rec, ok := src.Next(ctx)
-					if !ok {
-						return
-					}
-					tr.settle(tr.add(rec.Offset, 0))
-					if rec.Offset+1 >= rec.HighWatermark {
-						tr.caughtUp.Store(true)
-						select {
-						case caughtUp <- struct{}{}:
-						default:
-						}
-					}
-				}
-			}
-		},
-		classOf:      func(string) *class { return nil },
-		giveBackFunc: func(func(*tracker) bool) int { return 0 },
-		monoFunc:     func() int64 { return 0 },
-		joinedFunc:   func() { joined.Store(true) },
-	})
+	k := newConsumer(fakeConsumerConfig(f, &joined, func(func(*tracker) bool) int { return 0 }))
 	if err := k.open(); err != nil {
 		t.Fatal(err)
 	}
@@ -224,6 +212,102 @@ func TestConsumerFakeClient(t *testing.T) {
 	if _, after := f.commitsMade(); after != before {
 		t.Errorf("the final commit sent %d commits with nothing moved", after-before)
 	}
+	k.close(time.Now().Add(time.Second))
+	select {
+	case <-f.kept:
+	default:
+		t.Error("the keeper still runs after the client closed")
+	}
+}
+
+// fakeConsumerConfig is a consumerConfig of no Runtime: its client is f,
+// its feed settles each record as it comes (and signals a partition
+// caught up at its last record), giveBack is the revocations' give-back.
+func fakeConsumerConfig(f *fakeClient, joined *atomic.Bool, giveBack func(func(*tracker) bool) int) consumerConfig {
+	return consumerConfig{
+		log: slog.New(slog.DiscardHandler), logs: newLogBackoff(), metrics: nil, group: "g",
+		commitInterval: time.Hour, revokeTimeout: time.Second,
+		newClientFunc: func(kclient.Config) (kclient.Client, error) { return f, nil },
+		feedFunc: func(string) fetchFunc {
+			return func(ctx context.Context, tr *tracker, src kclient.Source, caughtUp chan<- struct{}) {
+				defer src.Close()
+				for {
+					rec, ok := src.Next(ctx)
+					if !ok {
+						return
+					}
+					tr.settle(tr.add(rec.Offset, 0))
+					if rec.Offset+1 >= rec.HighWatermark {
+						tr.caughtUp.Store(true)
+						select {
+						case caughtUp <- struct{}{}:
+						default:
+						}
+					}
+				}
+			}
+		},
+		classOf:      func(string) *class { return nil },
+		giveBackFunc: giveBack,
+		monoFunc:     func() int64 { return 0 },
+		joinedFunc:   func() { joined.Store(true) },
+	}
+}
+
+// TestGenerationCooperative drives a cooperative session's keeper
+// without a Runtime or a broker, as franz-go's callbacks do: nothing is
+// fetched nor joined before the first assignment; assigned partitions
+// are fetched and committed; a revocation stops only its partition,
+// gives back its messages and commits it; a loss drops its partition
+// without a commit.
+func TestGenerationCooperative(t *testing.T) {
+	t.Parallel()
+	const n = 20
+	f := newFakeClient(2, n, n)
+	f.cooperative = true
+	var joined atomic.Bool
+	var gaveBack atomic.Int64
+	k := newConsumer(fakeConsumerConfig(f, &joined, func(mine func(*tracker) bool) int {
+		gaveBack.Add(1)
+		return 0
+	}))
+	if err := k.open(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := k.join(ctx, []string{"orders"}); err != nil {
+		t.Fatal(err)
+	}
+	g := k.gen.Load()
+	if joined.Load() || len(g.trackers()) != 0 {
+		t.Fatalf("before any assignment: joined %v, %d partitions", joined.Load(), len(g.trackers()))
+	}
+	p0, p1 := kclient.Partition{Topic: "orders", Partition: 0}, kclient.Partition{Topic: "orders", Partition: 1}
+	f.keeper.Assign(3, []kclient.Assigned{{Partition: p0, Offset: 0}, {Partition: p1, Offset: 0}})
+	if !joined.Load() || g.id.Load() != 3 || len(g.trackers()) != 2 {
+		t.Fatalf("assigned: joined %v, generation %d, %d partitions", joined.Load(), g.id.Load(), len(g.trackers()))
+	}
+	waitFor(t, "both partitions committed to their end", func() bool {
+		c, _ := f.commitsMade()
+		return c[p0] == n && c[p1] == n
+	})
+	f.keeper.Revoke([]kclient.Partition{p0}, false)
+	if trs := g.trackers(); len(trs) != 1 || trs[0].partitionName() != p1 {
+		t.Fatalf("after revoking %s: %d partitions left", p0, len(trs))
+	}
+	if gaveBack.Load() == 0 {
+		t.Error("the revocation gave nothing back")
+	}
+	_, before := f.commitsMade()
+	f.keeper.Revoke([]kclient.Partition{p1}, true)
+	if len(g.trackers()) != 0 {
+		t.Fatalf("after losing %s: %d partitions left", p1, len(g.trackers()))
+	}
+	if _, after := f.commitsMade(); after != before {
+		t.Errorf("a lost partition was committed (%d commits)", after-before)
+	}
+	cancel()
+	k.wait()
 	k.close(time.Now().Add(time.Second))
 	select {
 	case <-f.kept:
