@@ -45,6 +45,10 @@ type consumerConfig struct {
 	// Config.RevokeTimeout; startLast is Config.StartOffset == StartLast.
 	commitInterval, revokeTimeout time.Duration
 	startLast                     bool
+	// classes is Config.Classes, in order, and topics every class's
+	// topics: the start's topic check (topics.go).
+	classes []Class
+	topics  []string
 	// kafka is the client's configuration; newClientFunc makes the
 	// client from it (kclient.New; a test's fake otherwise).
 	kafka         kclient.Config
@@ -393,6 +397,7 @@ func (r *Runtime) newConsumer() *consumer {
 		log: r.log, logs: r.logs, metrics: r.metrics, group: cfg.Group,
 		commitInterval: cfg.CommitInterval, revokeTimeout: cfg.RevokeTimeout,
 		startLast: cfg.StartOffset == StartLast,
+		classes:   cfg.Classes, topics: r.topics,
 		kafka: kclient.Config{
 			Client: string(cfg.Client), Brokers: cfg.Brokers, ClientID: cfg.ClientID, Group: cfg.Group,
 			Instance: cfg.staticID, SessionTimeout: cfg.SessionTimeout, RebalanceTimeout: cfg.RebalanceTimeout,

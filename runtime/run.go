@@ -155,7 +155,7 @@ func (s *runState) start() error {
 		if err := r.kafka.open(); err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
-		present, err := r.checkTopics(runCtx)
+		present, err := r.kafka.checkTopics(runCtx)
 		if err != nil {
 			return err
 		}
