@@ -247,7 +247,7 @@ func fakeConsumerConfig(f *fakeClient, joined *atomic.Bool, giveBack func(func(*
 				}
 			}
 		},
-		classOf:      func(string) *class { return nil },
+		classFunc:    func(string) *class { return nil },
 		giveBackFunc: giveBack,
 		monoFunc:     func() int64 { return 0 },
 		joinedFunc:   func() { joined.Store(true) },

@@ -19,14 +19,14 @@ type feeder struct {
 	// itemFunc returns the item of a fetched record, its offset added to
 	// tr (Runtime.fetched).
 	itemFunc func(c *class, tr *tracker, rec *kclient.Record) *item
-	// classOf returns the class consuming topic, nil for none.
-	classOf func(topic string) *class
+	// classFunc returns the class consuming topic, nil for none.
+	classFunc func(topic string) *class
 }
 
 // feed returns the fetch loop of a partition of topic, nil when no class
 // consumes topic: the consumer's feedFunc.
 func (f feeder) feed(topic string) fetchFunc {
-	c := f.classOf(topic)
+	c := f.classFunc(topic)
 	if c == nil {
 		return nil
 	}

@@ -56,9 +56,9 @@ type consumerConfig struct {
 	// feedFunc returns the fetch loop of a partition of topic (fetch.go),
 	// nil for a topic no class consumes.
 	feedFunc func(topic string) fetchFunc
-	// classOf returns the class consuming topic, nil for none: the stats
+	// classFunc returns the class consuming topic, nil for none: the stats
 	// of a class sum its partitions.
-	classOf func(topic string) *class
+	classFunc func(topic string) *class
 	// giveBackFunc takes the unstarted and backing-off Kafka messages of
 	// the trackers mine reports out of the pools and gives them back
 	// (unsettled, counted abandoned); it returns how many.
@@ -391,8 +391,8 @@ func (g *generation) revoke(trs []*tracker) (given, left int) {
 // classes and functions.
 func (r *Runtime) newConsumer() *consumer {
 	cfg := &r.cfg
-	classOf := func(topic string) *class { return r.byTopic[topic] }
-	f := feeder{mayFetchFunc: r.mayFetch, itemFunc: r.fetched, classOf: classOf}
+	classFunc := func(topic string) *class { return r.byTopic[topic] }
+	f := feeder{mayFetchFunc: r.mayFetch, itemFunc: r.fetched, classFunc: classFunc}
 	return newConsumer(consumerConfig{
 		log: r.log, logs: r.logs, metrics: r.metrics, group: cfg.Group,
 		commitInterval: cfg.CommitInterval, revokeTimeout: cfg.RevokeTimeout,
@@ -402,10 +402,10 @@ func (r *Runtime) newConsumer() *consumer {
 			Client: string(cfg.Client), Brokers: cfg.Brokers, ClientID: cfg.ClientID, Group: cfg.Group,
 			Instance: cfg.staticID, SessionTimeout: cfg.SessionTimeout, RebalanceTimeout: cfg.RebalanceTimeout,
 			FetchMaxWait: cfg.FetchMaxWait, FetchQueue: cfg.FetchQueue, StartLast: cfg.StartOffset == StartLast,
-			Dial: r.conn.clientDial(), Log: r.log, WarnFunc: r.logs.warn, FetchErrorFunc: r.metrics.fetchError,
+			DialFunc: r.conn.clientDial(), Log: r.log, WarnFunc: r.logs.warn, FetchErrorFunc: r.metrics.fetchError,
 		},
 		feedFunc:     f.feed,
-		classOf:      classOf,
+		classFunc:    classFunc,
 		giveBackFunc: r.giveBack,
 		monoFunc:     r.mono,
 		joinedFunc:   func() { r.joined.Store(true) },

@@ -98,7 +98,7 @@ func (k *consumer) oldestUnsettled(c *class) time.Duration {
 	}
 	oldest, found := int64(0), false
 	for _, tr := range g.trackers() {
-		if k.cfg.classOf(tr.topic) != c {
+		if k.cfg.classFunc(tr.topic) != c {
 			continue
 		}
 		if seen, ok := tr.oldest(); ok && (!found || seen < oldest) {
@@ -121,7 +121,7 @@ func (k *consumer) classLag(c *class) (partitions int, lag int64) {
 		return 0, lag
 	}
 	for _, tr := range g.trackers() {
-		if k.cfg.classOf(tr.topic) != c {
+		if k.cfg.classFunc(tr.topic) != c {
 			continue
 		}
 		partitions++

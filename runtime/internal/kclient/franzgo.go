@@ -70,8 +70,8 @@ func newFranzGo(cfg Config) (*franzGo, error) {
 		kgo.ClientID(cfg.ClientID),
 		kgo.DisableClientMetrics(),
 	}
-	if cfg.Dial != nil {
-		opts = append(opts, kgo.Dialer(cfg.Dial))
+	if cfg.DialFunc != nil {
+		opts = append(opts, kgo.Dialer(cfg.DialFunc))
 	}
 	admin, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -125,10 +125,10 @@ func (f *franzGo) Join(ctx context.Context, topics []string, begin BeginFunc) er
 	if cfg.Instance != "" {
 		opts = append(opts, kgo.InstanceID(cfg.Instance))
 	}
-	if cfg.Dial != nil {
+	if cfg.DialFunc != nil {
 		// The runtime's own dial does TLS and SASL, so their failures are
 		// typed, counted and logged as on kafka-go.
-		opts = append(opts, kgo.Dialer(cfg.Dial))
+		opts = append(opts, kgo.Dialer(cfg.DialFunc))
 	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {

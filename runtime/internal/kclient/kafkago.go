@@ -50,10 +50,10 @@ func newKafkaGo(cfg Config) *kafkaGo {
 }
 
 // transport returns a new transport for a kafka-go client or writer,
-// dialling with dial, or with cfg.Dial when nil.
+// dialling with dial, or with cfg.DialFunc when nil.
 func (c *Config) transport(dial func(context.Context, string, string) (net.Conn, error)) *kafka.Transport {
 	if dial == nil {
-		dial = c.Dial
+		dial = c.DialFunc
 	}
 	return &kafka.Transport{ClientID: c.ClientID, Dial: dial}
 }
@@ -63,7 +63,7 @@ func (k *kafkaGo) Join(ctx context.Context, topics []string, begin BeginFunc) er
 	if k.cfg.StartLast {
 		start = kafka.LastOffset
 	}
-	d := &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, ClientID: k.cfg.ClientID, DialFunc: k.cfg.Dial}
+	d := &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, ClientID: k.cfg.ClientID, DialFunc: k.cfg.DialFunc}
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                k.cfg.Group,
 		Brokers:           k.cfg.Brokers,

@@ -203,9 +203,9 @@ type Config struct {
 	// StartLast says a partition with no committed offset starts at its
 	// end; false: at its start.
 	StartLast bool
-	// Dial, when set (TLS or SASL configured), makes every connection of
+	// DialFunc, when set (TLS or SASL configured), makes every connection of
 	// the client; nil lets the client dial by itself.
-	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Log is the runtime's logger.
 	Log *slog.Logger
 	// WarnFunc logs a failure that repeats (a broker unreachable) at Warn
