@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/handoff-go/handoff"
@@ -16,16 +17,18 @@ type feeder struct {
 	// mayFetchFunc reports whether class c may fetch (not suspended nor
 	// paused), waiting while it may not, until ctx ends (suspend.go).
 	mayFetchFunc func(ctx context.Context, c *class) bool
-	// itemFunc returns the item of a fetched record, its offset added to
-	// tr (Runtime.fetched).
-	itemFunc func(c *class, tr *tracker, rec *kclient.Record) *item
 	// classFunc returns the class consuming topic, nil for none.
 	classFunc func(topic string) *class
+	// items recycles the items of fetched messages (Runtime.items).
+	items *sync.Pool
+	// epoch is the runtime's start (Runtime.epoch): FirstSeen and the
+	// trackers' stamps are read from one monotonic clock since it.
+	epoch time.Time
 }
 
 // feed returns the fetch loop of a partition of topic, nil when no class
 // consumes topic: the consumer's feedFunc.
-func (f feeder) feed(topic string) fetchFunc {
+func (f *feeder) feed(topic string) fetchFunc {
 	c := f.classFunc(topic)
 	if c == nil {
 		return nil
@@ -38,7 +41,7 @@ func (f feeder) feed(topic string) fetchFunc {
 // fetch reads one partition from src and hands its records to the
 // class's pool. A full pool makes it wait, which pushes back on this
 // partition only.
-func (f feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.Source, caughtUpCh chan<- struct{}) {
+func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.Source, caughtUpCh chan<- struct{}) {
 	defer src.Close()
 	caughtUp := false
 	for {
@@ -49,7 +52,7 @@ func (f feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.So
 		if !ok {
 			return
 		}
-		it := f.itemFunc(c, tr, &rec)
+		it := f.item(c, tr, &rec)
 		last := rec.Offset+1 >= rec.HighWatermark
 		if err := c.pool.Submit(ctx, it); err != nil {
 			// Never accepted: it stays unsettled, so the commit stops
@@ -70,14 +73,15 @@ func (f feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.So
 	}
 }
 
-// fetched returns the recycled item of record rec, its offset added to
-// tr. The message's ID and bytes are its own, and the handler is handed
+// item returns the recycled item of record rec, its offset added to tr.
+// The message's ID and bytes are its own, and the handler is handed
 // copies of the message (see handler): a handler may keep them (see
-// handoff.Message).
-func (r *Runtime) fetched(c *class, tr *tracker, rec *kclient.Record) *item {
-	it := r.items.Get().(*item) // zero: result clears an item before it returns it
+// handoff.Message). A direct call, so that rec stays on the fetch loop's
+// stack.
+func (f *feeder) item(c *class, tr *tracker, rec *kclient.Record) *item {
+	it := f.items.Get().(*item) // zero: result clears an item before it returns it
 	it.src, it.tr = fromKafka, tr
-	seen := r.mono()
+	seen := int64(time.Since(f.epoch)) // Runtime.mono's clock
 	it.msg = handoff.Message{
 		ID:        kafkaID(tr.idPrefix, rec.Offset),
 		Class:     c.cfg.Name,
@@ -86,7 +90,7 @@ func (r *Runtime) fetched(c *class, tr *tracker, rec *kclient.Record) *item {
 		Headers:   rec.Headers,
 		Origin:    handoff.Origin{Topic: tr.topic, Partition: tr.partition, Offset: rec.Offset},
 		Timestamp: rec.Time,
-		FirstSeen: r.epoch.Add(time.Duration(seen)),
+		FirstSeen: f.epoch.Add(time.Duration(seen)),
 	}
 	it.slot = tr.add(rec.Offset, seen)
 	return it

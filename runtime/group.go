@@ -76,6 +76,8 @@ type consumerConfig struct {
 // watermark. It closes src when it returns.
 type fetchFunc func(ctx context.Context, tr *tracker, src kclient.Source, caughtUp chan<- struct{})
 
+// newConsumer returns a consumer of cfg; a nil newClientFunc means
+// kclient.New. It makes no connection: open makes the client.
 func newConsumer(cfg consumerConfig) *consumer {
 	if cfg.newClientFunc == nil {
 		cfg.newClientFunc = kclient.New
@@ -392,7 +394,7 @@ func (g *generation) revoke(trs []*tracker) (given, left int) {
 func (r *Runtime) newConsumer() *consumer {
 	cfg := &r.cfg
 	classFunc := func(topic string) *class { return r.byTopic[topic] }
-	f := feeder{mayFetchFunc: r.mayFetch, itemFunc: r.fetched, classFunc: classFunc}
+	f := &feeder{mayFetchFunc: r.mayFetch, classFunc: classFunc, items: &r.items, epoch: r.epoch}
 	return newConsumer(consumerConfig{
 		log: r.log, logs: r.logs, metrics: r.metrics, group: cfg.Group,
 		commitInterval: cfg.CommitInterval, revokeTimeout: cfg.RevokeTimeout,
