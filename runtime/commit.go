@@ -34,6 +34,8 @@ func (g *generation) Keep(end context.Context) {
 	interval := g.cfg.commitInterval
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	alive := g.cfg.alive.start(fmt.Sprintf("committer of generation %d", g.id.Load()), interval)
+	defer alive.end()
 	soon := time.NewTimer(0)
 	soon.Stop()
 	defer soon.Stop()
@@ -51,6 +53,7 @@ func (g *generation) Keep(end context.Context) {
 	for {
 		select {
 		case <-t.C:
+			alive.beat()
 			commit("interval")
 		case <-g.caughtUp:
 			if wait == 0 {

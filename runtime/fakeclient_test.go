@@ -251,6 +251,7 @@ func fakeConsumerConfig(f *fakeClient, joined *atomic.Bool, giveBack func(func(*
 		giveBackFunc: giveBack,
 		monoFunc:     func() int64 { return 0 },
 		joinedFunc:   func() { joined.Store(true) },
+		alive:        new(liveness),
 	}
 }
 

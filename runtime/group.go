@@ -68,6 +68,9 @@ type consumerConfig struct {
 	monoFunc func() int64
 	// joinedFunc is called when a generation arrived: readiness.
 	joinedFunc func()
+	// alive is the runtime's liveness (alive.go): each keeper beats in
+	// it.
+	alive *liveness
 }
 
 // fetchFunc is one partition's fetch loop: it reads src and hands the
@@ -411,6 +414,7 @@ func (r *Runtime) newConsumer() *consumer {
 		giveBackFunc: r.giveBack,
 		monoFunc:     r.mono,
 		joinedFunc:   func() { r.joined.Store(true) },
+		alive:        &r.alive,
 	})
 }
 

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -26,6 +28,9 @@ import (
 // committed (Kafka delivers them again) and Run returns an error with
 // their count.
 //
+// A start that fails before fetching (the state file, the brokers, the
+// topics, the recovery) returns an error matching [ErrStart].
+//
 // Run installs no signal handler; see [HandleSignals]. It may be called
 // once; a second call returns [ErrRunTwice].
 func (r *Runtime) Run(ctx context.Context) (rep *Report, err error) {
@@ -42,7 +47,7 @@ func (r *Runtime) Run(ctx context.Context) (rep *Report, err error) {
 	defer stopWatch()
 
 	if err := s.open(); err != nil {
-		return s.rep, err
+		return s.rep, startError{err}
 	}
 	if err := s.start(); err != nil {
 		// Nothing was fetched: the pools hold only re-pushed messages,
@@ -50,7 +55,7 @@ func (r *Runtime) Run(ctx context.Context) (rep *Report, err error) {
 		// the stop saves. The drain is skipped.
 		r.life.skipDrain()
 		_, stopErr := s.stop(0, err)
-		return s.rep, errors.Join(err, stopErr)
+		return s.rep, errors.Join(startError{err}, stopErr)
 	}
 	<-r.life.stopCh
 	return s.stop(r.cfg.HardStopGrace, ErrStopping)
@@ -82,6 +87,9 @@ type runState struct {
 	left []leftover
 	// deadline is when the stop's budget runs out (see stopBudget).
 	deadline time.Time
+	// kept is what the state file holds at the end of the stop, for its
+	// last log line (kept.go).
+	kept slog.Attr
 	// Errors of the stop's phases, joined into Run's.
 	snapErr, commitErr, closeErr error
 }
@@ -95,6 +103,12 @@ func (s *runState) open() error {
 		return fmt.Errorf("runtime: open state file: %w", err)
 	}
 	if err := r.checkIdentity(store); err != nil {
+		return errors.Join(err, store.Close())
+	}
+	if err := r.renameClasses(store); err != nil {
+		return errors.Join(err, store.Close())
+	}
+	if err := recordClasses(store, r.cfg.Classes); err != nil {
 		return errors.Join(err, store.Close())
 	}
 	// The pauses apply before the recovery pushes anything.
@@ -129,7 +143,7 @@ func (s *runState) start() error {
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	s.stopBackground = stopBackground
 	s.background.Go(func() {
-		r.deletes.run(bgCtx, r.store, r.log, func(d doneRecords) { r.sched.forget(d.delayed...) })
+		r.deletes.run(bgCtx, r.store, r.log, r.alive.start("state file deleter", deleteInterval), func(d doneRecords) { r.sched.forget(d.delayed...) })
 	})
 	s.background.Go(func() { r.watchBudget(bgCtx) })
 	s.background.Go(func() { r.retryHeld(bgCtx) })
@@ -170,7 +184,7 @@ func (s *runState) start() error {
 		return nil // a stop was requested: never ready
 	}
 	r.ready.Store(true)
-	r.log.Info("running", "classes", len(r.order), "topics", len(r.topics), "group", r.cfg.Group, "instance", r.cfg.Instance)
+	r.log.Info("running", "classes", len(r.order), "topics", len(r.topics), "group", r.cfg.Group, "instance", r.cfg.Instance, "version", handoff.Version)
 	return nil
 }
 

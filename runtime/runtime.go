@@ -55,6 +55,9 @@ type Runtime struct {
 	dlq   *publisher
 	conn  *connection
 
+	orphans orphans  // saved messages of unknown classes, logged as one line; see rename.go
+	alive   liveness // the loops that beat; see alive.go
+
 	stats counters    // outcomes of no configured class; see total
 	logs  *logBackoff // repeated failures' lines
 	// items recycles the items of fetched Kafka messages: one allocation

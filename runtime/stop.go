@@ -49,7 +49,7 @@ func (s *runState) stop(grace time.Duration, cause error) (*Report, error) {
 	rep.Stop = time.Since(begin)
 	r.log.Info("stop complete", "drained", rep.Drained, "snapshotted", rep.Snapshotted, "unstarted", rep.Unstarted,
 		"interrupted", rep.Interrupted, "stragglers", rep.Stragglers, "succeeded", rep.Succeeded,
-		"dead_lettered", rep.DeadLettered, "retried", rep.Retried, "repushed", rep.Repushed, "took", rep.Stop)
+		"dead_lettered", rep.DeadLettered, "retried", rep.Retried, "repushed", rep.Repushed, "took", rep.Stop, s.kept)
 	return rep, errors.Join(s.snapErr, s.commitErr, s.closeErr)
 }
 
@@ -290,6 +290,7 @@ func (s *runState) leave() []any {
 	r := s.r
 	r.kafka.close(s.deadline)
 	r.dlq.close(s.deadline)
+	s.kept = r.keptInFile()
 	r.storeOpen.Store(false)
 	if err := r.store.Close(); err != nil {
 		s.closeErr = fmt.Errorf("runtime: close state file: %w", err)

@@ -3,7 +3,14 @@ package snapshot
 import (
 	"bytes"
 	"errors"
+	"strings"
 )
+
+// classPrefix starts the meta keys naming the classes of the services
+// that ran on the file, one key per class (prefix and name) with an
+// empty value: the operator CLI's pause refuses a class the file has
+// never seen, which is most often a typo.
+const classPrefix = "class/"
 
 // Keys of the meta bucket the runtime writes: the consumer group and the
 // instance the file belongs to.
@@ -26,15 +33,58 @@ func (tx *Tx) Meta(key string) ([]byte, bool, error) {
 	return bytes.Clone(v), true, nil
 }
 
-// PutMeta stores value under key in the meta bucket. The key of the file
-// format version is refused: [Open] owns it.
+// PutMeta stores value under key in the meta bucket. The keys of the
+// file format version and of its features are refused: the writers of
+// records own them.
 func (tx *Tx) PutMeta(key string, value []byte) error {
-	if key == metaFormatKey {
-		return tx.errorf(errors.New("reserved key"), "write %s/%s", bucketMeta, key)
+	if key == metaFormatKey || strings.HasPrefix(key, metaFeaturePrefix) {
+		return tx.errorf(errReservedMeta, "write %s/%s", bucketMeta, key)
 	}
 	b, err := tx.bucket(bucketMeta)
 	if err == nil {
 		err = b.Put([]byte(key), bytes.Clone(value))
 	}
 	return tx.errorf(err, "write %s/%s", bucketMeta, key)
+}
+
+// AddClasses records names as classes the file has seen (a service that
+// ran on it was configured with them) and returns how many were new.
+// Recorded names are never removed: a class renamed or dropped was still
+// seen. An empty name is refused.
+func (tx *Tx) AddClasses(names ...string) (int, error) {
+	b, err := tx.bucket(bucketMeta)
+	if err != nil {
+		return 0, tx.errorf(err, "record classes")
+	}
+	added := 0
+	for _, name := range names {
+		if name == "" {
+			return added, tx.errorf(errors.New("empty class name"), "record classes")
+		}
+		key := []byte(classPrefix + name)
+		if b.Get(key) != nil {
+			continue
+		}
+		if err := b.Put(key, []byte{}); err != nil {
+			return added, tx.errorf(err, "record class %q", name)
+		}
+		added++
+	}
+	return added, nil
+}
+
+// Classes returns the class names [Tx.AddClasses] recorded, in byte
+// order; none for a file no service has recorded its classes in (one
+// written before they were recorded).
+func (tx *Tx) Classes() ([]string, error) {
+	c, err := tx.cursor(bucketMeta)
+	if err != nil {
+		return nil, tx.errorf(err, "read classes")
+	}
+	var out []string
+	prefix := []byte(classPrefix)
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		out = append(out, string(k[len(prefix):]))
+	}
+	return out, nil
 }
