@@ -140,7 +140,7 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_oldest_unsettled_age_seconds",
 				Help:        "Age of the class's oldest Kafka message fetched and neither done nor saved (what holds its partition's commit back); 0 when none.",
 				ConstLabels: labels},
-				func() float64 { return r.oldestUnsettled(c).Seconds() }),
+				func() float64 { return r.kafka.oldestUnsettled(c).Seconds() }),
 		)
 		cs = append(cs, c.hold.Collectors(labels)...)
 		var obs [numCallEnds]prometheus.Observer

@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
-
-	"github.com/segmentio/kafka-go"
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/runtime/internal/deletes"
@@ -72,12 +69,9 @@ type runState struct {
 	r   *Runtime
 	rep *Report
 
-	// Fetching: the consumer group and the loop that joins its
-	// generations (group.go). They end at the quiesce.
-	cg        *kafka.ConsumerGroup
-	member    memberWatch // what kafka-go joined the group as (member.go)
+	// stopFetch ends the consumer group's fetching (group.go), at the
+	// quiesce.
 	stopFetch context.CancelFunc
-	consumer  sync.WaitGroup
 
 	// The scheduler feeds the pools besides fetching (and the key
 	// releases, r.releases); it ends at the quiesce too.
@@ -128,7 +122,8 @@ func (s *runState) open() error {
 // scheduler and joins the consumer group. A stop requested meanwhile ends
 // the recovery early (what is not pushed stays in the file) and skips the
 // join. It returns an error when the brokers refused the connection (see
-// checkBrokers) or the recovery failed.
+// connection.checkBrokers), the client could not be made or the recovery
+// failed.
 func (s *runState) start() error {
 	r := s.r
 	started := time.Now()
@@ -157,7 +152,7 @@ func (s *runState) start() error {
 	r.openDLQ()
 	r.life.accepting.Store(true)
 
-	if err := r.checkBrokers(runCtx); err != nil {
+	if err := r.conn.checkBrokers(runCtx, len(r.topics) > 0, r.dlq != nil); err != nil {
 		return err
 	}
 	rec := recovery{state: r.state, classes: r.classes, order: r.order, orphan: r.fail.orphan, orphans: &r.fail.orphans, log: r.log}
@@ -169,18 +164,17 @@ func (s *runState) start() error {
 		"unknown_class", rep.UnknownClass, "blocked_keys", rep.BlockedKeys, "took", time.Since(started))
 	s.feeds.Start(r.sched.run)
 	if len(r.topics) > 0 && runCtx.Err() == nil {
-		r.commits = r.newCommitClient()
-		if r.cfg.Client == ClientKafkaGo {
-			r.fetches = r.newFetchClient()
+		if err := r.kafka.open(); err != nil {
+			return fmt.Errorf("runtime: %w", err)
 		}
-		present, err := r.checkTopics(runCtx)
+		present, err := r.kafka.checkTopics(runCtx)
 		if err != nil {
 			return err
 		}
 		r.ready.topicsOK.Store(len(present) == len(r.topics))
 		if runCtx.Err() == nil {
-			if err := s.join(fetchCtx, present); err != nil {
-				return err
+			if err := r.kafka.join(fetchCtx, present); err != nil {
+				return fmt.Errorf("runtime: %w", err)
 			}
 		}
 	}
@@ -190,41 +184,4 @@ func (s *runState) start() error {
 	r.ready.started.Store(true)
 	r.log.Info("running", "classes", len(r.order), "topics", len(r.topics), "group", r.cfg.Group, "instance", r.cfg.Instance, "version", handoff.Version)
 	return nil
-}
-
-// join creates the consumer group member for topics, on the configured
-// client, and starts the loop that fetches until fetchCtx ends.
-func (s *runState) join(fetchCtx context.Context, topics []string) error {
-	r := s.r
-	if r.cfg.Client == ClientFranzGo {
-		return r.startFranzGo(fetchCtx, topics, &s.consumer)
-	}
-	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
-		ID:                r.cfg.Group,
-		Brokers:           r.cfg.Brokers,
-		Topics:            topics,
-		StartOffset:       r.startOffset(),
-		SessionTimeout:    r.cfg.SessionTimeout,
-		RebalanceTimeout:  r.cfg.RebalanceTimeout,
-		HeartbeatInterval: r.cfg.SessionTimeout / 3,
-		JoinGroupBackoff:  time.Second,
-		Timeout:           5 * time.Second,
-		Dialer:            r.kafkaDialer(),
-		Logger:            s.member.logger(r.kafkaLogger(fetchCtx, r.log, false)),
-		ErrorLogger:       s.member.logger(r.kafkaLogger(fetchCtx, r.log, true)),
-	})
-	if err != nil {
-		// Validated in New; this means kafka-go disagrees.
-		return fmt.Errorf("runtime: kafka-go consumer group: %w", err)
-	}
-	s.cg = cg
-	s.consumer.Go(func() { r.consume(fetchCtx, cg) })
-	return nil
-}
-
-func (r *Runtime) startOffset() int64 {
-	if r.cfg.StartOffset == StartLast {
-		return kafka.LastOffset
-	}
-	return kafka.FirstOffset
 }

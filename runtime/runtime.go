@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/pool"
 	"github.com/handoff-go/handoff/runtime/internal/deletes"
@@ -46,15 +44,12 @@ type Runtime struct {
 	fail     *failures // dead letters, redeliveries, requeues, unsaved failures
 	handling *handling // every pool's handler wrapper, retry and result
 
-	// Kafka: the current generation, and the readers still closing.
-	gen     atomic.Pointer[generation] // set by setGen
-	closing sync.WaitGroup
-	revoked atomic.Int64  // messages given back at rebalances
-	dlq     *publisher    // nil without a DeadLetterTopic
-	franz   *franzGo      // the franz-go member, set by Run's join on ClientFranzGo, ended by its stop's leave
-	commits *kafka.Client // kafka-go's fresh-connection commits (commitFresh), and on both clients the topic check and the lag sampler
-	fetches *kafka.Client // the partition readers'; see readPartition
-	conn    connection    // how connections to the brokers are made; see connect.go
+	// Kafka: the consumer group and its client (group.go), the
+	// dead-letter publisher (nil without a DeadLetterTopic) and how
+	// connections to the brokers are made (connect.go).
+	kafka *consumer
+	dlq   *publisher
+	conn  *connection
 
 	alive liveness    // the loops that beat; see alive.go
 	tally *tally      // event counts
@@ -133,10 +128,9 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	r.logs = newLogBackoff()
 	r.tally = &tally{}
-	r.newConnection()
 	r.state = &stateFile{log: r.log}
 	r.fail = newFailures(failuresConfig{state: r.state, tally: r.tally, classes: r.classes, accepting: &r.life.accepting,
-		publish: func(c *class, rec snapshot.Record) { r.publishDead(c, rec) }, log: r.log})
+		publish: func(c *class, rec snapshot.Record) { r.dlq.publish(c, rec) }, log: r.log})
 	r.sched = newScheduler(schedulerConfig{state: r.state, tally: r.tally, classes: r.classes, orphan: r.fail.orphan, log: r.log})
 	r.state.forgetDelayed = r.sched.forget
 	r.handling = &handling{cfg: handlingConfig{state: r.state, deletes: &r.deletes, tally: r.tally, fail: r.fail,
@@ -203,6 +197,8 @@ func New(cfg Config) (*Runtime, error) {
 			c.batch.metrics = m
 		}
 	}
+	r.conn = newConnection(&cfg, r.log)
+	r.kafka = r.newConsumer()
 	return r, nil
 }
 
