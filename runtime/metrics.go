@@ -16,11 +16,11 @@ import (
 // Registerer) records nothing.
 type metrics struct {
 	handler     *prometheus.HistogramVec
-	handlerObs  [][numCallEnds]prometheus.Observer // per class, in r.order
+	handlerObs  [][numCallEnds]prometheus.Observer // per class, in r.classes.order
 	handlerErrs []prometheus.Counter               // per class
 	publishFail []prometheus.Counter               // per class
 	batch       *prometheus.HistogramVec
-	batchObs    []prometheus.Observer // per class, in r.order; nil for non-batch classes
+	batchObs    []prometheus.Observer // per class, in r.classes.order; nil for non-batch classes
 	drainEst    *prometheus.GaugeVec
 	overBudget  *prometheus.GaugeVec
 	phase       *prometheus.GaugeVec
@@ -119,7 +119,7 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 			ConstLabels: prometheus.Labels{"step": step},
 		}, func() float64 { return float64(r.conn.authErrs[i].Load()) }))
 	}
-	for _, c := range r.order {
+	for _, c := range r.classes.order {
 		labels := prometheus.Labels{"class": c.cfg.Name}
 		for o := range numEvents {
 			cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -158,11 +158,11 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 	}
 	// Every series that can be known now exists from the start, at 0, so
 	// that rate() and alerts see the first increase.
-	for _, c := range r.order {
+	for _, c := range r.classes.order {
 		m.drainEst.WithLabelValues(c.cfg.Name)
 		m.overBudget.WithLabelValues(c.cfg.Name)
 	}
-	for _, t := range r.topics {
+	for _, t := range r.classes.topics {
 		m.fetchErrs.WithLabelValues(t)
 	}
 	var errs []error

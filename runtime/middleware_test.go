@@ -414,7 +414,7 @@ func BenchmarkHandlerChain(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			c := rt.classes["c"]
+			c := rt.classes.byName["c"]
 			h, res := rt.handling.handler(c), rt.handling.result(c)
 			it := &item{msg: handoff.Message{ID: "x", Class: "c"}, src: fromSubmit}
 			ctx := context.Background()

@@ -51,7 +51,7 @@ func TestReleaseSkipsUndeletedParked(t *testing.T) {
 	if err := rt.Discard(context.Background(), dead[0].Key); err != nil {
 		t.Fatal(err)
 	}
-	c := rt.classes["orders"]
+	c := rt.classes.byName["orders"]
 	keyFree := func() bool {
 		return c.keys.free("k")
 	}

@@ -83,7 +83,7 @@ type deadPublish struct {
 // openDLQ starts the dead-letter publisher when a class has a
 // DeadLetterTopic. Its writer has its own transport, closed with it.
 func (r *Runtime) openDLQ() {
-	for _, c := range r.order {
+	for _, c := range r.classes.order {
 		if c.cfg.DeadLetterTopic == "" {
 			continue
 		}

@@ -96,7 +96,7 @@ func TestDeadLetterPublishQueueFull(t *testing.T) {
 	// A publisher whose goroutine never runs: its queue of 2 only fills.
 	rt.dlq = newPublisher(rt.publisherConfig(), nil)
 	rt.dlq.queue = make(chan deadPublish, 2)
-	c := rt.classes["orders"]
+	c := rt.classes.byName["orders"]
 	dead := func(id string) { rt.dlq.publish(c, snapshot.Record{Message: handoff.Message{ID: id}}) }
 	for _, id := range []string{"a", "b", "c", "d", "e"} {
 		dead(id)

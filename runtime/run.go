@@ -111,7 +111,7 @@ func (s *runState) open() error {
 		return errors.Join(err, store.Close())
 	}
 	// The pauses apply before the recovery pushes anything.
-	if err := loadPauses(store, r.classes, r.log); err != nil {
+	if err := loadPauses(store, r.classes.byName, r.log); err != nil {
 		return errors.Join(err, store.Close())
 	}
 	r.state.opened(store)
@@ -152,10 +152,10 @@ func (s *runState) start() error {
 	r.openDLQ()
 	r.life.accepting.Store(true)
 
-	if err := r.conn.checkBrokers(runCtx, len(r.topics) > 0, r.dlq != nil); err != nil {
+	if err := r.conn.checkBrokers(runCtx, len(r.classes.topics) > 0, r.dlq != nil); err != nil {
 		return err
 	}
-	rec := recovery{state: r.state, classes: r.classes, order: r.order, orphan: r.fail.orphan, orphans: &r.fail.orphans, log: r.log}
+	rec := recovery{state: r.state, classes: r.classes.byName, order: r.classes.order, orphan: r.fail.orphan, orphans: &r.fail.orphans, log: r.log}
 	if err := rec.run(runCtx, s.rep); err != nil {
 		return err
 	}
@@ -163,7 +163,7 @@ func (s *runState) start() error {
 	r.log.Info("recovery finished", "repushed", rep.Repushed, "quarantined", rep.Quarantined,
 		"unknown_class", rep.UnknownClass, "blocked_keys", rep.BlockedKeys, "took", time.Since(started))
 	s.feeds.Start(r.sched.run)
-	if len(r.topics) > 0 && runCtx.Err() == nil {
+	if len(r.classes.topics) > 0 && runCtx.Err() == nil {
 		if err := r.kafka.open(); err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
@@ -171,7 +171,7 @@ func (s *runState) start() error {
 		if err != nil {
 			return err
 		}
-		r.ready.topicsOK.Store(len(present) == len(r.topics))
+		r.ready.topicsOK.Store(len(present) == len(r.classes.topics))
 		if runCtx.Err() == nil {
 			if err := r.kafka.join(fetchCtx, present); err != nil {
 				return fmt.Errorf("runtime: %w", err)
@@ -182,6 +182,6 @@ func (s *runState) start() error {
 		return nil // a stop was requested: never ready
 	}
 	r.ready.started.Store(true)
-	r.log.Info("running", "classes", len(r.order), "topics", len(r.topics), "group", r.cfg.Group, "instance", r.cfg.Instance, "version", handoff.Version)
+	r.log.Info("running", "classes", len(r.classes.order), "topics", len(r.classes.topics), "group", r.cfg.Group, "instance", r.cfg.Instance, "version", handoff.Version)
 	return nil
 }

@@ -23,10 +23,7 @@ import (
 type Runtime struct {
 	cfg     Config
 	log     *slog.Logger
-	classes map[string]*class
-	order   []*class // config order, for deterministic stops
-	byTopic map[string]*class
-	topics  []string
+	classes classSet
 	metrics *metrics
 	// epoch is when New ran; see now.
 	epoch time.Time
@@ -58,6 +55,16 @@ type Runtime struct {
 	// less per message on the hot path. A handler never sees an item,
 	// only a copy of its message (see handler).
 	items sync.Pool
+}
+
+// classSet is the configured classes, by name, in config order (for
+// deterministic stops) and by topic, and every topic of them. Built by
+// New, read-only after.
+type classSet struct {
+	byName  map[string]*class
+	order   []*class
+	byTopic map[string]*class
+	topics  []string
 }
 
 // lifecycle is a Runtime's start and stop signalling.
@@ -101,7 +108,7 @@ type class struct {
 	keys   *orderedKeys // ordered classes only
 	stats  counters
 	svc    serviceTime
-	index  int      // in Runtime.order
+	index  int      // in Runtime.classes.order
 	batch  *batcher // batch classes only
 	// hold is the class's outage suspension and pause.
 	hold *hold.Hold[*item]
@@ -122,16 +129,15 @@ func New(cfg Config) (*Runtime, error) {
 		epoch:   time.Now(),
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "runtime"),
-		classes: map[string]*class{},
-		byTopic: map[string]*class{},
+		classes: classSet{byName: map[string]*class{}, byTopic: map[string]*class{}},
 		life:    lifecycle{stopCh: make(chan struct{}), skipCh: make(chan struct{}), done: make(chan struct{})},
 	}
 	r.logs = newLogBackoff()
 	r.tally = &tally{}
 	r.state = &stateFile{log: r.log}
-	r.fail = newFailures(failuresConfig{state: r.state, tally: r.tally, classes: r.classes, accepting: &r.life.accepting,
+	r.fail = newFailures(failuresConfig{state: r.state, tally: r.tally, classes: r.classes.byName, accepting: &r.life.accepting,
 		publish: func(c *class, rec snapshot.Record) { r.dlq.publish(c, rec) }, log: r.log})
-	r.sched = newScheduler(schedulerConfig{state: r.state, tally: r.tally, classes: r.classes, orphan: r.fail.orphan, log: r.log})
+	r.sched = newScheduler(schedulerConfig{state: r.state, tally: r.tally, classes: r.classes.byName, orphan: r.fail.orphan, log: r.log})
 	r.state.forgetDelayed = r.sched.forget
 	r.handling = &handling{cfg: handlingConfig{state: r.state, deletes: &r.deletes, tally: r.tally, fail: r.fail,
 		sched: r.sched, items: &r.items, log: r.log}}
@@ -139,7 +145,7 @@ func New(cfg Config) (*Runtime, error) {
 	r.items.New = func() any { return new(item) }
 	var errs []error
 	for _, cc := range cfg.Classes {
-		c := &class{cfg: cc, index: len(r.order)}
+		c := &class{cfg: cc, index: len(r.classes.order)}
 		workers := cc.Workers
 		if cc.BatchHandler != nil {
 			c.batch = newBatcher(c, r.log)
@@ -175,12 +181,12 @@ func New(cfg Config) (*Runtime, error) {
 			errs = append(errs, err)
 			continue
 		}
-		r.classes[cc.Name] = c
-		r.order = append(r.order, c)
-		r.tally.classes = r.order
+		r.classes.byName[cc.Name] = c
+		r.classes.order = append(r.classes.order, c)
+		r.tally.classes = r.classes.order
 		for _, t := range cc.Topics {
-			r.byTopic[t] = c
-			r.topics = append(r.topics, t)
+			r.classes.byTopic[t] = c
+			r.classes.topics = append(r.classes.topics, t)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -192,7 +198,7 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	r.metrics = m
 	r.handling.metrics = m
-	for _, c := range r.order {
+	for _, c := range r.classes.order {
 		if c.batch != nil {
 			c.batch.metrics = m
 		}
@@ -219,7 +225,7 @@ func (r *Runtime) mono() int64 { return int64(time.Since(r.epoch)) }
 // stopping: false the moment a stop begins, so a load balancer can stop
 // sending work. Without topics, recovered and not stopping is enough.
 func (r *Runtime) Ready() bool {
-	return r.ready.started.Load() && (len(r.topics) == 0 || r.ready.joined.Load() && r.ready.topicsOK.Load())
+	return r.ready.started.Load() && (len(r.classes.topics) == 0 || r.ready.joined.Load() && r.ready.topicsOK.Load())
 }
 
 // Group returns the consumer group ID, Config.Group.
@@ -263,7 +269,7 @@ func (r *Runtime) accept(verb, class string, m *handoff.Message) (*class, handof
 	if !r.life.accepting.Load() {
 		return nil, handoff.Message{}, ErrNotRunning
 	}
-	c := r.classes[class]
+	c := r.classes.byName[class]
 	if c == nil {
 		return nil, handoff.Message{}, fmt.Errorf("%w: %q", ErrUnknownClass, class)
 	}

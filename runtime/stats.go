@@ -48,8 +48,8 @@ type ClassStats struct {
 // Stats returns every class's stats, in configuration order. Safe for
 // concurrent use; it does not wait for handlers.
 func (r *Runtime) Stats() []ClassStats {
-	out := make([]ClassStats, len(r.order))
-	for i, c := range r.order {
+	out := make([]ClassStats, len(r.classes.order))
+	for i, c := range r.classes.order {
 		ps := c.pool.Stats()
 		cs := ClassStats{
 			Name: c.cfg.Name, Topics: append([]string(nil), c.cfg.Topics...), Ordered: c.cfg.Ordered,

@@ -74,7 +74,7 @@ func (s *runState) quiesce() []any {
 	s.r.releases.close()
 	s.feeds.Wait()
 	s.r.kafka.wait()
-	for _, c := range s.r.order {
+	for _, c := range s.r.classes.order {
 		c.hold.Stop()
 	}
 	return nil
@@ -97,7 +97,7 @@ func (s *runState) drain() []any {
 	}()
 	var drains sync.WaitGroup
 	var timedOut sync.Once
-	for _, c := range r.order {
+	for _, c := range r.classes.order {
 		drains.Go(func() {
 			if err := c.pool.Drain(ctx); err != nil {
 				timedOut.Do(func() { rep.DrainTimedOut = true })
@@ -128,9 +128,9 @@ type leftover struct {
 // message of its key and the restart re-pushes in save order.
 func (s *runState) hardStop(grace time.Duration, cause error) []any {
 	r, rep := s.r, s.rep
-	results := make([]pool.StopResult[*item], len(r.order))
+	results := make([]pool.StopResult[*item], len(r.classes.order))
 	var stops sync.WaitGroup
-	for i, c := range r.order {
+	for i, c := range r.classes.order {
 		stops.Go(func() { results[i] = c.pool.Stop(grace, cause) })
 	}
 	stops.Wait()
@@ -143,7 +143,7 @@ func (s *runState) hardStop(grace time.Duration, cause error) []any {
 		rep.Interrupted += len(res.Interrupted)
 		rep.Waiting += len(res.Waiting)
 		rep.Stragglers += res.Stragglers
-		if r.order[i].cfg.StopPolicy == StopRedeliver {
+		if r.classes.order[i].cfg.StopPolicy == StopRedeliver {
 			// Kafka messages stay unsettled: the commit stops before
 			// them and the partition's next owner reads them again.
 			giveBack := func(it *item) { rep.GivenBack++; r.abandon(it) }
@@ -167,7 +167,7 @@ func (s *runState) hardStop(grace time.Duration, cause error) []any {
 // pools.
 func (s *runState) keep(its []*item, reason string) {
 	for _, it := range its {
-		if c := s.r.classes[it.msg.Class]; c != nil {
+		if c := s.r.classes.byName[it.msg.Class]; c != nil {
 			c.hold.Uncount(it)
 		}
 		s.r.handling.leftPool(it)

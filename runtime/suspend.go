@@ -151,7 +151,7 @@ const (
 // [ErrNotRunning] when the state file is not open; it blocks only for
 // the state-file write.
 func (r *Runtime) Pause(ctx context.Context, class, reason string) error {
-	c, store, err := holdTarget(ctx, r.classes, r.state, class)
+	c, store, err := holdTarget(ctx, r.classes.byName, r.state, class)
 	if err != nil {
 		return err
 	}
@@ -163,7 +163,7 @@ func (r *Runtime) Pause(ctx context.Context, class, reason string) error {
 // fetching resumes. Resuming a running class does nothing. Errors are as
 // for [Runtime.Pause].
 func (r *Runtime) Resume(ctx context.Context, class string) error {
-	c, store, err := holdTarget(ctx, r.classes, r.state, class)
+	c, store, err := holdTarget(ctx, r.classes.byName, r.state, class)
 	if err != nil {
 		return err
 	}
