@@ -21,8 +21,9 @@ func (h *holdState) started() {
 // turn in an Ordered pool), items sent back by RetryFunc wait out their
 // delay and then wait in place too, and Submit still accepts items up to
 // QueueSize. [Pool.Drain] counts a held pool idle once no handler runs,
-// and [Pool.Stop] hands its items back as usual. Holding a held pool does
-// nothing; Hold does not block.
+// and [Pool.Stop] hands its items back as usual. Holding a held pool
+// takes back a [Pool.Probe] allowance no item has used yet, and does
+// nothing else; Hold does not block.
 func (p *Pool[T]) Hold() {
 	p.mu.Lock()
 	p.hold.on = true

@@ -61,8 +61,9 @@ func (f *failures) save(c *class, it *item, err error) bool {
 func (f *failures) deadLetter(c *class, it *item, herr error) {
 	rec := it.record(reasonFailed, herr, time.Now())
 	if it.src == fromDead {
-		// A requeued dead letter failed again: update it in place.
-		if !f.cfg.state.moveTo(it, "update dead letter", func(tx *snapshot.Tx) error { return tx.PutDead(it.key, rec) }) {
+		// A requeued dead letter failed again: update it in place, so
+		// its key (and a link to it) stays.
+		if !f.cfg.state.updateInPlace(it, "update dead letter", func(tx *snapshot.Tx) error { return tx.PutDead(it.key, rec) }) {
 			return
 		}
 	} else if !f.cfg.state.moveTo(it, "save dead letter", func(tx *snapshot.Tx) error { _, err := tx.SaveDead(rec); return err }) {
@@ -140,7 +141,9 @@ func (r *Runtime) DeadLetters(class string, after Cursor, limit int) ([]DeadLett
 func (r *Runtime) GetDeadLetter(key uint64) (DeadLetter, error) { return r.fail.get(key) }
 
 // Requeue hands a dead letter back to its class's pool with its attempt
-// count reset. Its record is removed only once it is handled; if it fails
+// and redelivery counts reset: a failure gets its class's retries and
+// redeliveries again, and a redelivery takes the dead letter's record
+// with it. Its record is removed only once it is handled; if it fails
 // for good again the record is updated. In an ordered class its key's
 // parked messages run after it succeeds. Requeue blocks while the pool is
 // full, until ctx ends. It returns an error wrapping [ErrRequeued] while

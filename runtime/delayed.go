@@ -60,11 +60,37 @@ func (f *failures) redeliver(c *class, it *item, herr error) {
 
 // deferDelivery stores a Kafka message whose header asks for a later
 // delivery, and reports whether it did; if not, the message runs now
-// rather than wait in memory.
+// rather than wait in memory. A record read again (its offset was not
+// committed when a stop gave back an earlier one, or a crash came before
+// the commit) finds its delayed record waiting already, under its ID:
+// that one delivers it when due, and this read only settles the offset.
 func (s *scheduler) deferDelivery(c *class, it *item, at time.Time) bool {
 	rec := it.record(reasonScheduled, nil, time.Now())
-	if !s.cfg.state.moveTo(it, "save delayed message", func(tx *snapshot.Tx) error { return saveDelayed(tx, at, rec) }) {
+	again := false
+	save := func(tx *snapshot.Tx) error {
+		again = false
+		err := saveDelayed(tx, at, rec)
+		if !errors.Is(err, errDuplicateDelayed) {
+			return err
+		}
+		// The same record waits when the ID's record is due when this
+		// one's header says; another message scheduled under the ID
+		// leaves this one to run now, as before.
+		key, ok, kerr := tx.DelayedKeyOf(rec.Message.ID)
+		if kerr != nil {
+			return kerr
+		}
+		if again = ok && key.Due().Equal(at); again {
+			return nil
+		}
+		return err
+	}
+	if !s.cfg.state.moveTo(it, "save delayed message", save) {
 		return false
+	}
+	if again {
+		s.cfg.log.Debug("deferred record read again; its delayed record is waiting already", "class", c.cfg.Name, "id", it.msg.ID, "due", at)
+		return true
 	}
 	s.cfg.tally.inc(c, evDeferred)
 	s.wake(at)

@@ -104,6 +104,11 @@ func (it *item) deleteSource(tx *snapshot.Tx) error {
 		return tx.DeleteDelayed(it.delayedKey)
 	case fromParked:
 		return tx.DeleteParked(it.parkedKey)
+	case fromDead:
+		// A requeued dead letter leaves the dead bucket for a delayed
+		// redelivery; a dead letter again is updated in place
+		// (failures.deadLetter), deleting nothing.
+		return tx.DeleteDead(it.key)
 	}
 	return nil
 }

@@ -71,7 +71,7 @@ func (v *recovery) run(ctx context.Context, rep *Report) error {
 	if err != nil {
 		return fmt.Errorf("runtime: recover: %w", err)
 	}
-	rep.Quarantined = len(bad)
+	rep.Quarantined += len(bad)
 	for _, de := range bad {
 		v.log.Error("undecodable record moved to quarantine", "err", de)
 	}
@@ -103,11 +103,7 @@ func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (
 		// them.
 		c.keys.blockIfReleasing(it)
 	}
-	if c.hold.RepushPaused(it) {
-		rep.Repushed++
-		return true, nil
-	}
-	if err := c.pool.Submit(ctx, it); err != nil {
+	if err := c.hold.Repush(ctx, it); err != nil {
 		return false, nil
 	}
 	rep.Repushed++
@@ -174,7 +170,7 @@ func (v *recovery) restoreKeys(rep *Report) error {
 	if !ordered {
 		return nil
 	}
-	if err := v.blockSaved(); err != nil {
+	if err := v.blockSaved(rep); err != nil {
 		return err
 	}
 	if err := v.releaseParked(); err != nil {
@@ -193,7 +189,7 @@ const restorePage = 1000
 
 // blockSaved blocks the keys of ordered classes' dead letters and of
 // their messages waiting for a redelivery.
-func (v *recovery) blockSaved() error {
+func (v *recovery) blockSaved(rep *Report) error {
 	block := func(rec snapshot.Record) {
 		c := v.classes[rec.Message.Class]
 		if c == nil || !c.cfg.Ordered {
@@ -205,7 +201,7 @@ func (v *recovery) blockSaved() error {
 		var page []snapshot.Entry
 		var next uint64
 		err := v.state.store.View(func(tx *snapshot.Tx) (err error) { page, next, err = tx.DeadPage("", after, restorePage); return err })
-		if err != nil {
+		if err := v.quarantineListed(err, rep); err != nil {
 			return err
 		}
 		for _, e := range page {
@@ -220,7 +216,7 @@ func (v *recovery) blockSaved() error {
 	for {
 		var page []snapshot.DelayedEntry
 		err := v.state.store.View(func(tx *snapshot.Tx) (err error) { page, err = tx.ListDelayed(after, restorePage); return err })
-		if err != nil {
+		if err := v.quarantineListed(err, rep); err != nil {
 			return err
 		}
 		for _, e := range page {
@@ -233,6 +229,35 @@ func (v *recovery) blockSaved() error {
 		}
 		after = page[len(page)-1].Key
 	}
+}
+
+// quarantineListed moves the undecodable records a listing's err
+// reports to the quarantine, counting and logging each, and returns the
+// rest of err: one bad record does not fail the start. An undecodable
+// dead letter stays where it is (the state file quarantines only what
+// the delivery path reads) and is logged: it blocks no key, since its
+// key cannot be read.
+func (v *recovery) quarantineListed(err error, rep *Report) error {
+	bad, err := decodeErrors(err)
+	if err != nil {
+		return err
+	}
+	moved := bad[:0:0]
+	for _, de := range bad {
+		if de.Bucket == snapshot.BucketDead {
+			v.log.Error("undecodable dead letter left in the state file", "err", de)
+			continue
+		}
+		moved = append(moved, de)
+	}
+	if err := v.state.quarantine(moved); err != nil {
+		return err
+	}
+	rep.Quarantined += len(moved)
+	for _, de := range moved {
+		v.log.Error("undecodable record moved to quarantine", "err", de)
+	}
+	return nil
 }
 
 // releaseParked marks releasing the parked keys of ordered classes that

@@ -170,15 +170,17 @@ func (s *scheduler) run(ctx context.Context) {
 			if !s.hand(e.Key) {
 				continue // in a pool already: read again after a rewind
 			}
-			if c.hold.SkipDue(e.Key.Due()) {
-				s.unhand(e.Key)
-				continue // its class is suspended or paused: read again once released
-			}
 			it := fromRecord(e.Record, fromDelayed)
 			it.delayedKey = e.Key
-			if err := c.pool.Submit(ctx, it); err != nil {
+			handed, err := c.hold.Deliver(ctx, it, e.Key.Due())
+			if !handed {
 				s.unhand(e.Key)
+			}
+			if err != nil {
 				return // stopping: the record stays for the next start
+			}
+			if !handed {
+				continue // its class is suspended or paused: read again once lifted
 			}
 			s.cfg.tally.inc(c, evDelivered)
 		}

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -71,6 +72,29 @@ func (f *stateFile) parked(class string, key []byte) ([]snapshot.ParkedEntry, er
 	return entries, f.quarantine(bad)
 }
 
+// decodeErrors splits the error of a listing that reports undecodable
+// records in a join of [*snapshot.DecodeError]s (Tx.DeadPage,
+// Tx.ListDelayed) into those and the rest, nil when there is none.
+func decodeErrors(err error) ([]*snapshot.DecodeError, error) {
+	if err == nil {
+		return nil, nil
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	var bad []*snapshot.DecodeError
+	var rest []error
+	for _, e := range errs {
+		if de, ok := e.(*snapshot.DecodeError); ok {
+			bad = append(bad, de)
+			continue
+		}
+		rest = append(rest, e)
+	}
+	return bad, errors.Join(rest...)
+}
+
 // parkedKeys returns every parked (class, key) with its count.
 func (f *stateFile) parkedKeys() ([]snapshot.ParkedCount, error) {
 	var keys []snapshot.ParkedCount
@@ -97,16 +121,31 @@ func (f *stateFile) moveNow(it *item, what string, save func(tx *snapshot.Tx) er
 	return f.move(f.store.Update, it, what, save)
 }
 
+// updateInPlace is moveTo for a save that overwrites the message's own
+// source record (a requeued dead letter that failed again): nothing is
+// deleted first.
+func (f *stateFile) updateInPlace(it *item, what string, save func(tx *snapshot.Tx) error) bool {
+	return f.write(f.store.Batch, it, what, save)
+}
+
 func (f *stateFile) move(run func(func(*snapshot.Tx) error) error, it *item, what string, save func(tx *snapshot.Tx) error) bool {
+	return f.write(run, it, what, func(tx *snapshot.Tx) error {
+		// Delete first: a delayed record's new version has the same ID,
+		// which SaveDelayed would take for a duplicate.
+		if err := it.deleteSource(tx); err != nil {
+			return err
+		}
+		return save(tx)
+	})
+}
+
+// write runs save for the item in a transaction of run, and settles the
+// item once it has committed.
+func (f *stateFile) write(run func(func(*snapshot.Tx) error) error, it *item, what string, save func(tx *snapshot.Tx) error) bool {
 	// save and deleteSource act only through tx: a Batch may run this
 	// twice, the first time rolled back.
 	err := run(func(tx *snapshot.Tx) error {
 		if err := f.testWriteErr(what, it); err != nil {
-			return err
-		}
-		// Delete first: a delayed record's new version has the same ID,
-		// which SaveDelayed would take for a duplicate.
-		if err := it.deleteSource(tx); err != nil {
 			return err
 		}
 		return save(tx)

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -225,16 +226,18 @@ func (s *runState) snapshot() []any {
 	s.background.Wait()
 	s.keepUnsaved()
 	now := time.Now()
-	var recs []snapshot.Record
-	var saved []*item
-	var updates []*item // persisted messages whose attempt count moved
+	// Each message taken out is saved anew, or its record updated (one
+	// waiting out a backoff has its attempt count moved), or left as it
+	// is; which, a delayed one's can only tell in the transaction.
+	var fresh, delayed, updates []leftover
 	for _, l := range s.left {
 		switch {
 		case !l.it.src.persisted():
-			recs = append(recs, l.it.record(l.reason, l.err, now))
-			saved = append(saved, l.it)
+			fresh = append(fresh, l)
+		case l.it.src == fromDelayed:
+			delayed = append(delayed, l)
 		case l.reason == reasonBackoff:
-			updates = append(updates, l.it)
+			updates = append(updates, l)
 		}
 		// Otherwise its record is still there, unchanged.
 	}
@@ -242,16 +245,37 @@ func (s *runState) snapshot() []any {
 	if r.state.beforeSnapshot != nil {
 		r.state.beforeSnapshot(r.state.store)
 	}
-	if len(recs) > 0 || !del.Empty() || len(updates) > 0 {
+	var recs []snapshot.Record
+	if len(fresh) > 0 || !del.Empty() || len(updates) > 0 || len(delayed) > 0 {
 		err := r.state.store.Update(func(tx *snapshot.Tx) error {
+			recs = recs[:0]
+			ups := updates[:len(updates):len(updates)]
+			for _, l := range fresh {
+				recs = append(recs, l.it.record(l.reason, l.err, now))
+			}
+			for _, l := range delayed {
+				// Schedule replaces the record of an ID whose message is
+				// in a pool (a recurring job rescheduling itself): then
+				// the message has no record left and is saved anew.
+				key, ok, err := tx.DelayedKeyOf(l.it.msg.ID)
+				if err != nil {
+					return err
+				}
+				switch {
+				case !ok || !bytes.Equal(key, l.it.delayedKey):
+					recs = append(recs, l.it.record(l.reason, l.err, now))
+				case l.reason == reasonBackoff:
+					ups = append(ups, l)
+				}
+			}
 			if _, err := tx.SavePending(recs...); err != nil {
 				return err
 			}
 			if err := del.Delete(tx); err != nil {
 				return err
 			}
-			for _, it := range updates {
-				if err := it.putSource(tx, it.record(reasonBackoff, nil, now)); err != nil {
+			for _, l := range ups {
+				if err := l.it.putSource(tx, l.it.record(reasonBackoff, nil, now)); err != nil {
 					return err
 				}
 			}
@@ -264,8 +288,8 @@ func (s *runState) snapshot() []any {
 	}
 	if s.snapErr == nil {
 		rep.Snapshotted = len(recs)
-		for _, it := range saved {
-			it.settle()
+		for _, l := range fresh {
+			l.it.settle()
 		}
 	}
 	r.metrics.setSnapshot(rep.Snapshotted)

@@ -107,7 +107,7 @@ type Config[T Item] struct {
 // Hold is one class's outage detection, suspension and pause. Its
 // methods are safe for concurrent use; the pool's workers call Starting,
 // Failed, Succeeded and Inconclusive, the fetch loops MayFetch, the
-// scheduler SkipDue, operators Pause and Resume, and the stop's quiesce
+// scheduler Deliver, the recovery Repush, operators Pause and Resume, and the stop's quiesce
 // Stop.
 type Hold[T Item] struct {
 	cfg Config[T]
@@ -133,8 +133,9 @@ type Hold[T Item] struct {
 	changed   chan struct{}
 	total     uint64        // suspensions since start
 	past      time.Duration // how long the ended suspensions lasted
-	// backlog holds the saved messages of a class paused at start that
-	// did not fit its held pool; they are pushed when it is resumed.
+	// backlog holds the saved messages the recovery kept while the
+	// class was held and its pool full (see Repush); the lift pushes
+	// them.
 	backlog []T
 	pushing bool // the backlog is being pushed: fetching still waits
 	pushes  sync.WaitGroup
@@ -144,11 +145,16 @@ type Hold[T Item] struct {
 	// stopping is set by stop: no probe or warning timer is set any more
 	// (the stop saves what the class holds).
 	stopping bool
+	// noWait is a cancelled context: a Submit under it returns at once
+	// when the pool is full.
+	noWait context.Context
 }
 
 // New returns the Hold of cfg's class, running.
 func New[T Item](cfg Config[T]) *Hold[T] {
-	return &Hold[T]{cfg: cfg, epoch: 1, tripped: map[uint64]bool{}, changed: make(chan struct{})}
+	noWait, cancel := context.WithCancel(context.Background())
+	cancel()
+	return &Hold[T]{cfg: cfg, epoch: 1, tripped: map[uint64]bool{}, changed: make(chan struct{}), noWait: noWait}
 }
 
 // signalLocked wakes the fetch loops waiting in MayFetch.
@@ -365,10 +371,21 @@ func (h *Hold[T]) armLocked() {
 		return
 	}
 	h.armed = true
-	if !h.cfg.Pool.Probe() {
-		h.starved = true
-		h.signalLocked()
+	if h.cfg.Pool.Probe() {
+		return
 	}
+	if len(h.backlog) > 0 && !h.pushing {
+		// Nothing in the pool to probe with, but saved messages wait for
+		// the lift: the oldest one probes.
+		if err := h.cfg.Pool.Submit(h.noWait, h.backlog[0]); err == nil {
+			h.backlog = h.backlog[1:]
+			if h.cfg.Pool.Probe() {
+				return
+			}
+		}
+	}
+	h.starved = true
+	h.signalLocked()
 }
 
 func (h *Hold[T]) scheduleWarnLocked() {
@@ -428,7 +445,7 @@ func (h *Hold[T]) liftLocked() {
 		h.cfg.Rewind(h.skipped) // the scheduler reads again from there
 		h.skipped = time.Time{}
 	}
-	if len(h.backlog) > 0 {
+	if len(h.backlog) > 0 && !h.pushing { // a push under way takes what was added meanwhile
 		backlog := h.backlog
 		h.backlog = nil
 		h.pushing = true
@@ -437,9 +454,11 @@ func (h *Hold[T]) liftLocked() {
 	h.signalLocked()
 }
 
-// pushBacklog pushes the saved messages that did not fit a class paused
-// at start, before fetching resumes (they are older: per-key order). A
-// Stop ends it: the rest stay in the state file for the next start.
+// pushBacklog pushes the saved messages the recovery kept for the lift
+// (see Repush), and those it adds meanwhile, before fetching resumes
+// (they are older: per-key order). It blocks while the pool is full (a
+// class held again waits for its next lift). A Stop ends it: the rest
+// stay in the state file for the next start.
 func (h *Hold[T]) pushBacklog(its []T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -450,15 +469,23 @@ func (h *Hold[T]) pushBacklog(its []T) {
 		case <-ctx.Done():
 		}
 	}()
-	for _, it := range its {
-		if err := h.cfg.Pool.Submit(ctx, it); err != nil {
-			break
+	for {
+		for _, it := range its {
+			if err := h.cfg.Pool.Submit(ctx, it); err != nil {
+				its = nil
+				break
+			}
 		}
+		h.mu.Lock()
+		its, h.backlog = h.backlog, nil
+		if len(its) == 0 || ctx.Err() != nil {
+			h.pushing = false
+			h.signalLocked()
+			h.mu.Unlock()
+			return
+		}
+		h.mu.Unlock()
 	}
-	h.mu.Lock()
-	h.pushing = false
-	h.signalLocked()
-	h.mu.Unlock()
 }
 
 // Pause pauses the class and keeps the pause in store (the runtime's
@@ -515,41 +542,94 @@ func (h *Hold[T]) RestorePause(p snapshot.Pause) {
 		"class", h.cfg.Class, "since", p.Since, "reason", p.Reason)
 }
 
-// RepushPaused pushes a saved message of a paused class if its held pool
-// has room, and keeps it for the resume otherwise. It reports whether the
-// class is paused.
-func (h *Hold[T]) RepushPaused(it T) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.paused {
-		return false
+// Repush hands a saved message to the class's pool during the recovery.
+// While the class is held (suspended or paused) and its pool is full, it
+// keeps the message in the backlog instead of waiting for room, and so
+// every later one until the backlog has been pushed (per-key order): the
+// lift pushes them, before fetching resumes. A class that is not held is
+// waited for while its pool is full, until ctx ends or the class becomes
+// held. So one class's outage during a restart does not hold back the
+// recovery of the others. It returns ctx's error when ctx ended first,
+// and the pool's once it is stopped.
+func (h *Hold[T]) Repush(ctx context.Context, it T) error {
+	for {
+		h.mu.Lock()
+		if h.pushing || len(h.backlog) > 0 {
+			h.backlog = append(h.backlog, it)
+			h.mu.Unlock()
+			return nil
+		}
+		// A Submit that finds room does not look at its ctx.
+		if err := h.cfg.Pool.Submit(h.noWait, it); !errors.Is(err, context.Canceled) {
+			h.mu.Unlock()
+			return err
+		}
+		if h.suspended || h.paused {
+			h.backlog = append(h.backlog, it)
+			h.mu.Unlock()
+			return nil
+		}
+		changed := h.changed
+		h.mu.Unlock()
+		if handed, err := h.submitUntil(ctx, it, changed); handed || err != nil {
+			return err
+		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel() // a Submit that finds room does not look at it
-	if err := h.cfg.Pool.Submit(ctx, it); errors.Is(err, context.Canceled) {
-		h.backlog = append(h.backlog, it)
-	}
-	return true
 }
 
-// SkipDue reports whether a due delayed message of the class is to stay
-// in the state file because the class is held (paused, or suspended with
-// a message to probe): the scheduler does not wait on a held pool, which
-// would hold back every other class's delayed messages. The lift makes
-// the scheduler read again from the earliest one skipped.
-func (h *Hold[T]) SkipDue(due time.Time) bool {
-	if !h.held.Load() {
-		return false
+// submitUntil waits for room in the pool, as Pool.Submit does, until ctx
+// ends or the hold changes (changed is closed: the class may be held
+// now). It reports whether it handed it over; the error is ctx's or the
+// pool's, nil when the hold changed first.
+func (h *Hold[T]) submitUntil(ctx context.Context, it T, changed <-chan struct{}) (bool, error) {
+	wait, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-changed:
+			cancel()
+		case <-wait.Done():
+		}
+	}()
+	err := h.cfg.Pool.Submit(wait, it)
+	if err == nil {
+		return true, nil
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.paused && (!h.suspended || h.starved) {
-		return false
+	if ctx.Err() != nil || !errors.Is(err, context.Canceled) {
+		return false, err
 	}
-	if h.skipped.IsZero() || due.Before(h.skipped) {
-		h.skipped = due
+	return false, nil
+}
+
+// Deliver hands a due delayed message to the pool and reports whether it
+// did. It never waits on a held pool, which would hold back every other
+// class's delayed messages: a suspended class takes it only to probe
+// with (its probe found nothing ready) and only into room; a paused one
+// never. A message not taken stays in the state file, and the lift makes
+// the scheduler read again from the earliest one (Config.Rewind). A
+// class that runs is waited for while its pool is full, until ctx ends
+// (ctx's error) or the class becomes held.
+func (h *Hold[T]) Deliver(ctx context.Context, it T, due time.Time) (bool, error) {
+	for {
+		h.mu.Lock()
+		if h.suspended || h.paused {
+			handed := !h.paused && h.starved && h.cfg.Pool.Submit(h.noWait, it) == nil
+			if !handed && (h.skipped.IsZero() || due.Before(h.skipped)) {
+				h.skipped = due
+			}
+			h.mu.Unlock()
+			return handed, nil
+		}
+		if err := h.cfg.Pool.Submit(h.noWait, it); !errors.Is(err, context.Canceled) {
+			h.mu.Unlock()
+			return err == nil, err
+		}
+		changed := h.changed
+		h.mu.Unlock()
+		if handed, err := h.submitUntil(ctx, it, changed); handed || err != nil {
+			return handed, err
+		}
 	}
-	return true
 }
 
 // Stats returns the hold's state.
@@ -580,6 +660,13 @@ func (h *Hold[T]) Stop() {
 		if t != nil {
 			t.Stop()
 		}
+	}
+	if h.armed {
+		// A probe allowed and not started yet would start during the
+		// stop, and the drain would wait for it: holding the pool again
+		// takes the allowance back.
+		h.armed, h.starved = false, false
+		h.cfg.Pool.Hold()
 	}
 	h.mu.Unlock()
 }
