@@ -62,7 +62,7 @@ func (p *Pool[T]) Probe() bool {
 	ready := p.hasReadyLocked()
 	n := 0
 	if ready && p.loops < p.maxWorkers {
-		p.loops++
+		p.addLoopLocked()
 		n = 1
 	}
 	p.mu.Unlock()
@@ -87,7 +87,7 @@ func (p *Pool[T]) dispatchReadyLocked() int {
 	}
 	n := 0
 	for p.loops < p.maxWorkers {
-		p.loops++
+		p.addLoopLocked()
 		n++
 	}
 	return n

@@ -29,6 +29,9 @@ type Pool[T any] struct {
 	queueSize  int
 	keyFunc    func(T) string
 	handler    func(context.Context, T) error
+	batchFunc  func(context.Context, []T, []error) // BatchHandler; nil without
+	maxBatch   int
+	maxWait    time.Duration
 	resultFunc func(T, error)
 	retryFunc  func(T, error) (time.Duration, bool)
 	log        *slog.Logger
@@ -69,6 +72,10 @@ type Pool[T any] struct {
 	nwaiting    int                  // len(waiting)
 	nrunning    int                  // len(running)
 	loops       int                  // worker loops dispatched and not returned
+	starting    int                  // of loops, those that have not taken mu yet
+	filling     bool                 // BatchHandler: a loop waits for MaxBatch ready items (see fill)
+	fill        chan struct{}        // BatchHandler: wakes the filling loop; buffered 1
+	bufs        []*batchBuf[T]       // BatchHandler: recycled call buffers, at most Workers
 	loopsDone   chan struct{}        // closed when loops reaches 0; made by waitLoops
 	idle        chan struct{}        // closed when idleLocked becomes true; made by Drain
 	stopDone    chan struct{}        // closed when nrunning reaches 0; made by Stop
@@ -116,6 +123,9 @@ func New[T any](cfg Config[T]) (*Pool[T], error) {
 		queueSize:  cfg.QueueSize,
 		keyFunc:    cfg.KeyFunc,
 		handler:    cfg.Handler,
+		batchFunc:  cfg.BatchHandler,
+		maxBatch:   cfg.MaxBatch,
+		maxWait:    cfg.MaxWait,
 		resultFunc: cfg.ResultFunc,
 		retryFunc:  cfg.RetryFunc,
 		log:        log.With("component", "pool", "class", cfg.Name),
@@ -134,6 +144,9 @@ func New[T any](cfg Config[T]) (*Pool[T], error) {
 	}
 	if cfg.RetryFunc != nil {
 		p.timers = make(map[*entry[T]]retryTimer)
+	}
+	if cfg.BatchHandler != nil {
+		p.fill = make(chan struct{}, 1)
 	}
 	return p, nil
 }
@@ -174,7 +187,9 @@ func (p *Pool[T]) Submit(ctx context.Context, v T) error {
 		}
 		return nil
 	}
-	w := &waiter[T]{e: e, ch: make(chan struct{})}
+	w := &waiter[T]{ch: make(chan struct{})}
+	w.one[0] = e
+	w.es = w.one[:]
 	p.waiters.pushBack(w)
 	p.mu.Unlock()
 
@@ -199,6 +214,22 @@ func (p *Pool[T]) Submit(ctx context.Context, v T) error {
 // admitLocked queues accepted e and reports whether a new worker loop must
 // be dispatched for it.
 func (p *Pool[T]) admitLocked(e *entry[T]) bool {
+	if !p.queueLocked(e) {
+		return false
+	}
+	if p.batchFunc != nil {
+		return p.admitBatchLocked()
+	}
+	if p.loops < p.maxWorkers {
+		p.addLoopLocked()
+		return true
+	}
+	return false
+}
+
+// queueLocked queues accepted e and reports whether it is ready to start
+// (in an Ordered pool, whether its key was free).
+func (p *Pool[T]) queueLocked(e *entry[T]) bool {
 	p.unstarted.pushBack(e)
 	p.queued++
 	if p.ordered {
@@ -212,11 +243,22 @@ func (p *Pool[T]) admitLocked(e *entry[T]) bool {
 		}
 		p.ready.fresh.push(e)
 	}
-	if p.loops < p.maxWorkers {
-		p.loops++
-		return true
+	p.readyAddedLocked()
+	return true
+}
+
+// addLoopLocked counts in a worker loop about to be dispatched.
+func (p *Pool[T]) addLoopLocked() {
+	p.loops++
+	p.starting++
+}
+
+// readyLenLocked counts the items that may start now, hold aside.
+func (p *Pool[T]) readyLenLocked() int {
+	if p.ordered {
+		return p.ready.fresh.n + len(p.ready.promoted)
 	}
-	return false
+	return p.queued - p.nwaiting
 }
 
 // dispatch starts one worker loop; the caller has counted it in loops.
@@ -232,6 +274,11 @@ func (p *Pool[T]) dispatch() {
 func (p *Pool[T]) work() {
 	now := p.clock() // read outside mu
 	p.mu.Lock()
+	p.starting--
+	if p.batchFunc != nil {
+		p.workBatches(now)
+		return
+	}
 	for {
 		e, dispatch := p.startLocked(now)
 		if e == nil {
@@ -240,7 +287,7 @@ func (p *Pool[T]) work() {
 			return
 		}
 		p.mu.Unlock()
-		if dispatch {
+		for range dispatch {
 			p.dispatch()
 		}
 		out, after := p.report(e, p.call(e))
@@ -253,11 +300,29 @@ func (p *Pool[T]) work() {
 // startLocked moves the first ready item to running and gives the slot it
 // frees, if that brings the pool under QueueSize (retries may have taken it
 // over), to the first waiting Submit. It returns nil when nothing is ready,
-// and whether admitting the waiter's item needs a new worker loop. now,
-// on the pool's clock, is recorded as the item's start.
-func (p *Pool[T]) startLocked(now int64) (e *entry[T], dispatch bool) {
+// and how many new worker loops the caller must dispatch: for the waiter's
+// item, and one more when items are left ready that no loop on its way
+// will take (after a SubmitBatch, each loop starting an item wakes the
+// next, so the submitter pays one wake-up). now, on the pool's clock, is
+// recorded as the item's start.
+func (p *Pool[T]) startLocked(now int64) (e *entry[T], dispatch int) {
+	e = p.startOneLocked(now)
+	if e == nil {
+		return nil, 0
+	}
+	dispatch = p.grantLocked()
+	if p.loops < p.maxWorkers && p.hasReadyLocked() && p.readyLenLocked() > p.starting {
+		p.addLoopLocked()
+		dispatch++
+	}
+	return e, dispatch
+}
+
+// startOneLocked moves the first ready item to running and returns it, or
+// nil when none may start.
+func (p *Pool[T]) startOneLocked(now int64) (e *entry[T]) {
 	if !p.hold.mayStart() {
-		return nil, false
+		return nil
 	}
 	if p.ordered {
 		e = p.ready.pop()
@@ -265,7 +330,7 @@ func (p *Pool[T]) startLocked(now int64) (e *entry[T], dispatch bool) {
 		e = p.unstarted.head
 	}
 	if e == nil {
-		return nil, false
+		return nil
 	}
 	p.hold.started()
 	p.unstarted.remove(e)
@@ -274,13 +339,29 @@ func (p *Pool[T]) startLocked(now int64) (e *entry[T], dispatch bool) {
 	p.nrunning++
 	e.started = now
 	e.state.Store(stateRunning)
-	if w := p.waiters.head; w != nil && p.queued < p.queueSize {
+	return e
+}
+
+// grantLocked admits the items of waiting Submits while the pool is under
+// QueueSize, first come first served, and returns how many worker loops
+// to dispatch for them.
+func (p *Pool[T]) grantLocked() (dispatch int) {
+	for w := p.waiters.head; w != nil && p.queued < p.queueSize; w = p.waiters.head {
+		for w.n < len(w.es) && p.queued < p.queueSize {
+			e := w.es[w.n]
+			w.n++
+			if p.admitLocked(e) {
+				dispatch++
+			}
+		}
+		if w.n < len(w.es) {
+			break
+		}
 		p.waiters.remove(w)
 		w.granted = true
-		dispatch = p.admitLocked(w.e)
 		close(w.ch)
 	}
-	return e, dispatch
+	return dispatch
 }
 
 // call runs e's handler, turning a panic into a *handoff.PanicError. If
@@ -305,7 +386,9 @@ func (p *Pool[T]) call(e *entry[T]) (err error) {
 		p.settleLocked(e, out, after)
 		// Hand this loop's place over to a new one if there is work.
 		handover := p.hasReadyLocked()
-		if !handover {
+		if handover {
+			p.starting++ // the new loop takes this one's place in loops
+		} else {
 			p.loopExitLocked()
 		}
 		p.mu.Unlock()
@@ -417,6 +500,7 @@ func (p *Pool[T]) doneLocked(e *entry[T], interrupted bool) {
 			delete(p.keys, e.key)
 		} else if !p.stopped {
 			p.ready.promoted.push(n) // the calling loop picks it up
+			p.readyAddedLocked()
 		}
 		e.keyNext = nil
 	}
