@@ -167,8 +167,8 @@ func (c *config) check() error {
 		}
 	}
 	c.sweep = c.sweep || c.plot != ""
-	if c.sweep && len(c.partitions) == 0 && len(c.classes) == 0 {
-		return fmt.Errorf("sweep: -partitions and -classes are both empty")
+	if c.sweep && len(c.partitions) == 0 && len(c.classes) == 0 && !c.rental {
+		return fmt.Errorf("sweep: -partitions and -classes are both empty, and -rental is off")
 	}
 	if c.sweep && len(c.stacks) == 0 {
 		return fmt.Errorf("sweep: no -stacks")
