@@ -49,7 +49,8 @@ func (p *Pool[T]) SubmitBatch(ctx context.Context, vs []T) (int, error) {
 		return i, nil
 	}
 	// The rest waits, as one waiter, so that nothing overtakes it.
-	w := &waiter[T]{ch: make(chan struct{}), es: make([]*entry[T], len(vs)-i)}
+	w := p.newWaiterLocked(len(vs) - i)
+	p.spare = max(p.spare, len(w.es))
 	for j := range w.es {
 		v := vs[i+j]
 		w.es[j] = p.newEntryLocked(v, p.keyOf(v))
@@ -63,6 +64,9 @@ func (p *Pool[T]) SubmitBatch(ctx context.Context, vs []T) (int, error) {
 	var err error
 	select {
 	case <-w.ch:
+		p.mu.Lock()
+		p.freeWaiterLocked(w)
+		p.mu.Unlock()
 		return len(vs), nil
 	case <-ctx.Done():
 		err = ctx.Err()
@@ -72,13 +76,17 @@ func (p *Pool[T]) SubmitBatch(ctx context.Context, vs []T) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if w.granted {
+		<-w.ch // the grant's token
+		p.freeWaiterLocked(w)
 		return len(vs), nil // admitted before we gave up: the pool owns vs
 	}
 	p.waiters.remove(w)
 	for _, e := range w.es[w.n:] {
 		p.recycleLocked(e)
 	}
-	return i + w.n, err
+	n := i + w.n
+	p.freeWaiterLocked(w)
+	return n, err
 }
 
 // keyOf is v's ordering key in an Ordered pool, "" otherwise.

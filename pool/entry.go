@@ -192,9 +192,10 @@ func (h *readyHeap[T]) pop() *entry[T] {
 }
 
 // waiter is a Submit or SubmitBatch waiting for room. Whoever frees a
-// slot admits the waiter's next entry itself, and closes ch once all of
-// es are admitted, so a granted Submit has already been accepted when it
-// wakes; a SubmitBatch that gives up owns es[:n] no more.
+// slot admits the waiter's next entry itself, and sends on ch (buffered
+// 1, so that waiters are recycled) once all of es are admitted, so a
+// granted Submit has already been accepted when it wakes; a SubmitBatch
+// that gives up owns es[:n] no more.
 type waiter[T any] struct {
 	es         []*entry[T] // in submission order; Submit's is one
 	n          int         // of es, how many are admitted

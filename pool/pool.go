@@ -81,6 +81,8 @@ type Pool[T any] struct {
 	stopDone    chan struct{}        // closed when nrunning reaches 0; made by Stop
 	interrupted []T                  // returned an error after Stop cancelled workCtx
 	free        []*entry[T]          // recycled entries, for Submit
+	freeWaiters []*waiter[T]         // recycled waiters, for Submit and SubmitBatch
+	spare       int                  // the most entries one SubmitBatch held waiting (see recycleLocked)
 	// timers holds the retry timer of each waiting item; RetryFunc only.
 	timers map[*entry[T]]retryTimer
 	// drainBy, while a Drain with a deadline waits, is that deadline on
@@ -187,15 +189,17 @@ func (p *Pool[T]) Submit(ctx context.Context, v T) error {
 		}
 		return nil
 	}
-	w := &waiter[T]{ch: make(chan struct{})}
-	w.one[0] = e
-	w.es = w.one[:]
+	w := p.newWaiterLocked(1)
+	w.es[0] = e
 	p.waiters.pushBack(w)
 	p.mu.Unlock()
 
 	var err error
 	select {
 	case <-w.ch:
+		p.mu.Lock()
+		p.freeWaiterLocked(w)
+		p.mu.Unlock()
 		return nil
 	case <-ctx.Done():
 		err = ctx.Err()
@@ -205,10 +209,46 @@ func (p *Pool[T]) Submit(ctx context.Context, v T) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if w.granted {
+		<-w.ch // the grant's token
+		p.freeWaiterLocked(w)
 		return nil // admitted before we gave up: the pool owns v
 	}
 	p.waiters.remove(w)
+	p.freeWaiterLocked(w)
 	return err
+}
+
+// newWaiterLocked returns a waiter for n entries, reusing a recycled one
+// when it can: a Submit or SubmitBatch that waits for room then costs
+// no allocation once the pool has served one before.
+func (p *Pool[T]) newWaiterLocked(n int) *waiter[T] {
+	var w *waiter[T]
+	if k := len(p.freeWaiters); k > 0 {
+		w = p.freeWaiters[k-1]
+		p.freeWaiters[k-1] = nil
+		p.freeWaiters = p.freeWaiters[:k-1]
+	} else {
+		w = &waiter[T]{ch: make(chan struct{}, 1)}
+	}
+	switch {
+	case n == 1:
+		w.es = w.one[:]
+	case cap(w.es) >= n: // n > 1: not w.one
+		w.es = w.es[:n]
+	default:
+		w.es = make([]*entry[T], n)
+	}
+	return w
+}
+
+// freeWaiterLocked keeps w, off the list and its grant's token taken,
+// for a later wait. At most Workers+1 are kept.
+func (p *Pool[T]) freeWaiterLocked(w *waiter[T]) {
+	clear(w.es)
+	w.n, w.granted, w.prev, w.next = 0, false, nil, nil
+	if len(p.freeWaiters) <= p.maxWorkers {
+		p.freeWaiters = append(p.freeWaiters, w)
+	}
 }
 
 // admitLocked queues accepted e and reports whether a new worker loop must
@@ -359,7 +399,7 @@ func (p *Pool[T]) grantLocked() (dispatch int) {
 		}
 		p.waiters.remove(w)
 		w.granted = true
-		close(w.ch)
+		w.ch <- struct{}{} // buffered: the waiter takes it
 	}
 	return dispatch
 }
@@ -474,10 +514,12 @@ func (p *Pool[T]) newEntryLocked(v T, key string) *entry[T] {
 
 // recycleLocked keeps e, whose item was reported and which is on no list
 // any more, for a later Submit: one allocation less per item. Only Submit
-// reuses entries, and only before Stop began, so an entry Stop holds is
-// never reused under it. At most Workers+QueueSize entries are kept.
+// and SubmitBatch reuse entries, and only before Stop began, so an entry
+// Stop holds is never reused under it. At most Workers+QueueSize entries
+// are kept, and as many more as the largest SubmitBatch that waited for
+// room held waiting.
 func (p *Pool[T]) recycleLocked(e *entry[T]) {
-	if len(p.free) >= p.maxWorkers+p.queueSize {
+	if len(p.free) >= p.maxWorkers+p.queueSize+p.spare {
 		return
 	}
 	var zero T
