@@ -27,8 +27,12 @@ import (
 // handler that stops part-way should therefore return a BatchError naming
 // the messages it did not finish, so that only those run again.
 //
-// The handler must not keep ms or the messages after it returns: the
-// runtime reuses the envelopes of handled Kafka messages.
+// The handler may keep ms and its messages after it returns, for as long
+// as it likes (a buffer flushed by a later call, say), as a single
+// message's handler may keep its [Message]: ms is a slice of the call's
+// own, and each message is the delivery's own copy, which the runtime
+// never writes to again (it recycles only its internal records of Kafka
+// messages, never the Messages it hands out). It must not write to them.
 type BatchHandlerFunc func(ctx context.Context, ms []*Message) error
 
 // BatchError is the error a [BatchHandlerFunc] returns when some of the

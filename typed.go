@@ -100,3 +100,62 @@ func (e *DecodeError) Error() string {
 
 // Unwrap returns the decoder's error.
 func (e *DecodeError) Unwrap() error { return e.Err }
+
+// TypedBatch returns a batch handler that decodes each message of the
+// batch with dec and calls fn once with the messages that decoded and
+// their values, in batch order (ms[i] decoded to vs[i]). A message that
+// does not decode is a permanent failure of that message alone, as with
+// [Typed]: its error is a [*DecodeError] wrapped in [Permanent], so the
+// runtime makes it a dead letter, and the others of the batch still go
+// to fn. When no message decodes, fn is not called.
+//
+// fn returns what any [BatchHandlerFunc] returns, about the slices it
+// was given: nil (all of them done), a [*BatchError] whose indexes are
+// those of fn's ms (TypedBatch maps them back to the batch's), or any
+// other error, which fails every message fn was given. The handler
+// returns a BatchError naming the decode failures with fn's, or fn's
+// own error unchanged when every message decoded. fn may keep ms and vs,
+// as a BatchHandlerFunc may keep its messages. A nil dec or fn is a
+// programmer's mistake: TypedBatch panics.
+func TypedBatch[T any](dec Decoder[T], fn func(ctx context.Context, ms []*Message, vs []T) error) BatchHandlerFunc {
+	if dec == nil || fn == nil {
+		panic("handoff: TypedBatch needs a decoder and a function")
+	}
+	return func(ctx context.Context, ms []*Message) error {
+		var failed BatchError
+		decoded := make([]*Message, 0, len(ms))
+		vs := make([]T, 0, len(ms))
+		at := make([]int, 0, len(ms)) // at[j]: the batch index of decoded[j]
+		for i, m := range ms {
+			v, err := dec.Decode(m)
+			if err != nil {
+				failed.Fail(i, Permanent(&DecodeError{Class: m.Class, ID: m.ID, Origin: m.Origin, Err: err}))
+				continue
+			}
+			decoded, vs, at = append(decoded, m), append(vs, v), append(at, i)
+		}
+		if len(decoded) == 0 {
+			return failed.Err()
+		}
+		err := fn(ctx, decoded, vs)
+		if err == nil {
+			return failed.Err()
+		}
+		var be *BatchError
+		if errors.As(err, &be) {
+			for j, e := range be.Failed {
+				if j >= 0 && j < len(at) && e != nil {
+					failed.Fail(at[j], e)
+				}
+			}
+			return failed.Err()
+		}
+		if len(failed.Failed) == 0 {
+			return err // the batch's own error, as fn returned it
+		}
+		for _, i := range at {
+			failed.Fail(i, err)
+		}
+		return &failed
+	}
+}

@@ -3,6 +3,7 @@ package handoff_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -126,6 +127,87 @@ func FuzzTypedJSON(f *testing.F) {
 			t.Fatalf("error %v (fn called: %v), want a permanent *DecodeError", err, got != nil)
 		case err != nil && !strings.Contains(err.Error(), "decode class orders: topic orders partition 2 offset 9: "):
 			t.Fatalf("error %q does not name the class and offset", err)
+		}
+	})
+}
+
+// TestTypedBatch: fn gets the messages that decode with their values, in
+// batch order; each undecodable message fails alone, permanently, with a
+// *DecodeError naming it; fn's BatchError indexes are mapped back to the
+// batch's; fn's plain error fails the messages fn got and keeps the
+// decode failures their own; fn is not called when nothing decodes.
+func TestTypedBatch(t *testing.T) {
+	t.Parallel()
+	batch := func(values ...string) []*handoff.Message {
+		ms := make([]*handoff.Message, len(values))
+		for i, v := range values {
+			ms[i] = &handoff.Message{ID: "m" + strconv.Itoa(i), Class: "orders", Value: []byte(v)}
+		}
+		return ms
+	}
+	boom := errors.New("row lock timeout")
+	var got []string
+	var fnErr error
+	h := handoff.TypedBatch(handoff.JSON[order]{}, func(_ context.Context, ms []*handoff.Message, vs []order) error {
+		got = got[:0]
+		for i, m := range ms {
+			got = append(got, m.ID+"="+vs[i].ID)
+		}
+		return fnErr
+	})
+	failedOf := func(t *testing.T, err error) map[int]error {
+		t.Helper()
+		var be *handoff.BatchError
+		if !errors.As(err, &be) {
+			t.Fatalf("error %v, want a *BatchError", err)
+		}
+		return be.Failed
+	}
+
+	t.Run("all decode", func(t *testing.T) {
+		fnErr = nil
+		if err := h(context.Background(), batch(`{"id":"a"}`, `{"id":"b"}`)); err != nil || strings.Join(got, ",") != "m0=a,m1=b" {
+			t.Fatalf("error %v, fn got %v", err, got)
+		}
+		fnErr = boom // every message decoded: fn's own error, unchanged
+		if err := h(context.Background(), batch(`{"id":"a"}`)); err != boom {
+			t.Fatalf("error %v, want fn's own", err)
+		}
+	})
+	t.Run("one undecodable", func(t *testing.T) {
+		fnErr = nil
+		f := failedOf(t, h(context.Background(), batch(`{"id":"a"}`, `{"id":`, `{"id":"c"}`)))
+		if strings.Join(got, ",") != "m0=a,m2=c" {
+			t.Errorf("fn got %v, want m0=a,m2=c", got)
+		}
+		var de *handoff.DecodeError
+		if len(f) != 1 || !handoff.IsPermanent(f[1]) || !errors.As(f[1], &de) || de.ID != "m1" || de.Class != "orders" {
+			t.Fatalf("failed %v, want [1] a permanent *DecodeError of m1", f)
+		}
+	})
+	t.Run("fn's batch error mapped back", func(t *testing.T) {
+		var be handoff.BatchError
+		be.Fail(1, boom) // fn's [1] is the batch's [2]
+		be.Fail(7, boom) // outside fn's slice: fails nothing
+		fnErr = &be
+		f := failedOf(t, h(context.Background(), batch(`{"id":"a"}`, `x`, `{"id":"c"}`)))
+		if len(f) != 2 || f[2] != boom || !handoff.IsPermanent(f[1]) {
+			t.Fatalf("failed %v, want [1] decode, [2] fn's", f)
+		}
+	})
+	t.Run("fn's plain error with a decode failure", func(t *testing.T) {
+		fnErr = boom
+		f := failedOf(t, h(context.Background(), batch(`x`, `{"id":"b"}`, `{"id":"c"}`)))
+		if len(f) != 3 || !handoff.IsPermanent(f[0]) || f[1] != boom || f[2] != boom {
+			t.Fatalf("failed %v, want [0] decode, [1] and [2] fn's", f)
+		}
+	})
+	t.Run("none decodes", func(t *testing.T) {
+		fnErr = nil
+		got = append(got[:0], "not called")
+		f := failedOf(t, h(context.Background(), batch(`x`, `y`)))
+		if len(f) != 2 || got[0] != "not called" {
+			t.Fatalf("failed %v, fn %v", f, got)
 		}
 	})
 }

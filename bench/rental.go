@@ -5,7 +5,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/handoff-go/handoff"
-	"github.com/handoff-go/handoff/examples/rental/rental"
+	"github.com/handoff-go/handoff/internal/rental"
 	hrt "github.com/handoff-go/handoff/runtime"
 )
 
@@ -13,7 +13,7 @@ import (
 // point, as the rental process tests run it (3 topics × 4).
 const rentalPartitions = 4
 
-// rentalClasses is examples/rental's service as its main runs it: its
+// rentalClasses is examples/rental's service (internal/rental) as its main runs it: its
 // class table (orders ordered, 8 workers, queue 64; users, 4 workers,
 // queue 32, delayed redeliveries; heartbeats a batch class of 64, MaxWait
 // 5ms, 4 calls, queue 256) with its own handlers, without simulated work,

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/handoff-go/handoff/examples/rental/rental"
+	"github.com/handoff-go/handoff/internal/rental"
 	hrt "github.com/handoff-go/handoff/runtime"
 )
 

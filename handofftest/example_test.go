@@ -130,3 +130,46 @@ func ExampleHarness_Send_batch() {
 	// msg-3 dead-lettered after 1 attempt: permanent: cannot parse heartbeat
 	// msg-4 handled after 1 attempt
 }
+
+// The history of a message: each attempt with what the runtime decided
+// after it, and the discard of its dead letter. Options set the stop's
+// timings, further classes and Config-level middleware.
+func ExampleHarness_History() {
+	dir, err := os.MkdirTemp("", "handofftest")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+
+	h, err := handofftest.Start(runtime.Class{
+		Name:  "users",
+		Retry: runtime.RetryPolicy{MaxAttempts: 2, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond},
+		Handler: func(ctx context.Context, m *handoff.Message) error {
+			return errors.New("mailbox full")
+		},
+	}, dir, nil, handofftest.WithDrainTimeout(100*time.Millisecond), handofftest.WithHardStopGrace(100*time.Millisecond))
+	if err != nil {
+		panic(err)
+	}
+	defer h.Stop()
+
+	h.Send(&handoff.Message{ID: "welcome-7"})
+	h.Wait()
+	dls, _, err := h.Runtime().DeadLetters("users", "", 10)
+	if err != nil {
+		panic(err)
+	}
+	if err := h.Runtime().Discard(context.Background(), dls[0].Key); err != nil {
+		panic(err)
+	}
+	h.Wait()
+	for _, e := range h.History("welcome-7") {
+		fmt.Println(e.Kind, e.Attempt, e.Err)
+	}
+	fmt.Println(h.Result("welcome-7"))
+	// Output:
+	// retried 0 mailbox full
+	// dead_lettered 1 mailbox full
+	// discarded 2 mailbox full
+	// welcome-7 discarded after 2 attempts: mailbox full
+}

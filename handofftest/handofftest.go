@@ -6,18 +6,30 @@
 // a delayed delivery. It is to handoff what net/http/httptest is to
 // net/http and rivertest to river.
 //
-// A [Harness] is a [runtime.Runtime] with one class and no Kafka topics,
-// on a state file in the test's temporary directory, fed through
-// [runtime.Runtime.Submit] and [runtime.Runtime.Schedule]. Everything
+// A [Harness] is a [runtime.Runtime] with one class (or several, see
+// [WithClasses]) and no Kafka topics, on a state file in the test's
+// temporary directory, fed through [runtime.Runtime.Submit] and
+// [runtime.Runtime.Schedule]. Everything
 // after the handler returns is the runtime's own code, the same that runs
 // in production: the class's RetryPolicy (retries in place with backoff,
 // delayed redeliveries, dead letters), [handoff.Permanent], panics, the
 // per-key ordering and parking of ordered classes, batches, the stop's
 // snapshot and the re-push at the next start ([Harness.Restart]), and the
-// class's middleware. The harness only watches: a middleware of its own,
-// outside the class's, counts the attempts and notes their results, and
-// the outcomes are read from the runtime (its pool stats and its state
-// file).
+// class's middleware (and Config-level middleware, [WithMiddleware]).
+// The harness only watches: a middleware of its own, outside the others,
+// counts the attempts and notes their results and what the runtime
+// decided after each ([Harness.History]), and the outcomes are read from
+// the runtime (its pool stats and its state file). A dead letter
+// discarded through [Harness.Runtime] (or the admin API) is an outcome
+// too: [Discarded].
+//
+// # Stopping
+//
+// [Harness.Restart] and [Harness.Stop] run the runtime's real stop, with
+// its DrainTimeout (30s) and HardStopGrace (5s) unless
+// [WithDrainTimeout] and [WithHardStopGrace] say otherwise: a stop with a
+// handler that waits for its context to end takes the whole drain, on
+// the real clock outside a synctest bubble.
 //
 // # Time
 //
@@ -73,6 +85,10 @@ const (
 	// Scheduled: it waits in the state file for a due time, scheduled by
 	// [Harness.Schedule] or as a failed message's delayed redelivery.
 	Scheduled
+	// Discarded: it was a dead letter, and the dead letter was discarded
+	// (runtime.Runtime.Discard, through [Harness.Runtime] or the admin
+	// API).
+	Discarded
 )
 
 // String returns the outcome's name in lower case.
@@ -88,8 +104,152 @@ func (o Outcome) String() string {
 		return "parked"
 	case Scheduled:
 		return "scheduled"
+	case Discarded:
+		return "discarded"
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// EventKind names one step of a message's history (see [Event]).
+type EventKind int
+
+const (
+	// EventSucceeded: an attempt succeeded; the message is done.
+	EventSucceeded EventKind = iota
+	// EventRetried: an attempt failed and is retried in place after
+	// Event.Wait.
+	EventRetried
+	// EventRedelivered: an attempt failed, the retries in place were used
+	// up, and the message was saved for a delayed redelivery after
+	// Event.Wait.
+	EventRedelivered
+	// EventDeadLettered: an attempt failed for good; the message became a
+	// dead letter.
+	EventDeadLettered
+	// EventInterrupted: the hard stop cancelled the attempt; it is not
+	// counted and the message runs again after the restart.
+	EventInterrupted
+	// EventHeld: the attempt failed while its class was suspended or
+	// paused (or its failure suspended the class); it is not counted and
+	// the message waits in place.
+	EventHeld
+	// EventDiscarded: the message's dead letter was discarded. It is not
+	// an attempt: the harness notices it when it reads the state file
+	// (in Wait, Result, Results or History).
+	EventDiscarded
+)
+
+// String returns "succeeded", "retried", "redelivered", "dead_lettered",
+// "interrupted", "held" (the names of runtime.OutcomeKind) or
+// "discarded".
+func (k EventKind) String() string {
+	switch k {
+	case EventSucceeded:
+		return "succeeded"
+	case EventRetried:
+		return "retried"
+	case EventRedelivered:
+		return "redelivered"
+	case EventDeadLettered:
+		return "dead_lettered"
+	case EventInterrupted:
+		return "interrupted"
+	case EventHeld:
+		return "held"
+	case EventDiscarded:
+		return "discarded"
+	}
+	return "EventKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// eventOf maps the runtime's outcome of an attempt to an event kind.
+func eventOf(k runtime.OutcomeKind) EventKind {
+	switch k {
+	case runtime.OutcomeSucceeded:
+		return EventSucceeded
+	case runtime.OutcomeRetried:
+		return EventRetried
+	case runtime.OutcomeRedelivered:
+		return EventRedelivered
+	case runtime.OutcomeDeadLettered:
+		return EventDeadLettered
+	case runtime.OutcomeInterrupted:
+		return EventInterrupted
+	}
+	return EventHeld
+}
+
+// Event is one step of a message's history: an attempt and what the
+// runtime decided after it, or the discard of its dead letter.
+type Event struct {
+	Kind EventKind
+	// Attempt is the message's Attempt when the attempt ran (the failed
+	// attempts counted before it); for EventDiscarded, the dead letter's
+	// failed attempts.
+	Attempt int
+	// Err is the attempt's error text; empty when it succeeded. For
+	// EventDiscarded, the dead letter's error.
+	Err string
+	// Wait is the backoff of EventRetried, the delay of
+	// EventRedelivered; zero otherwise.
+	Wait time.Duration
+}
+
+// String describes the event in one line, as "attempt 0: retried in
+// 100ms: database down" or "discarded".
+func (e Event) String() string {
+	if e.Kind == EventDiscarded {
+		return "discarded"
+	}
+	s := "attempt " + strconv.Itoa(e.Attempt) + ": " + e.Kind.String()
+	if e.Wait > 0 {
+		s += " in " + e.Wait.String()
+	}
+	if e.Err != "" {
+		s += ": " + e.Err
+	}
+	return s
+}
+
+// Option configures a [Harness]; pass options to [New] or [Start].
+type Option func(*options)
+
+type options struct {
+	classes      []runtime.Class
+	middleware   []handoff.Middleware
+	drain, grace time.Duration
+}
+
+// WithClasses runs cs beside the class given to [New] or [Start], as a
+// service runs several (each in its pool; c.Topics and c.DeadLetterTopic
+// are dropped as for the first). [Harness.Send] and [Harness.Schedule]
+// hand a message to the class its Class field names, or to the first
+// class when it is empty; [Harness.SendValues] sends to the first.
+// Message IDs are the harness's, across its classes.
+func WithClasses(cs ...runtime.Class) Option {
+	return func(o *options) { o.classes = append(o.classes, cs...) }
+}
+
+// WithMiddleware sets the runtime's Config.Middleware: around every
+// class's handler, outside each class's own Middleware, as in
+// production (otelhandoff's, for instance). The harness's observer stays
+// outermost, so it sees what the runtime judges.
+func WithMiddleware(mw ...handoff.Middleware) Option {
+	return func(o *options) { o.middleware = append(o.middleware, mw...) }
+}
+
+// WithDrainTimeout sets the runtime's DrainTimeout: how long
+// [Harness.Stop] and [Harness.Restart] let the pools work before the
+// hard stop. Zero keeps the runtime's default, 30s.
+func WithDrainTimeout(d time.Duration) Option {
+	return func(o *options) { o.drain = d }
+}
+
+// WithHardStopGrace sets the runtime's HardStopGrace: how long handlers
+// cancelled by the hard stop get to return before they are recorded as
+// interrupted. Zero keeps the runtime's default, 5s.
+func WithHardStopGrace(d time.Duration) Option {
+	return func(o *options) { o.grace = d }
 }
 
 // Result is what became of one message ID.
@@ -98,14 +258,16 @@ type Result struct {
 	Outcome Outcome
 	// Attempts counts the attempts the runtime made: for a handled
 	// message the failed ones plus the one that succeeded, for a dead
-	// letter or a redelivery the failed ones (its Message.Attempt), zero
-	// for a parked or scheduled message that has not run.
+	// letter (discarded or not) or a redelivery the failed ones (its
+	// Message.Attempt), zero for a parked or scheduled message that has
+	// not run.
 	Attempts int
 	// Calls counts the attempts that returned (through the class's
 	// middleware, a batch's message once per batch call), over every
 	// delivery of its ID (see [Harness.Redeliver]).
 	Calls int
-	// Err is a dead letter's error, or a delayed redelivery's last one.
+	// Err is a dead letter's error (a discarded one's too), or a delayed
+	// redelivery's last one.
 	Err string
 	// Due is when a scheduled message will be delivered.
 	Due time.Time
@@ -117,17 +279,19 @@ type Result struct {
 	Message handoff.Message
 }
 
-// Harness runs one class on a runtime without Kafka. Make one with [New]
-// in a test (it stops at the end of the test), or with [Start] outside
-// one. Its methods must be called from one goroutine (the test's: they
-// may fail the test), but for the handler, which may do anything.
+// Harness runs a class (or several) on a runtime without Kafka. Make one
+// with [New] in a test (it stops at the end of the test), or with [Start]
+// outside one. Its methods must be called from one goroutine (the
+// test's: they may fail the test), but for the handler, which may do
+// anything.
 type Harness struct {
-	t     testing.TB // nil for Start: failures panic
-	class string
-	cfg   runtime.Config
-	rt    *runtime.Runtime
-	wait  chan result
-	rep   *runtime.Report
+	t       testing.TB // nil for Start: failures panic
+	class   string     // the first class
+	classes map[string]bool
+	cfg     runtime.Config
+	rt      *runtime.Runtime
+	wait    chan result
+	rep     *runtime.Report
 
 	mu      sync.Mutex
 	sent    []string                   // IDs in first-send order
@@ -135,6 +299,8 @@ type Harness struct {
 	calls   map[string]int             // handler calls per ID
 	handled map[string]handoff.Message // as handed to the handler when it succeeded
 	order   []string                   // IDs in handling order, once per success
+	history map[string][]Event         // per ID, in order
+	dead    map[string]Result          // IDs last seen as dead letters, as then
 	n       int                        // IDs given out
 }
 
@@ -143,16 +309,16 @@ type result struct {
 	err error
 }
 
-// New starts a runtime that runs class c alone, with its handler (or
-// batch handler), pool bounds, ordering, retry policy, timeout and stop
-// policy, on a state file in t.TempDir(), without Kafka (c.Topics and
-// c.DeadLetterTopic are dropped). The runtime logs warnings and errors to
-// t.Output(). A bad class fails the test with runtime.New's error. The
-// runtime is stopped gracefully by t.Cleanup, or earlier by
-// [Harness.Stop].
-func New(t testing.TB, c runtime.Class) *Harness {
+// New starts a runtime that runs class c alone (or with the classes of
+// [WithClasses]), with its handler (or batch handler), pool bounds,
+// ordering, retry policy, timeout and stop policy, on a state file in
+// t.TempDir(), without Kafka (c.Topics and c.DeadLetterTopic are
+// dropped). The runtime logs warnings and errors to t.Output(). A bad
+// class fails the test with runtime.New's error. The runtime is stopped
+// gracefully by t.Cleanup, or earlier by [Harness.Stop].
+func New(t testing.TB, c runtime.Class, opts ...Option) *Harness {
 	t.Helper()
-	h := newHarness(t, c, t.TempDir(), slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	h := newHarness(t, c, t.TempDir(), slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})), opts)
 	h.start()
 	t.Cleanup(func() { h.Stop() })
 	return h
@@ -163,11 +329,11 @@ func New(t testing.TB, c runtime.Class) *Harness {
 // discards them), and the caller stops the runtime with [Harness.Stop].
 // Where New would fail the test, the harness's methods panic; Start
 // itself returns the error of a bad class or a failed start.
-func Start(c runtime.Class, dir string, logger *slog.Logger) (h *Harness, err error) {
+func Start(c runtime.Class, dir string, logger *slog.Logger, opts ...Option) (h *Harness, err error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	h = newHarness(nil, c, dir, logger)
+	h = newHarness(nil, c, dir, logger, opts)
 	defer func() {
 		if v := recover(); v != nil {
 			h, err = nil, fmt.Errorf("%v", v)
@@ -177,27 +343,49 @@ func Start(c runtime.Class, dir string, logger *slog.Logger) (h *Harness, err er
 	return h, nil
 }
 
-// newHarness makes a harness for c, not started.
-func newHarness(t testing.TB, c runtime.Class, dir string, logger *slog.Logger) *Harness {
-	h := &Harness{t: t, class: c.Name, msgs: map[string]handoff.Message{}, calls: map[string]int{},
-		handled: map[string]handoff.Message{}}
-	c.Topics, c.DeadLetterTopic = nil, ""
+// newHarness makes a harness for c and the options' classes, not
+// started.
+func newHarness(t testing.TB, c runtime.Class, dir string, logger *slog.Logger, opts []Option) *Harness {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	h := &Harness{t: t, class: c.Name, classes: map[string]bool{}, msgs: map[string]handoff.Message{}, calls: map[string]int{},
+		handled: map[string]handoff.Message{}, history: map[string][]Event{}, dead: map[string]Result{}}
+	classes := append([]runtime.Class{c}, o.classes...)
+	for i := range classes {
+		classes[i].Topics, classes[i].DeadLetterTopic = nil, ""
+		h.classes[classes[i].Name] = true
+	}
 	h.cfg = runtime.Config{
-		StatePath: filepath.Join(dir, "state.db"),
-		Instance:  "handofftest",
-		Classes:   []runtime.Class{c},
-		Logger:    logger,
+		StatePath:     filepath.Join(dir, "state.db"),
+		Instance:      "handofftest",
+		Classes:       classes,
+		Logger:        logger,
+		DrainTimeout:  o.drain,
+		HardStopGrace: o.grace,
 		// Outermost: it sees what the runtime judges, the result of the
 		// class's whole middleware chain, per message (in a batch class
 		// too).
-		Middleware: []handoff.Middleware{h.observe},
+		Middleware: append([]handoff.Middleware{h.observe}, o.middleware...),
 	}
 	return h
 }
 
-// observe is the harness's middleware: it notes each attempt's result.
+// observe is the harness's middleware: it notes each attempt's result,
+// and what the runtime decided after it.
 func (h *Harness) observe(next handoff.HandlerFunc) handoff.HandlerFunc {
 	return func(ctx context.Context, m *handoff.Message) error {
+		id, attempt := strings.Clone(m.ID), m.Attempt
+		runtime.OnOutcome(ctx, func(o runtime.Outcome) {
+			e := Event{Kind: eventOf(o.Kind), Attempt: attempt, Wait: o.Wait}
+			if o.Err != nil {
+				e.Err = o.Err.Error()
+			}
+			h.mu.Lock()
+			h.history[id] = append(h.history[id], e)
+			h.mu.Unlock()
+		})
 		err := next(ctx, m)
 		h.note(m, err)
 		return err
@@ -270,25 +458,26 @@ func (h *Harness) note(m *handoff.Message, err error) {
 // Requeue and Discard of dead letters.
 func (h *Harness) Runtime() *runtime.Runtime { return h.rt }
 
-// Send submits the messages to the class, in order, blocking while its
-// pool is full. A message without an ID gets "msg-1", "msg-2", ... (in
-// the copy sent; m is not changed). Sending an ID again delivers that
-// message again, as Kafka does after a crash. It fails the test if the
-// runtime refuses a message.
+// Send submits the messages, in order, to the class each one's Class
+// names (the first class when it is empty), blocking while its pool is
+// full. A message without an ID gets "msg-1", "msg-2", ... (in the copy
+// sent; m is not changed). Sending an ID again delivers that message
+// again, as Kafka does after a crash. It fails the test if the runtime
+// refuses a message, or if its Class is not one of the harness's.
 func (h *Harness) Send(ms ...*handoff.Message) {
 	if h.t != nil {
 		h.t.Helper()
 	}
 	for _, m := range ms {
 		msg := h.track(m)
-		if err := h.rt.Submit(context.Background(), h.class, &msg); err != nil {
+		if err := h.rt.Submit(context.Background(), msg.Class, &msg); err != nil {
 			h.fatalf("handofftest: send %s: %v", msg.ID, err)
 		}
 	}
 }
 
-// SendValues sends one message per value, each with key and an ID given
-// by Send, and returns the IDs.
+// SendValues sends one message per value to the first class, each with
+// key and an ID given by Send, and returns the IDs.
 func (h *Harness) SendValues(key string, values ...string) []string {
 	if h.t != nil {
 		h.t.Helper()
@@ -297,7 +486,7 @@ func (h *Harness) SendValues(key string, values ...string) []string {
 	for i, v := range values {
 		m := h.track(&handoff.Message{Key: []byte(key), Value: []byte(v)})
 		ids[i] = m.ID
-		if err := h.rt.Submit(context.Background(), h.class, &m); err != nil {
+		if err := h.rt.Submit(context.Background(), m.Class, &m); err != nil {
 			h.fatalf("handofftest: send %s: %v", m.ID, err)
 		}
 	}
@@ -320,22 +509,30 @@ func (h *Harness) Redeliver(id string) {
 	h.Send(&m)
 }
 
-// Schedule hands m to the runtime's Schedule, to be delivered at at.
+// Schedule hands m to the runtime's Schedule, to be delivered at at to
+// the class its Class names (the first class when it is empty).
 func (h *Harness) Schedule(m *handoff.Message, at time.Time) {
 	if h.t != nil {
 		h.t.Helper()
 	}
 	msg := h.track(m)
-	if err := h.rt.Schedule(context.Background(), h.class, &msg, at); err != nil {
+	if err := h.rt.Schedule(context.Background(), msg.Class, &msg, at); err != nil {
 		h.fatalf("handofftest: schedule %s: %v", msg.ID, err)
 	}
 }
 
-// track notes a message to be sent and returns the copy to send.
+// track notes a message to be sent and returns the copy to send, with
+// its class set.
 func (h *Harness) track(m *handoff.Message) handoff.Message {
+	if m.Class != "" && !h.classes[m.Class] {
+		h.fatalf("handofftest: send %s: class %q is not one of the harness's", m.ID, m.Class)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	msg := *m
+	if msg.Class == "" {
+		msg.Class = h.class
+	}
 	if msg.ID == "" {
 		h.n++
 		msg.ID = "msg-" + strconv.Itoa(h.n)
@@ -348,8 +545,8 @@ func (h *Harness) track(m *handoff.Message) handoff.Message {
 }
 
 // Wait blocks until every message sent has settled: handled,
-// dead-lettered, parked, or scheduled for later; nothing of the class is
-// queued, running or waiting out a backoff. It fails the test after
+// dead-lettered, discarded, parked, or scheduled for later; nothing of
+// the harness's classes is queued, running or waiting out a backoff. It fails the test after
 // [WaitTimeout]. It polls every millisecond: inside a synctest bubble
 // each poll advances the fake clock, so backoffs pass at once.
 func (h *Harness) Wait() {
@@ -375,10 +572,14 @@ func (h *Harness) Wait() {
 // settled returns every sent message's result and how many are pending,
 // or a nil map while the class's pool is busy.
 func (h *Harness) settled() (map[string]Result, int, error) {
+	busy := 0
 	for _, cs := range h.rt.Stats() {
-		if cs.Name == h.class && cs.Queued+cs.Waiting+cs.Running > 0 {
-			return nil, cs.Queued + cs.Waiting + cs.Running, nil
+		if h.classes[cs.Name] {
+			busy += cs.Queued + cs.Waiting + cs.Running
 		}
+	}
+	if busy > 0 {
+		return nil, busy, nil
 	}
 	res, err := h.results()
 	if err != nil {
@@ -395,21 +596,25 @@ func (h *Harness) settled() (map[string]Result, int, error) {
 
 // results reads every sent message's result: handled (seen by the
 // handler wrapper), else dead-lettered, scheduled or parked (read from
-// the state file), else pending. A parked message whose key has no dead
-// letter or redelivery any more is being released: pending.
+// the state file), else discarded (a dead letter seen before, or made by
+// an attempt, that is gone), else pending. A parked message whose key
+// has no dead letter or redelivery any more is being released: pending.
 func (h *Harness) results() (map[string]Result, error) {
 	rt := h.rt
 	state := map[string]Result{}
-	blocked := map[string]bool{}
+	blocked := map[string]bool{} // class + "\x00" + key
 	var cur runtime.Cursor
 	for {
-		dls, next, err := rt.DeadLetters(h.class, cur, 1000)
+		dls, next, err := rt.DeadLetters("", cur, 1000)
 		if err != nil {
 			return nil, fmt.Errorf("read dead letters: %w", err)
 		}
 		for _, d := range dls {
+			if !h.classes[d.Message.Class] {
+				continue
+			}
 			state[d.Message.ID] = Result{Outcome: DeadLettered, Attempts: d.Message.Attempt, Err: d.Err, Message: d.Message}
-			blocked[string(d.Message.Key)] = true
+			blocked[d.Message.Class+"\x00"+string(d.Message.Key)] = true
 		}
 		if cur = next; cur == "" {
 			break
@@ -421,7 +626,7 @@ func (h *Harness) results() (map[string]Result, error) {
 			return nil, fmt.Errorf("read delayed messages: %w", err)
 		}
 		for _, d := range ds {
-			if d.Message.Class != h.class {
+			if !h.classes[d.Message.Class] {
 				continue
 			}
 			if _, ok := state[d.Message.ID]; !ok {
@@ -429,7 +634,7 @@ func (h *Harness) results() (map[string]Result, error) {
 					Redelivery: d.Redelivery, Message: d.Message}
 			}
 			if d.Redelivery {
-				blocked[string(d.Message.Key)] = true
+				blocked[d.Message.Class+"\x00"+string(d.Message.Key)] = true
 			}
 		}
 		if cur = next; cur == "" {
@@ -441,15 +646,15 @@ func (h *Harness) results() (map[string]Result, error) {
 		return nil, fmt.Errorf("read parked keys: %w", err)
 	}
 	for _, k := range keys {
-		if k.Class != h.class {
+		if !h.classes[k.Class] {
 			continue
 		}
-		ms, err := rt.Parked(h.class, k.Key)
+		ms, err := rt.Parked(k.Class, k.Key)
 		if err != nil {
 			return nil, fmt.Errorf("read parked messages: %w", err)
 		}
 		for _, m := range ms {
-			if _, ok := state[m.ID]; !ok && blocked[string(k.Key)] {
+			if _, ok := state[m.ID]; !ok && blocked[k.Class+"\x00"+string(k.Key)] {
 				state[m.ID] = Result{Outcome: Parked, Attempts: m.Attempt, Message: m}
 			}
 		}
@@ -464,11 +669,39 @@ func (h *Harness) results() (map[string]Result, error) {
 			r = Result{Outcome: Handled, Attempts: m.Attempt + 1, Message: m}
 		} else if s, ok := state[id]; ok {
 			r = s
+			if s.Outcome == DeadLettered {
+				h.dead[id] = s
+			}
+		} else if d, ok := h.discardedLocked(id); ok {
+			r = d
 		}
 		r.ID, r.Calls = id, h.calls[id]
 		out[id] = r
 	}
 	return out, nil
+}
+
+// discardedLocked reports whether the message with id, which is not
+// handled and not in the state file, was a dead letter (seen so by an
+// earlier read, or made one by its last attempt): then its dead letter
+// was discarded, noted once in its history, and its result says so.
+func (h *Harness) discardedLocked(id string) (Result, bool) {
+	hist := h.history[id]
+	last := len(hist) - 1
+	if last >= 0 && hist[last].Kind == EventDiscarded {
+		d := h.dead[id]
+		return Result{Outcome: Discarded, Attempts: d.Attempts, Err: d.Err, Message: d.Message}, true
+	}
+	d, seen := h.dead[id]
+	if !seen && (last < 0 || hist[last].Kind != EventDeadLettered) {
+		return Result{}, false
+	}
+	if !seen {
+		d = Result{Attempts: hist[last].Attempt + 1, Err: hist[last].Err, Message: h.msgs[id]}
+		h.dead[id] = d
+	}
+	h.history[id] = append(hist, Event{Kind: EventDiscarded, Attempt: d.Attempts, Err: d.Err})
+	return Result{Outcome: Discarded, Attempts: d.Attempts, Err: d.Err, Message: d.Message}, true
 }
 
 // Result returns what became of the message with id, as of now.
@@ -513,6 +746,30 @@ func (h *Harness) Handled() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]string(nil), h.order...)
+}
+
+// History returns what happened to the message with id, in order: each
+// attempt (over every delivery of the ID, across restarts) with what the
+// runtime decided after it, and the discard of its dead letter. An
+// attempt still running has no event yet; a message that never ran
+// (parked, scheduled) has none. It may be called after [Harness.Stop]
+// (a discard is then noticed only if an earlier call saw it). It fails
+// the test if no message with id was sent.
+func (h *Harness) History(id string) []Event {
+	if h.t != nil {
+		h.t.Helper()
+	}
+	if h.rep == nil {
+		h.Result(id) // notices a discard
+	}
+	h.mu.Lock()
+	_, sent := h.msgs[id]
+	hist := append([]Event(nil), h.history[id]...)
+	h.mu.Unlock()
+	if !sent {
+		h.fatalf("handofftest: no message %s was sent", id)
+	}
+	return hist
 }
 
 // RequireHandled reports a test error unless the message with id was

@@ -3,7 +3,9 @@ package handofftest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -288,4 +290,218 @@ func TestClassMiddleware(t *testing.T) {
 	if n := reached.Load(); n != 1 {
 		t.Errorf("the handler ran %d times, want 1", n)
 	}
+}
+
+// A dead letter discarded through the runtime is an outcome Wait knows
+// (issue 23: Wait never returned after a Discard): Wait returns, the
+// message is Discarded with its dead letter's error, its history ends in
+// the discard, and in an ordered class the parked messages behind it run.
+func TestWaitAfterDiscard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := handofftest.New(t, runtime.Class{Name: "orders", Ordered: true, Handler: func(ctx context.Context, m *handoff.Message) error {
+			if string(m.Value) == "paid" {
+				return handoff.Permanent(errors.New("card declined"))
+			}
+			return nil
+		}})
+		ids := h.SendValues("order-1", "created", "paid", "shipped")
+		h.Wait()
+		h.RequireDeadLettered(ids[1], "card declined")
+		h.RequireParked(ids[2])
+		dls, _, err := h.Runtime().DeadLetters("orders", "", 10)
+		if err != nil || len(dls) != 1 {
+			t.Fatalf("dead letters %v, %v", dls, err)
+		}
+		if err := h.Runtime().Discard(context.Background(), dls[0].Key); err != nil {
+			t.Fatal(err)
+		}
+		h.Wait()
+		if r := h.Result(ids[1]); r.Outcome != handofftest.Discarded || r.Err != "permanent: card declined" || r.Attempts != 1 {
+			t.Errorf("discarded dead letter: %+v", r)
+		}
+		if r := h.Result(ids[1]); r.String() != "msg-2 discarded after 1 attempt: permanent: card declined" {
+			t.Errorf("result %q", r)
+		}
+		h.RequireHandled(ids[2], 1)
+		got := fmt.Sprint(h.History(ids[1]))
+		if want := "[attempt 0: dead_lettered: permanent: card declined discarded]"; got != want {
+			t.Errorf("history %s, want %s", got, want)
+		}
+	})
+}
+
+// A dead letter the harness never saw as one (discarded before any
+// Wait or Result read the state file) is still known as discarded, from
+// the outcome of its last attempt.
+func TestDiscardUnseen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dead := make(chan struct{})
+		h := handofftest.New(t, runtime.Class{Name: "users", Handler: func(ctx context.Context, m *handoff.Message) error {
+			return handoff.Permanent(errors.New("no such user"))
+		}}, handofftest.WithMiddleware(func(next handoff.HandlerFunc) handoff.HandlerFunc {
+			return func(ctx context.Context, m *handoff.Message) error {
+				runtime.OnOutcome(ctx, func(runtime.Outcome) { close(dead) })
+				return next(ctx, m)
+			}
+		}))
+		h.Send(&handoff.Message{ID: "u1"})
+		<-dead
+		synctest.Wait()
+		dls, _, err := h.Runtime().DeadLetters("users", "", 10)
+		if err != nil || len(dls) != 1 {
+			t.Fatalf("dead letters %v, %v", dls, err)
+		}
+		if err := h.Runtime().Discard(context.Background(), dls[0].Key); err != nil {
+			t.Fatal(err)
+		}
+		h.Wait()
+		if r := h.Result("u1"); r.Outcome != handofftest.Discarded || r.Attempts != 1 || r.Err != "permanent: no such user" {
+			t.Errorf("result %+v", r)
+		}
+	})
+}
+
+// History lists every attempt with what followed it, over retries in
+// place, a delayed redelivery, a restart's interruption and a later
+// delivery.
+func TestHistory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		h := handofftest.New(t, runtime.Class{Name: "mail", Workers: 1,
+			Retry: runtime.RetryPolicy{MaxAttempts: 2, InitialBackoff: time.Second, MaxBackoff: time.Second, Redeliveries: 1, RedeliveryDelay: time.Minute},
+			Handler: func(ctx context.Context, m *handoff.Message) error {
+				switch calls.Add(1) {
+				case 1, 2:
+					return errDown
+				case 3:
+					<-ctx.Done() // until the hard stop
+					return context.Cause(ctx)
+				}
+				return nil
+			}}, handofftest.WithDrainTimeout(time.Second), handofftest.WithHardStopGrace(time.Second))
+		h.Send(&handoff.Message{ID: "m"})
+		h.Wait()
+		h.RequireScheduled("m")
+		time.Sleep(time.Minute) // the redelivery comes due and blocks in its handler
+		synctest.Wait()
+		h.Restart()
+		h.Wait()
+		h.RequireHandled("m", 3)
+		ev := h.History("m")
+		var kinds []string
+		for _, e := range ev {
+			kinds = append(kinds, e.Kind.String())
+		}
+		if got := strings.Join(kinds, ","); got != "retried,redelivered,interrupted,succeeded" {
+			t.Fatalf("history %v", ev)
+		}
+		if ev[0].Attempt != 0 || ev[0].Err != "database down" || ev[0].Wait <= 0 || ev[1].Attempt != 1 || ev[1].Wait != time.Minute ||
+			ev[2].Attempt != 2 || ev[3].Attempt != 2 || ev[3].Err != "" {
+			t.Errorf("history %v", ev)
+		}
+		// After the stop the history is still there.
+		h.Stop()
+		if after := h.History("m"); len(after) != 4 {
+			t.Errorf("history after the stop: %v", after)
+		}
+	})
+}
+
+// With WithDrainTimeout and WithHardStopGrace a restart with a handler
+// in flight takes those, not the runtime's 30s and 5s: on the bubble's
+// clock the stop ends after the 50ms drain and the 20ms grace.
+func TestStopTimings(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		h := handofftest.New(t, runtime.Class{Name: "users", Workers: 1, Handler: func(ctx context.Context, m *handoff.Message) error {
+			if calls.Add(1) == 1 {
+				<-ctx.Done()
+				time.Sleep(time.Hour) // ignores the cancel: a straggler
+			}
+			return nil
+		}}, handofftest.WithDrainTimeout(50*time.Millisecond), handofftest.WithHardStopGrace(20*time.Millisecond))
+		h.Send(&handoff.Message{ID: "slow"})
+		synctest.Wait()
+		began := time.Now()
+		rep := h.Restart()
+		if took := time.Since(began); took < 70*time.Millisecond || took > time.Second {
+			t.Errorf("restart took %s on the bubble's clock, want the 50ms drain and 20ms grace", took)
+		}
+		if !rep.DrainTimedOut || rep.Interrupted != 1 || rep.Stragglers != 1 {
+			t.Errorf("stop: %+v", rep)
+		}
+		h.Wait()
+		h.RequireHandled("slow", 1)
+		time.Sleep(time.Hour) // let the straggler end inside the bubble
+	})
+}
+
+// Several classes and Config-level middleware: each message goes to the
+// class its Class names, or the first; the middleware wraps every class,
+// inside the harness's observer, which judges what it returns.
+func TestClassesAndMiddleware(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	ran := map[string]string{}
+	handler := func(name string) handoff.HandlerFunc {
+		return func(ctx context.Context, m *handoff.Message) error {
+			mu.Lock()
+			ran[m.ID] = name
+			mu.Unlock()
+			return nil
+		}
+	}
+	var wrapped atomic.Int32
+	veto := func(next handoff.HandlerFunc) handoff.HandlerFunc {
+		return func(ctx context.Context, m *handoff.Message) error {
+			wrapped.Add(1)
+			if string(m.Value) == "forbidden" {
+				return handoff.Permanent(errors.New("vetoed"))
+			}
+			return next(ctx, m)
+		}
+	}
+	h := handofftest.New(t, runtime.Class{Name: "orders", Handler: handler("orders")},
+		handofftest.WithClasses(runtime.Class{Name: "users", Handler: handler("users")}),
+		handofftest.WithMiddleware(veto))
+	h.Send(&handoff.Message{ID: "o1"}, &handoff.Message{ID: "u1", Class: "users"},
+		&handoff.Message{ID: "u2", Class: "users", Value: []byte("forbidden")})
+	h.Wait()
+	h.RequireHandled("o1", 1)
+	h.RequireHandled("u1", 1)
+	if r := h.RequireDeadLettered("u2", "vetoed"); r.Message.Class != "users" {
+		t.Errorf("u2 dead letter of class %q", r.Message.Class)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if ran["o1"] != "orders" || ran["u1"] != "users" || ran["u2"] != "" || wrapped.Load() != 3 {
+		t.Errorf("ran %v, middleware called %d times", ran, wrapped.Load())
+	}
+}
+
+// A batch class with a typed batch handler on the real runtime: the one
+// message that does not decode is a dead letter after one attempt, with
+// the decode error; the others of its batch are handled once.
+func TestTypedBatchClass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		type beat struct {
+			Temp float64 `json:"temp"`
+		}
+		var rows atomic.Int32
+		h := handofftest.New(t, runtime.Class{Name: "beats", MaxBatch: 10, Workers: 1,
+			BatchHandler: handoff.TypedBatch(handoff.JSON[beat]{}, func(ctx context.Context, ms []*handoff.Message, bs []beat) error {
+				rows.Add(int32(len(bs)))
+				return nil
+			})})
+		ids := h.SendValues("device-1", `{"temp":21.5}`, `{"temp":`, `{"temp":19}`)
+		h.Wait()
+		h.RequireHandled(ids[0], 1)
+		if r := h.RequireDeadLettered(ids[1], `permanent: handoff: decode class beats: id "msg-2": unexpected end of JSON input`); r.Calls != 1 {
+			t.Errorf("undecodable message called %d times", r.Calls)
+		}
+		h.RequireHandled(ids[2], 1)
+		if n := rows.Load(); n != 2 {
+			t.Errorf("%d rows inserted, want 2", n)
+		}
+	})
 }

@@ -1,7 +1,7 @@
 // Package otelhandoff traces handoff's handlers with OpenTelemetry: one
 // span per attempt of a message, following the OpenTelemetry semantic
 // conventions for Kafka consumers, with the outcome the runtime decided
-// after the attempt (retry, redelivery, dead letter), a link to the
+// after the attempt (retry, redelivery, dead letter, held), a link to the
 // message's previous attempt, and the failed attempt's context in the
 // dead letters published to a DeadLetterTopic.
 //
@@ -18,14 +18,17 @@
 // "process <class>" for a message that did not come from Kafka), whose
 // parent is the trace context the producer put in the record's headers,
 // read by the configured propagator (traceparent and tracestate for
-// propagation.TraceContext). Its attributes are
-// messaging.system "kafka", messaging.operation.name and .type
-// "process", messaging.destination.name (the topic),
+// propagation.TraceContext). Every span has messaging.operation.name and
+// .type "process", messaging.message.body.size, and handoff.class,
+// handoff.message.id and handoff.attempt (the attempts that failed
+// before this one). A message read from Kafka adds messaging.system
+// "kafka", messaging.destination.name (the topic),
 // messaging.destination.partition.id, messaging.kafka.offset,
-// messaging.kafka.message.key (when the key is not nil and is UTF-8),
-// messaging.consumer.group.name, messaging.message.body.size, and
-// handoff.class, handoff.message.id and handoff.attempt (the attempts
-// that failed before this one).
+// messaging.kafka.message.key (when the key is not nil and is UTF-8) and
+// messaging.consumer.group.name (when Config.ConsumerGroup is set). A
+// message that did not come from Kafka (handed in with the runtime's
+// Submit or Schedule) has none of those: it has no topic, partition or
+// offset, and no broker delivered it.
 //
 // A failed attempt records the error (an "exception" event), sets the
 // span's status to Error with the error's text and error.type to its Go
@@ -33,9 +36,12 @@
 // attempt (see runtime.OnOutcome), with one event saying what:
 // "handoff.retry" (attribute handoff.retry.wait_seconds, the backoff),
 // "handoff.redelivery" (handoff.redelivery.delay_seconds),
-// "handoff.dead_letter" or "handoff.interrupted" (the hard stop
-// cancelled it; the message runs again after the restart). A successful
-// attempt's span has no event and status Unset. A panic is recorded too,
+// "handoff.dead_letter", "handoff.interrupted" (the hard stop
+// cancelled it; the message runs again after the restart) or
+// "handoff.held" (its class is suspended by a dependency outage or
+// paused, or this failure suspended it: the attempt is not counted and
+// the message waits in place). A successful attempt's span has no event
+// and status Unset. A panic is recorded too,
 // and the panic goes on.
 //
 // Outside the runtime (a handler chain called directly, in a unit test)
@@ -103,6 +109,7 @@ const (
 	EventRedelivery  = "handoff.redelivery"
 	EventDeadLetter  = "handoff.dead_letter"
 	EventInterrupted = "handoff.interrupted"
+	EventHeld        = "handoff.held"
 )
 
 // Config configures [New].
@@ -208,6 +215,8 @@ func outcome(span trace.Span, o runtime.Outcome) {
 		span.AddEvent(EventDeadLetter, trace.WithAttributes(AttrAttempt.Int(o.Attempt)))
 	case runtime.OutcomeInterrupted:
 		span.AddEvent(EventInterrupted)
+	case runtime.OutcomeHeld:
+		span.AddEvent(EventHeld)
 	}
 	span.End()
 }

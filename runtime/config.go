@@ -212,7 +212,11 @@ type Config struct {
 	// release the state file. Zero means 1s.
 	LockTimeout time.Duration
 
-	// Logger receives the runtime's logs. Nil means discard.
+	// Logger receives the runtime's logs: lifecycle phases and parkings
+	// at Info (a key's parkings at most one line every 10s), escalations
+	// at Warn, data safety at Error, each message at Debug. Nil means
+	// slog.Default(), the program's default logger;
+	// slog.New(slog.DiscardHandler) discards them.
 	Logger *slog.Logger
 
 	// Registerer, if set, gets the runtime's Prometheus metrics (listed in
@@ -406,7 +410,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		bad("unknown StartOffset %d", cfg.StartOffset)
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.Default()
 	}
 
 	cfg.Middleware = append([]handoff.Middleware(nil), cfg.Middleware...)

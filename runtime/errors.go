@@ -29,6 +29,15 @@ var (
 	// messages belong to that group's partitions. The error names the
 	// file and both groups.
 	ErrOtherGroup = errors.New("runtime: state file belongs to another consumer group")
+	// ErrStart is matched (with [errors.Is]) by the error [Runtime.Run]
+	// returns when its start failed, before anything was fetched: the
+	// state file could not be opened (locked by another process, corrupt,
+	// unwritable) or belongs to another group ([ErrOtherGroup]), the
+	// brokers refused the connection, a class has none of its topics, or
+	// the recovery failed. Nothing is lost. The error reads as the
+	// failure's own; a deploy tells a start that failed from a stop that
+	// was not clean by it.
+	ErrStart = errors.New("runtime: start failed")
 	// ErrStopping is the cause of the handler contexts cancelled by the
 	// hard stop: context.Cause(ctx) returns it.
 	ErrStopping = errors.New("runtime: stopping")
@@ -64,3 +73,11 @@ var (
 	// errDrainTimeout is the cause of the drain's context at DrainTimeout.
 	errDrainTimeout = errors.New("runtime: drain timeout")
 )
+
+// startError is the error of a failed start: it matches [ErrStart] and
+// reads, and unwraps, as its cause.
+type startError struct{ err error }
+
+func (e startError) Error() string        { return e.err.Error() }
+func (e startError) Unwrap() error        { return e.err }
+func (e startError) Is(target error) bool { return target == ErrStart }

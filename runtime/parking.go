@@ -31,8 +31,9 @@ type keyState struct {
 // the parking writes, so that a key's parked messages keep their order and
 // a release sees every one of them.
 type parking struct {
-	mu   sync.Mutex
-	keys map[string]*keyState
+	mu    sync.Mutex
+	keys  map[string]*keyState
+	lines parkLines // the parkings' log lines, rate-limited per key (parklog.go)
 }
 
 // gate reports whether an ordered class's message may run now. When it
@@ -65,7 +66,7 @@ func (r *Runtime) gate(c *class, it *item) bool {
 		return true // could not park: run it rather than lose its place
 	}
 	r.inc(c, outParked)
-	r.log.Debug("message parked behind its key's blocker", "class", c.cfg.Name, "id", it.msg.ID, "blocker", st.blocker)
+	p.lines.parked(r.log, c.cfg.Name, it.msg.Key, it.msg.ID, st.blocker)
 	return false
 }
 

@@ -28,6 +28,9 @@ import (
 // committed (Kafka delivers them again) and Run returns an error with
 // their count.
 //
+// A start that fails before fetching (the state file, the brokers, the
+// topics, the recovery) returns an error matching [ErrStart].
+//
 // Run installs no signal handler; see [HandleSignals]. It may be called
 // once; a second call returns [ErrRunTwice].
 func (r *Runtime) Run(ctx context.Context) (rep *Report, err error) {
@@ -44,7 +47,7 @@ func (r *Runtime) Run(ctx context.Context) (rep *Report, err error) {
 	defer stopWatch()
 
 	if err := s.open(); err != nil {
-		return s.rep, err
+		return s.rep, startError{err}
 	}
 	if err := s.start(); err != nil {
 		// Nothing was fetched: the pools hold only re-pushed messages,
@@ -52,7 +55,7 @@ func (r *Runtime) Run(ctx context.Context) (rep *Report, err error) {
 		// the stop saves. The drain is skipped.
 		r.life.skipDrain()
 		_, stopErr := s.stop(0, err)
-		return s.rep, errors.Join(err, stopErr)
+		return s.rep, errors.Join(startError{err}, stopErr)
 	}
 	<-r.life.stopCh
 	return s.stop(r.cfg.HardStopGrace, ErrStopping)
@@ -100,6 +103,9 @@ func (s *runState) open() error {
 		return fmt.Errorf("runtime: open state file: %w", err)
 	}
 	if err := r.checkIdentity(store); err != nil {
+		return errors.Join(err, store.Close())
+	}
+	if err := recordClasses(store, r.cfg.Classes); err != nil {
 		return errors.Join(err, store.Close())
 	}
 	// The pauses apply before the recovery pushes anything.

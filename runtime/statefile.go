@@ -1,6 +1,11 @@
 package runtime
 
-import "github.com/handoff-go/handoff/snapshot"
+import (
+	"fmt"
+	"slices"
+
+	"github.com/handoff-go/handoff/snapshot"
+)
 
 // Reads of the state file that the runtime makes in more than one place.
 // A read transaction cannot write, so records found undecodable are moved
@@ -34,4 +39,36 @@ func (r *Runtime) parkedKeys() ([]snapshot.ParkedCount, error) {
 		return nil, err
 	}
 	return keys, r.quarantine(bad)
+}
+
+// recordClasses notes the configured classes in the state file, which
+// keeps every class name it has seen (the CLI's pause refuses others).
+// It writes only when a class is new to the file.
+func recordClasses(store *snapshot.Store, classes []Class) error {
+	names := make([]string, len(classes))
+	for i, c := range classes {
+		names[i] = c.Name
+	}
+	var known []string
+	if err := store.View(func(tx *snapshot.Tx) (err error) { known, err = tx.Classes(); return err }); err != nil {
+		return fmt.Errorf("runtime: record classes in state file: %w", err)
+	}
+	if containsAll(known, names) {
+		return nil
+	}
+	err := store.Update(func(tx *snapshot.Tx) error { _, err := tx.AddClasses(names...); return err })
+	if err != nil {
+		return fmt.Errorf("runtime: record classes in state file: %w", err)
+	}
+	return nil
+}
+
+// containsAll reports whether every name is in set.
+func containsAll(set, names []string) bool {
+	for _, n := range names {
+		if !slices.Contains(set, n) {
+			return false
+		}
+	}
+	return true
 }

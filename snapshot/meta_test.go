@@ -51,3 +51,32 @@ func TestMeta(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestClasses: AddClasses records names once each and says how many were
+// new, Classes lists them in byte order across a reopen, an empty name is
+// refused, and the pauses stored beside them are not taken for classes.
+func TestClasses(t *testing.T) {
+	ts := setup(t)
+	var added int
+	if err := ts.Store.Update(func(tx *Tx) (err error) { added, err = tx.AddClasses("users", "orders"); return err }); err != nil || added != 2 {
+		t.Fatalf("first AddClasses: %d new, %v", added, err)
+	}
+	if err := ts.Store.Update(func(tx *Tx) (err error) { added, err = tx.AddClasses("orders", "beats"); return err }); err != nil || added != 1 {
+		t.Fatalf("second AddClasses: %d new, %v", added, err)
+	}
+	if err := ts.Store.Update(func(tx *Tx) error { return tx.PutPause("paused-only", Pause{Reason: "x"}) }); err != nil {
+		t.Fatal(err)
+	}
+	ts.reopen(t)
+	var got []string
+	if err := ts.Store.View(func(tx *Tx) (err error) { got, err = tx.Classes(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, ",") != "beats,orders,users" {
+		t.Errorf("classes %q, want beats,orders,users", got)
+	}
+	err := ts.Store.Update(func(tx *Tx) (err error) { _, err = tx.AddClasses(""); return err })
+	if err == nil || !strings.Contains(err.Error(), "empty class name") {
+		t.Errorf("empty class name: %v", err)
+	}
+}

@@ -3,6 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,6 +17,7 @@ func newPauseCmd() *cobra.Command {
 	var (
 		sf     stateFlags
 		reason string
+		force  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "pause STATE CLASS [--reason TEXT]",
@@ -23,8 +27,13 @@ start of the service comes back with the class paused (it takes and starts
 no messages; those it holds keep their place) until it is resumed through
 the admin API (POST /api/classes/CLASS/resume) or 'handoff resume'. A
 running service holds the file's lock: pause it through its admin API
-(POST /api/classes/CLASS/pause) instead. The class name is not checked: the
-file does not know the service's configuration.`,
+(POST /api/classes/CLASS/pause) instead.
+
+The class must be one the file has seen: one its service was configured
+with when it last ran on it (the runtime records its classes in the file),
+or the class of a record it holds, or one paused already. Any other name
+is refused, since it is most often a typo that would pause nothing; --force
+pauses it anyway (for a class a new version of the service brings).`,
 		Args: stateArgs(1, 1, "CLASS"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			if err := sf.validate(); err != nil {
@@ -34,6 +43,11 @@ file does not know the service's configuration.`,
 				return usagef("empty CLASS")
 			}
 			return pauseState(args[0], &sf, func(st *snapshot.Store) error {
+				if !force {
+					if err := checkSeen(st, args[1]); err != nil {
+						return err
+					}
+				}
 				if err := st.Update(func(tx *snapshot.Tx) error {
 					return tx.PutPause(args[1], snapshot.Pause{Reason: reason, Since: time.Now()})
 				}); err != nil {
@@ -46,7 +60,65 @@ file does not know the service's configuration.`,
 	}
 	sf.register(cmd)
 	cmd.Flags().StringVar(&reason, "reason", "", "why the class is paused, shown by the admin API and dashboard")
+	cmd.Flags().BoolVar(&force, "force", false, "pause CLASS even if the state file has never seen it (no service ran with it, no record or pause names it)")
 	return cmd
+}
+
+// unknownClassError is a pause of a class the state file has never
+// seen.
+type unknownClassError struct {
+	class, path string
+	known       []string
+}
+
+func (e *unknownClassError) Error() string {
+	known := "none"
+	if len(e.known) > 0 {
+		known = strings.Join(e.known, ", ")
+	}
+	return fmt.Sprintf("class %q is unknown to %s (classes it has seen: %s); nothing changed: check the name, or pass --force to pause it anyway",
+		e.class, e.path, known)
+}
+
+// checkSeen returns an *unknownClassError unless the state file has seen
+// class: its service recorded it, a pause names it, or a record of any
+// bucket is of it. The records are read only when the first two do not
+// name it (a file written before the runtime recorded its classes).
+func checkSeen(st *snapshot.Store, class string) error {
+	seen := map[string]bool{}
+	err := st.View(func(tx *snapshot.Tx) error {
+		names, err := tx.Classes()
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			seen[n] = true
+		}
+		pauses, err := tx.Pauses()
+		for n := range pauses {
+			seen[n] = true
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if seen[class] {
+		return nil
+	}
+	rep, err := inspect(st, false)
+	if err != nil {
+		return err
+	}
+	for _, b := range rep.Buckets {
+		for n := range b.Classes {
+			seen[n] = true
+		}
+	}
+	if seen[class] {
+		return nil
+	}
+	return &unknownClassError{class: class, path: st.Path(), known: slices.Sorted(maps.Keys(seen))}
 }
 
 func newResumeCmd() *cobra.Command {

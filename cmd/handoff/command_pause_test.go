@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -64,5 +67,56 @@ func TestPauseResumeCommands(t *testing.T) {
 	}
 	if r := run(t, "pause", path+".missing", "orders"); r.code != exitFailure || !strings.Contains(r.stderr, "does not exist") {
 		t.Errorf("pause of a missing file: exit %d, %q", r.code, r.stderr)
+	}
+}
+
+// TestPauseUnknownClass: pause refuses a class the state file has never
+// seen (not recorded by its service, not paused, no record of it) and
+// writes nothing; --force pauses it anyway. A file written before the
+// runtime recorded its classes still knows the classes of its records.
+func TestPauseUnknownClass(t *testing.T) {
+	t.Parallel()
+	path := stateFile(t) // its service ran with orders, users and local
+	r := run(t, "pause", path, "nosuchclass")
+	if r.code != exitFailure || !strings.Contains(r.stderr, `class "nosuchclass" is unknown to `+path) ||
+		!strings.Contains(r.stderr, "classes it has seen: local, orders, users") || !strings.Contains(r.stderr, "--force") {
+		t.Errorf("pause of an unknown class: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if p := pausesOf(t, path); len(p) != 0 {
+		t.Fatalf("a refused pause wrote %+v", p)
+	}
+	if r := run(t, "pause", path, "local"); r.code != 0 {
+		t.Errorf("pause of a class the service ran with: exit %d, %q", r.code, r.stderr)
+	}
+	r = run(t, "pause", path, "nosuchclass", "--force", "--reason", "new in v2")
+	if r.code != 0 || !strings.Contains(r.stdout, `paused class "nosuchclass"`) {
+		t.Fatalf("pause --force: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	if p := pausesOf(t, path); p["nosuchclass"].Reason != "new in v2" {
+		t.Fatalf("pauses after --force: %+v", p)
+	}
+	// Paused once, it is a class the file has seen.
+	if r := run(t, "pause", path, "nosuchclass"); r.code != 0 {
+		t.Errorf("pause of a paused class: exit %d, %q", r.code, r.stderr)
+	}
+
+	// A file with a record of class legacy and no recorded classes.
+	old := filepath.Join(t.TempDir(), "old.db")
+	st, err := snapshot.Open(old, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.Update(func(tx *snapshot.Tx) error {
+		_, err := tx.SaveDead(snapshot.Record{Message: handoff.Message{ID: "x", Class: "legacy"}, Reason: "failed", Err: "boom"})
+		return err
+	})
+	if err := errors.Join(err, st.Close()); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, "pause", old, "legacy"); r.code != 0 {
+		t.Errorf("pause of a class with a dead letter: exit %d, %q", r.code, r.stderr)
+	}
+	if r := run(t, "pause", old, "orders"); r.code != exitFailure || !strings.Contains(r.stderr, "classes it has seen: legacy") {
+		t.Errorf("pause of a class the old file never saw: exit %d, %q", r.code, r.stderr)
 	}
 }

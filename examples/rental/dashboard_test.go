@@ -19,7 +19,7 @@ import (
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/admin"
 	"github.com/handoff-go/handoff/devbroker"
-	"github.com/handoff-go/handoff/examples/rental/rental"
+	"github.com/handoff-go/handoff/internal/rental"
 	"github.com/handoff-go/handoff/internal/testio"
 	"github.com/handoff-go/handoff/runtime"
 )

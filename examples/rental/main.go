@@ -32,10 +32,13 @@
 //	                                (a simulated database outage; repeatable)
 //
 // Exit status: 0 after a clean stop; 1 when the stop could not save or
-// commit safely; 2 for bad flags or a start failure. A TLS handshake or
-// SASL authentication the brokers refuse is a start failure: one line
-// on stderr names the broker, the mechanism and the user (never the
-// password), within seconds.
+// commit safely; 2 for bad flags or a start failure (the service started
+// nothing: the state file is locked by another process, corrupt,
+// unwritable or of another group, no topic of a class exists, or the
+// brokers refused the connection), logged as "start failed" with the
+// error. A TLS handshake or SASL authentication the brokers refuse is a
+// start failure: one line on stderr names the broker, the mechanism and
+// the user (never the password), within seconds.
 package main
 
 import (
@@ -56,7 +59,7 @@ import (
 	"github.com/segmentio/kafka-go/sasl"
 
 	"github.com/handoff-go/handoff/admin"
-	"github.com/handoff-go/handoff/examples/rental/rental"
+	"github.com/handoff-go/handoff/internal/rental"
 	"github.com/handoff-go/handoff/kafkasec"
 	"github.com/handoff-go/handoff/runtime"
 )
@@ -194,6 +197,12 @@ func serve(log *slog.Logger, sc serviceConfig) int {
 		// A start failure: the brokers refused the TLS handshake or
 		// the authentication.
 		fmt.Fprintf(os.Stderr, "rental: %v\n", ce)
+		return 2
+	}
+	if errors.Is(err, runtime.ErrStart) {
+		// The state file is locked, corrupt or another group's, a class
+		// has no topic, or the recovery failed: nothing was fetched.
+		log.Error("start failed", "err", err)
 		return 2
 	}
 	if err != nil {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/handoff-go/handoff/examples/rental/rental"
+	"github.com/handoff-go/handoff/internal/rental"
 )
 
 // outageFlag is the repeatable -outage flag: CLASS:START:DURATION.

@@ -20,7 +20,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/handoff-go/handoff/devbroker"
-	"github.com/handoff-go/handoff/examples/rental/rental"
+	"github.com/handoff-go/handoff/internal/rental"
 	"github.com/handoff-go/handoff/internal/testio"
 	"github.com/handoff-go/handoff/runtime"
 	"github.com/handoff-go/handoff/snapshot"

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/handoff-go/handoff/examples/rental/rental"
+	"github.com/handoff-go/handoff/internal/rental"
 	"github.com/handoff-go/handoff/internal/testio"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/handoff-go/handoff/devbroker"
-	"github.com/handoff-go/handoff/examples/rental/rental"
+	"github.com/handoff-go/handoff/internal/rental"
 )
 
 // TestProcessRollingDeploy runs three rental processes in one consumer

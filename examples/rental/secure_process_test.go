@@ -11,7 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/handoff-go/handoff/devbroker"
-	"github.com/handoff-go/handoff/examples/rental/rental"
+	"github.com/handoff-go/handoff/internal/rental"
 )
 
 // TestProcessSecure runs the real binary against an embedded broker that

@@ -1,6 +1,8 @@
 // Package rental is handoff's reference service: the class table and
 // handlers of a rental platform's Kafka consumer, and the demo that runs it
-// on an embedded broker. The command in the parent directory runs it.
+// on an embedded broker. The command examples/rental runs it as a service
+// (and its demo with no flags); the operator CLI's "handoff demo" runs the
+// demo. It is internal so that the CLI does not depend on an example.
 package rental
 
 import (

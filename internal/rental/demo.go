@@ -151,8 +151,8 @@ func Demo(out io.Writer) int {
 		return fail(fmt.Errorf("run 1 stop: %w", r1.err))
 	}
 	u1, _ := t.counts()
-	fmt.Fprintf(out, "run 1: stopped after %d handled; drain of %s ended with work left: %v; %d saved to the state file (%d unstarted, %d interrupted, %d waiting out a retry)\n",
-		u1, demoDrain, r1.rep.DrainTimedOut, r1.rep.Snapshotted, r1.rep.Unstarted, r1.rep.Interrupted, r1.rep.Waiting)
+	fmt.Fprintf(out, "run 1: stopped after %d handled; %s; %d saved to the state file (%d unstarted, %d interrupted, %d waiting out a retry)\n",
+		u1, drainSays(r1.rep.DrainTimedOut), r1.rep.Snapshotted, r1.rep.Unstarted, r1.rep.Interrupted, r1.rep.Waiting)
 
 	// Run 2: re-push what was saved, then consume the rest. The poison
 	// messages become dead letters, and later changes of a poison order
@@ -240,7 +240,7 @@ func Demo(out io.Writer) int {
 		{"redelivered later", r1.rep.Redelivered + r2.rep.Redelivered},
 		{"parked", r1.rep.Parked + r2.rep.Parked},
 		{"requeued", r2.rep.Requeued},
-		{"drain time", r1.rep.Drain.Round(time.Millisecond)},
+		{"drain phase took", r1.rep.Drain.Round(time.Millisecond)},
 		{"snapshot time", r1.rep.Snapshot.Round(time.Microsecond)},
 		{"stop time", r1.rep.Stop.Round(time.Millisecond)},
 	} {
@@ -253,6 +253,17 @@ func Demo(out io.Writer) int {
 	}
 	fmt.Fprintln(out, "\nok: nothing lost")
 	return 0
+}
+
+// drainSays tells how run 1's drain ended, against its bound: the
+// configured DrainTimeout, not the phase's measured time (the report's
+// Drain, printed as "drain phase took"), which ends once every pool has
+// returned from its drain and so may pass the timeout on a busy machine.
+func drainSays(timedOut bool) string {
+	if timedOut {
+		return fmt.Sprintf("the drain, bounded by DrainTimeout %s, ran out with work left", demoDrain)
+	}
+	return fmt.Sprintf("the drain finished within its DrainTimeout of %s", demoDrain)
 }
 
 type runResult struct {
