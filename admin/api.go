@@ -171,6 +171,9 @@ func parseKey(s string) (uint64, error) {
 }
 
 func (h *handler) apiDeadList(w http.ResponseWriter, r *http.Request) {
+	if !h.authorizeRead(w, r) {
+		return
+	}
 	q := r.URL.Query()
 	after := runtime.Cursor(q.Get("after"))
 	limit, err := parseLimit(r)
@@ -195,6 +198,9 @@ func (h *handler) apiDeadList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) apiDeadGet(w http.ResponseWriter, r *http.Request) {
+	if !h.authorizeRead(w, r) {
+		return
+	}
 	key, err := parseKey(r.PathValue("key"))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%s", err)
@@ -264,6 +270,9 @@ type parkedJSON struct {
 }
 
 func (h *handler) apiParked(w http.ResponseWriter, r *http.Request) {
+	if !h.authorizeRead(w, r) {
+		return
+	}
 	keys, err := h.rt.ParkedKeys()
 	if err != nil {
 		h.runtimeError(w, "list parked keys", err)
@@ -290,6 +299,9 @@ type delayedJSON struct {
 }
 
 func (h *handler) apiDelayed(w http.ResponseWriter, r *http.Request) {
+	if !h.authorizeRead(w, r) {
+		return
+	}
 	after := runtime.Cursor(r.URL.Query().Get("after"))
 	limit, err := parseLimit(r)
 	if err != nil {

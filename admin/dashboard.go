@@ -48,9 +48,14 @@ type page struct {
 	instanceJSON
 	Classes         []classView
 	TokenConfigured bool
-	LoggedIn        bool
-	Flash           string
-	FlashErr        bool
+	LoggedIn        bool // an admin session: the buttons work
+	// ReadConfigured: Options.ReadToken is set; CanRead: the page may
+	// show messages (no ReadToken, or a session); Session is the
+	// session's role ("" none, "r" read, "w" admin).
+	ReadConfigured, CanRead bool
+	Session                 string
+	Flash                   string
+	FlashErr                bool
 
 	DeadClass string
 	DeadAfter runtime.Cursor
@@ -94,7 +99,8 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 		Now:             time.Now().UTC(),
 		instanceJSON:    h.instance(),
 		TokenConfigured: len(h.token) > 0,
-		LoggedIn:        h.loggedIn(r),
+		ReadConfigured:  len(h.readToken) > 0,
+		Session:         h.session(r),
 		DeadClass:       q.Get("class"),
 	}
 	p.Flash, p.FlashErr = flash(q)
@@ -106,6 +112,12 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 		p.Classes = append(p.Classes, cv)
 	}
 
+	p.LoggedIn = p.Session == roleAdmin
+	p.CanRead = len(h.readToken) == 0 || p.Session != roleNone
+	if !p.CanRead {
+		h.render(w, p)
+		return
+	}
 	p.DeadAfter = runtime.Cursor(q.Get("after"))
 	dls, next, err := h.rt.DeadLetters(p.DeadClass, p.DeadAfter, pageDead)
 	if errors.Is(err, runtime.ErrBadCursor) {
@@ -144,6 +156,11 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
+	h.render(w, p)
+}
+
+// render writes the dashboard page p.
+func (h *handler) render(w http.ResponseWriter, p page) {
 	var buf bytes.Buffer
 	if err := dashboardTmpl.Execute(&buf, p); err != nil {
 		h.log.Error("dashboard not rendered", "err", err)
@@ -164,13 +181,22 @@ func (h *handler) uiLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch {
-	case len(h.token) == 0:
+	case len(h.token) == 0 && len(h.readToken) == 0:
 		h.back(w, r, "no-token", 0)
-	case !h.tokenOK(r.PostFormValue("token")):
-		h.log.Warn("dashboard login with a wrong token", "remote", r.RemoteAddr)
-		h.back(w, r, "bad-token", 0)
 	default:
-		h.setSession(w, r, false)
+		client := clientOf(r)
+		if _, limited := h.fails.limited(client, time.Now()); limited {
+			h.back(w, r, "too-many", 0)
+			return
+		}
+		role := h.roleOf(r.PostFormValue("token"))
+		if role == roleNone {
+			h.failed(r, client, "dashboard login")
+			h.back(w, r, "bad-token", 0)
+			return
+		}
+		h.fails.succeeded(client)
+		h.setSession(w, r, role, false)
 		h.back(w, r, "logged-in", 0)
 	}
 }
@@ -179,7 +205,7 @@ func (h *handler) uiLogout(w http.ResponseWriter, r *http.Request) {
 	if !h.sameOrigin(w, r) {
 		return
 	}
-	h.setSession(w, r, true)
+	h.setSession(w, r, roleNone, true)
 	h.back(w, r, "logged-out", 0)
 }
 
@@ -271,6 +297,7 @@ var flashes = map[string]struct {
 	"requeued":      {"Dead letter %s requeued: it runs again in its class.", false, false},
 	"discarded":     {"Dead letter %s discarded.", false, false},
 	"bad-token":     {"Wrong token.", true, false},
+	"too-many":      {"Too many wrong tokens from this address: try again in a minute.", true, false},
 	"no-token":      {"No token is configured: requeue and discard are disabled.", true, false},
 	"login-first":   {"Log in with the admin token first.", true, false},
 	"bad-key":       {"That is not a dead letter key.", true, false},

@@ -6,19 +6,21 @@
 // A service mounts the handler [NewHandler] returns on a listener of its
 // own, off by default and on the loopback interface by default ([Listen],
 // [Serve]); docs/admin.md in the repository describes every endpoint.
+// [NewProbeHandler] serves the probes and metrics alone, for a listener
+// the kubelet and Prometheus reach while the rest stays on a trusted one.
 //
 // # Endpoints
 //
-//	GET  /healthz                      200 "ok" while the process lives
+//	GET  /livez, /healthz              200 while the runtime's loops turn (Runtime.Alive), else 503 naming the stuck ones
 //	GET  /readyz                       200 while Runtime.Ready, else 503
 //	GET  /metrics                      Options.Gatherer in the Prometheus text format
 //	GET  /api/classes                  per-class stats
-//	GET  /api/dead?class=&after=&limit= dead letters, paged
-//	GET  /api/dead/{key}               one dead letter
+//	GET  /api/dead?class=&after=&limit= dead letters, paged (read token)
+//	GET  /api/dead/{key}               one dead letter (read token)
 //	POST /api/dead/{key}/requeue       hand a dead letter back to its class (token)
 //	POST /api/dead/{key}/discard       delete a dead letter (token)
-//	GET  /api/parked                   parked keys of ordered classes
-//	GET  /api/delayed?after=&limit=    delayed messages, in due order
+//	GET  /api/parked                   parked keys of ordered classes (read token)
+//	GET  /api/delayed?after=&limit=    delayed messages, in due order (read token)
 //	GET  /                             the dashboard
 //	POST /ui/login, /ui/logout         the dashboard's session
 //	POST /ui/dead/{key}/requeue        the dashboard's buttons (session)
@@ -27,7 +29,8 @@
 // Errors are JSON objects {"error": "..."} naming what failed, with the
 // status saying why: 400 malformed input, 401 a missing or wrong token,
 // 403 no token configured, 404 no such dead letter or path, 405 a wrong
-// method (with Allow), 409 a dead letter that is already requeued, 503 a
+// method (with Allow), 409 a dead letter that is already requeued, 429 a
+// client over its limit of wrong tokens (with Retry-After), 503 a
 // runtime that is not running.
 //
 // # Message bytes in JSON
@@ -40,8 +43,12 @@
 //
 // # Authentication
 //
-// Reading needs no token: bind the handler to a trusted interface. Every
-// mutating endpoint needs Options.Token. The API takes it as
+// Reading needs no token unless Options.ReadToken is set: then the
+// endpoints marked "read token" above, and the dashboard's dead letters,
+// parked keys and delayed messages, need it or Options.Token (as a bearer
+// token, or a dashboard session of either); without one, bind the handler
+// to a trusted interface. Every mutating endpoint needs Options.Token
+// (the read token gets 401). The API takes it as
 // "Authorization: Bearer <token>"; without one it answers 401, with a wrong
 // one 401, and when Options.Token is empty 403: mutating is then disabled.
 // The dashboard has a login form that sets an HttpOnly, SameSite=Strict
@@ -49,6 +56,11 @@
 // hours, so the token itself is never stored in the browser); its form
 // posts are also checked against cross-origin requests with
 // [http.CrossOriginProtection]. Tokens are compared in constant time.
+//
+// Wrong tokens (API or login form) are logged at Warn with the client's
+// address; after 10 from one address within a minute of its first, that
+// address's token attempts get 429 until the minute ends (a proxy in
+// front makes every client one address: limit there as well).
 //
 // # Logging
 //

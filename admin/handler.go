@@ -22,11 +22,20 @@ var ErrConfig = errors.New("admin: invalid options")
 
 // Options configures the handler [NewHandler] returns.
 type Options struct {
-	// Token is the secret that mutating endpoints (requeue, discard)
-	// require: as "Authorization: Bearer <token>" on the API, through the
-	// dashboard's login form on the page. Empty means mutating endpoints
-	// are disabled and answer 403.
+	// Token is the secret that mutating endpoints (requeue, discard,
+	// pause, resume) require: as "Authorization: Bearer <token>" on the
+	// API, through the dashboard's login form on the page. It also grants
+	// what ReadToken does. Empty means mutating endpoints are disabled and
+	// answer 403.
 	Token string
+
+	// ReadToken, when set, is required (or Token) by the endpoints that
+	// show messages: /api/dead, /api/dead/{key}, /api/parked,
+	// /api/delayed, and the dashboard's dead letters, parked keys and
+	// delayed messages (a login with it makes a read-only session).
+	// Probes, metrics and /api/classes stay open. Empty means reading
+	// needs no token: then bind the handler to a trusted interface only.
+	ReadToken string
 
 	// Gatherer is served on /metrics, usually the prometheus.Registry
 	// passed to the runtime as Config.Registerer. Nil means /metrics
@@ -45,9 +54,14 @@ type Options struct {
 
 // handler serves the admin endpoints of one runtime.
 type handler struct {
-	rt    *runtime.Runtime
-	log   *slog.Logger
-	token []byte
+	rt        *runtime.Runtime
+	log       *slog.Logger
+	token     []byte
+	readToken []byte
+	// fails limits failed token attempts per client (limit.go).
+	fails failLimiter
+	// probesOnly: serve the probes and metrics only (NewProbeHandler).
+	probesOnly bool
 	// metricsH serves /metrics; nil without a Gatherer.
 	metricsH http.Handler
 	refresh  time.Duration
@@ -62,24 +76,44 @@ type handler struct {
 // the state file then answer 503). Mount it at the root of a server, or
 // under a prefix with [http.StripPrefix] ("/admin", no trailing slash).
 func NewHandler(rt *runtime.Runtime, opts Options) (http.Handler, error) {
+	return newHandler(rt, opts, false)
+}
+
+// NewProbeHandler returns a handler of rt's probes and metrics only:
+// /livez, /healthz, /readyz and /metrics (opts.Gatherer), none of which
+// shows a message or needs a token. Serve it on an address the kubelet
+// and Prometheus reach, and [NewHandler]'s on a trusted one (or behind
+// a ReadToken). Only opts.Gatherer and opts.Logger are used.
+func NewProbeHandler(rt *runtime.Runtime, opts Options) (http.Handler, error) {
+	return newHandler(rt, Options{Gatherer: opts.Gatherer, Logger: opts.Logger}, true)
+}
+
+func newHandler(rt *runtime.Runtime, opts Options, probesOnly bool) (http.Handler, error) {
 	var errs []error
 	if rt == nil {
 		errs = append(errs, fmt.Errorf("%w: nil runtime", ErrConfig))
 	}
-	if opts.Token != "" && (strings.TrimSpace(opts.Token) != opts.Token ||
-		strings.ContainsFunc(opts.Token, func(r rune) bool { return r < 0x20 || r == 0x7f })) {
-		errs = append(errs, fmt.Errorf("%w: Token must not have control characters or surrounding spaces", ErrConfig))
+	for name, tok := range map[string]string{"Token": opts.Token, "ReadToken": opts.ReadToken} {
+		if tok != "" && (strings.TrimSpace(tok) != tok ||
+			strings.ContainsFunc(tok, func(r rune) bool { return r < 0x20 || r == 0x7f })) {
+			errs = append(errs, fmt.Errorf("%w: %s must not have control characters or surrounding spaces", ErrConfig, name))
+		}
+	}
+	if opts.Token != "" && opts.Token == opts.ReadToken {
+		errs = append(errs, fmt.Errorf("%w: ReadToken must differ from Token", ErrConfig))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	h := &handler{
-		rt:      rt,
-		log:     opts.Logger,
-		token:   []byte(opts.Token),
-		refresh: opts.Refresh,
-		mux:     http.NewServeMux(),
-		csrf:    http.NewCrossOriginProtection(),
+		rt:         rt,
+		log:        opts.Logger,
+		token:      []byte(opts.Token),
+		readToken:  []byte(opts.ReadToken),
+		refresh:    opts.Refresh,
+		mux:        http.NewServeMux(),
+		csrf:       http.NewCrossOriginProtection(),
+		probesOnly: probesOnly,
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -99,14 +133,27 @@ func NewHandler(rt *runtime.Runtime, opts Options) (http.Handler, error) {
 // answers 405 with Allow and a JSON body: a pattern with a method is more
 // specific than the same path without one.
 func (h *handler) routes() {
-	type route struct {
-		method, path string
-		fn           http.HandlerFunc
-	}
 	table := []route{
-		{"GET", "/healthz", h.healthz},
+		{"GET", "/livez", h.livez},
+		{"GET", "/healthz", h.livez},
 		{"GET", "/readyz", h.readyz},
 		{"GET", "/metrics", h.metrics},
+	}
+	if !h.probesOnly {
+		table = append(table, h.apiRoutes()...)
+	}
+	h.register(table)
+}
+
+// route is one endpoint: a method, a mux pattern and its handler.
+type route struct {
+	method, path string
+	fn           http.HandlerFunc
+}
+
+// apiRoutes are the endpoints besides the probes and metrics.
+func (h *handler) apiRoutes() []route {
+	return []route{
 		{"GET", "/api/classes", h.apiClasses},
 		{"GET", "/api/dead", h.apiDeadList},
 		{"GET", "/api/dead/{key}", h.apiDeadGet},
@@ -124,6 +171,10 @@ func (h *handler) routes() {
 		{"POST", "/ui/classes/{name}/pause", h.uiPause},
 		{"POST", "/ui/classes/{name}/resume", h.uiResume},
 	}
+}
+
+// register adds table to the mux, with the fallbacks routes describes.
+func (h *handler) register(table []route) {
 	allowed := map[string][]string{}
 	var paths []string
 	for _, rt := range table {
@@ -215,8 +266,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(append(b, '\n'))
 }
 
-func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
+// livez serves /livez and /healthz: 200 while the runtime's loops turn
+// (runtime.Runtime.Alive), 503 naming the stuck ones.
+func (h *handler) livez(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err := h.rt.Alive(); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "not alive: %v\n", err)
+		return
+	}
 	w.Write([]byte("ok\n"))
 }
 

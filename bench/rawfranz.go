@@ -26,8 +26,8 @@ type franzFetch struct {
 }
 
 // defaultFranzFetch is what raw franz-go uses unless told otherwise, the
-// runtime's franz-go client's settings (runtime/franzgo.go: franzFetchMaxBytes,
-// fetchMaxBytes, Config.FetchMaxWait's default): 3 MiB
+// runtime's franz-go client's settings (runtime/internal/kclient/franzgo.go:
+// franzFetchMaxBytes, FetchMaxBytes, Config.FetchMaxWait's default): 3 MiB
 // responses (kgo's default 50 MiB ran at about a fifth of the rate with
 // 300 partitions on the embedded broker, issue 16), kgo's 1 MiB per
 // partition, and the runtime's FetchMaxWait.

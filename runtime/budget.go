@@ -91,6 +91,8 @@ func (r *Runtime) drainEstimate(c *class, ps pool.Stats, runningFor, longest tim
 func (r *Runtime) watchBudget(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	alive := r.alive.start("drain budget watcher", time.Second)
+	defer alive.end()
 	last := make([]time.Time, len(r.order))
 	for {
 		select {
@@ -98,6 +100,7 @@ func (r *Runtime) watchBudget(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		alive.beat()
 		for i, cs := range r.Stats() {
 			r.metrics.setBudget(cs)
 			if cs.OverBudget && time.Since(last[i]) >= 30*time.Second {

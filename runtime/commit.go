@@ -2,55 +2,58 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/segmentio/kafka-go"
 )
 
 // Commits: the keeper goroutine of each generation commits what its
 // trackers (tracker.go) have settled, on an interval and as soon as the
 // flow stops; the stop's final commit goes through it too.
 
-// keep commits every CommitInterval, and sooner once the flow stops:
+// Keep commits every CommitInterval, and sooner once the flow stops:
 // when a partition has caught up with its high watermark and everything
 // fetched from the caught-up partitions is settled, it commits at once
-// (within the commitBudget: 10 such commits a second), so after a burst
+// (paced by a commitPacer: 10 such commits a second), so after a burst
 // the commit follows the last message within milliseconds rather than up
 // to a CommitInterval later. Until then it looks again after 1 ms, then
-// 2, 4, … up to maxIdlePoll. It also applies franz-go's assignments and
-// revocations (changes), so only the keeper commits and changes the set
-// of partitions.
+// 2, 4, … up to maxIdlePoll. It also applies a cooperative session's
+// assignments and revocations (changes), so only the keeper commits and
+// changes the set of partitions.
 //
 // When end ends (kafka-go ended the generation at a rebalance or a lost
-// session; franz-go's client closed) it stops the fetch loops, gives back
-// what they fetched and is not started, commits what is settled and
-// returns: kafka-go waits for it to move on. A late result of the
-// generation then only marks trackers nobody commits any more. After the
-// stop's final commit it only waits for end.
-func (g *generation) keep(end context.Context) {
+// session; franz-go's client closed) an eager session's keeper stops the
+// fetch loops, gives back what they fetched and is not started, commits
+// what is settled and returns: kafka-go waits for it to move on. A late
+// result of the generation then only marks trackers nobody commits any
+// more. A cooperative session's keeper returns at once: its client is
+// closed, at the stop's leave, fetching ended at the quiesce and nothing
+// can be committed any more. After the stop's final commit it only waits
+// for end.
+func (g *generation) Keep(end context.Context) {
 	defer close(g.ended)
-	interval := g.r.cfg.CommitInterval
+	interval := g.cfg.commitInterval
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	alive := g.cfg.alive.start(fmt.Sprintf("committer of generation %d", g.id.Load()), interval)
+	defer alive.end()
 	soon := time.NewTimer(0)
 	soon.Stop()
 	defer soon.Stop()
 	var wait time.Duration // until soon looks again; 0 while not armed
-	budget := newCommitBudget(len(g.trackers()), minCommitGap(interval), time.Now())
+	pacer := newCommitPacer(len(g.trackers()), minCommitGap(interval), time.Now())
 	commit := func(when string) {
 		if g.final.Load() { // the stop's final commit is on its way
 			return
 		}
 		if err := g.commit(); err != nil {
-			g.r.metrics.commitFailed()
-			g.r.logs.warn(g.r.log, "commit failed", "commit failed; retrying at the next interval", "generation", g.id.Load(), "when", when, "err", err)
+			g.cfg.metrics.commitFailed()
+			g.cfg.logs.warn(g.cfg.log, "commit failed", "commit failed; retrying at the next interval", "generation", g.id.Load(), "when", when, "err", err)
 		}
 	}
 	for {
 		select {
 		case <-t.C:
+			alive.beat()
 			commit("interval")
 		case <-g.caughtUp:
 			if wait == 0 {
@@ -60,7 +63,7 @@ func (g *generation) keep(end context.Context) {
 		case <-soon.C:
 			switch idle, some := g.idle(); {
 			case idle:
-				if later := budget.take(time.Now()); later > 0 {
+				if later := pacer.take(time.Now()); later > 0 {
 					soon.Reset(later)
 					break
 				}
@@ -74,11 +77,11 @@ func (g *generation) keep(end context.Context) {
 			}
 		case ch := <-g.changes:
 			g.apply(ch)
-			budget = newCommitBudget(len(g.trackers()), minCommitGap(interval), time.Now())
+			pacer = newCommitPacer(len(g.trackers()), minCommitGap(interval), time.Now())
 		case reply := <-g.finalReq:
 			err := g.commit()
 			if err != nil {
-				g.r.metrics.commitFailed()
+				g.cfg.metrics.commitFailed()
 			}
 			reply <- err
 			// Held open until the group closes; what the membership
@@ -92,22 +95,20 @@ func (g *generation) keep(end context.Context) {
 				}
 			}
 		case <-end.Done():
-			if g.client == ClientFranzGo {
-				// The client is closed, at the stop's leave: fetching
-				// ended at the quiesce and nothing can be committed any
-				// more.
+			if !g.session.Eager() {
 				return
 			}
-			given := g.r.revoked.Load()
+			given := g.k.revoked.Load()
 			g.remove(nil, false)
-			g.r.metrics.rebalanced()
-			g.r.log.Info("group generation ended", "generation", g.id.Load(), "given_back", g.r.revoked.Load()-given)
+			g.cfg.metrics.rebalanced()
+			g.cfg.log.Info("group generation ended", "generation", g.id.Load(), "given_back", g.k.revoked.Load()-given)
 			return
 		}
 	}
 }
 
-// apply makes an assignment or a revocation of franz-go's and answers it.
+// apply makes an assignment or a revocation of a cooperative session and
+// answers it.
 func (g *generation) apply(ch change) {
 	defer close(ch.done)
 	if g.final.Load() {
@@ -117,7 +118,7 @@ func (g *generation) apply(ch change) {
 	}
 	if len(ch.remove) > 0 {
 		g.remove(ch.remove, ch.lost)
-		g.r.metrics.rebalanced()
+		g.cfg.metrics.rebalanced()
 	}
 	g.add(ch.add)
 }
@@ -149,24 +150,24 @@ func minCommitGap(interval time.Duration) time.Duration {
 	return min(interval, 100*time.Millisecond)
 }
 
-// commitBudget is a token bucket for the commits made because the flow
-// stopped: one token per gap, up to one per partition, so the partitions
+// commitPacer paces the commits made because the flow stopped, a token
+// bucket: one token per gap, up to one per partition, so the partitions
 // of a burst that end one after the other are each committed at once,
 // while a steady trickle gets one commit per gap.
-type commitBudget struct {
+type commitPacer struct {
 	tokens, max float64
 	gap         time.Duration
 	at          time.Time // of the last refill
 }
 
-func newCommitBudget(partitions int, gap time.Duration, now time.Time) *commitBudget {
+func newCommitPacer(partitions int, gap time.Duration, now time.Time) *commitPacer {
 	n := float64(max(partitions, 1))
-	return &commitBudget{tokens: n, max: n, gap: gap, at: now}
+	return &commitPacer{tokens: n, max: n, gap: gap, at: now}
 }
 
 // take spends a token and returns 0, or returns how long until one is
 // there.
-func (b *commitBudget) take(now time.Time) time.Duration {
+func (b *commitPacer) take(now time.Time) time.Duration {
 	b.tokens = min(b.max, b.tokens+float64(now.Sub(b.at))/float64(b.gap))
 	b.at = now
 	if b.tokens >= 1 {
@@ -194,7 +195,8 @@ func (g *generation) idle() (idle, some bool) {
 	return idle && some, some
 }
 
-// commit commits every partition whose commit point moved.
+// commit commits every partition whose commit point moved, through the
+// session (fenced by the membership).
 func (g *generation) commit() error {
 	offsets := map[string]map[int]int64{}
 	var moved []*tracker
@@ -214,7 +216,7 @@ func (g *generation) commit() error {
 	if len(moved) == 0 {
 		return nil
 	}
-	if err := g.commitOffsets(offsets); err != nil {
+	if err := g.session.Commit(offsets); err != nil {
 		return fmt.Errorf("runtime: commit offsets of %d partitions in generation %d: %w", len(moved), g.id.Load(), err)
 	}
 	for i, tr := range moved {
@@ -223,108 +225,10 @@ func (g *generation) commit() error {
 	return nil
 }
 
-// kafkaGoCommits commits a kafka-go generation's offsets: through the
-// generation's connection and, once that has failed, on fresh
-// connections. kafka-go commits through one connection per generation and
-// never reconnects it: after a connection reset every later commit of the
-// generation would fail, its end's commit too, and the next generation
-// would read again everything since the last commit that got through. A
-// fresh commit carries the generation's ID and member ID, so the broker
-// fences it exactly as it fences the generation. Only the keeper calls
-// commit.
-type kafkaGoCommits struct {
-	r  *Runtime
-	kg *kafka.Generation
-	// connLost is set once a commit through the generation's connection
-	// failed.
-	connLost bool
-}
-
-func (k *kafkaGoCommits) commit(offsets map[string]map[int]int64) error {
-	if !k.connLost {
-		err := k.kg.CommitOffsets(offsets)
-		if err == nil {
-			return nil
-		}
-		k.connLost = true
-		k.r.log.Warn("commit through the generation's connection failed; committing on fresh connections for the rest of the generation",
-			"generation", k.kg.ID, "err", err)
-	}
-	return k.r.commitFresh(k.kg, offsets)
-}
-
-// commitFresh commits offsets for generation kg through the runtime's own
-// client, which finds the group's coordinator and connects anew as needed.
-// A connection failure is retried on a new connection (3 tries, within
-// commitTimeout); an answer of the broker (a fenced generation, say) is
-// final.
-func (r *Runtime) commitFresh(kg *kafka.Generation, offsets map[string]map[int]int64) error {
-	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
-	defer cancel()
-	req := &kafka.OffsetCommitRequest{
-		Addr: r.commits.Addr, GroupID: kg.GroupID, GenerationID: int(kg.ID), MemberID: kg.MemberID,
-		Topics: make(map[string][]kafka.OffsetCommit, len(offsets)),
-	}
-	for topic, parts := range offsets {
-		for p, off := range parts {
-			req.Topics[topic] = append(req.Topics[topic], kafka.OffsetCommit{Partition: p, Offset: off})
-		}
-	}
-	var err error
-	for try := 0; try < 3 && ctx.Err() == nil; try++ {
-		var resp *kafka.OffsetCommitResponse
-		if resp, err = r.commits.OffsetCommit(ctx, req); err == nil {
-			return partitionErrors(resp)
-		}
-		if _, answered := errors.AsType[kafka.Error](err); answered {
-			break
-		}
-	}
-	return fmt.Errorf("fresh connection: %w", err)
-}
-
-// partitionErrors joins the per-partition errors of a commit's response.
-func partitionErrors(resp *kafka.OffsetCommitResponse) error {
-	var errs []error
-	for topic, parts := range resp.Topics {
-		for _, p := range parts {
-			if p.Error != nil {
-				errs = append(errs, fmt.Errorf("fresh connection: %s/%d: %w", topic, p.Partition, p.Error))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// newCommitClient returns the client of commitFresh, with a transport of
-// its own (closed by closeCommitClient).
-func (r *Runtime) newCommitClient() *kafka.Client {
-	return &kafka.Client{Addr: kafka.TCP(r.cfg.Brokers...), Timeout: commitTimeout, Transport: r.transport(nil)}
-}
-
-func (r *Runtime) closeCommitClient() {
-	if r.commits != nil {
-		r.commits.Transport.(*kafka.Transport).CloseIdleConnections()
-	}
-}
-
-// newFetchClient returns the client the partition readers share, with a
-// transport of its own (closed by closeFetchClient once they ended): its
-// connections are pooled, one per fetch in flight.
-func (r *Runtime) newFetchClient() *kafka.Client {
-	return &kafka.Client{Addr: kafka.TCP(r.cfg.Brokers...), Transport: r.transport(nil)}
-}
-
-func (r *Runtime) closeFetchClient() {
-	if r.fetches != nil {
-		r.fetches.Transport.(*kafka.Transport).CloseIdleConnections()
-	}
-}
-
 // finalCommit commits through the current generation, bounded by
 // commitTimeout.
-func (r *Runtime) finalCommit() error {
-	g := r.gen.Load()
+func (k *consumer) finalCommit() error {
+	g := k.gen.Load()
 	if g == nil {
 		return nil
 	}

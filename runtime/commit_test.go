@@ -55,13 +55,13 @@ func TestCommitWhenCaughtUp(t *testing.T) {
 	}
 }
 
-// TestCommitBudget: a burst of one commit per partition at once, then one
+// TestCommitPacer: a burst of one commit per partition at once, then one
 // per gap.
-func TestCommitBudget(t *testing.T) {
+func TestCommitPacer(t *testing.T) {
 	t.Parallel()
 	t0 := time.Unix(1000, 0)
 	gap := 100 * time.Millisecond
-	b := newCommitBudget(3, gap, t0)
+	b := newCommitPacer(3, gap, t0)
 	for i := range 3 {
 		if d := b.take(t0); d != 0 {
 			t.Fatalf("take %d of the burst: wait %s", i, d)

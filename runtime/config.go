@@ -143,6 +143,18 @@ type Config struct {
 	// restart's duration. Left empty, the member is dynamic.
 	Instance string
 
+	// ClassRenames maps an old class name to the configured class that
+	// now handles its saved messages: at start, before the recovery,
+	// every record of the old name in the state file (pending, dead
+	// letters, delayed and parked messages, its pause) takes the new name
+	// (one log line says how many), so they are re-pushed, requeued and
+	// delivered as the new class's instead of becoming dead letters of an
+	// unknown class. The old name must not be a configured class; the new
+	// one must. Keep a mapping for as long as files written before the
+	// rename may start (a rollback, a retired instance's file); once every
+	// file was opened with it, it renames nothing. Nil means none.
+	ClassRenames map[string]string
+
 	// RevokeTimeout bounds how long, when a rebalance takes partitions
 	// away, the generation's end waits for this instance's running
 	// handlers of those partitions before its final commit. Handlers
@@ -416,6 +428,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	cfg.Middleware = append([]handoff.Middleware(nil), cfg.Middleware...)
 	checkMiddleware(cfg.Middleware, "", bad)
 	anyTopic := cfg.checkClasses(bad)
+	cfg.checkRenames(bad)
 	if anyTopic {
 		if len(cfg.Brokers) == 0 {
 			bad("Brokers is required when classes have topics")

@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/segmentio/kafka-go"
 
 	"github.com/handoff-go/handoff/kafkasec"
 )
@@ -36,10 +35,13 @@ var connSteps = [...]string{"tls_handshake", "sasl_handshake", "sasl_authenticat
 // it opens (consumer group, partition readers, commits, dead-letter
 // writer) goes through dial when TLS or SASL is configured, so that a
 // failure retrying cannot fix is logged and counted wherever it happens.
+// It also makes the start's check of the brokers (checkBrokers).
 type connection struct {
-	sec *kafkasec.Dialer
-	// secure is whether TLS or SASL is configured; without either,
-	// kafka-go dials by itself, as it always did.
+	brokers []string
+	log     *slog.Logger
+	sec     *kafkasec.Dialer
+	// secure is whether TLS or SASL is configured; without either, the
+	// client dials by itself, as it always did.
 	secure bool
 
 	// authErrs counts the *kafkasec.ConnectError of the dials, by step
@@ -56,23 +58,35 @@ type connection struct {
 // authLogEvery is how often a run of failed connections is logged.
 const authLogEvery = 10 * time.Second
 
-func (r *Runtime) newConnection() {
-	r.conn.sec = &kafkasec.Dialer{TLS: r.cfg.TLS, SASL: r.cfg.SASL, ClientID: r.cfg.ClientID}
-	r.conn.secure = r.cfg.TLS != nil || r.cfg.SASL != nil
-	r.conn.authLogger = func(err *kafkasec.ConnectError, repeats int) {
-		r.log.Error("kafka connection failed in a way retrying cannot fix; kafka-go keeps retrying, fix the credentials or certificates",
+// newConnection returns the connection of cfg's brokers, TLS and SASL,
+// logging to log.
+func newConnection(cfg *Config, log *slog.Logger) *connection {
+	c := &connection{brokers: cfg.Brokers, log: log,
+		sec:    &kafkasec.Dialer{TLS: cfg.TLS, SASL: cfg.SASL, ClientID: cfg.ClientID},
+		secure: cfg.TLS != nil || cfg.SASL != nil}
+	c.authLogger = func(err *kafkasec.ConnectError, repeats int) {
+		log.Error("kafka connection failed in a way retrying cannot fix; kafka-go keeps retrying, fix the credentials or certificates",
 			"broker", err.Broker, "mechanism", err.Mechanism, "user", err.User, "step", err.Step, "repeats", repeats, "err", err)
 	}
+	return c
 }
 
-// dial is the Dial of every kafka-go dialer and transport of a secured
-// runtime.
-func (r *Runtime) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	nc, err := r.conn.sec.DialContext(ctx, network, addr)
+// dial is the Dial of every connection of a secured runtime.
+func (c *connection) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	nc, err := c.sec.DialContext(ctx, network, addr)
 	if ce, ok := errors.AsType[*kafkasec.ConnectError](err); ok {
-		r.conn.failed(ce)
+		c.failed(ce)
 	}
 	return nc, err
+}
+
+// clientDial is the client's Dial (kclient.Config): dial when TLS or SASL
+// is configured, nil (the client dials by itself) otherwise.
+func (c *connection) clientDial() func(context.Context, string, string) (net.Conn, error) {
+	if c.secure {
+		return c.dial
+	}
+	return nil
 }
 
 // failed counts a connection failure that retrying cannot fix and logs
@@ -114,49 +128,30 @@ func stepIndex(step string) int {
 	return 2
 }
 
-// kafkaDialer returns the dialer of the consumer group (the partition
-// readers fetch through the fetch client's transport, see transport).
-func (r *Runtime) kafkaDialer() *kafka.Dialer {
-	d := &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, ClientID: r.cfg.ClientID}
-	if r.conn.secure {
-		d.DialFunc = r.dial
-	}
-	return d
-}
-
-// transport returns a new transport for a kafka-go client or writer,
-// dialling with dial, or the runtime's own dial when nil.
-func (r *Runtime) transport(dial func(context.Context, string, string) (net.Conn, error)) *kafka.Transport {
-	if dial == nil && r.conn.secure {
-		dial = r.dial
-	}
-	return &kafka.Transport{ClientID: r.cfg.ClientID, Dial: dial}
-}
-
 // baseDial is what a wrapping dial (the dead-letter writer's) calls.
-func (r *Runtime) baseDial() func(context.Context, string, string) (net.Conn, error) {
-	if r.conn.secure {
-		return r.dial
+func (c *connection) baseDial() func(context.Context, string, string) (net.Conn, error) {
+	if c.secure {
+		return c.dial
 	}
 	return (&net.Dialer{}).DialContext
 }
 
 // checkBrokers is the start's check of the brokers, before the recovery
-// and the join: with topics to consume it is connect; with only a
-// DeadLetterTopic it is one attempt whose failure to reach the brokers is
-// only logged (publishing is best effort), while a refused TLS handshake
-// or SASL authentication still ends the start.
-func (r *Runtime) checkBrokers(ctx context.Context) error {
+// and the join: when consuming (topics to consume) it is connect; when
+// only publishing (a DeadLetterTopic) it is one attempt whose failure to
+// reach the brokers is only logged (publishing is best effort), while a
+// refused TLS handshake or SASL authentication still ends the start.
+func (c *connection) checkBrokers(ctx context.Context, consuming, publishing bool) error {
 	switch {
-	case len(r.topics) > 0:
-		return r.connect(ctx)
-	case r.dlq != nil:
-		err := r.conn.sec.Check(ctx, r.cfg.Brokers)
-		if refused := r.conn.refused(err); refused != nil {
+	case consuming:
+		return c.connect(ctx)
+	case publishing:
+		err := c.sec.Check(ctx, c.brokers)
+		if refused := c.refused(err); refused != nil {
 			return refused
 		}
 		if err != nil && ctx.Err() == nil {
-			r.log.Warn("kafka brokers not reachable; dead letters are published once they are", "brokers", strings.Join(r.cfg.Brokers, ","), "err", err)
+			c.log.Warn("kafka brokers not reachable; dead letters are published once they are", "brokers", strings.Join(c.brokers, ","), "err", err)
 		}
 	}
 	return nil
@@ -169,28 +164,28 @@ func (r *Runtime) checkBrokers(ctx context.Context) error {
 // reached are waited for, with one log line per attempt and a backoff
 // from 1s to 30s between attempts, until they answer or ctx ends; then
 // connect returns nil (the caller sees ctx's end).
-func (r *Runtime) connect(ctx context.Context) error {
+func (c *connection) connect(ctx context.Context) error {
 	backoff := connectBackoffMin
 	started := time.Now()
 	for attempt := 1; ; attempt++ {
-		err := r.conn.sec.Check(ctx, r.cfg.Brokers)
+		err := c.sec.Check(ctx, c.brokers)
 		if err == nil {
 			if attempt > 1 {
-				r.log.Info("kafka brokers reachable", "attempts", attempt, "waited", time.Since(started).Round(time.Millisecond))
+				c.log.Info("kafka brokers reachable", "attempts", attempt, "waited", time.Since(started).Round(time.Millisecond))
 			}
 			return nil
 		}
-		if refused := r.conn.refused(err); refused != nil {
+		if refused := c.refused(err); refused != nil {
 			return refused
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		attrs := []any{"brokers", strings.Join(r.cfg.Brokers, ","), "attempt", attempt, "retry_in", backoff, "err", err}
+		attrs := []any{"brokers", strings.Join(c.brokers, ","), "attempt", attempt, "retry_in", backoff, "err", err}
 		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
 			attrs = append(attrs, "hint", closedHint)
 		}
-		r.log.Warn("kafka brokers not reachable yet; waiting", attrs...)
+		c.log.Warn("kafka brokers not reachable yet; waiting", attrs...)
 		if !sleep(ctx, backoff) {
 			return nil
 		}

@@ -34,7 +34,7 @@ func (r *Runtime) deadLettered(c *class, it *item, rec snapshot.Record, herr err
 	if c.cfg.Ordered {
 		r.block(c, it)
 	}
-	r.publishDead(c, rec)
+	r.dlq.publish(c, rec)
 }
 
 // DeadLetter is a message that failed for good, as the state file keeps it.

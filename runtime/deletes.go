@@ -114,15 +114,19 @@ func (d *deletes) putBack(failed doneRecords) {
 
 // run deletes the queued records every deleteInterval until ctx ends,
 // and tells deleted which were, once their transaction has committed.
-func (d *deletes) run(ctx context.Context, store *snapshot.Store, log *slog.Logger, deleted func(doneRecords)) {
+// It beats alive on every turn: a write that never returns (a hung disk)
+// shows in Runtime.Alive.
+func (d *deletes) run(ctx context.Context, store *snapshot.Store, log *slog.Logger, alive *loopBeat, deleted func(doneRecords)) {
 	t := time.NewTicker(deleteInterval)
 	defer t.Stop()
+	defer alive.end()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		alive.beat()
 		batch := d.take()
 		if batch.empty() {
 			continue

@@ -198,6 +198,9 @@
 //     handoff_dead_letter_publish_failures_total{class}.
 //   - handoff_ready: 1 while [Runtime.Ready]; handoff_start_time_seconds:
 //     when [New] ran, the start of every counter.
+//   - handoff_build_info{version,go_version,client}: always 1, labelled
+//     with [handoff.Version], the Go version and Config.Client;
+//     handoff_drain_timeout_seconds: Config.DrainTimeout.
 //   - handoff_stop_phase_duration_seconds{phase} and
 //     handoff_snapshot_messages: the phases of the last stop (quiesce,
 //     drain, hard_stop, snapshot, commit, leave) and how many messages it

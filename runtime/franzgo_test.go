@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/runtime/internal/kclient"
 )
 
 // TestSlowClassHoldsOnlyItsPartitions: a class whose handlers block holds
@@ -36,25 +37,23 @@ func TestSlowClassHoldsOnlyItsPartitions(t *testing.T) {
 	}, nil)
 	cfg.FetchQueue = 100
 	rt, cancel, wait := startWithCancel(t, cfg)
-	waitFor(t, "ready", rt.Ready) // Run has set rt.franz
+	waitFor(t, "ready", rt.Ready) // Run has made the client
 	waitFor(t, "the fast class handled all of its topic", func() bool { return fast.Load() == int64(produced/2) })
 	if rt.cfg.Client == ClientFranzGo {
 		waitFor(t, "the slow class's two partitions paused", func() bool {
-			return len(rt.franz.cl.PauseFetchPartitions(nil)["slow"]) == 2
+			return len(kclient.PausedPartitions(rt.kafka.client)["slow"]) == 2
 		})
-		paused := rt.franz.cl.PauseFetchPartitions(nil)
+		paused := kclient.PausedPartitions(rt.kafka.client)
 		if len(paused["fast"]) != 0 {
 			t.Errorf("fast partitions paused: %v", paused)
 		}
-		rt.franz.mu.Lock()
-		for k, q := range rt.franz.queues {
+		for k, q := range kclient.QueueFill(rt.kafka.client) {
 			// FetchQueue and up to two partition fetches (all of a
 			// partition's 1500 small records fit in one).
-			if n := q.buffered.Load(); k.topic == "slow" && n > 100+2*1500 {
-				t.Errorf("%s/%d buffers %d records", k.topic, k.partition, n)
+			if n := q[0]; k.Topic == "slow" && n > 100+2*1500 {
+				t.Errorf("%s/%d buffers %d records", k.Topic, k.Partition, n)
 			}
 		}
-		rt.franz.mu.Unlock()
 	}
 	close(release)
 	waitFor(t, "everything handled", func() bool {
@@ -63,7 +62,7 @@ func TestSlowClassHoldsOnlyItsPartitions(t *testing.T) {
 	})
 	waitFor(t, "everything committed", func() bool { return b.committed() == int64(produced) })
 	if rt.cfg.Client == ClientFranzGo {
-		if paused := rt.franz.cl.PauseFetchPartitions(nil); len(paused) != 0 {
+		if paused := kclient.PausedPartitions(rt.kafka.client); len(paused) != 0 {
 			t.Errorf("partitions still paused after the slow class caught up: %v", paused)
 		}
 	}
@@ -76,7 +75,7 @@ func TestSlowClassHoldsOnlyItsPartitions(t *testing.T) {
 }
 
 // TestFranzQueueBytesBounded: on franz-go a partition queue pauses its
-// partition at queueBytes of keys and values, whatever FetchQueue, so
+// partition at QueueBytes of keys and values, whatever FetchQueue, so
 // large records do not multiply its memory.
 func TestFranzQueueBytesBounded(t *testing.T) {
 	t.Parallel()
@@ -98,17 +97,15 @@ func TestFranzQueueBytesBounded(t *testing.T) {
 		return nil
 	}, func(c *Class) { c.Workers, c.QueueSize = 1, 1 })
 	rt, cancel, wait := startWithCancel(t, cfg)
-	waitFor(t, "ready", rt.Ready) // Run has set rt.franz
-	waitFor(t, "the partition paused", func() bool { return len(rt.franz.cl.PauseFetchPartitions(nil)["big"]) == 1 })
-	rt.franz.mu.Lock()
-	q := rt.franz.queues[tp{"big", 0}]
-	rt.franz.mu.Unlock()
-	// queueBytes, and up to two partition fetches while the pause takes
+	waitFor(t, "ready", rt.Ready) // Run has made the client
+	waitFor(t, "the partition paused", func() bool { return len(kclient.PausedPartitions(rt.kafka.client)["big"]) == 1 })
+	q := kclient.QueueFill(rt.kafka.client)[kclient.Partition{Topic: "big", Partition: 0}]
+	// QueueBytes, and up to two partition fetches while the pause takes
 	// effect.
-	if n := q.bytes.Load(); n > queueBytes+2*fetchMaxBytes {
-		t.Errorf("the queue holds %d bytes, bound %d", n, queueBytes+2*fetchMaxBytes)
+	if n := q[1]; n > kclient.QueueBytes+2*kclient.FetchMaxBytes {
+		t.Errorf("the queue holds %d bytes, bound %d", n, kclient.QueueBytes+2*kclient.FetchMaxBytes)
 	}
-	t.Logf("paused holding %d records, %d KiB (FetchQueue %d)", q.buffered.Load(), q.bytes.Load()>>10, rt.cfg.FetchQueue)
+	t.Logf("paused holding %d records, %d KiB (FetchQueue %d)", q[0], q[1]>>10, rt.cfg.FetchQueue)
 	close(release)
 	waitFor(t, "everything handled", func() bool { unique, _ := b.counts(); return unique == produced })
 	cancel()

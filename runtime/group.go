@@ -2,41 +2,175 @@ package runtime
 
 import (
 	"context"
-	"errors"
+	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/handoff-go/handoff/runtime/internal/kclient"
 )
 
 // The consumer group: the partitions this instance owns, one generation
-// after another, and how they end. Both clients (Config.Client) drive the
-// same generation type: kafka-go's eager group makes one generation per
-// rebalance, assigned all at once and revoked all at once (consume,
-// below); franz-go's cooperative group keeps one for the client's life
-// and adds and revokes partitions as they move (franzgo.go). A
-// generation's partitions are read by fetch.go and committed by
+// after another, and how they end. The Kafka client (Config.Client) sits
+// behind kclient.Client; each of its sessions is driven by a generation
+// here. kafka-go's eager group makes one session per rebalance, assigned
+// all at once and revoked all at once; franz-go's cooperative group keeps
+// one for the client's life and adds and revokes partitions as they move.
+// A generation's partitions are read by fetch.go and committed by
 // commit.go.
 
-// generation is the set of partitions the group gave this instance,
-// their trackers, and the keeper goroutine that commits them.
+// consumer is the runtime's side of the consumer group: the client, the
+// current generation, and what generations are built from. It keeps no
+// pointer to the Runtime: consumerConfig hands it what it uses.
+type consumer struct {
+	cfg consumerConfig
+	// client is made by open at the start (when there are topics) and
+	// closed by close at the stop's leave; nil otherwise.
+	client kclient.Client
+	// gen is the generation the stop commits through and the stats read.
+	gen atomic.Pointer[generation]
+	// revoked counts the messages given back at rebalances.
+	revoked atomic.Int64
+}
+
+// consumerConfig is what a consumer is built from.
+type consumerConfig struct {
+	log     *slog.Logger
+	logs    *logBackoff
+	metrics *metrics
+	group   string
+	// commitInterval is Config.CommitInterval, revokeTimeout
+	// Config.RevokeTimeout; startLast is Config.StartOffset == StartLast.
+	commitInterval, revokeTimeout time.Duration
+	startLast                     bool
+	// classes is Config.Classes, in order, and topics every class's
+	// topics: the start's topic check (topics.go).
+	classes []Class
+	topics  []string
+	// kafka is the client's configuration; newClientFunc makes the
+	// client from it (kclient.New; a test's fake otherwise).
+	kafka         kclient.Config
+	newClientFunc func(kclient.Config) (kclient.Client, error)
+	// feedFunc returns the fetch loop of a partition of topic (fetch.go),
+	// nil for a topic no class consumes.
+	feedFunc func(topic string) fetchFunc
+	// classFunc returns the class consuming topic, nil for none: the stats
+	// of a class sum its partitions.
+	classFunc func(topic string) *class
+	// giveBackFunc takes the unstarted and backing-off Kafka messages of
+	// the trackers mine reports out of the pools and gives them back
+	// (unsettled, counted abandoned); it returns how many.
+	giveBackFunc func(mine func(*tracker) bool) int
+	// monoFunc is the runtime's monotonic clock (Runtime.mono), which
+	// the trackers stamp fetched offsets with.
+	monoFunc func() int64
+	// joinedFunc is called when a generation arrived: readiness.
+	joinedFunc func()
+	// alive is the runtime's liveness (alive.go): each keeper beats in
+	// it.
+	alive *liveness
+}
+
+// fetchFunc is one partition's fetch loop: it reads src and hands the
+// records to the partition's class until ctx ends, and signals caughtUp
+// (without blocking) when the partition caught up with its high
+// watermark. It closes src when it returns.
+type fetchFunc func(ctx context.Context, tr *tracker, src kclient.Source, caughtUp chan<- struct{})
+
+// newConsumer returns a consumer of cfg; a nil newClientFunc means
+// kclient.New. It makes no connection: open makes the client.
+func newConsumer(cfg consumerConfig) *consumer {
+	if cfg.newClientFunc == nil {
+		cfg.newClientFunc = kclient.New
+	}
+	return &consumer{cfg: cfg}
+}
+
+// open makes the client: the start's topic check, the join and the lag
+// sampler go through it.
+func (k *consumer) open() error {
+	cl, err := k.cfg.newClientFunc(k.cfg.kafka)
+	if err != nil {
+		return err
+	}
+	k.client = cl
+	return nil
+}
+
+// join starts the membership for topics; its fetching ends with
+// fetchCtx (the stop's quiesce, then wait).
+func (k *consumer) join(fetchCtx context.Context, topics []string) error {
+	return k.client.Join(fetchCtx, topics, k.begin)
+}
+
+// wait blocks until the client's loops have ended and every generation's
+// fetch loops are quiesced, once the join's fetchCtx ended.
+func (k *consumer) wait() {
+	if k.client != nil {
+		k.client.Wait()
+	}
+}
+
+// closeGrace is what the leave gives the client's Close beyond the
+// stop's deadline (a real client bounds itself within it: its reader
+// closes, leave and close; see kclient.Client.Close) before it stops
+// waiting for it and says so.
+func (k *consumer) closeGrace() time.Duration {
+	return kclient.LeaveTimeout + k.cfg.kafka.FetchMaxWait + time.Second
+}
+
+// close leaves the group, if joined, and closes the client's
+// connections, by deadline (see closeGrace).
+func (k *consumer) close(deadline time.Time) {
+	if k.client == nil {
+		return
+	}
+	wait := max(leaveTimeout, time.Until(deadline)) + k.closeGrace()
+	if !within(wait, func() { k.client.Close(deadline) }) {
+		k.cfg.log.Warn("closing the Kafka client did not finish within the stop's budget; left closing",
+			"phase", "leave", "waited", wait)
+	}
+}
+
+// fetchingGen returns the current generation while its partitions are
+// fetched, or nil.
+func (k *consumer) fetchingGen() *generation {
+	if g := k.gen.Load(); g != nil && g.fetching.Load() {
+		return g
+	}
+	return nil
+}
+
+// begin is the kclient.BeginFunc: a session began. An eager session's
+// partitions start fetching at once; a cooperative one's come with
+// Assign.
+func (k *consumer) begin(ctx context.Context, s kclient.Session) kclient.Keeper {
+	g := k.newGeneration(ctx, s)
+	if s.Eager() {
+		g.add(s.Assigned())
+	}
+	g.fetching.Store(true)
+	k.gen.Store(g)
+	if s.Eager() {
+		k.cfg.joinedFunc()
+		k.cfg.log.Info("joined group generation", "group", k.cfg.group, "generation", g.id.Load(), "partitions", len(g.trackers()))
+	}
+	g.lag = g.startLag(ctx)
+	return g
+}
+
+// generation is one session of the client: the set of partitions the
+// group gave this instance, their trackers, and the keeper goroutine
+// that commits them. It is the session's kclient.Keeper.
 type generation struct {
-	r      *Runtime
-	client Client
+	k       *consumer
+	cfg     *consumerConfig
+	session kclient.Session
 	// id is the group generation, for logs; franz-go's moves on at each
 	// rebalance while its partitions stay.
 	id atomic.Int32
-	// commitOffsets commits offsets fenced by the membership (the
-	// generation and member ID): kafka-go's generation, franz-go's
-	// current one. Only the keeper calls it.
-	commitOffsets func(offsets map[string]map[int]int64) error
-	// source opens the record source of a partition added at offset start
-	// (-1: where the client resumes it, its committed offset).
-	source func(ctx context.Context, tr *tracker, start int64) partSource
 
 	// trs is the owned partitions' trackers, replaced (never changed in
 	// place) by the keeper when partitions come and go, read by anyone.
@@ -44,18 +178,20 @@ type generation struct {
 	// lagMu orders the lag sampler's series updates with the drop of a
 	// removed partition's series (remove).
 	lagMu sync.Mutex
+	// lag is the generation's lag sampler, stopped by Quiesce.
+	lag *lagSampler
 	// parts is each owned partition's fetch loop; the keeper's only, once
 	// it runs.
 	parts map[*tracker]*fetchLoop
 	// ctx bounds the fetch loops: it ends at the stop's quiesce.
 	ctx context.Context
 	// running counts the fetch loops; loopMu orders its Adds (none once
-	// ctx ended) before the quiesce's Wait (see quiesce).
+	// ctx ended) before the quiesce's Wait (see Quiesce).
 	loopMu  sync.Mutex
 	running sync.WaitGroup
 
-	// changes carries franz-go's assignments and revocations to the
-	// keeper, which answers each once it is done.
+	// changes carries a cooperative session's assignments and
+	// revocations to the keeper, which answers each once it is done.
 	changes chan change
 	// finalReq asks the keeper for the stop's final commit; it answers on
 	// the channel it is sent, then holds the generation open until the
@@ -63,7 +199,7 @@ type generation struct {
 	finalReq chan chan error
 	ended    chan struct{} // closed when the keeper returns
 	// caughtUp is how a fetch loop tells the keeper its partition caught
-	// up with the high watermark; see keep.
+	// up with the high watermark; see Keep.
 	caughtUp chan struct{}
 	// final is set by the stop's final commit: the keeper commits nothing
 	// else and applies no change after it.
@@ -78,40 +214,21 @@ type fetchLoop struct {
 	done   chan struct{}
 }
 
-// partStart is a partition the group assigned and the offset its reading
-// starts at (-1: the client resumes it from the committed offset).
-type partStart struct {
-	topic     string
-	partition int
-	offset    int64
-}
-
 // change is an assignment (add) or a revocation (remove) the keeper
 // applies; lost says the membership is gone, so nothing is committed.
 type change struct {
-	add    []partStart
-	remove []tp
+	add    []kclient.Assigned
+	remove []kclient.Partition
 	lost   bool
 	done   chan struct{}
 }
 
-// tp names a partition.
-type tp struct {
-	topic     string
-	partition int
-}
-
-// String returns "topic/partition", as the logs name a partition.
-func (p tp) String() string { return p.topic + "/" + strconv.Itoa(p.partition) }
-
-func (r *Runtime) newGeneration(ctx context.Context, client Client, id int32,
-	commit func(map[string]map[int]int64) error,
-	source func(context.Context, *tracker, int64) partSource) *generation {
-	g := &generation{r: r, client: client, commitOffsets: commit, source: source, ctx: ctx,
+func (k *consumer) newGeneration(ctx context.Context, s kclient.Session) *generation {
+	g := &generation{k: k, cfg: &k.cfg, session: s, ctx: ctx,
 		parts:    map[*tracker]*fetchLoop{},
 		changes:  make(chan change),
 		finalReq: make(chan chan error), ended: make(chan struct{}), caughtUp: make(chan struct{}, 1)}
-	g.id.Store(id)
+	g.id.Store(s.Generation())
 	g.trs.Store(&[]*tracker{})
 	return g
 }
@@ -120,57 +237,61 @@ func (r *Runtime) newGeneration(ctx context.Context, client Client, id int32,
 // changed afterwards.
 func (g *generation) trackers() []*tracker { return *g.trs.Load() }
 
+// clientName is the client's name, for the logs.
+func (g *generation) clientName() string { return g.cfg.kafka.Client }
+
 // add starts fetching the partitions ps. Before the keeper runs, the
 // goroutine that made the generation calls it; then only the keeper.
-func (g *generation) add(ps []partStart) {
+func (g *generation) add(ps []kclient.Assigned) {
 	if len(ps) == 0 {
 		return
 	}
 	trs := slices.Clone(g.trackers())
 	names := make([]string, 0, len(ps))
 	for _, p := range ps {
-		c := g.r.byTopic[p.topic]
-		if c == nil {
+		feed := g.cfg.feedFunc(p.Topic)
+		if feed == nil {
 			continue // not a configured topic: the group gave it to the wrong member
 		}
-		tr := newTracker(p.topic, p.partition, p.offset)
+		tr := newTracker(p.Topic, p.Partition.Partition, p.Offset)
 		ctx, cancel := context.WithCancel(g.ctx)
 		fl := &fetchLoop{cancel: cancel, done: make(chan struct{})}
-		src := g.source(ctx, tr, p.offset)
+		src := g.session.Source(ctx, p)
 		g.loopMu.Lock()
 		if g.ctx.Err() != nil { // the stop began: nothing is fetched any more
 			close(fl.done)
+			src.Close()
 		} else {
 			g.running.Add(1)
 			go func() {
 				defer g.running.Done()
 				defer close(fl.done)
-				g.r.fetch(ctx, g, c, tr, src)
+				feed(ctx, tr, src, g.caughtUp)
 			}()
 		}
 		g.loopMu.Unlock()
 		g.parts[tr] = fl
 		trs = append(trs, tr)
-		names = append(names, tp{p.topic, p.partition}.String())
+		names = append(names, p.Partition.String())
 	}
 	g.trs.Store(&trs)
-	g.r.log.Info("partitions assigned", "client", string(g.client), "generation", g.id.Load(), "partitions", partList(names))
+	g.cfg.log.Info("partitions assigned", "client", g.clientName(), "generation", g.id.Load(), "partitions", partList(names))
 }
 
 // remove ends the owned partitions in ps (all of them when ps is nil):
 // it stops their fetch loops, gives back their messages (revoke), commits
 // what is settled unless lost, and drops them. Only the keeper calls it.
-func (g *generation) remove(ps []tp, lost bool) {
+func (g *generation) remove(ps []kclient.Partition, lost bool) {
 	var gone []*tracker
 	var names []string
 	keep := g.trackers()[:0:0]
 	for _, tr := range g.trackers() {
-		if ps != nil && !slices.Contains(ps, tp{tr.topic, tr.partition}) {
+		if ps != nil && !slices.Contains(ps, tr.partitionName()) {
 			keep = append(keep, tr)
 			continue
 		}
 		gone = append(gone, tr)
-		names = append(names, tp{tr.topic, tr.partition}.String())
+		names = append(names, tr.partitionName().String())
 	}
 	for _, tr := range gone {
 		g.parts[tr].cancel()
@@ -182,29 +303,47 @@ func (g *generation) remove(ps []tp, lost bool) {
 	given, left := g.revoke(gone)
 	if !lost {
 		if err := g.commit(); err != nil {
-			g.r.metrics.commitFailed()
-			g.r.log.Warn("commit of revoked partitions failed", "generation", g.id.Load(), "err", err)
+			g.cfg.metrics.commitFailed()
+			g.cfg.log.Warn("commit of revoked partitions failed", "generation", g.id.Load(), "err", err)
 		}
 	}
 	g.lagMu.Lock() // a sample in flight sets no series of a gone partition
 	g.trs.Store(&keep)
 	for _, tr := range gone {
-		g.r.metrics.dropLag(tr.topic, tr.partition)
+		g.cfg.metrics.dropLag(tr.topic, tr.partition)
 	}
 	g.lagMu.Unlock()
 	if len(gone) > 0 || ps == nil {
-		g.r.log.Info("partitions revoked", "client", string(g.client), "generation", g.id.Load(), "partitions", partList(names),
+		g.cfg.log.Info("partitions revoked", "client", g.clientName(), "generation", g.id.Load(), "partitions", partList(names),
 			"given_back", given, "still_running", left, "lost", lost)
 	}
 }
 
-// quiesce waits for every fetch loop to end, once ctx has ended (the stop
-// began, or kafka-go ended the generation). It does not go through the
-// keeper, which may be busy in a commit.
-func (g *generation) quiesce() {
+// Quiesce waits for every fetch loop to end, once ctx has ended (the
+// stop began, or the session ended), and stops the lag sampler. It does
+// not go through the keeper, which may be busy in a commit.
+func (g *generation) Quiesce() {
 	g.loopMu.Lock()
 	g.loopMu.Unlock() //nolint:staticcheck // an add in progress has done its Add
 	g.running.Wait()
+	g.fetching.Store(false)
+	g.lag.stop()
+}
+
+// Assign is a cooperative session's assignment of ps, in group
+// generation gen.
+func (g *generation) Assign(gen int32, ps []kclient.Assigned) {
+	g.id.Store(gen)
+	g.request(change{add: ps})
+	g.cfg.joinedFunc()
+	// As an eager session logs each generation it joins: cooperative
+	// generations keep their partitions, so the count is all it holds.
+	g.cfg.log.Info("joined group generation", "group", g.cfg.group, "generation", gen, "partitions", len(g.trackers()))
+}
+
+// Revoke is a cooperative session's revocation (lost: loss) of ps.
+func (g *generation) Revoke(ps []kclient.Partition, lost bool) {
+	g.request(change{remove: ps, lost: lost})
 }
 
 // partList is the "partitions" attribute of the assignment lines: sorted
@@ -212,70 +351,6 @@ func (g *generation) quiesce() {
 func partList(names []string) string {
 	slices.Sort(names)
 	return strings.Join(names, ",")
-}
-
-// setGen makes g the generation the stop commits through and the stats
-// read.
-func (r *Runtime) setGen(g *generation) { r.gen.Store(g) }
-
-// fetchingGen returns the current generation while its partitions are
-// fetched, or nil.
-func (r *Runtime) fetchingGen() *generation {
-	if g := r.gen.Load(); g != nil && g.fetching.Load() {
-		return g
-	}
-	return nil
-}
-
-// consume joins kafka-go generation after generation until fetchCtx ends.
-func (r *Runtime) consume(fetchCtx context.Context, cg *kafka.ConsumerGroup) {
-	for {
-		kg, err := cg.Next(fetchCtx)
-		if err != nil {
-			if fetchCtx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
-				return
-			}
-			// kafka-go's error logger has said so already, with backoff.
-			r.log.Debug("consumer group join failed; retrying", "group", r.cfg.Group, "err", err)
-			continue
-		}
-		r.runGeneration(fetchCtx, kg)
-		if fetchCtx.Err() != nil {
-			return
-		}
-	}
-}
-
-// runGeneration fetches a kafka-go generation's partitions until it ends
-// or fetchCtx ends. In the second case the keeper stays, so the stop can
-// commit through this generation.
-func (r *Runtime) runGeneration(fetchCtx context.Context, kg *kafka.Generation) {
-	gctx, cancel := context.WithCancel(fetchCtx)
-	defer cancel()
-	kc := &kafkaGoCommits{r: r, kg: kg}
-	g := r.newGeneration(gctx, ClientKafkaGo, kg.ID, kc.commit, r.kafkaGoSource)
-	var ps []partStart
-	for topic, parts := range kg.Assignments {
-		for _, pa := range parts {
-			ps = append(ps, partStart{topic: topic, partition: pa.ID, offset: pa.Offset})
-		}
-	}
-	g.add(ps)
-	g.fetching.Store(true)
-	r.setGen(g)
-	r.joined.Store(true)
-	r.log.Info("joined group generation", "group", r.cfg.Group, "generation", kg.ID, "partitions", len(g.trackers()))
-	lag := g.startLag(gctx)
-	kg.Start(func(kctx context.Context) {
-		g.keep(kctx)
-		cancel() // the generation ended: so does runGeneration
-	})
-	<-gctx.Done()
-	// The keeper's end stopped the fetch loops; at the stop they end with
-	// fetchCtx, and the keeper stays for the final commit.
-	g.quiesce()
-	g.fetching.Store(false)
-	lag.stop()
 }
 
 // revoke is the end of partitions trs at a rebalance: it takes their
@@ -293,18 +368,7 @@ func (g *generation) revoke(trs []*tracker) (given, left int) {
 	for _, tr := range trs {
 		mine[tr] = true
 	}
-	match := func(it *item) bool { return it.isKafka() && mine[it.tr] }
-	take := func() {
-		for _, c := range g.r.order {
-			if len(c.cfg.Topics) == 0 {
-				continue
-			}
-			for _, it := range c.pool.Remove(match) {
-				g.r.abandon(it)
-				given++
-			}
-		}
-	}
+	take := func() { given += g.cfg.giveBackFunc(func(tr *tracker) bool { return mine[tr] }) }
 	inFlight := func() int {
 		n := 0
 		for _, tr := range trs {
@@ -313,17 +377,61 @@ func (g *generation) revoke(trs []*tracker) (given, left int) {
 		return n
 	}
 	take()
-	deadline := time.Now().Add(g.r.cfg.RevokeTimeout)
+	deadline := time.Now().Add(g.cfg.revokeTimeout)
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
 	for left = inFlight(); left > 0 && time.Now().Before(deadline); left = inFlight() {
 		<-t.C
 		take() // a handler that failed meanwhile waits out a backoff
 	}
-	g.r.revoked.Add(int64(given))
+	g.k.revoked.Add(int64(given))
 	if left > 0 {
-		g.r.log.Warn("handlers of revoked partitions still running; their results will not be committed",
-			"generation", g.id.Load(), "running", left, "waited", g.r.cfg.RevokeTimeout)
+		g.cfg.log.Warn("handlers of revoked partitions still running; their results will not be committed",
+			"generation", g.id.Load(), "running", left, "waited", g.cfg.revokeTimeout)
 	}
 	return given, left
+}
+
+// newConsumer returns the runtime's consumer, built from its config,
+// classes and functions.
+func (r *Runtime) newConsumer() *consumer {
+	cfg := &r.cfg
+	classFunc := func(topic string) *class { return r.byTopic[topic] }
+	f := &feeder{mayFetchFunc: r.mayFetch, classFunc: classFunc, items: &r.items, epoch: r.epoch}
+	return newConsumer(consumerConfig{
+		log: r.log, logs: r.logs, metrics: r.metrics, group: cfg.Group,
+		commitInterval: cfg.CommitInterval, revokeTimeout: cfg.RevokeTimeout,
+		startLast: cfg.StartOffset == StartLast,
+		classes:   cfg.Classes, topics: r.topics,
+		kafka: kclient.Config{
+			Client: string(cfg.Client), Brokers: cfg.Brokers, ClientID: cfg.ClientID, Group: cfg.Group,
+			Instance: cfg.staticID, SessionTimeout: cfg.SessionTimeout, RebalanceTimeout: cfg.RebalanceTimeout,
+			FetchMaxWait: cfg.FetchMaxWait, FetchQueue: cfg.FetchQueue, StartLast: cfg.StartOffset == StartLast,
+			DialFunc: r.conn.clientDial(), Log: r.log, WarnFunc: r.logs.warn, FetchErrorFunc: r.metrics.fetchError,
+		},
+		feedFunc:     f.feed,
+		classFunc:    classFunc,
+		giveBackFunc: r.giveBack,
+		monoFunc:     r.mono,
+		joinedFunc:   func() { r.joined.Store(true) },
+		alive:        &r.alive,
+	})
+}
+
+// giveBack takes the unstarted and backing-off Kafka messages of the
+// trackers mine reports out of the pools and gives them back (abandon):
+// a revocation's. It returns how many.
+func (r *Runtime) giveBack(mine func(*tracker) bool) int {
+	match := func(it *item) bool { return it.isKafka() && mine(it.tr) }
+	given := 0
+	for _, c := range r.order {
+		if len(c.cfg.Topics) == 0 {
+			continue
+		}
+		for _, it := range c.pool.Remove(match) {
+			r.abandon(it)
+			given++
+		}
+	}
+	return given
 }

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/runtime/internal/kclient"
 )
 
 // runKept waits for all to close (failing after 30s with how many of n
@@ -166,11 +167,12 @@ func BenchmarkDelivery(b *testing.B) {
 	b.Run("own", func(b *testing.B) {
 		r := &Runtime{epoch: time.Now()}
 		r.items.New = func() any { return new(item) }
+		f := &feeder{items: &r.items, epoch: r.epoch}
 		tr := newTracker("orders", 3, 0)
 		b.ReportAllocs()
 		var off int64
 		for b.Loop() {
-			it := r.fetched(c, tr, &fetchedRecord{offset: off, key: key, value: value})
+			it := f.item(c, tr, &kclient.Record{Offset: off, Key: key, Value: value})
 			m := it.msg
 			if err := c.cfg.Handler(context.Background(), &m); err != nil {
 				b.Fatal(err)

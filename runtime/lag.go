@@ -5,33 +5,32 @@ import (
 	"sync"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/handoff-go/handoff/runtime/internal/kclient"
 )
 
 // Consumer lag as operators read it: for each partition this instance
 // holds, the messages between the partition's high watermark and the
-// group's committed offset, sampled from the broker every CommitInterval
-// whether or not commits move; and, per class, the age of the oldest
-// message fetched and not settled.
+// group's committed offset, sampled from the broker (through the client's
+// Offsets) every CommitInterval whether or not commits move; and, per
+// class, the age of the oldest message fetched and not settled.
 
 // sampleLag sets the lag of the generation's partitions every
 // CommitInterval until ctx ends, then removes their series: the
 // partitions leave this instance (a rebalance or the stop).
 func (g *generation) sampleLag(ctx context.Context) {
-	r := g.r
 	defer func() {
 		for _, tr := range g.trackers() {
-			r.metrics.dropLag(tr.topic, tr.partition)
+			g.cfg.metrics.dropLag(tr.topic, tr.partition)
 		}
 	}()
-	if r.commits == nil {
+	if g.k.client == nil {
 		return
 	}
-	t := time.NewTicker(r.cfg.CommitInterval)
+	t := time.NewTicker(g.cfg.commitInterval)
 	defer t.Stop()
 	for {
 		if err := g.sampleLagOnce(ctx); err != nil && ctx.Err() == nil {
-			r.log.Debug("consumer lag not sampled", "generation", g.id.Load(), "err", err)
+			g.cfg.log.Debug("consumer lag not sampled", "generation", g.id.Load(), "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -47,28 +46,19 @@ func (g *generation) sampleLag(ctx context.Context) {
 // reading starts (the first offset with StartFirst; with StartLast the
 // lag counts from the first fetched record, none fetched counts 0).
 func (g *generation) sampleLagOnce(ctx context.Context) error {
-	r := g.r
 	trs := g.trackers()
 	if len(trs) == 0 {
 		return nil
 	}
-	req := &kafka.ListOffsetsRequest{Addr: r.commits.Addr, Topics: map[string][]kafka.OffsetRequest{}}
-	for _, tr := range trs {
-		req.Topics[tr.topic] = append(req.Topics[tr.topic], kafka.FirstOffsetOf(tr.partition), kafka.LastOffsetOf(tr.partition))
+	ps := make([]kclient.Partition, len(trs))
+	for i, tr := range trs {
+		ps[i] = tr.partitionName()
 	}
 	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
-	resp, err := r.commits.ListOffsets(ctx, req)
+	offs, err := g.k.client.Offsets(ctx, ps)
 	if err != nil {
 		return err
-	}
-	offs := map[tp]kafka.PartitionOffsets{}
-	for topic, parts := range resp.Topics {
-		for _, p := range parts {
-			if p.Error == nil {
-				offs[tp{topic, p.Partition}] = p
-			}
-		}
 	}
 	g.lagMu.Lock()
 	defer g.lagMu.Unlock()
@@ -80,20 +70,20 @@ func (g *generation) sampleLagOnce(ctx context.Context) error {
 		if !owned[tr] {
 			continue // removed while the offsets were asked for
 		}
-		p, ok := offs[tp{tr.topic, tr.partition}]
+		p, ok := offs[tr.partitionName()]
 		if !ok {
 			continue
 		}
 		base := tr.committedOffset()
 		if base < 0 {
-			base = p.FirstOffset
-			if r.cfg.StartOffset == StartLast {
-				base = tr.firstFetched(p.LastOffset)
+			base = p.First
+			if g.cfg.startLast {
+				base = tr.firstFetched(p.Last)
 			}
 		}
-		lag := max(p.LastOffset-base, 0)
+		lag := max(p.Last-base, 0)
 		tr.lag.Store(lag)
-		r.metrics.setLag(tr.topic, tr.partition, lag)
+		g.cfg.metrics.setLag(tr.topic, tr.partition, lag)
 	}
 	return nil
 }
@@ -101,14 +91,14 @@ func (g *generation) sampleLagOnce(ctx context.Context) error {
 // oldestUnsettled returns the age of class c's oldest Kafka message that
 // is fetched and neither done nor saved, over the partitions this
 // instance fetches now; zero when there is none.
-func (r *Runtime) oldestUnsettled(c *class) time.Duration {
-	g := r.fetchingGen()
+func (k *consumer) oldestUnsettled(c *class) time.Duration {
+	g := k.fetchingGen()
 	if g == nil {
 		return 0
 	}
 	oldest, found := int64(0), false
 	for _, tr := range g.trackers() {
-		if r.byTopic[tr.topic] != c {
+		if k.cfg.classFunc(tr.topic) != c {
 			continue
 		}
 		if seen, ok := tr.oldest(); ok && (!found || seen < oldest) {
@@ -118,20 +108,20 @@ func (r *Runtime) oldestUnsettled(c *class) time.Duration {
 	if !found {
 		return 0
 	}
-	return time.Duration(max(r.mono()-oldest, 0))
+	return time.Duration(max(k.cfg.monoFunc()-oldest, 0))
 }
 
 // classLag returns how many partitions of class c's topics this
 // instance fetches now and their summed lag as last sampled, -1 while
 // none is sampled.
-func (r *Runtime) classLag(c *class) (partitions int, lag int64) {
+func (k *consumer) classLag(c *class) (partitions int, lag int64) {
 	lag = -1
-	g := r.fetchingGen()
+	g := k.fetchingGen()
 	if g == nil {
 		return 0, lag
 	}
 	for _, tr := range g.trackers() {
-		if r.byTopic[tr.topic] != c {
+		if k.cfg.classFunc(tr.topic) != c {
 			continue
 		}
 		partitions++

@@ -1,18 +1,13 @@
 package runtime
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/segmentio/kafka-go"
 )
 
-// Logging of failures that repeat while a broker is unreachable: kafka-go's
-// consumer group and readers retry on their own, several times a second,
+// Logging of failures that repeat while a broker is unreachable: the Kafka
+// clients' consumer group and readers retry on their own, several times a second,
 // and log each failure; so do the fetch loop and the keeper. A line
 // repeated with backoff says as much and leaves room for the rest.
 
@@ -77,39 +72,4 @@ func (b *logBackoff) warn(log *slog.Logger, key, msg string, args ...any) {
 		args = append(args, "suppressed", suppressed)
 	}
 	log.Warn(msg, args...)
-}
-
-// kafkaLogger adapts kafka-go's Printf logging to slog: Debug for its
-// chatter, Warn for its errors, repeated errors with backoff. kafka-go's
-// text goes in the attribute kafka_message, never in a second msg key.
-// Once ctx (the fetching's) has ended, errors are Debug too: they come
-// from the closes the stop or a rebalance started (a reader's connection
-// ends with an i/o timeout, its loops with context.Canceled).
-func (r *Runtime) kafkaLogger(ctx context.Context, log *slog.Logger, isErr bool) kafka.LoggerFunc {
-	if isErr {
-		return func(format string, args ...any) {
-			if ctx.Err() != nil || cancelled(args) {
-				// A loop of kafka-go ended by our own Close: routine.
-				log.Debug("kafka-go", "kafka_message", fmt.Sprintf(format, args...))
-				return
-			}
-			r.logs.warn(log, "kafka-go: "+format, "kafka-go error", "kafka_message", fmt.Sprintf(format, args...))
-		}
-	}
-	return func(format string, args ...any) {
-		if log.Enabled(context.Background(), slog.LevelDebug) {
-			log.Debug("kafka-go", "kafka_message", fmt.Sprintf(format, args...))
-		}
-	}
-}
-
-// cancelled reports whether one of kafka-go's log arguments is a
-// context.Canceled error: the line reports a loop our Close ended.
-func cancelled(args []any) bool {
-	for _, a := range args {
-		if err, ok := a.(error); ok && errors.Is(err, context.Canceled) {
-			return true
-		}
-	}
-	return false
 }

@@ -111,6 +111,7 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_start_time_seconds", Help: "When the runtime was made, in Unix seconds: the counters count since then."},
 			func() float64 { return float64(r.epoch.UnixNano()) / 1e9 }),
 		newStateCollector(r),
+		newBuildInfo(r.cfg),
 	}
 	for i, step := range connSteps {
 		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -139,7 +140,7 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_oldest_unsettled_age_seconds",
 				Help:        "Age of the class's oldest Kafka message fetched and neither done nor saved (what holds its partition's commit back); 0 when none.",
 				ConstLabels: labels},
-				func() float64 { return r.oldestUnsettled(c).Seconds() }),
+				func() float64 { return r.kafka.oldestUnsettled(c).Seconds() }),
 		)
 		cs = append(cs, c.holdCollectors(labels)...)
 		var obs [numCallOutcomes]prometheus.Observer

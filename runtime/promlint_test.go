@@ -61,7 +61,7 @@ func TestMetricsLint(t *testing.T) {
 		"handoff_rebalances_total", "handoff_commit_failures_total", "handoff_fetch_errors_total",
 		"handoff_dead_letter_publish_failures_total", "handoff_state_records", "handoff_consumer_lag_messages",
 		"handoff_oldest_unsettled_age_seconds", "handoff_drain_estimate_seconds", "handoff_drain_over_budget",
-		"handoff_ready", "handoff_start_time_seconds", "handoff_pool_queued",
+		"handoff_ready", "handoff_start_time_seconds", "handoff_pool_queued", "handoff_build_info", "handoff_drain_timeout_seconds",
 	} {
 		if !slices.Contains(names, want) {
 			t.Errorf("metric %s not registered", want)

@@ -3,21 +3,22 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/runtime/internal/kclient"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
 const (
 	// publishTimeout bounds one write of dead letters to their topics.
-	publishTimeout = 5 * time.Second
+	publishTimeout = kclient.PublishTimeout
 	// publishQueue is how many dead letters may wait for their publish;
 	// more are not published (the state file has them all).
 	publishQueue = 1024
@@ -37,9 +38,9 @@ var errAbandoned = errors.New("runtime: dead-letter publishing abandoned by the 
 // publishTimeout, unpublished the rest. The stop lets the publisher finish what is queued within
 // what is left of the stop's budget, then abandons the rest.
 type publisher struct {
-	r      *Runtime
-	w      dlqWriter
-	conns  dlqConns
+	cfg    publisherConfig
+	w      kclient.Writer
+	conns  *dlqConns // the writer's connections; nil for a writer of no connections
 	queue  chan deadPublish
 	finish chan struct{} // closed by the stop: return once the queue is empty
 	cancel context.CancelFunc
@@ -49,6 +50,28 @@ type publisher struct {
 	dropping atomic.Bool
 	// abandoned is how many the stop abandoned; read after wg.Wait.
 	abandoned int
+}
+
+// publisherConfig is what a publisher is built from.
+type publisherConfig struct {
+	log     *slog.Logger
+	metrics *metrics
+	// headersFunc is Config.PublishHeadersFunc.
+	headersFunc func(m *handoff.Message, headers []handoff.Header) []handoff.Header
+	// incFunc counts outcome o of a message of class c (Runtime.inc).
+	incFunc func(c *class, o outcome)
+}
+
+// newPublisher returns a publisher writing with w; start starts it.
+func newPublisher(cfg publisherConfig, w kclient.Writer) *publisher {
+	return &publisher{cfg: cfg, w: w, queue: make(chan deadPublish, publishQueue), finish: make(chan struct{})}
+}
+
+// start starts the publisher's goroutine, ended by close.
+func (p *publisher) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	p.wg.Go(func() { p.run(ctx) })
 }
 
 // deadPublish is one queued dead letter.
@@ -64,25 +87,29 @@ func (r *Runtime) openDLQ() {
 		if c.cfg.DeadLetterTopic == "" {
 			continue
 		}
-		p := &publisher{r: r, queue: make(chan deadPublish, publishQueue), finish: make(chan struct{})}
-		p.conns.base = r.baseDial()
-		var err error
-		if p.w, err = r.newDLQWriter(p.conns.dial); err != nil {
-			r.log.Error("dead-letter writer not created; dead letters stay in the state file only", "err", err)
+		conns := &dlqConns{base: r.conn.baseDial()}
+		w, err := kclient.NewWriter(r.kafka.cfg.kafka, conns.dial)
+		if err != nil {
+			r.log.Error("dead-letter writer not created; dead letters stay in the state file only", "err", fmt.Errorf("runtime: %w", err))
 			return
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		p.cancel = cancel
-		p.wg.Go(func() { p.run(ctx) })
+		p := newPublisher(r.publisherConfig(), w)
+		p.conns = conns
+		p.start()
 		r.dlq = p
 		return
 	}
 }
 
-// publishDead queues a dead letter for its class's DeadLetterTopic, if
-// any. It never blocks: when the queue is full the publish is dropped.
-func (r *Runtime) publishDead(c *class, rec snapshot.Record) {
-	p := r.dlq
+// publisherConfig is the runtime's publisherConfig.
+func (r *Runtime) publisherConfig() publisherConfig {
+	return publisherConfig{log: r.log, metrics: r.metrics, headersFunc: r.cfg.PublishHeadersFunc, incFunc: r.inc}
+}
+
+// publish queues a dead letter for its class's DeadLetterTopic, if any.
+// It never blocks: when the queue is full the publish is dropped. A nil
+// publisher (no DeadLetterTopic) publishes nothing.
+func (p *publisher) publish(c *class, rec snapshot.Record) {
 	if c.cfg.DeadLetterTopic == "" || p == nil {
 		return
 	}
@@ -90,9 +117,9 @@ func (r *Runtime) publishDead(c *class, rec snapshot.Record) {
 	case p.queue <- deadPublish{c, rec}:
 		p.dropping.Store(false)
 	default:
-		r.inc(c, outUnpublished)
+		p.cfg.incFunc(c, outUnpublished)
 		if !p.dropping.Swap(true) {
-			r.log.Warn("dead-letter publish queue full; dead letters are not published until it empties, they stay in the state file",
+			p.cfg.log.Warn("dead-letter publish queue full; dead letters are not published until it empties, they stay in the state file",
 				"class", c.cfg.Name, "id", rec.Message.ID, "topic", c.cfg.DeadLetterTopic, "queue", publishQueue)
 		}
 	}
@@ -136,30 +163,30 @@ func (p *publisher) run(ctx context.Context) {
 // write publishes batch in one write and counts each dead letter
 // published or not.
 func (p *publisher) write(ctx context.Context, batch []deadPublish) {
-	recs := make([]deadRecord, len(batch))
+	recs := make([]kclient.OutRecord, len(batch))
 	for i, d := range batch {
 		recs[i] = deadLetterRecord(d.c, d.rec)
-		if f := p.r.cfg.PublishHeadersFunc; f != nil {
-			recs[i].headers = f(&d.rec.Message, recs[i].headers)
+		if f := p.cfg.headersFunc; f != nil {
+			recs[i].Headers = f(&d.rec.Message, recs[i].Headers)
 		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, publishTimeout)
-	errs := p.w.write(wctx, recs)
+	errs := p.w.Write(wctx, recs)
 	cancel()
 	for i, d := range batch {
 		e := errs[i]
 		if e == nil {
-			p.r.inc(d.c, outPublished)
+			p.cfg.incFunc(d.c, outPublished)
 			continue
 		}
 		if ctx.Err() != nil {
 			p.abandoned++
 		} else {
-			p.r.metrics.publishFailed(d.c.index)
-			p.r.log.Error("dead letter not published; it stays in the state file", "class", d.c.cfg.Name, "id", d.rec.Message.ID,
+			p.cfg.metrics.publishFailed(d.c.index)
+			p.cfg.log.Error("dead letter not published; it stays in the state file", "class", d.c.cfg.Name, "id", d.rec.Message.ID,
 				"topic", d.c.cfg.DeadLetterTopic, "err", e)
 		}
-		p.r.inc(d.c, outUnpublished)
+		p.cfg.incFunc(d.c, outUnpublished)
 	}
 }
 
@@ -167,7 +194,7 @@ func (p *publisher) write(ctx context.Context, batch []deadPublish) {
 func (p *publisher) abandon(batch []deadPublish) {
 	for {
 		for _, d := range batch {
-			p.r.inc(d.c, outUnpublished)
+			p.cfg.incFunc(d.c, outUnpublished)
 			p.abandoned++
 		}
 		batch = batch[:0]
@@ -194,32 +221,26 @@ func (p *publisher) close(deadline time.Time) {
 	go func() { p.wg.Wait(); close(done) }()
 	if !closedWithin(done, time.Until(deadline)) {
 		p.cancel()
-		p.conns.closeAll()
+		if p.conns != nil {
+			p.conns.closeAll()
+		}
 		<-done
 	}
 	p.cancel()
-	if err := p.w.close(); err != nil {
-		p.r.log.Warn("dead-letter writer close failed", "err", err)
+	if err := p.w.Close(); err != nil {
+		p.cfg.log.Warn("dead-letter writer close failed", "err", err)
 	}
 	if p.abandoned > 0 {
-		p.r.log.Warn("dead letters not published within the stop's budget; they stay in the state file",
+		p.cfg.log.Warn("dead letters not published within the stop's budget; they stay in the state file",
 			"phase", "leave", "unpublished", p.abandoned)
 	}
-}
-
-// deadRecord is a dead letter as its topic gets it.
-type deadRecord struct {
-	topic      string
-	key, value []byte
-	headers    []handoff.Header
-	time       time.Time // zero: the publish time
 }
 
 // deadLetterRecord is the Kafka record that publishes a dead letter of
 // class c: the message's key, value and headers (nil and empty kept
 // apart), the original record's timestamp (the publish time for a
 // message that has none), and the handoff headers.
-func deadLetterRecord(c *class, rec snapshot.Record) deadRecord {
+func deadLetterRecord(c *class, rec snapshot.Record) kclient.OutRecord {
 	m := rec.Message
 	headers := []handoff.Header{
 		{Key: HeaderClass, Value: []byte(c.cfg.Name)},
@@ -234,66 +255,7 @@ func deadLetterRecord(c *class, rec snapshot.Record) deadRecord {
 			handoff.Header{Key: HeaderOriginOffset, Value: strconv.AppendInt(nil, m.Origin.Offset, 10)})
 	}
 	headers = append(headers, m.Headers...)
-	return deadRecord{topic: c.cfg.DeadLetterTopic, key: m.Key, value: m.Value, headers: headers, time: m.Timestamp}
-}
-
-// dlqWriter writes dead letters with the configured client: the seam's
-// produce side.
-type dlqWriter interface {
-	// write sends recs in one write and returns each one's error (nil:
-	// the broker acknowledged it from all in-sync replicas), within ctx.
-	write(ctx context.Context, recs []deadRecord) []error
-	// close ends the writer once no write is in flight.
-	close() error
-}
-
-// newDLQWriter returns the dead-letter writer of the configured client,
-// dialling through dial. Both place a keyed dead letter on the same
-// partition: FNV-1a of the key, as kafka-go's Hash balancer.
-func (r *Runtime) newDLQWriter(dial func(context.Context, string, string) (net.Conn, error)) (dlqWriter, error) {
-	if r.cfg.Client == ClientFranzGo {
-		return r.newFranzDLQ(dial)
-	}
-	return &kafkaGoDLQ{w: &kafka.Writer{
-		Addr:                   kafka.TCP(r.cfg.Brokers...),
-		Balancer:               &kafka.Hash{},
-		RequiredAcks:           kafka.RequireAll,
-		BatchTimeout:           time.Millisecond,
-		WriteTimeout:           publishTimeout,
-		AllowAutoTopicCreation: false,
-		Transport:              r.transport(dial),
-	}}, nil
-}
-
-// kafkaGoDLQ is the dead-letter writer on kafka-go.
-type kafkaGoDLQ struct{ w *kafka.Writer }
-
-func (k *kafkaGoDLQ) write(ctx context.Context, recs []deadRecord) []error {
-	msgs := make([]kafka.Message, len(recs))
-	for i, d := range recs {
-		hs := make([]kafka.Header, len(d.headers))
-		for j, h := range d.headers {
-			hs[j] = kafka.Header{Key: h.Key, Value: h.Value}
-		}
-		msgs[i] = kafka.Message{Topic: d.topic, Key: d.key, Value: d.value, Headers: hs, Time: d.time}
-	}
-	err := k.w.WriteMessages(ctx, msgs...)
-	var each kafka.WriteErrors
-	errors.As(err, &each)
-	errs := make([]error, len(recs))
-	for i := range errs {
-		errs[i] = err
-		if each != nil {
-			errs[i] = each[i]
-		}
-	}
-	return errs
-}
-
-func (k *kafkaGoDLQ) close() error {
-	err := k.w.Close()
-	k.w.Transport.(*kafka.Transport).CloseIdleConnections()
-	return err
+	return kclient.OutRecord{Topic: c.cfg.DeadLetterTopic, Key: m.Key, Value: m.Value, Headers: headers, Time: m.Timestamp}
 }
 
 // dlqConns are the dead-letter writer's connections. Abandoning the

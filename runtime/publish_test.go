@@ -3,7 +3,10 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/runtime/internal/kclient"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -90,9 +94,10 @@ func TestDeadLetterPublishQueueFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A publisher whose goroutine never runs: its queue of 2 only fills.
-	rt.dlq = &publisher{r: rt, queue: make(chan deadPublish, 2)}
+	rt.dlq = newPublisher(rt.publisherConfig(), nil)
+	rt.dlq.queue = make(chan deadPublish, 2)
 	c := rt.classes["orders"]
-	dead := func(id string) { rt.publishDead(c, snapshot.Record{Message: handoff.Message{ID: id}}) }
+	dead := func(id string) { rt.dlq.publish(c, snapshot.Record{Message: handoff.Message{ID: id}}) }
 	for _, id := range []string{"a", "b", "c", "d", "e"} {
 		dead(id)
 	}
@@ -105,4 +110,88 @@ func TestDeadLetterPublishQueueFull(t *testing.T) {
 	if n, w := rt.total(outUnpublished), warned.Load(); n != 4 || w != 2 {
 		t.Errorf("unpublished %d, warnings %d; want 4, 2", n, w)
 	}
+}
+
+// fakeWriter is a kclient.Writer in memory: it acknowledges every record,
+// or, when hang is set, answers nothing until its write's context ends.
+type fakeWriter struct {
+	hang   bool
+	mu     sync.Mutex
+	recs   []kclient.OutRecord
+	closed bool
+}
+
+func (w *fakeWriter) Write(ctx context.Context, recs []kclient.OutRecord) []error {
+	errs := make([]error, len(recs))
+	if w.hang {
+		<-ctx.Done()
+		for i := range errs {
+			errs[i] = ctx.Err()
+		}
+		return errs
+	}
+	w.mu.Lock()
+	w.recs = append(w.recs, recs...)
+	w.mu.Unlock()
+	return errs
+}
+
+func (w *fakeWriter) Close() error {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	return nil
+}
+
+// TestPublisherWithoutRuntime builds the dead-letter publisher from its
+// config and a writer, without a Runtime or a broker: what it is handed
+// is written with the handoff headers and counted published; against a
+// writer that never answers, the close abandons the rest at its deadline
+// and counts it unpublished.
+func TestPublisherWithoutRuntime(t *testing.T) {
+	t.Parallel()
+	c := &class{cfg: Class{Name: "orders", DeadLetterTopic: "orders-dlq"}}
+	for _, hang := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hang=%v", hang), func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			counts := map[outcome]int{}
+			w := &fakeWriter{hang: hang}
+			p := newPublisher(publisherConfig{log: slog.New(slog.DiscardHandler),
+				incFunc: func(_ *class, o outcome) { mu.Lock(); counts[o]++; mu.Unlock() }}, w)
+			p.start()
+			for i := range 3 {
+				p.publish(c, snapshot.Record{Message: handoff.Message{ID: fmt.Sprint(i), Key: []byte("k")}, Err: "boom"})
+			}
+			p.close(time.Now().Add(200 * time.Millisecond))
+			mu.Lock()
+			defer mu.Unlock()
+			if hang {
+				if counts[outUnpublished] != 3 || counts[outPublished] != 0 || p.abandoned != 3 {
+					t.Errorf("counts %v, abandoned %d; want 3 unpublished and abandoned", counts, p.abandoned)
+				}
+			} else {
+				if counts[outPublished] != 3 || counts[outUnpublished] != 0 {
+					t.Errorf("counts %v; want 3 published", counts)
+				}
+				if len(w.recs) != 3 || w.recs[0].Topic != "orders-dlq" || string(headerValue(w.recs[0].Headers, HeaderError)) != "boom" {
+					t.Errorf("written %+v", w.recs)
+				}
+			}
+			if !w.closed {
+				t.Error("the writer was not closed")
+			}
+		})
+	}
+}
+
+// headerValue returns the value of the first header named key, nil for
+// none.
+func headerValue(hs []handoff.Header, key string) []byte {
+	for _, h := range hs {
+		if h.Key == key {
+			return h.Value
+		}
+	}
+	return nil
 }

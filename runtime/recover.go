@@ -17,6 +17,8 @@ import (
 // loses nothing. A stop during recovery leaves the records not yet pushed
 // where they are.
 func (r *Runtime) recover(ctx context.Context, rep *Report) error {
+	r.orphans.collect() // one line for the saved messages of unknown classes
+	defer r.orphans.flush(r.log)
 	if err := r.restoreKeys(rep); err != nil {
 		return fmt.Errorf("runtime: recover: %w", err)
 	}
@@ -107,7 +109,7 @@ func (r *Runtime) orphan(rec snapshot.Record, del func(tx *snapshot.Tx) error) b
 		return false
 	}
 	r.inc(nil, outDeadLettered)
-	r.log.Warn("saved message of an unknown class became a dead letter", "class", rec.Message.Class, "id", rec.Message.ID)
+	r.orphans.add(r.log, rec.Message)
 	return true
 }
 

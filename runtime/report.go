@@ -125,5 +125,5 @@ func (r *Runtime) fillCounts(rep *Report) {
 	rep.Parked, rep.Released, rep.Deferred, rep.Scheduled = r.total(outParked), r.total(outReleased), r.total(outDeferred), r.total(outScheduled)
 	rep.Delivered, rep.Requeued, rep.Discarded, rep.Published = r.total(outDelivered), r.total(outRequeued), r.total(outDiscarded), r.total(outPublished)
 	rep.Unpublished, rep.Held = r.total(outUnpublished), r.total(outHeld)
-	rep.Revoked = int(r.revoked.Load())
+	rep.Revoked = int(r.kafka.revoked.Load())
 }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
+	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -68,12 +68,9 @@ type runState struct {
 	r   *Runtime
 	rep *Report
 
-	// Fetching: the consumer group and the loop that joins its
-	// generations (group.go). They end at the quiesce.
-	cg        *kafka.ConsumerGroup
-	member    memberWatch // what kafka-go joined the group as (member.go)
+	// stopFetch ends the consumer group's fetching (group.go), at the
+	// quiesce.
 	stopFetch context.CancelFunc
-	consumer  sync.WaitGroup
 
 	// The scheduler feeds the pools besides fetching (and the key
 	// releases, r.releases); it ends at the quiesce too.
@@ -90,6 +87,9 @@ type runState struct {
 	left []leftover
 	// deadline is when the stop's budget runs out (see stopBudget).
 	deadline time.Time
+	// kept is what the state file holds at the end of the stop, for its
+	// last log line (kept.go).
+	kept slog.Attr
 	// Errors of the stop's phases, joined into Run's.
 	snapErr, commitErr, closeErr error
 }
@@ -103,6 +103,9 @@ func (s *runState) open() error {
 		return fmt.Errorf("runtime: open state file: %w", err)
 	}
 	if err := r.checkIdentity(store); err != nil {
+		return errors.Join(err, store.Close())
+	}
+	if err := r.renameClasses(store); err != nil {
 		return errors.Join(err, store.Close())
 	}
 	if err := recordClasses(store, r.cfg.Classes); err != nil {
@@ -121,7 +124,8 @@ func (s *runState) open() error {
 // scheduler and joins the consumer group. A stop requested meanwhile ends
 // the recovery early (what is not pushed stays in the file) and skips the
 // join. It returns an error when the brokers refused the connection (see
-// checkBrokers) or the recovery failed.
+// connection.checkBrokers), the client could not be made or the recovery
+// failed.
 func (s *runState) start() error {
 	r := s.r
 	started := time.Now()
@@ -139,7 +143,7 @@ func (s *runState) start() error {
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	s.stopBackground = stopBackground
 	s.background.Go(func() {
-		r.deletes.run(bgCtx, r.store, r.log, func(d doneRecords) { r.sched.forget(d.delayed...) })
+		r.deletes.run(bgCtx, r.store, r.log, r.alive.start("state file deleter", deleteInterval), func(d doneRecords) { r.sched.forget(d.delayed...) })
 	})
 	s.background.Go(func() { r.watchBudget(bgCtx) })
 	s.background.Go(func() { r.retryHeld(bgCtx) })
@@ -151,7 +155,7 @@ func (s *runState) start() error {
 	r.openDLQ()
 	r.accepting.Store(true)
 
-	if err := r.checkBrokers(runCtx); err != nil {
+	if err := r.conn.checkBrokers(runCtx, len(r.topics) > 0, r.dlq != nil); err != nil {
 		return err
 	}
 	if err := r.recover(runCtx, s.rep); err != nil {
@@ -162,18 +166,17 @@ func (s *runState) start() error {
 		"unknown_class", rep.UnknownClass, "blocked_keys", rep.BlockedKeys, "took", time.Since(started))
 	s.feeds.Go(func() { r.sched.run(feedCtx) })
 	if len(r.topics) > 0 && runCtx.Err() == nil {
-		r.commits = r.newCommitClient()
-		if r.cfg.Client == ClientKafkaGo {
-			r.fetches = r.newFetchClient()
+		if err := r.kafka.open(); err != nil {
+			return fmt.Errorf("runtime: %w", err)
 		}
-		present, err := r.checkTopics(runCtx)
+		present, err := r.kafka.checkTopics(runCtx)
 		if err != nil {
 			return err
 		}
 		r.topicsOK.Store(len(present) == len(r.topics))
 		if runCtx.Err() == nil {
-			if err := s.join(fetchCtx, present); err != nil {
-				return err
+			if err := r.kafka.join(fetchCtx, present); err != nil {
+				return fmt.Errorf("runtime: %w", err)
 			}
 		}
 	}
@@ -181,37 +184,7 @@ func (s *runState) start() error {
 		return nil // a stop was requested: never ready
 	}
 	r.ready.Store(true)
-	r.log.Info("running", "classes", len(r.order), "topics", len(r.topics), "group", r.cfg.Group, "instance", r.cfg.Instance)
-	return nil
-}
-
-// join creates the consumer group member for topics, on the configured
-// client, and starts the loop that fetches until fetchCtx ends.
-func (s *runState) join(fetchCtx context.Context, topics []string) error {
-	r := s.r
-	if r.cfg.Client == ClientFranzGo {
-		return r.startFranzGo(fetchCtx, topics, &s.consumer)
-	}
-	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
-		ID:                r.cfg.Group,
-		Brokers:           r.cfg.Brokers,
-		Topics:            topics,
-		StartOffset:       r.startOffset(),
-		SessionTimeout:    r.cfg.SessionTimeout,
-		RebalanceTimeout:  r.cfg.RebalanceTimeout,
-		HeartbeatInterval: r.cfg.SessionTimeout / 3,
-		JoinGroupBackoff:  time.Second,
-		Timeout:           5 * time.Second,
-		Dialer:            r.kafkaDialer(),
-		Logger:            s.member.logger(r.kafkaLogger(fetchCtx, r.log, false)),
-		ErrorLogger:       s.member.logger(r.kafkaLogger(fetchCtx, r.log, true)),
-	})
-	if err != nil {
-		// Validated in New; this means kafka-go disagrees.
-		return fmt.Errorf("runtime: kafka-go consumer group: %w", err)
-	}
-	s.cg = cg
-	s.consumer.Go(func() { r.consume(fetchCtx, cg) })
+	r.log.Info("running", "classes", len(r.order), "topics", len(r.topics), "group", r.cfg.Group, "instance", r.cfg.Instance, "version", handoff.Version)
 	return nil
 }
 
@@ -249,11 +222,4 @@ func (r *Runtime) checkIdentity(store *snapshot.Store) error {
 		return fmt.Errorf("runtime: record instance in state file: %w", err)
 	}
 	return nil
-}
-
-func (r *Runtime) startOffset() int64 {
-	if r.cfg.StartOffset == StartLast {
-		return kafka.LastOffset
-	}
-	return kafka.FirstOffset
 }

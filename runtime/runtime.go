@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/pool"
 	"github.com/handoff-go/handoff/snapshot"
@@ -50,15 +48,15 @@ type Runtime struct {
 	requeues requeues // dead letters requeued and not finished
 	held     held     // submitted messages whose save failed
 
-	// Kafka: the current generation, and the readers still closing.
-	gen     atomic.Pointer[generation] // set by setGen
-	closing sync.WaitGroup
-	revoked atomic.Int64  // messages given back at rebalances
-	dlq     *publisher    // nil without a DeadLetterTopic
-	franz   *franzGo      // the franz-go member, set by Run's join on ClientFranzGo, ended by its stop's leave
-	commits *kafka.Client // kafka-go's fresh-connection commits (commitFresh), and on both clients the topic check and the lag sampler
-	fetches *kafka.Client // the partition readers'; see readPartition
-	conn    connection    // how connections to the brokers are made; see connect.go
+	// Kafka: the consumer group and its client (group.go), the
+	// dead-letter publisher (nil without a DeadLetterTopic) and how
+	// connections to the brokers are made (connect.go).
+	kafka *consumer
+	dlq   *publisher
+	conn  *connection
+
+	orphans orphans  // saved messages of unknown classes, logged as one line; see rename.go
+	alive   liveness // the loops that beat; see alive.go
 
 	stats counters    // outcomes of no configured class; see total
 	logs  *logBackoff // repeated failures' lines
@@ -137,7 +135,6 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	r.logs = newLogBackoff()
 	r.sched = newScheduler(r)
-	r.newConnection()
 	r.held.added = make(chan struct{}, 1)
 	r.items.New = func() any { return new(item) }
 	var errs []error
@@ -189,6 +186,8 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("runtime: register metrics: %w", err)
 	}
 	r.metrics = m
+	r.conn = newConnection(&cfg, r.log)
+	r.kafka = r.newConsumer()
 	return r, nil
 }
 

@@ -348,7 +348,7 @@ func TestConnectWaitsWithBackoff(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		if err := rt.connect(ctx); err != nil {
+		if err := rt.conn.connect(ctx); err != nil {
 			t.Fatalf("connect: %v", err)
 		}
 		want := []time.Duration{0, time.Second, 3 * time.Second, 7 * time.Second, 15 * time.Second}

@@ -60,8 +60,8 @@ func (r *Runtime) Stats() []ClassStats {
 		// A diverted message's result is counted after the pool's
 		// failed count moved: never more than it.
 		cs.Failed = ps.Failed - min(c.diverted.Load(), ps.Failed)
-		cs.Partitions, cs.Lag = r.classLag(c)
-		cs.OldestUnsettled = r.oldestUnsettled(c).Seconds()
+		cs.Partitions, cs.Lag = r.kafka.classLag(c)
+		cs.OldestUnsettled = r.kafka.oldestUnsettled(c).Seconds()
 		runningFor, longest := c.pool.RunningTimes()
 		cs.DrainEstimate, cs.Rate, cs.OverBudget = r.drainEstimate(c, ps, runningFor, longest)
 		cs.LongestRunning = longest.Seconds()

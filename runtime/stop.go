@@ -8,14 +8,15 @@ import (
 	"time"
 
 	"github.com/handoff-go/handoff/pool"
+	"github.com/handoff-go/handoff/runtime/internal/kclient"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
 // How long the final commit and the group leave may take at least; with
 // the reader closes they make the fixed margin of a stop, stopMargin.
 const (
-	commitTimeout = 2 * time.Second
-	leaveTimeout  = time.Second
+	commitTimeout = kclient.CommitTimeout
+	leaveTimeout  = kclient.LeaveTimeout
 )
 
 // stopBudget is how long a stop may take: DrainTimeout, HardStopGrace and
@@ -48,7 +49,7 @@ func (s *runState) stop(grace time.Duration, cause error) (*Report, error) {
 	rep.Stop = time.Since(begin)
 	r.log.Info("stop complete", "drained", rep.Drained, "snapshotted", rep.Snapshotted, "unstarted", rep.Unstarted,
 		"interrupted", rep.Interrupted, "stragglers", rep.Stragglers, "succeeded", rep.Succeeded,
-		"dead_lettered", rep.DeadLettered, "retried", rep.Retried, "repushed", rep.Repushed, "took", rep.Stop)
+		"dead_lettered", rep.DeadLettered, "retried", rep.Retried, "repushed", rep.Repushed, "took", rep.Stop, s.kept)
 	return rep, errors.Join(s.snapErr, s.commitErr, s.closeErr)
 }
 
@@ -71,7 +72,7 @@ func (s *runState) quiesce() []any {
 	s.stopFeeds()
 	s.r.releases.close()
 	s.feeds.Wait()
-	s.consumer.Wait()
+	s.r.kafka.wait()
 	s.r.quiesceHolds()
 	return nil
 }
@@ -262,7 +263,7 @@ func (s *runState) snapshot() []any {
 // commit commits what is done or saved through the current generation.
 func (s *runState) commit() []any {
 	r := s.r
-	err := r.finalCommit()
+	err := r.kafka.finalCommit()
 	switch {
 	case errors.Is(err, errGenerationEnded):
 		// A rebalance ended the generation during the stop; its end
@@ -277,55 +278,24 @@ func (s *runState) commit() []any {
 	return nil
 }
 
-// leave waits for the partition readers to finish closing (each bounded
-// by FetchMaxWait plus a second; they have been closing since the
-// quiesce), leaves the group, gives the dead-letter publisher what is
-// left of the stop's budget and closes it, and closes the state file.
-// kafka-go's ConsumerGroup.Close finishes a join in flight (the group may
-// be waiting for other members to rejoin), syncs, then sends
-// LeaveGroup: a member that exits before that is given partitions by the
-// generation its join completes, and they stall until its session
-// expires. So the leave waits for it for whatever the stop's budget has
-// left (at least leaveTimeout, at most RebalanceTimeout + leaveTimeout +
-// FetchMaxWait), and says so when that runs out first.
-// When kafka-go returns without leaving (member.go), the leave sends its
-// LeaveGroup for it.
+// leave closes the Kafka client (consumer.close): it waits for the
+// partition readers to finish closing (each bounded by FetchMaxWait plus
+// a second; they have been closing since the quiesce) and leaves the
+// group within what the stop's budget has left (at least leaveTimeout;
+// see kclient.Client.Close: a join in flight is finished first, a static
+// franz-go member does not leave). Then it gives the dead-letter
+// publisher what is left of the stop's budget and closes it, and closes
+// the state file.
 func (s *runState) leave() []any {
 	r := s.r
-	r.closing.Wait()
-	if s.cg != nil {
-		wait := s.leaveWait()
-		if within(wait, func() { s.cg.Close() }) {
-			if id := s.member.stranded(); id != "" {
-				r.leaveFor(id, max(leaveTimeout, time.Until(s.deadline)))
-			}
-		} else {
-			r.log.Warn("leaving the group did not finish within the stop's budget (a join may be in flight); the broker will give this member partitions until its session expires",
-				"phase", "leave", "waited", wait, "session_timeout", r.cfg.SessionTimeout)
-		}
-	}
-	if r.franz != nil {
-		r.franz.leave(s.leaveWait())
-	}
-	r.closeCommitClient()
-	r.closeFetchClient()
+	r.kafka.close(s.deadline)
 	r.dlq.close(s.deadline)
+	s.kept = r.keptInFile()
 	r.storeOpen.Store(false)
 	if err := r.store.Close(); err != nil {
 		s.closeErr = fmt.Errorf("runtime: close state file: %w", err)
 	}
 	return nil
-}
-
-// leaveWait is how long the leave waits for the client to leave the
-// group: what the stop's budget has left, at least leaveTimeout, at most
-// RebalanceTimeout + leaveTimeout + FetchMaxWait (a join in flight ends
-// within the group's RebalanceTimeout: the broker answers it then at the
-// latest; a huge DrainTimeout whose drain a second signal skipped must
-// not leave the stop waiting here for it).
-func (s *runState) leaveWait() time.Duration {
-	r := s.r
-	return max(leaveTimeout, min(time.Until(s.deadline), r.cfg.RebalanceTimeout+leaveTimeout+r.cfg.FetchMaxWait))
 }
 
 // handled counts the messages that left the pools for good so far.

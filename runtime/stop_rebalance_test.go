@@ -70,7 +70,7 @@ func TestStopRedeliverRebalance(t *testing.T) {
 	// (On franz-go the partition that moves may have nothing queued: judge
 	// by what A still owns.)
 	waitFor(t, "A's partitions revoked", func() bool {
-		g := rtA.gen.Load()
+		g := rtA.kafka.gen.Load()
 		return g != nil && len(g.trackers()) < 2
 	})
 

@@ -7,14 +7,13 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/segmentio/kafka-go"
 )
 
 // The topic check of the start: every configured topic must exist before
 // the runtime is ready. kafka-go's consumer group joins without a topic
 // that does not exist (its partitions are simply not assigned) and says
-// nothing, so the start asks the brokers itself.
+// nothing, so the start asks the brokers itself, through the configured
+// client.
 
 // TopicError is returned by [Runtime.Run] when none of a class's topics
 // exists and the class does not wait for them ([Class.WaitForTopics]). It
@@ -46,7 +45,7 @@ const (
 // the ones to join the group with: kafka-go's group leader assigns no
 // partition at all, of any topic, when one of the topics it is given does
 // not exist.
-func (r *Runtime) checkTopics(ctx context.Context) ([]string, error) {
+func (k *consumer) checkTopics(ctx context.Context) ([]string, error) {
 	wait := topicWaitMin
 	pause := func() bool {
 		if !sleep(ctx, wait) {
@@ -56,29 +55,29 @@ func (r *Runtime) checkTopics(ctx context.Context) ([]string, error) {
 		return true
 	}
 	for {
-		missing, err := r.missingTopics(ctx)
+		missing, err := k.missingTopics(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, nil
 			}
-			r.logs.warn(r.log, "topics not checked", "brokers did not answer; topics not checked yet, not ready",
-				"brokers", r.cfg.Brokers, "err", err, "retry_in", wait)
+			k.cfg.logs.warn(k.cfg.log, "topics not checked", "brokers did not answer; topics not checked yet, not ready",
+				"brokers", k.cfg.kafka.Brokers, "err", err, "retry_in", wait)
 			if !pause() {
 				return nil, nil
 			}
 			continue
 		}
 		var waitFor []string
-		for _, c := range r.order {
-			gone := slices.DeleteFunc(slices.Clone(c.cfg.Topics), func(t string) bool { return !missing[t] })
-			if len(gone) > 0 && c.cfg.WaitForTopics {
+		for _, c := range k.cfg.classes {
+			gone := slices.DeleteFunc(slices.Clone(c.Topics), func(t string) bool { return !missing[t] })
+			if len(gone) > 0 && c.WaitForTopics {
 				waitFor = append(waitFor, gone...)
 			}
 		}
 		if len(waitFor) == 0 {
-			return r.judgeTopics(missing)
+			return k.judgeTopics(missing)
 		}
-		r.log.Warn("waiting for topics to exist; not ready", "topics", waitFor, "retry_in", wait)
+		k.cfg.log.Warn("waiting for topics to exist; not ready", "topics", waitFor, "retry_in", wait)
 		if !pause() {
 			return nil, nil
 		}
@@ -87,43 +86,28 @@ func (r *Runtime) checkTopics(ctx context.Context) ([]string, error) {
 
 // judgeTopics logs each missing topic and returns the topics that exist,
 // with a *TopicError for each class that has none of its topics.
-func (r *Runtime) judgeTopics(missing map[string]bool) ([]string, error) {
+func (k *consumer) judgeTopics(missing map[string]bool) ([]string, error) {
 	var errs []error
-	for _, c := range r.order {
+	for _, c := range k.cfg.classes {
 		n := 0
-		for _, t := range c.cfg.Topics {
+		for _, t := range c.Topics {
 			if missing[t] {
 				n++
-				r.log.Warn("topic does not exist; its class runs without it and the runtime is not ready", "topic", t, "class", c.cfg.Name)
+				k.cfg.log.Warn("topic does not exist; its class runs without it and the runtime is not ready", "topic", t, "class", c.Name)
 			}
 		}
-		if n > 0 && n == len(c.cfg.Topics) {
-			errs = append(errs, &TopicError{Class: c.cfg.Name, Topics: slices.Clone(c.cfg.Topics)})
+		if n > 0 && n == len(c.Topics) {
+			errs = append(errs, &TopicError{Class: c.Name, Topics: slices.Clone(c.Topics)})
 		}
 	}
-	present := slices.DeleteFunc(slices.Clone(r.topics), func(t string) bool { return missing[t] })
+	present := slices.DeleteFunc(slices.Clone(k.cfg.topics), func(t string) bool { return missing[t] })
 	return present, errors.Join(errs...)
 }
 
-// missingTopics returns the configured topics the brokers do not know.
-func (r *Runtime) missingTopics(ctx context.Context) (map[string]bool, error) {
+// missingTopics returns the configured topics the brokers do not know,
+// asking through the client.
+func (k *consumer) missingTopics(ctx context.Context) (map[string]bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := r.commits.Metadata(ctx, &kafka.MetadataRequest{Addr: r.commits.Addr, Topics: r.topics})
-	if err != nil {
-		return nil, err
-	}
-	missing := map[string]bool{}
-	for _, t := range r.topics {
-		missing[t] = true
-	}
-	for _, t := range resp.Topics {
-		switch {
-		case t.Error == nil && len(t.Partitions) > 0:
-			delete(missing, t.Name)
-		case t.Error != nil && !errors.Is(t.Error, kafka.UnknownTopicOrPartition):
-			return nil, fmt.Errorf("topic %s: %w", t.Name, t.Error)
-		}
-	}
-	return missing, nil
+	return k.client.Missing(ctx, k.cfg.topics)
 }

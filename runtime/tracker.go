@@ -3,6 +3,8 @@ package runtime
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/handoff-go/handoff/runtime/internal/kclient"
 )
 
 // tracker keeps the commit point of one partition in one generation.
@@ -87,6 +89,11 @@ func newTracker(topic string, partition int, start int64) *tracker {
 		t.committed = start
 	}
 	return t
+}
+
+// partitionName names the tracker's partition as the client does.
+func (t *tracker) partitionName() kclient.Partition {
+	return kclient.Partition{Topic: t.topic, Partition: t.partition}
 }
 
 // add records a fetched offset, fetched at seen, and returns its slot.

@@ -51,6 +51,9 @@ func (tx *Tx) replace(name string, k []byte, keyText string, rec *Record) error 
 	if len(k) == 0 || b.Get(k) == nil {
 		return fmt.Errorf("%w: %s/%s in %s", ErrNotFound, name, keyText, tx.s.path)
 	}
+	if err := tx.markRecords(); err != nil {
+		return tx.errorf(err, "replace %s/%s", name, keyText)
+	}
 	if err := b.Put(k, appendRecord(nil, rec)); err != nil {
 		return tx.errorf(err, "replace %s/%s", name, keyText)
 	}

@@ -166,6 +166,11 @@ func (tx *Tx) saveDelayed(items []Delayed, vals [][]byte) ([]bool, error) {
 	}
 	order = slices.DeleteFunc(order, func(i int) bool { return !saved[i] })
 	slices.SortFunc(order, func(i, j int) int { return bytes.Compare(keys[i], keys[j]) })
+	if len(order) > 0 {
+		if err := tx.markRecords(); err != nil {
+			return nil, err
+		}
+	}
 	for _, i := range order {
 		if err := b.Put(keys[i], vals[i]); err != nil {
 			return nil, fmt.Errorf("put %s/%x: %w", BucketDelayed, []byte(keys[i]), err)

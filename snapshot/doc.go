@@ -58,7 +58,8 @@
 //	delayed      due(8) + ID    -> record   to deliver at due
 //	delayed_ids  ID             -> its key in delayed
 //	parked       class key seq  -> record   parked behind a dead letter
-//	meta         "format"       -> 1 byte, the file format version (2)
+//	meta         "format"       -> 1 byte, the file format version (1 to 3; none in a file with no record yet)
+//	             "feature/NAME" -> the description of a feature the records need (format 3)
 //	             "group"        -> the consumer group the file belongs to ([MetaGroup])
 //	             "instance"     -> the instance that last started on it ([MetaInstance])
 //
@@ -66,7 +67,8 @@
 // numbers of their bucket, starting at 1 and never reused, so key order is
 // save order. These buckets are only ever appended to, so their pages are
 // filled to 100% (bbolt's FillPercent 1.0). Open refuses a file whose
-// meta format is not 1 or 2 (see "Format versions" below).
+// meta format is newer than 3, or lists a feature this build does not
+// know (see "Format versions" below).
 //
 // A delayed key ([DelayedKey]) is the due time as 8 bytes of big-endian
 // Unix nanoseconds, clamped to [0, 2^63-1], followed by the message ID,
@@ -127,33 +129,49 @@
 // # Format versions
 //
 // Each record starts with its own format version; the meta bucket's
-// "format" names the newest format the file may hold.
+// "format" names the newest format a record in the file needs:
 //
 //	1  the layout above without the timestamp (handoff before record
 //	   timestamps); decodes with a zero Message.Timestamp
 //	2  adds the timestamp after the offset
+//	3  the file also lists, under meta keys "feature/NAME", the features
+//	   its records need (each with a description written by the version
+//	   that wrote the first such record); a reader must know every one
 //
 // The decoder reads every version from the oldest on, so a file keeps
 // working across an upgrade without a migration: its old records stay as
 // they are until they are rewritten (saved again, requeued, moved), and
-// new ones are written in the newest format. Open in write mode marks a
-// file of an older format with the newest before anything is written,
-// so that an older binary refuses the file ("unsupported file format")
-// instead of failing on records it cannot read; a read-only Open marks
-// nothing. testdata/v1.state is a file written by the format-1 code, and
-// TestReadV1File reads it.
+// new ones are written in the newest format. The mark is raised by the
+// transaction that writes the first record needing it, never by Open: a
+// file a newer build only opened (or wrote records into that an older
+// build reads too) stays readable by the older build, so a rollback
+// starts and loses nothing. A file with records an older build cannot
+// read is refused by it with an error naming them: a build that reads
+// formats up to 2 says "unsupported file format 03"; from format 3 on, a
+// *FormatError (wrapping ErrNewerFormat) names each unknown feature and
+// its description. A read-only Open marks nothing. testdata/v1.state is
+// a file written by the format-1 code, and TestReadV1File reads it.
 //
-// To add format N+1: add its constant in record.go and make it
-// recordVersion (the encoder's); add its fields to appendRecord and
-// maxEncodedSize, and read them in decodeOwned under "if version >= N+1"
-// so that older versions still decode (give the new fields a zero
-// value for them); raise fileFormat in store.go; before changing the
+// To add a feature (a new bucket, a new kind of record, a field an older
+// build would misread): declare a feature (name and a description that
+// says which records need it and since which version), add it to
+// knownFeatures, and call Tx.needFeature in every transaction that writes
+// such a record, before the write. Older builds from format 3 on then
+// name it; TestFeatureNamedByOlderReader shows the check.
+//
+// To add record format N+1 (new fields in every record): add its
+// constant in record.go and make it recordVersion (the encoder's); add
+// its fields to appendRecord and maxEncodedSize, and read them in
+// decodeOwned under "if version >= N+1" so that older versions still
+// decode (give the new fields a zero value for them); raise
+// recordsFormat (and fileFormat) in format.go; before changing the
 // encoder, write a fixture with the current code into testdata (as
 // v1.state was), and add a test like TestReadV1File for it and its
 // values to FuzzDecodeRecord's seeds (v1Values does it for format 1);
 // describe the version in the list above. A format is never read
 // differently once released: the version byte of a record says exactly
-// how it was written.
+// how it was written. Prefer a feature: a new record format makes every
+// record the newer build writes unreadable to the older one.
 //
 // # Quarantine entry format
 //

@@ -12,6 +12,11 @@ var (
 	// than [Options.LockTimeout].
 	ErrLocked = errors.New("snapshot: state file in use")
 
+	// ErrNewerFormat is wrapped by the [*FormatError] that [Open] returns
+	// for a file a newer version of handoff wrote records into that this
+	// build cannot read (a newer format, or a feature it does not know).
+	ErrNewerFormat = errors.New("snapshot: state file written by a newer version")
+
 	// ErrCorrupt is wrapped by every [DecodeError]: a stored record that
 	// is truncated, has trailing bytes, has an unknown format version,
 	// holds an impossible value or sits under a key of the wrong shape.

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"bytes"
 	"errors"
+	"strings"
 )
 
 // classPrefix starts the meta keys naming the classes of the services
@@ -32,11 +33,12 @@ func (tx *Tx) Meta(key string) ([]byte, bool, error) {
 	return bytes.Clone(v), true, nil
 }
 
-// PutMeta stores value under key in the meta bucket. The key of the file
-// format version is refused: [Open] owns it.
+// PutMeta stores value under key in the meta bucket. The keys of the
+// file format version and of its features are refused: the writers of
+// records own them.
 func (tx *Tx) PutMeta(key string, value []byte) error {
-	if key == metaFormatKey {
-		return tx.errorf(errors.New("reserved key"), "write %s/%s", bucketMeta, key)
+	if key == metaFormatKey || strings.HasPrefix(key, metaFeaturePrefix) {
+		return tx.errorf(errReservedMeta, "write %s/%s", bucketMeta, key)
 	}
 	b, err := tx.bucket(bucketMeta)
 	if err == nil {

@@ -129,6 +129,9 @@ func (tx *Tx) park(class string, key []byte, vals [][]byte) error {
 	if len(vals) == 0 {
 		return nil
 	}
+	if err := tx.markRecords(); err != nil {
+		return err
+	}
 	b, err := tx.bucket(BucketParked)
 	if err != nil {
 		return err

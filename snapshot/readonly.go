@@ -46,7 +46,9 @@ func openReadOnly(path string, opts Options) (*Store, error) {
 		if meta == nil {
 			return fmt.Errorf("no %s bucket: not a handoff state file", bucketMeta)
 		}
-		return checkFormat(meta.Get([]byte(metaFormatKey)))
+		format, err := checkMark(path, meta, knownFeatures)
+		s.mark.format.Store(int32(format))
+		return err
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("snapshot: open %s read-only: %w", path, err), s.Close())

@@ -42,19 +42,6 @@ const (
 // buckets lists every bucket Open creates.
 var buckets = []string{BucketPending, BucketDead, BucketQuarantine, BucketDelayed, bucketDelayedIDs, BucketParked, bucketMeta}
 
-// metaFormatKey is the key, in the meta bucket, of the file format version.
-const metaFormatKey = "format"
-
-// File format versions, the value of the meta format key. A file of
-// format 2 may hold records of format 1 and 2; a format-1 file only
-// records of format 1. Open in write mode marks a format-1 file format 2
-// before it writes a record, so that a binary that knows only format 1
-// refuses the file instead of quarantining records it cannot read.
-const (
-	fileFormat       = 2
-	oldestFileFormat = 1
-)
-
 const (
 	defaultLockTimeout     = time.Second
 	defaultInitialMmapSize = 256 << 20
@@ -105,6 +92,9 @@ type Store struct {
 	// Close; empty when it reads path itself.
 	copied string
 
+	// mark is what the store knows of the file's format mark.
+	mark formatMark
+
 	// group is the group commit of Batch.
 	group groupCommit
 
@@ -141,36 +131,24 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: open %s: %w", path, err)
 	}
+	st := &Store{db: db, path: path}
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range buckets {
 			if _, err := tx.CreateBucketIfNotExists([]byte(name)); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
 		}
-		meta := tx.Bucket([]byte(bucketMeta))
-		v := meta.Get([]byte(metaFormatKey))
-		if v != nil {
-			if err := checkFormat(v); err != nil {
-				return err
-			}
-			if v[0] == fileFormat {
-				return nil
-			}
-		}
-		return meta.Put([]byte(metaFormatKey), []byte{fileFormat})
+		// The format mark is checked, never raised here: the first
+		// record written raises it (see markRecords), so a file this
+		// build only opened stays readable by the build before.
+		format, err := checkMark(path, tx.Bucket([]byte(bucketMeta)), knownFeatures)
+		st.mark.format.Store(int32(format))
+		return err
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("snapshot: open %s: %w", path, err), db.Close())
 	}
-	return &Store{db: db, path: path}, nil
-}
-
-// checkFormat checks the file format mark v.
-func checkFormat(v []byte) error {
-	if len(v) != 1 || v[0] < oldestFileFormat || v[0] > fileFormat {
-		return fmt.Errorf("unsupported file format %x in bucket %s key %s (this build reads %d to %d)", v, bucketMeta, metaFormatKey, oldestFileFormat, fileFormat)
-	}
-	return nil
+	return st, nil
 }
 
 // Path returns the path the store was opened with.
@@ -244,6 +222,9 @@ func seqKey(n uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte,
 func (tx *Tx) putNew(name string, vals [][]byte) ([]uint64, error) {
 	if len(vals) == 0 {
 		return []uint64{}, nil
+	}
+	if err := tx.markRecords(); err != nil {
+		return nil, err
 	}
 	b, err := tx.bucket(name)
 	if err != nil {

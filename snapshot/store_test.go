@@ -572,7 +572,8 @@ func TestOpenErrors(t *testing.T) {
 	if err := errors.Join(err, db.Close()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(newer, Options{}); err == nil || !strings.Contains(err.Error(), "unsupported file format 03") {
+	if _, err := Open(newer, Options{}); !errors.Is(err, ErrNewerFormat) || !strings.Contains(err.Error(), "file format 4, this build reads formats 1 to 3") ||
+		!strings.Contains(err.Error(), newer) {
 		t.Errorf("Open of a newer format: %v", err)
 	}
 }

@@ -111,8 +111,8 @@ func fileFormatOf(t *testing.T, path string) []byte {
 
 // TestReadV1File: a state file written by format 1 opens, its records
 // decode with nil and empty kept apart and a zero Timestamp, the file is
-// marked format 2 once opened for writing, and the records written after
-// that (format 2, with a timestamp) sit beside the old ones.
+// marked format 2 by the transaction that writes the first record of
+// format 2 (with a timestamp), and those sit beside the old ones.
 func TestReadV1File(t *testing.T) {
 	t.Parallel()
 	path := copyV1(t)
@@ -141,8 +141,8 @@ func TestReadV1File(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if v := fileFormatOf(t, path); !bytes.Equal(v, []byte{fileFormat}) {
-		t.Fatalf("format after a read-write open %x, want %02x", v, fileFormat)
+	if v := fileFormatOf(t, path); !bytes.Equal(v, []byte{recordsFormat}) {
+		t.Fatalf("format after a record was written %x, want %02x", v, recordsFormat)
 	}
 }
 

@@ -14,8 +14,10 @@
 //	handoff replay STATE --brokers HOST:PORT   produce saved messages to their topics
 //	handoff pause STATE CLASS [--reason TEXT]  keep a class paused across the next start
 //	handoff resume STATE CLASS                 remove a class's pause
+//	handoff rename-class STATE OLD NEW         give a renamed class's saved records to its new name
 //	handoff broker                             embedded broker until Ctrl-C
 //	handoff demo                               the rental demo
+//	handoff version                            the version the binary carries
 //
 // # State files
 //
@@ -44,6 +46,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/handoff-go/handoff"
 )
 
 func main() {
@@ -83,6 +87,8 @@ Commands on a state file work offline, on a stopped service's file.`,
 		newResumeCmd(),
 		newBrokerCmd(),
 		newDemoCmd(),
+		newRenameClassCmd(),
+		newVersionCmd(),
 	)
 	return root
 }
@@ -181,16 +187,19 @@ func noArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-// version returns the module version the binary was built from, with its
-// VCS revision when known.
+// version returns the version the build carries ([handoff.Version]),
+// with the module version and VCS revision the Go tool recorded when it
+// knows them (a "go install ...@vX" build records the module version; a
+// build from a clone records neither unless VCS stamping is on).
 func version() string {
+	v := handoff.Version
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "unknown"
+		return v
 	}
-	v := bi.Main.Version
-	if v == "" {
-		v = "(devel)"
+	var extra []string
+	if mv := bi.Main.Version; mv != "" && mv != "(devel)" && mv != "v"+handoff.Version {
+		extra = append(extra, "module "+mv)
 	}
 	var rev, dirty string
 	for _, s := range bi.Settings {
@@ -207,7 +216,21 @@ func version() string {
 		}
 	}
 	if rev != "" {
-		v += " (" + rev + dirty + ")"
+		extra = append(extra, "revision "+rev+dirty)
 	}
-	return v
+	extra = append(extra, bi.GoVersion)
+	return v + " (" + strings.Join(extra, ", ") + ")"
+}
+
+// newVersionCmd prints the same line as --version.
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the handoff version this binary carries, its revision and Go version",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "handoff version %s\n", version())
+			return err
+		},
+	}
 }

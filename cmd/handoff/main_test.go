@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/internal/testio"
 	"go.uber.org/goleak"
 )
@@ -111,8 +112,13 @@ func TestHelpAndVersion(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "replay") || !strings.Contains(r.stdout, "inspect") {
 		t.Errorf("--help: %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	r = run(t, "--version")
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "handoff version ") {
-		t.Errorf("--version: %d %q", r.code, r.stdout)
+	// Both print the version the build carries, not "(devel)", with the
+	// Go version it was built with.
+	want := "handoff version " + handoff.Version + " ("
+	for _, args := range [][]string{{"--version"}, {"version"}} {
+		r = run(t, args...)
+		if r.code != 0 || !strings.HasPrefix(r.stdout, want) || !strings.Contains(r.stdout, "go1.") || strings.Contains(r.stdout, "(devel)") {
+			t.Errorf("%s: %d %q, want a line starting %q with the Go version", args[0], r.code, r.stdout, want)
+		}
 	}
 }

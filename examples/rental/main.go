@@ -22,6 +22,10 @@
 //	-fail-rate FRACTION             fraction of handler attempts that fail recoverably (default 0)
 //	-admin ADDR                     serve the admin endpoints and dashboard on ADDR (no host: 127.0.0.1); off by default
 //	-admin-token TOKEN              token for the admin endpoints that requeue or discard; none means read-only
+//	-admin-token-file FILE          the admin token from FILE instead (else the environment variable HANDOFF_ADMIN_TOKEN)
+//	-admin-read-token-file FILE     token the endpoints that show messages require (else HANDOFF_ADMIN_READ_TOKEN); none means open
+//	-probes ADDR                    serve /livez, /healthz, /readyz and /metrics alone on ADDR (no host: 127.0.0.1); off by default
+//	-rename-class OLD=NEW           give class OLD's saved messages to class NEW; repeatable
 //	-tls-ca FILE                    PEM CA bundle to verify the brokers; turns TLS on
 //	-tls-cert FILE, -tls-key FILE   client certificate and key, for mutual TLS; turn TLS on
 //	-tls                            TLS with the system's roots
@@ -49,6 +53,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -88,6 +94,8 @@ func run(args []string) int {
 	fs.Var(&stopPolicy, "stop-policy", "what the stop does with unfinished Kafka messages: snapshot (save them) or redeliver (leave them to the partition's next owner)")
 	var client clientFlag
 	fs.Var(&client, "client", "Kafka client library: `franz-go` (the default: static membership with -instance, cooperative rebalancing) or kafka-go")
+	var ops opsFlags
+	ops.add(fs)
 	instance := fs.String("instance", "", "this instance's `NAME`, stable across restarts and unique in the group (the state file records it; with -client franz-go it is the static group.instance.id); empty means the hostname")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -101,6 +109,10 @@ func run(args []string) int {
 			fmt.Fprintln(os.Stderr, "rental: -admin needs service mode (-brokers)")
 			return 2
 		}
+		if ops.probes != "" {
+			fmt.Fprintln(os.Stderr, "rental: -probes needs service mode (-brokers)")
+			return 2
+		}
 		if sec.TLSOn() || sec.Mechanism != "" {
 			fmt.Fprintln(os.Stderr, "rental: -tls-* and -sasl-* need service mode (-brokers)")
 			return 2
@@ -112,11 +124,16 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "rental: %v\n", strings.ReplaceAll(err.Error(), "\n", "; "))
 		return 2
 	}
+	token, readToken, err := ops.tokens(*adminToken, os.LookupEnv)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "rental: %v\n", err)
+		return 2
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return serve(log, serviceConfig{
 		brokers: strings.Split(*brokers, ","), group: *group, state: *state,
 		drain: *drain, work: *work, workJitter: *workJitter, effects: *effects, failRate: *failRate,
-		admin: *adminAddr, adminToken: *adminToken,
+		admin: *adminAddr, adminToken: token, adminReadToken: readToken, probes: ops.probes, renames: ops.renames,
 		stopPolicy: stopPolicy.p, outages: outages,
 		tls: tlsConfig, sasl: mech,
 		client: client.c, instance: *instance,
@@ -133,8 +150,13 @@ type serviceConfig struct {
 	effects    string
 	failRate   float64
 	// admin is the admin server's address; empty means none.
-	admin      string
-	adminToken string
+	admin          string
+	adminToken     string
+	adminReadToken string // "" means reading needs no token
+	// probes is the probe listener's address; empty means none.
+	probes string
+	// renames maps old class names to the classes now handling them.
+	renames map[string]string
 
 	stopPolicy runtime.StopPolicy
 	outages    []rental.Outage
@@ -173,22 +195,35 @@ func serve(log *slog.Logger, sc serviceConfig) int {
 		SASL:         sc.sasl,
 		Client:       sc.client,
 		Instance:     sc.instance,
+		ClassRenames: sc.renames,
 	})
 	if err != nil {
 		log.Error("bad configuration", "err", err)
 		return 2
 	}
-	stopAdmin := func() {}
+	stopAdmin, stopProbes := func() {}, func() {}
 	if sc.admin != "" {
 		if stopAdmin, err = serveAdmin(log, rt, reg, sc); err != nil {
 			log.Error("admin server not started", "err", err)
 			return 2
 		}
 	}
+	if sc.probes != "" {
+		if stopProbes, err = serveProbes(log, rt, reg, sc.probes); err != nil {
+			stopAdmin()
+			log.Error("probe server not started", "err", err)
+			return 2
+		}
+	}
 	stop := runtime.HandleSignals(rt)
 	defer stop()
 	rep, err := rt.Run(context.Background())
-	stopAdmin() // it served through the stop; Run has returned
+	// They served through the stop; Run has returned. Both shut down at
+	// once: each may take admin.ShutdownTimeout.
+	var down sync.WaitGroup
+	down.Go(stopAdmin)
+	down.Go(stopProbes)
+	down.Wait()
 	if rep != nil {
 		line, _ := json.Marshal(rep)
 		fmt.Printf("report %s\n", line)
@@ -215,7 +250,7 @@ func serve(log *slog.Logger, sc serviceConfig) int {
 // serveAdmin starts the admin server on sc.admin and returns the function
 // that shuts it down and waits for it.
 func serveAdmin(log *slog.Logger, rt *runtime.Runtime, reg *prometheus.Registry, sc serviceConfig) (func(), error) {
-	h, err := admin.NewHandler(rt, admin.Options{Token: sc.adminToken, Gatherer: reg, Logger: log})
+	h, err := admin.NewHandler(rt, admin.Options{Token: sc.adminToken, ReadToken: sc.adminReadToken, Gatherer: reg, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -223,13 +258,34 @@ func serveAdmin(log *slog.Logger, rt *runtime.Runtime, reg *prometheus.Registry,
 	if err != nil {
 		return nil, err
 	}
-	log.Info("admin server listening", "addr", ln.Addr().String(), "token", sc.adminToken != "")
+	log.Info("admin server listening", "addr", ln.Addr().String(), "token", sc.adminToken != "", "read_token", sc.adminReadToken != "")
+	return serveOn(log, ln, h), nil
+}
+
+// serveProbes starts the probe server (probes and metrics only) on addr
+// and returns the function that shuts it down and waits for it.
+func serveProbes(log *slog.Logger, rt *runtime.Runtime, reg *prometheus.Registry, addr string) (func(), error) {
+	h, err := admin.NewProbeHandler(rt, admin.Options{Gatherer: reg, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := admin.Listen(addr)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("probe server listening", "addr", ln.Addr().String())
+	return serveOn(log, ln, h), nil
+}
+
+// serveOn serves h on ln in the background and returns the function that
+// shuts it down and waits for it.
+func serveOn(log *slog.Logger, ln net.Listener, h http.Handler) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := admin.Serve(ctx, ln, h); err != nil {
-			log.Warn("admin server stopped with an error", "err", err)
+			log.Warn("admin server stopped with an error", "addr", ln.Addr().String(), "err", err)
 		}
 	})
-	return func() { cancel(); wg.Wait() }, nil
+	return func() { cancel(); wg.Wait() }
 }

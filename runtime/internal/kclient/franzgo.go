@@ -1,0 +1,724 @@
+package kclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/runtime/internal/wait"
+)
+
+// The client on franz-go (github.com/twmb/franz-go/pkg/kgo), the default: one kgo
+// client for the member's life, a cooperative-sticky member, static when
+// Config.Instance is set. It is one cooperative session whose partitions
+// come and go with franz-go's assignment callbacks, applied by the
+// session's keeper. One poll loop reads the fetches of every broker and
+// hands each partition's records to that partition's queue, the Source
+// its fetch loop reads; a queue that stays full (FetchQueue records or 1
+// MiB) for pauseGrace pauses its partition's fetching until its fetch
+// loop has handed on half of it, so a full pool or a suspended class
+// stops only its own partitions. The topic check and the lag sampler go
+// through a second kgo client, with no group.
+
+// Fetch settings of the franz-go client: one fetch response per broker of
+// at most franzFetchMaxBytes, at most FetchMaxBytes (1 MiB, Kafka's
+// max.partition.fetch.bytes default) of it per partition. kgo buffers one
+// response per broker until the poll loop takes it; franz-go's own
+// default of 50 MiB made fetches of hundreds of partitions slower, not
+// faster, on the embedded broker (see docs/bench.md).
+const franzFetchMaxBytes = 3 << 20
+
+// franzGo is the franz-go client: the group member (cl, made by Join)
+// and the metadata client (admin).
+type franzGo struct {
+	cfg   Config
+	log   *slog.Logger // with client=franz-go
+	admin *kgo.Client
+	cl    *kgo.Client
+
+	keeper Keeper        // the session's, set by Join before begun closes
+	begun  chan struct{} // closed once keeper is set: the callbacks wait for it
+	kept   chan struct{} // closed when the keeper's Keep returned
+	poll   sync.WaitGroup
+
+	// life ends the keeper once the member's client is closed.
+	life    context.Context
+	endLife context.CancelFunc
+
+	mu sync.Mutex
+	// queues is each owned partition's record queue; the poll loop drops
+	// the records of a partition that has none (not, or no more, ours).
+	queues map[Partition]*franzQueue
+}
+
+func newFranzGo(cfg Config) (*franzGo, error) {
+	f := &franzGo{cfg: cfg, log: cfg.Log.With("client", FranzGo), queues: map[Partition]*franzQueue{},
+		begun: make(chan struct{}), kept: make(chan struct{})}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID(cfg.ClientID),
+		kgo.DisableClientMetrics(),
+	}
+	if cfg.DialFunc != nil {
+		opts = append(opts, kgo.Dialer(cfg.DialFunc))
+	}
+	admin, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("franz-go metadata client: %w", err)
+	}
+	f.admin = admin
+	return f, nil
+}
+
+// Join creates the member's kgo client for topics and starts its poll
+// loop and the session's keeper. The poll loop ends with ctx; the
+// membership lasts until Close.
+func (f *franzGo) Join(ctx context.Context, topics []string, begin BeginFunc) error {
+	cfg := &f.cfg
+	f.life, f.endLife = context.WithCancel(context.Background())
+	reset := kgo.NewOffset().AtStart()
+	if cfg.StartLast {
+		reset = kgo.NewOffset().AtEnd()
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID(cfg.ClientID),
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(topics...),
+		// Cooperative-sticky, and range for a group that still has
+		// kafka-go members (its default balancers are range and round
+		// robin): a rolling move from kafka-go to franz-go runs eager
+		// until the last kafka-go member is gone, then cooperative.
+		kgo.Balancers(kgo.CooperativeStickyBalancer(), kgo.RangeBalancer()),
+		kgo.SessionTimeout(cfg.SessionTimeout),
+		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
+		kgo.HeartbeatInterval(cfg.SessionTimeout / 3),
+		kgo.ConsumeResetOffset(reset),
+		kgo.DisableAutoCommit(),
+		// A rebalance waits for the poll loop to hand out what it polled:
+		// no record of a revoked partition reaches a queue after the
+		// revocation.
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(f.assigned),
+		kgo.OnPartitionsRevoked(f.revoked),
+		kgo.OnPartitionsLost(f.lost),
+		kgo.FetchMaxWait(cfg.FetchMaxWait),
+		kgo.FetchMaxBytes(franzFetchMaxBytes),
+		kgo.FetchMaxPartitionBytes(FetchMaxBytes),
+		kgo.WithLogger(&franzLogger{cfg: cfg, log: f.log, ctx: ctx}),
+		// The runtime's metrics are Prometheus'; no client telemetry
+		// (KIP-714) to the brokers, whose final push would add a second
+		// to a close against a broker that does not answer.
+		kgo.DisableClientMetrics(),
+	}
+	if cfg.Instance != "" {
+		opts = append(opts, kgo.InstanceID(cfg.Instance))
+	}
+	if cfg.DialFunc != nil {
+		// The runtime's own dial does TLS and SASL, so their failures are
+		// typed, counted and logged as on kafka-go.
+		opts = append(opts, kgo.Dialer(cfg.DialFunc))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		f.endLife()
+		return fmt.Errorf("franz-go client: %w", err)
+	}
+	f.cl = cl
+	f.keeper = begin(ctx, f)
+	close(f.begun)
+	go func() {
+		defer close(f.kept)
+		f.keeper.Keep(f.life)
+	}()
+	f.poll.Go(func() {
+		f.pollLoop(ctx)
+		f.keeper.Quiesce() // the stop's quiesce waits for the fetch loops
+	})
+	return nil
+}
+
+func (f *franzGo) Wait() { f.poll.Wait() }
+
+// The session: franz-go's membership for the client's life.
+
+func (f *franzGo) Eager() bool          { return false }
+func (f *franzGo) Generation() int32    { return -1 }
+func (f *franzGo) Assigned() []Assigned { return nil }
+
+// assigned is franz-go's OnPartitionsAssigned: the partitions start
+// fetching where franz-go resumes them (the committed offset).
+func (f *franzGo) assigned(_ context.Context, cl *kgo.Client, added map[string][]int32) {
+	<-f.begun
+	_, gen := cl.GroupMetadata()
+	var ps []Assigned
+	f.mu.Lock()
+	for topic, parts := range added {
+		for _, p := range parts {
+			ps = append(ps, Assigned{Partition{topic, int(p)}, -1})
+			f.queues[Partition{topic, int(p)}] = newFranzQueue(f, topic, p)
+		}
+	}
+	f.mu.Unlock()
+	f.keeper.Assign(gen, ps)
+}
+
+// revoked is franz-go's OnPartitionsRevoked: the partitions moving away
+// stop, give back what they did not start, wait up to RevokeTimeout for
+// what runs, and commit, all before franz-go rejoins.
+func (f *franzGo) revoked(_ context.Context, cl *kgo.Client, gone map[string][]int32) {
+	f.end(cl, gone, false)
+}
+
+// lost is franz-go's OnPartitionsLost: as revoked, but the membership is
+// gone (session expired, fenced), so nothing is committed.
+func (f *franzGo) lost(_ context.Context, cl *kgo.Client, gone map[string][]int32) {
+	f.end(cl, gone, true)
+}
+
+func (f *franzGo) end(cl *kgo.Client, gone map[string][]int32, lost bool) {
+	var ps []Partition
+	for topic, parts := range gone {
+		for _, p := range parts {
+			ps = append(ps, Partition{topic, int(p)})
+		}
+	}
+	if len(ps) == 0 {
+		return
+	}
+	<-f.begun
+	f.keeper.Revoke(ps, lost)
+	f.mu.Lock()
+	var paused map[string][]int32
+	for _, k := range ps {
+		if q := f.queues[k]; q != nil {
+			if q.drop() {
+				if paused == nil {
+					paused = map[string][]int32{}
+				}
+				paused[k.Topic] = append(paused[k.Topic], int32(k.Partition))
+			}
+			delete(f.queues, k)
+		}
+	}
+	f.mu.Unlock()
+	if paused != nil {
+		// A pause outlives the assignment: a partition that comes back
+		// must fetch.
+		cl.ResumeFetchPartitions(paused)
+	}
+}
+
+// Source is the partition's queue.
+func (f *franzGo) Source(_ context.Context, a Assigned) Source {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q := f.queues[a.Partition]
+	if q == nil { // revoked before it started
+		q = newFranzQueue(f, a.Topic, int32(a.Partition.Partition))
+		q.drop()
+	}
+	return q
+}
+
+// pollLoop reads fetches until ctx ends and hands each partition's
+// records to its queue. It never blocks on a queue: a full one pauses its
+// partition.
+func (f *franzGo) pollLoop(ctx context.Context) {
+	for {
+		fetches := f.cl.PollFetches(ctx)
+		if ctx.Err() != nil || fetches.IsClientClosed() {
+			f.cl.AllowRebalance()
+			return
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, context.Canceled) {
+				return
+			}
+			f.cfg.FetchErrorFunc(topic)
+			f.cfg.WarnFunc(f.cfg.Log, "fetch failed", "fetch failed; franz-go retries", "topic", topic, "partition", p, "err", err)
+		})
+		var full []*franzQueue
+		f.mu.Lock()
+		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) == 0 {
+				return
+			}
+			if q := f.queues[Partition{p.Topic, int(p.Partition)}]; q != nil && q.put(p.Records, p.HighWatermark) {
+				full = append(full, q)
+			}
+		})
+		f.mu.Unlock()
+		pauseFull(full)
+		f.cl.AllowRebalance()
+	}
+}
+
+// pauseFull pauses the partitions of the queues in full that are still
+// full after pauseGrace. Meanwhile franz-go's next fetch may be on its
+// way, for these partitions too: memory per partition is FetchQueue
+// records and up to two partition fetches (1 MiB each).
+func pauseFull(full []*franzQueue) {
+	if len(full) == 0 {
+		return
+	}
+	grace := time.NewTimer(pauseGrace)
+	defer grace.Stop()
+	late := false
+	for _, q := range full {
+		for !late && q.full() {
+			select {
+			case <-q.room:
+			case <-grace.C:
+				late = true
+			}
+		}
+	}
+	for _, q := range full {
+		q.pauseIfFull()
+	}
+}
+
+// Commit commits offsets in the member's current generation; franz-go
+// sends its generation and member ID, so the broker fences a member that
+// lost them. Bounded by CommitTimeout.
+func (f *franzGo) Commit(offsets map[string]map[int]int64) error {
+	req := make(map[string]map[int32]kgo.EpochOffset, len(offsets))
+	for topic, parts := range offsets {
+		m := make(map[int32]kgo.EpochOffset, len(parts))
+		for p, off := range parts {
+			m[int32(p)] = kgo.EpochOffset{Epoch: -1, Offset: off}
+		}
+		req[topic] = m
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), CommitTimeout)
+	defer cancel()
+	var errs []error
+	f.cl.CommitOffsetsSync(ctx, req, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+					errs = append(errs, fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, err))
+				}
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// Close ends the membership within leaveWait, then closes the clients
+// and ends the keeper. A static member does not leave the group (its
+// restart within SessionTimeout takes its partitions back without a
+// rebalance); a dynamic one sends LeaveGroup, after a join in flight if
+// there is one. kgo's Close waits for the leave without a bound, so the
+// leave is made first with the wait as its deadline, after which Close is
+// immediate.
+func (f *franzGo) Close(deadline time.Time) {
+	if f.cl != nil {
+		f.leave(f.cfg.leaveWait(deadline))
+	}
+	f.admin.Close()
+}
+
+func (f *franzGo) leave(bound time.Duration) {
+	// The close gets a second of bound (kgo ends its fetch sessions
+	// within one), the leave the rest.
+	closeWait := min(LeaveTimeout, bound/2)
+	ctx, cancel := context.WithTimeout(context.Background(), bound-closeWait)
+	err := f.cl.LeaveGroupContext(ctx)
+	cancel()
+	if err != nil {
+		f.cfg.Log.Warn("leaving the group did not finish within the stop's budget (a join may be in flight, or the broker does not answer); the broker will give this member partitions until its session expires",
+			"phase", "leave", "waited", bound, "session_timeout", f.cfg.SessionTimeout, "err", err)
+	}
+	if !wait.Within(closeWait, f.cl.Close) {
+		f.cfg.Log.Warn("closing the franz-go client did not finish in time; left closing", "phase", "leave", "waited", closeWait)
+	}
+	f.endLife()
+	wait.ClosedWithin(f.kept, closeWait) // a commit in flight ends within CommitTimeout
+}
+
+// Missing asks the brokers for topics' metadata, never creating a topic.
+func (f *franzGo) Missing(ctx context.Context, topics []string) (map[string]bool, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = false
+	for _, t := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, f.admin)
+	if err != nil {
+		return nil, err
+	}
+	answers := make([]topicAnswer, 0, len(resp.Topics))
+	for _, t := range resp.Topics {
+		if t.Topic != nil {
+			answers = append(answers, topicAnswer{name: *t.Topic, err: kerr.ErrorForCode(t.ErrorCode), partitions: len(t.Partitions)})
+		}
+	}
+	return missingOf(topics, answers, kerr.UnknownTopicOrPartition)
+}
+
+// Offsets asks the partitions' leaders for their first offsets and their
+// high watermarks (two ListOffsets, each sent to the leaders by kgo).
+func (f *franzGo) Offsets(ctx context.Context, ps []Partition) (map[Partition]Range, error) {
+	first, err := f.listOffsets(ctx, ps, -2)
+	if err != nil {
+		return nil, err
+	}
+	last, err := f.listOffsets(ctx, ps, -1)
+	if err != nil {
+		return nil, err
+	}
+	offs := make(map[Partition]Range, len(last))
+	for p, l := range last {
+		if fo, ok := first[p]; ok {
+			offs[p] = Range{First: fo, Last: l}
+		}
+	}
+	return offs, nil
+}
+
+// listOffsets returns the offset at timestamp (-2: the first, -1: the
+// high watermark) of each of ps that answered without an error. It fails
+// only when no leader answered.
+func (f *franzGo) listOffsets(ctx context.Context, ps []Partition, timestamp int64) (map[Partition]int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	byTopic := map[string]int{}
+	for _, p := range ps {
+		i, ok := byTopic[p.Topic]
+		if !ok {
+			i = len(req.Topics)
+			byTopic[p.Topic] = i
+			rt := kmsg.NewListOffsetsRequestTopic()
+			rt.Topic = p.Topic
+			req.Topics = append(req.Topics, rt)
+		}
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition = int32(p.Partition)
+		rp.Timestamp = timestamp
+		rp.CurrentLeaderEpoch = -1
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
+	}
+	offs := map[Partition]int64{}
+	var errs []error
+	answered := false
+	for _, shard := range f.admin.RequestSharded(ctx, req) {
+		if shard.Err != nil {
+			errs = append(errs, shard.Err)
+			continue
+		}
+		answered = true
+		resp := shard.Resp.(*kmsg.ListOffsetsResponse)
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if p.ErrorCode == 0 {
+					offs[Partition{t.Topic, int(p.Partition)}] = p.Offset
+				}
+			}
+		}
+	}
+	if !answered && len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return offs, nil
+}
+
+// pauseGrace is how long the poll loop waits for a partition's fetch loop
+// to take records from a full queue before it pauses the partition: a
+// queue that is only full because one fetch brought more than FetchQueue
+// records drains within it, and is never paused. A pause costs more than
+// the wait: a partition resumed has to wait for the next fetch to its
+// broker, which waits up to FetchMaxWait when the broker's other
+// partitions have nothing new.
+const pauseGrace = 20 * time.Millisecond
+
+// QueueBytes caps the key and value bytes a franz-go partition queue
+// holds, whatever FetchQueue: a partition fetch's worth (1 MiB), so that
+// large records do not multiply FetchQueue's memory.
+const QueueBytes = FetchMaxBytes
+
+// franzQueue is one partition's records between the poll loop (put) and
+// the partition's fetch loop (next): the Source of franz-go. It holds
+// about FetchQueue records or QueueBytes of keys and values, whichever
+// comes first: one that stays full for pauseGrace pauses its partition's
+// fetching, and the fetch loop resumes it once half of both are handed on.
+type franzQueue struct {
+	f         *franzGo
+	topic     string
+	partition int32
+	high, low int64 // pause at high (FetchQueue) records, resume at low
+
+	// buffered counts the records put and not yet handed on by next,
+	// bytes their keys' and values' bytes.
+	buffered, bytes atomic.Int64
+	// room is signalled when buffered falls below high.
+	room chan struct{}
+
+	mu      sync.Mutex
+	recs    []*kgo.Record
+	hwm     int64
+	paused  atomic.Bool   // set and cleared under mu, with the pause or resume
+	dropped bool          // the partition is gone: next ends
+	wake    chan struct{} // signalled by put and drop
+
+	// The fetch loop's own: the records it took and not yet returned.
+	taken   []*kgo.Record
+	takenHW int64
+}
+
+func newFranzQueue(f *franzGo, topic string, p int32) *franzQueue {
+	high := int64(f.cfg.FetchQueue)
+	return &franzQueue{f: f, topic: topic, partition: p, high: high, low: high / 2,
+		wake: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+}
+
+// put appends a fetch's records and reports whether the queue is full.
+func (q *franzQueue) put(recs []*kgo.Record, hwm int64) (full bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dropped {
+		return false
+	}
+	q.recs = append(q.recs, recs...)
+	q.hwm = hwm
+	n := 0
+	for _, r := range recs {
+		n += len(r.Key) + len(r.Value)
+	}
+	q.bytes.Add(int64(n))
+	q.buffered.Add(int64(len(recs)))
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+	return q.full()
+}
+
+// full reports whether the queue holds high records, or QueueBytes, or
+// more.
+func (q *franzQueue) full() bool { return q.buffered.Load() >= q.high || q.bytes.Load() >= QueueBytes }
+
+// pauseIfFull pauses the partition's fetching if the queue is still full.
+func (q *franzQueue) pauseIfFull() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dropped || q.paused.Load() {
+		return
+	}
+	// paused first, then the check: a record handed on meanwhile sees
+	// paused and resumes (it waits for mu, so never before the pause), or
+	// the queue is no longer full and there is no pause.
+	q.paused.Store(true)
+	if !q.full() {
+		q.paused.Store(false)
+		return
+	}
+	q.f.cl.PauseFetchPartitions(map[string][]int32{q.topic: {q.partition}})
+}
+
+// resume resumes the partition's fetching if it is paused.
+func (q *franzQueue) resume() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dropped || !q.paused.Load() {
+		return
+	}
+	q.paused.Store(false)
+	q.f.cl.ResumeFetchPartitions(map[string][]int32{q.topic: {q.partition}})
+}
+
+// drop ends the queue and reports whether its partition was paused.
+func (q *franzQueue) drop() (paused bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.dropped, q.recs = true, nil
+	paused = q.paused.Swap(false)
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+	return paused
+}
+
+func (q *franzQueue) Next(ctx context.Context) (Record, bool) {
+	for len(q.taken) == 0 {
+		q.mu.Lock()
+		if q.dropped {
+			q.mu.Unlock()
+			return Record{}, false
+		}
+		q.taken, q.recs, q.takenHW = q.recs, nil, q.hwm
+		q.mu.Unlock()
+		if len(q.taken) > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return Record{}, false
+		case <-q.wake:
+		}
+	}
+	if ctx.Err() != nil {
+		return Record{}, false
+	}
+	rec := q.taken[0]
+	q.taken[0] = nil
+	q.taken = q.taken[1:]
+	size := int64(len(rec.Key) + len(rec.Value))
+	n, b := q.buffered.Add(-1), q.bytes.Add(-size)
+	switch {
+	case q.paused.Load():
+		if n <= q.low && b <= QueueBytes/2 {
+			q.resume()
+		}
+	case n == q.high-1 || b < QueueBytes && b+size >= QueueBytes:
+		select { // below a bound: the poll loop may wait for room (pauseFull)
+		case q.room <- struct{}{}:
+		default:
+		}
+	}
+	fr := Record{Offset: rec.Offset, HighWatermark: q.takenHW, Time: recordTime(rec.Timestamp), Key: rec.Key, Value: rec.Value}
+	if len(rec.Headers) > 0 {
+		fr.Headers = make([]handoff.Header, len(rec.Headers))
+		for i, h := range rec.Headers {
+			fr.Headers[i] = handoff.Header{Key: h.Key, Value: h.Value}
+		}
+	}
+	return fr, true
+}
+
+// Close: the queue has nothing to join; the poll loop drops what comes
+// for a partition once end removed its queue.
+func (q *franzQueue) Close() {}
+
+// franzLogger writes franz-go's log lines to the runtime's logger: its
+// errors and warnings at Warn (a run of the same line with backoff, by
+// WarnFunc), its info at Debug, as kafka-go's are.
+type franzLogger struct {
+	cfg *Config
+	log *slog.Logger
+	ctx context.Context // the fetching's: once it ended, errors are routine
+}
+
+func (l *franzLogger) Level() kgo.LogLevel {
+	if l.log.Enabled(context.Background(), slog.LevelDebug) {
+		return kgo.LogLevelDebug
+	}
+	return kgo.LogLevelWarn
+}
+
+func (l *franzLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	if level > kgo.LogLevelWarn || l.ctx.Err() != nil {
+		l.log.Debug("franz-go: "+msg, keyvals...)
+		return
+	}
+	l.cfg.WarnFunc(l.log, "franz-go: "+msg, "franz-go: "+msg, keyvals...)
+}
+
+// franzWriter is the dead-letter writer on franz-go: a producer client of
+// its own (the group member's closes at the leave, before the publisher
+// has finished), acks from all in-sync replicas, records placed as
+// kafka-go's Hash balancer places them (kgo's Sarama-compatible hasher
+// over FNV-1a).
+type franzWriter struct{ cl *kgo.Client }
+
+func newFranzWriter(cfg Config, dial func(context.Context, string, string) (net.Conn, error)) (*franzWriter, error) {
+	fnv1a := func(b []byte) uint32 {
+		h := fnv.New32a()
+		h.Write(b)
+		return h.Sum32()
+	}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID(cfg.ClientID),
+		kgo.Dialer(dial),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		// Not idempotent, as kafka-go's writer: an idempotent producer
+		// cannot fail a record whose request is in flight, so the stop
+		// could not abandon a publish the broker never answers.
+		// Publishing is best effort; the state file keeps every dead
+		// letter.
+		kgo.DisableIdempotentWrite(),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(fnv1a))),
+		kgo.RecordDeliveryTimeout(PublishTimeout),
+		kgo.ProducerLinger(0),
+		kgo.DisableClientMetrics(),
+		kgo.WithLogger(&franzLogger{cfg: &cfg, log: cfg.Log.With("client", FranzGo), ctx: context.Background()}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("franz-go dead-letter writer: %w", err)
+	}
+	return &franzWriter{cl: cl}, nil
+}
+
+func (f *franzWriter) Write(ctx context.Context, recs []OutRecord) []error {
+	rs := make([]*kgo.Record, len(recs))
+	for i, d := range recs {
+		rec := &kgo.Record{Topic: d.Topic, Key: d.Key, Value: d.Value, Timestamp: d.Time}
+		if d.Time.IsZero() {
+			rec.Timestamp = time.Now()
+		}
+		rec.Headers = make([]kgo.RecordHeader, len(d.Headers))
+		for j, h := range d.Headers {
+			rec.Headers[j] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+		}
+		rs[i] = rec
+	}
+	res := f.cl.ProduceSync(ctx, rs...)
+	errs := make([]error, len(recs))
+	for i := range res {
+		errs[i] = res[i].Err
+	}
+	return errs
+}
+
+func (f *franzWriter) Close() error {
+	f.cl.Close()
+	return nil
+}
+
+// PausedPartitions returns the partitions whose fetching a franz-go
+// client paused because their queues were full, by topic; nil for
+// another client or before Join. For diagnostics and tests.
+func PausedPartitions(c Client) map[string][]int32 {
+	f, ok := c.(*franzGo)
+	if !ok || f.cl == nil {
+		return nil
+	}
+	return f.cl.PauseFetchPartitions(nil)
+}
+
+// QueueFill returns how many records, and how many bytes of keys and
+// values, each owned partition's queue of a franz-go client holds; nil
+// for another client. For diagnostics and tests.
+func QueueFill(c Client) map[Partition][2]int64 {
+	f, ok := c.(*franzGo)
+	if !ok {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fill := make(map[Partition][2]int64, len(f.queues))
+	for p, q := range f.queues {
+		fill[p] = [2]int64{q.buffered.Load(), q.bytes.Load()}
+	}
+	return fill
+}

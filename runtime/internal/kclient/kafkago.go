@@ -1,0 +1,606 @@
+package kclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/runtime/internal/wait"
+)
+
+// The client on github.com/segmentio/kafka-go (Config.Client kafka-go): an eager,
+// dynamic consumer group (ConsumerGroup), one session per generation;
+// partition readers on kafka-go's protocol client; commits through the
+// generation's connection, then fresh ones; metadata and lag on the same
+// protocol client.
+
+// kafkaGo is the kafka-go client.
+type kafkaGo struct {
+	cfg Config
+	log *slog.Logger
+	// commits is the client of the fresh-connection commits
+	// (commitFresh), the topic check and the lag sampler.
+	commits *kafka.Client
+	// fetches is the partition readers' client (readPartition).
+	fetches *kafka.Client
+
+	cg       *kafka.ConsumerGroup // set by Join
+	member   memberWatch          // what kafka-go joined the group as
+	consumer sync.WaitGroup       // the loop of consume
+	// closing counts the partition readers still closing; Close joins
+	// them before it leaves the group.
+	closing sync.WaitGroup
+}
+
+func newKafkaGo(cfg Config) *kafkaGo {
+	return &kafkaGo{cfg: cfg, log: cfg.Log,
+		commits: &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: CommitTimeout, Transport: cfg.transport(nil)},
+		// Its connections are pooled, one per fetch in flight.
+		fetches: &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: cfg.transport(nil)},
+	}
+}
+
+// transport returns a new transport for a kafka-go client or writer,
+// dialling with dial, or with cfg.DialFunc when nil.
+func (c *Config) transport(dial func(context.Context, string, string) (net.Conn, error)) *kafka.Transport {
+	if dial == nil {
+		dial = c.DialFunc
+	}
+	return &kafka.Transport{ClientID: c.ClientID, Dial: dial}
+}
+
+func (k *kafkaGo) Join(ctx context.Context, topics []string, begin BeginFunc) error {
+	start := kafka.FirstOffset
+	if k.cfg.StartLast {
+		start = kafka.LastOffset
+	}
+	d := &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, ClientID: k.cfg.ClientID, DialFunc: k.cfg.DialFunc}
+	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                k.cfg.Group,
+		Brokers:           k.cfg.Brokers,
+		Topics:            topics,
+		StartOffset:       start,
+		SessionTimeout:    k.cfg.SessionTimeout,
+		RebalanceTimeout:  k.cfg.RebalanceTimeout,
+		HeartbeatInterval: k.cfg.SessionTimeout / 3,
+		JoinGroupBackoff:  time.Second,
+		Timeout:           5 * time.Second,
+		Dialer:            d,
+		Logger:            k.member.logger(k.kafkaLogger(ctx, k.log, false)),
+		ErrorLogger:       k.member.logger(k.kafkaLogger(ctx, k.log, true)),
+	})
+	if err != nil {
+		// Validated by the runtime's New; this means kafka-go disagrees.
+		return fmt.Errorf("kafka-go consumer group: %w", err)
+	}
+	k.cg = cg
+	k.consumer.Go(func() { k.consume(ctx, begin) })
+	return nil
+}
+
+func (k *kafkaGo) Wait() { k.consumer.Wait() }
+
+// consume joins generation after generation until ctx ends.
+func (k *kafkaGo) consume(ctx context.Context, begin BeginFunc) {
+	for {
+		kg, err := k.cg.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
+				return
+			}
+			// kafka-go's error logger has said so already, with backoff.
+			k.log.Debug("consumer group join failed; retrying", "group", k.cfg.Group, "err", err)
+			continue
+		}
+		k.runGeneration(ctx, kg, begin)
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// runGeneration is one generation's session, until it ends or ctx ends.
+// The keeper runs through Generation.Start; the fetch loops do not,
+// because the first function started that way to return ends the
+// generation, and the stop must keep the generation open after fetching
+// ends, to commit through it. So when ctx ends the keeper stays, for the
+// stop's final commit.
+func (k *kafkaGo) runGeneration(ctx context.Context, kg *kafka.Generation, begin BeginFunc) {
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s := &kafkaGoSession{k: k, kg: kg}
+	keeper := begin(gctx, s)
+	kg.Start(func(kctx context.Context) {
+		keeper.Keep(kctx)
+		cancel() // the generation ended: so does runGeneration
+	})
+	<-gctx.Done()
+	// The keeper's end stopped the fetch loops; at the stop they end with
+	// ctx, and the keeper stays for the final commit.
+	keeper.Quiesce()
+}
+
+// kafkaGoSession is one kafka-go generation.
+type kafkaGoSession struct {
+	k  *kafkaGo
+	kg *kafka.Generation
+	// connLost is set once a commit through the generation's connection
+	// failed; the keeper's only.
+	connLost bool
+}
+
+func (s *kafkaGoSession) Eager() bool       { return true }
+func (s *kafkaGoSession) Generation() int32 { return s.kg.ID }
+
+func (s *kafkaGoSession) Assigned() []Assigned {
+	ps := []Assigned{}
+	for topic, parts := range s.kg.Assignments {
+		for _, pa := range parts {
+			ps = append(ps, Assigned{Partition{topic, pa.ID}, pa.Offset})
+		}
+	}
+	return ps
+}
+
+// Commit commits through the generation's connection and, once that has
+// failed, on fresh connections. kafka-go commits through one connection
+// per generation and never reconnects it: after a connection reset every
+// later commit of the generation would fail, its end's commit too, and
+// the next generation would read again everything since the last commit
+// that got through. A fresh commit carries the generation's ID and member
+// ID, so the broker fences it exactly as it fences the generation.
+func (s *kafkaGoSession) Commit(offsets map[string]map[int]int64) error {
+	if !s.connLost {
+		err := s.kg.CommitOffsets(offsets)
+		if err == nil {
+			return nil
+		}
+		s.connLost = true
+		s.k.log.Warn("commit through the generation's connection failed; committing on fresh connections for the rest of the generation",
+			"generation", s.kg.ID, "err", err)
+	}
+	return s.k.commitFresh(s.kg, offsets)
+}
+
+// commitFresh commits offsets for generation kg through the commits
+// client, which finds the group's coordinator and connects anew as
+// needed. A connection failure is retried on a new connection (3 tries,
+// within CommitTimeout); an answer of the broker (a fenced generation,
+// say) is final.
+func (k *kafkaGo) commitFresh(kg *kafka.Generation, offsets map[string]map[int]int64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), CommitTimeout)
+	defer cancel()
+	req := &kafka.OffsetCommitRequest{
+		Addr: k.commits.Addr, GroupID: kg.GroupID, GenerationID: int(kg.ID), MemberID: kg.MemberID,
+		Topics: make(map[string][]kafka.OffsetCommit, len(offsets)),
+	}
+	for topic, parts := range offsets {
+		for p, off := range parts {
+			req.Topics[topic] = append(req.Topics[topic], kafka.OffsetCommit{Partition: p, Offset: off})
+		}
+	}
+	var err error
+	for try := 0; try < 3 && ctx.Err() == nil; try++ {
+		var resp *kafka.OffsetCommitResponse
+		if resp, err = k.commits.OffsetCommit(ctx, req); err == nil {
+			return partitionErrors(resp)
+		}
+		if _, answered := errors.AsType[kafka.Error](err); answered {
+			break
+		}
+	}
+	return fmt.Errorf("fresh connection: %w", err)
+}
+
+// partitionErrors joins the per-partition errors of a commit's response.
+func partitionErrors(resp *kafka.OffsetCommitResponse) error {
+	var errs []error
+	for topic, parts := range resp.Topics {
+		for _, p := range parts {
+			if p.Error != nil {
+				errs = append(errs, fmt.Errorf("fresh connection: %s/%d: %w", topic, p.Partition, p.Error))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Source is a partition reader (readPartition) that fetches and decodes
+// up to FetchQueue records ahead. It fetches with kafka-go's protocol
+// client rather than its kafka.Reader: the Reader hands a zero-length
+// key, value or header value over as nil, which the protocol client
+// keeps apart from a null one.
+func (s *kafkaGoSession) Source(ctx context.Context, a Assigned) Source {
+	k := s.k
+	src := &kafkaGoSource{k: k, recs: make(chan Record, k.cfg.FetchQueue), read: make(chan struct{}),
+		log: k.log.With("topic", a.Topic, "partition", a.Partition.Partition)}
+	var rctx context.Context
+	rctx, src.cancel = context.WithCancel(ctx)
+	go func() {
+		defer close(src.read)
+		k.readPartition(rctx, a, src.recs, src.log)
+	}()
+	return src
+}
+
+// kafkaGoSource is a partition reader's records.
+type kafkaGoSource struct {
+	k      *kafkaGo
+	recs   chan Record
+	cancel context.CancelFunc
+	read   chan struct{} // closed when the reader returns
+	log    *slog.Logger
+}
+
+func (s *kafkaGoSource) Next(ctx context.Context) (Record, bool) {
+	select {
+	case <-ctx.Done():
+		return Record{}, false
+	case fr := <-s.recs:
+		return fr, true
+	}
+}
+
+// Close joins the reader in the background: the stop's quiesce needs the
+// fetch loop gone, not the reader. Close of the client joins the readers
+// before leaving the group.
+func (s *kafkaGoSource) Close() {
+	s.k.closing.Go(func() { s.cancel(); s.k.joinReader(s.read, s.log) })
+}
+
+// joinReader waits for a partition reader to end, at most FetchMaxWait
+// plus a second: a fetch in flight ends with its context, unless the
+// connection is stuck.
+func (k *kafkaGo) joinReader(done <-chan struct{}, log *slog.Logger) {
+	bound := k.cfg.FetchMaxWait + time.Second
+	if !wait.ClosedWithin(done, bound) {
+		log.Warn("partition reader did not end in time; left behind", "waited", bound)
+	}
+}
+
+// Bounds of a partition reader's wait after a failed fetch: it doubles
+// from the first to the second while fetches fail.
+const (
+	fetchBackoffMin = 100 * time.Millisecond
+	fetchBackoffMax = 5 * time.Second
+)
+
+// readPartition fetches partition a from its offset on and sends its
+// records to out, in offset order, until ctx ends. A fetch response is
+// read whole into memory before the first record is decoded (kafka-go's
+// Reader streamed its 10 MiB responses), so it is bounded by
+// FetchMaxBytes. A failed fetch is counted, logged (with backoff) and
+// tried again after a wait that doubles from fetchBackoffMin to
+// fetchBackoffMax while fetches fail. It blocks while out is full.
+func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chan<- Record, log *slog.Logger) {
+	backoff := fetchBackoffMin
+	offset := a.Offset
+	for {
+		resp, err := k.fetches.Fetch(ctx, &kafka.FetchRequest{
+			Topic:     a.Topic,
+			Partition: a.Partition.Partition,
+			Offset:    offset,
+			MinBytes:  1,
+			MaxBytes:  FetchMaxBytes,
+			MaxWait:   k.cfg.FetchMaxWait,
+		})
+		if err == nil && resp.Error != nil {
+			err = resp.Error
+		}
+		if err == nil {
+			offset, err = sendRecords(ctx, resp, offset, out)
+		}
+		if err == nil {
+			backoff = fetchBackoffMin
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		k.cfg.FetchErrorFunc(a.Topic)
+		k.cfg.WarnFunc(log, "fetch failed", "fetch failed; retrying", "offset", offset, "err", err, "wait", backoff)
+		if !wait.Sleep(ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, fetchBackoffMax)
+	}
+}
+
+// sendRecords sends the records of resp from offset on to out and
+// returns the offset after the last one sent. A batch may start before
+// the offset asked for: its earlier records are skipped. Control batches
+// (transaction markers) are skipped by kafka-go's record stream.
+func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, out chan<- Record) (int64, error) {
+	for {
+		rec, err := resp.Records.ReadRecord()
+		if errors.Is(err, io.EOF) {
+			return offset, nil
+		}
+		if err != nil {
+			return offset, fmt.Errorf("decode records: %w", err)
+		}
+		if rec.Offset < offset && offset >= 0 {
+			continue
+		}
+		fr := Record{Offset: rec.Offset, HighWatermark: resp.HighWatermark, Time: recordTime(rec.Time)}
+		if fr.Key, err = readBytes(rec.Key); err == nil {
+			fr.Value, err = readBytes(rec.Value)
+		}
+		if err != nil {
+			return offset, fmt.Errorf("read record at offset %d: %w", rec.Offset, err)
+		}
+		if len(rec.Headers) > 0 {
+			// kafka-go decodes each header value into a slice of its own.
+			fr.Headers = make([]handoff.Header, len(rec.Headers))
+			for i, h := range rec.Headers {
+				fr.Headers[i] = handoff.Header{Key: h.Key, Value: h.Value}
+			}
+		}
+		select {
+		case out <- fr:
+		case <-ctx.Done():
+			return offset, ctx.Err()
+		}
+		offset = rec.Offset + 1
+	}
+}
+
+// readBytes copies b out of the fetch buffer and closes it, which gives
+// the buffer's pages back to kafka-go's pool once every record's bytes
+// are read; nil for a null b.
+func readBytes(b protocol.Bytes) ([]byte, error) {
+	if b == nil {
+		return nil, nil
+	}
+	out, err := protocol.ReadAll(b)
+	return out, errors.Join(err, b.Close())
+}
+
+// Missing asks the brokers for topics' metadata.
+func (k *kafkaGo) Missing(ctx context.Context, topics []string) (map[string]bool, error) {
+	resp, err := k.commits.Metadata(ctx, &kafka.MetadataRequest{Addr: k.commits.Addr, Topics: topics})
+	if err != nil {
+		return nil, err
+	}
+	answers := make([]topicAnswer, len(resp.Topics))
+	for i, t := range resp.Topics {
+		answers[i] = topicAnswer{name: t.Name, err: t.Error, partitions: len(t.Partitions)}
+	}
+	return missingOf(topics, answers, kafka.UnknownTopicOrPartition)
+}
+
+// Offsets asks the partitions' leaders for their first and last offsets.
+func (k *kafkaGo) Offsets(ctx context.Context, ps []Partition) (map[Partition]Range, error) {
+	req := &kafka.ListOffsetsRequest{Addr: k.commits.Addr, Topics: map[string][]kafka.OffsetRequest{}}
+	for _, p := range ps {
+		req.Topics[p.Topic] = append(req.Topics[p.Topic], kafka.FirstOffsetOf(p.Partition), kafka.LastOffsetOf(p.Partition))
+	}
+	resp, err := k.commits.ListOffsets(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	offs := map[Partition]Range{}
+	for topic, parts := range resp.Topics {
+		for _, p := range parts {
+			if p.Error == nil {
+				offs[Partition{topic, p.Partition}] = Range{First: p.FirstOffset, Last: p.LastOffset}
+			}
+		}
+	}
+	return offs, nil
+}
+
+// Close waits for the partition readers to finish closing (each bounded
+// by FetchMaxWait plus a second; they have been closing since the
+// quiesce), then leaves the group. kafka-go's ConsumerGroup.Close
+// finishes a join in flight (the group may be waiting for other members
+// to rejoin), syncs, then sends LeaveGroup: a member that exits before
+// that is given partitions by the generation its join completes, and
+// they stall until its session expires. So the leave waits for it for
+// what is left until deadline (see leaveWait), and says so when that runs
+// out first. When kafka-go returns without leaving (memberWatch), Close
+// sends its LeaveGroup for it.
+func (k *kafkaGo) Close(deadline time.Time) {
+	k.closing.Wait()
+	if k.cg != nil {
+		bound := k.cfg.leaveWait(deadline)
+		if wait.Within(bound, func() { k.cg.Close() }) {
+			if id := k.member.stranded(); id != "" {
+				k.leaveFor(id, max(LeaveTimeout, time.Until(deadline)))
+			}
+		} else {
+			k.log.Warn("leaving the group did not finish within the stop's budget (a join may be in flight); the broker will give this member partitions until its session expires",
+				"phase", "leave", "waited", bound, "session_timeout", k.cfg.SessionTimeout)
+		}
+	}
+	k.commits.Transport.(*kafka.Transport).CloseIdleConnections()
+	k.fetches.Transport.(*kafka.Transport).CloseIdleConnections()
+}
+
+// kafka-go (v0.4.51) leaves the group when its ConsumerGroup is closed,
+// but not on one path: a join that finishes at the close (the group was
+// waiting for another member to rejoin) and whose sync then answers
+// REBALANCE_IN_PROGRESS (the group began rebalancing again) makes its
+// loop return without a LeaveGroup. The broker then counts the gone member
+// in the next generation and gives it partitions, which stall until its
+// session expires. memberWatch follows, from the group's own log lines,
+// the member ID kafka-go joined with and whether it left with it, so that
+// Close can leave for it.
+//
+// The lines are kafka-go's (consumergroup.go); should a version word them
+// differently the watch sees nothing and the stop is what it was.
+const (
+	kgJoined      = "Joined group %s as member %s in generation %d"
+	kgJoinedLower = "joined group %s as member %s in generation %d"
+	kgLeaving     = "Leaving group %s, member %s"
+	kgLeaveFailed = "leave group failed for group, %v, and member, %v: %v"
+)
+
+type memberWatch struct {
+	mu   sync.Mutex
+	id   string // the member ID of kafka-go's last successful join
+	left bool   // kafka-go sent LeaveGroup for id, and it did not fail
+}
+
+// logger returns next, noting the member lines on the way.
+func (w *memberWatch) logger(next kafka.LoggerFunc) kafka.LoggerFunc {
+	return func(format string, args ...any) {
+		w.note(format, args)
+		next(format, args...)
+	}
+}
+
+// note takes in one of kafka-go's group log lines.
+func (w *memberWatch) note(format string, args []any) {
+	switch format {
+	case kgJoined, kgJoinedLower, kgLeaving, kgLeaveFailed:
+	default:
+		return
+	}
+	if len(args) < 2 {
+		return
+	}
+	id, ok := args[1].(string)
+	if !ok || id == "" {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch format {
+	case kgJoined, kgJoinedLower:
+		if id != w.id {
+			w.id, w.left = id, false
+		}
+	case kgLeaving:
+		if id == w.id {
+			w.left = true
+		}
+	case kgLeaveFailed:
+		if id == w.id {
+			w.left = false
+		}
+	}
+}
+
+// stranded returns the member ID kafka-go joined with and did not leave
+// with, or "". Call it once the group is closed.
+func (w *memberWatch) stranded() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.left {
+		return ""
+	}
+	return w.id
+}
+
+// leaveFor sends the LeaveGroup kafka-go did not send for member id,
+// within bound. A member the broker no longer knows is not an error.
+func (k *kafkaGo) leaveFor(id string, bound time.Duration) {
+	client := &kafka.Client{Addr: kafka.TCP(k.cfg.Brokers...), Timeout: bound, Transport: k.cfg.transport(nil)}
+	defer client.Transport.(*kafka.Transport).CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	resp, err := client.LeaveGroup(ctx, &kafka.LeaveGroupRequest{GroupID: k.cfg.Group, Members: []kafka.LeaveGroupRequestMember{{ID: id}}})
+	if err == nil {
+		err = resp.Error
+		for _, m := range resp.Members {
+			if err == nil && m.Error != nil && !errors.Is(m.Error, kafka.UnknownMemberId) {
+				err = m.Error
+			}
+		}
+	}
+	if err != nil && !errors.Is(err, kafka.UnknownMemberId) {
+		k.log.Warn("leaving the group for a member kafka-go did not leave with failed; the broker will give it partitions until its session expires",
+			"phase", "leave", "member", id, "err", err, "session_timeout", k.cfg.SessionTimeout)
+		return
+	}
+	k.log.Info("left the group for a member kafka-go did not leave with", "phase", "leave", "member", id)
+}
+
+// kafkaLogger adapts kafka-go's Printf logging to slog: Debug for its
+// chatter, Warn for its errors, repeated errors with backoff (WarnFunc).
+// kafka-go's text goes in the attribute kafka_message, never in a second
+// msg key. Once ctx (the fetching's) has ended, errors are Debug too:
+// they come from the closes the stop or a rebalance started (a reader's
+// connection ends with an i/o timeout, its loops with context.Canceled).
+func (k *kafkaGo) kafkaLogger(ctx context.Context, log *slog.Logger, isErr bool) kafka.LoggerFunc {
+	if isErr {
+		return func(format string, args ...any) {
+			if ctx.Err() != nil || cancelled(args) {
+				// A loop of kafka-go ended by our own Close: routine.
+				log.Debug("kafka-go", "kafka_message", fmt.Sprintf(format, args...))
+				return
+			}
+			k.cfg.WarnFunc(log, "kafka-go: "+format, "kafka-go error", "kafka_message", fmt.Sprintf(format, args...))
+		}
+	}
+	return func(format string, args ...any) {
+		if log.Enabled(context.Background(), slog.LevelDebug) {
+			log.Debug("kafka-go", "kafka_message", fmt.Sprintf(format, args...))
+		}
+	}
+}
+
+// cancelled reports whether one of kafka-go's log arguments is a
+// context.Canceled error: the line reports a loop our Close ended.
+func cancelled(args []any) bool {
+	for _, a := range args {
+		if err, ok := a.(error); ok && errors.Is(err, context.Canceled) {
+			return true
+		}
+	}
+	return false
+}
+
+// kafkaGoWriter is the dead-letter writer on kafka-go: a Writer with a
+// transport of its own, closed with it.
+type kafkaGoWriter struct{ w *kafka.Writer }
+
+func newKafkaGoWriter(cfg Config, dial func(context.Context, string, string) (net.Conn, error)) *kafkaGoWriter {
+	return &kafkaGoWriter{w: &kafka.Writer{
+		Addr:                   kafka.TCP(cfg.Brokers...),
+		Balancer:               &kafka.Hash{},
+		RequiredAcks:           kafka.RequireAll,
+		BatchTimeout:           time.Millisecond,
+		WriteTimeout:           PublishTimeout,
+		AllowAutoTopicCreation: false,
+		Transport:              cfg.transport(dial),
+	}}
+}
+
+func (k *kafkaGoWriter) Write(ctx context.Context, recs []OutRecord) []error {
+	msgs := make([]kafka.Message, len(recs))
+	for i, d := range recs {
+		hs := make([]kafka.Header, len(d.Headers))
+		for j, h := range d.Headers {
+			hs[j] = kafka.Header{Key: h.Key, Value: h.Value}
+		}
+		msgs[i] = kafka.Message{Topic: d.Topic, Key: d.Key, Value: d.Value, Headers: hs, Time: d.Time}
+	}
+	err := k.w.WriteMessages(ctx, msgs...)
+	var each kafka.WriteErrors
+	errors.As(err, &each)
+	errs := make([]error, len(recs))
+	for i := range errs {
+		errs[i] = err
+		if each != nil {
+			errs[i] = each[i]
+		}
+	}
+	return errs
+}
+
+func (k *kafkaGoWriter) Close() error {
+	err := k.w.Close()
+	k.w.Transport.(*kafka.Transport).CloseIdleConnections()
+	return err
+}

@@ -1,0 +1,286 @@
+// Package kclient is the runtime's seam to Kafka: the consumer group
+// (join and leave, assignment and revocation, fetch, fenced commit), the
+// produce side of dead letters, and the metadata the start's topic check
+// and the lag sampler ask for, behind one interface with one file per
+// client (kafkago.go, franzgo.go).
+//
+// It speaks in its own small types (partitions, records, offsets) and
+// knows nothing of the runtime's classes, items or trackers: the runtime
+// hands it a [BeginFunc], and each session of the membership comes back
+// to the runtime as a [Keeper], which owns the session's partitions, fetch
+// loops and commits.
+package kclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/handoff-go/handoff"
+)
+
+// The client names, as the runtime's Config.Client spells them.
+const (
+	KafkaGo = "kafka-go"
+	FranzGo = "franz-go"
+)
+
+// Bounds shared with the runtime's stop budget.
+const (
+	// CommitTimeout bounds one commit (and the fresh-connection retries
+	// of kafka-go's), the final commit and one lag sample.
+	CommitTimeout = 2 * time.Second
+	// LeaveTimeout is the least the leave of the group is given.
+	LeaveTimeout = time.Second
+	// FetchMaxBytes bounds one partition's fetch: Kafka's own
+	// max.partition.fetch.bytes default. A first batch larger than it is
+	// still returned whole (Fetch v3 on), so large records make progress.
+	FetchMaxBytes = 1 << 20
+	// PublishTimeout bounds one write of dead letters to their topics.
+	PublishTimeout = 5 * time.Second
+)
+
+// Partition names one partition of a topic.
+type Partition struct {
+	Topic     string
+	Partition int
+}
+
+// String returns "topic/partition", as the logs name a partition.
+func (p Partition) String() string { return p.Topic + "/" + strconv.Itoa(p.Partition) }
+
+// Assigned is a partition the group assigned and the offset its reading
+// starts at (-1: the client resumes it from the group's committed offset).
+type Assigned struct {
+	Partition
+	Offset int64
+}
+
+// Record is one fetched record, its bytes its own (copied out of the
+// client's fetch buffer or owned by the client's record).
+type Record struct {
+	Offset int64
+	// HighWatermark is the partition's high watermark in the fetch
+	// response the record came with.
+	HighWatermark int64
+	// Time is the record's timestamp in UTC; zero for a record without
+	// one.
+	Time       time.Time
+	Key, Value []byte // nil and empty kept apart
+	Headers    []handoff.Header
+}
+
+// OutRecord is a record to produce (a dead letter).
+type OutRecord struct {
+	Topic      string
+	Key, Value []byte
+	Headers    []handoff.Header
+	Time       time.Time // zero: the produce time
+}
+
+// Range is a partition's first offset and its high watermark.
+type Range struct {
+	First, Last int64
+}
+
+// Source is where one partition's fetch loop takes its records from.
+// Records come in offset order.
+type Source interface {
+	// Next returns the partition's next record, blocking until there is
+	// one; false once ctx ended or the partition was taken away.
+	Next(ctx context.Context) (Record, bool)
+	// Close ends the source once the fetch loop is done with it. It does
+	// not block: what is still closing is joined by [Client.Close].
+	Close()
+}
+
+// Session is one stretch of the membership whose commits the broker
+// fences together. An eager session is one group generation (kafka-go):
+// all its partitions are assigned when it begins ([Session.Assigned]) and
+// all are revoked when it ends. A cooperative one lasts for the client's
+// life (franz-go): its generation moves on at each rebalance and its
+// partitions come and go through [Keeper.Assign] and [Keeper.Revoke].
+type Session interface {
+	// Eager reports whether the session is one generation.
+	Eager() bool
+	// Generation is the group generation at the session's start; -1 for
+	// a cooperative session, whose generations come with Assign.
+	Generation() int32
+	// Assigned returns an eager session's partitions; nil for a
+	// cooperative one.
+	Assigned() []Assigned
+	// Commit commits offsets (the next offset to read, by topic and
+	// partition), fenced by the membership: a member that lost its
+	// generation is refused. It blocks for at most about CommitTimeout.
+	// Only the session's keeper calls it.
+	Commit(offsets map[string]map[int]int64) error
+	// Source opens the record source of partition a; its fetching ends
+	// with ctx.
+	Source(ctx context.Context, a Assigned) Source
+}
+
+// Keeper is the runtime's side of one session: it owns the session's
+// partitions, their fetch loops and their commits. The client calls its
+// methods from its own goroutines.
+type Keeper interface {
+	// Keep commits the session's partitions and applies Assign and
+	// Revoke until end ends, then, for an eager session, revokes what it
+	// holds; it returns once done. The client runs it on a goroutine of
+	// its own and does not end the session before it returned.
+	Keep(end context.Context)
+	// Assign adds partitions ps to a cooperative session, in group
+	// generation gen. It blocks until the keeper applied it, or ended.
+	Assign(gen int32, ps []Assigned)
+	// Revoke removes partitions ps from a cooperative session; lost says
+	// the membership is gone, so nothing is committed. It blocks until
+	// the keeper applied it, or ended.
+	Revoke(ps []Partition, lost bool)
+	// Quiesce waits for the session's fetch loops to end, once the ctx
+	// the session began with ended.
+	Quiesce()
+}
+
+// BeginFunc is called when a session begins, with the ctx that bounds
+// its fetching (it ends at the stop's quiesce, or with an eager session).
+// It returns the session's keeper. It does not block.
+type BeginFunc func(ctx context.Context, s Session) Keeper
+
+// Client is one Kafka client: the consumer-group member, the metadata
+// requests of the topic check and the lag sampler, built with [New].
+// Its methods are safe for concurrent use.
+type Client interface {
+	// Join starts the membership of the group for topics and returns:
+	// the client's goroutines fetch until ctx ends (the stop's quiesce)
+	// and report each session to begin. A client joins once.
+	Join(ctx context.Context, topics []string, begin BeginFunc) error
+	// Wait blocks until the goroutines Join started have ended (ctx
+	// ended) and every session's fetch loops are quiesced. Without Join it
+	// returns at once.
+	Wait()
+	// Missing returns which of topics the brokers do not know. It blocks
+	// until they answer or ctx ends.
+	Missing(ctx context.Context, topics []string) (map[string]bool, error)
+	// Offsets returns the first offset and the high watermark of each of
+	// ps that the brokers answered for. It blocks until they answer or
+	// ctx ends.
+	Offsets(ctx context.Context, ps []Partition) (map[Partition]Range, error)
+	// Close ends the membership, if any, by deadline (at least
+	// LeaveTimeout), and the client's connections. A static member keeps
+	// its membership: the broker waits SessionTimeout for its restart.
+	// Close logs what did not finish in time; it never blocks much past
+	// deadline.
+	Close(deadline time.Time)
+}
+
+// Writer produces records (dead letters): the seam's produce side.
+type Writer interface {
+	// Write sends recs in one write and returns each one's error (nil:
+	// the broker acknowledged it from all in-sync replicas), within ctx.
+	Write(ctx context.Context, recs []OutRecord) []error
+	// Close ends the writer once no write is in flight.
+	Close() error
+}
+
+// Config is what a client is built from. Every field is set by the
+// runtime; zero values are not defaulted here.
+type Config struct {
+	// Client is KafkaGo or FranzGo.
+	Client   string
+	Brokers  []string
+	ClientID string
+	Group    string
+	// Instance is the static member ID (group.instance.id) of a franz-go
+	// member; empty means a dynamic member. kafka-go ignores it.
+	Instance                                       string
+	SessionTimeout, RebalanceTimeout, FetchMaxWait time.Duration
+	// FetchQueue is how many records a partition's source holds ahead of
+	// its fetch loop.
+	FetchQueue int
+	// StartLast says a partition with no committed offset starts at its
+	// end; false: at its start.
+	StartLast bool
+	// DialFunc, when set (TLS or SASL configured), makes every connection of
+	// the client; nil lets the client dial by itself.
+	DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Log is the runtime's logger.
+	Log *slog.Logger
+	// WarnFunc logs a failure that repeats (a broker unreachable) at Warn
+	// with backoff; key tells lines apart.
+	WarnFunc func(log *slog.Logger, key, msg string, args ...any)
+	// FetchErrorFunc counts a failed fetch of topic.
+	FetchErrorFunc func(topic string)
+}
+
+// New returns the client cfg.Client names. It makes no connection yet;
+// [Client.Close] ends what it made.
+func New(cfg Config) (Client, error) {
+	switch cfg.Client {
+	case KafkaGo:
+		return newKafkaGo(cfg), nil
+	case FranzGo:
+		return newFranzGo(cfg)
+	}
+	return nil, fmt.Errorf("kclient: unknown client %q", cfg.Client)
+}
+
+// NewWriter returns the dead-letter writer of the client cfg.Client
+// names, dialling through dial. Both place a keyed record on the same
+// partition: FNV-1a of the key, as kafka-go's Hash balancer.
+func NewWriter(cfg Config, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (Writer, error) {
+	switch cfg.Client {
+	case KafkaGo:
+		return newKafkaGoWriter(cfg, dial), nil
+	case FranzGo:
+		return newFranzWriter(cfg, dial)
+	}
+	return nil, fmt.Errorf("kclient: unknown client %q", cfg.Client)
+}
+
+// leaveWait is how long the leave waits for the client to leave the
+// group: what is left until deadline, at least LeaveTimeout, at most
+// RebalanceTimeout + LeaveTimeout + FetchMaxWait (a join in flight ends
+// within the group's RebalanceTimeout: the broker answers it then at the
+// latest; a huge DrainTimeout whose drain a second signal skipped must
+// not leave the stop waiting here for it).
+func (c *Config) leaveWait(deadline time.Time) time.Duration {
+	return max(LeaveTimeout, min(time.Until(deadline), c.RebalanceTimeout+LeaveTimeout+c.FetchMaxWait))
+}
+
+// topicAnswer is what the brokers said of one topic asked about.
+type topicAnswer struct {
+	name       string
+	err        error
+	partitions int
+}
+
+// missingOf returns which of topics the answers do not show with
+// partitions; an answer's error other than unknown (the client's
+// UNKNOWN_TOPIC_OR_PARTITION) fails it.
+func missingOf(topics []string, answers []topicAnswer, unknown error) (map[string]bool, error) {
+	missing := map[string]bool{}
+	for _, t := range topics {
+		missing[t] = true
+	}
+	for _, a := range answers {
+		switch {
+		case a.err == nil && a.partitions > 0:
+			delete(missing, a.name)
+		case a.err != nil && !errors.Is(a.err, unknown):
+			return nil, fmt.Errorf("topic %s: %w", a.name, a.err)
+		}
+	}
+	return missing, nil
+}
+
+// recordTime returns a record's timestamp in UTC, or the zero time for
+// the -1 of a record without one.
+func recordTime(t time.Time) time.Time {
+	if t.UnixMilli() < 0 {
+		return time.Time{}
+	}
+	return t.UTC()
+}

@@ -1,0 +1,106 @@
+package kclient
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"maps"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/devbroker"
+)
+
+// TestMetadataAndProduce runs each client against an embedded broker
+// without a runtime: the topic check's Missing, the dead-letter Writer
+// and the lag sampler's Offsets, then Close with no membership.
+func TestMetadataAndProduce(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{KafkaGo, FranzGo} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b, err := devbroker.Start(devbroker.Config{Topics: []string{"orders"}, Partitions: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			cfg := Config{Client: name, Brokers: b.Addrs(), ClientID: "test", Group: "g",
+				SessionTimeout: 6 * time.Second, RebalanceTimeout: 6 * time.Second, FetchMaxWait: 100 * time.Millisecond,
+				FetchQueue: 10, Log: slog.New(slog.DiscardHandler), WarnFunc: warnNow, FetchErrorFunc: func(string) {}}
+			cl, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close(time.Now().Add(time.Second))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+
+			missing, err := cl.Missing(ctx, []string{"orders", "nope"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[string]bool{"nope": true}; !maps.Equal(missing, want) {
+				t.Errorf("missing %v, want %v", missing, want)
+			}
+
+			w, err := NewWriter(cfg, (&net.Dialer{}).DialContext)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs := []OutRecord{
+				{Topic: "orders", Key: []byte("k"), Value: []byte("a"), Headers: []handoff.Header{{Key: "h", Value: []byte{}}}},
+				{Topic: "orders", Key: []byte("k"), Value: []byte("b")},
+				{Topic: "orders", Key: []byte("k"), Value: nil},
+			}
+			if err := errors.Join(w.Write(ctx, recs)...); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			ps := []Partition{{"orders", 0}, {"orders", 1}}
+			offs, err := cl.Offsets(ctx, ps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// One key: all three on one partition, the other empty.
+			var total int64
+			for _, p := range ps {
+				r, ok := offs[p]
+				if !ok || r.First != 0 {
+					t.Errorf("%s: %+v (answered %v), want first offset 0", p, r, ok)
+				}
+				total += r.Last
+			}
+			if total != 3 || (offs[ps[0]].Last != 0 && offs[ps[1]].Last != 0) {
+				t.Errorf("high watermarks %v, want 3 records on one partition", offs)
+			}
+		})
+	}
+}
+
+// TestMissingOf: a topic is present when it is answered without an error
+// and with partitions; the client's unknown-topic error marks it
+// missing, any other error fails the check.
+func TestMissingOf(t *testing.T) {
+	t.Parallel()
+	unknown := errors.New("unknown topic")
+	other := errors.New("not authorized")
+	missing, err := missingOf([]string{"a", "b", "c", "d"}, []topicAnswer{
+		{name: "a", partitions: 3},
+		{name: "b", err: unknown},
+		{name: "c", partitions: 0},
+	}, unknown)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]bool{"b": true, "c": true, "d": true}; !maps.Equal(missing, want) {
+		t.Errorf("missing %v, want %v", missing, want)
+	}
+	if _, err := missingOf([]string{"a"}, []topicAnswer{{name: "a", err: other}}, unknown); !errors.Is(err, other) {
+		t.Errorf("an error other than unknown: %v", err)
+	}
+}
