@@ -12,7 +12,7 @@ import (
 
 // This file holds what the runtime tells a class's middleware about an
 // attempt: the chain built at New, and the outcome of each attempt once
-// the runtime has settled it.
+// the runtime has decided it.
 
 // chain composes a class's handler with the runtime's and the class's
 // middleware, the runtime's outermost, and reports whether there is any
@@ -113,13 +113,13 @@ type Outcome struct {
 // attempt's context: the runtime gives one to the handler chain of each
 // class that has middleware (Config.Middleware or Class.Middleware), and
 // to no other. Register before the chain returns. f is called once per
-// attempt, on the goroutine that settles the attempt (a worker's, or the
+// attempt, on the goroutine that decides the attempt (a worker's, or the
 // stop's for an interrupted one), after the state file write that the
 // outcome needs was tried: a failed write is logged, and the message is
 // then kept in memory or read again from Kafka, never lost. By then the
 // message's Attempt counts this attempt if it failed (Outcome.Attempt);
 // read what f needs of the message before the chain returns. f must be
-// quick and must not keep the message. When the attempt was settled
+// quick and must not keep the message. When the attempt was decided
 // already (a handler the hard stop gave up waiting for), f is called at
 // once.
 func OnOutcome(ctx context.Context, f func(Outcome)) bool {
@@ -128,7 +128,7 @@ func OnOutcome(ctx context.Context, f func(Outcome)) bool {
 		return false
 	}
 	a.mu.Lock()
-	if !a.settled {
+	if !a.told {
 		a.fns = append(a.fns, f)
 		a.mu.Unlock()
 		return true
@@ -157,7 +157,7 @@ func SetHeaders(ctx context.Context, m *handoff.Message, hs []handoff.Header) bo
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.settled {
+	if a.told {
 		return false
 	}
 	m.Headers = hs
@@ -177,11 +177,11 @@ type attemptKey struct{}
 type attempt struct {
 	context.Context
 	// msg is the item's envelope, whose copy the attempt's handler has.
-	msg     *handoff.Message
-	mu      sync.Mutex
-	fns     []func(Outcome)
-	settled bool
-	out     Outcome
+	msg  *handoff.Message
+	mu   sync.Mutex
+	fns  []func(Outcome)
+	told bool
+	out  Outcome
 }
 
 func (a *attempt) Value(key any) any {
@@ -191,14 +191,14 @@ func (a *attempt) Value(key any) any {
 	return a.Context.Value(key)
 }
 
-// settle tells the attempt's callbacks its outcome, once.
-func (a *attempt) settle(out Outcome) {
+// tell tells the attempt's callbacks its outcome, once.
+func (a *attempt) tell(out Outcome) {
 	a.mu.Lock()
-	if a.settled {
+	if a.told {
 		a.mu.Unlock()
 		return
 	}
-	a.settled = true
+	a.told = true
 	a.out = out
 	fns := a.fns
 	a.fns = nil
@@ -209,20 +209,20 @@ func (a *attempt) settle(out Outcome) {
 }
 
 // begin returns the context of a new attempt of it, kept in it until the
-// attempt is settled.
+// attempt's outcome is told.
 func (it *item) begin(ctx context.Context) context.Context {
 	a := &attempt{Context: ctx, msg: &it.msg}
 	it.attempt.Store(a)
 	return a
 }
 
-// settleAttempt tells the callbacks of it's attempt, if any, its outcome.
-func (it *item) settleAttempt(kind OutcomeKind, err error, wait time.Duration) {
+// tellOutcome tells the callbacks of it's attempt, if any, its outcome.
+func (it *item) tellOutcome(kind OutcomeKind, err error, wait time.Duration) {
 	a := it.attempt.Swap(nil)
 	if a == nil {
 		return
 	}
-	a.settle(Outcome{Kind: kind, Err: err, Wait: wait, Attempt: it.msg.Attempt})
+	a.tell(Outcome{Kind: kind, Err: err, Wait: wait, Attempt: it.msg.Attempt})
 }
 
 // attemptSlot is the item's field for its current attempt.

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -16,7 +17,7 @@ import (
 // class's handler, into the class's batcher. The batcher gathers the
 // messages that reach it into a batch, runs the BatchHandler once for
 // the batch, and hands each message its own error back, which the pool
-// then settles as the result of that message's attempt: retried in place,
+// then decides as the result of that message's attempt: retried in place,
 // redelivered, dead-lettered, interrupted by the stop, or done. So a
 // batch class has no retry, dead-letter, parking or stop logic of its
 // own.
@@ -62,7 +63,7 @@ func (c *Class) batchDefaults(bad func(string, ...any)) {
 //
 // As for any class, the chain and the BatchHandler get a copy of the
 // message of their own, which they may keep (see Runtime.handler).
-func (r *Runtime) joinBatch(ctx context.Context, c *class, it *item) error {
+func joinBatch(ctx context.Context, c *class, it *item) error {
 	m := it.msg
 	if !c.hooked {
 		return c.batch.add(ctx, it, &m)
@@ -101,9 +102,12 @@ var errBatchGoexit = errors.New("runtime: batch handler called runtime.Goexit")
 
 // batcher gathers one batch class's messages into batches.
 type batcher struct {
-	r     *Runtime
 	c     *class
+	log   *slog.Logger
 	calls chan struct{} // one token per batch call running: Workers
+	// metrics observes the calls; set by New once the metrics exist (nil
+	// records nothing).
+	metrics *metrics
 
 	mu    sync.Mutex
 	open  *batch // the batch filling, nil when none
@@ -119,8 +123,8 @@ type batch struct {
 	done  chan struct{}      // closed when errs are set
 }
 
-func newBatcher(r *Runtime, c *class) *batcher {
-	return &batcher{r: r, c: c, calls: make(chan struct{}, c.cfg.Workers)}
+func newBatcher(c *class, log *slog.Logger) *batcher {
+	return &batcher{c: c, log: log, calls: make(chan struct{}, c.cfg.Workers)}
 }
 
 // add puts it, as m, in the batch filling (starting one if none is) and
@@ -204,7 +208,7 @@ func (b *batcher) lead(ctx context.Context, bt *batch) {
 	err := b.call(ctx, bt)
 	<-b.calls
 	slot = false
-	b.settle(bt, err)
+	b.spread(bt, err)
 	called = true
 	close(bt.done)
 }
@@ -227,20 +231,20 @@ func (b *batcher) call(ctx context.Context, bt *batch) (err error) {
 		if v != nil {
 			stack := debug.Stack()
 			err = &handoff.PanicError{Value: v, Stack: stack}
-			b.r.log.Error("batch handler panicked", "class", c.cfg.Name, "batch", len(msgs), "err", err, "stack", string(stack))
+			b.log.Error("batch handler panicked", "class", c.cfg.Name, "batch", len(msgs), "err", err, "stack", string(stack))
 		}
 		d := time.Since(began)
 		c.svc.observe(d / time.Duration(len(msgs)))
-		b.r.metrics.observeHandler(c.index, outcomeOf(ctx, v != nil, err), d)
-		b.r.metrics.observeBatch(c.index, len(msgs))
+		b.metrics.observeHandler(c.index, callEndOf(ctx, v != nil, err), d)
+		b.metrics.observeBatch(c.index, len(msgs))
 	}()
 	return c.cfg.BatchHandler(ctx, msgs)
 }
 
-// settle turns the call's error into each message's result: nil, every
+// spread turns the call's error into each message's result: nil, every
 // message done; a *handoff.BatchError, its entries failed and the rest
 // done; any other error, every message failed with it.
-func (b *batcher) settle(bt *batch, err error) {
+func (b *batcher) spread(bt *batch, err error) {
 	var be *handoff.BatchError
 	switch {
 	case err == nil:
@@ -248,7 +252,7 @@ func (b *batcher) settle(bt *batch, err error) {
 		for i, e := range be.Failed {
 			if i < 0 || i >= len(bt.errs) {
 				if e != nil {
-					b.r.log.Error("batch handler failed a message outside its batch; ignored", "class", b.c.cfg.Name,
+					b.log.Error("batch handler failed a message outside its batch; ignored", "class", b.c.cfg.Name,
 						"index", i, "batch", len(bt.errs), "err", e)
 				}
 				continue

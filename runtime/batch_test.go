@@ -108,7 +108,7 @@ func TestBatchOneFails(t *testing.T) {
 	submitN(t, rt, 100, 100)
 	// Running counts a message once its pool goroutine starts, a moment
 	// before it joins the batch: wait for the batch itself to hold 100.
-	bt := rt.classes["beats"].batch
+	bt := rt.classes.byName["beats"].batch
 	waitFor(t, "a full batch", func() bool {
 		bt.mu.Lock()
 		defer bt.mu.Unlock()
@@ -417,7 +417,7 @@ func TestBatchMetrics(t *testing.T) {
 	submitN(t, rt, 40, 40)
 	// The pool has (Workers+1)×MaxBatch = 40 goroutines: the first call,
 	// a full batch waiting for the call slot, 19 filling, 1 queued.
-	bt := rt.classes["beats"].batch
+	bt := rt.classes.byName["beats"].batch
 	waitFor(t, "two batches behind the first", func() bool {
 		bt.mu.Lock()
 		defer bt.mu.Unlock()
@@ -500,7 +500,7 @@ func TestBatchMiddleware(t *testing.T) {
 	cfg.Middleware = []handoff.Middleware{observe}
 	rt, wait := startWarmed(t, cfg, &handoff.Message{ID: "warm", Value: []byte("w")}, warm)
 	submitN(t, rt, 10, 10)
-	bt := rt.classes["beats"].batch
+	bt := rt.classes.byName["beats"].batch
 	waitFor(t, "a full batch behind the first", func() bool {
 		bt.mu.Lock()
 		defer bt.mu.Unlock()

@@ -41,7 +41,7 @@ func BenchmarkDeadLetters(b *testing.B) {
 		}
 		// Count through the result path: dead letters are written before
 		// the pool reports the item done.
-		waitFor(b, "every dead letter written", func() bool { return rt.total(outDeadLettered) >= n })
+		waitFor(b, "every dead letter written", func() bool { return rt.tally.total(evDeadLettered) >= n })
 		took += time.Since(began)
 		total += n
 		rt.Shutdown(context.Background())

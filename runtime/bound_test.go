@@ -91,8 +91,8 @@ func TestStopIdleBounded(t *testing.T) {
 			waitFor(t, "everything handled", func() bool { return handled.Load() == int64(produced) })
 			waitFor(t, "everything committed", func() bool { return b.committed() == int64(produced) })
 			rep, took := timedStop(t, rt, wait)
-			if took > rt.stopBudget() {
-				t.Errorf("idle stop took %s, budget %s", took, rt.stopBudget())
+			if took > rt.cfg.stopBudget() {
+				t.Errorf("idle stop took %s, budget %s", took, rt.cfg.stopBudget())
 			}
 			if rep.Snapshotted != 0 || rep.Drained != 0 {
 				t.Errorf("idle stop drained %d, saved %d", rep.Drained, rep.Snapshotted)

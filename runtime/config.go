@@ -277,7 +277,7 @@ type Class struct {
 	// BatchHandler, instead of Handler, handles up to MaxBatch messages
 	// in one call (a bulk insert). Each message still has its own
 	// attempts, retries, dead letter, parking and stop: a batch's result
-	// settles its messages one by one, as documented on
+	// decides each of its messages on its own, as documented on
 	// [handoff.BatchHandlerFunc] and in the package doc under Batches.
 	BatchHandler handoff.BatchHandlerFunc
 

@@ -3,38 +3,105 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
+// failuresConfig is what the failures component is built from.
+type failuresConfig struct {
+	state   *stateFile
+	tally   *tally
+	classes map[string]*class // a dead letter's class, for its requeue
+	// accepting says whether a requeue may start (false before Run and
+	// from the start of the stop).
+	accepting *atomic.Bool
+	// publish queues a dead letter for its class's DeadLetterTopic.
+	publish func(c *class, rec snapshot.Record)
+	// wake tells the scheduler a delayed record due at due was written.
+	wake func(due time.Time)
+	log  *slog.Logger
+}
+
+// failures is what happens to a message that failed for good or for
+// now: it becomes a dead letter (deadLetter) or a delayed redelivery
+// (redeliver, delayed.go), a dead letter is requeued or discarded, a
+// saved message of a class no longer configured becomes a dead letter
+// (orphan), and a submitted message whose save failed is kept and saved
+// again (unsaved.go). Its methods are safe for concurrent use.
+type failures struct {
+	cfg      failuresConfig
+	requeues requeues // dead letters claimed by a requeue or a discard
+	unsaved  unsaved  // submitted messages whose save failed
+	orphans  orphans  // saved messages of unknown classes, logged as one line at start (rename.go)
+}
+
+func newFailures(cfg failuresConfig) *failures {
+	return &failures{cfg: cfg, unsaved: unsaved{added: make(chan struct{}, 1)}}
+}
+
+// save saves a failed message for its delayed redelivery or as a dead
+// letter, and reports whether the write succeeded.
+func (f *failures) save(c *class, it *item, err error) bool {
+	it.unsaved = false
+	if it.verdict == redeliverLater {
+		f.redeliver(c, it, err)
+	} else {
+		f.deadLetter(c, it, err)
+	}
+	return !it.unsaved
+}
+
 // deadLetter saves a failed message as a dead letter and, in an ordered
 // class, parks its key.
-func (r *Runtime) deadLetter(c *class, it *item, herr error) {
+func (f *failures) deadLetter(c *class, it *item, herr error) {
 	rec := it.record(reasonFailed, herr, time.Now())
 	if it.src == fromDead {
 		// A requeued dead letter failed again: update it in place.
-		if !r.moveTo(it, "update dead letter", func(tx *snapshot.Tx) error { return tx.PutDead(it.key, rec) }) {
+		if !f.cfg.state.moveTo(it, "update dead letter", func(tx *snapshot.Tx) error { return tx.PutDead(it.key, rec) }) {
 			return
 		}
-	} else if !r.moveTo(it, "save dead letter", func(tx *snapshot.Tx) error { _, err := tx.SaveDead(rec); return err }) {
+	} else if !f.cfg.state.moveTo(it, "save dead letter", func(tx *snapshot.Tx) error { _, err := tx.SaveDead(rec); return err }) {
 		return
 	}
-	r.deadLettered(c, it, rec, herr)
+	f.deadLettered(c, it, rec, herr)
 }
 
 // deadLettered is what follows a dead letter's save: it is counted and
 // logged, its key blocked in an ordered class, and it is published.
-func (r *Runtime) deadLettered(c *class, it *item, rec snapshot.Record, herr error) {
-	r.inc(c, outDeadLettered)
-	r.log.Warn("message became a dead letter", "class", c.cfg.Name, "id", it.msg.ID,
+func (f *failures) deadLettered(c *class, it *item, rec snapshot.Record, herr error) {
+	f.cfg.tally.inc(c, evDeadLettered)
+	f.cfg.log.Warn("message became a dead letter", "class", c.cfg.Name, "id", it.msg.ID,
 		"attempt", it.msg.Attempt, "err", herr)
 	if c.cfg.Ordered {
-		r.block(c, it)
+		c.keys.block(it)
 	}
-	r.dlq.publish(c, rec)
+	f.cfg.publish(c, rec)
+}
+
+// orphan makes a saved message whose class is not configured a dead
+// letter, removing its record with del in the same transaction.
+func (f *failures) orphan(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool {
+	rec.Reason = reasonUnknown
+	rec.Err = fmt.Sprintf("runtime: class %q is not configured", rec.Message.Class)
+	rec.SavedAt = time.Now()
+	err := f.cfg.state.store.Update(func(tx *snapshot.Tx) error {
+		if _, err := tx.SaveDead(rec); err != nil {
+			return err
+		}
+		return del(tx)
+	})
+	if err != nil {
+		f.cfg.log.Error("message of unknown class not dead-lettered", "class", rec.Message.Class, "id", rec.Message.ID, "err", err)
+		return false
+	}
+	f.cfg.tally.inc(nil, evDeadLettered)
+	f.orphans.add(f.cfg.log, rec.Message)
+	return true
 }
 
 // DeadLetter is a message that failed for good, as the state file keeps it.
@@ -66,7 +133,33 @@ func deadLetterOf(e snapshot.Entry) DeadLetter {
 // when there is none). It reads the state file and needs a running
 // runtime; it does not wait for handlers.
 func (r *Runtime) DeadLetters(class string, after Cursor, limit int) ([]DeadLetter, Cursor, error) {
-	st, err := r.listing("dead letters", limit)
+	return r.fail.list(class, after, limit)
+}
+
+// GetDeadLetter returns one dead letter, or an error wrapping ErrNotFound.
+func (r *Runtime) GetDeadLetter(key uint64) (DeadLetter, error) { return r.fail.get(key) }
+
+// Requeue hands a dead letter back to its class's pool with its attempt
+// count reset. Its record is removed only once it is handled; if it fails
+// for good again the record is updated. In an ordered class its key's
+// parked messages run after it succeeds. Requeue blocks while the pool is
+// full, until ctx ends. It returns an error wrapping [ErrRequeued] while
+// the same dead letter's requeue has not finished (or its discard is
+// being written), [ErrNotFound] once it is gone (a requeue of it
+// succeeded, or it was discarded), and [ErrNotRunning] once the stop has
+// begun. Concurrent and repeated Requeues of one dead letter run it once.
+func (r *Runtime) Requeue(ctx context.Context, key uint64) error { return r.fail.requeue(ctx, key) }
+
+// Discard deletes a dead letter. In an ordered class its key's parked
+// messages are released. It writes the state file once (one fsync) and
+// returns ctx's error without writing when ctx has ended; the write
+// itself is not interrupted. It returns an error wrapping [ErrRequeued]
+// while the dead letter's requeue has not finished.
+func (r *Runtime) Discard(ctx context.Context, key uint64) error { return r.fail.discard(ctx, key) }
+
+// list is [Runtime.DeadLetters].
+func (f *failures) list(class string, after Cursor, limit int) ([]DeadLetter, Cursor, error) {
+	st, err := listing(f.cfg.state, "dead letters", limit)
 	if err != nil {
 		return nil, "", err
 	}
@@ -87,9 +180,9 @@ func (r *Runtime) DeadLetters(class string, after Cursor, limit int) ([]DeadLett
 	return out, deadCursor(next), nil
 }
 
-// GetDeadLetter returns one dead letter, or an error wrapping ErrNotFound.
-func (r *Runtime) GetDeadLetter(key uint64) (DeadLetter, error) {
-	st, err := r.openStore()
+// get is [Runtime.GetDeadLetter].
+func (f *failures) get(key uint64) (DeadLetter, error) {
+	st, err := f.cfg.state.get()
 	if err != nil {
 		return DeadLetter{}, err
 	}
@@ -105,80 +198,68 @@ func (r *Runtime) GetDeadLetter(key uint64) (DeadLetter, error) {
 	return deadLetterOf(snapshot.Entry{Key: key, Record: rec}), nil
 }
 
-// Requeue hands a dead letter back to its class's pool with its attempt
-// count reset. Its record is removed only once it is handled; if it fails
-// for good again the record is updated. In an ordered class its key's
-// parked messages run after it succeeds. Requeue blocks while the pool is
-// full, until ctx ends. It returns an error wrapping [ErrRequeued] while
-// the same dead letter's requeue has not finished (or its discard is
-// being written), [ErrNotFound] once it is gone (a requeue of it
-// succeeded, or it was discarded), and [ErrNotRunning] once the stop has
-// begun. Concurrent and repeated Requeues of one dead letter run it once.
-func (r *Runtime) Requeue(ctx context.Context, key uint64) error {
+// requeue is [Runtime.Requeue].
+func (f *failures) requeue(ctx context.Context, key uint64) error {
 	// Claim the dead letter before reading it: a requeue of it that ends
 	// now deletes its record before it lets go of the claim, so what is
 	// read under the claim is not a record already done. (Read first, the
 	// record could be one whose requeue succeeded in between, and the
 	// message would run twice.)
-	if !r.requeues.start(key) {
+	if !f.requeues.start(key) {
 		return fmt.Errorf("%w: dead letter %d", ErrRequeued, key)
 	}
-	dl, err := r.GetDeadLetter(key)
+	dl, err := f.get(key)
 	if err != nil {
-		r.requeues.finish(key)
+		f.requeues.finish(key)
 		return err
 	}
-	c := r.classes[dl.Message.Class]
+	c := f.cfg.classes[dl.Message.Class]
 	if c == nil {
-		r.requeues.finish(key)
+		f.requeues.finish(key)
 		return fmt.Errorf("%w: dead letter %d has class %q", ErrUnknownClass, key, dl.Message.Class)
 	}
-	if !r.accepting.Load() {
-		r.requeues.finish(key)
+	if !f.cfg.accepting.Load() {
+		f.requeues.finish(key)
 		return ErrNotRunning
 	}
 	it := &item{msg: dl.Message, src: fromDead, key: key}
 	it.msg.Attempt = 0
 	if c.cfg.Ordered {
-		r.block(c, it) // it is its key's blocker; it may run
+		c.keys.block(it) // it is its key's blocker; it may run
 	}
 	if err := c.pool.Submit(ctx, it); err != nil {
-		r.requeues.finish(key)
+		f.requeues.finish(key)
 		return fmt.Errorf("runtime: requeue dead letter %d: %w", key, err)
 	}
-	r.inc(c, outRequeued)
-	r.log.Info("dead letter requeued", "class", c.cfg.Name, "id", dl.Message.ID, "key", key)
+	f.cfg.tally.inc(c, evRequeued)
+	f.cfg.log.Info("dead letter requeued", "class", c.cfg.Name, "id", dl.Message.ID, "key", key)
 	return nil
 }
 
-// Discard deletes a dead letter. In an ordered class its key's parked
-// messages are released. It writes the state file once (one fsync) and
-// returns ctx's error without writing when ctx has ended; the write
-// itself is not interrupted. It returns an error wrapping [ErrRequeued]
-// while the dead letter's requeue has not finished.
-func (r *Runtime) Discard(ctx context.Context, key uint64) error {
+// discard is [Runtime.Discard].
+func (f *failures) discard(ctx context.Context, key uint64) error {
 	// Claimed like a requeue, for the same reason, and so that a Requeue
 	// cannot hand the record to its pool between our read and our delete
 	// (its message would run, and its key be released under it).
-	if !r.requeues.start(key) {
+	if !f.requeues.start(key) {
 		return fmt.Errorf("%w: dead letter %d", ErrRequeued, key)
 	}
-	defer r.requeues.finish(key)
-	dl, err := r.GetDeadLetter(key)
+	defer f.requeues.finish(key)
+	dl, err := f.get(key)
 	if err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("runtime: discard dead letter %d: %w", key, err)
 	}
-	if err := r.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(key) }); err != nil {
+	if err := f.cfg.state.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(key) }); err != nil {
 		return fmt.Errorf("runtime: discard dead letter %d: %w", key, err)
 	}
-	c := r.classes[dl.Message.Class]
-	r.inc(c, outDiscarded)
-	r.log.Info("dead letter discarded", "class", dl.Message.Class, "id", dl.Message.ID, "key", key)
+	c := f.cfg.classes[dl.Message.Class]
+	f.cfg.tally.inc(c, evDiscarded)
+	f.cfg.log.Info("dead letter discarded", "class", dl.Message.Class, "id", dl.Message.ID, "key", key)
 	if c != nil && c.cfg.Ordered {
-		r.unblockKey(c, dl.Message.Key, dl.Message.ID)
+		c.keys.unblock(dl.Message.Key, dl.Message.ID)
 	}
 	return nil
 }

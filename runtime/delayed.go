@@ -13,14 +13,14 @@ import (
 // Messages that wait in the state file's delayed bucket for their due
 // time come from three places: a failed message's persisted redelivery
 // (redeliver), a Kafka record whose HeaderDeliverAt is in the future
-// (deferDelivery) and Runtime.Schedule. The scheduler (scheduler.go)
-// hands them to their pools when due.
+// (scheduler.deferDelivery) and Runtime.Schedule. The scheduler
+// (scheduler.go) hands them to their pools when due.
 
 // redeliver stores a failed message for a delayed redelivery. When a
 // message with its ID was scheduled meanwhile (the ID of a message in a
 // pool may be scheduled again), that one wins and this one becomes a dead
 // letter, saying so, rather than be dropped.
-func (r *Runtime) redeliver(c *class, it *item, herr error) {
+func (f *failures) redeliver(c *class, it *item, herr error) {
 	it.redeliveries++
 	now := time.Now()
 	due := now.Add(it.wait)
@@ -40,34 +40,34 @@ func (r *Runtime) redeliver(c *class, it *item, herr error) {
 		_, err = tx.SaveDead(dead)
 		return err
 	}
-	if !r.moveTo(it, "save delayed redelivery", save) {
+	if !f.cfg.state.moveTo(it, "save delayed redelivery", save) {
 		it.redeliveries--
 		return
 	}
 	if superseded {
 		it.redeliveries--
-		r.deadLettered(c, it, dead, herr)
+		f.deadLettered(c, it, dead, herr)
 		return
 	}
-	r.inc(c, outRedelivered)
-	r.log.Info("message failed; redelivery scheduled", "class", c.cfg.Name, "id", it.msg.ID,
+	f.cfg.tally.inc(c, evRedelivered)
+	f.cfg.log.Info("message failed; redelivery scheduled", "class", c.cfg.Name, "id", it.msg.ID,
 		"attempt", it.msg.Attempt, "redelivery", it.redeliveries, "due", due, "err", herr)
 	if c.cfg.Ordered {
-		r.block(c, it)
+		c.keys.block(it)
 	}
-	r.sched.wake(due)
+	f.cfg.wake(due)
 }
 
 // deferDelivery stores a Kafka message whose header asks for a later
 // delivery, and reports whether it did; if not, the message runs now
 // rather than wait in memory.
-func (r *Runtime) deferDelivery(c *class, it *item, at time.Time) bool {
+func (s *scheduler) deferDelivery(c *class, it *item, at time.Time) bool {
 	rec := it.record(reasonScheduled, nil, time.Now())
-	if !r.moveTo(it, "save delayed message", func(tx *snapshot.Tx) error { return saveDelayed(tx, at, rec) }) {
+	if !s.cfg.state.moveTo(it, "save delayed message", func(tx *snapshot.Tx) error { return saveDelayed(tx, at, rec) }) {
 		return false
 	}
-	r.inc(c, outDeferred)
-	r.sched.wake(at)
+	s.cfg.tally.inc(c, evDeferred)
+	s.wake(at)
 	return true
 }
 
@@ -100,16 +100,21 @@ func (r *Runtime) Schedule(ctx context.Context, class string, m *handoff.Message
 	if !at.After(time.Now()) {
 		return r.Submit(ctx, class, m)
 	}
+	return r.sched.schedule(c, msg, at)
+}
+
+// schedule stores msg of class c, due at at; see [Runtime.Schedule].
+func (s *scheduler) schedule(c *class, msg handoff.Message, at time.Time) error {
 	rec := snapshot.Record{Message: msg, Reason: reasonScheduled, SavedAt: time.Now()}
 	var added []bool
 	var replaced snapshot.DelayedKey
-	err = r.store.Batch(func(tx *snapshot.Tx) error {
+	err := s.cfg.state.store.Batch(func(tx *snapshot.Tx) error {
 		replaced = nil
 		old, ok, err := tx.DelayedKeyOf(msg.ID)
 		if err != nil {
 			return err
 		}
-		if ok && r.sched.handedOver(old) {
+		if ok && s.handedOver(old) {
 			// Its message is in a pool, or done and its record not yet
 			// deleted: the ID is not waiting. The record goes now rather
 			// than when the message is done.
@@ -122,12 +127,12 @@ func (r *Runtime) Schedule(ctx context.Context, class string, m *handoff.Message
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("runtime: schedule %s to class %q: %w", m.ID, class, err)
+		return fmt.Errorf("runtime: schedule %s to class %q: %w", msg.ID, c.cfg.Name, err)
 	}
-	r.sched.forget(replaced)
+	s.forget(replaced)
 	if added[0] {
-		r.inc(c, outScheduled)
-		r.sched.wake(at)
+		s.cfg.tally.inc(c, evScheduled)
+		s.wake(at)
 	}
 	return nil
 }
@@ -157,7 +162,12 @@ type DelayedMessage struct {
 // cursor of the next page (zero when this page is the last). It reads the
 // state file and needs a running runtime.
 func (r *Runtime) Delayed(after Cursor, limit int) ([]DelayedMessage, Cursor, error) {
-	st, err := r.listing("delayed messages", limit)
+	return r.sched.list(after, limit)
+}
+
+// list is [Runtime.Delayed].
+func (s *scheduler) list(after Cursor, limit int) ([]DelayedMessage, Cursor, error) {
+	st, err := listing(s.cfg.state, "delayed messages", limit)
 	if err != nil {
 		return nil, "", err
 	}

@@ -226,7 +226,7 @@ func TestRequeueAndDiscard(t *testing.T) {
 	if v := <-handled; v != "c5" {
 		t.Fatalf("handled %s; a and b should be parked", v)
 	}
-	waitFor(t, "parking", func() bool { return rt.total(outParked) == 3 })
+	waitFor(t, "parking", func() bool { return rt.tally.total(evParked) == 3 })
 	keys, err := rt.ParkedKeys()
 	if err != nil || len(keys) != 2 || keys[0].Count+keys[1].Count != 3 {
 		t.Fatalf("parked keys %+v %v", keys, err)
@@ -306,7 +306,7 @@ func TestParkedSurviveRestart(t *testing.T) {
 	rt, _ := newRuntime(cfg)
 	wait := start(t, rt, context.Background())
 	<-handled // v0
-	waitFor(t, "parking", func() bool { return rt.total(outParked) == 3 })
+	waitFor(t, "parking", func() bool { return rt.tally.total(evParked) == 3 })
 	rt.Shutdown(context.Background())
 	if _, err := wait(); err != nil {
 		t.Fatal(err)
@@ -367,7 +367,7 @@ func TestDeadLetterTopic(t *testing.T) {
 func deadLetterHeaders(t *testing.T, b *bundle, cfg Config) map[string]string {
 	t.Helper()
 	rt, wait := startNew(t, cfg)
-	waitFor(t, "published", func() bool { return rt.total(outPublished) == 1 })
+	waitFor(t, "published", func() bool { return rt.tally.total(evPublished) == 1 })
 	stopAndWait(t, rt, wait)
 	rd := kafka.NewReader(kafka.ReaderConfig{Brokers: b.broker.Addrs(), Topic: "orders-dlq", Partition: 0, MaxWait: 100 * time.Millisecond})
 	defer rd.Close()
@@ -409,7 +409,7 @@ func TestOfflineRequeueRunsFirst(t *testing.T) {
 	rt, _ := newRuntime(cfg)
 	wait := start(t, rt, context.Background())
 	<-handled
-	waitFor(t, "parking", func() bool { return rt.total(outParked) == 2 })
+	waitFor(t, "parking", func() bool { return rt.tally.total(evParked) == 2 })
 	rt.Shutdown(context.Background())
 	if _, err := wait(); err != nil {
 		t.Fatal(err)

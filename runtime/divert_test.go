@@ -69,7 +69,7 @@ func TestDivertedAtHardStop(t *testing.T) {
 			}
 			diverting := make(chan struct{})
 			var once sync.Once
-			rt.testHookDiverted = func(ctx context.Context) {
+			rt.handling.testHookDiverted = func(ctx context.Context) {
 				once.Do(func() { close(diverting) })
 				<-ctx.Done() // returns only once the hard stop cancelled it
 			}

@@ -104,7 +104,7 @@
 //     message comes up only once the previous one's result is in, so a
 //     batch holds at most one message per key: per-key order holds, and a
 //     key's failure parks its later messages before any of them runs.
-//   - How the result settles the messages: nil, every message is done; a
+//   - How the result decides the messages: nil, every message is done; a
 //     [handoff.BatchError], the messages it names fail, each with its own
 //     error, and the others are done; any other error (a panic included)
 //     fails every message with it. Each failed message then goes its own

@@ -155,7 +155,7 @@ func TestRedelivery(t *testing.T) {
 	wait := start(t, rt, context.Background())
 	<-runs
 	<-runs // two attempts in place, then stored for redelivery
-	waitFor(t, "redelivery stored", func() bool { return rt.total(outRedelivered) == 1 })
+	waitFor(t, "redelivery stored", func() bool { return rt.tally.total(evRedelivered) == 1 })
 	close(stored)
 	rt.Shutdown(context.Background())
 	rep, err := wait()
@@ -172,7 +172,7 @@ func TestRedelivery(t *testing.T) {
 	wait2 := start(t, rt2, context.Background())
 	first := <-runs  // redelivery 1 (due 300ms after the failure)
 	second := <-runs // redelivery 2, 600ms later
-	waitFor(t, "dead letter", func() bool { return rt2.total(outDeadLettered) == 1 })
+	waitFor(t, "dead letter", func() bool { return rt2.tally.total(evDeadLettered) == 1 })
 	rt2.Shutdown(context.Background())
 	if _, err := wait2(); err != nil {
 		t.Fatal(err)
@@ -217,7 +217,7 @@ func TestHandlerTimeout(t *testing.T) {
 			t.Errorf("cause %v", c)
 		}
 	}
-	waitFor(t, "dead letter", func() bool { return rt.total(outDeadLettered) == 1 })
+	waitFor(t, "dead letter", func() bool { return rt.tally.total(evDeadLettered) == 1 })
 	rt.Shutdown(context.Background())
 	if rep, err := wait(); err != nil || rep.Retried != 1 || rep.Interrupted != 0 {
 		t.Fatalf("%v %v", rep, err)

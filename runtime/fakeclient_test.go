@@ -360,7 +360,7 @@ func fakeStop(t *testing.T, f *fakeClient, before func()) (*Report, error, time.
 	// The stop's budget, what the leave gives a client's Close beyond
 	// it, and a second for what follows the leave (the publisher, the
 	// state file's close).
-	if limit := rt.stopBudget() + rt.kafka.closeGrace() + time.Second; took > limit {
+	if limit := rt.cfg.stopBudget() + rt.kafka.closeGrace() + time.Second; took > limit {
 		t.Errorf("the stop took %s, beyond its budget and the client's close grace (%s)", took, limit)
 	}
 	return rep, err, took

@@ -15,7 +15,8 @@ import (
 // to the Runtime.
 type feeder struct {
 	// mayFetchFunc reports whether class c may fetch (not suspended nor
-	// paused), waiting while it may not, until ctx ends (suspend.go).
+	// paused), waiting while it may not, until ctx ends (its hold,
+	// runtime/internal/hold).
 	mayFetchFunc func(ctx context.Context, c *class) bool
 	// classFunc returns the class consuming topic, nil for none.
 	classFunc func(topic string) *class

@@ -396,13 +396,14 @@ func (g *generation) revoke(trs []*tracker) (given, left int) {
 // classes and functions.
 func (r *Runtime) newConsumer() *consumer {
 	cfg := &r.cfg
-	classFunc := func(topic string) *class { return r.byTopic[topic] }
-	f := &feeder{mayFetchFunc: r.mayFetch, classFunc: classFunc, items: &r.items, epoch: r.epoch}
+	classFunc := func(topic string) *class { return r.classes.byTopic[topic] }
+	mayFetch := func(ctx context.Context, c *class) bool { return c.hold.MayFetch(ctx) }
+	f := &feeder{mayFetchFunc: mayFetch, classFunc: classFunc, items: &r.items, epoch: r.epoch}
 	return newConsumer(consumerConfig{
 		log: r.log, logs: r.logs, metrics: r.metrics, group: cfg.Group,
 		commitInterval: cfg.CommitInterval, revokeTimeout: cfg.RevokeTimeout,
 		startLast: cfg.StartOffset == StartLast,
-		classes:   cfg.Classes, topics: r.topics,
+		classes:   cfg.Classes, topics: r.classes.topics,
 		kafka: kclient.Config{
 			Client: string(cfg.Client), Brokers: cfg.Brokers, ClientID: cfg.ClientID, Group: cfg.Group,
 			Instance: cfg.staticID, SessionTimeout: cfg.SessionTimeout, RebalanceTimeout: cfg.RebalanceTimeout,
@@ -413,7 +414,7 @@ func (r *Runtime) newConsumer() *consumer {
 		classFunc:    classFunc,
 		giveBackFunc: r.giveBack,
 		monoFunc:     r.mono,
-		joinedFunc:   func() { r.joined.Store(true) },
+		joinedFunc:   func() { r.ready.joined.Store(true) },
 		alive:        &r.alive,
 	})
 }
@@ -424,7 +425,7 @@ func (r *Runtime) newConsumer() *consumer {
 func (r *Runtime) giveBack(mine func(*tracker) bool) int {
 	match := func(it *item) bool { return it.isKafka() && mine(it.tr) }
 	given := 0
-	for _, c := range r.order {
+	for _, c := range r.classes.order {
 		if len(c.cfg.Topics) == 0 {
 			continue
 		}

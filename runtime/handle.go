@@ -3,9 +3,12 @@ package runtime
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/runtime/internal/deletes"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -13,24 +16,49 @@ import (
 // class: handler runs it, retry decides after a failed attempt whether
 // to retry in place, result settles it once it leaves the pool.
 
+// handlingConfig is what the message's way through a pool is built from.
+type handlingConfig struct {
+	state   *stateFile
+	deletes *deletes.Queue
+	tally   *tally
+	fail    *failures
+	sched   *scheduler
+	// items recycles the items of fetched Kafka messages: result puts
+	// them back.
+	items *sync.Pool
+	log   *slog.Logger
+}
+
+// handling makes every pool's Handler, RetryFunc and ResultFunc: the
+// handler wrapper and the result path of every class.
+type handling struct {
+	cfg handlingConfig
+	// metrics observes the handler calls; set by New once the metrics
+	// exist (nil records nothing).
+	metrics *metrics
+	// testHookDiverted, when set by a test, runs in the handler wrapper
+	// after it saved a message elsewhere, before it returns.
+	testHookDiverted func(ctx context.Context)
+}
+
 // handler wraps a class's handler: it defers messages whose header asks
 // for later delivery, parks messages of a blocked key, and bounds the call
 // of the middleware chain (attempt.go) by the class's Timeout.
-func (r *Runtime) handler(c *class) func(context.Context, *item) error {
+func (h *handling) handler(c *class) func(context.Context, *item) error {
 	return func(ctx context.Context, it *item) error {
-		r.starting(c, it)
+		c.hold.Starting(it)
 		if it.deferrable() {
 			if at, ok, err := deliverAt(&it.msg); err != nil {
 				return err // permanent: a dead letter
-			} else if ok && at.After(time.Now()) && r.deferDelivery(c, it, at) {
-				return r.diverted(ctx, it)
+			} else if ok && at.After(time.Now()) && h.cfg.sched.deferDelivery(c, it, at) {
+				return h.diverted(ctx, it)
 			}
 		}
-		if c.cfg.Ordered && !r.gate(c, it) {
-			return r.diverted(ctx, it)
+		if c.cfg.Ordered && !c.keys.gate(it) {
+			return h.diverted(ctx, it)
 		}
 		if c.batch != nil {
-			return r.joinBatch(ctx, c, it) // batch.go
+			return joinBatch(ctx, c, it) // batch.go
 		}
 		if c.cfg.Timeout > 0 {
 			var cancel context.CancelFunc
@@ -44,23 +72,23 @@ func (r *Runtime) handler(c *class) func(context.Context, *item) error {
 		// handler may keep, and through which it cannot change the
 		// item's (runtime.SetHeaders changes both).
 		m := it.msg
-		if r.metrics == nil && !sample(it) {
+		if h.metrics == nil && !sample(it) {
 			return c.handle(ctx, &m)
 		}
-		return r.timedCall(ctx, c, &m)
+		return h.timedCall(ctx, c, &m)
 	}
 }
 
 // timedCall calls the class's handler, feeds its time to the drain
 // estimate and, with metrics, to the histogram under its outcome; a panic
 // is observed on its way up to the pool, which recovers it.
-func (r *Runtime) timedCall(ctx context.Context, c *class, m *handoff.Message) (err error) {
+func (h *handling) timedCall(ctx context.Context, c *class, m *handoff.Message) (err error) {
 	began := time.Now()
 	returned := false
 	defer func() {
 		d := time.Since(began)
 		c.svc.observe(d)
-		r.metrics.observeHandler(c.index, outcomeOf(ctx, !returned, err), d)
+		h.metrics.observeHandler(c.index, callEndOf(ctx, !returned, err), d)
 	}()
 	err = c.handle(ctx, m)
 	returned = true
@@ -71,10 +99,10 @@ func (r *Runtime) timedCall(ctx context.Context, c *class, m *handoff.Message) (
 // saved elsewhere (parked, or delayed by its header) and settled: the
 // pool reports it as interrupted when the hard stop's cancel came first,
 // and the stop must then neither save nor count it.
-func (r *Runtime) diverted(ctx context.Context, it *item) error {
+func (h *handling) diverted(ctx context.Context, it *item) error {
 	it.diverted.Store(true)
-	if r.testHookDiverted != nil {
-		r.testHookDiverted(ctx)
+	if h.testHookDiverted != nil {
+		h.testHookDiverted(ctx)
 	}
 	return errDiverted
 }
@@ -82,13 +110,13 @@ func (r *Runtime) diverted(ctx context.Context, it *item) error {
 // retry is every pool's RetryFunc: it counts the failed attempt and
 // decides between a retry in place (returned to the pool) and what result
 // does next.
-func (r *Runtime) retry(c *class) func(*item, error) (time.Duration, bool) {
+func (h *handling) retry(c *class) func(*item, error) (time.Duration, bool) {
 	return func(it *item, err error) (time.Duration, bool) {
 		if errors.Is(err, errDiverted) {
 			return 0, false
 		}
-		if r.heldFailure(c, it, err) {
-			it.settleAttempt(OutcomeHeld, err, 0)
+		if c.hold.Failed(it, err) {
+			it.tellOutcome(OutcomeHeld, err, 0)
 			return 0, true // not counted; it waits in the held pool
 		}
 		now := time.Now()
@@ -98,9 +126,9 @@ func (r *Runtime) retry(c *class) func(*item, error) (time.Duration, bool) {
 		}
 		it.verdict, it.wait = c.cfg.Retry.decide(err, it.msg.Attempt, it.redeliveries, it.firstFailed, now, nil)
 		if it.verdict == retryInPlace {
-			it.settleAttempt(OutcomeRetried, err, it.wait)
-			r.inc(c, outRetried)
-			r.log.Debug("handler failed; retrying in place", "class", c.cfg.Name, "id", it.msg.ID,
+			it.tellOutcome(OutcomeRetried, err, it.wait)
+			h.cfg.tally.inc(c, evRetried)
+			h.cfg.log.Debug("handler failed; retrying in place", "class", c.cfg.Name, "id", it.msg.ID,
 				"attempt", it.msg.Attempt, "wait", it.wait, "err", err)
 			return it.wait, true
 		}
@@ -110,111 +138,88 @@ func (r *Runtime) retry(c *class) func(*item, error) (time.Duration, bool) {
 
 // result is every pool's ResultFunc: done messages are settled, failed
 // ones redelivered later (delayed.go) or made dead letters
-// (deadletter.go); a submitted one whose write fails is held (hold.go).
-func (r *Runtime) result(c *class) func(*item, error) {
+// (deadletter.go); a submitted one whose write fails is kept (unsaved.go).
+func (h *handling) result(c *class) func(*item, error) {
 	return func(it *item, err error) {
 		switch {
 		case err == nil:
-			r.succeeded(c, it)
-			r.done(c, it)
-			it.settleAttempt(OutcomeSucceeded, nil, 0)
+			c.hold.Succeeded(it)
+			h.done(c, it)
+			it.tellOutcome(OutcomeSucceeded, nil, 0)
 		case errors.Is(err, errDiverted):
 			c.diverted.Add(1) // the pool counts it failed; see Stats
-			r.inconclusive(c, it)
+			c.hold.Inconclusive(it)
 		default:
-			if !r.saveFailed(c, it, err) && it.src == fromSubmit {
-				r.hold(c, it, err) // it has no other copy
+			if !h.cfg.fail.save(c, it, err) && it.src == fromSubmit {
+				h.cfg.fail.keep(c, it, err) // it has no other copy
 			}
 			if it.verdict == redeliverLater {
-				it.settleAttempt(OutcomeRedelivered, err, it.wait)
+				it.tellOutcome(OutcomeRedelivered, err, it.wait)
 			} else {
-				it.settleAttempt(OutcomeDeadLettered, err, 0)
+				it.tellOutcome(OutcomeDeadLettered, err, 0)
 			}
 		}
-		r.leftPool(it)
+		h.leftPool(it)
 		if it.src == fromKafka {
 			// Nothing refers to a Kafka item once its result is in: the
 			// pool is done with it, and the handler had copies of its
 			// message only. Items the stop or a rebalance takes out
 			// never get here.
 			*it = item{}
-			r.items.Put(it)
+			h.cfg.items.Put(it)
 		}
 	}
 }
 
 // done settles a handled message, forgets its record and, in an ordered
 // class, releases the messages parked behind it.
-func (r *Runtime) done(c *class, it *item) {
-	it.forget(r, c)
+func (h *handling) done(c *class, it *item) {
+	h.forget(c, it)
 	if c.cfg.Ordered {
-		r.unblock(c, it)
+		c.keys.unblock(it.msg.Key, it.msg.ID)
 	}
 }
 
 // leftPool ends an item's ties to the work that put it in a pool: a key's
 // release waiting for it, a requeue in progress.
-func (r *Runtime) leftPool(it *item) {
+func (h *handling) leftPool(it *item) {
 	if it.release != nil {
 		it.release.Done()
 		it.release = nil
 	}
 	if it.src == fromDead {
-		r.requeues.finish(it.key)
+		h.cfg.fail.requeues.finish(it.key)
 	}
 }
 
-// moveTo saves the item elsewhere in the state file with save, deleting
-// its source record in the same transaction, and then settles its offset:
-// the offset counts as persisted once the transaction has committed. On
-// failure nothing is settled, so Kafka delivers the message again after a
-// restart. Workers' moves share transactions (one fsync for many).
-func (r *Runtime) moveTo(it *item, what string, save func(tx *snapshot.Tx) error) bool {
-	return r.move(r.store.Batch, it, what, save)
-}
-
-// moveNow is moveTo in a transaction of its own, for callers that hold a
-// lock and must not wait for a shared one to fill.
-func (r *Runtime) moveNow(it *item, what string, save func(tx *snapshot.Tx) error) bool {
-	return r.move(r.store.Update, it, what, save)
-}
-
-func (r *Runtime) move(run func(func(*snapshot.Tx) error) error, it *item, what string, save func(tx *snapshot.Tx) error) bool {
-	// save and deleteSource act only through tx: a Batch may run this
-	// twice, the first time rolled back.
-	err := run(func(tx *snapshot.Tx) error {
-		if err := r.testWriteErr(what, it); err != nil {
-			return err
+// forget removes what the message's origin keeps once it is done: a
+// Kafka offset is settled, a pending or delayed record queued for the
+// batched delete, a parked record or a requeued dead letter deleted at
+// once (a parked record whose delete fails is queued for the batched
+// delete, and its key's release skips it).
+func (h *handling) forget(c *class, it *item) {
+	switch it.src {
+	case fromKafka:
+		it.tr.settle(it.slot)
+	case fromPending:
+		h.cfg.deletes.Pending(it.key)
+	case fromDelayed:
+		h.cfg.deletes.Delayed(it.delayedKey)
+	case fromParked:
+		const op = "delete done parked message"
+		state := h.cfg.state
+		err := state.store.Batch(func(tx *snapshot.Tx) error {
+			if err := state.testWriteErr(op, it); err != nil {
+				return err
+			}
+			return tx.DeleteParked(it.parkedKey)
+		})
+		if err != nil {
+			h.cfg.deletes.Parked(it.parkedKey)
 		}
-		// Delete first: a delayed record's new version has the same ID,
-		// which SaveDelayed would take for a duplicate.
-		if err := it.deleteSource(tx); err != nil {
-			return err
-		}
-		return save(tx)
-	})
-	if err != nil {
-		r.log.Error("state file write failed; offset stays uncommitted", "op", what,
-			"class", it.msg.Class, "id", it.msg.ID, "err", err)
-		it.unsaved = true
-		return false
-	}
-	it.moved(r)
-	return true
-}
-
-// testWriteErr returns the write failure a test injects with
-// beforeWrite, if any.
-func (r *Runtime) testWriteErr(op string, it *item) error {
-	if r.beforeWrite == nil {
-		return nil
-	}
-	return r.beforeWrite(op, it)
-}
-
-func (r *Runtime) logStoreErr(what string, it *item, err error) {
-	if err != nil {
-		r.log.Error("state file write failed; the message may run again after a restart", "op", what,
-			"class", it.msg.Class, "id", it.msg.ID, "err", err)
+		state.logErr(op, it, err)
+	case fromDead:
+		h.cfg.state.logErr("delete requeued dead letter", it, h.cfg.state.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(it.key) }))
+		h.cfg.tally.inc(c, evRequeuedDone)
 	}
 }

@@ -257,7 +257,7 @@ func (b *bundle) stopUnderLoad(mod func(*Class)) (*Report, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	wait := start(b.t, rt, ctx)
 	waitFor(b.t, "pools full", func() bool {
-		for _, c := range rt.order {
+		for _, c := range rt.classes.order {
 			if s := c.pool.Stats(); s.Running < 4 || s.Queued < 32 {
 				return false
 			}

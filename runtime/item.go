@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/runtime/internal/hold"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -35,17 +36,30 @@ type item struct {
 	// elsewhere instead of running it; see Runtime.diverted.
 	diverted atomic.Bool
 	// unsaved is set when a move of the message to another bucket
-	// failed; see Runtime.saveFailed.
+	// failed; see failures.save.
 	unsaved bool
 	// hold is the message's part in its class's outage detection and
-	// suspension (suspend.go).
-	hold itemHold
+	// suspension (package runtime/internal/hold).
+	hold hold.Mark
 	// attempt is the running attempt of a class with middleware, until
-	// it is settled (attempt.go).
+	// its outcome is told (attempt.go).
 	attempt attemptSlot
 }
 
 func itemKey(it *item) string { return string(it.msg.Key) }
+
+// HoldMark returns the item's part in its class's hold.
+func (it *item) HoldMark() *hold.Mark { return &it.hold }
+
+// Uncount takes back n attempts counted in a streak that tripped its
+// class's suspension, and the first failure time when none is left.
+func (it *item) Uncount(n int) {
+	it.msg.Attempt -= n
+	if it.msg.Attempt <= 0 {
+		it.msg.Attempt = 0
+		it.firstFailed = time.Time{}
+	}
+}
 
 // source says where a message in a pool came from, and so what must be
 // done with that origin when the message is done, saved elsewhere or
@@ -78,47 +92,6 @@ func (it *item) deferrable() bool {
 func (it *item) settle() {
 	if it.src == fromKafka {
 		it.tr.settle(it.slot)
-	}
-}
-
-// moved is what the message's origin needs once the message is saved
-// elsewhere and its source record deleted, in one committed transaction:
-// a Kafka offset is settled, a delayed record is gone for the scheduler.
-func (it *item) moved(r *Runtime) {
-	it.settle()
-	if it.src == fromDelayed {
-		r.sched.forget(it.delayedKey)
-	}
-}
-
-// forget removes what the message's origin keeps once it is done: a
-// Kafka offset is settled, a pending or delayed record queued for the
-// batched delete, a parked record or a requeued dead letter deleted at
-// once (a parked record whose delete fails is queued for the batched
-// delete, and its key's release skips it).
-func (it *item) forget(r *Runtime, c *class) {
-	switch it.src {
-	case fromKafka:
-		it.tr.settle(it.slot)
-	case fromPending:
-		r.deletes.pending(it.key)
-	case fromDelayed:
-		r.deletes.delayed(it.delayedKey)
-	case fromParked:
-		const op = "delete done parked message"
-		err := r.store.Batch(func(tx *snapshot.Tx) error {
-			if err := r.testWriteErr(op, it); err != nil {
-				return err
-			}
-			return tx.DeleteParked(it.parkedKey)
-		})
-		if err != nil {
-			r.deletes.parked(it.parkedKey)
-		}
-		r.logStoreErr(op, it, err)
-	case fromDead:
-		r.logStoreErr("delete requeued dead letter", it, r.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(it.key) }))
-		r.inc(c, outRequeuedDone)
 	}
 }
 

@@ -16,11 +16,11 @@ import (
 // Registerer) records nothing.
 type metrics struct {
 	handler     *prometheus.HistogramVec
-	handlerObs  [][numCallOutcomes]prometheus.Observer // per class, in r.order
-	handlerErrs []prometheus.Counter                   // per class
-	publishFail []prometheus.Counter                   // per class
+	handlerObs  [][numCallEnds]prometheus.Observer // per class, in r.classes.order
+	handlerErrs []prometheus.Counter               // per class
+	publishFail []prometheus.Counter               // per class
 	batch       *prometheus.HistogramVec
-	batchObs    []prometheus.Observer // per class, in r.order; nil for non-batch classes
+	batchObs    []prometheus.Observer // per class, in r.classes.order; nil for non-batch classes
 	drainEst    *prometheus.GaugeVec
 	overBudget  *prometheus.GaugeVec
 	phase       *prometheus.GaugeVec
@@ -31,23 +31,23 @@ type metrics struct {
 	fetchErrs   *prometheus.CounterVec
 }
 
-// callOutcome is how a handler call ended, the outcome label of
+// callEnd is how a handler call ended, the outcome label of
 // handoff_handler_duration_seconds.
-type callOutcome int
+type callEnd int
 
 const (
-	callSucceeded callOutcome = iota
-	callFailed                // returned an error
-	callTimedOut              // returned after the class's Timeout
+	callSucceeded callEnd = iota
+	callFailed            // returned an error
+	callTimedOut          // returned after the class's Timeout
 	callPanicked
-	numCallOutcomes
+	numCallEnds
 )
 
-var callOutcomeNames = [numCallOutcomes]string{"succeeded", "failed", "timed_out", "panicked"}
+var callEndNames = [numCallEnds]string{"succeeded", "failed", "timed_out", "panicked"}
 
-// outcomeOf is the outcome of a handler call under ctx that panicked, or
+// callEndOf is how a handler call under ctx ended that panicked, or
 // returned err.
-func outcomeOf(ctx context.Context, panicked bool, err error) callOutcome {
+func callEndOf(ctx context.Context, panicked bool, err error) callEnd {
 	switch {
 	case panicked:
 		return callPanicked
@@ -110,7 +110,7 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 			func() float64 { return b2f(r.Ready()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_start_time_seconds", Help: "When the runtime was made, in Unix seconds: the counters count since then."},
 			func() float64 { return float64(r.epoch.UnixNano()) / 1e9 }),
-		newStateCollector(r),
+		newStateCollector(r.state),
 		newBuildInfo(r.cfg),
 	}
 	for i, step := range connSteps {
@@ -119,12 +119,12 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 			ConstLabels: prometheus.Labels{"step": step},
 		}, func() float64 { return float64(r.conn.authErrs[i].Load()) }))
 	}
-	for _, c := range r.order {
+	for _, c := range r.classes.order {
 		labels := prometheus.Labels{"class": c.cfg.Name}
-		for o := range numOutcomes {
+		for o := range numEvents {
 			cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Name: "handoff_messages_total", Help: "Messages by class and outcome.",
-				ConstLabels: prometheus.Labels{"class": c.cfg.Name, "outcome": outcomeNames[o]},
+				ConstLabels: prometheus.Labels{"class": c.cfg.Name, "outcome": eventNames[o]},
 			}, func() float64 { return float64(c.count(o)) }))
 		}
 		p := c.pool
@@ -142,10 +142,10 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 				ConstLabels: labels},
 				func() float64 { return r.kafka.oldestUnsettled(c).Seconds() }),
 		)
-		cs = append(cs, c.holdCollectors(labels)...)
-		var obs [numCallOutcomes]prometheus.Observer
-		for o := range numCallOutcomes {
-			obs[o] = m.handler.WithLabelValues(c.cfg.Name, callOutcomeNames[o])
+		cs = append(cs, c.hold.Collectors(labels)...)
+		var obs [numCallEnds]prometheus.Observer
+		for o := range numCallEnds {
+			obs[o] = m.handler.WithLabelValues(c.cfg.Name, callEndNames[o])
 		}
 		m.handlerObs = append(m.handlerObs, obs)
 		m.handlerErrs = append(m.handlerErrs, handlerErrs.WithLabelValues(c.cfg.Name))
@@ -158,11 +158,11 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 	}
 	// Every series that can be known now exists from the start, at 0, so
 	// that rate() and alerts see the first increase.
-	for _, c := range r.order {
+	for _, c := range r.classes.order {
 		m.drainEst.WithLabelValues(c.cfg.Name)
 		m.overBudget.WithLabelValues(c.cfg.Name)
 	}
-	for _, t := range r.topics {
+	for _, t := range r.classes.topics {
 		m.fetchErrs.WithLabelValues(t)
 	}
 	var errs []error
@@ -188,15 +188,15 @@ func b2f(b bool) float64 {
 // as handoff_state_records{bucket}. Tx.Counts walks the buckets, so a
 // scrape calls it once for all of them.
 type stateCollector struct {
-	r    *Runtime
-	desc *prometheus.Desc
+	state *stateFile
+	desc  *prometheus.Desc
 }
 
 // stateBuckets are the bucket label values of handoff_state_records.
 var stateBuckets = []string{snapshot.BucketPending, snapshot.BucketDead, snapshot.BucketParked, snapshot.BucketDelayed}
 
-func newStateCollector(r *Runtime) *stateCollector {
-	return &stateCollector{r: r, desc: prometheus.NewDesc("handoff_state_records",
+func newStateCollector(state *stateFile) *stateCollector {
+	return &stateCollector{state: state, desc: prometheus.NewDesc("handoff_state_records",
 		"Records in the state file, per bucket (pending, dead, parked, delayed).", []string{"bucket"}, nil)}
 }
 
@@ -204,7 +204,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 // Collect reports nothing while the state file is not open.
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	st, err := c.r.openStore()
+	st, err := c.state.get()
 	if err != nil {
 		return
 	}
@@ -218,7 +218,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (m *metrics) observeHandler(i int, o callOutcome, d time.Duration) {
+func (m *metrics) observeHandler(i int, o callEnd, d time.Duration) {
 	if m != nil {
 		m.handlerObs[i][o].Observe(d.Seconds())
 		if o != callSucceeded {
@@ -257,7 +257,7 @@ func (m *metrics) observeBatch(i, n int) {
 	}
 }
 
-func (m *metrics) setBudget(cs ClassStats) {
+func (m *metrics) setDrainEstimate(cs ClassStats) {
 	if m != nil {
 		m.drainEst.WithLabelValues(cs.Name).Set(cs.DrainEstimate)
 		m.overBudget.WithLabelValues(cs.Name).Set(b2f(cs.OverBudget))

@@ -71,7 +71,7 @@ func TestTypedDecodeFailure(t *testing.T) {
 		})}}
 	rt, wait := startNew(t, cfg)
 	waitFor(t, "two handled and one dead letter", func() bool {
-		return rt.total(outDeadLettered) == 1 && rt.total(outSucceeded) == 2
+		return rt.tally.total(evDeadLettered) == 1 && rt.tally.total(evSucceeded) == 2
 	})
 	dead, _, err := rt.DeadLetters("orders", "", 10)
 	if err != nil {
@@ -414,8 +414,8 @@ func BenchmarkHandlerChain(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			c := rt.classes["c"]
-			h, res := rt.handler(c), rt.result(c)
+			c := rt.classes.byName["c"]
+			h, res := rt.handling.handler(c), rt.handling.result(c)
 			it := &item{msg: handoff.Message{ID: "x", Class: "c"}, src: fromSubmit}
 			ctx := context.Background()
 			b.ReportAllocs()

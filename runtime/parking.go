@@ -3,11 +3,14 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/pool"
+	"github.com/handoff-go/handoff/runtime/internal/deletes"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -27,23 +30,39 @@ type keyState struct {
 	release uint64
 }
 
-// parking holds the key states of one ordered class. mu also serializes
-// the parking writes, so that a key's parked messages keep their order and
-// a release sees every one of them.
-type parking struct {
+// keysConfig is what an ordered class's keys are built from.
+type keysConfig struct {
+	class    string
+	pool     *pool.Pool[*item]
+	state    *stateFile
+	deletes  *deletes.Queue // a done parked message whose delete failed is not pushed again
+	releases *releases      // runs the key releases; the stop's quiesce closes it
+	counts   *counters      // the class's
+	log      *slog.Logger
+}
+
+// orderedKeys is the gate, the parking and the releases of one ordered
+// class's keys. mu also serializes the parking writes, so that a key's
+// parked messages keep their order and a release sees every one of them.
+// Its methods are safe for concurrent use.
+type orderedKeys struct {
+	cfg   keysConfig
 	mu    sync.Mutex
 	keys  map[string]*keyState
 	lines parkLines // the parkings' log lines, rate-limited per key (parklog.go)
 }
 
+func newOrderedKeys(cfg keysConfig) *orderedKeys {
+	return &orderedKeys{cfg: cfg, keys: map[string]*keyState{}}
+}
+
 // gate reports whether an ordered class's message may run now. When it
 // may not, the message is parked (or, when it is a parked one whose key
 // got blocked again, left where it is).
-func (r *Runtime) gate(c *class, it *item) bool {
-	p := c.parking
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	st := p.keys[string(it.msg.Key)]
+func (k *orderedKeys) gate(it *item) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	st := k.keys[string(it.msg.Key)]
 	switch {
 	case st == nil:
 		return true
@@ -62,53 +81,170 @@ func (r *Runtime) gate(c *class, it *item) bool {
 		return false
 	}
 	rec := it.record(reasonParked, nil, time.Now())
-	if !r.moveNow(it, "park message", func(tx *snapshot.Tx) error { return tx.Park(c.cfg.Name, it.msg.Key, rec) }) {
+	if !k.cfg.state.moveNow(it, "park message", func(tx *snapshot.Tx) error { return tx.Park(k.cfg.class, it.msg.Key, rec) }) {
 		return true // could not park: run it rather than lose its place
 	}
-	r.inc(c, outParked)
-	p.lines.parked(r.log, c.cfg.Name, it.msg.Key, it.msg.ID, st.blocker)
+	k.cfg.counts.inc(evParked)
+	k.lines.parked(k.cfg.log, k.cfg.class, it.msg.Key, it.msg.ID, st.blocker)
 	return false
 }
 
 // block makes it the blocker of its key: a dead letter or a message that
 // waits for a delayed redelivery.
-func (r *Runtime) block(c *class, it *item) {
-	p := c.parking
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	st := p.keys[string(it.msg.Key)]
+func (k *orderedKeys) block(it *item) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	st := k.keys[string(it.msg.Key)]
 	if st == nil {
 		st = &keyState{}
-		p.keys[string(it.msg.Key)] = st
+		k.keys[string(it.msg.Key)] = st
 	}
 	st.blocker, st.releasing = strings.Clone(it.msg.ID), false
 }
 
-// unblock is called when an ordered class's message is done: if it was its
-// key's blocker, the key's parked messages are released.
-func (r *Runtime) unblock(c *class, it *item) {
-	r.unblockKey(c, it.msg.Key, it.msg.ID)
-}
-
-func (r *Runtime) unblockKey(c *class, key []byte, id string) {
-	p := c.parking
-	p.mu.Lock()
-	st := p.keys[string(key)]
+// unblock is called when an ordered class's message id of key is done or
+// discarded: if it was its key's blocker, the key's parked messages are
+// released.
+func (k *orderedKeys) unblock(key []byte, id string) {
+	k.mu.Lock()
+	st := k.keys[string(key)]
 	if st == nil || st.blocker != id {
-		p.mu.Unlock()
+		k.mu.Unlock()
 		return
 	}
 	st.blocker, st.releasing = "", true
 	st.release++
 	n := st.release
-	p.mu.Unlock()
-	r.startRelease(c, key, n)
+	k.mu.Unlock()
+	k.startRelease(key, n)
 }
 
 // startRelease runs release number n of key in a goroutine the stop joins.
-func (r *Runtime) startRelease(c *class, key []byte, n uint64) {
+func (k *orderedKeys) startRelease(key []byte, n uint64) {
 	key = append([]byte(nil), key...)
-	r.releases.start(func(ctx context.Context) { r.release(ctx, c, key, n) })
+	k.cfg.releases.start(func(ctx context.Context) { k.release(ctx, key, n) })
+}
+
+// current reports whether release n of key is still the key's release.
+func (k *orderedKeys) current(key []byte, n uint64) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	st := k.keys[string(key)]
+	return st != nil && st.releasing && st.release == n
+}
+
+// release re-pushes a releasing key's parked messages, in park order, batch
+// by batch, until none is left, then frees the key. A parked message's
+// record is deleted only once it is done; one whose delete failed is not
+// pushed again (see releasable).
+func (k *orderedKeys) release(ctx context.Context, key []byte, n uint64) {
+	for {
+		if !k.current(key, n) {
+			return // blocked again, or a newer release took over
+		}
+		entries, err := k.releasable(key)
+		if err != nil {
+			k.cfg.log.Error("parked messages not read; the key stays parked until the next start", "class", k.cfg.class, "err", err)
+			return
+		}
+		if len(entries) == 0 {
+			k.mu.Lock()
+			// Parking writes hold mu, so a second look under it is final.
+			entries, err = k.releasable(key)
+			if err == nil && len(entries) == 0 {
+				if st := k.keys[string(key)]; st != nil && st.releasing && st.release == n {
+					delete(k.keys, string(key))
+				}
+				k.mu.Unlock()
+				return
+			}
+			k.mu.Unlock()
+			if err != nil {
+				k.cfg.log.Error("parked messages not read; the key stays parked until the next start", "class", k.cfg.class, "err", err)
+				return
+			}
+		}
+		var wg sync.WaitGroup
+		for _, e := range entries {
+			if !k.current(key, n) {
+				break // the rest stay parked for the next release
+			}
+			it := fromRecord(e.Record, fromParked)
+			it.parkedKey = e.Key
+			it.relGen = n
+			it.release = &wg
+			wg.Add(1)
+			if err := k.cfg.pool.Submit(ctx, it); err != nil {
+				wg.Done()
+				return // stopping: the rest stay parked
+			}
+			k.cfg.counts.inc(evReleased)
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return // the stop takes the submitted ones out of the pools
+		}
+	}
+}
+
+// releasable returns the parked records of key that its release may
+// push: all but those of done messages whose delete failed (they wait for
+// the batched delete; pushed again, they would run again).
+func (k *orderedKeys) releasable(key []byte) ([]snapshot.ParkedEntry, error) {
+	entries, err := k.cfg.state.parked(k.cfg.class, key)
+	if err != nil {
+		return nil, err
+	}
+	return k.cfg.deletes.NotDone(entries), nil
+}
+
+// blockIfReleasing makes it its key's blocker when the key is releasing
+// and no release has started: used at start for a dead letter requeued
+// offline, which must run before the messages parked behind it.
+func (k *orderedKeys) blockIfReleasing(it *item) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if st := k.keys[string(it.msg.Key)]; st != nil && st.releasing && st.blocker == "" {
+		st.blocker, st.releasing = strings.Clone(it.msg.ID), false
+	}
+}
+
+// restoreReleasing marks key releasing, at start, unless it is blocked:
+// its parked messages have no blocker. startRestored starts its release.
+func (k *orderedKeys) restoreReleasing(key []byte) {
+	k.mu.Lock()
+	if k.keys[string(key)] == nil {
+		k.keys[string(key)] = &keyState{releasing: true, release: 1}
+	}
+	k.mu.Unlock()
+}
+
+// startRestored starts the releases of the keys restored as releasing
+// at start.
+func (k *orderedKeys) startRestored() {
+	k.mu.Lock()
+	var keys [][]byte
+	var gens []uint64
+	for key, st := range k.keys {
+		if st.releasing {
+			keys = append(keys, []byte(key))
+			gens = append(gens, st.release)
+		}
+	}
+	k.mu.Unlock()
+	for i, key := range keys {
+		k.startRelease(key, gens[i])
+	}
+}
+
+// count returns how many keys are blocked or releasing.
+func (k *orderedKeys) count() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.keys)
 }
 
 // releases runs the key releases of ordered classes. They feed the pools,
@@ -150,118 +286,6 @@ func (rs *releases) close() {
 	rs.wg.Wait()
 }
 
-// current reports whether release n of key is still the key's release.
-func (p *parking) current(key []byte, n uint64) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	st := p.keys[string(key)]
-	return st != nil && st.releasing && st.release == n
-}
-
-// release re-pushes a releasing key's parked messages, in park order, batch
-// by batch, until none is left, then frees the key. A parked message's
-// record is deleted only once it is done; one whose delete failed is not
-// pushed again (see releasable).
-func (r *Runtime) release(ctx context.Context, c *class, key []byte, n uint64) {
-	p := c.parking
-	for {
-		if !p.current(key, n) {
-			return // blocked again, or a newer release took over
-		}
-		entries, err := r.releasable(c, key)
-		if err != nil {
-			r.log.Error("parked messages not read; the key stays parked until the next start", "class", c.cfg.Name, "err", err)
-			return
-		}
-		if len(entries) == 0 {
-			p.mu.Lock()
-			// Parking writes hold mu, so a second look under it is final.
-			entries, err = r.releasable(c, key)
-			if err == nil && len(entries) == 0 {
-				if st := p.keys[string(key)]; st != nil && st.releasing && st.release == n {
-					delete(p.keys, string(key))
-				}
-				p.mu.Unlock()
-				return
-			}
-			p.mu.Unlock()
-			if err != nil {
-				r.log.Error("parked messages not read; the key stays parked until the next start", "class", c.cfg.Name, "err", err)
-				return
-			}
-		}
-		var wg sync.WaitGroup
-		for _, e := range entries {
-			if !p.current(key, n) {
-				break // the rest stay parked for the next release
-			}
-			it := fromRecord(e.Record, fromParked)
-			it.parkedKey = e.Key
-			it.relGen = n
-			it.release = &wg
-			wg.Add(1)
-			if err := c.pool.Submit(ctx, it); err != nil {
-				wg.Done()
-				return // stopping: the rest stay parked
-			}
-			r.inc(c, outReleased)
-		}
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return // the stop takes the submitted ones out of the pools
-		}
-	}
-}
-
-// releasable returns the parked records of key that its release may
-// push: all but those of done messages whose delete failed (they wait for
-// the batched delete; pushed again, they would run again).
-func (r *Runtime) releasable(c *class, key []byte) ([]snapshot.ParkedEntry, error) {
-	entries, err := r.parked(c.cfg.Name, key)
-	if err != nil {
-		return nil, err
-	}
-	return r.deletes.notDone(entries), nil
-}
-
-// blockIfReleasing makes it its key's blocker when the key is releasing
-// and no release has started: used at start for a dead letter requeued
-// offline, which must run before the messages parked behind it.
-func (r *Runtime) blockIfReleasing(c *class, it *item) {
-	p := c.parking
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if st := p.keys[string(it.msg.Key)]; st != nil && st.releasing && st.blocker == "" {
-		st.blocker, st.releasing = strings.Clone(it.msg.ID), false
-	}
-}
-
-// startRestoredReleases starts the releases of the keys restored as
-// releasing at start.
-func (r *Runtime) startRestoredReleases() {
-	for _, c := range r.order {
-		if c.parking == nil {
-			continue
-		}
-		c.parking.mu.Lock()
-		var keys [][]byte
-		var gens []uint64
-		for k, st := range c.parking.keys {
-			if st.releasing {
-				keys = append(keys, []byte(k))
-				gens = append(gens, st.release)
-			}
-		}
-		c.parking.mu.Unlock()
-		for i, k := range keys {
-			r.startRelease(c, k, gens[i])
-		}
-	}
-}
-
 // ParkedKey is a key of an ordered class whose messages wait behind a
 // blocker (a dead letter or a message waiting for redelivery).
 type ParkedKey struct {
@@ -278,10 +302,10 @@ type ParkedKey struct {
 // ParkedKeys lists every parked key with its count, in class and key
 // order. It reads the state file and needs a running runtime.
 func (r *Runtime) ParkedKeys() ([]ParkedKey, error) {
-	if _, err := r.openStore(); err != nil {
+	if _, err := r.state.get(); err != nil {
 		return nil, err
 	}
-	counts, err := r.parkedKeys()
+	counts, err := r.state.parkedKeys()
 	if err != nil {
 		return nil, fmt.Errorf("runtime: parked keys: %w", err)
 	}
@@ -297,7 +321,7 @@ func (r *Runtime) ParkedKeys() ([]ParkedKey, error) {
 // needs a running runtime; records that cannot be read are left out (the
 // key's release quarantines them).
 func (r *Runtime) Parked(class string, key []byte) ([]handoff.Message, error) {
-	st, err := r.openStore()
+	st, err := r.state.get()
 	if err != nil {
 		return nil, err
 	}

@@ -36,14 +36,14 @@ func TestReleaseSkipsUndeletedParked(t *testing.T) {
 	}
 	var failDeletes atomic.Bool
 	failDeletes.Store(true)
-	rt.beforeWrite = func(op string, _ *item) error {
+	rt.state.beforeWrite = func(op string, _ *item) error {
 		if op == "delete done parked message" && failDeletes.Load() {
 			return errDiskFull
 		}
 		return nil
 	}
 	wait := start(t, rt, context.Background())
-	waitFor(t, "two parked", func() bool { return rt.total(outParked) == 2 })
+	waitFor(t, "two parked", func() bool { return rt.tally.total(evParked) == 2 })
 	dead, _, err := rt.DeadLetters("orders", "", 10)
 	if err != nil || len(dead) != 1 {
 		t.Fatalf("dead letters %v, %v", dead, err)
@@ -51,11 +51,9 @@ func TestReleaseSkipsUndeletedParked(t *testing.T) {
 	if err := rt.Discard(context.Background(), dead[0].Key); err != nil {
 		t.Fatal(err)
 	}
-	c := rt.classes["orders"]
+	c := rt.classes.byName["orders"]
 	keyFree := func() bool {
-		c.parking.mu.Lock()
-		defer c.parking.mu.Unlock()
-		return c.parking.keys["k"] == nil
+		return c.keys.free("k")
 	}
 	maxRuns := func() int {
 		mu.Lock()
@@ -74,7 +72,7 @@ func TestReleaseSkipsUndeletedParked(t *testing.T) {
 	failDeletes.Store(false)
 	waitFor(t, "the parked records deleted", func() bool {
 		var n int
-		rt.store.View(func(tx *snapshot.Tx) error {
+		rt.state.store.View(func(tx *snapshot.Tx) error {
 			es, _, err := tx.Parked("orders", []byte("k"))
 			n = len(es)
 			return err

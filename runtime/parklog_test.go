@@ -113,7 +113,7 @@ func TestParkingLoggedAtInfo(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		for rt.total(outParked) < 50 {
+		for rt.tally.total(evParked) < 50 {
 			time.Sleep(time.Millisecond)
 		}
 		rep := stop()

@@ -139,3 +139,9 @@ func (p *RetryPolicy) decide(err error, attempts, redeliveries int, firstFailed,
 	}
 	return deadLetter, 0
 }
+
+// probeBackoff is backoff without a source of its own, for a class's
+// hold: the wait before probe n of a suspension.
+func probeBackoff(n int, initial, maxWait time.Duration) time.Duration {
+	return backoff(n, initial, maxWait, nil)
+}

@@ -58,8 +58,8 @@ type publisherConfig struct {
 	metrics *metrics
 	// headersFunc is Config.PublishHeadersFunc.
 	headersFunc func(m *handoff.Message, headers []handoff.Header) []handoff.Header
-	// incFunc counts outcome o of a message of class c (Runtime.inc).
-	incFunc func(c *class, o outcome)
+	// incFunc counts event e of a message of class c (tally.inc).
+	incFunc func(c *class, e event)
 }
 
 // newPublisher returns a publisher writing with w; start starts it.
@@ -83,7 +83,7 @@ type deadPublish struct {
 // openDLQ starts the dead-letter publisher when a class has a
 // DeadLetterTopic. Its writer has its own transport, closed with it.
 func (r *Runtime) openDLQ() {
-	for _, c := range r.order {
+	for _, c := range r.classes.order {
 		if c.cfg.DeadLetterTopic == "" {
 			continue
 		}
@@ -103,7 +103,7 @@ func (r *Runtime) openDLQ() {
 
 // publisherConfig is the runtime's publisherConfig.
 func (r *Runtime) publisherConfig() publisherConfig {
-	return publisherConfig{log: r.log, metrics: r.metrics, headersFunc: r.cfg.PublishHeadersFunc, incFunc: r.inc}
+	return publisherConfig{log: r.log, metrics: r.metrics, headersFunc: r.cfg.PublishHeadersFunc, incFunc: r.tally.inc}
 }
 
 // publish queues a dead letter for its class's DeadLetterTopic, if any.
@@ -117,7 +117,7 @@ func (p *publisher) publish(c *class, rec snapshot.Record) {
 	case p.queue <- deadPublish{c, rec}:
 		p.dropping.Store(false)
 	default:
-		p.cfg.incFunc(c, outUnpublished)
+		p.cfg.incFunc(c, evUnpublished)
 		if !p.dropping.Swap(true) {
 			p.cfg.log.Warn("dead-letter publish queue full; dead letters are not published until it empties, they stay in the state file",
 				"class", c.cfg.Name, "id", rec.Message.ID, "topic", c.cfg.DeadLetterTopic, "queue", publishQueue)
@@ -176,7 +176,7 @@ func (p *publisher) write(ctx context.Context, batch []deadPublish) {
 	for i, d := range batch {
 		e := errs[i]
 		if e == nil {
-			p.cfg.incFunc(d.c, outPublished)
+			p.cfg.incFunc(d.c, evPublished)
 			continue
 		}
 		if ctx.Err() != nil {
@@ -186,7 +186,7 @@ func (p *publisher) write(ctx context.Context, batch []deadPublish) {
 			p.cfg.log.Error("dead letter not published; it stays in the state file", "class", d.c.cfg.Name, "id", d.rec.Message.ID,
 				"topic", d.c.cfg.DeadLetterTopic, "err", e)
 		}
-		p.cfg.incFunc(d.c, outUnpublished)
+		p.cfg.incFunc(d.c, evUnpublished)
 	}
 }
 
@@ -194,7 +194,7 @@ func (p *publisher) write(ctx context.Context, batch []deadPublish) {
 func (p *publisher) abandon(batch []deadPublish) {
 	for {
 		for _, d := range batch {
-			p.cfg.incFunc(d.c, outUnpublished)
+			p.cfg.incFunc(d.c, evUnpublished)
 			p.abandoned++
 		}
 		batch = batch[:0]

@@ -70,7 +70,7 @@ func TestDeadLetterPublishHangs(t *testing.T) {
 	// The bound is the stop's own (its margin covers the snapshot, the
 	// commit and the leave); a second for the closes after the deadline
 	// on a loaded machine.
-	if limit := rt.stopBudget() + time.Second; took > limit {
+	if limit := rt.cfg.stopBudget() + time.Second; took > limit {
 		t.Errorf("stop took %s with the dead-letter broker hung, budget %s", took, limit)
 	}
 	if rep.DeadLettered != 2 || rep.Published != 0 || rep.Unpublished != 2 {
@@ -78,7 +78,7 @@ func TestDeadLetterPublishHangs(t *testing.T) {
 	}
 	assertCount(t, b.state, snapshot.BucketDead, 2)
 	t.Logf("stop with a hung dead-letter broker: %s (budget %s; drain %s, hard stop %s, leave %s)", took.Round(time.Millisecond),
-		rt.stopBudget(), rep.Drain.Round(time.Millisecond), rep.HardStop.Round(time.Millisecond), rep.Leave.Round(time.Millisecond))
+		rt.cfg.stopBudget(), rep.Drain.Round(time.Millisecond), rep.HardStop.Round(time.Millisecond), rep.Leave.Round(time.Millisecond))
 }
 
 // TestDeadLetterPublishQueueFull: when the publish queue is full, a dead
@@ -96,18 +96,18 @@ func TestDeadLetterPublishQueueFull(t *testing.T) {
 	// A publisher whose goroutine never runs: its queue of 2 only fills.
 	rt.dlq = newPublisher(rt.publisherConfig(), nil)
 	rt.dlq.queue = make(chan deadPublish, 2)
-	c := rt.classes["orders"]
+	c := rt.classes.byName["orders"]
 	dead := func(id string) { rt.dlq.publish(c, snapshot.Record{Message: handoff.Message{ID: id}}) }
 	for _, id := range []string{"a", "b", "c", "d", "e"} {
 		dead(id)
 	}
-	if n, w := rt.total(outUnpublished), warned.Load(); n != 3 || w != 1 {
+	if n, w := rt.tally.total(evUnpublished), warned.Load(); n != 3 || w != 1 {
 		t.Errorf("unpublished %d, warnings %d; want 3, 1", n, w)
 	}
 	<-rt.dlq.queue
 	dead("f") // queued: the run of drops is over
 	dead("g") // dropped: a new run
-	if n, w := rt.total(outUnpublished), warned.Load(); n != 4 || w != 2 {
+	if n, w := rt.tally.total(evUnpublished), warned.Load(); n != 4 || w != 2 {
 		t.Errorf("unpublished %d, warnings %d; want 4, 2", n, w)
 	}
 }
@@ -155,10 +155,10 @@ func TestPublisherWithoutRuntime(t *testing.T) {
 		t.Run(fmt.Sprintf("hang=%v", hang), func(t *testing.T) {
 			t.Parallel()
 			var mu sync.Mutex
-			counts := map[outcome]int{}
+			counts := map[event]int{}
 			w := &fakeWriter{hang: hang}
 			p := newPublisher(publisherConfig{log: slog.New(slog.DiscardHandler),
-				incFunc: func(_ *class, o outcome) { mu.Lock(); counts[o]++; mu.Unlock() }}, w)
+				incFunc: func(_ *class, o event) { mu.Lock(); counts[o]++; mu.Unlock() }}, w)
 			p.start()
 			for i := range 3 {
 				p.publish(c, snapshot.Record{Message: handoff.Message{ID: fmt.Sprint(i), Key: []byte("k")}, Err: "boom"})
@@ -167,11 +167,11 @@ func TestPublisherWithoutRuntime(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			if hang {
-				if counts[outUnpublished] != 3 || counts[outPublished] != 0 || p.abandoned != 3 {
+				if counts[evUnpublished] != 3 || counts[evPublished] != 0 || p.abandoned != 3 {
 					t.Errorf("counts %v, abandoned %d; want 3 unpublished and abandoned", counts, p.abandoned)
 				}
 			} else {
-				if counts[outPublished] != 3 || counts[outUnpublished] != 0 {
+				if counts[evPublished] != 3 || counts[evUnpublished] != 0 {
 					t.Errorf("counts %v; want 3 published", counts)
 				}
 				if len(w.recs) != 3 || w.recs[0].Topic != "orders-dlq" || string(headerValue(w.recs[0].Headers, HeaderError)) != "boom" {

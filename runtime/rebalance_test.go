@@ -115,7 +115,7 @@ func TestStaleGenerationNeverCommits(t *testing.T) {
 	w := watchOffsets(b)
 	waitA := start(t, rtA, context.Background())
 	waitFor(t, "A blocked on offset 0 of both partitions", func() bool {
-		s := rtA.order[0].pool.Stats()
+		s := rtA.classes.order[0].pool.Stats()
 		return s.Running == 2 && s.Queued == 4
 	})
 
@@ -124,12 +124,12 @@ func TestStaleGenerationNeverCommits(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			w.mu.Lock()
-			t.Logf("committed seen %v; B stats %+v; A stats %+v", w.max, rtB.order[0].pool.Stats(), rtA.order[0].pool.Stats())
+			t.Logf("committed seen %v; B stats %+v; A stats %+v", w.max, rtB.classes.order[0].pool.Stats(), rtA.classes.order[0].pool.Stats())
 			w.mu.Unlock()
 		}
 	})
 	waitFor(t, "B committed its partition to the end", func() bool {
-		s := rtB.order[0].pool.Stats()
+		s := rtB.classes.order[0].pool.Stats()
 		if s.Succeeded == 0 || s.Queued+s.Running > 0 {
 			return false
 		}
@@ -159,7 +159,7 @@ func TestStaleGenerationNeverCommits(t *testing.T) {
 	// partition A kept makes its keeper commit once more, in a pass that
 	// begins after that settling, and the watcher sees what it commits.
 	waitFor(t, "A's stale handlers settled", func() bool {
-		s := rtA.order[0].pool.Stats()
+		s := rtA.classes.order[0].pool.Stats()
 		return s.Running == 0 && s.Queued == 0 && s.Waiting == 0
 	})
 	kept := 1 - moved

@@ -3,7 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"time"
+	"log/slog"
 
 	"github.com/handoff-go/handoff/snapshot"
 )
@@ -11,27 +11,49 @@ import (
 // Recovery, the start's second step: what the state file holds is put
 // back to work before the first fetch.
 
-// recover restores the state of ordered classes' keys and re-pushes the
+// recovery is what the start's recovery works with: the state file, the
+// classes (their pools, holds and ordered keys) and the dead letters of
+// classes no longer configured.
+type recovery struct {
+	state   *stateFile
+	classes map[string]*class
+	order   []*class
+	// orphan makes a saved message of a class no longer configured a
+	// dead letter, deleting its record with del.
+	orphan func(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool
+	// orphans collects the orphans' log lines into one while the
+	// recovery runs.
+	orphans *orphans
+	log     *slog.Logger
+}
+
+// run restores the state of ordered classes' keys and re-pushes the
 // pending records of the state file into their pools, oldest first. A
 // record stays in the file until its message is done, so a crash here
 // loses nothing. A stop during recovery leaves the records not yet pushed
 // where they are.
-func (r *Runtime) recover(ctx context.Context, rep *Report) error {
-	r.orphans.collect() // one line for the saved messages of unknown classes
-	defer r.orphans.flush(r.log)
-	if err := r.restoreKeys(rep); err != nil {
+func (v *recovery) run(ctx context.Context, rep *Report) error {
+	v.orphans.collect() // one line for the saved messages of unknown classes
+	defer v.orphans.flush(v.log)
+	if err := v.restoreKeys(rep); err != nil {
 		return fmt.Errorf("runtime: recover: %w", err)
 	}
 	// Keys left releasing (parked messages, no blocker) start releasing
 	// once the saved messages are pushed.
-	defer r.startRestoredReleases()
+	defer func() {
+		for _, c := range v.order {
+			if c.keys != nil {
+				c.keys.startRestored()
+			}
+		}
+	}()
 	// The records are pushed batch by batch while the next ones are
 	// still being read from the file.
 	var failed error
 	stopped := false
-	bad, err := r.store.ScanPending(func(batch []snapshot.Entry) bool {
+	bad, err := v.state.store.ScanPending(func(batch []snapshot.Entry) bool {
 		for i := range batch {
-			pushed, err := r.repush(ctx, &batch[i], rep)
+			pushed, err := v.repush(ctx, &batch[i], rep)
 			if err != nil {
 				failed = err
 				return false
@@ -51,10 +73,10 @@ func (r *Runtime) recover(ctx context.Context, rep *Report) error {
 	}
 	rep.Quarantined = len(bad)
 	for _, de := range bad {
-		r.log.Error("undecodable record moved to quarantine", "err", de)
+		v.log.Error("undecodable record moved to quarantine", "err", de)
 	}
 	if stopped {
-		r.log.Info("recovery stopped by the stop; the rest stays in the state file", "repushed", rep.Repushed)
+		v.log.Info("recovery stopped by the stop; the rest stays in the state file", "repushed", rep.Repushed)
 	}
 	return nil
 }
@@ -63,11 +85,11 @@ func (r *Runtime) recover(ctx context.Context, rep *Report) error {
 // it a dead letter when its class is not configured. It reports false
 // when the stop ended the push, and an error when the dead letter could
 // not be written.
-func (r *Runtime) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (bool, error) {
-	c := r.classes[e.Record.Message.Class]
+func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (bool, error) {
+	c := v.classes[e.Record.Message.Class]
 	if c == nil {
 		key := e.Key
-		if !r.orphan(e.Record, func(tx *snapshot.Tx) error { return tx.DeletePending(key) }) {
+		if !v.orphan(e.Record, func(tx *snapshot.Tx) error { return tx.DeletePending(key) }) {
 			return false, fmt.Errorf("could not dead-letter a message of unknown class %q", e.Record.Message.Class)
 		}
 		rep.UnknownClass++
@@ -79,9 +101,9 @@ func (r *Runtime) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (b
 		// A dead letter requeued offline: it is older than the messages
 		// parked behind it, so it runs first and its success releases
 		// them.
-		r.blockIfReleasing(c, it)
+		c.keys.blockIfReleasing(it)
 	}
-	if r.repushPaused(c, it) {
+	if c.hold.RepushPaused(it) {
 		rep.Repushed++
 		return true, nil
 	}
@@ -92,45 +114,24 @@ func (r *Runtime) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (b
 	return true, nil
 }
 
-// orphan makes a saved message whose class is not configured a dead
-// letter, removing its record with del in the same transaction.
-func (r *Runtime) orphan(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool {
-	rec.Reason = reasonUnknown
-	rec.Err = fmt.Sprintf("runtime: class %q is not configured", rec.Message.Class)
-	rec.SavedAt = time.Now()
-	err := r.store.Update(func(tx *snapshot.Tx) error {
-		if _, err := tx.SaveDead(rec); err != nil {
-			return err
-		}
-		return del(tx)
-	})
-	if err != nil {
-		r.log.Error("message of unknown class not dead-lettered", "class", rec.Message.Class, "id", rec.Message.ID, "err", err)
-		return false
-	}
-	r.inc(nil, outDeadLettered)
-	r.orphans.add(r.log, rec.Message)
-	return true
-}
-
 // unparkStrays moves parked messages whose class is gone to the dead
 // letters, and those whose class is no longer ordered to pending, where the
 // recovery re-pushes them.
-func (r *Runtime) unparkStrays() error {
-	parked, err := r.parkedKeys()
+func (v *recovery) unparkStrays() error {
+	parked, err := v.state.parkedKeys()
 	if err != nil {
 		return err
 	}
 	for _, pk := range parked {
-		c := r.classes[pk.Class]
+		c := v.classes[pk.Class]
 		if c != nil && c.cfg.Ordered {
 			continue
 		}
-		entries, err := r.parked(pk.Class, pk.Key)
+		entries, err := v.state.parked(pk.Class, pk.Key)
 		if err != nil {
 			return err
 		}
-		err = r.store.Update(func(tx *snapshot.Tx) error {
+		err = v.state.store.Update(func(tx *snapshot.Tx) error {
 			for _, e := range entries {
 				rec := e.Record
 				var err error
@@ -153,7 +154,7 @@ func (r *Runtime) unparkStrays() error {
 		if err != nil {
 			return err
 		}
-		r.log.Warn("parked messages of a class that is gone or no longer ordered moved", "class", pk.Class,
+		v.log.Warn("parked messages of a class that is gone or no longer ordered moved", "class", pk.Class,
 			"count", len(entries), "to_dead_letters", c == nil)
 	}
 	return nil
@@ -162,28 +163,26 @@ func (r *Runtime) unparkStrays() error {
 // restoreKeys rebuilds the blocked and releasing keys of ordered classes
 // from the state file: a dead letter or a message waiting for redelivery
 // blocks its key; a key with parked messages and no blocker is released.
-func (r *Runtime) restoreKeys(rep *Report) error {
-	if err := r.unparkStrays(); err != nil {
+func (v *recovery) restoreKeys(rep *Report) error {
+	if err := v.unparkStrays(); err != nil {
 		return err
 	}
 	ordered := false
-	for _, c := range r.order {
+	for _, c := range v.order {
 		ordered = ordered || c.cfg.Ordered
 	}
 	if !ordered {
 		return nil
 	}
-	if err := r.blockSaved(); err != nil {
+	if err := v.blockSaved(); err != nil {
 		return err
 	}
-	if err := r.releaseParked(); err != nil {
+	if err := v.releaseParked(); err != nil {
 		return err
 	}
-	for _, c := range r.order {
-		if c.parking != nil {
-			c.parking.mu.Lock()
-			rep.BlockedKeys += len(c.parking.keys)
-			c.parking.mu.Unlock()
+	for _, c := range v.order {
+		if c.keys != nil {
+			rep.BlockedKeys += c.keys.count()
 		}
 	}
 	return nil
@@ -194,18 +193,18 @@ const restorePage = 1000
 
 // blockSaved blocks the keys of ordered classes' dead letters and of
 // their messages waiting for a redelivery.
-func (r *Runtime) blockSaved() error {
+func (v *recovery) blockSaved() error {
 	block := func(rec snapshot.Record) {
-		c := r.classes[rec.Message.Class]
+		c := v.classes[rec.Message.Class]
 		if c == nil || !c.cfg.Ordered {
 			return
 		}
-		r.block(c, &item{msg: rec.Message})
+		c.keys.block(&item{msg: rec.Message})
 	}
 	for after := uint64(0); ; {
 		var page []snapshot.Entry
 		var next uint64
-		err := r.store.View(func(tx *snapshot.Tx) (err error) { page, next, err = tx.DeadPage("", after, restorePage); return err })
+		err := v.state.store.View(func(tx *snapshot.Tx) (err error) { page, next, err = tx.DeadPage("", after, restorePage); return err })
 		if err != nil {
 			return err
 		}
@@ -220,7 +219,7 @@ func (r *Runtime) blockSaved() error {
 	var after snapshot.DelayedKey
 	for {
 		var page []snapshot.DelayedEntry
-		err := r.store.View(func(tx *snapshot.Tx) (err error) { page, err = tx.ListDelayed(after, restorePage); return err })
+		err := v.state.store.View(func(tx *snapshot.Tx) (err error) { page, err = tx.ListDelayed(after, restorePage); return err })
 		if err != nil {
 			return err
 		}
@@ -238,22 +237,18 @@ func (r *Runtime) blockSaved() error {
 
 // releaseParked marks releasing the parked keys of ordered classes that
 // nothing blocks; their releases start once the saved messages are
-// pushed (startRestoredReleases).
-func (r *Runtime) releaseParked() error {
-	parked, err := r.parkedKeys()
+// pushed (orderedKeys.startRestored).
+func (v *recovery) releaseParked() error {
+	parked, err := v.state.parkedKeys()
 	if err != nil {
 		return err
 	}
 	for _, pk := range parked {
-		c := r.classes[pk.Class]
+		c := v.classes[pk.Class]
 		if c == nil || !c.cfg.Ordered {
 			continue // moved by unparkStrays
 		}
-		c.parking.mu.Lock()
-		if c.parking.keys[string(pk.Key)] == nil {
-			c.parking.keys[string(pk.Key)] = &keyState{releasing: true, release: 1}
-		}
-		c.parking.mu.Unlock()
+		c.keys.restoreReleasing(pk.Key)
 	}
 	return nil
 }

@@ -75,7 +75,7 @@ func recoveryHeap(t *testing.T, n int) {
 
 	// full: the pool holds as many messages as it can of those left.
 	full := func() bool {
-		s := rt.classes["local"].pool.Stats()
+		s := rt.classes.byName["local"].pool.Stats()
 		return int64(s.Running+s.Queued) == min(workers+queue, int64(n)-handled.Load())
 	}
 	var peak memSample

@@ -43,17 +43,17 @@ func (cfg *Config) checkRenames(bad func(string, ...any)) {
 	cfg.ClassRenames = renames
 }
 
-// renameClasses applies Config.ClassRenames to the state file, in one
-// transaction, and logs one line with what it renamed.
-func (r *Runtime) renameClasses(store *snapshot.Store) error {
-	if len(r.cfg.ClassRenames) == 0 {
+// renameClasses applies renames (Config.ClassRenames) to the state
+// file, in one transaction, and logs one line with what it renamed.
+func renameClasses(store *snapshot.Store, renames map[string]string, log *slog.Logger) error {
+	if len(renames) == 0 {
 		return nil
 	}
 	began := time.Now()
 	renamed := map[string]map[string]int{}
 	err := store.Update(func(tx *snapshot.Tx) error {
-		for _, from := range slices.Sorted(maps.Keys(r.cfg.ClassRenames)) {
-			counts, err := tx.RenameClass(from, r.cfg.ClassRenames[from])
+		for _, from := range slices.Sorted(maps.Keys(renames)) {
+			counts, err := tx.RenameClass(from, renames[from])
 			if err != nil {
 				return err
 			}
@@ -77,11 +77,11 @@ func (r *Runtime) renameClasses(store *snapshot.Store) error {
 		}
 		total += n
 		if n > 0 {
-			parts = append(parts, fmt.Sprintf("%s -> %s: %s", from, r.cfg.ClassRenames[from], strings.Join(by, ", ")))
+			parts = append(parts, fmt.Sprintf("%s -> %s: %s", from, renames[from], strings.Join(by, ", ")))
 		}
 	}
-	r.log.Info("renamed classes in the state file", "records", total, "renamed", strings.Join(parts, "; "),
-		"mappings", len(r.cfg.ClassRenames), "took", time.Since(began))
+	log.Info("renamed classes in the state file", "records", total, "renamed", strings.Join(parts, "; "),
+		"mappings", len(renames), "took", time.Since(began))
 	return nil
 }
 

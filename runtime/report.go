@@ -118,12 +118,3 @@ func (r *Report) String() string {
 		r.Repushed, r.Succeeded, r.Retried, r.DeadLettered, r.Redelivered, r.Parked, r.Drained, r.Snapshotted, r.Unstarted, r.Waiting, r.Interrupted, r.Stragglers,
 		r.Drain.Round(time.Millisecond), r.Snapshot.Round(time.Millisecond), r.Stop.Round(time.Millisecond))
 }
-
-// fillCounts copies the runtime's outcome counters into rep.
-func (r *Runtime) fillCounts(rep *Report) {
-	rep.Succeeded, rep.Retried, rep.DeadLettered, rep.Redelivered = r.total(outSucceeded), r.total(outRetried), r.total(outDeadLettered), r.total(outRedelivered)
-	rep.Parked, rep.Released, rep.Deferred, rep.Scheduled = r.total(outParked), r.total(outReleased), r.total(outDeferred), r.total(outScheduled)
-	rep.Delivered, rep.Requeued, rep.Discarded, rep.Published = r.total(outDelivered), r.total(outRequeued), r.total(outDiscarded), r.total(outPublished)
-	rep.Unpublished, rep.Held = r.total(outUnpublished), r.total(outHeld)
-	rep.Revoked = int(r.kafka.revoked.Load())
-}

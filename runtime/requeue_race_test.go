@@ -62,7 +62,7 @@ func TestRequeueRacingItsEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			wait := start(t, rt, context.Background())
-			waitFor(t, "every message a dead letter", func() bool { return rt.total(outDeadLettered) == n })
+			waitFor(t, "every message a dead letter", func() bool { return rt.tally.total(evDeadLettered) == n })
 			dls, _, err := rt.DeadLetters("orders", "", 2*n)
 			if err != nil || len(dls) != n {
 				t.Fatalf("dead letters: %d, %v", len(dls), err)
@@ -146,7 +146,7 @@ func TestDiscardRacingRequeue(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait := start(t, rt, context.Background())
-	waitFor(t, "every key parked behind its dead letter", func() bool { return rt.total(outParked) == 2*keys })
+	waitFor(t, "every key parked behind its dead letter", func() bool { return rt.tally.total(evParked) == 2*keys })
 	dls, _, err := rt.DeadLetters("orders", "", 2*keys)
 	if err != nil || len(dls) != keys {
 		t.Fatalf("dead letters: %d, %v", len(dls), err)

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/runtime/internal/deletes"
+	"github.com/handoff-go/handoff/runtime/internal/service"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -74,14 +75,12 @@ type runState struct {
 
 	// The scheduler feeds the pools besides fetching (and the key
 	// releases, r.releases); it ends at the quiesce too.
-	stopFeeds context.CancelFunc
-	feeds     sync.WaitGroup
+	feeds service.Loops
 
 	// Background loops that use the state file: the batched deletes, the
-	// drain-budget watcher and the retries of held messages. They end at
-	// the snapshot.
-	stopBackground context.CancelFunc
-	background     sync.WaitGroup
+	// drain-estimate watcher and the retries of unsaved failed messages.
+	// They end at the snapshot.
+	background service.Loops
 
 	// left is what the hard stop took out of the pools, for the snapshot.
 	left []leftover
@@ -102,21 +101,20 @@ func (s *runState) open() error {
 	if err != nil {
 		return fmt.Errorf("runtime: open state file: %w", err)
 	}
-	if err := r.checkIdentity(store); err != nil {
+	if err := checkIdentity(store, r.cfg.Group, r.cfg.Instance, r.log); err != nil {
 		return errors.Join(err, store.Close())
 	}
-	if err := r.renameClasses(store); err != nil {
+	if err := renameClasses(store, r.cfg.ClassRenames, r.log); err != nil {
 		return errors.Join(err, store.Close())
 	}
 	if err := recordClasses(store, r.cfg.Classes); err != nil {
 		return errors.Join(err, store.Close())
 	}
 	// The pauses apply before the recovery pushes anything.
-	if err := r.loadPauses(store); err != nil {
+	if err := loadPauses(store, r.classes.byName, r.log); err != nil {
 		return errors.Join(err, store.Close())
 	}
-	r.store = store
-	r.storeOpen.Store(true)
+	r.state.opened(store)
 	return nil
 }
 
@@ -140,32 +138,32 @@ func (s *runState) start() error {
 		}
 	}()
 
-	bgCtx, stopBackground := context.WithCancel(context.Background())
-	s.stopBackground = stopBackground
-	s.background.Go(func() {
-		r.deletes.run(bgCtx, r.store, r.log, r.alive.start("state file deleter", deleteInterval), func(d doneRecords) { r.sched.forget(d.delayed...) })
+	s.background.Start(func(ctx context.Context) {
+		alive := r.alive.start("state file deleter", deletes.Interval)
+		defer alive.end()
+		r.deletes.Run(ctx, r.state.store, r.log, alive.beat, func(d deletes.Records) { r.sched.forget(d.Delayed...) })
 	})
-	s.background.Go(func() { r.watchBudget(bgCtx) })
-	s.background.Go(func() { r.retryHeld(bgCtx) })
-	feedCtx, stopFeeds := context.WithCancel(context.Background())
-	s.stopFeeds = stopFeeds
+	watch := drainWatch{stats: r.Stats, metrics: r.metrics, log: r.log, drainTimeout: r.cfg.DrainTimeout, alive: &r.alive}
+	s.background.Start(watch.run)
+	s.background.Start(r.fail.retryUnsaved)
 	fetchCtx, stopFetch := context.WithCancel(context.Background())
 	s.stopFetch = stopFetch
 	r.releases.open()
 	r.openDLQ()
-	r.accepting.Store(true)
+	r.life.accepting.Store(true)
 
-	if err := r.conn.checkBrokers(runCtx, len(r.topics) > 0, r.dlq != nil); err != nil {
+	if err := r.conn.checkBrokers(runCtx, len(r.classes.topics) > 0, r.dlq != nil); err != nil {
 		return err
 	}
-	if err := r.recover(runCtx, s.rep); err != nil {
+	rec := recovery{state: r.state, classes: r.classes.byName, order: r.classes.order, orphan: r.fail.orphan, orphans: &r.fail.orphans, log: r.log}
+	if err := rec.run(runCtx, s.rep); err != nil {
 		return err
 	}
 	rep := s.rep
 	r.log.Info("recovery finished", "repushed", rep.Repushed, "quarantined", rep.Quarantined,
 		"unknown_class", rep.UnknownClass, "blocked_keys", rep.BlockedKeys, "took", time.Since(started))
-	s.feeds.Go(func() { r.sched.run(feedCtx) })
-	if len(r.topics) > 0 && runCtx.Err() == nil {
+	s.feeds.Start(r.sched.run)
+	if len(r.classes.topics) > 0 && runCtx.Err() == nil {
 		if err := r.kafka.open(); err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
@@ -173,7 +171,7 @@ func (s *runState) start() error {
 		if err != nil {
 			return err
 		}
-		r.topicsOK.Store(len(present) == len(r.topics))
+		r.ready.topicsOK.Store(len(present) == len(r.classes.topics))
 		if runCtx.Err() == nil {
 			if err := r.kafka.join(fetchCtx, present); err != nil {
 				return fmt.Errorf("runtime: %w", err)
@@ -183,43 +181,7 @@ func (s *runState) start() error {
 	if runCtx.Err() != nil {
 		return nil // a stop was requested: never ready
 	}
-	r.ready.Store(true)
-	r.log.Info("running", "classes", len(r.order), "topics", len(r.topics), "group", r.cfg.Group, "instance", r.cfg.Instance, "version", handoff.Version)
-	return nil
-}
-
-// checkIdentity records the group and the instance in a new state file,
-// and refuses a file of another group. A file of another instance of the
-// same group is taken over with a warning.
-func (r *Runtime) checkIdentity(store *snapshot.Store) error {
-	var group []byte
-	var ok bool
-	err := store.View(func(tx *snapshot.Tx) (err error) { group, ok, err = tx.Meta(snapshot.MetaGroup); return err })
-	if err != nil {
-		return fmt.Errorf("runtime: check state file identity: %w", err)
-	}
-	switch {
-	case ok && r.cfg.Group != "" && string(group) != r.cfg.Group:
-		return fmt.Errorf("%w: %s belongs to group %q, configured group is %q", ErrOtherGroup, store.Path(), group, r.cfg.Group)
-	case !ok && r.cfg.Group != "":
-		if err := store.Update(func(tx *snapshot.Tx) error { return tx.PutMeta(snapshot.MetaGroup, []byte(r.cfg.Group)) }); err != nil {
-			return fmt.Errorf("runtime: record group in state file: %w", err)
-		}
-	}
-	var inst []byte
-	err = store.View(func(tx *snapshot.Tx) (err error) { inst, ok, err = tx.Meta(snapshot.MetaInstance); return err })
-	if err != nil {
-		return fmt.Errorf("runtime: check state file identity: %w", err)
-	}
-	if ok && string(inst) == r.cfg.Instance {
-		return nil
-	}
-	if ok {
-		r.log.Warn("state file was written by another instance of the group; taking it over", "path", store.Path(),
-			"group", r.cfg.Group, "previous_instance", string(inst), "instance", r.cfg.Instance)
-	}
-	if err := store.Update(func(tx *snapshot.Tx) error { return tx.PutMeta(snapshot.MetaInstance, []byte(r.cfg.Instance)) }); err != nil {
-		return fmt.Errorf("runtime: record instance in state file: %w", err)
-	}
+	r.ready.started.Store(true)
+	r.log.Info("running", "classes", len(r.classes.order), "topics", len(r.classes.topics), "group", r.cfg.Group, "instance", r.cfg.Instance, "version", handoff.Version)
 	return nil
 }

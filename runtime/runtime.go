@@ -11,6 +11,8 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/pool"
+	"github.com/handoff-go/handoff/runtime/internal/deletes"
+	"github.com/handoff-go/handoff/runtime/internal/hold"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -21,32 +23,23 @@ import (
 type Runtime struct {
 	cfg     Config
 	log     *slog.Logger
-	classes map[string]*class
-	order   []*class // config order, for deterministic stops
-	byTopic map[string]*class
-	topics  []string
+	classes classSet
 	metrics *metrics
 	// epoch is when New ran; see now.
 	epoch time.Time
 
-	life      lifecycle
-	accepting atomic.Bool // Submit, Schedule and Requeue are let in
-	// Readiness (see Ready): started (recovered, not stopping), joined (a
-	// generation received) and every topic present.
-	ready    atomic.Bool
-	joined   atomic.Bool
-	topicsOK atomic.Bool
+	life  lifecycle
+	ready readiness // see Ready
 
 	// The state file, open from the start of Run to the end of its stop.
-	store     *snapshot.Store
-	storeOpen atomic.Bool // the admin API may use it
-	deletes   deletes     // records of done messages, deleted in batches
+	state   *stateFile
+	deletes deletes.Queue // records of done messages, deleted in batches
 
 	// Feeds of the pools besides fetching.
 	sched    *scheduler
-	releases releases // key releases of ordered classes
-	requeues requeues // dead letters requeued and not finished
-	held     held     // submitted messages whose save failed
+	releases releases  // key releases of ordered classes
+	fail     *failures // dead letters, redeliveries, requeues, unsaved failures
+	handling *handling // every pool's handler wrapper, retry and result
 
 	// Kafka: the consumer group and its client (group.go), the
 	// dead-letter publisher (nil without a DeadLetterTopic) and how
@@ -55,27 +48,23 @@ type Runtime struct {
 	dlq   *publisher
 	conn  *connection
 
-	orphans orphans  // saved messages of unknown classes, logged as one line; see rename.go
-	alive   liveness // the loops that beat; see alive.go
-
-	stats counters    // outcomes of no configured class; see total
+	alive liveness    // the loops that beat; see alive.go
+	tally *tally      // event counts
 	logs  *logBackoff // repeated failures' lines
 	// items recycles the items of fetched Kafka messages: one allocation
 	// less per message on the hot path. A handler never sees an item,
 	// only a copy of its message (see handler).
 	items sync.Pool
+}
 
-	// beforeSnapshot, when set by a test, runs just before the stop's
-	// snapshot transaction.
-	beforeSnapshot func(*snapshot.Store)
-	// beforeWrite, when set by a test, runs in the transaction of a move
-	// (see Runtime.move) or of the delete of a done parked message before
-	// it writes, with the operation's name; an error it returns fails
-	// the transaction.
-	beforeWrite func(op string, it *item) error
-	// testHookDiverted, when set by a test, runs in the handler wrapper
-	// after it saved a message elsewhere, before it returns.
-	testHookDiverted func(ctx context.Context)
+// classSet is the configured classes, by name, in config order (for
+// deterministic stops) and by topic, and every topic of them. Built by
+// New, read-only after.
+type classSet struct {
+	byName  map[string]*class
+	order   []*class
+	byTopic map[string]*class
+	topics  []string
 }
 
 // lifecycle is a Runtime's start and stop signalling.
@@ -87,6 +76,17 @@ type lifecycle struct {
 	skipCh   chan struct{} // closed when the rest of the drain is to be skipped
 	done     chan struct{} // closed when Run returns
 	err      error         // what Run returned; set before done closes
+	// accepting lets Submit, Schedule and Requeue in: from the start of
+	// Run to the start of its stop.
+	accepting atomic.Bool
+}
+
+// readiness is what Ready reports: started (recovered, not stopping),
+// joined (a generation received) and every topic present.
+type readiness struct {
+	started  atomic.Bool
+	joined   atomic.Bool
+	topicsOK atomic.Bool
 }
 
 const (
@@ -102,16 +102,16 @@ type class struct {
 	cfg Class
 	// handle is cfg.Handler in the middleware chain (attempt.go); hooked
 	// says there is middleware, and so an attempt context per attempt.
-	handle  handoff.HandlerFunc
-	hooked  bool
-	pool    *pool.Pool[*item]
-	parking *parking // ordered classes only
-	stats   counters
-	svc     serviceTime
-	index   int      // in Runtime.order
-	batch   *batcher // batch classes only
-	// susp is the class's outage suspension and pause (suspend.go).
-	susp suspension
+	handle handoff.HandlerFunc
+	hooked bool
+	pool   *pool.Pool[*item]
+	keys   *orderedKeys // ordered classes only
+	stats  counters
+	svc    serviceTime
+	index  int      // in Runtime.classes.order
+	batch  *batcher // batch classes only
+	// hold is the class's outage suspension and pause.
+	hold *hold.Hold[*item]
 	// diverted counts the results of messages the handler wrapper saved
 	// elsewhere (parked, deferred) instead of running: the pool counts
 	// them failed.
@@ -129,27 +129,31 @@ func New(cfg Config) (*Runtime, error) {
 		epoch:   time.Now(),
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "runtime"),
-		classes: map[string]*class{},
-		byTopic: map[string]*class{},
+		classes: classSet{byName: map[string]*class{}, byTopic: map[string]*class{}},
 		life:    lifecycle{stopCh: make(chan struct{}), skipCh: make(chan struct{}), done: make(chan struct{})},
 	}
 	r.logs = newLogBackoff()
-	r.sched = newScheduler(r)
-	r.held.added = make(chan struct{}, 1)
+	r.tally = &tally{}
+	r.state = &stateFile{log: r.log}
+	r.fail = newFailures(failuresConfig{state: r.state, tally: r.tally, classes: r.classes.byName, accepting: &r.life.accepting,
+		publish: func(c *class, rec snapshot.Record) { r.dlq.publish(c, rec) }, log: r.log})
+	r.sched = newScheduler(schedulerConfig{state: r.state, tally: r.tally, classes: r.classes.byName, orphan: r.fail.orphan, log: r.log})
+	r.state.forgetDelayed = r.sched.forget
+	r.handling = &handling{cfg: handlingConfig{state: r.state, deletes: &r.deletes, tally: r.tally, fail: r.fail,
+		sched: r.sched, items: &r.items, log: r.log}}
+	r.fail.cfg.wake = r.sched.wake
 	r.items.New = func() any { return new(item) }
 	var errs []error
 	for _, cc := range cfg.Classes {
-		c := &class{cfg: cc, index: len(r.order)}
-		c.susp.init()
+		c := &class{cfg: cc, index: len(r.classes.order)}
 		workers := cc.Workers
 		if cc.BatchHandler != nil {
-			c.batch = newBatcher(r, c)
+			c.batch = newBatcher(c, r.log)
 			workers = batchPoolWorkers(cc)
 		}
 		var keyFunc func(*item) string
 		if cc.Ordered {
 			keyFunc = itemKey
-			c.parking = &parking{keys: map[string]*keyState{}}
 		}
 		p, err := pool.New(pool.Config[*item]{
 			Name:       cc.Name,
@@ -157,9 +161,9 @@ func New(cfg Config) (*Runtime, error) {
 			QueueSize:  cc.QueueSize,
 			Ordered:    cc.Ordered,
 			KeyFunc:    keyFunc,
-			Handler:    r.handler(c),
-			RetryFunc:  r.retry(c),
-			ResultFunc: r.result(c),
+			Handler:    r.handling.handler(c),
+			RetryFunc:  r.handling.retry(c),
+			ResultFunc: r.handling.result(c),
 			Logger:     cfg.Logger,
 		})
 		if err != nil {
@@ -167,15 +171,22 @@ func New(cfg Config) (*Runtime, error) {
 			continue
 		}
 		c.pool = p
+		if cc.Ordered {
+			c.keys = newOrderedKeys(keysConfig{class: cc.Name, pool: p, state: r.state, deletes: &r.deletes,
+				releases: &r.releases, counts: &c.stats, log: r.log})
+		}
+		c.hold = hold.New(hold.Config[*item]{Class: cc.Name, Policy: hold.Policy(cc.Suspend), Permanent: cc.Retry.PermanentFunc,
+			Pool: p, Log: r.log, Stopping: r.life.stopCh, Rewind: r.sched.wake, Backoff: probeBackoff})
 		if c.handle, c.hooked, err = chain(&cfg, &cc); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		r.classes[cc.Name] = c
-		r.order = append(r.order, c)
+		r.classes.byName[cc.Name] = c
+		r.classes.order = append(r.classes.order, c)
+		r.tally.classes = r.classes.order
 		for _, t := range cc.Topics {
-			r.byTopic[t] = c
-			r.topics = append(r.topics, t)
+			r.classes.byTopic[t] = c
+			r.classes.topics = append(r.classes.topics, t)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -186,6 +197,12 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("runtime: register metrics: %w", err)
 	}
 	r.metrics = m
+	r.handling.metrics = m
+	for _, c := range r.classes.order {
+		if c.batch != nil {
+			c.batch.metrics = m
+		}
+	}
 	r.conn = newConnection(&cfg, r.log)
 	r.kafka = r.newConsumer()
 	return r, nil
@@ -208,7 +225,7 @@ func (r *Runtime) mono() int64 { return int64(time.Since(r.epoch)) }
 // stopping: false the moment a stop begins, so a load balancer can stop
 // sending work. Without topics, recovered and not stopping is enough.
 func (r *Runtime) Ready() bool {
-	return r.ready.Load() && (len(r.topics) == 0 || r.joined.Load() && r.topicsOK.Load())
+	return r.ready.started.Load() && (len(r.classes.topics) == 0 || r.ready.joined.Load() && r.ready.topicsOK.Load())
 }
 
 // Group returns the consumer group ID, Config.Group.
@@ -249,10 +266,10 @@ func (r *Runtime) Submit(ctx context.Context, class string, m *handoff.Message) 
 // accept checks a message handed in by Submit or Schedule and returns its
 // class and a copy with Class and FirstSeen set.
 func (r *Runtime) accept(verb, class string, m *handoff.Message) (*class, handoff.Message, error) {
-	if !r.accepting.Load() {
+	if !r.life.accepting.Load() {
 		return nil, handoff.Message{}, ErrNotRunning
 	}
-	c := r.classes[class]
+	c := r.classes.byName[class]
 	if c == nil {
 		return nil, handoff.Message{}, fmt.Errorf("%w: %q", ErrUnknownClass, class)
 	}
@@ -299,12 +316,4 @@ func (r *Runtime) Close() error {
 	r.life.skipDrain()
 	<-r.life.done
 	return r.life.err
-}
-
-// openStore returns the open state file, or ErrNotRunning.
-func (r *Runtime) openStore() (*snapshot.Store, error) {
-	if !r.storeOpen.Load() {
-		return nil, ErrNotRunning
-	}
-	return r.store, nil
 }

@@ -318,9 +318,9 @@ func TestSnapshotFailureKeepsOffsets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt.beforeSnapshot = func(st *snapshot.Store) { st.Close() }
+	rt.state.beforeSnapshot = func(st *snapshot.Store) { st.Close() }
 	wait := start(t, rt, context.Background())
-	waitFor(t, "pool full", func() bool { s := rt.order[0].pool.Stats(); return s.Queued == 32 })
+	waitFor(t, "pool full", func() bool { s := rt.classes.order[0].pool.Stats(); return s.Queued == 32 })
 	rt.Shutdown(context.Background())
 	rep, err := wait()
 	if err == nil || !strings.Contains(err.Error(), "snapshot of") {

@@ -151,7 +151,7 @@ func TestRedeliverySupersededBySchedule(t *testing.T) {
 	if err := rt.Schedule(context.Background(), "jobs", &handoff.Message{ID: "job"}, time.Now().Add(10*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the dead letter", func() bool { return rt.total(outDeadLettered) == 1 })
+	waitFor(t, "the dead letter", func() bool { return rt.tally.total(evDeadLettered) == 1 })
 	dls, _, err := rt.DeadLetters("", "", 10)
 	if err != nil || len(dls) != 1 || !strings.Contains(dls[0].Err, "scheduled meanwhile") {
 		t.Fatalf("dead letters %+v, %v", dls, err)

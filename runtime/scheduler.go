@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -27,7 +28,7 @@ const schedBatch = 256
 // next read starts again from that due time, skipping the records it
 // already handed over.
 type scheduler struct {
-	r      *Runtime
+	cfg    schedulerConfig
 	wakeCh chan struct{}
 
 	mu   sync.Mutex
@@ -46,8 +47,19 @@ type scheduler struct {
 	deleted []snapshot.DelayedKey
 }
 
-func newScheduler(r *Runtime) *scheduler {
-	return &scheduler{r: r, wakeCh: make(chan struct{}, 1), handed: map[string]struct{}{}}
+// schedulerConfig is what the scheduler is built from.
+type schedulerConfig struct {
+	state   *stateFile
+	tally   *tally
+	classes map[string]*class // a due message's class: its pool and hold
+	// orphan makes a due message of a class no longer configured a dead
+	// letter, deleting its record with del.
+	orphan func(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool
+	log    *slog.Logger
+}
+
+func newScheduler(cfg schedulerConfig) *scheduler {
+	return &scheduler{cfg: cfg, wakeCh: make(chan struct{}, 1), handed: map[string]struct{}{}}
 }
 
 // wake tells the loop that a record due at at was written, and wakes it if
@@ -136,29 +148,29 @@ func (s *scheduler) run(ctx context.Context) {
 		var due []snapshot.DelayedEntry
 		var next time.Time
 		var bad []*snapshot.DecodeError
-		err := s.r.store.View(func(tx *snapshot.Tx) (err error) {
+		err := s.cfg.state.store.View(func(tx *snapshot.Tx) (err error) {
 			due, next, bad, err = tx.DueDelayed(from, now, schedBatch)
 			return err
 		})
 		if err == nil {
-			err = s.r.quarantine(bad)
+			err = s.cfg.state.quarantine(bad)
 		}
-		s.r.log.Debug("delayed messages read", "due", len(due), "undecodable", len(bad), "next", next)
+		s.cfg.log.Debug("delayed messages read", "due", len(due), "undecodable", len(bad), "next", next)
 		if err != nil {
-			s.r.log.Error("delayed messages not read; retrying in 1s", "err", err)
+			s.cfg.log.Error("delayed messages not read; retrying in 1s", "err", err)
 			due, next = nil, now.Add(time.Second)
 		}
 		for _, e := range due {
-			c := s.r.classes[e.Record.Message.Class]
+			c := s.cfg.classes[e.Record.Message.Class]
 			cursor = e.Key
 			if c == nil {
-				s.r.orphan(e.Record, func(tx *snapshot.Tx) error { return tx.DeleteDelayed(e.Key) })
+				s.cfg.orphan(e.Record, func(tx *snapshot.Tx) error { return tx.DeleteDelayed(e.Key) })
 				continue
 			}
 			if !s.hand(e.Key) {
 				continue // in a pool already: read again after a rewind
 			}
-			if s.r.skipHeld(c, e.Key.Due()) {
+			if c.hold.SkipDue(e.Key.Due()) {
 				s.unhand(e.Key)
 				continue // its class is suspended or paused: read again once released
 			}
@@ -168,7 +180,7 @@ func (s *scheduler) run(ctx context.Context) {
 				s.unhand(e.Key)
 				return // stopping: the record stays for the next start
 			}
-			s.r.inc(c, outDelivered)
+			s.cfg.tally.inc(c, evDelivered)
 		}
 		if len(due) == schedBatch {
 			continue

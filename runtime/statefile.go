@@ -2,43 +2,181 @@ package runtime
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
+	"sync/atomic"
 
 	"github.com/handoff-go/handoff/snapshot"
 )
 
-// Reads of the state file that the runtime makes in more than one place.
-// A read transaction cannot write, so records found undecodable are moved
-// to the quarantine bucket afterwards, in a write of their own.
+// stateFile is the state file as the components share it: open from the
+// start of Run (open) to the end of its stop (close). The writes that
+// move a message from one bucket to another, and the reads that more than
+// one component makes, are here. A read transaction cannot write, so
+// records found undecodable are moved to the quarantine bucket
+// afterwards, in a write of their own.
+type stateFile struct {
+	log   *slog.Logger
+	store *snapshot.Store // set by open, before any component uses it
+	open  atomic.Bool     // the admin API may use it
+	// forgetDelayed tells the scheduler that delayed records it handed to
+	// a pool are deleted.
+	forgetDelayed func(keys ...snapshot.DelayedKey)
+	// beforeWrite, when set by a test, runs in the transaction of a move
+	// (see move) or of the delete of a done parked message before it
+	// writes, with the operation's name; an error it returns fails the
+	// transaction.
+	beforeWrite func(op string, it *item) error
+	// beforeSnapshot, when set by a test, runs just before the stop's
+	// snapshot transaction.
+	beforeSnapshot func(*snapshot.Store)
+}
+
+// opened is what a component gets from New: set to the file by Run.
+func (f *stateFile) opened(store *snapshot.Store) {
+	f.store = store
+	f.open.Store(true)
+}
+
+// close closes the file; the admin API may no longer use it.
+func (f *stateFile) close() error {
+	f.open.Store(false)
+	return f.store.Close()
+}
+
+// get returns the open state file, or ErrNotRunning.
+func (f *stateFile) get() (*snapshot.Store, error) {
+	if !f.open.Load() {
+		return nil, ErrNotRunning
+	}
+	return f.store, nil
+}
 
 // quarantine moves bad to the quarantine bucket (a no-op for none).
-func (r *Runtime) quarantine(bad []*snapshot.DecodeError) error {
+func (f *stateFile) quarantine(bad []*snapshot.DecodeError) error {
 	if len(bad) == 0 {
 		return nil
 	}
-	return r.store.Update(func(tx *snapshot.Tx) error { return tx.Quarantine(bad...) })
+	return f.store.Update(func(tx *snapshot.Tx) error { return tx.Quarantine(bad...) })
 }
 
 // parked returns the records parked under class's key, in park order.
-func (r *Runtime) parked(class string, key []byte) ([]snapshot.ParkedEntry, error) {
+func (f *stateFile) parked(class string, key []byte) ([]snapshot.ParkedEntry, error) {
 	var entries []snapshot.ParkedEntry
 	var bad []*snapshot.DecodeError
-	err := r.store.View(func(tx *snapshot.Tx) (err error) { entries, bad, err = tx.Parked(class, key); return err })
+	err := f.store.View(func(tx *snapshot.Tx) (err error) { entries, bad, err = tx.Parked(class, key); return err })
 	if err != nil {
 		return nil, err
 	}
-	return entries, r.quarantine(bad)
+	return entries, f.quarantine(bad)
 }
 
 // parkedKeys returns every parked (class, key) with its count.
-func (r *Runtime) parkedKeys() ([]snapshot.ParkedCount, error) {
+func (f *stateFile) parkedKeys() ([]snapshot.ParkedCount, error) {
 	var keys []snapshot.ParkedCount
 	var bad []*snapshot.DecodeError
-	err := r.store.View(func(tx *snapshot.Tx) (err error) { keys, bad, err = tx.ParkedKeys(); return err })
+	err := f.store.View(func(tx *snapshot.Tx) (err error) { keys, bad, err = tx.ParkedKeys(); return err })
 	if err != nil {
 		return nil, err
 	}
-	return keys, r.quarantine(bad)
+	return keys, f.quarantine(bad)
+}
+
+// moveTo saves the item elsewhere in the state file with save, deleting
+// its source record in the same transaction, and then settles its offset:
+// the offset counts as persisted once the transaction has committed. On
+// failure nothing is settled, so Kafka delivers the message again after a
+// restart. Workers' moves share transactions (one fsync for many).
+func (f *stateFile) moveTo(it *item, what string, save func(tx *snapshot.Tx) error) bool {
+	return f.move(f.store.Batch, it, what, save)
+}
+
+// moveNow is moveTo in a transaction of its own, for callers that hold a
+// lock and must not wait for a shared one to fill.
+func (f *stateFile) moveNow(it *item, what string, save func(tx *snapshot.Tx) error) bool {
+	return f.move(f.store.Update, it, what, save)
+}
+
+func (f *stateFile) move(run func(func(*snapshot.Tx) error) error, it *item, what string, save func(tx *snapshot.Tx) error) bool {
+	// save and deleteSource act only through tx: a Batch may run this
+	// twice, the first time rolled back.
+	err := run(func(tx *snapshot.Tx) error {
+		if err := f.testWriteErr(what, it); err != nil {
+			return err
+		}
+		// Delete first: a delayed record's new version has the same ID,
+		// which SaveDelayed would take for a duplicate.
+		if err := it.deleteSource(tx); err != nil {
+			return err
+		}
+		return save(tx)
+	})
+	if err != nil {
+		f.log.Error("state file write failed; offset stays uncommitted", "op", what,
+			"class", it.msg.Class, "id", it.msg.ID, "err", err)
+		it.unsaved = true
+		return false
+	}
+	// What the message's origin needs once it is saved elsewhere: a
+	// Kafka offset is settled, a delayed record is gone for the
+	// scheduler.
+	it.settle()
+	if it.src == fromDelayed {
+		f.forgetDelayed(it.delayedKey)
+	}
+	return true
+}
+
+// testWriteErr returns the write failure a test injects with
+// beforeWrite, if any.
+func (f *stateFile) testWriteErr(op string, it *item) error {
+	if f.beforeWrite == nil {
+		return nil
+	}
+	return f.beforeWrite(op, it)
+}
+
+func (f *stateFile) logErr(what string, it *item, err error) {
+	if err != nil {
+		f.log.Error("state file write failed; the message may run again after a restart", "op", what,
+			"class", it.msg.Class, "id", it.msg.ID, "err", err)
+	}
+}
+
+// checkIdentity records the group and the instance in a new state file,
+// and refuses a file of another group. A file of another instance of the
+// same group is taken over with a warning.
+func checkIdentity(store *snapshot.Store, group, instance string, log *slog.Logger) error {
+	var kept []byte
+	var ok bool
+	err := store.View(func(tx *snapshot.Tx) (err error) { kept, ok, err = tx.Meta(snapshot.MetaGroup); return err })
+	if err != nil {
+		return fmt.Errorf("runtime: check state file identity: %w", err)
+	}
+	switch {
+	case ok && group != "" && string(kept) != group:
+		return fmt.Errorf("%w: %s belongs to group %q, configured group is %q", ErrOtherGroup, store.Path(), kept, group)
+	case !ok && group != "":
+		if err := store.Update(func(tx *snapshot.Tx) error { return tx.PutMeta(snapshot.MetaGroup, []byte(group)) }); err != nil {
+			return fmt.Errorf("runtime: record group in state file: %w", err)
+		}
+	}
+	var inst []byte
+	err = store.View(func(tx *snapshot.Tx) (err error) { inst, ok, err = tx.Meta(snapshot.MetaInstance); return err })
+	if err != nil {
+		return fmt.Errorf("runtime: check state file identity: %w", err)
+	}
+	if ok && string(inst) == instance {
+		return nil
+	}
+	if ok {
+		log.Warn("state file was written by another instance of the group; taking it over", "path", store.Path(),
+			"group", group, "previous_instance", string(inst), "instance", instance)
+	}
+	if err := store.Update(func(tx *snapshot.Tx) error { return tx.PutMeta(snapshot.MetaInstance, []byte(instance)) }); err != nil {
+		return fmt.Errorf("runtime: record instance in state file: %w", err)
+	}
+	return nil
 }
 
 // recordClasses notes the configured classes in the state file, which

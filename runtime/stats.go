@@ -48,14 +48,14 @@ type ClassStats struct {
 // Stats returns every class's stats, in configuration order. Safe for
 // concurrent use; it does not wait for handlers.
 func (r *Runtime) Stats() []ClassStats {
-	out := make([]ClassStats, len(r.order))
-	for i, c := range r.order {
+	out := make([]ClassStats, len(r.classes.order))
+	for i, c := range r.classes.order {
 		ps := c.pool.Stats()
 		cs := ClassStats{
 			Name: c.cfg.Name, Topics: append([]string(nil), c.cfg.Topics...), Ordered: c.cfg.Ordered,
 			Workers: c.cfg.Workers, QueueSize: c.cfg.QueueSize,
 			Queued: ps.Queued, Waiting: ps.Waiting, Running: ps.Running,
-			Succeeded: ps.Succeeded, Retried: ps.Retried, Parked: c.count(outParked),
+			Succeeded: ps.Succeeded, Retried: ps.Retried, Parked: c.count(evParked),
 		}
 		// A diverted message's result is counted after the pool's
 		// failed count moved: never more than it.
@@ -63,9 +63,9 @@ func (r *Runtime) Stats() []ClassStats {
 		cs.Partitions, cs.Lag = r.kafka.classLag(c)
 		cs.OldestUnsettled = r.kafka.oldestUnsettled(c).Seconds()
 		runningFor, longest := c.pool.RunningTimes()
-		cs.DrainEstimate, cs.Rate, cs.OverBudget = r.drainEstimate(c, ps, runningFor, longest)
+		cs.DrainEstimate, cs.Rate, cs.OverBudget = c.drainEstimate(ps, runningFor, longest, r.cfg.DrainTimeout)
 		cs.LongestRunning = longest.Seconds()
-		cs.Hold = c.holdStats()
+		cs.Hold = ClassHold(c.hold.Stats())
 		out[i] = cs
 	}
 	return out

@@ -22,8 +22,8 @@ const (
 // stopBudget is how long a stop may take: DrainTimeout, HardStopGrace and
 // a margin for the snapshot, the final commit, the reader closes and the
 // leave. The leave may use what the phases before it left of it.
-func (r *Runtime) stopBudget() time.Duration {
-	return r.cfg.DrainTimeout + r.cfg.HardStopGrace + commitTimeout + leaveTimeout + r.cfg.FetchMaxWait + time.Second
+func (c *Config) stopBudget() time.Duration {
+	return c.DrainTimeout + c.HardStopGrace + commitTimeout + leaveTimeout + c.FetchMaxWait + time.Second
 }
 
 // stop runs the stop's phases in the order of docs/design.md and returns
@@ -33,9 +33,9 @@ func (r *Runtime) stopBudget() time.Duration {
 func (s *runState) stop(grace time.Duration, cause error) (*Report, error) {
 	r, rep := s.r, s.rep
 	begin := time.Now()
-	s.deadline = begin.Add(r.stopBudget())
-	r.ready.Store(false)
-	r.accepting.Store(false)
+	s.deadline = begin.Add(r.cfg.stopBudget())
+	r.ready.started.Store(false)
+	r.life.accepting.Store(false)
 	r.log.Info("stop begins")
 
 	s.phase("quiesce", &rep.Quiesce, s.quiesce)
@@ -45,7 +45,8 @@ func (s *runState) stop(grace time.Duration, cause error) (*Report, error) {
 	s.phase("commit", &rep.Commit, s.commit)
 	s.phase("leave", &rep.Leave, s.leave)
 
-	r.fillCounts(rep)
+	r.tally.fill(rep)
+	rep.Revoked = int(r.kafka.revoked.Load())
 	rep.Stop = time.Since(begin)
 	r.log.Info("stop complete", "drained", rep.Drained, "snapshotted", rep.Snapshotted, "unstarted", rep.Unstarted,
 		"interrupted", rep.Interrupted, "stragglers", rep.Stragglers, "succeeded", rep.Succeeded,
@@ -69,11 +70,13 @@ func (s *runState) phase(name string, d *time.Duration, fn func() []any) {
 // the key releases.
 func (s *runState) quiesce() []any {
 	s.stopFetch()
-	s.stopFeeds()
+	s.feeds.Stop()
 	s.r.releases.close()
 	s.feeds.Wait()
 	s.r.kafka.wait()
-	s.r.quiesceHolds()
+	for _, c := range s.r.classes.order {
+		c.hold.Stop()
+	}
 	return nil
 }
 
@@ -82,7 +85,7 @@ func (s *runState) quiesce() []any {
 // Close).
 func (s *runState) drain() []any {
 	r, rep := s.r, s.rep
-	before := r.handled()
+	before := r.tally.handled()
 	ctx, cancel := context.WithTimeoutCause(context.Background(), r.cfg.DrainTimeout, errDrainTimeout)
 	defer cancel()
 	go func() {
@@ -94,7 +97,7 @@ func (s *runState) drain() []any {
 	}()
 	var drains sync.WaitGroup
 	var timedOut sync.Once
-	for _, c := range r.order {
+	for _, c := range r.classes.order {
 		drains.Go(func() {
 			if err := c.pool.Drain(ctx); err != nil {
 				timedOut.Do(func() { rep.DrainTimedOut = true })
@@ -102,7 +105,7 @@ func (s *runState) drain() []any {
 		})
 	}
 	drains.Wait()
-	rep.Drained = r.handled() - before
+	rep.Drained = r.tally.handled() - before
 	if rep.DrainTimedOut {
 		r.log.Warn("drain ended with work left", "phase", "drain", "drained", rep.Drained)
 	}
@@ -125,22 +128,22 @@ type leftover struct {
 // message of its key and the restart re-pushes in save order.
 func (s *runState) hardStop(grace time.Duration, cause error) []any {
 	r, rep := s.r, s.rep
-	results := make([]pool.StopResult[*item], len(r.order))
+	results := make([]pool.StopResult[*item], len(r.classes.order))
 	var stops sync.WaitGroup
-	for i, c := range r.order {
+	for i, c := range r.classes.order {
 		stops.Go(func() { results[i] = c.pool.Stop(grace, cause) })
 	}
 	stops.Wait()
 	for i, res := range results {
-		res.Interrupted = without(res.Interrupted, (*item).isDiverted, r.leftPool)
+		res.Interrupted = without(res.Interrupted, (*item).isDiverted, r.handling.leftPool)
 		for _, it := range res.Interrupted {
-			it.settleAttempt(OutcomeInterrupted, nil, 0)
+			it.tellOutcome(OutcomeInterrupted, nil, 0)
 		}
 		rep.Unstarted += len(res.Unstarted)
 		rep.Interrupted += len(res.Interrupted)
 		rep.Waiting += len(res.Waiting)
 		rep.Stragglers += res.Stragglers
-		if r.order[i].cfg.StopPolicy == StopRedeliver {
+		if r.classes.order[i].cfg.StopPolicy == StopRedeliver {
 			// Kafka messages stay unsettled: the commit stops before
 			// them and the partition's next owner reads them again.
 			giveBack := func(it *item) { rep.GivenBack++; r.abandon(it) }
@@ -164,9 +167,18 @@ func (s *runState) hardStop(grace time.Duration, cause error) []any {
 // pools.
 func (s *runState) keep(its []*item, reason string) {
 	for _, it := range its {
-		s.r.uncount(it)
-		s.r.leftPool(it)
+		if c := s.r.classes.byName[it.msg.Class]; c != nil {
+			c.hold.Uncount(it)
+		}
+		s.r.handling.leftPool(it)
 		s.left = append(s.left, leftover{it: it, reason: reason})
+	}
+}
+
+// keepUnsaved adds what is still kept unsaved to what the snapshot saves.
+func (s *runState) keepUnsaved() {
+	for _, m := range s.r.fail.unsaved.take() {
+		s.left = append(s.left, leftover{it: m.it, reason: reasonFailed, err: m.err})
 	}
 }
 
@@ -198,20 +210,20 @@ func (it *item) isKafka() bool { return it.src == fromKafka }
 // for it, and its ties to the pool end.
 func (r *Runtime) abandon(it *item) {
 	it.tr.abandoned.Add(1)
-	r.leftPool(it)
+	r.handling.leftPool(it)
 }
 
 // snapshot saves, in ONE transaction, what the hard stop took out and has
-// no record yet and the held messages (hold.go), updates the records of
+// no record yet and the unsaved failed messages (unsaved.go), updates the records of
 // persisted messages whose attempt count moved, and deletes the records
 // of done ones. Only once it has
 // committed are the saved Kafka messages settled; if it fails, their
 // offsets are not committed and Kafka delivers them again.
 func (s *runState) snapshot() []any {
 	r, rep := s.r, s.rep
-	s.stopBackground()
+	s.background.Stop()
 	s.background.Wait()
-	s.keepHeld()
+	s.keepUnsaved()
 	now := time.Now()
 	var recs []snapshot.Record
 	var saved []*item
@@ -226,16 +238,16 @@ func (s *runState) snapshot() []any {
 		}
 		// Otherwise its record is still there, unchanged.
 	}
-	del := r.deletes.take()
-	if r.beforeSnapshot != nil {
-		r.beforeSnapshot(r.store)
+	del := r.deletes.Take()
+	if r.state.beforeSnapshot != nil {
+		r.state.beforeSnapshot(r.state.store)
 	}
-	if len(recs) > 0 || !del.empty() || len(updates) > 0 {
-		err := r.store.Update(func(tx *snapshot.Tx) error {
+	if len(recs) > 0 || !del.Empty() || len(updates) > 0 {
+		err := r.state.store.Update(func(tx *snapshot.Tx) error {
 			if _, err := tx.SavePending(recs...); err != nil {
 				return err
 			}
-			if err := del.delete(tx); err != nil {
+			if err := del.Delete(tx); err != nil {
 				return err
 			}
 			for _, it := range updates {
@@ -290,16 +302,9 @@ func (s *runState) leave() []any {
 	r := s.r
 	r.kafka.close(s.deadline)
 	r.dlq.close(s.deadline)
-	s.kept = r.keptInFile()
-	r.storeOpen.Store(false)
-	if err := r.store.Close(); err != nil {
+	s.kept = r.state.kept()
+	if err := r.state.close(); err != nil {
 		s.closeErr = fmt.Errorf("runtime: close state file: %w", err)
 	}
 	return nil
-}
-
-// handled counts the messages that left the pools for good so far.
-func (r *Runtime) handled() uint64 {
-	return r.total(outSucceeded) + r.total(outDeadLettered) + r.total(outRedelivered) +
-		r.total(outParked) + r.total(outDeferred)
 }

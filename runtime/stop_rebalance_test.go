@@ -55,7 +55,7 @@ func TestStopRedeliverRebalance(t *testing.T) {
 	ctxA, stopA := context.WithCancel(context.Background())
 	defer stopA()
 	waitA := start(t, rtA, ctxA)
-	poolA := rtA.order[0].pool
+	poolA := rtA.classes.order[0].pool
 	waitFor(t, "A's handlers blocked and queue full", func() bool {
 		s := poolA.Stats()
 		return s.Running == 4 && s.Queued == 32

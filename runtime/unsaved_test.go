@@ -37,7 +37,7 @@ func TestSubmittedKeptWhenSaveFails(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rt.beforeWrite = func(string, *item) error {
+		rt.state.beforeWrite = func(string, *item) error {
 			if fail() {
 				return errDiskFull
 			}

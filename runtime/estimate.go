@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"sync/atomic"
@@ -74,7 +75,7 @@ func (c *class) meanTime(running int, runningFor time.Duration) float64 {
 // one DrainTimeout, whatever the other handlers do. An ordered class
 // whose work sits on few keys drains slower than this: it assumes every
 // worker can be busy.
-func (r *Runtime) drainEstimate(c *class, ps pool.Stats, runningFor, longest time.Duration) (est, rate float64, over bool) {
+func (c *class) drainEstimate(ps pool.Stats, runningFor, longest, drainTimeout time.Duration) (est, rate float64, over bool) {
 	mean := c.meanTime(ps.Running, runningFor)
 	if mean <= 0 {
 		return 0, 0, false
@@ -83,17 +84,27 @@ func (r *Runtime) drainEstimate(c *class, ps pool.Stats, runningFor, longest tim
 	if n := ps.Queued + ps.Running; n > 0 {
 		est = max(float64(n)/rate, longest.Seconds())
 	}
-	return est, rate, est > r.cfg.DrainTimeout.Seconds()
+	return est, rate, est > drainTimeout.Seconds()
 }
 
-// watchBudget checks every class's drain estimate once a second and warns,
-// at most every 30s per class, when a stop now could not drain it.
-func (r *Runtime) watchBudget(ctx context.Context) {
+// drainWatch checks every class's drain estimate once a second: it sets
+// the estimate's gauges and warns, at most every 30s per class, when a
+// stop now could not drain it.
+type drainWatch struct {
+	stats        func() []ClassStats // every class's, estimate included
+	metrics      *metrics
+	log          *slog.Logger
+	drainTimeout time.Duration
+	alive        *liveness // the watcher beats on every turn
+}
+
+// run checks until ctx ends.
+func (w drainWatch) run(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	alive := r.alive.start("drain budget watcher", time.Second)
+	alive := w.alive.start("drain budget watcher", time.Second)
 	defer alive.end()
-	last := make([]time.Time, len(r.order))
+	var last []time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -101,14 +112,17 @@ func (r *Runtime) watchBudget(ctx context.Context) {
 		case <-t.C:
 		}
 		alive.beat()
-		for i, cs := range r.Stats() {
-			r.metrics.setBudget(cs)
+		for i, cs := range w.stats() {
+			if i == len(last) {
+				last = append(last, time.Time{})
+			}
+			w.metrics.setDrainEstimate(cs)
 			if cs.OverBudget && time.Since(last[i]) >= 30*time.Second {
 				last[i] = time.Now()
-				r.log.Warn("queued work would not drain within DrainTimeout; a stop now would snapshot part of it",
+				w.log.Warn("queued work would not drain within DrainTimeout; a stop now would snapshot part of it",
 					"class", cs.Name, "queued", cs.Queued, "running", cs.Running, "rate", math.Round(cs.Rate),
 					"estimate", time.Duration(cs.DrainEstimate*float64(time.Second)).Round(time.Millisecond),
-					"drain_timeout", r.cfg.DrainTimeout)
+					"drain_timeout", w.drainTimeout)
 			}
 		}
 	}

@@ -1,0 +1,228 @@
+package hold
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/handoff-go/handoff/pool"
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// item is a pool item as the runtime's carries what the hold needs.
+type item struct {
+	id      string
+	attempt int
+	mark    Mark
+}
+
+func (it *item) HoldMark() *Mark { return &it.mark }
+func (it *item) Uncount(n int)   { it.attempt = max(it.attempt-n, 0) }
+
+// backoff is the runtime's probe backoff without its jitter's source:
+// d = initial doubled n-1 times, at most max, drawn in [d/2, d] (here d).
+func backoff(n int, initial, maxWait time.Duration) time.Duration {
+	d := initial
+	for i := 1; i < n && d < maxWait; i++ {
+		d *= 2
+	}
+	return min(d, maxWait)
+}
+
+// defaults are SuspendPolicy's.
+var defaults = Policy{After: 10, ProbeBackoff: 250 * time.Millisecond, ProbeMaxBackoff: 5 * time.Second, WarnAfter: time.Minute}
+
+// holdRig is a class's hold around a real pool, built without a Runtime:
+// the pool's functions do what the runtime's do for the hold (handle.go),
+// and a failure that the hold does not take is retried in place after
+// 10ms, with no attempt limit.
+type holdRig struct {
+	h        *Hold[*item]
+	p        *pool.Pool[*item]
+	down     atomic.Bool
+	calls    atomic.Int64
+	done     atomic.Int64
+	rewound  atomic.Int64 // unix nanos of the last rewind
+	stopping chan struct{}
+}
+
+func newHoldRig(t *testing.T, workers int) *holdRig {
+	t.Helper()
+	g := &holdRig{stopping: make(chan struct{})}
+	p, err := pool.New(pool.Config[*item]{
+		Name: "db", Workers: workers, QueueSize: 64,
+		Handler: func(_ context.Context, it *item) error {
+			g.h.Starting(it)
+			time.Sleep(time.Millisecond)
+			g.calls.Add(1) // counted as it returns, as the probes are
+			if g.down.Load() {
+				return errors.New("database down")
+			}
+			return nil
+		},
+		RetryFunc: func(it *item, err error) (time.Duration, bool) {
+			if g.h.Failed(it, err) {
+				return 0, true
+			}
+			it.attempt++
+			return 10 * time.Millisecond, true
+		},
+		ResultFunc: func(it *item, err error) {
+			if err == nil {
+				g.h.Succeeded(it)
+				g.done.Add(1)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.p = p
+	g.h = New(Config[*item]{Class: "db", Policy: defaults, Pool: p, Log: slog.New(slog.DiscardHandler), Backoff: backoff,
+		Stopping: g.stopping, Rewind: func(due time.Time) { g.rewound.Store(due.UnixNano()) }})
+	return g
+}
+
+func (g *holdRig) submit(t *testing.T, n int) {
+	t.Helper()
+	for i := range n {
+		it := &item{id: fmt.Sprint("m", i)}
+		if err := g.p.Submit(t.Context(), it); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// stop stops the hold and the pool, as the runtime's stop does.
+func (g *holdRig) stop() pool.StopResult[*item] {
+	close(g.stopping)
+	g.h.Stop()
+	return g.p.Stop(time.Second, errors.New("test stop"))
+}
+
+// TestHoldSuspendsProbesAndLifts: ten failed attempts of several
+// messages suspend the class (its pool held, fetching closed, due
+// delayed messages skipped); one probe at a time runs while the
+// dependency is down, none of those failures counts an attempt, and the
+// first success after it is back lifts the hold: every message is done,
+// fetching opens and the scheduler is rewound to what it skipped.
+func TestHoldSuspendsProbesAndLifts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newHoldRig(t, 4)
+		g.down.Store(true)
+		g.submit(t, 8)
+		synctest.Wait()
+		// The fourth worker's failure is the tenth in a row (of four
+		// messages, retried at 10ms): suspended within a few retries.
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		st := g.h.Stats()
+		if st.State != Suspended || st.Suspensions != 1 || !g.p.Held() {
+			t.Fatalf("after the outage began: %+v, pool held %v; want suspended once and held", st, g.p.Held())
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		if g.h.MayFetch(ctx) {
+			t.Error("fetching open while suspended")
+		}
+		cancel()
+		due := time.Now().Add(-time.Minute)
+		if !g.h.SkipDue(due) {
+			t.Error("a due delayed message was not skipped while suspended")
+		}
+
+		// Down for 20s more (1s went by in mayFetch): probes only, one at a time, backing off up
+		// to 5s: about 2+log2(20) of them.
+		before, probed := g.calls.Load(), g.h.Stats().Probes
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		calls := g.calls.Load() - before
+		if st := g.h.Stats(); calls < 3 || calls > 12 || st.Probes-probed != int(calls) {
+			t.Fatalf("20s more of outage: %d calls, %d failed probes; want as many, between 3 and 12", calls, st.Probes-probed)
+		}
+
+		g.down.Store(false)
+		time.Sleep(6 * time.Second) // the longest probe wait is 5s
+		synctest.Wait()
+		if st := g.h.Stats(); st.State != Running || g.p.Held() || g.done.Load() != 8 {
+			t.Fatalf("after the outage: %+v, held %v, done %d; want running, released, 8 done", st, g.p.Held(), g.done.Load())
+		}
+		if got := g.rewound.Load(); got != due.UnixNano() {
+			t.Errorf("scheduler rewound to %v, want %v", time.Unix(0, got), due)
+		}
+		if !g.h.MayFetch(t.Context()) {
+			t.Error("fetching closed after the lift")
+		}
+		if res := g.stop(); len(res.Unstarted)+len(res.Waiting)+len(res.Interrupted) != 0 {
+			t.Errorf("stop found work left: %+v", res)
+		}
+	})
+}
+
+// TestHoldPauseKept: a pause is written to the state file and holds the
+// pool; restored from the file on a new hold it holds again, with its
+// reason, and saved messages that do not fit the held pool wait in the
+// backlog until the resume, which deletes the pause and pushes them.
+func TestHoldPauseKept(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store, err := snapshot.Open(filepath.Join(t.TempDir(), "state.db"), snapshot.Options{LockTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		g := newHoldRig(t, 1)
+		if err := g.h.Pause(store, "maintenance"); err != nil {
+			t.Fatal(err)
+		}
+		if st := g.h.Stats(); st.State != Paused || st.Reason != "maintenance" || !g.p.Held() {
+			t.Fatalf("after pause: %+v, held %v", st, g.p.Held())
+		}
+		g.stop()
+
+		// A new start: the pause comes back from the file.
+		g2 := newHoldRig(t, 1)
+		var pauses map[string]snapshot.Pause
+		if err := store.View(func(tx *snapshot.Tx) (err error) { pauses, err = tx.Pauses(); return err }); err != nil {
+			t.Fatal(err)
+		}
+		g2.h.RestorePause(pauses["db"])
+		if st := g2.h.Stats(); st.State != Paused || st.Reason != "maintenance" {
+			t.Fatalf("restored: %+v", st)
+		}
+		for i := range 70 { // QueueSize 64: six go to the backlog
+			it := &item{id: fmt.Sprint("p", i)}
+			if !g2.h.RepushPaused(it) {
+				t.Fatal("repushPaused: not paused")
+			}
+		}
+		if n := len(g2.h.backlog); n != 6 {
+			t.Fatalf("backlog %d, want 6", n)
+		}
+		if err := g2.h.Resume(store); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if g2.done.Load() != 70 || g2.h.Stats().State != Running {
+			t.Fatalf("after resume: done %d, %+v", g2.done.Load(), g2.h.Stats())
+		}
+		pauses = nil
+		if err := store.View(func(tx *snapshot.Tx) (err error) { pauses, err = tx.Pauses(); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if len(pauses) != 0 {
+			t.Errorf("pauses left in the file: %v", pauses)
+		}
+		g2.stop()
+	})
+}

@@ -1,0 +1,81 @@
+package runtime
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/pool"
+	"github.com/handoff-go/handoff/runtime/internal/deletes"
+	"github.com/handoff-go/handoff/runtime/internal/hold"
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// TestRecoveryRun runs the start's recovery on a real state file and a
+// real ordered pool, without a Runtime: pending records are pushed in
+// save order, one of a class no longer configured is handed to orphan,
+// a key with a dead letter is restored blocked and one with parked
+// records and no blocker releasing, and the report counts them.
+func TestRecoveryRun(t *testing.T) {
+	store, state := openState(t)
+	log := slog.New(slog.DiscardHandler)
+	rec := func(id, class, key string) snapshot.Record {
+		return snapshot.Record{Message: handoff.Message{ID: id, Class: class, Key: []byte(key)}}
+	}
+	err := store.Update(func(tx *snapshot.Tx) error {
+		if _, err := tx.SavePending(rec("p1", "orders", "x"), rec("gone", "retired", "x"), rec("p2", "orders", "y")); err != nil {
+			return err
+		}
+		if _, err := tx.SaveDead(rec("dead", "orders", "blocked")); err != nil {
+			return err
+		}
+		return tx.Park("orders", []byte("free"), rec("k1", "orders", "free"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var ran []string
+	p, err := pool.New(pool.Config[*item]{Name: "orders", Workers: 1, QueueSize: 16, Ordered: true, KeyFunc: itemKey,
+		Handler: func(_ context.Context, it *item) error {
+			mu.Lock()
+			ran = append(ran, it.msg.ID)
+			mu.Unlock()
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(time.Second, context.Canceled)
+	var rel releases // not open: the restored release does not start here
+	c := &class{cfg: Class{Name: "orders", Ordered: true}, pool: p}
+	c.hold = hold.New(hold.Config[*item]{Class: "orders", Pool: p, Log: log, Rewind: func(time.Time) {}, Backoff: probeBackoff})
+	c.keys = newOrderedKeys(keysConfig{class: "orders", pool: p, state: state, deletes: &deletes.Queue{}, releases: &rel,
+		counts: &c.stats, log: log})
+	var orphaned []string
+	v := recovery{state: state, classes: map[string]*class{"orders": c}, order: []*class{c}, log: log, orphans: &orphans{},
+		orphan: func(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool {
+			orphaned = append(orphaned, rec.Message.ID)
+			return store.Update(del) == nil
+		}}
+	rep := &Report{}
+	if err := v.run(t.Context(), rep); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "re-pushed messages run", func() bool { mu.Lock(); defer mu.Unlock(); return len(ran) == 2 })
+	mu.Lock()
+	if !slices.Equal(ran, []string{"p1", "p2"}) {
+		t.Errorf("ran %v, want [p1 p2]", ran)
+	}
+	mu.Unlock()
+	if rep.Repushed != 2 || rep.UnknownClass != 1 || rep.BlockedKeys != 2 || !slices.Equal(orphaned, []string{"gone"}) {
+		t.Errorf("report %+v, orphans %v; want 2 re-pushed, 1 unknown class, 2 blocked keys, orphan gone", rep, orphaned)
+	}
+	if c.keys.free("blocked") || c.keys.free("free") || !c.keys.free("x") {
+		t.Error("key states not restored: want blocked and free (releasing) not free, x free")
+	}
+}
