@@ -11,27 +11,80 @@ import (
 	"github.com/handoff-go/handoff"
 )
 
-// A batch class runs on the same pool, handler wrapper, retry and result
-// functions as any other: every message is a pool item of its own and
-// goes through the wrapper (deferral, parking) and then, instead of the
-// class's handler, into the class's batcher. The batcher gathers the
-// messages that reach it into a batch, runs the BatchHandler once for
-// the batch, and hands each message its own error back, which the pool
-// then decides as the result of that message's attempt: retried in place,
-// redelivered, dead-lettered, interrupted by the stop, or done. So a
-// batch class has no retry, dead-letter, parking or stop logic of its
-// own.
+// A batch class runs on the same retry and result functions as any
+// other: every message is a pool item of its own, goes through what the
+// handler wrapper does before a handler (handling.before: deferral,
+// parking), is one of the messages of a BatchHandler call, and gets its
+// own error back, which the pool then decides as the result of that
+// message's attempt: retried in place, redelivered, dead-lettered,
+// interrupted by the stop, or done. So a batch class has no retry,
+// dead-letter, parking or stop logic of its own.
 //
-// The pool of a batch class has (Workers+1)×MaxBatch workers: Workers
+// Without middleware the batches are made in the pool: it has Workers
+// workers and a BatchHandler (pool.Config), each worker taking up to
+// MaxBatch ready items under one lock, waiting up to MaxWait only when
+// fewer are ready, and calling handling.batchHandler once for them. An
+// ordered pool starts a key's next item only once the previous one's
+// result is in, so a batch of an ordered class holds at most one message
+// per key, and per-key order holds exactly as for single messages.
+//
+// With middleware each message passes through its chain on its own, once
+// per attempt, with an attempt context of its own, and the chain's
+// innermost handler puts the message it is given into the class's
+// batcher. Its pool then has (Workers+1)×MaxBatch workers: Workers
 // batches running, and one filling. A pool worker that brings a message
 // into the batcher waits there for its batch's result; the first one of
 // a batch (its leader) waits for the batch to fill or MaxWait to pass,
-// then for one of the Workers call slots, and runs the call. An ordered
-// pool starts a key's next message only once the previous one's result
-// is in, so a batch of an ordered class holds at most one message per
-// key, and per-key order holds exactly as for single messages.
+// then for one of the Workers call slots, and runs the call.
 
-// batchPoolWorkers is the pool size of a batch class.
+// batchHandler is the pool's BatchHandler of a batch class without
+// middleware. Each of its items goes through handling.before; the others
+// are the messages of one call of the class's BatchHandler (batcher.call:
+// Timeout, panic, metrics), in their order, each a copy of its item's
+// message that the handler may keep, and each gets its own result in
+// errs (batcher.spread). ctx is the pool's handler context: once the hard
+// stop has cancelled it, the messages are interrupted without a call.
+func (h *handling) batchHandler(c *class) func(context.Context, []*item, []error) {
+	return func(ctx context.Context, its []*item, errs []error) {
+		msgs := make([]handoff.Message, len(its)) // the copies, in one allocation
+		ptrs := make([]*handoff.Message, 0, len(its))
+		var idx []int // index in its of each of ptrs, once one did not run
+		for i, it := range its {
+			if run, err := h.before(ctx, c, it); !run {
+				errs[i] = err
+				if idx == nil {
+					idx = make([]int, i, len(its))
+					for j := range idx {
+						idx[j] = j
+					}
+				}
+				continue
+			}
+			msgs[i] = it.msg
+			ptrs = append(ptrs, &msgs[i])
+			if idx != nil {
+				idx = append(idx, i)
+			}
+		}
+		if len(ptrs) == 0 {
+			return
+		}
+		bt := &batch{msgs: ptrs, errs: errs} // each ran: the results are errs
+		if idx != nil {
+			bt.errs = make([]error, len(ptrs))
+		}
+		if ctx.Err() != nil {
+			bt.fail(context.Cause(ctx)) // interrupted: the pool saves them
+		} else {
+			c.batch.spread(bt, c.batch.call(ctx, bt))
+		}
+		for j, i := range idx {
+			errs[i] = bt.errs[j]
+		}
+	}
+}
+
+// batchPoolWorkers is the pool size of a batch class with middleware.
 func batchPoolWorkers(c Class) int { return (c.Workers + 1) * c.MaxBatch }
 
 // batchDefaults fills and checks MaxBatch and MaxWait.
@@ -55,8 +108,9 @@ func (c *Class) batchDefaults(bad func(string, ...any)) {
 }
 
 // joinBatch is the handler wrapper's last step for a message of a batch
-// class: it joins the class's batcher, through the class's middleware
-// chain if it has one. Each message then passes through the chain on its
+// class with middleware (one without has its batches made in the pool,
+// see batchHandler): it joins the class's batcher through the class's
+// middleware chain. Each message then passes through the chain on its
 // own, once per attempt, with an attempt context of its own (OnOutcome,
 // SetHeaders), and the chain's innermost handler, batchJoin, puts the
 // message it is given into the batch. ctx is the pool's handler context.
@@ -65,9 +119,6 @@ func (c *Class) batchDefaults(bad func(string, ...any)) {
 // message of their own, which they may keep (see Runtime.handler).
 func joinBatch(ctx context.Context, c *class, it *item) error {
 	m := it.msg
-	if !c.hooked {
-		return c.batch.add(ctx, it, &m)
-	}
 	j := &join{b: c.batch, it: it, ctx: ctx}
 	return c.handle(it.begin(context.WithValue(ctx, joinKey{}, j)), &m)
 }

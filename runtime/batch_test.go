@@ -106,13 +106,11 @@ func TestBatchOneFails(t *testing.T) {
 	})
 	rt, wait := startWarmed(t, cfg, &handoff.Message{ID: "warm"}, warm)
 	submitN(t, rt, 100, 100)
-	// Running counts a message once its pool goroutine starts, a moment
-	// before it joins the batch: wait for the batch itself to hold 100.
-	bt := rt.classes.byName["beats"].batch
+	// The pool's one worker is in the warm call: the 100 wait in its
+	// queue, and its next call takes them at once.
 	waitFor(t, "a full batch", func() bool {
-		bt.mu.Lock()
-		defer bt.mu.Unlock()
-		return bt.added == 101 // warm and the 100
+		s := rt.Stats()[0]
+		return s.Running == 1 && s.Queued == 100 // warm and the 100
 	})
 	close(release)
 	waitClosed(t, all, func() string { return "not all handled" })
@@ -361,8 +359,8 @@ func TestBatchPanicAndGoexit(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep := shutdownAndWait(t, rt, wait)
-	// The batch's leader is reported by its pool (the goroutine is gone),
-	// the others by the batcher; both errors name the Goexit.
+	// The batch is reported by its pool (the worker's goroutine is gone),
+	// the error naming the Goexit.
 	if len(dls) != 2 || dls[0].Err != "handoff: handler panicked: bulk insert exploded" || !strings.Contains(dls[1].Err, "runtime.Goexit") {
 		t.Errorf("dead letters %+v, want the panic's and the Goexit's", dls)
 	}
@@ -410,18 +408,16 @@ func TestBatchMetrics(t *testing.T) {
 			holdWarm(ms, warm, release)
 			return nil
 		},
-		MaxBatch: 20, MaxWait: time.Millisecond, Workers: 1,
+		MaxBatch: 20, MaxWait: time.Millisecond, Workers: 1, QueueSize: 40,
 	})
 	cfg.Registerer = reg
 	rt, wait := startWarmed(t, cfg, &handoff.Message{ID: "warm"}, warm)
 	submitN(t, rt, 40, 40)
-	// The pool has (Workers+1)×MaxBatch = 40 goroutines: the first call,
-	// a full batch waiting for the call slot, 19 filling, 1 queued.
-	bt := rt.classes.byName["beats"].batch
+	// The pool's one worker is in the first call, the 40 wait in its
+	// queue: two full batches behind it.
 	waitFor(t, "two batches behind the first", func() bool {
-		bt.mu.Lock()
-		defer bt.mu.Unlock()
-		return bt.added == 40 && rt.Stats()[0].Queued == 1
+		s := rt.Stats()[0]
+		return s.Running == 1 && s.Queued == 40
 	})
 	close(release)
 	waitFor(t, "all handled", func() bool { return rt.Stats()[0].Succeeded == 41 })

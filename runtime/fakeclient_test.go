@@ -168,6 +168,8 @@ func (s *fakeSource) Next(ctx context.Context) (kclient.Record, bool) {
 	return r, true
 }
 
+func (s *fakeSource) More() bool { return len(s.recs) > 0 }
+
 func (s *fakeSource) Close() {}
 
 // TestConsumerFakeClient builds the consumer component without a Runtime

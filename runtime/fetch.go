@@ -18,6 +18,9 @@ type feeder struct {
 	// paused), waiting while it may not, until ctx ends (its hold,
 	// runtime/internal/hold).
 	mayFetchFunc func(ctx context.Context, c *class) bool
+	// openFunc reports at once, without waiting, whether class c may
+	// fetch now: what mayFetchFunc would say if it did not wait.
+	openFunc func(c *class) bool
 	// classFunc returns the class consuming topic, nil for none.
 	classFunc func(topic string) *class
 	// items recycles the items of fetched messages (Runtime.items).
@@ -40,11 +43,15 @@ func (f *feeder) feed(topic string) fetchFunc {
 }
 
 // fetch reads one partition from src and hands its records to the
-// class's pool. A full pool makes it wait, which pushes back on this
-// partition only.
+// class's pool: the record Next waited for and those ready behind it
+// (src.More), up to fetchBatch, in one [pool.Pool.SubmitBatch]. Each
+// record is taken only while the class may fetch, as if handed on one by
+// one. A full pool makes it wait, which pushes back on this partition
+// only.
 func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.Source, caughtUpCh chan<- struct{}) {
 	defer src.Close()
 	caughtUp := false
+	batch := make([]*item, 0, fetchBatch)
 	for {
 		if !f.mayFetchFunc(ctx, c) { // suspended or paused
 			return
@@ -53,12 +60,22 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 		if !ok {
 			return
 		}
-		it := f.item(c, tr, &rec)
+		batch = append(batch[:0], f.item(c, tr, &rec))
 		last := rec.Offset+1 >= rec.HighWatermark
-		if err := c.pool.Submit(ctx, it); err != nil {
-			// Never accepted: it stays unsettled, so the commit stops
-			// before it and Kafka delivers it again.
-			tr.abandoned.Add(1)
+		for len(batch) < fetchBatch && src.More() && f.openFunc(c) {
+			more, ok := src.Next(ctx)
+			if !ok {
+				break
+			}
+			batch = append(batch, f.item(c, tr, &more))
+			last = more.Offset+1 >= more.HighWatermark
+		}
+		n, err := c.pool.SubmitBatch(ctx, batch)
+		clear(batch)
+		if err != nil {
+			// Never accepted: they stay unsettled, so the commit stops
+			// before the first of them and Kafka delivers them again.
+			tr.abandoned.Add(int64(len(batch) - n))
 			return
 		}
 		if last != caughtUp { // written on change only: the keeper reads it
@@ -73,6 +90,9 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 		}
 	}
 }
+
+// fetchBatch is the most records a fetch loop hands to its pool at once.
+const fetchBatch = 64
 
 // item returns the recycled item of record rec, its offset added to tr.
 // The message's ID and bytes are its own, and the handler is handed

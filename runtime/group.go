@@ -398,7 +398,10 @@ func (r *Runtime) newConsumer() *consumer {
 	cfg := &r.cfg
 	classFunc := func(topic string) *class { return r.classes.byTopic[topic] }
 	mayFetch := func(ctx context.Context, c *class) bool { return c.hold.MayFetch(ctx) }
-	f := &feeder{mayFetchFunc: mayFetch, classFunc: classFunc, items: &r.items, epoch: r.epoch}
+	noWait, cancel := context.WithCancel(context.Background())
+	cancel() // MayFetch under it answers at once
+	open := func(c *class) bool { return c.hold.MayFetch(noWait) }
+	f := &feeder{mayFetchFunc: mayFetch, openFunc: open, classFunc: classFunc, items: &r.items, epoch: r.epoch}
 	return newConsumer(consumerConfig{
 		log: r.log, logs: r.logs, metrics: r.metrics, group: cfg.Group,
 		commitInterval: cfg.CommitInterval, revokeTimeout: cfg.RevokeTimeout,

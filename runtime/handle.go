@@ -46,16 +46,8 @@ type handling struct {
 // of the middleware chain (attempt.go) by the class's Timeout.
 func (h *handling) handler(c *class) func(context.Context, *item) error {
 	return func(ctx context.Context, it *item) error {
-		c.hold.Starting(it)
-		if it.deferrable() {
-			if at, ok, err := deliverAt(&it.msg); err != nil {
-				return err // permanent: a dead letter
-			} else if ok && at.After(time.Now()) && h.cfg.sched.deferDelivery(c, it, at) {
-				return h.diverted(ctx, it)
-			}
-		}
-		if c.cfg.Ordered && !c.keys.gate(it) {
-			return h.diverted(ctx, it)
+		if run, err := h.before(ctx, c, it); !run {
+			return err
 		}
 		if c.batch != nil {
 			return joinBatch(ctx, c, it) // batch.go
@@ -77,6 +69,26 @@ func (h *handling) handler(c *class) func(context.Context, *item) error {
 		}
 		return h.timedCall(ctx, c, &m)
 	}
+}
+
+// before is what the handler wrapper does for a message before its
+// handler (or its batch) may have it: the hold learns it starts, a
+// message whose header asks for later delivery is deferred, one of a
+// blocked key parked. It reports whether the handler is to run, and if
+// not, the message's result.
+func (h *handling) before(ctx context.Context, c *class, it *item) (run bool, err error) {
+	c.hold.Starting(it)
+	if it.deferrable() {
+		if at, ok, err := deliverAt(&it.msg); err != nil {
+			return false, err // permanent: a dead letter
+		} else if ok && at.After(time.Now()) && h.cfg.sched.deferDelivery(c, it, at) {
+			return false, h.diverted(ctx, it)
+		}
+	}
+	if c.cfg.Ordered && !c.keys.gate(it) {
+		return false, h.diverted(ctx, it)
+	}
+	return true, nil
 }
 
 // timedCall calls the class's handler, feeds its time to the drain
@@ -107,12 +119,20 @@ func (h *handling) diverted(ctx context.Context, it *item) error {
 	return errDiverted
 }
 
+// divertedResult reports whether it's attempt ended with the handler wrapper
+// saving it elsewhere: its result errDiverted or, in a batch whose
+// handler called runtime.Goexit (the pool then fails every item of the
+// call), marked so before the call.
+func divertedResult(it *item, err error) bool {
+	return errors.Is(err, errDiverted) || it.isDiverted()
+}
+
 // retry is every pool's RetryFunc: it counts the failed attempt and
 // decides between a retry in place (returned to the pool) and what result
 // does next.
 func (h *handling) retry(c *class) func(*item, error) (time.Duration, bool) {
 	return func(it *item, err error) (time.Duration, bool) {
-		if errors.Is(err, errDiverted) {
+		if divertedResult(it, err) {
 			return 0, false
 		}
 		if c.hold.Failed(it, err) {
@@ -146,7 +166,7 @@ func (h *handling) result(c *class) func(*item, error) {
 			c.hold.Succeeded(it)
 			h.done(c, it)
 			it.tellOutcome(OutcomeSucceeded, nil, 0)
-		case errors.Is(err, errDiverted):
+		case divertedResult(it, err):
 			c.diverted.Add(1) // the pool counts it failed; see Stats
 			c.hold.Inconclusive(it)
 		default:

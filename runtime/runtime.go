@@ -146,18 +146,17 @@ func New(cfg Config) (*Runtime, error) {
 	var errs []error
 	for _, cc := range cfg.Classes {
 		c := &class{cfg: cc, index: len(r.classes.order)}
-		workers := cc.Workers
-		if cc.BatchHandler != nil {
-			c.batch = newBatcher(c, r.log)
-			workers = batchPoolWorkers(cc)
-		}
+		// The chain first: whether a batch class has middleware decides
+		// its pool's shape. Its error is reported after the pool's.
+		var chainErr error
+		c.handle, c.hooked, chainErr = chain(&cfg, &cc)
 		var keyFunc func(*item) string
 		if cc.Ordered {
 			keyFunc = itemKey
 		}
-		p, err := pool.New(pool.Config[*item]{
+		pc := pool.Config[*item]{
 			Name:       cc.Name,
-			Workers:    workers,
+			Workers:    cc.Workers,
 			QueueSize:  cc.QueueSize,
 			Ordered:    cc.Ordered,
 			KeyFunc:    keyFunc,
@@ -165,9 +164,23 @@ func New(cfg Config) (*Runtime, error) {
 			RetryFunc:  r.handling.retry(c),
 			ResultFunc: r.handling.result(c),
 			Logger:     cfg.Logger,
-		})
+		}
+		if cc.BatchHandler != nil {
+			c.batch = newBatcher(c, r.log)
+			if c.hooked {
+				pc.Workers = batchPoolWorkers(cc) // a worker per message in a batch (batch.go)
+			} else {
+				pc.Handler, pc.BatchHandler = nil, r.handling.batchHandler(c)
+				pc.MaxBatch, pc.MaxWait = cc.MaxBatch, cc.MaxWait
+			}
+		}
+		p, err := pool.New(pc)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%w: %w", ErrConfig, err))
+			continue
+		}
+		if chainErr != nil {
+			errs = append(errs, chainErr)
 			continue
 		}
 		c.pool = p
@@ -177,10 +190,6 @@ func New(cfg Config) (*Runtime, error) {
 		}
 		c.hold = hold.New(hold.Config[*item]{Class: cc.Name, Policy: hold.Policy(cc.Suspend), Permanent: cc.Retry.PermanentFunc,
 			Pool: p, Log: r.log, Stopping: r.life.stopCh, Rewind: r.sched.wake, Backoff: probeBackoff})
-		if c.handle, c.hooked, err = chain(&cfg, &cc); err != nil {
-			errs = append(errs, err)
-			continue
-		}
 		r.classes.byName[cc.Name] = c
 		r.classes.order = append(r.classes.order, c)
 		r.tally.classes = r.classes.order

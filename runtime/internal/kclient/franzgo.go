@@ -558,6 +558,8 @@ func (q *franzQueue) drop() (paused bool) {
 	return paused
 }
 
+func (q *franzQueue) More() bool { return len(q.taken) > 0 }
+
 func (q *franzQueue) Next(ctx context.Context) (Record, bool) {
 	for len(q.taken) == 0 {
 		q.mu.Lock()

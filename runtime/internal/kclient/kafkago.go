@@ -241,6 +241,8 @@ type kafkaGoSource struct {
 	log    *slog.Logger
 }
 
+func (s *kafkaGoSource) More() bool { return len(s.recs) > 0 }
+
 func (s *kafkaGoSource) Next(ctx context.Context) (Record, bool) {
 	select {
 	case <-ctx.Done():
