@@ -557,3 +557,73 @@ func TestBatchDrainRate(t *testing.T) {
 		t.Errorf("rate %.0f messages/s, want the per-message rate of batch calls (~25,000/s for full batches)", cs.Rate)
 	}
 }
+
+// A batch whose handler calls runtime.Goexit fails every message of the
+// call, and only those: a message of the same batch that the ordered
+// gate parked (its key blocked by a dead letter) stays parked and is
+// neither retried nor made a dead letter.
+func TestBatchGoexitKeepsParked(t *testing.T) {
+	t.Parallel()
+	warm, release := make(chan struct{}), make(chan struct{})
+	cfg := submitOnly(t, filepath.Join(t.TempDir(), "state.db"), Class{
+		BatchHandler: func(ctx context.Context, ms []*handoff.Message) error {
+			holdWarm(ms, warm, release)
+			var be handoff.BatchError
+			for i, m := range ms {
+				switch string(m.Value) {
+				case "bad":
+					be.Fail(i, handoff.Permanent(errors.New("bad row")))
+				case "goexit":
+					goruntime.Goexit()
+				}
+			}
+			return be.Err()
+		},
+		Ordered: true, MaxBatch: 10, MaxWait: time.Millisecond, Workers: 1,
+		Retry: RetryPolicy{MaxAttempts: 1},
+	})
+	rt, wait := startNew(t, cfg)
+	waitFor(t, "running", rt.Ready)
+	submit := func(id, key, value string) {
+		t.Helper()
+		if err := rt.Submit(context.Background(), "beats", &handoff.Message{ID: id, Key: []byte(key), Value: []byte(value)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submit("a", "k", "bad") // a dead letter: key k is blocked
+	waitFor(t, "the blocker", func() bool { return rt.Stats()[0].Failed == 1 })
+	submit("warm", "w", "")
+	<-warm
+	submit("b", "k", "")       // parked behind a
+	submit("c", "j", "goexit") // the call exits
+	waitFor(t, "b and c in one batch", func() bool { s := rt.Stats()[0]; return s.Running == 1 && s.Queued == 2 })
+	close(release)
+	waitFor(t, "the batch's results", func() bool {
+		s := rt.Stats()[0]
+		return s.Running == 0 && s.Queued == 0 && s.Parked == 1 && s.Succeeded == 1 && s.Failed >= 2
+	})
+	dls, _, err := rt.DeadLetters("beats", "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parked, err := rt.Parked("beats", []byte("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := rt.Stats()[0]
+	shutdownAndWait(t, rt, wait)
+	var ids []string
+	for _, d := range dls {
+		ids = append(ids, d.Message.ID)
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, []string{"a", "c"}) {
+		t.Errorf("dead letters %v, want a and c", ids)
+	}
+	if len(parked) != 1 || parked[0].ID != "b" {
+		t.Errorf("parked behind k: %+v, want b", parked)
+	}
+	if st.Failed != 2 || st.Retried != 0 {
+		t.Errorf("failed %d, retried %d; want 2 (a, c) and 0", st.Failed, st.Retried)
+	}
+}
