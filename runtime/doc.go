@@ -96,9 +96,10 @@
 //
 //   - Which messages share a batch: those that come up to run in the
 //     class's pool while the batch fills, in the order they start. A batch
-//     starts its call when it has MaxBatch messages, or MaxWait after its
-//     first message came in, and once one of the class's Workers call slots
-//     is free (a batch keeps filling while it waits for one). A message
+//     starts its call once one of the class's Workers call slots is free
+//     and it has MaxBatch messages, or MaxWait after its first message
+//     came in (without middleware: after the free worker began waiting
+//     for them, while they stay queued in the pool). A message
 //     diverted before it runs (deferred by its deliver-at header, parked
 //     behind its key) joins no batch. In an Ordered class a key's next
 //     message comes up only once the previous one's result is in, so a
@@ -113,7 +114,8 @@
 //     delayed, a [handoff.Permanent] one or one out of attempts becomes a
 //     dead letter (in an Ordered class, parking its key).
 //   - The stop: a batch still filling when the hard stop begins is not
-//     called; its messages are interrupted. A batch whose call is running
+//     called; its messages are interrupted (without middleware they are
+//     still queued, and the stop takes them back unstarted). A batch whose call is running
 //     gets the cancelled context; the messages it then fails (all of them
 //     for a plain error, the BatchError's entries otherwise) are
 //     interrupted, saved and handled again after the restart, and none is
@@ -135,9 +137,11 @@
 //     handoff_batch_messages{class} its size. The drain waits at most
 //     MaxWait more for the last partial batch.
 //
-// The pool of a batch class has (Workers+1)×MaxBatch worker goroutines
-// (Workers batches running and one filling); QueueSize defaults to
-// Workers×MaxBatch.
+// Without middleware the pool of a batch class makes the batches itself:
+// Workers workers, each taking up to MaxBatch ready messages at once.
+// With middleware it has (Workers+1)×MaxBatch worker goroutines (Workers
+// batches running and one filling), since each message passes through the
+// chain on its own. QueueSize defaults to Workers×MaxBatch.
 //
 // # Paging and the state file
 //

@@ -119,10 +119,10 @@ func (h *handling) diverted(ctx context.Context, it *item) error {
 	return errDiverted
 }
 
-// divertedResult reports whether it's attempt ended with the handler wrapper
-// saving it elsewhere: its result errDiverted or, in a batch whose
-// handler called runtime.Goexit (the pool then fails every item of the
-// call), marked so before the call.
+// divertedResult reports whether the attempt of it ended with the
+// handler wrapper saving it elsewhere: err is errDiverted or, in a batch
+// whose handler called runtime.Goexit (the pool then fails every item of
+// the call with its own error), it was marked so before the call.
 func divertedResult(it *item, err error) bool {
 	return errors.Is(err, errDiverted) || it.isDiverted()
 }
