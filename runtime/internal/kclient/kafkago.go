@@ -399,6 +399,35 @@ func (k *kafkaGo) Offsets(ctx context.Context, ps []Partition) (map[Partition]Ra
 	return offs, nil
 }
 
+// Committed asks the group's coordinator for the committed offsets of ps
+// (an OffsetFetch through the commits client, which finds the
+// coordinator). A group the broker does not know has none.
+func (k *kafkaGo) Committed(ctx context.Context, ps []Partition) (map[Partition]int64, error) {
+	req := &kafka.OffsetFetchRequest{Addr: k.commits.Addr, GroupID: k.cfg.Group, Topics: map[string][]int{}}
+	for _, p := range ps {
+		req.Topics[p.Topic] = append(req.Topics[p.Topic], p.Partition)
+	}
+	resp, err := k.commits.OffsetFetch(ctx, req)
+	if err == nil {
+		err = resp.Error
+	}
+	if errors.Is(err, kafka.GroupIdNotFound) {
+		return map[Partition]int64{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	offs := map[Partition]int64{}
+	for topic, parts := range resp.Topics {
+		for _, p := range parts {
+			if p.Error == nil && p.CommittedOffset >= 0 {
+				offs[Partition{topic, p.Partition}] = p.CommittedOffset
+			}
+		}
+	}
+	return offs, nil
+}
+
 // Close waits for the partition readers to finish closing (each bounded
 // by FetchMaxWait plus a second; they have been closing since the
 // quiesce), then leaves the group. kafka-go's ConsumerGroup.Close
