@@ -55,7 +55,7 @@ func TestSmoke(t *testing.T) {
 		stacks: allStacks[:2], franz: defaultFranzFetch, // the kafka-go stacks; TestSweepFourStacks runs all four
 	}
 	out := runChecked(t, ctx, cfg)
-	for _, want := range []string{"raw kafka-go, one committer, no-op", "handoff runtime, no-op",
+	for _, want := range []string{"raw kafka-go, one committer, no-op", "handoff runtime on kafka-go, no-op", "handoff runtime on franz-go, no-op",
 		"2ms handler", "3 partitions (3 topics)", "2 classes (2 topics × 3 partitions)", "Memory per queued message", "with the same reader queue", "Stop with full pools", "workers busy"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
@@ -146,6 +146,50 @@ func TestSweepFourStacks(t *testing.T) {
 	}
 	if !maps.Equal(rows, want) {
 		t.Errorf("rows %v, want %v", rows, want)
+	}
+}
+
+// TestGoals runs a tiny configuration of -goals (the table without the
+// full-pools stop, a one-point partitions sweep and a one-point classes
+// sweep of the four stacks, the rental point) and checks that the rental
+// table has a row of each stack and that the goals table has every goal
+// with a figure and a verdict. Figures are not checked.
+func TestGoals(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg := config{
+		n: 1500, slowN: 150, memN: 300, rounds: 1, tablePartition: 1, workers: 2,
+		work: 2 * time.Millisecond, commitInterval: 100 * time.Millisecond,
+		partitions: []int{3}, classes: []int{3}, sweepN: 900, sweep: true, rental: true, goals: true, table: true,
+		stacks: allStacks, franz: defaultFranzFetch,
+	}
+	text := runChecked(t, ctx, cfg)
+	_, rentalPart, ok := strings.Cut(text, "examples/rental's configuration")
+	if !ok {
+		t.Fatal("output lacks the rental table")
+	}
+	rentalPart, goals, ok := strings.Cut(rentalPart, "the goals of issue 25")
+	if !ok {
+		t.Fatal("output lacks the goals table")
+	}
+	for _, st := range allStacks {
+		if !strings.Contains(rentalPart, "| "+st.name+" | ") {
+			t.Errorf("rental table lacks %s", st.name)
+		}
+	}
+	n := 0
+	for line := range strings.Lines(goals) {
+		f := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
+		if len(f) != 4 || strings.TrimSpace(f[0]) == "goal" || strings.HasPrefix(strings.TrimSpace(f[0]), "---") {
+			continue
+		}
+		n++
+		if fig, met := strings.TrimSpace(f[2]), strings.TrimSpace(f[3]); fig == "–" || (met != "yes" && met != "no") {
+			t.Errorf("goal %q: figures %q, met %q", strings.TrimSpace(f[0]), fig, met)
+		}
+	}
+	if n != 8 {
+		t.Errorf("%d goals, want 8", n)
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 )
 
 // runHandoff consumes s's topics with the runtime, one class per entry
-// of s.classes, until the group's commit covers all n; it calls m.end
+// of s.classes (with s.rental, examples/rental's classes instead), until the group's commit covers all n; it calls m.end
 // then and shuts the runtime down.
 func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
 	var tm timing
@@ -73,7 +73,18 @@ func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
 		CommitInterval: s.commitInterval,
 		Logger:         slog.New(warnHandler{}),
 	}
+	if s.rental {
+		svc, classes, reg, err := rentalClasses(func() { done(1) })
+		if err != nil {
+			return tm, err
+		}
+		defer svc.Close()
+		cfg.Classes, cfg.Registerer = classes, reg
+	}
 	for i, topics := range s.classes {
+		if s.rental {
+			break
+		}
 		c := hrt.Class{Name: fmt.Sprintf("class-%d", i), Topics: topics, Handler: h, Workers: s.workers}
 		if s.maxBatch > 0 {
 			c.Handler, c.BatchHandler, c.MaxBatch, c.MaxWait = nil, bh, s.maxBatch, batchWait

@@ -9,6 +9,8 @@
 //	go run ./bench -table=false           # only the heartbeats measure (batch vs one at a time)
 //	go run ./bench -table=false -batch-n 0 -partitions 3,96,300 -classes '' -sweep-n 300000
 //	                                      # the four stacks against partitions
+//	go run ./bench -goals                 # the table, the sweep at 3, 96, 300 partitions and 3 classes,
+//	                                      # examples/rental's configuration, and issue 25's goals in one table
 //
 // Each side of each round reads every message with a fresh consumer
 // group, until the group's committed offsets cover all of them. Sides
@@ -52,6 +54,8 @@ type config struct {
 	plot           string // sweep and write the PNG here
 	sweep          bool   // run the sweep (also with plot)
 	held           bool   // the sweep's held-memory measure
+	rental         bool   // the sweep's rental point
+	goals          bool   // print issue 25's goals from the table and the sweep
 	stacks         []stack
 	franz          franzFetch // raw franz-go's fetch settings
 	table          bool
@@ -83,6 +87,8 @@ func main() {
 	flag.StringVar(&cfg.plot, "plot", "", "run the sweep and draw it as a PNG at this path (docs/scaling.png)")
 	flag.BoolVar(&cfg.sweep, "sweep", false, "run the sweep; -plot, -partitions and -classes imply it")
 	flag.BoolVar(&cfg.held, "held", true, "sweep: measure each stack's held memory (handler blocked) at the most partitions")
+	flag.BoolVar(&cfg.rental, "rental", true, "sweep: also run the stacks on examples/rental's topics (3 × 4 partitions), the runtime with rental's classes and metrics")
+	flag.BoolVar(&cfg.goals, "goals", false, "run the table (no full-pools stop) and the sweep at 3, 96 and 300 partitions and 3 classes, with the rental point, and print every goal of issue 25 in one table")
 	flag.StringVar(&stacks, "stacks", stackKeys(), "sweep: the stacks compared, in the table's order")
 	flag.IntVar(&franzMax, "franz-fetch-max-bytes", int(defaultFranzFetch.maxBytes), "raw franz-go's kgo.FetchMaxBytes")
 	flag.IntVar(&franzPart, "franz-fetch-max-partition-bytes", int(defaultFranzFetch.maxPartitionBytes), "raw franz-go's kgo.FetchMaxPartitionBytes")
@@ -93,7 +99,28 @@ func main() {
 	flag.IntVar(&cfg.batchWorkers, "batch-workers", 8, "workers (calls at once) of the heartbeats class, both sides")
 	flag.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "give up after this long")
 	flag.Parse()
-	flag.Visit(func(f *flag.Flag) { cfg.sweep = cfg.sweep || f.Name == "partitions" || f.Name == "classes" })
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) {
+		set[f.Name] = true
+		cfg.sweep = cfg.sweep || f.Name == "partitions" || f.Name == "classes"
+	})
+	if cfg.goals {
+		// What the goals need, unless the command line says otherwise.
+		cfg.sweep, cfg.table, cfg.rental = true, true, true
+		defaults := map[string]func(){
+			"partitions": func() { parts = "3,96,300" },
+			"classes":    func() { classes = "3" },
+			"sweep-n":    func() { cfg.sweepN = 300_000 },
+			"batch-n":    func() { cfg.batchN = 0 },
+			"full-stop":  func() { cfg.fullStop = false },
+			"held":       func() { cfg.held = false },
+		}
+		for name, fill := range defaults {
+			if !set[name] {
+				fill()
+			}
+		}
+	}
 	cfg.franz.maxBytes, cfg.franz.maxPartitionBytes = int32(franzMax), int32(franzPart)
 	var err error
 	if cfg.partitions, err = intList(parts); err == nil {
@@ -140,8 +167,8 @@ func (c *config) check() error {
 		}
 	}
 	c.sweep = c.sweep || c.plot != ""
-	if c.sweep && len(c.partitions) == 0 && len(c.classes) == 0 {
-		return fmt.Errorf("sweep: -partitions and -classes are both empty")
+	if c.sweep && len(c.partitions) == 0 && len(c.classes) == 0 && !c.rental {
+		return fmt.Errorf("sweep: -partitions and -classes are both empty, and -rental is off")
 	}
 	if c.sweep && len(c.stacks) == 0 {
 		return fmt.Errorf("sweep: no -stacks")
@@ -173,12 +200,15 @@ func intList(s string) ([]int, error) {
 // run runs the table and, with cfg.plot, the sweep. Progress goes to
 // log, results to out.
 func run(ctx context.Context, cfg config, out, log io.Writer) error {
+	var tableRows []*row
+	var tableMem *queued
 	if cfg.table {
 		rows, mem, stop, err := runTable(ctx, cfg, log)
 		if err != nil {
 			return err
 		}
 		printTable(out, cfg, rows, mem, stop)
+		tableRows, tableMem = rows, mem
 	}
 	if cfg.batchN > 0 {
 		b, err := runBatch(ctx, cfg, log)
@@ -193,6 +223,9 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 			return err
 		}
 		printSweep(out, sw)
+		if cfg.goals {
+			printGoals(out, goalInputs{rows: tableRows, mem: tableMem, sw: sw})
+		}
 		if cfg.plot == "" {
 			return nil
 		}
@@ -303,6 +336,7 @@ func writeAllocs(path string) error {
 // row is one line of the table: medians over the rounds.
 type row struct {
 	name    string
+	key     string // what printGoals finds it by: goalNoop/goalSlow + "-" + raw, rawq, kafka-go, franz-go
 	ref     string // the row it is compared with; "" for a reference
 	ceiling float64
 	med     sample
@@ -369,18 +403,21 @@ func runTable(ctx context.Context, cfg config, log io.Writer) ([]*row, *queued, 
 	// kafka-go with the runtime's reader queue (rawq), to tell what that
 	// setting alone gives.
 	type variant struct {
-		raw, rt, rawq *row
-		s             spec
+		raw, rt, rtf, rawq *row
+		s                  spec
 	}
 	total := cfg.workers * len(slow)
 	ceiling := float64(total) / slept.Seconds()
 	vs := []variant{
-		{raw: &row{name: "raw kafka-go, one committer, no-op"}, rt: &row{name: "handoff runtime, no-op", ref: "raw"},
-			rawq: &row{name: fmt.Sprintf("raw kafka-go, one committer, reader queue %d (as the runtime's), no-op", hrt.DefaultFetchQueue), ref: "raw"},
+		{raw: &row{name: "raw kafka-go, one committer, no-op", key: "noop-raw"},
+			rt:   &row{name: "handoff runtime on kafka-go, no-op", ref: "raw", key: "noop-kafka-go"},
+			rtf:  &row{name: "handoff runtime on franz-go, no-op", ref: "raw", key: "noop-franz-go"},
+			rawq: &row{name: fmt.Sprintf("raw kafka-go, one committer, reader queue %d (as the runtime's), no-op", hrt.DefaultFetchQueue), ref: "raw", key: "noop-rawq"},
 			s:    spec{br: br, classes: one(noop), n: cfg.n, commitInterval: cfg.commitInterval}},
-		{raw: &row{name: fmt.Sprintf("raw kafka-go + pond (%d workers), %s handler", total, cfg.work), ceiling: ceiling},
-			rt: &row{name: fmt.Sprintf("handoff runtime (3 × %d workers), %s handler", cfg.workers, cfg.work), ref: "raw", ceiling: ceiling},
-			s:  spec{br: br, classes: one(slow), n: cfg.slowN, work: cfg.work, workers: cfg.workers, commitInterval: cfg.commitInterval}},
+		{raw: &row{name: fmt.Sprintf("raw kafka-go + pond (%d workers), %s handler", total, cfg.work), ceiling: ceiling, key: "slow-raw"},
+			rt:  &row{name: fmt.Sprintf("handoff runtime on kafka-go (3 × %d workers), %s handler", cfg.workers, cfg.work), ref: "raw", ceiling: ceiling, key: "slow-kafka-go"},
+			rtf: &row{name: fmt.Sprintf("handoff runtime on franz-go (3 × %d workers), %s handler", cfg.workers, cfg.work), ref: "raw", ceiling: ceiling, key: "slow-franz-go"},
+			s:   spec{br: br, classes: one(slow), n: cfg.slowN, work: cfg.work, workers: cfg.workers, commitInterval: cfg.commitInterval}},
 	}
 	fmt.Fprintf(log, "time.Sleep(%s) takes %s here: worker ceiling %.0f msgs/s\n", cfg.work, slept, ceiling)
 	// One untimed read of the no-op topics first: the first side to read
@@ -394,6 +431,7 @@ func runTable(ctx context.Context, cfg config, log io.Writer) ([]*row, *queued, 
 	fmt.Fprintf(log, "warm-up (not counted): raw kafka-go %.0f msgs/s\n", warm.handled)
 	raws := make([][]sample, len(vs))
 	rts := make([][]sample, len(vs))
+	rtfs := make([][]sample, len(vs))
 	rawqs := make([][]sample, len(vs))
 	for r := range cfg.rounds {
 		for i, v := range vs {
@@ -403,7 +441,9 @@ func runTable(ctx context.Context, cfg config, log io.Writer) ([]*row, *queued, 
 				s    spec
 				out  *[]sample
 			}
-			sides := []side{{"raw", runRaw, v.s, &raws[i]}, {"handoff", runHandoff, v.s, &rts[i]}}
+			kg, fg := v.s, v.s
+			kg.client, fg.client = hrt.ClientKafkaGo, hrt.ClientFranzGo
+			sides := []side{{"raw", runRaw, v.s, &raws[i]}, {"handoff", runHandoff, kg, &rts[i]}, {"handoff-franz", runHandoff, fg, &rtfs[i]}}
 			if v.rawq != nil {
 				sq := v.s
 				sq.readerQueue = hrt.DefaultFetchQueue
@@ -422,13 +462,15 @@ func runTable(ctx context.Context, cfg config, log io.Writer) ([]*row, *queued, 
 					return nil, nil, nil, err
 				}
 				*sd.out = append(*sd.out, smp)
-				fmt.Fprintf(log, "round %d %-8s %-7s %9.0f msgs/s handled, %9.0f committed, %9.0f steady, %.2f busy, %.2f µs CPU/msg, %.2f allocs/msg, stop %s\n",
+				fmt.Fprintf(log, "round %d %-8s %-13s %9.0f msgs/s handled, %9.0f committed, %9.0f steady, %.2f busy, %.2f µs CPU/msg, %.2f allocs/msg, stop %s\n",
 					r, []string{"no-op", "slow"}[i], sd.name, smp.handled, smp.committed, smp.steady, smp.busy, smp.cpuUS, smp.allocs, smp.stop.Round(time.Millisecond))
 			}
 		}
 		for i, v := range vs {
 			v.rt.ratios = append(v.rt.ratios, rts[i][r].handled/raws[i][r].handled)
 			v.rt.cratios = append(v.rt.cratios, rts[i][r].committed/raws[i][r].committed)
+			v.rtf.ratios = append(v.rtf.ratios, rtfs[i][r].handled/raws[i][r].handled)
+			v.rtf.cratios = append(v.rtf.cratios, rtfs[i][r].committed/raws[i][r].committed)
 			if v.rawq != nil {
 				v.rawq.ratios = append(v.rawq.ratios, rawqs[i][r].handled/raws[i][r].handled)
 				v.rawq.cratios = append(v.rawq.cratios, rawqs[i][r].committed/raws[i][r].committed)
@@ -438,8 +480,8 @@ func runTable(ctx context.Context, cfg config, log io.Writer) ([]*row, *queued, 
 	}
 	var rows []*row
 	for i, v := range vs {
-		v.raw.med, v.rt.med = medianSample(raws[i]), medianSample(rts[i])
-		rows = append(rows, v.raw, v.rt)
+		v.raw.med, v.rt.med, v.rtf.med = medianSample(raws[i]), medianSample(rts[i]), medianSample(rtfs[i])
+		rows = append(rows, v.raw, v.rt, v.rtf)
 		if v.rawq != nil {
 			v.rawq.med = medianSample(rawqs[i])
 			rows = append(rows, v.rawq)

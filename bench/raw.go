@@ -32,10 +32,14 @@ type spec struct {
 	callCost, msgCost time.Duration
 	maxBatch          int
 	// client is the runtime's Config.Client (the runtime side only; empty
-	// is its default, kafka-go).
+	// is its default, franz-go).
 	client hrt.Client
 	// franz is raw franz-go's fetch settings; zero is defaultFranzFetch.
 	franz franzFetch
+	// rental makes the runtime run examples/rental's classes (see
+	// rentalClasses) on rental's topics instead of one class per entry
+	// of classes (the runtime side only).
+	rental bool
 }
 
 func (s spec) topics() []string {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/handoff-go/handoff/internal/rental"
 	hrt "github.com/handoff-go/handoff/runtime"
 )
 
@@ -113,6 +114,9 @@ type sweepResult struct {
 	// the partitions sweep); nil when not measured.
 	held   map[string]heldFig
 	heldAt int
+	// rental is the rental point: the stacks on rental's topics, the
+	// runtime with rental's classes; nil when not run.
+	rental *point
 }
 
 // runSweep measures the stacks (no-op handler) against partitions, then
@@ -186,6 +190,31 @@ func runSweep(ctx context.Context, cfg config, log io.Writer) (sweepResult, erro
 			}
 			sw.heldAt = p
 			sw.held, err = runHeld(ctx, cfg.stacks, sp, log)
+			return err
+		}()
+		if err != nil {
+			return sw, err
+		}
+	}
+
+	if cfg.rental {
+		err := func() error {
+			br, err := startBroker(rental.Topics(), rentalPartitions)
+			if err != nil {
+				return err
+			}
+			defer br.close()
+			fmt.Fprintf(log, "sweep: rental's topics, %d × %d partitions, producing %d\n", len(rental.Topics()), rentalPartitions, cfg.sweepN)
+			if err := br.produce(ctx, rental.Topics(), cfg.sweepN, valueSize); err != nil {
+				return err
+			}
+			var cs [][]string
+			for _, t := range rental.Topics() {
+				cs = append(cs, []string{t})
+			}
+			pt, err := pointOf("rental", len(rental.Topics())*rentalPartitions,
+				spec{br: br, classes: cs, n: cfg.sweepN, commitInterval: cfg.commitInterval, rental: true})
+			sw.rental = &pt
 			return err
 		}()
 		if err != nil {
@@ -302,6 +331,43 @@ func printSweep(w io.Writer, sw sweepResult) {
 	}
 	printSweepMemory(w, sw)
 	printHeld(w, sw)
+	printRental(w, sw)
+}
+
+// printRental prints the rental point: each stack's rate, CPU,
+// allocations and memory, the runtime's against its raw client.
+func printRental(w io.Writer, sw sweepResult) {
+	p := sw.rental
+	if p == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nexamples/rental's configuration: %d topics × %d partitions (orders, users, heartbeats), n=%d, no-op handlers; the runtime stacks run rental's classes (orders ordered, 8 workers, queue 64; users 4 workers, queue 32; heartbeats a batch class of 64, MaxWait 5ms, 4 calls, queue 256) with rental's own handlers (no work, no effects file) and a metrics registry with the Go and process collectors; the raw stacks as in the sweep:\n\n",
+		len(rental.Topics()), rentalPartitions, sw.n)
+	fmt.Fprintln(w, "| stack | msgs/s | vs its raw client | steady msgs/s | CPU µs/msg | CPU µs/msg above its raw client | allocs/msg | peak RSS MiB |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, st := range sw.stacks {
+		f, ok := p.by[st.key]
+		if !ok {
+			continue
+		}
+		vs, above := "–", "–"
+		if raw, ok := p.by[rawOf(st.key)]; ok && rawOf(st.key) != st.key {
+			vs = fmt.Sprintf("%.2f", f.handled/raw.handled)
+			above = fmt.Sprintf("%+.2f", f.cpuUS-raw.cpuUS)
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %s | %.0f | %.2f | %s | %.2f | %.1f |\n", st.name, f.handled, vs, f.steady, f.cpuUS, above, f.allocs, float64(f.peakRSS)/(1<<20))
+	}
+}
+
+// rawOf is the raw stack a stack is compared with: its client's.
+func rawOf(key string) string {
+	switch key {
+	case runtimeKafkaGo:
+		return rawKafkaGo
+	case runtimeFranzGo:
+		return rawFranzGo
+	}
+	return key
 }
 
 // printHeld prints the held-memory measure.

@@ -38,16 +38,44 @@ type Config[T any] struct {
 	Ordered bool
 
 	// KeyFunc gives an item's ordering key. It is called once per item, in
-	// Submit, on the caller's goroutine. Required when Ordered, and must be
-	// nil otherwise (a key without ordering is most likely a forgotten
-	// Ordered).
+	// Submit or SubmitBatch, on the caller's goroutine (in SubmitBatch with
+	// the pool's lock held: it must be quick and must not call the pool).
+	// Required when Ordered, and must be nil otherwise (a key without
+	// ordering is most likely a forgotten Ordered).
 	KeyFunc func(v T) string
 
 	// Handler handles one item. Its context is cancelled only by
 	// [Pool.Stop], with the cause given to Stop (context.Cause). A panic is
 	// recovered and becomes a *handoff.PanicError; the worker survives.
-	// Required.
+	// Exactly one of Handler and BatchHandler is required.
 	Handler func(ctx context.Context, v T) error
+
+	// BatchHandler, instead of Handler, handles up to MaxBatch items in
+	// one call: a worker takes the ready items (in the order Handler's
+	// workers would start them) under one lock, calls BatchHandler once,
+	// and settles each item on its own with errs[i], which the handler
+	// sets (errs has len(vs), all nil on entry: nil means done). Each
+	// item then goes on exactly as with Handler: RetryFunc, ResultFunc,
+	// [Pool.Stop]'s interrupted and stragglers, an Ordered key's next
+	// item. Workers bounds the calls at once. A panic gives every item of
+	// the call a *handoff.PanicError. vs and errs are the pool's, valid
+	// only until BatchHandler returns. Its context is Handler's. Nil
+	// means Handler.
+	BatchHandler func(ctx context.Context, vs []T, errs []error)
+
+	// MaxBatch is the most items of one BatchHandler call. It must be > 0
+	// with BatchHandler and zero without it.
+	MaxBatch int
+
+	// MaxWait is how long a worker that finds fewer than MaxBatch items
+	// ready waits for more before it calls BatchHandler with what it has.
+	// Only one worker waits so at a time; while the pool holds MaxBatch
+	// ready items or more, calls start at once. The waiting items stay
+	// queued: [Pool.Stop] hands them back as unstarted, [Pool.Remove]
+	// takes them, [Pool.Hold] keeps them, [Pool.Drain] waits for them.
+	// Zero means no wait: a worker calls with whatever is ready. It must
+	// not be negative, and zero without BatchHandler.
+	MaxWait time.Duration
 
 	// ResultFunc, if set, is called on the worker goroutine once Handler has
 	// returned: err nil means done, non-nil means failed (a recovered panic
@@ -96,8 +124,20 @@ func (cfg *Config[T]) validate() error {
 	if !cfg.Ordered && cfg.KeyFunc != nil {
 		bad("KeyFunc is set but Ordered is false")
 	}
-	if cfg.Handler == nil {
-		bad("Handler is required")
+	switch {
+	case cfg.Handler == nil && cfg.BatchHandler == nil:
+		bad("Handler or BatchHandler is required")
+	case cfg.Handler != nil && cfg.BatchHandler != nil:
+		bad("Handler and BatchHandler are both set")
+	}
+	if cfg.BatchHandler != nil && cfg.MaxBatch <= 0 {
+		bad("MaxBatch must be > 0 with a BatchHandler, got %d", cfg.MaxBatch)
+	}
+	if cfg.BatchHandler == nil && (cfg.MaxBatch != 0 || cfg.MaxWait != 0) {
+		bad("MaxBatch and MaxWait need a BatchHandler")
+	}
+	if cfg.MaxWait < 0 {
+		bad("MaxWait must not be negative, got %s", cfg.MaxWait)
 	}
 	return errors.Join(errs...)
 }

@@ -32,6 +32,23 @@
 // come, first served, and items start in submission order as far as their
 // keys allow.
 //
+// [Pool.SubmitBatch] hands several items over in one operation, as that
+// many Submits one after the other would (the same order, backpressure
+// and ctx): one lock for the items there is room for, and at most one
+// worker loop woken; each loop that starts an item wakes the next while
+// ready items outnumber the loops on their way.
+//
+// # Batch handlers
+//
+// With [Config.BatchHandler] a worker takes up to [Config.MaxBatch] ready
+// items under one lock and calls the handler once for them; a worker
+// that finds fewer ready waits up to [Config.MaxWait] for more, while
+// they stay queued (Stop, Remove, Hold and Drain see them as any queued
+// item). Each item of a call then settles on its own, with its own error:
+// retried, reported, interrupted by Stop or a straggler, and in an
+// Ordered pool its key's next item becomes ready. A call holds at most
+// one item per key, since only a key's first item is ready.
+//
 // # Ordering
 //
 // With [Config.Ordered], items with the same key run one at a time in

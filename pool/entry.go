@@ -104,9 +104,11 @@ func (r *readySet[T]) reset() {
 // fifo is a singly-linked queue of entries through readyNext.
 type fifo[T any] struct {
 	head, tail *entry[T]
+	n          int
 }
 
 func (q *fifo[T]) push(e *entry[T]) {
+	q.n++
 	e.readyNext = nil
 	if q.tail == nil {
 		q.head = e
@@ -121,6 +123,7 @@ func (q *fifo[T]) pop() *entry[T] {
 	if e == nil {
 		return nil
 	}
+	q.n--
 	q.head = e.readyNext
 	if q.head == nil {
 		q.tail = nil
@@ -188,13 +191,17 @@ func (h *readyHeap[T]) pop() *entry[T] {
 	return e
 }
 
-// waiter is a Submit waiting for room. The worker that frees a slot admits
-// the waiter's entry itself and then closes ch, so a granted Submit has
-// already been accepted when it wakes.
+// waiter is a Submit or SubmitBatch waiting for room. Whoever frees a
+// slot admits the waiter's next entry itself, and sends on ch (buffered
+// 1, so that waiters are recycled) once all of es are admitted, so a
+// granted Submit has already been accepted when it wakes; a SubmitBatch
+// that gives up owns es[:n] no more.
 type waiter[T any] struct {
-	e          *entry[T]
+	es         []*entry[T] // in submission order; Submit's is one
+	n          int         // of es, how many are admitted
+	one        [1]*entry[T]
 	ch         chan struct{}
-	granted    bool
+	granted    bool // all of es admitted
 	prev, next *waiter[T]
 }
 

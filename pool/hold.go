@@ -63,7 +63,7 @@ func (p *Pool[T]) Probe() bool {
 	ready := p.hasReadyLocked()
 	n := 0
 	if ready && p.loops < p.maxWorkers {
-		p.loops++
+		p.addLoopLocked()
 		n = 1
 	}
 	p.mu.Unlock()
@@ -88,7 +88,7 @@ func (p *Pool[T]) dispatchReadyLocked() int {
 	}
 	n := 0
 	for p.loops < p.maxWorkers {
-		p.loops++
+		p.addLoopLocked()
 		n++
 	}
 	return n

@@ -29,6 +29,9 @@ type Pool[T any] struct {
 	queueSize  int
 	keyFunc    func(T) string
 	handler    func(context.Context, T) error
+	batchFunc  func(context.Context, []T, []error) // BatchHandler; nil without
+	maxBatch   int
+	maxWait    time.Duration
 	resultFunc func(T, error)
 	retryFunc  func(T, error) (time.Duration, bool)
 	log        *slog.Logger
@@ -69,11 +72,17 @@ type Pool[T any] struct {
 	nwaiting    int                  // len(waiting)
 	nrunning    int                  // len(running)
 	loops       int                  // worker loops dispatched and not returned
+	starting    int                  // of loops, those that have not taken mu yet
+	filling     bool                 // BatchHandler: a loop waits for MaxBatch ready items (see fill)
+	fill        chan struct{}        // BatchHandler: wakes the filling loop; buffered 1
+	bufs        []*batchBuf[T]       // BatchHandler: recycled call buffers, at most Workers
 	loopsDone   chan struct{}        // closed when loops reaches 0; made by waitLoops
 	idle        chan struct{}        // closed when idleLocked becomes true; made by Drain
 	stopDone    chan struct{}        // closed when nrunning reaches 0; made by Stop
 	interrupted []T                  // returned an error after Stop cancelled workCtx
 	free        []*entry[T]          // recycled entries, for Submit
+	freeWaiters []*waiter[T]         // recycled waiters, for Submit and SubmitBatch
+	spare       int                  // the most entries one SubmitBatch held waiting (see recycleLocked)
 	// timers holds the retry timer of each waiting item; RetryFunc only.
 	timers map[*entry[T]]retryTimer
 	// drainBy, while a Drain with a deadline waits, is that deadline on
@@ -116,6 +125,9 @@ func New[T any](cfg Config[T]) (*Pool[T], error) {
 		queueSize:  cfg.QueueSize,
 		keyFunc:    cfg.KeyFunc,
 		handler:    cfg.Handler,
+		batchFunc:  cfg.BatchHandler,
+		maxBatch:   cfg.MaxBatch,
+		maxWait:    cfg.MaxWait,
 		resultFunc: cfg.ResultFunc,
 		retryFunc:  cfg.RetryFunc,
 		log:        log.With("component", "pool", "class", cfg.Name),
@@ -134,6 +146,9 @@ func New[T any](cfg Config[T]) (*Pool[T], error) {
 	}
 	if cfg.RetryFunc != nil {
 		p.timers = make(map[*entry[T]]retryTimer)
+	}
+	if cfg.BatchHandler != nil {
+		p.fill = make(chan struct{}, 1)
 	}
 	return p, nil
 }
@@ -174,13 +189,17 @@ func (p *Pool[T]) Submit(ctx context.Context, v T) error {
 		}
 		return nil
 	}
-	w := &waiter[T]{e: e, ch: make(chan struct{})}
+	w := p.newWaiterLocked(1)
+	w.es[0] = e
 	p.waiters.pushBack(w)
 	p.mu.Unlock()
 
 	var err error
 	select {
 	case <-w.ch:
+		p.mu.Lock()
+		p.freeWaiterLocked(w)
+		p.mu.Unlock()
 		return nil
 	case <-ctx.Done():
 		err = ctx.Err()
@@ -190,15 +209,67 @@ func (p *Pool[T]) Submit(ctx context.Context, v T) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if w.granted {
+		<-w.ch // the grant's token
+		p.freeWaiterLocked(w)
 		return nil // admitted before we gave up: the pool owns v
 	}
 	p.waiters.remove(w)
+	p.freeWaiterLocked(w)
 	return err
+}
+
+// newWaiterLocked returns a waiter for n entries, reusing a recycled one
+// when it can: a Submit or SubmitBatch that waits for room then costs
+// no allocation once the pool has served one before.
+func (p *Pool[T]) newWaiterLocked(n int) *waiter[T] {
+	var w *waiter[T]
+	if k := len(p.freeWaiters); k > 0 {
+		w = p.freeWaiters[k-1]
+		p.freeWaiters[k-1] = nil
+		p.freeWaiters = p.freeWaiters[:k-1]
+	} else {
+		w = &waiter[T]{ch: make(chan struct{}, 1)}
+	}
+	switch {
+	case n == 1:
+		w.es = w.one[:]
+	case cap(w.es) >= n: // n > 1: not w.one
+		w.es = w.es[:n]
+	default:
+		w.es = make([]*entry[T], n)
+	}
+	return w
+}
+
+// freeWaiterLocked keeps w, off the list and its grant's token taken,
+// for a later wait. At most Workers+1 are kept.
+func (p *Pool[T]) freeWaiterLocked(w *waiter[T]) {
+	clear(w.es)
+	w.n, w.granted, w.prev, w.next = 0, false, nil, nil
+	if len(p.freeWaiters) <= p.maxWorkers {
+		p.freeWaiters = append(p.freeWaiters, w)
+	}
 }
 
 // admitLocked queues accepted e and reports whether a new worker loop must
 // be dispatched for it.
 func (p *Pool[T]) admitLocked(e *entry[T]) bool {
+	if !p.queueLocked(e) {
+		return false
+	}
+	if p.batchFunc != nil {
+		return p.admitBatchLocked()
+	}
+	if p.loops < p.maxWorkers {
+		p.addLoopLocked()
+		return true
+	}
+	return false
+}
+
+// queueLocked queues accepted e and reports whether it is ready to start
+// (in an Ordered pool, whether its key was free).
+func (p *Pool[T]) queueLocked(e *entry[T]) bool {
 	p.unstarted.pushBack(e)
 	p.queued++
 	if p.ordered {
@@ -212,11 +283,22 @@ func (p *Pool[T]) admitLocked(e *entry[T]) bool {
 		}
 		p.ready.fresh.push(e)
 	}
-	if p.loops < p.maxWorkers {
-		p.loops++
-		return true
+	p.readyAddedLocked()
+	return true
+}
+
+// addLoopLocked counts in a worker loop about to be dispatched.
+func (p *Pool[T]) addLoopLocked() {
+	p.loops++
+	p.starting++
+}
+
+// readyLenLocked counts the items that may start now, hold aside.
+func (p *Pool[T]) readyLenLocked() int {
+	if p.ordered {
+		return p.ready.fresh.n + len(p.ready.promoted)
 	}
-	return false
+	return p.queued - p.nwaiting
 }
 
 // dispatch starts one worker loop; the caller has counted it in loops.
@@ -232,6 +314,11 @@ func (p *Pool[T]) dispatch() {
 func (p *Pool[T]) work() {
 	now := p.clock() // read outside mu
 	p.mu.Lock()
+	p.starting--
+	if p.batchFunc != nil {
+		p.workBatches(now)
+		return
+	}
 	for {
 		e, dispatch := p.startLocked(now)
 		if e == nil {
@@ -240,7 +327,7 @@ func (p *Pool[T]) work() {
 			return
 		}
 		p.mu.Unlock()
-		if dispatch {
+		for range dispatch {
 			p.dispatch()
 		}
 		out, after := p.report(e, p.call(e))
@@ -253,11 +340,29 @@ func (p *Pool[T]) work() {
 // startLocked moves the first ready item to running and gives the slot it
 // frees, if that brings the pool under QueueSize (retries may have taken it
 // over), to the first waiting Submit. It returns nil when nothing is ready,
-// and whether admitting the waiter's item needs a new worker loop. now,
-// on the pool's clock, is recorded as the item's start.
-func (p *Pool[T]) startLocked(now int64) (e *entry[T], dispatch bool) {
+// and how many new worker loops the caller must dispatch: for the waiter's
+// item, and one more when items are left ready that no loop on its way
+// will take (after a SubmitBatch, each loop starting an item wakes the
+// next, so the submitter pays one wake-up). now, on the pool's clock, is
+// recorded as the item's start.
+func (p *Pool[T]) startLocked(now int64) (e *entry[T], dispatch int) {
+	e = p.startOneLocked(now)
+	if e == nil {
+		return nil, 0
+	}
+	dispatch = p.grantLocked()
+	if p.loops < p.maxWorkers && p.hasReadyLocked() && p.readyLenLocked() > p.starting {
+		p.addLoopLocked()
+		dispatch++
+	}
+	return e, dispatch
+}
+
+// startOneLocked moves the first ready item to running and returns it, or
+// nil when none may start.
+func (p *Pool[T]) startOneLocked(now int64) (e *entry[T]) {
 	if !p.hold.mayStart() {
-		return nil, false
+		return nil
 	}
 	if p.ordered {
 		e = p.ready.pop()
@@ -265,7 +370,7 @@ func (p *Pool[T]) startLocked(now int64) (e *entry[T], dispatch bool) {
 		e = p.unstarted.head
 	}
 	if e == nil {
-		return nil, false
+		return nil
 	}
 	p.hold.started()
 	p.unstarted.remove(e)
@@ -274,13 +379,29 @@ func (p *Pool[T]) startLocked(now int64) (e *entry[T], dispatch bool) {
 	p.nrunning++
 	e.started = now
 	e.state.Store(stateRunning)
-	if w := p.waiters.head; w != nil && p.queued < p.queueSize {
+	return e
+}
+
+// grantLocked admits the items of waiting Submits while the pool is under
+// QueueSize, first come first served, and returns how many worker loops
+// to dispatch for them.
+func (p *Pool[T]) grantLocked() (dispatch int) {
+	for w := p.waiters.head; w != nil && p.queued < p.queueSize; w = p.waiters.head {
+		for w.n < len(w.es) && p.queued < p.queueSize {
+			e := w.es[w.n]
+			w.n++
+			if p.admitLocked(e) {
+				dispatch++
+			}
+		}
+		if w.n < len(w.es) {
+			break
+		}
 		p.waiters.remove(w)
 		w.granted = true
-		dispatch = p.admitLocked(w.e)
-		close(w.ch)
+		w.ch <- struct{}{} // buffered: the waiter takes it
 	}
-	return e, dispatch
+	return dispatch
 }
 
 // call runs e's handler, turning a panic into a *handoff.PanicError. If
@@ -305,7 +426,9 @@ func (p *Pool[T]) call(e *entry[T]) (err error) {
 		p.settleLocked(e, out, after)
 		// Hand this loop's place over to a new one if there is work.
 		handover := p.hasReadyLocked()
-		if !handover {
+		if handover {
+			p.starting++ // the new loop takes this one's place in loops
+		} else {
 			p.loopExitLocked()
 		}
 		p.mu.Unlock()
@@ -391,10 +514,12 @@ func (p *Pool[T]) newEntryLocked(v T, key string) *entry[T] {
 
 // recycleLocked keeps e, whose item was reported and which is on no list
 // any more, for a later Submit: one allocation less per item. Only Submit
-// reuses entries, and only before Stop began, so an entry Stop holds is
-// never reused under it. At most Workers+QueueSize entries are kept.
+// and SubmitBatch reuse entries, and only before Stop began, so an entry
+// Stop holds is never reused under it. At most Workers+QueueSize entries
+// are kept, and as many more as the largest SubmitBatch that waited for
+// room held waiting.
 func (p *Pool[T]) recycleLocked(e *entry[T]) {
-	if len(p.free) >= p.maxWorkers+p.queueSize {
+	if len(p.free) >= p.maxWorkers+p.queueSize+p.spare {
 		return
 	}
 	var zero T
@@ -417,6 +542,7 @@ func (p *Pool[T]) doneLocked(e *entry[T], interrupted bool) {
 			delete(p.keys, e.key)
 		} else if !p.stopped {
 			p.ready.promoted.push(n) // the calling loop picks it up
+			p.readyAddedLocked()
 		}
 		e.keyNext = nil
 	}

@@ -60,7 +60,7 @@ func setup(t *testing.T, cfg Config[item]) *harness {
 	if cfg.QueueSize == 0 {
 		cfg.QueueSize = 16
 	}
-	if cfg.Handler == nil {
+	if cfg.Handler == nil && cfg.BatchHandler == nil {
 		cfg.Handler = func(context.Context, item) error { return nil }
 	}
 	user := cfg.ResultFunc
@@ -102,6 +102,21 @@ func (h *harness) submit(ctx context.Context, it item) error {
 		h.mu.Unlock()
 	}
 	return err
+}
+
+// submitBatch submits its with SubmitBatch and records the prefix
+// accepted.
+func (h *harness) submitBatch(ctx context.Context, its []item) (int, error) {
+	n, err := h.p.SubmitBatch(ctx, its)
+	if n < 0 || n > len(its) || (err == nil) != (n == len(its)) {
+		h.t.Errorf("SubmitBatch of %d items: %d accepted, err %v", len(its), n, err)
+	}
+	h.mu.Lock()
+	for _, it := range its[:n] {
+		h.submitted = append(h.submitted, it.id)
+	}
+	h.mu.Unlock()
+	return n, err
 }
 
 // mustSubmit submits items that must be accepted at once.
@@ -269,7 +284,7 @@ func TestNew(t *testing.T) {
 			`pool "": Workers must be > 0, got 0`,
 			`pool "": QueueSize must be > 0, got 0`,
 			`pool "": KeyFunc is required when Ordered`,
-			`pool "": Handler is required`,
+			`pool "": Handler or BatchHandler is required`,
 		} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("error %q lacks %q", err, want)

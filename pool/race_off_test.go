@@ -4,3 +4,6 @@ package pool
 
 // hammerRounds is smaller under -race, which slows every item tenfold.
 const hammerRounds = 60
+
+// batchRemoveSeeds is how many seeds TestBatchAcrossRemove runs.
+const batchRemoveSeeds = 40

@@ -57,17 +57,13 @@ func (p *Pool[T]) Remove(match func(T) bool) []T {
 	}
 	dispatch := 0
 	for ; ready > 0 && p.loops < p.maxWorkers; ready-- {
-		p.loops++
+		p.addLoopLocked()
 		dispatch++
 	}
-	for w := p.waiters.head; w != nil && p.queued < p.queueSize; w = p.waiters.head {
-		p.waiters.remove(w)
-		w.granted = true
-		if p.admitLocked(w.e) {
-			dispatch++
-		}
-		close(w.ch)
+	if ready > 0 || dispatch > 0 {
+		p.readyAddedLocked()
 	}
+	dispatch += p.grantLocked()
 	p.noteIdleLocked()
 	p.mu.Unlock()
 	for range dispatch {

@@ -180,73 +180,97 @@ func TestRemove(t *testing.T) {
 		h.drain()
 	})
 
-	t.Run("concurrent remove keeps per-key order", func(t *testing.T) {
-		t.Parallel()
-		const keys, perKey = 16, 200
-		var mu sync.Mutex
-		order := map[string][]int{}
-		var busy [keys]atomic.Int32
-		var overlap atomic.Int32
-		h := setup(t, Config[item]{Workers: 6, QueueSize: 24, Ordered: true, KeyFunc: keyOf,
-			Handler: func(_ context.Context, it item) error {
-				k := it.id / perKey
-				if busy[k].Add(1) != 1 {
-					overlap.Add(1)
-				}
-				defer busy[k].Add(-1)
-				mu.Lock()
-				order[it.key] = append(order[it.key], it.id)
-				mu.Unlock()
-				if rand.IntN(5) == 0 {
-					return errors.New("retry me")
-				}
-				return nil
-			},
-			RetryFunc: func(item, error) (time.Duration, bool) { return time.Duration(rand.IntN(200)) * time.Microsecond, true },
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("concurrent remove keeps per-key order/batch=%v", batched), func(t *testing.T) {
+			t.Parallel()
+			concurrentRemove(t, batched)
 		})
-		stop := make(chan struct{})
-		var removers sync.WaitGroup
-		removers.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				r := rand.IntN(7)
-				h.remove(func(it item) bool { return it.id%7 == r })
-			}
-		})
-		var wg sync.WaitGroup
-		for s := range 4 {
-			wg.Go(func() {
-				for n := range perKey {
-					for k := s; k < keys; k += 4 {
-						h.mustSubmit(item{id: k*perKey + n, key: fmt.Sprint("k", k)})
-					}
-				}
-			})
+	}
+}
+
+// concurrentRemove removes at random while four submitters submit
+// (batched: with SubmitBatch, to a BatchHandler pool) and checks per-key
+// order.
+func concurrentRemove(t *testing.T, batched bool) {
+	const keys, perKey = 16, 200
+	var mu sync.Mutex
+	order := map[string][]int{}
+	var busy [keys]atomic.Int32
+	var overlap atomic.Int32
+	handle := func(_ context.Context, it item) error {
+		k := it.id / perKey
+		if busy[k].Add(1) != 1 {
+			overlap.Add(1)
 		}
-		wg.Wait()
-		close(stop)
-		removers.Wait()
-		h.drain()
-		for h.p.Stats().Waiting > 0 {
-			h.drain()
-			time.Sleep(time.Millisecond) // retry delays are microseconds
-		}
-		if n := overlap.Load(); n != 0 {
-			t.Errorf("%d overlaps", n)
-		}
+		defer busy[k].Add(-1)
 		mu.Lock()
-		defer mu.Unlock()
-		for key, got := range order {
-			// Retries repeat an id in place; order must not go backwards.
-			if !slices.IsSorted(got) {
-				t.Errorf("key %s ran out of order: %v", key, got)
+		order[it.key] = append(order[it.key], it.id)
+		mu.Unlock()
+		if rand.IntN(5) == 0 {
+			return errors.New("retry me")
+		}
+		return nil
+	}
+	cfg := Config[item]{Workers: 6, QueueSize: 24, Ordered: true, KeyFunc: keyOf, Handler: handle,
+		RetryFunc: func(item, error) (time.Duration, bool) { return time.Duration(rand.IntN(200)) * time.Microsecond, true },
+	}
+	if batched {
+		cfg.Handler, cfg.MaxBatch = nil, 4
+		cfg.BatchHandler = func(ctx context.Context, vs []item, errs []error) {
+			for i, v := range vs {
+				errs[i] = handle(ctx, v)
 			}
+		}
+	}
+	h := setup(t, cfg)
+	stop := make(chan struct{})
+	var removers sync.WaitGroup
+	removers.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r := rand.IntN(7)
+			h.remove(func(it item) bool { return it.id%7 == r })
 		}
 	})
+	var wg sync.WaitGroup
+	for s := range 4 {
+		wg.Go(func() {
+			for n := range perKey {
+				var its []item
+				for k := s; k < keys; k += 4 {
+					its = append(its, item{id: k*perKey + n, key: fmt.Sprint("k", k)})
+				}
+				if !batched {
+					h.mustSubmit(its...)
+				} else if _, err := h.submitBatch(context.Background(), its); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	removers.Wait()
+	h.drain()
+	for h.p.Stats().Waiting > 0 {
+		h.drain()
+		time.Sleep(time.Millisecond) // retry delays are microseconds
+	}
+	if n := overlap.Load(); n != 0 {
+		t.Errorf("%d overlaps", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for key, got := range order {
+		// Retries repeat an id in place; order must not go backwards.
+		if !slices.IsSorted(got) {
+			t.Errorf("key %s ran out of order: %v", key, got)
+		}
+	}
 }
 
 func (h *harness) waiters() int {

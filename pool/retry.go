@@ -50,9 +50,10 @@ func (p *Pool[T]) wake(e *entry[T]) {
 		// for other woken ones.
 		p.unstarted.insertBefore(e, p.unstarted.head)
 	}
-	dispatch := p.loops < p.maxWorkers
+	p.readyAddedLocked()
+	dispatch := p.loops < p.maxWorkers && (p.batchFunc == nil || !p.filling)
 	if dispatch {
-		p.loops++
+		p.addLoopLocked()
 	}
 	p.mu.Unlock()
 	if dispatch {

@@ -79,14 +79,15 @@ func (p StopPolicy) String() string {
 type Client string
 
 const (
-	// ClientKafkaGo is github.com/segmentio/kafka-go, the default: eager
-	// rebalancing and dynamic membership only, one fetch per partition.
+	// ClientKafkaGo is github.com/segmentio/kafka-go, the library the
+	// project started from: eager rebalancing and dynamic membership
+	// only, one fetch per partition.
 	ClientKafkaGo Client = "kafka-go"
-	// ClientFranzGo is github.com/twmb/franz-go (kgo): static membership
-	// (the group.instance.id is Config.Instance when it is set), the
-	// cooperative-sticky assignor, fetches per broker and partitions
-	// paused rather than fetch loops blocked. See the package doc,
-	// Choosing a Kafka client.
+	// ClientFranzGo is github.com/twmb/franz-go (kgo), the default: static
+	// membership (the group.instance.id is Config.Instance when it is
+	// set), the cooperative-sticky assignor, fetches per broker and
+	// partitions paused rather than fetch loops blocked. See the package
+	// doc, Choosing a Kafka client.
 	ClientFranzGo Client = "franz-go"
 )
 
@@ -117,7 +118,11 @@ type Config struct {
 	SASL sasl.Mechanism
 
 	// Client is the Kafka client library the runtime consumes, commits
-	// and publishes dead letters with. Empty means [ClientKafkaGo].
+	// and publishes dead letters with. Empty means [ClientFranzGo]: on
+	// the project's benchmark it handles more messages per second at
+	// less CPU and memory per message than [ClientKafkaGo], and it
+	// rebalances cooperatively and supports static membership. Set
+	// [ClientKafkaGo] to keep kafka-go; both pass the same tests.
 	Client Client
 
 	// ClientID is the client ID of every request, as the brokers' logs
@@ -398,7 +403,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	switch cfg.Client {
 	case "":
-		cfg.Client = ClientKafkaGo
+		cfg.Client = ClientFranzGo
 	case ClientKafkaGo, ClientFranzGo:
 	default:
 		bad("unknown Client %q (want %q or %q)", cfg.Client, ClientKafkaGo, ClientFranzGo)

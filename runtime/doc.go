@@ -229,8 +229,8 @@
 //
 // # Choosing a Kafka client
 //
-// [Config.Client] picks the library: [ClientKafkaGo] (the default) or
-// [ClientFranzGo]. Both keep the same commit rule, stop phases, metrics and
+// [Config.Client] picks the library: [ClientFranzGo] (the default) or
+// [ClientKafkaGo]. Both keep the same commit rule, stop phases, metrics and
 // logs. kafka-go's group is eager and dynamic: every restart of an
 // instance is a rebalance of the whole group, its partitions move to
 // others while it is down, and its snapshot's keys may then run out of

@@ -93,7 +93,7 @@ func run(args []string) int {
 	var stopPolicy stopPolicyFlag
 	fs.Var(&stopPolicy, "stop-policy", "what the stop does with unfinished Kafka messages: snapshot (save them) or redeliver (leave them to the partition's next owner)")
 	var client clientFlag
-	fs.Var(&client, "client", "Kafka client library: `kafka-go` (the default) or franz-go (static membership with -instance, cooperative rebalancing)")
+	fs.Var(&client, "client", "Kafka client library: `franz-go` (the default: static membership with -instance, cooperative rebalancing) or kafka-go")
 	var ops opsFlags
 	ops.add(fs)
 	instance := fs.String("instance", "", "this instance's `NAME`, stable across restarts and unique in the group (the state file records it; with -client franz-go it is the static group.instance.id); empty means the hostname")
@@ -166,7 +166,7 @@ type serviceConfig struct {
 	tls  *tls.Config
 	sasl sasl.Mechanism
 
-	client   runtime.Client // "" means kafka-go
+	client   runtime.Client // "" means franz-go
 	instance string         // "" means the hostname
 }
 

@@ -36,7 +36,7 @@ type clientFlag struct{ c runtime.Client }
 
 func (f *clientFlag) String() string {
 	if f.c == "" {
-		return string(runtime.ClientKafkaGo)
+		return string(runtime.ClientFranzGo)
 	}
 	return string(f.c)
 }

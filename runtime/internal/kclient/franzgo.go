@@ -19,7 +19,7 @@ import (
 	"github.com/handoff-go/handoff/runtime/internal/wait"
 )
 
-// The client on franz-go (github.com/twmb/franz-go/pkg/kgo): one kgo
+// The client on franz-go (github.com/twmb/franz-go/pkg/kgo), the default: one kgo
 // client for the member's life, a cooperative-sticky member, static when
 // Config.Instance is set. It is one cooperative session whose partitions
 // come and go with franz-go's assignment callbacks, applied by the

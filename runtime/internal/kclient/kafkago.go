@@ -17,7 +17,7 @@ import (
 	"github.com/handoff-go/handoff/runtime/internal/wait"
 )
 
-// The client on github.com/segmentio/kafka-go (the default): an eager,
+// The client on github.com/segmentio/kafka-go (Config.Client kafka-go): an eager,
 // dynamic consumer group (ConsumerGroup), one session per generation;
 // partition readers on kafka-go's protocol client; commits through the
 // generation's connection, then fresh ones; metadata and lag on the same
