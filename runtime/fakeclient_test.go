@@ -88,6 +88,19 @@ func (f *fakeClient) Offsets(_ context.Context, ps []kclient.Partition) (map[kcl
 	return offs, nil
 }
 
+// Committed returns the fake's commits that succeeded.
+func (f *fakeClient) Committed(_ context.Context, ps []kclient.Partition) (map[kclient.Partition]int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	offs := map[kclient.Partition]int64{}
+	for _, p := range ps {
+		if o, ok := f.committed[p]; ok {
+			offs[p] = o
+		}
+	}
+	return offs, nil
+}
+
 // Close ends the session's keeper, as a client's close ends its
 // membership; a hanging one first waits for unhang.
 func (f *fakeClient) Close(time.Time) {

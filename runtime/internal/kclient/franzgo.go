@@ -395,6 +395,45 @@ func (f *franzGo) Offsets(ctx context.Context, ps []Partition) (map[Partition]Ra
 	return offs, nil
 }
 
+// Committed asks the group's coordinator for the committed offsets of ps
+// (an OffsetFetch through the metadata client, which kgo sends to the
+// coordinator). A group the broker does not know has none.
+func (f *franzGo) Committed(ctx context.Context, ps []Partition) (map[Partition]int64, error) {
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = f.cfg.Group
+	byTopic := map[string]int{}
+	for _, p := range ps {
+		i, ok := byTopic[p.Topic]
+		if !ok {
+			i = len(req.Topics)
+			byTopic[p.Topic] = i
+			rt := kmsg.NewOffsetFetchRequestTopic()
+			rt.Topic = p.Topic
+			req.Topics = append(req.Topics, rt)
+		}
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, int32(p.Partition))
+	}
+	resp, err := req.RequestWith(ctx, f.admin)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return map[Partition]int64{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	offs := map[Partition]int64{}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if p.ErrorCode == 0 && p.Offset >= 0 {
+				offs[Partition{t.Topic, int(p.Partition)}] = p.Offset
+			}
+		}
+	}
+	return offs, nil
+}
+
 // listOffsets returns the offset at timestamp (-2: the first, -1: the
 // high watermark) of each of ps that answered without an error. It fails
 // only when no leader answered.

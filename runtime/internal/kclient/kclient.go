@@ -171,6 +171,12 @@ type Client interface {
 	// ps that the brokers answered for. It blocks until they answer or
 	// ctx ends.
 	Offsets(ctx context.Context, ps []Partition) (map[Partition]Range, error)
+	// Committed returns the group's committed offset (the next to read)
+	// of each of ps that has one, as the group's coordinator answers: the
+	// lag sampler's base for a partition this member has not committed
+	// yet (a franz-go member resumes from it without telling). It blocks
+	// until the coordinator answers or ctx ends.
+	Committed(ctx context.Context, ps []Partition) (map[Partition]int64, error)
 	// Close ends the membership, if any, by deadline (at least
 	// LeaveTimeout), and the client's connections. A static member keeps
 	// its membership: the broker waits SessionTimeout for its restart.
