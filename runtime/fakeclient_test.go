@@ -88,6 +88,10 @@ func (f *fakeClient) Offsets(_ context.Context, ps []kclient.Partition) (map[kcl
 	return offs, nil
 }
 
+func (f *fakeClient) Committed(context.Context, string, []string) (map[kclient.Partition]int64, error) {
+	return map[kclient.Partition]int64{}, nil
+}
+
 // Close ends the session's keeper, as a client's close ends its
 // membership; a hanging one first waits for unhang.
 func (f *fakeClient) Close(time.Time) {

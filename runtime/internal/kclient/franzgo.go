@@ -375,6 +375,70 @@ func (f *franzGo) Missing(ctx context.Context, topics []string) (map[string]bool
 	return missingOf(topics, answers, kerr.UnknownTopicOrPartition)
 }
 
+// Committed asks for topics' partitions (Metadata, never creating a
+// topic), then for the group's offsets of those partitions (OffsetFetch,
+// which kgo sends to the group's coordinator).
+func (f *franzGo) Committed(ctx context.Context, group string, topics []string) (map[Partition]int64, error) {
+	meta := kmsg.NewPtrMetadataRequest()
+	meta.AllowAutoTopicCreation = false
+	for _, t := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		meta.Topics = append(meta.Topics, rt)
+	}
+	mresp, err := meta.RequestWith(ctx, f.admin)
+	if err != nil {
+		return nil, err
+	}
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = group
+	for _, t := range mresp.Topics {
+		if t.Topic == nil || t.ErrorCode != 0 || len(t.Partitions) == 0 {
+			continue
+		}
+		rt := kmsg.NewOffsetFetchRequestTopic()
+		rt.Topic = *t.Topic
+		for _, p := range t.Partitions {
+			rt.Partitions = append(rt.Partitions, p.Partition)
+		}
+		req.Topics = append(req.Topics, rt)
+	}
+	if len(req.Topics) == 0 {
+		return map[Partition]int64{}, nil
+	}
+	resp, err := req.RequestWith(ctx, f.admin)
+	if err != nil {
+		return nil, err
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return nil, fmt.Errorf("offset fetch of group %s: %w", group, err)
+	}
+	answers := map[Partition]int64{}
+	add := func(topic string, partition int32, offset int64, code int16) {
+		if code == 0 {
+			answers[Partition{topic, int(partition)}] = offset
+		}
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			add(t.Topic, p.Partition, p.Offset, p.ErrorCode)
+		}
+	}
+	// kgo may send the request in its v8 shape (a list of groups) and
+	// answer in it too.
+	for _, g := range resp.Groups {
+		if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
+			return nil, fmt.Errorf("offset fetch of group %s: %w", group, err)
+		}
+		for _, t := range g.Topics {
+			for _, p := range t.Partitions {
+				add(t.Topic, p.Partition, p.Offset, p.ErrorCode)
+			}
+		}
+	}
+	return committedOf(answers), nil
+}
+
 // Offsets asks the partitions' leaders for their first offsets and their
 // high watermarks (two ListOffsets, each sent to the leaders by kgo).
 func (f *franzGo) Offsets(ctx context.Context, ps []Partition) (map[Partition]Range, error) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -397,6 +398,44 @@ func (k *kafkaGo) Offsets(ctx context.Context, ps []Partition) (map[Partition]Ra
 		}
 	}
 	return offs, nil
+}
+
+// Committed asks for topics' partitions (Metadata), then for the group's
+// offsets of those partitions (OffsetFetch, which kafka-go's transport
+// sends to the group's coordinator).
+func (k *kafkaGo) Committed(ctx context.Context, group string, topics []string) (map[Partition]int64, error) {
+	meta, err := k.commits.Metadata(ctx, &kafka.MetadataRequest{Addr: k.commits.Addr, Topics: topics})
+	if err != nil {
+		return nil, err
+	}
+	req := &kafka.OffsetFetchRequest{Addr: k.commits.Addr, GroupID: group, Topics: map[string][]int{}}
+	for _, t := range meta.Topics {
+		if t.Error != nil || !slices.Contains(topics, t.Name) {
+			continue
+		}
+		for _, p := range t.Partitions {
+			req.Topics[t.Name] = append(req.Topics[t.Name], p.ID)
+		}
+	}
+	if len(req.Topics) == 0 {
+		return map[Partition]int64{}, nil
+	}
+	resp, err := k.commits.OffsetFetch(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.Error != nil {
+		return nil, fmt.Errorf("offset fetch of group %s: %w", group, resp.Error)
+	}
+	answers := map[Partition]int64{}
+	for topic, parts := range resp.Topics {
+		for _, p := range parts {
+			if p.Error == nil {
+				answers[Partition{topic, p.Partition}] = p.CommittedOffset
+			}
+		}
+	}
+	return committedOf(answers), nil
 }
 
 // Close waits for the partition readers to finish closing (each bounded
