@@ -1,0 +1,170 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/runtime"
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// parkedDelayedFile writes a state file with a dead letter of orders'
+// key k and two messages parked behind it; a redelivery of orders' key r
+// due at due1 and two messages parked behind it; a users message
+// deferred by its handoff-deliver-at header to due2; and a users message
+// parked with no blocker in the file.
+func parkedDelayedFile(t *testing.T, due1, due2 time.Time) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "state.db")
+	st, err := snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := func(topic string, partition int, offset int64, key, reason string, hs ...handoff.Header) snapshot.Record {
+		return snapshot.Record{
+			Message: handoff.Message{ID: fmt.Sprintf("%s/%d/%d", topic, partition, offset), Class: topic, Key: []byte(key),
+				Value: fmt.Appendf(nil, "v-%s-%d-%d", topic, partition, offset), Headers: hs,
+				Origin: handoff.Origin{Topic: topic, Partition: partition, Offset: offset}},
+			Reason: reason, SavedAt: time.Now(),
+		}
+	}
+	err = st.Update(func(tx *snapshot.Tx) error {
+		if _, err := tx.SaveDead(rec("orders", 0, 5, "k", "failed")); err != nil {
+			return err
+		}
+		if err := tx.Park("orders", []byte("k"), rec("orders", 0, 6, "k", "parked"), rec("orders", 0, 7, "k", "parked")); err != nil {
+			return err
+		}
+		if err := tx.Park("orders", []byte("r"), rec("orders", 1, 3, "r", "parked"), rec("orders", 1, 4, "r", "parked")); err != nil {
+			return err
+		}
+		if err := tx.Park("users", []byte("x"), rec("users", 1, 1, "x", "parked")); err != nil {
+			return err
+		}
+		_, err := tx.SaveDelayed(
+			snapshot.Delayed{Due: due1, Record: rec("orders", 1, 2, "r", "redelivery")},
+			snapshot.Delayed{Due: due2, Record: rec("users", 0, 9, "u", "scheduled",
+				handoff.Header{Key: "trace", Value: []byte("t1")},
+				handoff.Header{Key: runtime.HeaderDeliverAt, Value: []byte(due2.Format(time.RFC3339))})},
+		)
+		return err
+	})
+	if err := errors.Join(err, st.Close()); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// headerValues returns m's values of header key.
+func headerValues(m kafka.Message, key string) []string {
+	var out []string
+	for _, h := range m.Headers {
+		if h.Key == key {
+			out = append(out, string(h.Value))
+		}
+	}
+	return out
+}
+
+// TestReplayParkedAndDelayed: replay sends delayed messages with their
+// due time in a handoff-deliver-at header (replacing the one a deferred
+// message had), messages parked behind a redelivery with its due time
+// plus a nanosecond each, parked messages with no blocker at once, and
+// keeps those parked behind a dead letter until --dead sends them after
+// it, on its partition, in order.
+func TestReplayParkedAndDelayed(t *testing.T) {
+	t.Parallel()
+	due1 := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	due2 := due1.Add(time.Hour).Truncate(time.Second)
+	path := parkedDelayedFile(t, due1, due2)
+	b := startBroker(t)
+
+	r := run(t, "replay", path, "--brokers", b.Addr(), "--batch", "2")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("replayed 5 of 5 messages (pending 0, delayed 2, parked 3) from %s\n", path),
+		"kept 2 parked messages behind the dead letters of their keys: replay with --dead sends them after those\n",
+		fmt.Sprintf("left in %s: dead 1, parked 2 (", path),
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output does not say %q:\n%s", want, r.stdout)
+		}
+	}
+	byID := map[string]kafka.Message{}
+	for _, m := range readTopics(t, b.Addr()) {
+		ids := headerValues(m, headerReplayedFrom)
+		if len(ids) != 1 {
+			t.Fatalf("message %s/%d/%d with replayed-from %v", m.Topic, m.Partition, m.Offset, ids)
+		}
+		if _, dup := byID[ids[0]]; dup {
+			t.Errorf("%s sent twice", ids[0])
+		}
+		byID[ids[0]] = m
+	}
+	ns := func(t time.Time, n int) string { return t.Add(time.Duration(n)).Format(time.RFC3339Nano) }
+	want := map[string][]string{ // ID -> its handoff-deliver-at values
+		"orders/1/2": {ns(due1, 0)},
+		"orders/1/3": {ns(due1, 1)},
+		"orders/1/4": {ns(due1, 2)},
+		"users/0/9":  {due2.Format(time.RFC3339Nano)},
+		"users/1/1":  nil,
+	}
+	if len(byID) != len(want) {
+		t.Errorf("sent %d messages, want %d", len(byID), len(want))
+	}
+	for id, at := range want {
+		m, ok := byID[id]
+		if !ok {
+			t.Errorf("%s not sent", id)
+			continue
+		}
+		if got := headerValues(m, runtime.HeaderDeliverAt); fmt.Sprint(got) != fmt.Sprint(at) {
+			t.Errorf("%s: %s %q, want %q", id, runtime.HeaderDeliverAt, got, at)
+		}
+		if origin := strings.Split(id, "/"); m.Topic != origin[0] || fmt.Sprint(m.Partition) != origin[1] ||
+			string(m.Value) != "v-"+strings.Join(origin, "-") {
+			t.Errorf("%s: on %s/%d with value %q", id, m.Topic, m.Partition, m.Value)
+		}
+	}
+	if got := headerValues(byID["users/0/9"], "trace"); fmt.Sprint(got) != "[t1]" {
+		t.Errorf("deferred message's other headers %q", got)
+	}
+	// The due times parse as the runtime parses them, in order.
+	var prev time.Time
+	for _, id := range []string{"orders/1/2", "orders/1/3", "orders/1/4"} {
+		at, err := time.Parse(time.RFC3339Nano, headerValues(byID[id], runtime.HeaderDeliverAt)[0])
+		if err != nil || !at.After(prev) {
+			t.Errorf("%s due %v (%v), not after %v", id, at, err, prev)
+		}
+		prev = at
+	}
+
+	r = run(t, "replay", path, "--brokers", b.Addr(), "--dead")
+	if r.code != 0 {
+		t.Fatalf("--dead: exit %d: %s", r.code, r.stderr)
+	}
+	if want := fmt.Sprintf("replayed 3 of 3 messages (pending 0, dead letters 1, delayed 0, parked 2) from %s\n%s holds no more messages\n", path, path); r.stdout != want {
+		t.Errorf("--dead: output %q, want %q", r.stdout, want)
+	}
+	var order []string
+	for _, m := range readTopics(t, b.Addr()) {
+		if m.Topic == "orders" && m.Partition == 0 {
+			order = append(order, headerValues(m, headerReplayedFrom)[0])
+			if at := headerValues(m, runtime.HeaderDeliverAt); at != nil {
+				t.Errorf("%s sent with %s %q", order[len(order)-1], runtime.HeaderDeliverAt, at)
+			}
+		}
+	}
+	if got := strings.Join(order, " "); got != "orders/0/5 orders/0/6 orders/0/7" {
+		t.Errorf("orders/0 holds %s, want the dead letter, then what was parked behind it, in order", got)
+	}
+}
