@@ -55,8 +55,9 @@ its attempt count is not carried over. Parked messages are sent after the
 message their key waits for, in their key's order: behind a dead letter
 only with --dead (after it; without --dead they stay in the file),
 behind a redelivery with that redelivery's due time (plus a nanosecond
-per message, so they come due after it and in order), and right away when
-the file holds no blocker.
+per message, so they come due after it and in order, in its batch, which
+may so be longer than --batch), and right away when the file holds no
+blocker.
 
 Messages are sent in batches; a batch's records are deleted from the file
 only once the broker has acknowledged them (acks=all). Ctrl-C finishes the
@@ -96,6 +97,11 @@ type replayItem struct {
 	parked    snapshot.ParkedKey
 	partition int // the origin partition, -1 for none
 	msg       kafka.Message
+	// blocks is, for a redelivery with messages parked behind it, the
+	// class and key it blocks; follows marks those parked messages, which
+	// go in the same batch as their blocker (see sendAll).
+	blocks  string
+	follows bool
 }
 
 // keyText names the item's record in errors: its bucket key, or for a
@@ -273,6 +279,8 @@ func planReplay(st *snapshot.Store, dead bool, topics map[string]string) (*repla
 		due  time.Time
 	}
 	blockers := map[string]blocker{}
+	// held are the parked records behind a redelivery, by blocker.
+	held := map[string][]replayItem{}
 	blockerOf := func(class string, key []byte) string { return class + "\x00" + string(key) }
 	var bad []*snapshot.DecodeError
 	err := st.View(func(tx *snapshot.Tx) error {
@@ -314,6 +322,9 @@ func planReplay(st *snapshot.Store, dead bool, topics map[string]string) (*repla
 			}
 			if it := plan.add(snapshot.BucketDelayed, 0, r, topics, des[i].Due); it != nil {
 				it.delayed = des[i].Key
+				if r.Reason == reasonRedelivery {
+					it.blocks = blockerOf(r.Message.Class, r.Message.Key)
+				}
 				plan.delayed++
 			}
 		}
@@ -338,9 +349,16 @@ func planReplay(st *snapshot.Store, dead bool, topics map[string]string) (*repla
 				if !b.due.IsZero() {
 					due = b.due.Add(time.Duration(i+1) * time.Nanosecond)
 				}
-				if it := plan.add(snapshot.BucketParked, 0, &recs[i].Record, topics, due); it != nil {
-					it.parked = recs[i].Key
-					plan.parked++
+				it := plan.add(snapshot.BucketParked, 0, &recs[i].Record, topics, due)
+				if it == nil {
+					continue
+				}
+				it.parked = recs[i].Key
+				plan.parked++
+				if !due.IsZero() {
+					// Moved behind its blocker below.
+					held[blockerOf(pk.Class, pk.Key)] = append(held[blockerOf(pk.Class, pk.Key)], *it)
+					plan.items = plan.items[:len(plan.items)-1]
 				}
 			}
 		}
@@ -348,6 +366,27 @@ func planReplay(st *snapshot.Store, dead bool, topics map[string]string) (*repla
 	})
 	if err != nil {
 		return nil, err
+	}
+	if len(held) > 0 {
+		// Messages parked behind a redelivery go right after it, in the
+		// same batch: a replay interrupted between the two would send
+		// them, when run again, with no blocker left in the file, so at
+		// once. Those whose blocker is not sent (it has no topic) go last.
+		items := make([]replayItem, 0, len(plan.items)+plan.parked)
+		for _, it := range plan.items {
+			items = append(items, it)
+			if fs, ok := held[it.blocks]; ok && it.blocks != "" {
+				for i := range fs {
+					fs[i].follows = true
+				}
+				items = append(items, fs...)
+				delete(held, it.blocks)
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(held)) {
+			items = append(items, held[k]...)
+		}
+		plan.items = items
 	}
 	plan.bad = len(bad)
 	return plan, quarantineBad(st, bad)
@@ -429,13 +468,14 @@ func sendAll(ctx context.Context, st *snapshot.Store, f *replayFlags, plan *repl
 	}
 	sent := 0
 	var err error
-	for start := 0; start < len(plan.items) && err == nil; start += f.batch {
+	for start, end := 0, 0; start < len(plan.items) && err == nil; start = end {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w: %d of %d messages replayed and deleted from %s; run the same command again to replay the rest",
 				errInterrupted, sent, len(plan.items), st.Path())
 			break
 		}
-		batch := plan.items[start:min(start+f.batch, len(plan.items))]
+		end = batchEnd(plan.items, start, f.batch)
+		batch := plan.items[start:end]
 		var n int
 		n, err = sendBatch(ctx, st, w, batch, f.ackTimeout)
 		sent += n
@@ -445,6 +485,17 @@ func sendAll(ctx context.Context, st *snapshot.Store, f *replayFlags, plan *repl
 		err = fmt.Errorf("close producer: %w", cerr)
 	}
 	return sent, err
+}
+
+// batchEnd returns where the batch of items starting at start ends:
+// after size items, and after the parked messages that follow the last
+// one's redelivery (so a batch may be longer than size).
+func batchEnd(items []replayItem, start, size int) int {
+	end := min(start+size, len(items))
+	for end < len(items) && items[end].follows {
+		end++
+	}
+	return end
 }
 
 // sendBatch produces batch and deletes the records the broker

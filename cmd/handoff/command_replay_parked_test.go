@@ -168,3 +168,24 @@ func TestReplayParkedAndDelayed(t *testing.T) {
 		t.Errorf("orders/0 holds %s, want the dead letter, then what was parked behind it, in order", got)
 	}
 }
+
+// TestReplayBatchKeepsParkedWithBlocker: a batch never ends between a
+// redelivery and the messages parked behind it.
+func TestReplayBatchKeepsParkedWithBlocker(t *testing.T) {
+	t.Parallel()
+	items := []replayItem{{}, {blocks: "k"}, {follows: true}, {follows: true}, {}, {}}
+	var got []int
+	for start, end := 0, 0; start < len(items); start = end {
+		end = batchEnd(items, start, 2)
+		got = append(got, end)
+	}
+	if fmt.Sprint(got) != "[4 6]" {
+		t.Errorf("batch ends %v, want [4 6]", got)
+	}
+	if end := batchEnd(items, 0, 1); end != 1 {
+		t.Errorf("batch of 1 from 0 ends at %d", end)
+	}
+	if end := batchEnd(items, 1, 1); end != 4 {
+		t.Errorf("batch of 1 from the blocker ends at %d, want 4", end)
+	}
+}
