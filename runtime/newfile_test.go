@@ -19,7 +19,10 @@ import (
 // partitions have commits, and sets handoff_state_file_new_with_commits.
 func TestNewStateFileWithCommits(t *testing.T) {
 	t.Parallel()
-	const msg = "state file is new but the group has commits: was a disk lost?"
+	const (
+		msg      = "state file is new but the group has commits: was a disk lost?"
+		notAsked = "state file is new; the group's committed offsets could not be asked for"
+	)
 	b := setup(t, 3, "orders")
 	n := b.produce(30)
 
@@ -44,6 +47,9 @@ func TestNewStateFileWithCommits(t *testing.T) {
 		for _, r := range rec.records(slog.LevelWarn) {
 			if r.msg == msg {
 				warnings = append(warnings, r)
+			}
+			if r.msg == notAsked {
+				t.Errorf("the check failed: %v", r.attrs)
 			}
 		}
 		return warnings, gauge

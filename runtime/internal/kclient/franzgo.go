@@ -410,7 +410,10 @@ func (f *franzGo) Committed(ctx context.Context, group string, topics []string) 
 	if err != nil {
 		return nil, err
 	}
-	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+	// A group that never committed may be unknown to the coordinator.
+	if err := kerr.ErrorForCode(resp.ErrorCode); errors.Is(err, kerr.GroupIDNotFound) {
+		return map[Partition]int64{}, nil
+	} else if err != nil {
 		return nil, fmt.Errorf("offset fetch of group %s: %w", group, err)
 	}
 	answers := map[Partition]int64{}
@@ -427,7 +430,9 @@ func (f *franzGo) Committed(ctx context.Context, group string, topics []string) 
 	// kgo may send the request in its v8 shape (a list of groups) and
 	// answer in it too.
 	for _, g := range resp.Groups {
-		if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
+		if err := kerr.ErrorForCode(g.ErrorCode); errors.Is(err, kerr.GroupIDNotFound) {
+			continue
+		} else if err != nil {
 			return nil, fmt.Errorf("offset fetch of group %s: %w", group, err)
 		}
 		for _, t := range g.Topics {

@@ -424,6 +424,9 @@ func (k *kafkaGo) Committed(ctx context.Context, group string, topics []string) 
 	if err != nil {
 		return nil, err
 	}
+	if errors.Is(resp.Error, kafka.GroupIdNotFound) {
+		return map[Partition]int64{}, nil // a group that never committed
+	}
 	if resp.Error != nil {
 		return nil, fmt.Errorf("offset fetch of group %s: %w", group, resp.Error)
 	}

@@ -171,7 +171,7 @@ type Client interface {
 	// Committed returns the offset the group has committed for each
 	// partition of topics that has a commit (a partition without one is
 	// left out), asking the group's coordinator; a topic the brokers do
-	// not know has none. It is a plain request, not the membership: it
+	// not know has none, nor has a group the coordinator does not know. It is a plain request, not the membership: it
 	// works before Join. It blocks until the brokers answer or ctx ends.
 	Committed(ctx context.Context, group string, topics []string) (map[Partition]int64, error)
 	// Close ends the membership, if any, by deadline (at least
