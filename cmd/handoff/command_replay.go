@@ -130,7 +130,8 @@ type replayPlan struct {
 	// behindDead counts the parked records left in the file because
 	// their key waits for a dead letter and --dead is not given.
 	behindDead int
-	bad        int // undecodable pending and parked records moved to quarantine
+	bad        int // undecodable pending records moved to quarantine
+	badParked  int // undecodable parked records (or keys) moved to quarantine
 	badDead    []*snapshot.DecodeError
 }
 
@@ -191,7 +192,10 @@ func runReplay(cmd *cobra.Command, path string, f *replayFlags) error {
 		}
 		out := cmd.OutOrStdout()
 		if plan.bad > 0 {
-			fmt.Fprintf(out, "moved %d undecodable pending or parked records to quarantine; they are not replayed\n", plan.bad)
+			fmt.Fprintf(out, "moved %d undecodable pending records to quarantine; they are not replayed\n", plan.bad)
+		}
+		if plan.badParked > 0 {
+			fmt.Fprintf(out, "moved %d undecodable parked records to quarantine; they are not replayed\n", plan.badParked)
 		}
 		warnUndecodable(cmd.ErrOrStderr(), plan.badDead)
 		sent, runErr := sendAll(ctx, st, f, plan, newProgress(cmd.ErrOrStderr(), len(plan.items)))
@@ -281,7 +285,6 @@ func planReplay(st *snapshot.Store, dead bool, topics map[string]string) (*repla
 	blockers := map[string]blocker{}
 	// held are the parked records behind a redelivery, by blocker.
 	held := map[string][]replayItem{}
-	blockerOf := func(class string, key []byte) string { return class + "\x00" + string(key) }
 	var bad []*snapshot.DecodeError
 	err := st.View(func(tx *snapshot.Tx) error {
 		entries, badPending, err := tx.LoadPending()
@@ -332,14 +335,15 @@ func planReplay(st *snapshot.Store, dead bool, topics map[string]string) (*repla
 		if err != nil {
 			return err
 		}
-		bad = append(bad, badKeys...)
+		badParked := append([]*snapshot.DecodeError(nil), badKeys...)
+		defer func() { plan.badParked = len(badParked); bad = append(bad, badParked...) }()
 		for _, pk := range pks {
 			b := blockers[blockerOf(pk.Class, pk.Key)]
 			recs, badRecs, err := tx.Parked(pk.Class, pk.Key)
 			if err != nil {
 				return err
 			}
-			bad = append(bad, badRecs...)
+			badParked = append(badParked, badRecs...)
 			if b.dead && !dead {
 				plan.behindDead += len(recs)
 				continue
@@ -388,7 +392,7 @@ func planReplay(st *snapshot.Store, dead bool, topics map[string]string) (*repla
 		}
 		plan.items = items
 	}
-	plan.bad = len(bad)
+	plan.bad = len(bad) - plan.badParked
 	return plan, quarantineBad(st, bad)
 }
 
