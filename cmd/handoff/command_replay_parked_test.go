@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/internal/testio"
 	"github.com/handoff-go/handoff/runtime"
 	"github.com/handoff-go/handoff/snapshot"
 )
@@ -187,5 +190,81 @@ func TestReplayBatchKeepsParkedWithBlocker(t *testing.T) {
 	}
 	if end := batchEnd(items, 1, 1); end != 4 {
 		t.Errorf("batch of 1 from the blocker ends at %d, want 4", end)
+	}
+}
+
+// TestReplayedDelayedWaitsInRuntime: what replay sends with a due time
+// waits in the consuming runtime's delayed bucket until that time (the
+// parked messages behind a redelivery just after it, in order), and a
+// parked message with no blocker runs at once.
+func TestReplayedDelayedWaitsInRuntime(t *testing.T) {
+	t.Parallel()
+	due1 := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	due2 := due1.Add(time.Hour).Truncate(time.Second)
+	path := parkedDelayedFile(t, due1, due2)
+	b := startBroker(t)
+	if r := run(t, "replay", path, "--brokers", b.Addr()); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+
+	handled := make(chan string, 16)
+	h := func(_ context.Context, m *handoff.Message) error { handled <- string(m.Value); return nil }
+	rt, err := runtime.New(runtime.Config{
+		Client:    runtime.Client(testio.Client()),
+		Brokers:   []string{b.Addr()},
+		Group:     "replayed",
+		StatePath: filepath.Join(t.TempDir(), "consumer.db"),
+		Logger:    slog.New(slog.DiscardHandler),
+		Classes: []runtime.Class{
+			{Name: "orders", Topics: []string{"orders"}, Handler: h, Ordered: true},
+			{Name: "users", Topics: []string{"users"}, Handler: h},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := rt.Run(ctx); done <- err }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	select {
+	case v := <-handled:
+		if v != "v-users-1-1" {
+			t.Fatalf("handled %s first, want the parked message with no blocker", v)
+		}
+	case err := <-done:
+		t.Fatalf("runtime stopped: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the parked message with no blocker was not handled")
+	}
+	var got []string
+	deadline := time.Now().Add(30 * time.Second)
+	for len(got) < 4 && time.Now().Before(deadline) {
+		ds, _, err := rt.Delayed("", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = got[:0]
+		for _, d := range ds {
+			got = append(got, fmt.Sprintf("%s@%s", d.Message.Value, d.Due.UTC().Format(time.RFC3339Nano)))
+		}
+		if len(got) < 4 {
+			time.Sleep(10 * time.Millisecond) // polls the runtime's consumption, not a timer
+		}
+	}
+	ns := func(t time.Time, n int) string { return t.Add(time.Duration(n)).Format(time.RFC3339Nano) }
+	want := []string{"v-orders-1-2@" + ns(due1, 0), "v-orders-1-3@" + ns(due1, 1), "v-orders-1-4@" + ns(due1, 2), "v-users-0-9@" + ns(due2, 0)}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("delayed in the consuming runtime:\n%v\nwant\n%v", got, want)
+	}
+	select {
+	case v := <-handled:
+		t.Errorf("%s handled before its time", v)
+	default:
 	}
 }
