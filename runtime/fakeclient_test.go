@@ -88,8 +88,21 @@ func (f *fakeClient) Offsets(_ context.Context, ps []kclient.Partition) (map[kcl
 	return offs, nil
 }
 
-func (f *fakeClient) Committed(context.Context, string, []string) (map[kclient.Partition]int64, error) {
-	return map[kclient.Partition]int64{}, nil
+// Committed returns the fake's commits that succeeded.
+func (f *fakeClient) Committed(_ context.Context, ps []kclient.Partition) (map[kclient.Partition]int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	offs := map[kclient.Partition]int64{}
+	for _, p := range ps {
+		if o, ok := f.committed[p]; ok {
+			offs[p] = o
+		}
+	}
+	return offs, nil
+}
+
+func (f *fakeClient) Partitions(context.Context, []string) ([]kclient.Partition, error) {
+	return nil, nil
 }
 
 // Close ends the session's keeper, as a client's close ends its

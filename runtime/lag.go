@@ -45,20 +45,45 @@ func (g *generation) sampleLag(ctx context.Context) {
 // committed offset or, while the group has committed none, minus where
 // reading starts (the first offset with StartFirst; with StartLast the
 // lag counts from the first fetched record, none fetched counts 0).
+//
+// The committed offset is the tracker's last commit or, before this
+// instance has committed one, the group's, asked of the coordinator once
+// per partition: a franz-go member resumes a partition from the group's
+// committed offset without telling it (its trackers start unknown), and
+// on an idle partition no commit of ours ever comes. A partition whose
+// group offset could not be asked gets no sample this time.
 func (g *generation) sampleLagOnce(ctx context.Context) error {
 	trs := g.trackers()
 	if len(trs) == 0 {
 		return nil
 	}
 	ps := make([]kclient.Partition, len(trs))
+	var ask []*tracker // no commit of ours, the group's not known
+	var unknown []kclient.Partition
 	for i, tr := range trs {
 		ps[i] = tr.partitionName()
+		if tr.committedOffset() < 0 && tr.groupCommitted.Load() == -2 {
+			ask, unknown = append(ask, tr), append(unknown, ps[i])
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
 	offs, err := g.k.client.Offsets(ctx, ps)
 	if err != nil {
 		return err
+	}
+	var groupErr error
+	if len(unknown) > 0 {
+		var committed map[kclient.Partition]int64
+		if committed, groupErr = g.k.client.Committed(ctx, unknown); groupErr == nil {
+			for _, tr := range ask {
+				c, ok := committed[tr.partitionName()]
+				if !ok {
+					c = -1
+				}
+				tr.groupCommitted.Store(c)
+			}
+		}
 	}
 	g.lagMu.Lock()
 	defer g.lagMu.Unlock()
@@ -76,6 +101,12 @@ func (g *generation) sampleLagOnce(ctx context.Context) error {
 		}
 		base := tr.committedOffset()
 		if base < 0 {
+			base = tr.groupCommitted.Load()
+		}
+		if base == -2 {
+			continue // the group's committed offset not known yet
+		}
+		if base < 0 {
 			base = p.First
 			if g.cfg.startLast {
 				base = tr.firstFetched(p.Last)
@@ -85,7 +116,7 @@ func (g *generation) sampleLagOnce(ctx context.Context) error {
 		tr.lag.Store(lag)
 		g.cfg.metrics.setLag(tr.topic, tr.partition, lag)
 	}
-	return nil
+	return groupErr
 }
 
 // oldestUnsettled returns the age of class c's oldest Kafka message that

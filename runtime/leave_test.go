@@ -2,12 +2,15 @@ package runtime
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/handoff-go/handoff"
@@ -97,4 +100,59 @@ func TestStopDuringJoin(t *testing.T) {
 		t.Fatalf("Run returned (leave phase %s) before the runtime left the group", rep.Leave)
 	}
 	t.Logf("stop %s, leave phase %s; joins %d, leaves %d", rep.Stop.Round(time.Millisecond), rep.Leave.Round(time.Millisecond), joins.Load(), leaves.Load())
+}
+
+// TestStopLeaveCoordinatorLookupFails: the stop's leave finds the group's
+// coordinator unavailable once (a broker restarting, a coordinator
+// moving). The runtime still leaves: right after Run returns the group
+// has no member. Before, on kafka-go, its leave logged "Leaving group"
+// and then failed in its coordinator lookup without a word; the member
+// watch took the line for a leave, sent none of its own, and the broker
+// kept the member (giving it partitions) until its session expired.
+func TestStopLeaveCoordinatorLookupFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2, "orders")
+	cluster := b.broker.Cluster()
+	cfg := b.config(func(context.Context, *handoff.Message) error { return nil }, nil)
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	rt, wait := startNew(t, cfg)
+	waitFor(t, "ready", rt.Ready)
+	waitFor(t, "one stable member", func() bool {
+		gi := cluster.GroupInfo(b.group)
+		return gi != nil && gi.State == "Stable" && len(gi.Members) == 1
+	})
+	// The lag sampler has asked the group's committed offsets (its one
+	// coordinator lookup): the next lookup of the group is the leave's.
+	waitFor(t, "lag sampled", func() bool { return len(lagSeries(t, reg, lagMetric)) == 2 })
+	var refused atomic.Int64
+	cluster.ControlKey(int16(kmsg.FindCoordinator), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.FindCoordinatorRequest)
+		resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
+		unavailable := kerr.CoordinatorNotAvailable.Code
+		switch {
+		case req.CoordinatorKey == b.group && len(req.CoordinatorKeys) == 0:
+			resp.ErrorCode = unavailable
+		case slices.Contains(req.CoordinatorKeys, b.group):
+			for _, k := range req.CoordinatorKeys {
+				c := kmsg.NewFindCoordinatorResponseCoordinator()
+				c.Key, c.ErrorCode, c.NodeID = k, unavailable, -1
+				resp.Coordinators = append(resp.Coordinators, c)
+			}
+		default:
+			cluster.KeepControl() // not the group's: wait for its lookup
+			return nil, nil, false
+		}
+		refused.Add(1)
+		return resp, nil, true
+	})
+	stopAndWait(t, rt, wait)
+	if gi := cluster.GroupInfo(b.group); gi != nil && len(gi.Members) > 0 {
+		t.Errorf("after the stop (coordinator lookups refused: %d) the group still has %d member(s), want none", refused.Load(), len(gi.Members))
+	}
+	// franz-go keeps the coordinator it found: its leave asks none.
+	if testClient() == ClientKafkaGo && refused.Load() == 0 {
+		t.Error("no coordinator lookup of the group was refused: the test did not reach kafka-go's leave")
+	}
+	t.Logf("coordinator lookups refused: %d", refused.Load())
 }

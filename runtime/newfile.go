@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+
+	"github.com/handoff-go/handoff/runtime/internal/kclient"
 )
 
 // The lost-disk check of the start. With local state only, the state file
@@ -21,7 +23,8 @@ import (
 // instance and its classes (recorded at every start), so it is never new,
 // even with no record left.
 
-// checkNewFile asks the group's committed offsets for topics, when the
+// checkNewFile asks the group's committed offsets for topics' partitions
+// (kclient.Client.Partitions, then Committed), when the
 // state file at path is new (newFile), and sets
 // handoff_state_file_new_with_commits: 1, with a warning, when some
 // partition has a commit. A failed request is logged at Warn and leaves
@@ -34,7 +37,11 @@ func (k *consumer) checkNewFile(ctx context.Context, newFile bool, path string, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
-	committed, err := k.client.Committed(ctx, k.cfg.group, topics)
+	ps, err := k.client.Partitions(ctx, topics)
+	var committed map[kclient.Partition]int64
+	if err == nil && len(ps) > 0 {
+		committed, err = k.client.Committed(ctx, ps)
+	}
 	if err != nil {
 		if !errors.Is(ctx.Err(), context.Canceled) { // not a stop requested meanwhile
 			k.cfg.log.Warn("state file is new; the group's committed offsets could not be asked for", "path", path,

@@ -97,10 +97,11 @@ func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (
 	}
 	it := fromRecord(e.Record, fromPending)
 	it.key = e.Key
-	if c.cfg.Ordered && e.Record.Reason == snapshot.ReasonRequeued {
-		// A dead letter requeued offline: it is older than the messages
-		// parked behind it, so it runs first and its success releases
-		// them.
+	if c.cfg.Ordered && (e.Record.Reason == snapshot.ReasonRequeued || e.Record.Reason == reasonFailed) {
+		// A dead letter requeued offline, or a submitted message whose
+		// failure's save failed (kept unsaved, it blocked its key until
+		// the stop saved it here): it is older than the messages parked
+		// behind it, so it runs first and its success releases them.
 		c.keys.blockIfReleasing(it)
 	}
 	if err := c.hold.Repush(ctx, it); err != nil {

@@ -53,6 +53,11 @@ type tracker struct {
 	lag atomic.Int64
 	// first is the first offset fetched, -1 before.
 	first atomic.Int64
+	// groupCommitted is the group's committed offset as the lag sampler
+	// asked the coordinator for it while this tracker knew none (lag.go):
+	// -2 until answered, -1 when the group has none. Only the sampler
+	// uses it; it does not move the commit point.
+	groupCommitted atomic.Int64
 	// abandoned counts fetched offsets that will never settle here: given
 	// back at a rebalance or by a StopRedeliver class's stop, or never
 	// accepted by a pool.
@@ -84,6 +89,7 @@ func newTracker(topic string, partition int, start int64) *tracker {
 	t := &tracker{topic: topic, partition: partition, idPrefix: kafkaIDPrefix(topic, partition), tail: s, head: s, end: -1, committed: -1}
 	t.first.Store(-1)
 	t.lag.Store(-1)
+	t.groupCommitted.Store(-2)
 	if start >= 0 {
 		t.end = start
 		t.committed = start

@@ -33,11 +33,17 @@ type unsavedMsg struct {
 	tries int // writes failed so far
 }
 
-// keep keeps a submitted message whose save after its failure failed.
+// keep keeps a submitted message whose save after its failure failed. In
+// an ordered class it blocks its key meanwhile, as its dead letter or
+// redelivery will once saved: later messages of the key are parked
+// behind it rather than run first.
 func (f *failures) keep(c *class, it *item, err error) {
 	f.cfg.tally.inc(c, evHeld)
 	f.cfg.log.Error("submitted message kept in memory until the state file takes it; it is saved at the stop if it never does",
 		"class", c.cfg.Name, "id", it.msg.ID, "err", err)
+	if c.cfg.Ordered {
+		c.keys.block(it)
+	}
 	f.unsaved.put(unsavedMsg{c: c, it: it, err: err, tries: 1})
 }
 

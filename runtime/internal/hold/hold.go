@@ -142,8 +142,8 @@ type Hold[T Item] struct {
 	// skipped is the earliest due time of a delayed message the scheduler
 	// left in the state file while the class was held; zero when none.
 	skipped time.Time
-	// stopping is set by stop: no probe or warning timer is set any more
-	// (the stop saves what the class holds).
+	// stopping is set by Stop: no probe or warning timer is set any more
+	// (the stop saves what the class holds), and no backlog push starts.
 	stopping bool
 	// noWait is a cancelled context: a Submit under it returns at once
 	// when the pool is full.
@@ -433,7 +433,9 @@ func (h *Hold[T]) stopTimersLocked() {
 
 // liftLocked lets the pool run again unless the class is still suspended
 // or paused, rewinds the scheduler to what it skipped, pushes a backlog
-// saved while paused, and opens fetching.
+// saved while paused (not once Stop ran: the quiesce has ended what feeds
+// the pools and joined the pushes, and the backlog stays in the state
+// file for the next start), and opens fetching.
 func (h *Hold[T]) liftLocked() {
 	if h.suspended || h.paused {
 		return
@@ -445,7 +447,7 @@ func (h *Hold[T]) liftLocked() {
 		h.cfg.Rewind(h.skipped) // the scheduler reads again from there
 		h.skipped = time.Time{}
 	}
-	if len(h.backlog) > 0 && !h.pushing { // a push under way takes what was added meanwhile
+	if len(h.backlog) > 0 && !h.pushing && !h.stopping { // a push under way takes what was added meanwhile
 		backlog := h.backlog
 		h.backlog = nil
 		h.pushing = true
@@ -651,11 +653,14 @@ func (h *Hold[T]) Stats() Stats {
 // Stop is the stop's quiesce for the hold: it joins the backlog push
 // (fetching and feeding have ended) and stops the probe and warning
 // timers; a suspended or paused class stays held, so the drain does not
-// wait for it and the stop saves what it holds.
+// wait for it and the stop saves what it holds. A Resume after it
+// releases the pool but pushes no backlog.
 func (h *Hold[T]) Stop() {
+	h.mu.Lock()
+	h.stopping = true // before the join: a lift meanwhile starts no push
+	h.mu.Unlock()
 	h.pushes.Wait()
 	h.mu.Lock()
-	h.stopping = true
 	for _, t := range []*time.Timer{h.probeT, h.warnT} {
 		if t != nil {
 			t.Stop()

@@ -226,3 +226,47 @@ func TestHoldPauseKept(t *testing.T) {
 		g2.stop()
 	})
 }
+
+// TestHoldResumeDuringStop: a paused class whose saved messages did not
+// all fit its held pool is resumed after the stop's quiesce (Stop) while
+// its pool has room again (a revocation during the drain took unstarted
+// messages out). The resume lets the pool run what it holds, and pushes
+// nothing: the quiesce ended everything that feeds the pools, and the
+// backlog's messages stay in the state file for the next start. Before,
+// the lift started a backlog push after Stop had joined the pushes:
+// nothing waited for it, and it handed the backlog to the pool during
+// the stop.
+func TestHoldResumeDuringStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store, err := snapshot.Open(filepath.Join(t.TempDir(), "state.db"), snapshot.Options{LockTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		g := newHoldRig(t, 1)
+		if err := g.h.Pause(store, "maintenance"); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 70 { // QueueSize 64: six go to the backlog
+			if err := g.h.Repush(t.Context(), &item{id: fmt.Sprint("p", i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		close(g.stopping)
+		g.h.Stop()
+		removed := 0
+		g.p.Remove(func(*item) bool { removed++; return removed <= 10 })
+		if err := g.h.Resume(store); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		st := g.p.Stats()
+		if in := st.Queued + st.Waiting + st.Running + int(st.Succeeded+st.Failed); in != 54 {
+			t.Errorf("the pool holds %d messages after a resume during the stop, want the 54 it held at the quiesce (the backlog of 6 pushed after Stop)", in)
+		}
+		if st := g.h.Stats(); st.State != Running {
+			t.Errorf("after the resume: %+v, want running", st)
+		}
+		g.p.Stop(time.Second, errors.New("test stop"))
+	})
+}

@@ -375,73 +375,30 @@ func (f *franzGo) Missing(ctx context.Context, topics []string) (map[string]bool
 	return missingOf(topics, answers, kerr.UnknownTopicOrPartition)
 }
 
-// Committed asks for topics' partitions (Metadata, never creating a
-// topic), then for the group's offsets of those partitions (OffsetFetch,
-// which kgo sends to the group's coordinator).
-func (f *franzGo) Committed(ctx context.Context, group string, topics []string) (map[Partition]int64, error) {
-	meta := kmsg.NewPtrMetadataRequest()
-	meta.AllowAutoTopicCreation = false
+// Partitions asks the brokers for topics' metadata, never creating a
+// topic.
+func (f *franzGo) Partitions(ctx context.Context, topics []string) ([]Partition, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = false
 	for _, t := range topics {
 		rt := kmsg.NewMetadataRequestTopic()
 		rt.Topic = kmsg.StringPtr(t)
-		meta.Topics = append(meta.Topics, rt)
-	}
-	mresp, err := meta.RequestWith(ctx, f.admin)
-	if err != nil {
-		return nil, err
-	}
-	req := kmsg.NewPtrOffsetFetchRequest()
-	req.Group = group
-	for _, t := range mresp.Topics {
-		if t.Topic == nil || t.ErrorCode != 0 || len(t.Partitions) == 0 {
-			continue
-		}
-		rt := kmsg.NewOffsetFetchRequestTopic()
-		rt.Topic = *t.Topic
-		for _, p := range t.Partitions {
-			rt.Partitions = append(rt.Partitions, p.Partition)
-		}
 		req.Topics = append(req.Topics, rt)
-	}
-	if len(req.Topics) == 0 {
-		return map[Partition]int64{}, nil
 	}
 	resp, err := req.RequestWith(ctx, f.admin)
 	if err != nil {
 		return nil, err
 	}
-	// A group that never committed may be unknown to the coordinator.
-	if err := kerr.ErrorForCode(resp.ErrorCode); errors.Is(err, kerr.GroupIDNotFound) {
-		return map[Partition]int64{}, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("offset fetch of group %s: %w", group, err)
-	}
-	answers := map[Partition]int64{}
-	add := func(topic string, partition int32, offset int64, code int16) {
-		if code == 0 {
-			answers[Partition{topic, int(partition)}] = offset
-		}
-	}
+	var ps []Partition
 	for _, t := range resp.Topics {
-		for _, p := range t.Partitions {
-			add(t.Topic, p.Partition, p.Offset, p.ErrorCode)
-		}
-	}
-	// kgo may send the request in its v8 shape (a list of groups) and
-	// answer in it too.
-	for _, g := range resp.Groups {
-		if err := kerr.ErrorForCode(g.ErrorCode); errors.Is(err, kerr.GroupIDNotFound) {
+		if t.Topic == nil || t.ErrorCode != 0 {
 			continue
-		} else if err != nil {
-			return nil, fmt.Errorf("offset fetch of group %s: %w", group, err)
 		}
-		for _, t := range g.Topics {
-			for _, p := range t.Partitions {
-				add(t.Topic, p.Partition, p.Offset, p.ErrorCode)
-			}
+		for _, p := range t.Partitions {
+			ps = append(ps, Partition{*t.Topic, int(p.Partition)})
 		}
 	}
-	return committedOf(answers), nil
+	return ps, nil
 }
 
 // Offsets asks the partitions' leaders for their first offsets and their
@@ -459,6 +416,45 @@ func (f *franzGo) Offsets(ctx context.Context, ps []Partition) (map[Partition]Ra
 	for p, l := range last {
 		if fo, ok := first[p]; ok {
 			offs[p] = Range{First: fo, Last: l}
+		}
+	}
+	return offs, nil
+}
+
+// Committed asks the group's coordinator for the committed offsets of ps
+// (an OffsetFetch through the metadata client, which kgo sends to the
+// coordinator). A group the broker does not know has none.
+func (f *franzGo) Committed(ctx context.Context, ps []Partition) (map[Partition]int64, error) {
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = f.cfg.Group
+	byTopic := map[string]int{}
+	for _, p := range ps {
+		i, ok := byTopic[p.Topic]
+		if !ok {
+			i = len(req.Topics)
+			byTopic[p.Topic] = i
+			rt := kmsg.NewOffsetFetchRequestTopic()
+			rt.Topic = p.Topic
+			req.Topics = append(req.Topics, rt)
+		}
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, int32(p.Partition))
+	}
+	resp, err := req.RequestWith(ctx, f.admin)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return map[Partition]int64{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	offs := map[Partition]int64{}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if p.ErrorCode == 0 && p.Offset >= 0 {
+				offs[Partition{t.Topic, int(p.Partition)}] = p.Offset
+			}
 		}
 	}
 	return offs, nil

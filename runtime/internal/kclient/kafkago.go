@@ -400,45 +400,51 @@ func (k *kafkaGo) Offsets(ctx context.Context, ps []Partition) (map[Partition]Ra
 	return offs, nil
 }
 
-// Committed asks for topics' partitions (Metadata), then for the group's
-// offsets of those partitions (OffsetFetch, which kafka-go's transport
-// sends to the group's coordinator).
-func (k *kafkaGo) Committed(ctx context.Context, group string, topics []string) (map[Partition]int64, error) {
-	meta, err := k.commits.Metadata(ctx, &kafka.MetadataRequest{Addr: k.commits.Addr, Topics: topics})
+// Committed asks the group's coordinator for the committed offsets of ps
+// (an OffsetFetch through the commits client, which finds the
+// coordinator). A group the broker does not know has none.
+func (k *kafkaGo) Committed(ctx context.Context, ps []Partition) (map[Partition]int64, error) {
+	req := &kafka.OffsetFetchRequest{Addr: k.commits.Addr, GroupID: k.cfg.Group, Topics: map[string][]int{}}
+	for _, p := range ps {
+		req.Topics[p.Topic] = append(req.Topics[p.Topic], p.Partition)
+	}
+	resp, err := k.commits.OffsetFetch(ctx, req)
+	if err == nil {
+		err = resp.Error
+	}
+	if errors.Is(err, kafka.GroupIdNotFound) {
+		return map[Partition]int64{}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	req := &kafka.OffsetFetchRequest{Addr: k.commits.Addr, GroupID: group, Topics: map[string][]int{}}
-	for _, t := range meta.Topics {
+	offs := map[Partition]int64{}
+	for topic, parts := range resp.Topics {
+		for _, p := range parts {
+			if p.Error == nil && p.CommittedOffset >= 0 {
+				offs[Partition{topic, p.Partition}] = p.CommittedOffset
+			}
+		}
+	}
+	return offs, nil
+}
+
+// Partitions asks the brokers for topics' metadata.
+func (k *kafkaGo) Partitions(ctx context.Context, topics []string) ([]Partition, error) {
+	resp, err := k.commits.Metadata(ctx, &kafka.MetadataRequest{Addr: k.commits.Addr, Topics: topics})
+	if err != nil {
+		return nil, err
+	}
+	var ps []Partition
+	for _, t := range resp.Topics {
 		if t.Error != nil || !slices.Contains(topics, t.Name) {
 			continue
 		}
 		for _, p := range t.Partitions {
-			req.Topics[t.Name] = append(req.Topics[t.Name], p.ID)
+			ps = append(ps, Partition{t.Name, p.ID})
 		}
 	}
-	if len(req.Topics) == 0 {
-		return map[Partition]int64{}, nil
-	}
-	resp, err := k.commits.OffsetFetch(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	if errors.Is(resp.Error, kafka.GroupIdNotFound) {
-		return map[Partition]int64{}, nil // a group that never committed
-	}
-	if resp.Error != nil {
-		return nil, fmt.Errorf("offset fetch of group %s: %w", group, resp.Error)
-	}
-	answers := map[Partition]int64{}
-	for topic, parts := range resp.Topics {
-		for _, p := range parts {
-			if p.Error == nil {
-				answers[Partition{topic, p.Partition}] = p.CommittedOffset
-			}
-		}
-	}
-	return committedOf(answers), nil
+	return ps, nil
 }
 
 // Close waits for the partition readers to finish closing (each bounded
@@ -449,14 +455,14 @@ func (k *kafkaGo) Committed(ctx context.Context, group string, topics []string) 
 // that is given partitions by the generation its join completes, and
 // they stall until its session expires. So the leave waits for it for
 // what is left until deadline (see leaveWait), and says so when that runs
-// out first. When kafka-go returns without leaving (memberWatch), Close
-// sends its LeaveGroup for it.
+// out first. Then Close sends a LeaveGroup of its own for the member
+// kafka-go joined with (memberWatch): kafka-go's may not have been sent.
 func (k *kafkaGo) Close(deadline time.Time) {
 	k.closing.Wait()
 	if k.cg != nil {
 		bound := k.cfg.leaveWait(deadline)
 		if wait.Within(bound, func() { k.cg.Close() }) {
-			if id := k.member.stranded(); id != "" {
+			if id := k.member.joined(); id != "" {
 				k.leaveFor(id, max(LeaveTimeout, time.Until(deadline)))
 			}
 		} else {
@@ -469,28 +475,32 @@ func (k *kafkaGo) Close(deadline time.Time) {
 }
 
 // kafka-go (v0.4.51) leaves the group when its ConsumerGroup is closed,
-// but not on one path: a join that finishes at the close (the group was
-// waiting for another member to rejoin) and whose sync then answers
-// REBALANCE_IN_PROGRESS (the group began rebalancing again) makes its
-// loop return without a LeaveGroup. The broker then counts the gone member
-// in the next generation and gives it partitions, which stall until its
-// session expires. memberWatch follows, from the group's own log lines,
-// the member ID kafka-go joined with and whether it left with it, so that
-// Close can leave for it.
+// but not on every path, and says so on none of them:
+//   - a join that finishes at the close (the group was waiting for
+//     another member to rejoin) and whose sync then answers
+//     REBALANCE_IN_PROGRESS (the group began rebalancing again) makes its
+//     loop return without a LeaveGroup;
+//   - its leaveGroup logs "Leaving group" first, then looks the
+//     coordinator up on a new connection, and a failed dial or lookup
+//     (a broker restarting, a coordinator moving) returns before the
+//     request is sent, with no line.
 //
-// The lines are kafka-go's (consumergroup.go); should a version word them
+// The broker then keeps the gone member and gives it partitions, which
+// stall until its session expires. So Close always sends a LeaveGroup of
+// its own for the member kafka-go joined with: after kafka-go's own leave
+// the broker answers UNKNOWN_MEMBER_ID, which is fine. memberWatch
+// follows that member ID from the group's own log lines.
+//
+// The line is kafka-go's (consumergroup.go); should a version word it
 // differently the watch sees nothing and the stop is what it was.
 const (
 	kgJoined      = "Joined group %s as member %s in generation %d"
 	kgJoinedLower = "joined group %s as member %s in generation %d"
-	kgLeaving     = "Leaving group %s, member %s"
-	kgLeaveFailed = "leave group failed for group, %v, and member, %v: %v"
 )
 
 type memberWatch struct {
-	mu   sync.Mutex
-	id   string // the member ID of kafka-go's last successful join
-	left bool   // kafka-go sent LeaveGroup for id, and it did not fail
+	mu sync.Mutex
+	id string // the member ID of kafka-go's last successful join
 }
 
 // logger returns next, noting the member lines on the way.
@@ -503,12 +513,7 @@ func (w *memberWatch) logger(next kafka.LoggerFunc) kafka.LoggerFunc {
 
 // note takes in one of kafka-go's group log lines.
 func (w *memberWatch) note(format string, args []any) {
-	switch format {
-	case kgJoined, kgJoinedLower, kgLeaving, kgLeaveFailed:
-	default:
-		return
-	}
-	if len(args) < 2 {
+	if format != kgJoined && format != kgJoinedLower || len(args) < 2 {
 		return
 	}
 	id, ok := args[1].(string)
@@ -516,36 +521,21 @@ func (w *memberWatch) note(format string, args []any) {
 		return
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	switch format {
-	case kgJoined, kgJoinedLower:
-		if id != w.id {
-			w.id, w.left = id, false
-		}
-	case kgLeaving:
-		if id == w.id {
-			w.left = true
-		}
-	case kgLeaveFailed:
-		if id == w.id {
-			w.left = false
-		}
-	}
+	w.id = id
+	w.mu.Unlock()
 }
 
-// stranded returns the member ID kafka-go joined with and did not leave
-// with, or "". Call it once the group is closed.
-func (w *memberWatch) stranded() string {
+// joined returns the member ID of kafka-go's last successful join, or ""
+// before any.
+func (w *memberWatch) joined() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.left {
-		return ""
-	}
 	return w.id
 }
 
-// leaveFor sends the LeaveGroup kafka-go did not send for member id,
-// within bound. A member the broker no longer knows is not an error.
+// leaveFor sends a LeaveGroup for member id, within bound. A member the
+// broker no longer knows (kafka-go's own leave went through) is not an
+// error.
 func (k *kafkaGo) leaveFor(id string, bound time.Duration) {
 	client := &kafka.Client{Addr: kafka.TCP(k.cfg.Brokers...), Timeout: bound, Transport: k.cfg.transport(nil)}
 	defer client.Transport.(*kafka.Transport).CloseIdleConnections()
@@ -555,17 +545,20 @@ func (k *kafkaGo) leaveFor(id string, bound time.Duration) {
 	if err == nil {
 		err = resp.Error
 		for _, m := range resp.Members {
-			if err == nil && m.Error != nil && !errors.Is(m.Error, kafka.UnknownMemberId) {
+			if err == nil && m.Error != nil {
 				err = m.Error
 			}
 		}
 	}
-	if err != nil && !errors.Is(err, kafka.UnknownMemberId) {
+	switch {
+	case errors.Is(err, kafka.UnknownMemberId):
+		k.log.Debug("member already left the group", "phase", "leave", "member", id)
+	case err != nil:
 		k.log.Warn("leaving the group for a member kafka-go did not leave with failed; the broker will give it partitions until its session expires",
 			"phase", "leave", "member", id, "err", err, "session_timeout", k.cfg.SessionTimeout)
-		return
+	default:
+		k.log.Info("left the group for a member kafka-go did not leave with", "phase", "leave", "member", id)
 	}
-	k.log.Info("left the group for a member kafka-go did not leave with", "phase", "leave", "member", id)
 }
 
 // kafkaLogger adapts kafka-go's Printf logging to slog: Debug for its

@@ -168,12 +168,16 @@ type Client interface {
 	// ps that the brokers answered for. It blocks until they answer or
 	// ctx ends.
 	Offsets(ctx context.Context, ps []Partition) (map[Partition]Range, error)
-	// Committed returns the offset the group has committed for each
-	// partition of topics that has a commit (a partition without one is
-	// left out), asking the group's coordinator; a topic the brokers do
-	// not know has none, nor has a group the coordinator does not know. It is a plain request, not the membership: it
-	// works before Join. It blocks until the brokers answer or ctx ends.
-	Committed(ctx context.Context, group string, topics []string) (map[Partition]int64, error)
+	// Committed returns the group's committed offset (the next to read)
+	// of each of ps that has one, as the group's coordinator answers: the
+	// lag sampler's base for a partition this member has not committed
+	// yet (a franz-go member resumes from it without telling). It blocks
+	// until the coordinator answers or ctx ends.
+	Committed(ctx context.Context, ps []Partition) (map[Partition]int64, error)
+	// Partitions returns the partitions of each of topics the brokers
+	// know (a topic they do not know has none), never creating a topic.
+	// It blocks until they answer or ctx ends.
+	Partitions(ctx context.Context, topics []string) ([]Partition, error)
 	// Close ends the membership, if any, by deadline (at least
 	// LeaveTimeout), and the client's connections. A static member keeps
 	// its membership: the broker waits SessionTimeout for its restart.
@@ -280,19 +284,6 @@ func missingOf(topics []string, answers []topicAnswer, unknown error) (map[strin
 		}
 	}
 	return missing, nil
-}
-
-// committedOf returns the offsets of answers that are commits: a
-// partition answered without an error and with an offset of zero or
-// more (-1 is the broker's "no commit").
-func committedOf(answers map[Partition]int64) map[Partition]int64 {
-	out := make(map[Partition]int64, len(answers))
-	for p, o := range answers {
-		if o >= 0 {
-			out[p] = o
-		}
-	}
-	return out
 }
 
 // recordTime returns a record's timestamp in UTC, or the zero time for
