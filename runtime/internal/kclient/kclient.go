@@ -1,8 +1,8 @@
 // Package kclient is the runtime's seam to Kafka: the consumer group
 // (join and leave, assignment and revocation, fetch, fenced commit), the
-// produce side of dead letters, and the metadata the start's topic check
-// and the lag sampler ask for, behind one interface with one file per
-// client (kafkago.go, franzgo.go).
+// produce side of dead letters, and the metadata the start's topic check,
+// its new-state-file check and the lag sampler ask for, behind one
+// interface with one file per client (kafkago.go, franzgo.go).
 //
 // It speaks in its own small types (partitions, records, offsets) and
 // knows nothing of the runtime's classes, items or trackers: the runtime
