@@ -42,6 +42,7 @@ func TestAlertRules(t *testing.T) {
 		"HandoffNotReady", "HandoffConsumerLagGrowing", "HandoffOldestUnsettledTooOld", "HandoffDeadLetters",
 		"HandoffStateRecordsGrowing", "HandoffClassPaused", "HandoffClassSuspended", "HandoffDrainOverBudget",
 		"HandoffCommitFailures", "HandoffKafkaAuthErrors", "HandoffDeadLetterPublishFailures",
+		"HandoffStateFileNewWithCommits",
 	} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s", want)

@@ -60,7 +60,10 @@ const (
 	// StopRedeliver neither saves nor settles them: the final commit stops
 	// before the first of them, and whoever owns the partition next reads
 	// them again from Kafka, in offset order. Messages that did not come
-	// from Kafka (Submit, the state file) are still saved.
+	// from Kafka (Submit, the state file) are still saved, and dead
+	// letters, parked, deferred and redelivered messages live in the state
+	// file under either policy: the file must survive the restart for
+	// them too.
 	StopRedeliver
 )
 
@@ -163,9 +166,14 @@ type Config struct {
 	// RebalanceTimeout. Zero means 5s.
 	RevokeTimeout time.Duration
 
-	// StatePath is the bbolt state file that holds the shutdown snapshot
-	// and the dead letters. Required. Each instance needs its own file,
-	// and it must survive restarts (a persistent volume in Kubernetes).
+	// StatePath is the bbolt state file that holds the shutdown snapshot,
+	// the dead letters and the parked, delayed and redelivered messages.
+	// Required. Each instance needs its own file, and it must survive
+	// restarts (a persistent volume in Kubernetes): it is the only copy of
+	// those messages. A start on a new file while the group has committed
+	// offsets is logged at Warn and sets
+	// handoff_state_file_new_with_commits (a lost disk, or a new
+	// instance).
 	StatePath string
 
 	// Classes are the message classes; each gets its own pool. At least

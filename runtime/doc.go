@@ -211,6 +211,11 @@
 //     saved.
 //   - handoff_state_records{bucket}: records in the state file's pending,
 //     dead, parked and delayed buckets, counted at each scrape.
+//   - handoff_state_file_new_with_commits: 1 when this run started on a
+//     new state file (empty when Run opened it: no record, no meta of a
+//     previous run) while the group had committed offsets for the
+//     configured topics, which is logged at Warn ("state file is new but
+//     the group has commits: was a disk lost?"); 0 otherwise.
 //   - handoff_kafka_auth_errors_total{step}: connections to the brokers
 //     refused at step tls_handshake, sasl_handshake or sasl_authentication.
 //   - handoff_class_suspended{class} and handoff_class_paused{class}: 1

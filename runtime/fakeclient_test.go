@@ -101,6 +101,10 @@ func (f *fakeClient) Committed(_ context.Context, ps []kclient.Partition) (map[k
 	return offs, nil
 }
 
+func (f *fakeClient) Partitions(context.Context, []string) ([]kclient.Partition, error) {
+	return nil, nil
+}
+
 // Close ends the session's keeper, as a client's close ends its
 // membership; a hanging one first waits for unhang.
 func (f *fakeClient) Close(time.Time) {

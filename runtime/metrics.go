@@ -29,6 +29,7 @@ type metrics struct {
 	rebalances  prometheus.Counter
 	commitFails prometheus.Counter
 	fetchErrs   *prometheus.CounterVec
+	newFile     prometheus.Gauge
 }
 
 // callEnd is how a handler call ended, the outcome label of
@@ -97,6 +98,10 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 		fetchErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "handoff_fetch_errors_total", Help: "Failed fetches, per topic (each is retried with backoff).",
 		}, []string{"topic"}),
+		newFile: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "handoff_state_file_new_with_commits",
+			Help: "1 when this run started on a new (empty) state file while the group already had committed offsets for the configured topics: was a disk lost?",
+		}),
 	}
 	handlerErrs := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "handoff_handler_errors_total", Help: "Handler calls that returned an error or panicked, per class.",
@@ -105,7 +110,7 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 		Name: "handoff_dead_letter_publish_failures_total", Help: "Dead letters whose write to the class's DeadLetterTopic failed (the state file keeps them).",
 	}, []string{"class"})
 	cs := []prometheus.Collector{m.handler, m.batch, handlerErrs, publishFail, m.drainEst, m.overBudget, m.phase, m.snapshotMsg,
-		m.lag, m.rebalances, m.commitFails, m.fetchErrs,
+		m.lag, m.rebalances, m.commitFails, m.fetchErrs, m.newFile,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_ready", Help: "1 while the runtime is ready: recovered, joined, every topic present, not stopping."},
 			func() float64 { return b2f(r.Ready()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_start_time_seconds", Help: "When the runtime was made, in Unix seconds: the counters count since then."},
@@ -236,6 +241,12 @@ func (m *metrics) publishFailed(i int) {
 func (m *metrics) rebalanced() {
 	if m != nil {
 		m.rebalances.Inc()
+	}
+}
+
+func (m *metrics) stateFileNewWithCommits(yes bool) {
+	if m != nil {
+		m.newFile.Set(b2f(yes))
 	}
 }
 

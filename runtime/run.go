@@ -89,6 +89,9 @@ type runState struct {
 	// kept is what the state file holds at the end of the stop, for its
 	// last log line (kept.go).
 	kept slog.Attr
+	// newFile is whether the state file was new when open opened it
+	// (empty: no record, no meta; see newfile.go).
+	newFile bool
 	// Errors of the stop's phases, joined into Run's.
 	snapErr, commitErr, closeErr error
 }
@@ -100,6 +103,10 @@ func (s *runState) open() error {
 	store, err := snapshot.Open(r.cfg.StatePath, snapshot.Options{LockTimeout: r.cfg.LockTimeout})
 	if err != nil {
 		return fmt.Errorf("runtime: open state file: %w", err)
+	}
+	// Whether the file is new is read before this run writes its meta.
+	if err := store.View(func(tx *snapshot.Tx) (err error) { s.newFile, err = tx.Empty(); return err }); err != nil {
+		return errors.Join(fmt.Errorf("runtime: open state file: %w", err), store.Close())
 	}
 	if err := checkIdentity(store, r.cfg.Group, r.cfg.Instance, r.log); err != nil {
 		return errors.Join(err, store.Close())
@@ -172,6 +179,7 @@ func (s *runState) start() error {
 			return err
 		}
 		r.ready.topicsOK.Store(len(present) == len(r.classes.topics))
+		r.kafka.checkNewFile(runCtx, s.newFile, r.cfg.StatePath, present)
 		if runCtx.Err() == nil {
 			if err := r.kafka.join(fetchCtx, present); err != nil {
 				return fmt.Errorf("runtime: %w", err)

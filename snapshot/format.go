@@ -182,6 +182,28 @@ func (tx *Tx) needFeature(f feature) error {
 	return tx.needFormat(formatFeatures)
 }
 
+// Format returns the file's format mark (1 for a file with no mark: it
+// holds no record yet) and the features its records need, each with the
+// description the version that wrote the first of them gave (none below
+// format 3). For the operator CLI's inspect.
+func (tx *Tx) Format() (format int, features map[string]string, err error) {
+	b, err := tx.bucket(bucketMeta)
+	if err != nil {
+		return 0, nil, tx.errorf(err, "read the format mark")
+	}
+	format = formatV1
+	if v := b.Get([]byte(metaFormatKey)); len(v) == 1 {
+		format = int(v[0])
+	}
+	features = map[string]string{}
+	c := b.Cursor()
+	prefix := []byte(metaFeaturePrefix)
+	for k, desc := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, desc = c.Next() {
+		features[string(k[len(prefix):])] = string(desc)
+	}
+	return format, features, nil
+}
+
 // raiseMark records that the file's format mark is at least f.
 func (s *Store) raiseMark(f int) {
 	for {

@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/handoff-go/handoff"
 )
 
 func TestMeta(t *testing.T) {
@@ -55,6 +57,52 @@ func TestMeta(t *testing.T) {
 // TestClasses: AddClasses records names once each and says how many were
 // new, Classes lists them in byte order across a reopen, an empty name is
 // refused, and the pauses stored beside them are not taken for classes.
+// TestEmpty: a file Open created is empty; a meta key or a record left
+// behind (a record deleted leaves its format mark) makes it not.
+func TestEmpty(t *testing.T) {
+	empty := func(s *Store) bool {
+		t.Helper()
+		var e bool
+		if err := s.View(func(tx *Tx) (err error) { e, err = tx.Empty(); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	s, err := Open(filepath.Join(t.TempDir(), "s.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !empty(s) {
+		t.Fatal("a file Open created is not empty")
+	}
+	if err := s.Update(func(tx *Tx) error { return tx.PutMeta(MetaInstance, []byte{}) }); err != nil {
+		t.Fatal(err)
+	}
+	if empty(s) {
+		t.Error("a file with an (empty) instance is empty")
+	}
+
+	s2, err := Open(filepath.Join(t.TempDir(), "s2.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	err = s2.Update(func(tx *Tx) error {
+		keys, err := tx.SavePending(Record{Message: handoff.Message{ID: "a", Class: "c"}})
+		if err != nil {
+			return err
+		}
+		return tx.DeletePending(keys...)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if empty(s2) {
+		t.Error("a file whose only record was deleted is empty")
+	}
+}
+
 func TestClasses(t *testing.T) {
 	ts := setup(t)
 	var added int

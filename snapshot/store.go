@@ -196,6 +196,26 @@ func (tx *Tx) Counts() (map[string]int, error) {
 	return out, nil
 }
 
+// Empty reports whether the file holds nothing at all: no key in any
+// bucket, so no record (pending, dead, quarantine, delayed, parked) and
+// no meta (the group and instance a runtime records when it opens the
+// file, the classes, pauses, the format mark). A file [Open] has just
+// created is empty; so is one whose previous service never got as far
+// as recording its group. The runtime calls a file empty at its start
+// "new": see its lost-disk check.
+func (tx *Tx) Empty() (bool, error) {
+	for _, name := range buckets {
+		b, err := tx.bucket(name)
+		if err != nil {
+			return false, tx.errorf(err, "check whether the file is empty")
+		}
+		if k, _ := b.Cursor().First(); k != nil {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 // count returns the number of records in the named bucket, nested
 // buckets left out. It reads keys only.
 func (tx *Tx) count(name string) (int, error) {

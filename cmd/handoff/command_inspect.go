@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -64,13 +65,92 @@ type inspectReport struct {
 	// Quarantined is how many undecodable pending or parked records this
 	// inspect --quarantine moved to the quarantine bucket.
 	Quarantined int `json:"quarantined_now,omitempty"`
+	// Meta is what the file says of itself.
+	Meta *metaReport `json:"meta"`
+	// Parked lists parked records, by class and key in park order (the
+	// order they run in), at most --records of them.
+	Parked []parkedRecord `json:"parked_records"`
+	// Delayed lists delayed records in due order, at most --records.
+	Delayed []delayedRecord `json:"delayed_records"`
 }
+
+// metaReport is the state file's meta bucket: who wrote the file, in
+// which format, and what it keeps besides records.
+type metaReport struct {
+	// Group and Instance are what the last service to open the file
+	// recorded; empty when none did.
+	Group    string `json:"group"`
+	Instance string `json:"instance"`
+	// Format is the file format mark (1: no record written yet), and
+	// Features the features its records need, with their descriptions.
+	Format   int               `json:"format"`
+	Features map[string]string `json:"features,omitempty"`
+	// Classes are the class names services that ran on the file were
+	// configured with.
+	Classes []string `json:"classes"`
+	// Pauses are the classes an operator paused.
+	Pauses []pauseReport `json:"pauses"`
+}
+
+type pauseReport struct {
+	Class  string    `json:"class"`
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since,omitzero"`
+}
+
+// parkedRecord is one parked message.
+type parkedRecord struct {
+	Class   string    `json:"class"`
+	Key     []byte    `json:"key"`
+	KeyText *string   `json:"key_text,omitempty"`
+	ID      string    `json:"id"`
+	SavedAt time.Time `json:"saved_at,omitzero"`
+	// Blocker is the message its key waits for, when the file holds it:
+	// a dead letter, a message waiting for its redelivery, or a dead
+	// letter requeued offline (a pending record); nil when none is
+	// there (the key is released at the next start).
+	Blocker *blockerReport `json:"blocker,omitempty"`
+}
+
+type blockerReport struct {
+	ID string `json:"id"`
+	// Bucket is where it is: dead, delayed or pending.
+	Bucket string `json:"bucket"`
+}
+
+// delayedRecord is one delayed message.
+type delayedRecord struct {
+	Due     time.Time `json:"due"`
+	Class   string    `json:"class"`
+	Key     []byte    `json:"key"`
+	KeyText *string   `json:"key_text,omitempty"`
+	ID      string    `json:"id"`
+	// Reason is why it waits: "redelivery" (a failed message's next
+	// attempt), "deferred" (a handoff-deliver-at header), "scheduled"
+	// (Runtime.Schedule), ...
+	Reason  string    `json:"reason"`
+	SavedAt time.Time `json:"saved_at,omitzero"`
+}
+
+// keyText is a key as text for JSON when it is printable, else nil.
+func keyText(k []byte) *string {
+	if k == nil || !isText(k) {
+		return nil
+	}
+	s := string(k)
+	return &s
+}
+
+// blockerOf is the key of blockers: class and message key (nil and empty
+// are one key, as parking keeps them).
+func blockerOf(class string, key []byte) string { return class + "\x00" + string(key) }
 
 func newInspectCmd() *cobra.Command {
 	var (
 		sf             stateFlags
 		jsonFlag       bool
 		quarantineFlag bool
+		recordsFlag    int
 	)
 	cmd := &cobra.Command{
 		Use:   "inspect STATE",
@@ -78,7 +158,13 @@ func newInspectCmd() *cobra.Command {
 		Long: `Inspect prints, for each bucket of the state file STATE (pending, dead,
 delayed, parked, quarantine), how many records it holds and the oldest and
 newest save time, and the count per message class; for delayed messages
-also the earliest due time.
+also the earliest due time. Then the file's meta: the group and instance
+that last ran on it, the file format and its features, the classes it
+has seen and the paused ones; then the parked records (class, key, ID,
+and the message their key waits for when the file holds it: a dead
+letter, a redelivery or a requeued dead letter) in the order they will
+run, and the delayed records in due order (due time, class, key, ID,
+reason), at most --records of each.
 
 Inspect only reads: it opens the file read-only and changes nothing, and
 it works on the file of a running service, which holds it locked: after
@@ -99,7 +185,7 @@ bucket, as the service would do.`,
 			}
 			err := open(args[0], &sf, func(st *snapshot.Store) error {
 				var err error
-				rep, err = inspect(st, quarantineFlag)
+				rep, err = inspect(st, quarantineFlag, recordsFlag)
 				return err
 			})
 			if err != nil {
@@ -120,6 +206,7 @@ bucket, as the service would do.`,
 	cmd.Flags().BoolVar(&jsonFlag, "json", false, "print JSON instead of a table")
 	cmd.Flags().BoolVar(&quarantineFlag, "quarantine", false,
 		"move undecodable pending and parked records to the quarantine bucket (opens the file for writing: stop the service first)")
+	cmd.Flags().IntVar(&recordsFlag, "records", 50, "list at most this many parked and this many delayed records (-1: all)")
 	return cmd
 }
 
@@ -127,8 +214,12 @@ bucket, as the service would do.`,
 // it then moves the undecodable pending and parked records to the
 // quarantine bucket, as the service does. Then it reads what that bucket
 // holds.
-func inspect(st *snapshot.Store, quarantine bool) (*inspectReport, error) {
-	rep := &inspectReport{Path: st.Path(), Copied: st.Copied()}
+func inspect(st *snapshot.Store, quarantine bool, limit int) (*inspectReport, error) {
+	rep := &inspectReport{Path: st.Path(), Copied: st.Copied(), Parked: []parkedRecord{}, Delayed: []delayedRecord{}}
+	room := func(n int) bool { return limit < 0 || n < limit }
+	// blockers maps blockerOf(class, key) to the message a parked key
+	// waits for, as the runtime finds it at start.
+	blockers := map[string]*blockerReport{}
 	byName := map[string]*bucketReport{}
 	add := func(name string) *bucketReport {
 		b := &bucketReport{Name: name}
@@ -154,14 +245,22 @@ func inspect(st *snapshot.Store, quarantine bool) (*inspectReport, error) {
 		}
 		bad = append(bad, badPending...)
 		for i := range entries {
-			pending.saw(entries[i].Record.Message.Class, entries[i].Record.SavedAt)
+			r := &entries[i].Record
+			pending.saw(r.Message.Class, r.SavedAt)
+			if r.Reason == snapshot.ReasonRequeued {
+				blockers[blockerOf(r.Message.Class, r.Message.Key)] = &blockerReport{ID: r.Message.ID, Bucket: snapshot.BucketPending}
+			}
 		}
 
 		dead := add(snapshot.BucketDead)
 		dead.Classes = map[string]int{}
 		_, err = walkDead(tx, "", func(page []snapshot.Entry) {
 			for i := range page {
-				dead.saw(page[i].Record.Message.Class, page[i].Record.SavedAt)
+				m := &page[i].Record.Message
+				dead.saw(m.Class, page[i].Record.SavedAt)
+				if k := blockerOf(m.Class, m.Key); blockers[k] == nil {
+					blockers[k] = &blockerReport{ID: m.ID, Bucket: snapshot.BucketDead}
+				}
 			}
 		})
 		if err != nil {
@@ -179,9 +278,17 @@ func inspect(st *snapshot.Store, quarantine bool) (*inspectReport, error) {
 		}
 		rep.Undecodable += len(badDelayed)
 		for i := range des {
-			delayed.saw(des[i].Record.Message.Class, des[i].Record.SavedAt)
+			r := &des[i].Record
+			delayed.saw(r.Message.Class, r.SavedAt)
 			if delayed.NextDue.IsZero() || des[i].Due.Before(delayed.NextDue) {
 				delayed.NextDue = des[i].Due
+			}
+			if k := blockerOf(r.Message.Class, r.Message.Key); r.Reason == reasonRedelivery && blockers[k] == nil {
+				blockers[k] = &blockerReport{ID: r.Message.ID, Bucket: snapshot.BucketDelayed}
+			}
+			if room(len(rep.Delayed)) {
+				rep.Delayed = append(rep.Delayed, delayedRecord{Due: des[i].Due, Class: r.Message.Class, Key: r.Message.Key,
+					KeyText: keyText(r.Message.Key), ID: r.Message.ID, Reason: r.Reason, SavedAt: r.SavedAt})
 			}
 		}
 
@@ -199,10 +306,16 @@ func inspect(st *snapshot.Store, quarantine bool) (*inspectReport, error) {
 			}
 			bad = append(bad, badRecs...)
 			for i := range recs {
-				parked.saw(pk.Class, recs[i].Record.SavedAt)
+				r := &recs[i].Record
+				parked.saw(pk.Class, r.SavedAt)
+				if room(len(rep.Parked)) {
+					rep.Parked = append(rep.Parked, parkedRecord{Class: pk.Class, Key: pk.Key, KeyText: keyText(pk.Key),
+						ID: r.Message.ID, SavedAt: r.SavedAt, Blocker: blockers[blockerOf(pk.Class, pk.Key)]})
+				}
 			}
 		}
-		return nil
+		rep.Meta, err = readMeta(tx)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -242,6 +355,112 @@ func inspect(st *snapshot.Store, quarantine bool) (*inspectReport, error) {
 	return rep, nil
 }
 
+// reasonRedelivery is the Reason of a delayed record that waits for a
+// failed message's next attempt (the runtime's): it blocks its key.
+const reasonRedelivery = "redelivery"
+
+// readMeta reads what the file's meta bucket says of the file.
+func readMeta(tx *snapshot.Tx) (*metaReport, error) {
+	m := &metaReport{Classes: []string{}, Pauses: []pauseReport{}}
+	for key, dst := range map[string]*string{snapshot.MetaGroup: &m.Group, snapshot.MetaInstance: &m.Instance} {
+		v, _, err := tx.Meta(key)
+		if err != nil {
+			return nil, err
+		}
+		*dst = string(v)
+	}
+	var err error
+	if m.Format, m.Features, err = tx.Format(); err != nil {
+		return nil, err
+	}
+	classes, err := tx.Classes()
+	if err != nil {
+		return nil, err
+	}
+	m.Classes = append(m.Classes, classes...)
+	pauses, err := tx.Pauses()
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range slices.Sorted(maps.Keys(pauses)) {
+		m.Pauses = append(m.Pauses, pauseReport{Class: c, Reason: pauses[c].Reason, Since: pauses[c].Since})
+	}
+	return m, nil
+}
+
+// printRecords prints the meta and the listed parked and delayed
+// records of rep, after the buckets.
+func printRecords(w io.Writer, rep *inspectReport, counts map[string]int) error {
+	m := rep.Meta
+	orNone := func(s string) string {
+		if s == "" {
+			return "(none)"
+		}
+		return oneLine(s, 80)
+	}
+	fmt.Fprintf(w, "\nmeta\n")
+	tab := newTable(w)
+	tab.row("  group", orNone(m.Group))
+	tab.row("  instance", orNone(m.Instance))
+	features := "none"
+	if len(m.Features) > 0 {
+		var parts []string
+		for _, name := range slices.Sorted(maps.Keys(m.Features)) {
+			parts = append(parts, oneLine(name, 40))
+		}
+		features = strings.Join(parts, ", ")
+	}
+	tab.row("  format", fmt.Sprintf("%d (features: %s)", m.Format, features))
+	var names []string
+	for _, c := range m.Classes {
+		names = append(names, oneLine(c, 40))
+	}
+	tab.row("  classes", orNone(strings.Join(names, ", ")))
+	if len(m.Pauses) == 0 {
+		tab.row("  paused", "(none)")
+	}
+	for _, p := range m.Pauses {
+		tab.row("  paused", fmt.Sprintf("%s since %s: %s", oneLine(p.Class, 40), fmtTime(p.Since), oneLine(p.Reason, 60)))
+	}
+	if err := tab.flush(); err != nil {
+		return err
+	}
+	more := func(listed int, bucket string) {
+		if n := counts[bucket]; n > listed {
+			fmt.Fprintf(w, "  ... %d more (--records)\n", n-listed)
+		}
+	}
+	if counts[snapshot.BucketParked] > 0 {
+		fmt.Fprintf(w, "\nparked records, in the order they run\n")
+		tab = newTable(w)
+		tab.row("  CLASS", "KEY", "ID", "SAVED", "WAITS FOR")
+		for _, p := range rep.Parked {
+			blocker := "(nothing in this file: released at the next start)"
+			if p.Blocker != nil {
+				blocker = fmt.Sprintf("%s (%s)", oneLine(p.Blocker.ID, 60), p.Blocker.Bucket)
+			}
+			tab.row("  "+oneLine(p.Class, 40), oneLine(fmtBytes(p.Key), 40), oneLine(p.ID, 60), fmtTime(p.SavedAt), blocker)
+		}
+		if err := tab.flush(); err != nil {
+			return err
+		}
+		more(len(rep.Parked), snapshot.BucketParked)
+	}
+	if counts[snapshot.BucketDelayed] > 0 {
+		fmt.Fprintf(w, "\ndelayed records, in due order\n")
+		tab = newTable(w)
+		tab.row("  DUE", "CLASS", "KEY", "ID", "REASON")
+		for _, d := range rep.Delayed {
+			tab.row("  "+fmtTime(d.Due), oneLine(d.Class, 40), oneLine(fmtBytes(d.Key), 40), oneLine(d.ID, 60), oneLine(d.Reason, 20))
+		}
+		if err := tab.flush(); err != nil {
+			return err
+		}
+		more(len(rep.Delayed), snapshot.BucketDelayed)
+	}
+	return nil
+}
+
 func printInspect(w io.Writer, rep *inspectReport) error {
 	fmt.Fprintf(w, "state file  %s (%s)\n\n", rep.Path, fmtSize(rep.Size))
 	tab := newTable(w)
@@ -274,7 +493,11 @@ func printInspect(w io.Writer, rep *inspectReport) error {
 	case rep.Undecodable > 0:
 		fmt.Fprintf(w, "\n%d undecodable records or keys; nothing was changed (inspect --quarantine moves those of pending and parked, as the service does)\n", rep.Undecodable)
 	}
-	return nil
+	counts := map[string]int{}
+	for _, b := range rep.Buckets {
+		counts[b.Name] = b.Records
+	}
+	return printRecords(w, rep, counts)
 }
 
 // fmtSize prints a file size in bytes with a binary unit.

@@ -106,7 +106,7 @@ func checkSeen(st *snapshot.Store, class string) error {
 	if seen[class] {
 		return nil
 	}
-	rep, err := inspect(st, false)
+	rep, err := inspect(st, false, 0)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/handoff-go/handoff/kafkasec"
+	"github.com/handoff-go/handoff/runtime"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -41,10 +42,22 @@ func newReplayCmd() *cobra.Command {
 		Use:   "replay STATE --brokers HOST:PORT[,...]",
 		Short: "Produce a retired instance's saved messages back to their Kafka topics",
 		Long: `Replay produces the pending messages of the state file STATE (with --dead,
-the dead letters too) to the topic and partition they were read from, with
-their key, value and headers plus a header handoff-replayed-from holding
-the message ID. Use it for an instance that will not start again: its
-saved messages then reach whichever instance consumes those topics.
+the dead letters too), its delayed messages and its parked messages to
+the topic and partition they were read from, with their key, value and
+headers plus a header handoff-replayed-from holding the message ID. Use it
+for an instance that will not start again: its saved messages then reach
+whichever instance consumes those topics.
+
+A delayed message (a redelivery, a handoff-deliver-at record, a scheduled
+one) keeps its due time: it is sent with a header handoff-deliver-at
+holding it (replacing one it had), which the consuming runtime honours;
+its attempt count is not carried over. Parked messages are sent after the
+message their key waits for, in their key's order: behind a dead letter
+only with --dead (after it; without --dead they stay in the file),
+behind a redelivery with that redelivery's due time (plus a nanosecond
+per message, so they come due after it and in order, in its batch, which
+may so be longer than --batch), and right away when the file holds no
+blocker.
 
 Messages are sent in batches; a batch's records are deleted from the file
 only once the broker has acknowledged them (acks=all). Ctrl-C finishes the
@@ -68,7 +81,7 @@ the file unless --topic maps their class to one.`,
 	f.state.register(cmd)
 	fl := cmd.Flags()
 	fl.StringSliceVar(&f.brokers, "brokers", nil, "Kafka bootstrap brokers, host:port[,host:port] (required)")
-	fl.BoolVar(&f.dead, "dead", false, "replay the dead letters too, after the pending messages")
+	fl.BoolVar(&f.dead, "dead", false, "replay the dead letters too, after the pending messages (and the messages parked behind them, after them)")
 	fl.IntVar(&f.batch, "batch", 500, "messages per batch: produced, acknowledged, then deleted from the file together")
 	fl.StringArrayVar(&f.topics, "topic", nil, "CLASS=TOPIC: produce messages of CLASS that have no origin topic to TOPIC (repeatable)")
 	fl.DurationVar(&f.ackTimeout, "ack-timeout", 30*time.Second, "how long one batch may wait for the broker's acknowledgement")
@@ -78,10 +91,32 @@ the file unless --topic maps their class to one.`,
 
 // replayItem is one record to replay.
 type replayItem struct {
-	bucket    string // snapshot.BucketPending or snapshot.BucketDead
-	key       uint64
+	bucket    string // snapshot.BucketPending, BucketDead, BucketDelayed or BucketParked
+	key       uint64 // of a pending record or a dead letter
+	delayed   snapshot.DelayedKey
+	parked    snapshot.ParkedKey
 	partition int // the origin partition, -1 for none
 	msg       kafka.Message
+	// blocks is, for a redelivery with messages parked behind it, the
+	// class and key it blocks; follows marks those parked messages, which
+	// go in the same batch as their blocker (see sendAll).
+	blocks  string
+	follows bool
+}
+
+// keyText names the item's record in errors: its bucket key, or for a
+// delayed or parked record its message ID (their bucket keys hold the
+// message key, which stays out of messages).
+func (it *replayItem) keyText() string {
+	switch it.bucket {
+	case snapshot.BucketDelayed, snapshot.BucketParked:
+		for _, h := range it.msg.Headers {
+			if h.Key == headerReplayedFrom {
+				return "id " + string(h.Value)
+			}
+		}
+	}
+	return fmt.Sprintf("key %d", it.key)
 }
 
 // replayPlan is what a replay will do.
@@ -89,9 +124,15 @@ type replayPlan struct {
 	items   []replayItem
 	pending int            // items from the pending bucket
 	dead    int            // items from the dead bucket
+	delayed int            // items from the delayed bucket
+	parked  int            // items from the parked bucket
 	skipped map[string]int // class -> records without a topic
-	bad     int            // undecodable pending records moved to quarantine
-	badDead []*snapshot.DecodeError
+	// behindDead counts the parked records left in the file because
+	// their key waits for a dead letter and --dead is not given.
+	behindDead int
+	bad        int // undecodable pending records moved to quarantine
+	badParked  int // undecodable parked records (or keys) moved to quarantine
+	badDead    []*snapshot.DecodeError
 }
 
 func (f *replayFlags) parse() (map[string]string, error) {
@@ -153,14 +194,27 @@ func runReplay(cmd *cobra.Command, path string, f *replayFlags) error {
 		if plan.bad > 0 {
 			fmt.Fprintf(out, "moved %d undecodable pending records to quarantine; they are not replayed\n", plan.bad)
 		}
+		if plan.badParked > 0 {
+			fmt.Fprintf(out, "moved %d undecodable parked records to quarantine; they are not replayed\n", plan.badParked)
+		}
 		warnUndecodable(cmd.ErrOrStderr(), plan.badDead)
 		sent, runErr := sendAll(ctx, st, f, plan, newProgress(cmd.ErrOrStderr(), len(plan.items)))
 		summary := fmt.Sprintf("replayed %d of %d messages (pending %d, dead letters %d) from %s",
 			sent, len(plan.items), plan.pending, plan.dead, path)
-		if !f.dead {
+		switch {
+		case plan.delayed+plan.parked > 0 && f.dead:
+			summary = fmt.Sprintf("replayed %d of %d messages (pending %d, dead letters %d, delayed %d, parked %d) from %s",
+				sent, len(plan.items), plan.pending, plan.dead, plan.delayed, plan.parked, path)
+		case plan.delayed+plan.parked > 0:
+			summary = fmt.Sprintf("replayed %d of %d messages (pending %d, delayed %d, parked %d) from %s",
+				sent, len(plan.items), plan.pending, plan.delayed, plan.parked, path)
+		case !f.dead:
 			summary = fmt.Sprintf("replayed %d of %d pending messages from %s", sent, len(plan.items), path)
 		}
 		fmt.Fprintln(out, summary)
+		if plan.behindDead > 0 {
+			fmt.Fprintf(out, "kept %d parked messages behind the dead letters of their keys: replay with --dead sends them after those\n", plan.behindDead)
+		}
 		if n := sum(plan.skipped); n > 0 {
 			var parts []string
 			for _, c := range slices.Sorted(maps.Keys(plan.skipped)) {
@@ -208,33 +262,29 @@ func sum(m map[string]int) int {
 
 // planReplay reads what to replay from st, in one transaction, and moves
 // the undecodable pending records to the quarantine bucket.
+//
+// The order is the order of sending: pending records, dead letters (with
+// dead), delayed records in due order, then parked records key by key in
+// park order. A parked key's records go after its blocker, as the
+// runtime finds it at start: a dead letter of the same class and key
+// (sent before them, so they follow it on its partition; without dead
+// they stay), else a redelivery (they get its due time plus a nanosecond
+// each, so they come due after it, in order), else a dead letter
+// requeued offline (a pending record, sent first); with none, at once.
 func planReplay(st *snapshot.Store, dead bool, topics map[string]string) (*replayPlan, error) {
 	plan := &replayPlan{skipped: map[string]int{}}
 	add := func(bucket string, key uint64, r *snapshot.Record) bool {
-		m := &r.Message
-		topic := m.Origin.Topic
-		partition := -1
-		if topic != "" {
-			partition = m.Origin.Partition
-		} else if topic = topics[m.Class]; topic == "" {
-			plan.skipped[m.Class]++
-			return false
-		}
-		headers := make([]kafka.Header, 0, len(m.Headers)+1)
-		for _, h := range m.Headers {
-			headers = append(headers, kafka.Header{Key: h.Key, Value: h.Value})
-		}
-		headers = append(headers, kafka.Header{Key: headerReplayedFrom, Value: []byte(m.ID)})
-		plan.items = append(plan.items, replayItem{
-			bucket:    bucket,
-			key:       key,
-			partition: partition,
-			// Time: the original record's timestamp; zero (the produce
-			// time) for a submitted message or a format-1 record.
-			msg: kafka.Message{Topic: topic, Key: m.Key, Value: m.Value, Headers: headers, Time: m.Timestamp},
-		})
-		return true
+		return plan.add(bucket, key, r, topics, time.Time{}) != nil
 	}
+	// blockers maps class and key of the dead letters and redeliveries
+	// to what blocks the key.
+	type blocker struct {
+		dead bool
+		due  time.Time
+	}
+	blockers := map[string]blocker{}
+	// held are the parked records behind a redelivery, by blocker.
+	held := map[string][]replayItem{}
 	var bad []*snapshot.DecodeError
 	err := st.View(func(tx *snapshot.Tx) error {
 		entries, badPending, err := tx.LoadPending()
@@ -247,23 +297,139 @@ func planReplay(st *snapshot.Store, dead bool, topics map[string]string) (*repla
 				plan.pending++
 			}
 		}
-		if !dead {
-			return nil
-		}
 		plan.badDead, err = walkDead(tx, "", func(page []snapshot.Entry) {
 			for i := range page {
-				if add(snapshot.BucketDead, page[i].Key, &page[i].Record) {
+				m := &page[i].Record.Message
+				blockers[blockerOf(m.Class, m.Key)] = blocker{dead: true}
+				if dead && add(snapshot.BucketDead, page[i].Key, &page[i].Record) {
 					plan.dead++
 				}
 			}
 		})
-		return err
+		if err != nil {
+			return err
+		}
+		if !dead {
+			plan.badDead = nil // reported by the replay that sends them
+		}
+		des, err := tx.ListDelayed(nil, 0)
+		if _, ok := decodeErrors(err); err != nil && !ok {
+			return err
+		} // an undecodable delayed record stays, as the service leaves it
+		for i := range des {
+			r := &des[i].Record
+			if k := blockerOf(r.Message.Class, r.Message.Key); r.Reason == reasonRedelivery {
+				if _, ok := blockers[k]; !ok {
+					blockers[k] = blocker{due: des[i].Due}
+				}
+			}
+			if it := plan.add(snapshot.BucketDelayed, 0, r, topics, des[i].Due); it != nil {
+				it.delayed = des[i].Key
+				if r.Reason == reasonRedelivery {
+					it.blocks = blockerOf(r.Message.Class, r.Message.Key)
+				}
+				plan.delayed++
+			}
+		}
+		pks, badKeys, err := tx.ParkedKeys()
+		if err != nil {
+			return err
+		}
+		badParked := append([]*snapshot.DecodeError(nil), badKeys...)
+		defer func() { plan.badParked = len(badParked); bad = append(bad, badParked...) }()
+		for _, pk := range pks {
+			b := blockers[blockerOf(pk.Class, pk.Key)]
+			recs, badRecs, err := tx.Parked(pk.Class, pk.Key)
+			if err != nil {
+				return err
+			}
+			badParked = append(badParked, badRecs...)
+			if b.dead && !dead {
+				plan.behindDead += len(recs)
+				continue
+			}
+			for i := range recs {
+				var due time.Time
+				if !b.due.IsZero() {
+					due = b.due.Add(time.Duration(i+1) * time.Nanosecond)
+				}
+				it := plan.add(snapshot.BucketParked, 0, &recs[i].Record, topics, due)
+				if it == nil {
+					continue
+				}
+				it.parked = recs[i].Key
+				plan.parked++
+				if !due.IsZero() {
+					// Moved behind its blocker below.
+					held[blockerOf(pk.Class, pk.Key)] = append(held[blockerOf(pk.Class, pk.Key)], *it)
+					plan.items = plan.items[:len(plan.items)-1]
+				}
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	plan.bad = len(bad)
+	if len(held) > 0 {
+		// Messages parked behind a redelivery go right after it, in the
+		// same batch: a replay interrupted between the two would send
+		// them, when run again, with no blocker left in the file, so at
+		// once. Those whose blocker is not sent (it has no topic) go last.
+		items := make([]replayItem, 0, len(plan.items)+plan.parked)
+		for _, it := range plan.items {
+			items = append(items, it)
+			if fs, ok := held[it.blocks]; ok && it.blocks != "" {
+				for i := range fs {
+					fs[i].follows = true
+				}
+				items = append(items, fs...)
+				delete(held, it.blocks)
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(held)) {
+			items = append(items, held[k]...)
+		}
+		plan.items = items
+	}
+	plan.bad = len(bad) - plan.badParked
 	return plan, quarantineBad(st, bad)
+}
+
+// add appends record r of bucket (key: its key in the pending or dead
+// bucket) to the plan and returns its item, or nil when it has no topic
+// (counted as skipped). A non-zero due is sent in a handoff-deliver-at
+// header, replacing one the message had.
+func (plan *replayPlan) add(bucket string, key uint64, r *snapshot.Record, topics map[string]string, due time.Time) *replayItem {
+	m := &r.Message
+	topic := m.Origin.Topic
+	partition := -1
+	if topic != "" {
+		partition = m.Origin.Partition
+	} else if topic = topics[m.Class]; topic == "" {
+		plan.skipped[m.Class]++
+		return nil
+	}
+	headers := make([]kafka.Header, 0, len(m.Headers)+2)
+	for _, h := range m.Headers {
+		if !due.IsZero() && h.Key == runtime.HeaderDeliverAt {
+			continue
+		}
+		headers = append(headers, kafka.Header{Key: h.Key, Value: h.Value})
+	}
+	if !due.IsZero() {
+		headers = append(headers, kafka.Header{Key: runtime.HeaderDeliverAt, Value: []byte(due.UTC().Format(time.RFC3339Nano))})
+	}
+	headers = append(headers, kafka.Header{Key: headerReplayedFrom, Value: []byte(m.ID)})
+	plan.items = append(plan.items, replayItem{
+		bucket:    bucket,
+		key:       key,
+		partition: partition,
+		// Time: the original record's timestamp; zero (the produce
+		// time) for a submitted message or a format-1 record.
+		msg: kafka.Message{Topic: topic, Key: m.Key, Value: m.Value, Headers: headers, Time: m.Timestamp},
+	})
+	return &plan.items[len(plan.items)-1]
 }
 
 // errInterrupted is returned by replay when it was stopped before the end.
@@ -306,13 +472,14 @@ func sendAll(ctx context.Context, st *snapshot.Store, f *replayFlags, plan *repl
 	}
 	sent := 0
 	var err error
-	for start := 0; start < len(plan.items) && err == nil; start += f.batch {
+	for start, end := 0, 0; start < len(plan.items) && err == nil; start = end {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w: %d of %d messages replayed and deleted from %s; run the same command again to replay the rest",
 				errInterrupted, sent, len(plan.items), st.Path())
 			break
 		}
-		batch := plan.items[start:min(start+f.batch, len(plan.items))]
+		end = batchEnd(plan.items, start, f.batch)
+		batch := plan.items[start:end]
 		var n int
 		n, err = sendBatch(ctx, st, w, batch, f.ackTimeout)
 		sent += n
@@ -322,6 +489,17 @@ func sendAll(ctx context.Context, st *snapshot.Store, f *replayFlags, plan *repl
 		err = fmt.Errorf("close producer: %w", cerr)
 	}
 	return sent, err
+}
+
+// batchEnd returns where the batch of items starting at start ends:
+// after size items, and after the parked messages that follow the last
+// one's redelivery (so a batch may be longer than size).
+func batchEnd(items []replayItem, start, size int) int {
+	end := min(start+size, len(items))
+	for end < len(items) && items[end].follows {
+		end++
+	}
+	return end
 }
 
 // sendBatch produces batch and deletes the records the broker
@@ -351,24 +529,39 @@ func sendBatch(ctx context.Context, st *snapshot.Store, w *kafka.Writer, batch [
 			acked[i] = e == nil
 		}
 	}
-	var pend, dead []uint64
+	var (
+		pend, dead []uint64
+		delayed    []snapshot.DelayedKey
+		parked     []snapshot.ParkedKey
+	)
 	n := 0
 	for i, ok := range acked {
 		if !ok {
 			continue
 		}
 		n++
-		if batch[i].bucket == snapshot.BucketDead {
+		switch batch[i].bucket {
+		case snapshot.BucketDead:
 			dead = append(dead, batch[i].key)
-		} else {
+		case snapshot.BucketDelayed:
+			delayed = append(delayed, batch[i].delayed)
+		case snapshot.BucketParked:
+			parked = append(parked, batch[i].parked)
+		default:
 			pend = append(pend, batch[i].key)
 		}
 	}
-	// One transaction for both buckets.
+	// One transaction for every bucket.
 	var derr error
 	if n > 0 {
 		derr = st.Update(func(tx *snapshot.Tx) error {
 			if err := tx.DeletePending(pend...); err != nil {
+				return err
+			}
+			if err := tx.DeleteDelayed(delayed...); err != nil {
+				return err
+			}
+			if err := tx.DeleteParked(parked...); err != nil {
 				return err
 			}
 			return tx.DeleteDead(dead...)
@@ -401,21 +594,21 @@ func batchError(werr error, batch []replayItem, acked []bool, ackTimeout time.Du
 		}
 		it := batch[first]
 		return fmt.Errorf("produce %d of %d messages of the batch failed (the others were delivered and deleted); "+
-			"first: %s key %d to topic %s: %w", failed, len(batch), it.bucket, it.key, it.msg.Topic, perMsg[first])
+			"first: %s %s to topic %s: %w", failed, len(batch), it.bucket, it.keyText(), it.msg.Topic, perMsg[first])
 	}
 	var tooLarge kafka.MessageTooLargeError
 	if errors.As(werr, &tooLarge) {
 		if it, ok := tooLarge.Message.WriterData.(*replayItem); ok {
-			return fmt.Errorf("%s key %d is larger than the producer's batch limit; nothing of its batch was sent: %w",
-				it.bucket, it.key, werr)
+			return fmt.Errorf("%s %s is larger than the producer's batch limit; nothing of its batch was sent: %w",
+				it.bucket, it.keyText(), werr)
 		}
 	}
 	if errors.Is(werr, context.DeadlineExceeded) {
 		return fmt.Errorf("batch of %d messages not acknowledged within --ack-timeout %s; they stay in the file, "+
 			"and replaying again may send those the broker did receive twice: %w", len(batch), ackTimeout, werr)
 	}
-	return fmt.Errorf("produce batch of %d messages (first: %s key %d to topic %s); nothing of it was deleted: %w",
-		len(batch), batch[0].bucket, batch[0].key, batch[0].msg.Topic, werr)
+	return fmt.Errorf("produce batch of %d messages (first: %s %s to topic %s); nothing of it was deleted: %w",
+		len(batch), batch[0].bucket, batch[0].keyText(), batch[0].msg.Topic, werr)
 }
 
 // originBalancer sends a message to the partition it was read from (its

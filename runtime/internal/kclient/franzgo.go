@@ -375,6 +375,32 @@ func (f *franzGo) Missing(ctx context.Context, topics []string) (map[string]bool
 	return missingOf(topics, answers, kerr.UnknownTopicOrPartition)
 }
 
+// Partitions asks the brokers for topics' metadata, never creating a
+// topic.
+func (f *franzGo) Partitions(ctx context.Context, topics []string) ([]Partition, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = false
+	for _, t := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, f.admin)
+	if err != nil {
+		return nil, err
+	}
+	var ps []Partition
+	for _, t := range resp.Topics {
+		if t.Topic == nil || t.ErrorCode != 0 {
+			continue
+		}
+		for _, p := range t.Partitions {
+			ps = append(ps, Partition{*t.Topic, int(p.Partition)})
+		}
+	}
+	return ps, nil
+}
+
 // Offsets asks the partitions' leaders for their first offsets and their
 // high watermarks (two ListOffsets, each sent to the leaders by kgo).
 func (f *franzGo) Offsets(ctx context.Context, ps []Partition) (map[Partition]Range, error) {

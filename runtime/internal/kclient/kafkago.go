@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -428,6 +429,24 @@ func (k *kafkaGo) Committed(ctx context.Context, ps []Partition) (map[Partition]
 		}
 	}
 	return offs, nil
+}
+
+// Partitions asks the brokers for topics' metadata.
+func (k *kafkaGo) Partitions(ctx context.Context, topics []string) ([]Partition, error) {
+	resp, err := k.commits.Metadata(ctx, &kafka.MetadataRequest{Addr: k.commits.Addr, Topics: topics})
+	if err != nil {
+		return nil, err
+	}
+	var ps []Partition
+	for _, t := range resp.Topics {
+		if t.Error != nil || !slices.Contains(topics, t.Name) {
+			continue
+		}
+		for _, p := range t.Partitions {
+			ps = append(ps, Partition{t.Name, p.ID})
+		}
+	}
+	return ps, nil
 }
 
 // Close waits for the partition readers to finish closing (each bounded

@@ -1,8 +1,8 @@
 // Package kclient is the runtime's seam to Kafka: the consumer group
 // (join and leave, assignment and revocation, fetch, fenced commit), the
-// produce side of dead letters, and the metadata the start's topic check
-// and the lag sampler ask for, behind one interface with one file per
-// client (kafkago.go, franzgo.go).
+// produce side of dead letters, and the metadata the start's topic check,
+// its new-state-file check and the lag sampler ask for, behind one
+// interface with one file per client (kafkago.go, franzgo.go).
 //
 // It speaks in its own small types (partitions, records, offsets) and
 // knows nothing of the runtime's classes, items or trackers: the runtime
@@ -177,6 +177,10 @@ type Client interface {
 	// yet (a franz-go member resumes from it without telling). It blocks
 	// until the coordinator answers or ctx ends.
 	Committed(ctx context.Context, ps []Partition) (map[Partition]int64, error)
+	// Partitions returns the partitions of each of topics the brokers
+	// know (a topic they do not know has none), never creating a topic.
+	// It blocks until they answer or ctx ends.
+	Partitions(ctx context.Context, topics []string) ([]Partition, error)
 	// Close ends the membership, if any, by deadline (at least
 	// LeaveTimeout), and the client's connections. A static member keeps
 	// its membership: the broker waits SessionTimeout for its restart.

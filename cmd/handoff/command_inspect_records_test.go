@@ -1,0 +1,144 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// recordsFile writes a state file with meta (group, instance, classes, a
+// pause), a dead letter blocking orders' key k with two messages parked
+// behind it, one parked message of users with no blocker, and two
+// delayed messages: a redelivery and a deferred one.
+func recordsFile(t *testing.T) (path string, t0 time.Time) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "state.db")
+	st, err := snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	rec := func(id, class, key, reason string, at time.Time) snapshot.Record {
+		var k []byte
+		if key != "" {
+			k = []byte(key)
+		}
+		return snapshot.Record{Message: handoff.Message{ID: id, Class: class, Key: k, Value: []byte(id)}, Reason: reason, SavedAt: at}
+	}
+	err = st.Update(func(tx *snapshot.Tx) error {
+		for k, v := range map[string]string{snapshot.MetaGroup: "rental", snapshot.MetaInstance: "rental-0"} {
+			if err := tx.PutMeta(k, []byte(v)); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.AddClasses("orders", "users"); err != nil {
+			return err
+		}
+		if err := tx.PutPause("users", snapshot.Pause{Reason: "db migration", Since: t0}); err != nil {
+			return err
+		}
+		if _, err := tx.SaveDead(rec("orders/0/7", "orders", "k", "failed", t0)); err != nil {
+			return err
+		}
+		if err := tx.Park("orders", []byte("k"), rec("orders/0/8", "orders", "k", "parked", t0.Add(time.Minute)),
+			rec("orders/0/9", "orders", "k", "parked", t0.Add(2*time.Minute))); err != nil {
+			return err
+		}
+		if err := tx.Park("users", []byte("u"), rec("users/1/3", "users", "u", "parked", t0.Add(3*time.Minute))); err != nil {
+			return err
+		}
+		_, err := tx.SaveDelayed(
+			snapshot.Delayed{Due: t0.Add(2 * time.Hour), Record: rec("users/1/4", "users", "", "deferred", t0.Add(4*time.Minute))},
+			snapshot.Delayed{Due: t0.Add(time.Hour), Record: rec("orders/1/2", "orders", "r", "redelivery", t0.Add(5*time.Minute))},
+		)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, t0
+}
+
+// TestInspectRecordsAndMeta: inspect shows the file's meta, its parked
+// records with what their key waits for, and its delayed records in due
+// order, as text and as JSON, with the bucket table as before.
+func TestInspectRecordsAndMeta(t *testing.T) {
+	t.Parallel()
+	path, t0 := recordsFile(t)
+	r := run(t, "inspect", path)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	ts := func(d time.Duration) string { return fmtTime(t0.Add(d)) }
+	norm := func(s string) string { return regexp.MustCompile(` {2,}`).ReplaceAllString(s, " | ") }
+	for _, want := range []string{
+		"BUCKET  RECORDS  OLDEST  NEWEST\npending  0  -  -\n", // the table as before
+		"\nmeta\n  group  rental\n  instance  rental-0\n  format  2 (features: none)\n  classes  orders, users\n" +
+			"  paused  users since " + ts(0) + ": db migration\n",
+		// In the parked bucket's order (class length, class, key), each
+		// key's in park order.
+		"\nparked records, in the order they run\n  CLASS  KEY  ID  SAVED  WAITS FOR\n" +
+			"  users  u  users/1/3  " + ts(3*time.Minute) + "  (nothing in this file: released at the next start)\n" +
+			"  orders  k  orders/0/8  " + ts(time.Minute) + "  orders/0/7 (dead)\n" +
+			"  orders  k  orders/0/9  " + ts(2*time.Minute) + "  orders/0/7 (dead)\n",
+		"\ndelayed records, in due order\n  DUE  CLASS  KEY  ID  REASON\n" +
+			"  " + ts(time.Hour) + "  orders  r  orders/1/2  redelivery\n" +
+			"  " + ts(2*time.Hour) + "  users  (none)  users/1/4  deferred\n",
+	} {
+		if !strings.Contains(norm(r.stdout), norm(want)) {
+			t.Errorf("inspect:\n%s\nwant it to contain:\n%s", r.stdout, want)
+		}
+	}
+
+	r = run(t, "inspect", "--records", "1", path)
+	if r.code != 0 || strings.Count(r.stdout, "  ... 2 more (--records)\n") != 1 || strings.Count(r.stdout, "  ... 1 more (--records)\n") != 1 {
+		t.Errorf("--records 1: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	r = run(t, "inspect", "--json", path)
+	if r.code != 0 {
+		t.Fatalf("--json: exit %d: %s", r.code, r.stderr)
+	}
+	var rep inspectReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, r.stdout)
+	}
+	m := rep.Meta
+	if m == nil || m.Group != "rental" || m.Instance != "rental-0" || m.Format != 2 || len(m.Features) != 0 ||
+		fmt.Sprint(m.Classes) != "[orders users]" || len(m.Pauses) != 1 || m.Pauses[0] != (pauseReport{Class: "users", Reason: "db migration", Since: t0}) {
+		t.Errorf("json meta %+v", m)
+	}
+	var parked []string
+	for _, p := range rep.Parked {
+		b := "-"
+		if p.Blocker != nil {
+			b = p.Blocker.Bucket + ":" + p.Blocker.ID
+		}
+		parked = append(parked, fmt.Sprintf("%s/%s/%s/%s", p.Class, *p.KeyText, p.ID, b))
+	}
+	if got := strings.Join(parked, " "); got != "users/u/users/1/3/- orders/k/orders/0/8/dead:orders/0/7 orders/k/orders/0/9/dead:orders/0/7" {
+		t.Errorf("json parked %s", got)
+	}
+	if len(rep.Delayed) != 2 || rep.Delayed[0].ID != "orders/1/2" || !rep.Delayed[0].Due.Equal(t0.Add(time.Hour)) ||
+		rep.Delayed[0].Reason != "redelivery" || rep.Delayed[1].Key != nil || rep.Delayed[1].KeyText != nil {
+		t.Errorf("json delayed %+v", rep.Delayed)
+	}
+	// The keys of before are still there.
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"path", "size_bytes", "buckets", "meta", "parked_records", "delayed_records"} {
+		if _, ok := raw[k]; !ok {
+			t.Errorf("json has no key %s", k)
+		}
+	}
+}
