@@ -353,8 +353,9 @@ func (f *franzGo) leave(bound time.Duration) {
 	wait.ClosedWithin(f.kept, closeWait) // a commit in flight ends within CommitTimeout
 }
 
-// Missing asks the brokers for topics' metadata, never creating a topic.
-func (f *franzGo) Missing(ctx context.Context, topics []string) (map[string]bool, error) {
+// metadata asks the brokers for topics' metadata, never creating a
+// topic: what Missing and Partitions read.
+func (f *franzGo) metadata(ctx context.Context, topics []string) (*kmsg.MetadataResponse, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	req.AllowAutoTopicCreation = false
 	for _, t := range topics {
@@ -362,7 +363,12 @@ func (f *franzGo) Missing(ctx context.Context, topics []string) (map[string]bool
 		rt.Topic = kmsg.StringPtr(t)
 		req.Topics = append(req.Topics, rt)
 	}
-	resp, err := req.RequestWith(ctx, f.admin)
+	return req.RequestWith(ctx, f.admin)
+}
+
+// Missing asks the brokers for topics' metadata, never creating a topic.
+func (f *franzGo) Missing(ctx context.Context, topics []string) (map[string]bool, error) {
+	resp, err := f.metadata(ctx, topics)
 	if err != nil {
 		return nil, err
 	}
@@ -378,14 +384,7 @@ func (f *franzGo) Missing(ctx context.Context, topics []string) (map[string]bool
 // Partitions asks the brokers for topics' metadata, never creating a
 // topic.
 func (f *franzGo) Partitions(ctx context.Context, topics []string) ([]Partition, error) {
-	req := kmsg.NewPtrMetadataRequest()
-	req.AllowAutoTopicCreation = false
-	for _, t := range topics {
-		rt := kmsg.NewMetadataRequestTopic()
-		rt.Topic = kmsg.StringPtr(t)
-		req.Topics = append(req.Topics, rt)
-	}
-	resp, err := req.RequestWith(ctx, f.admin)
+	resp, err := f.metadata(ctx, topics)
 	if err != nil {
 		return nil, err
 	}
