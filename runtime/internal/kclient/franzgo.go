@@ -426,17 +426,12 @@ func (f *franzGo) Offsets(ctx context.Context, ps []Partition) (map[Partition]Ra
 func (f *franzGo) Committed(ctx context.Context, ps []Partition) (map[Partition]int64, error) {
 	req := kmsg.NewPtrOffsetFetchRequest()
 	req.Group = f.cfg.Group
-	byTopic := map[string]int{}
-	for _, p := range ps {
-		i, ok := byTopic[p.Topic]
-		if !ok {
-			i = len(req.Topics)
-			byTopic[p.Topic] = i
-			rt := kmsg.NewOffsetFetchRequestTopic()
-			rt.Topic = p.Topic
-			req.Topics = append(req.Topics, rt)
-		}
-		req.Topics[i].Partitions = append(req.Topics[i].Partitions, int32(p.Partition))
+	topics, parts := groupByTopic(ps)
+	for i, t := range topics {
+		rt := kmsg.NewOffsetFetchRequestTopic()
+		rt.Topic = t
+		rt.Partitions = parts[i]
+		req.Topics = append(req.Topics, rt)
 	}
 	resp, err := req.RequestWith(ctx, f.admin)
 	if err == nil {
@@ -459,27 +454,42 @@ func (f *franzGo) Committed(ctx context.Context, ps []Partition) (map[Partition]
 	return offs, nil
 }
 
+// groupByTopic groups ps by topic, topics in the order they first
+// appear and each topic's partitions in the order given: the shape of
+// the OffsetFetch and ListOffsets requests.
+func groupByTopic(ps []Partition) (topics []string, parts [][]int32) {
+	index := map[string]int{}
+	for _, p := range ps {
+		i, ok := index[p.Topic]
+		if !ok {
+			i = len(topics)
+			index[p.Topic] = i
+			topics = append(topics, p.Topic)
+			parts = append(parts, nil)
+		}
+		parts[i] = append(parts[i], int32(p.Partition))
+	}
+	return topics, parts
+}
+
 // listOffsets returns the offset at timestamp (-2: the first, -1: the
 // high watermark) of each of ps that answered without an error. It fails
 // only when no leader answered.
 func (f *franzGo) listOffsets(ctx context.Context, ps []Partition, timestamp int64) (map[Partition]int64, error) {
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.ReplicaID = -1
-	byTopic := map[string]int{}
-	for _, p := range ps {
-		i, ok := byTopic[p.Topic]
-		if !ok {
-			i = len(req.Topics)
-			byTopic[p.Topic] = i
-			rt := kmsg.NewListOffsetsRequestTopic()
-			rt.Topic = p.Topic
-			req.Topics = append(req.Topics, rt)
+	topics, parts := groupByTopic(ps)
+	for i, t := range topics {
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = t
+		for _, n := range parts[i] {
+			rp := kmsg.NewListOffsetsRequestTopicPartition()
+			rp.Partition = n
+			rp.Timestamp = timestamp
+			rp.CurrentLeaderEpoch = -1
+			rt.Partitions = append(rt.Partitions, rp)
 		}
-		rp := kmsg.NewListOffsetsRequestTopicPartition()
-		rp.Partition = int32(p.Partition)
-		rp.Timestamp = timestamp
-		rp.CurrentLeaderEpoch = -1
-		req.Topics[i].Partitions = append(req.Topics[i].Partitions, rp)
+		req.Topics = append(req.Topics, rt)
 	}
 	offs := map[Partition]int64{}
 	var errs []error
