@@ -23,6 +23,7 @@ const (
 	DefaultSessionTimeout   = 10 * time.Second
 	DefaultRebalanceTimeout = 10 * time.Second
 	DefaultLockTimeout      = time.Second
+	DefaultChangelogTimeout = 10 * time.Second
 	DefaultRevokeTimeout    = 5 * time.Second
 	DefaultFetchMaxWait     = 500 * time.Millisecond
 	DefaultFetchQueue       = 1000
@@ -175,6 +176,30 @@ type Config struct {
 	// handoff_state_file_new_with_commits (a lost disk, or a new
 	// instance).
 	StatePath string
+
+	// LocalStateOnly keeps the state in the state file alone, as before
+	// 0.3.0: no changelog topic is created, read or written. Then the
+	// file must survive every restart (a persistent volume): a start on
+	// a new file loses what the old one held, and is logged at Warn with
+	// handoff_state_file_new_with_commits set when the group has
+	// committed offsets. Zero (false): every write to the state file of
+	// a class with topics is also written to its partition's changelog
+	// topic, <Group>.<topic>.handoff-changelog, and each partition's next
+	// owner restores that partition's state before it fetches it (see
+	// the package doc, State that outlives the pod).
+	LocalStateOnly bool
+
+	// ChangelogReplication is the replication factor of the changelog
+	// topics the start creates when they are missing. Zero means the
+	// broker's default (default.replication.factor).
+	ChangelogReplication int16
+
+	// ChangelogTimeout bounds one write to the changelog (the broker's
+	// acknowledgement from every in-sync replica included); at the stop
+	// the write also ends with the stop's budget. A write that fails is a
+	// failed save: the offsets behind it are not committed. Zero means
+	// 10s.
+	ChangelogTimeout time.Duration
 
 	// Classes are the message classes; each gets its own pool. At least
 	// one is required; names and topics must be unique.
@@ -392,6 +417,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		{"FetchMaxWait", &cfg.FetchMaxWait, DefaultFetchMaxWait},
 		{"LockTimeout", &cfg.LockTimeout, DefaultLockTimeout},
 		{"RevokeTimeout", &cfg.RevokeTimeout, DefaultRevokeTimeout},
+		{"ChangelogTimeout", &cfg.ChangelogTimeout, DefaultChangelogTimeout},
 	}
 	for _, d := range durations {
 		switch {
@@ -400,6 +426,9 @@ func (cfg Config) withDefaults() (Config, error) {
 		case *d.v == 0:
 			*d.v = d.def
 		}
+	}
+	if cfg.ChangelogReplication < 0 {
+		bad("ChangelogReplication must not be negative, got %d", cfg.ChangelogReplication)
 	}
 	if cfg.FetchQueue < 0 {
 		bad("FetchQueue must not be negative, got %d", cfg.FetchQueue)
