@@ -105,7 +105,8 @@ func New(cfg Config) (*Client, error) {
 		kgo.ProducerLinger(0),
 		// A record not acknowledged in this time fails rather than stays
 		// queued through an outage; the wait has failed by then anyway.
-		kgo.RecordDeliveryTimeout(cfg.Timeout),
+		// kgo allows no less than 1s.
+		kgo.RecordDeliveryTimeout(max(cfg.Timeout, time.Second)),
 	)...)
 	if err != nil {
 		return nil, fmt.Errorf("changelog: producer: %w", err)

@@ -94,8 +94,9 @@ func (c *Client) read(ctx context.Context, topic string, p int32, from int64, fn
 		if err != nil {
 			if ctx.Err() != nil {
 				err = context.Cause(ctx)
-			} else if retries < leaderRetries {
-				retries++ // no leader known, or its connection failed
+			} else if retries < leaderRetries && retriable(err) {
+				retries++
+				c.forget(topic)
 				if sleep(ctx, time.Duration(retries)*50*time.Millisecond) == nil {
 					continue
 				}
@@ -147,7 +148,9 @@ func (c *Client) read(ctx context.Context, topic string, p int32, from int64, fn
 	return off, nil
 }
 
-// bounds returns partition p's log start and end offsets.
+// bounds returns partition p's log start and end offsets, asking its
+// leader; a retriable error (the topic just made, a leader moving) is
+// retried after a pause, leaderRetries times.
 func (c *Client) bounds(ctx context.Context, topic string, p int32) (start, end int64, _ error) {
 	list := func(ts int64) (int64, error) {
 		req := kmsg.NewPtrListOffsetsRequest()
@@ -160,21 +163,16 @@ func (c *Client) bounds(ctx context.Context, topic string, p int32) (start, end 
 		rp.Timestamp = ts
 		rt.Partitions = append(rt.Partitions, rp)
 		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, c.cl)
-		if err != nil {
-			return 0, err
-		}
-		for _, t := range resp.Topics {
-			for _, rp := range t.Partitions {
-				if rp.Partition == p {
-					if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
-						return 0, err
-					}
-					return rp.Offset, nil
-				}
+		for retries := 0; ; retries++ {
+			off, err := c.listOffset(ctx, topic, p, req)
+			if err == nil || ctx.Err() != nil || retries == leaderRetries || !retriable(err) {
+				return off, err
+			}
+			c.forget(topic)
+			if sleep(ctx, time.Duration(retries+1)*50*time.Millisecond) != nil {
+				return 0, fmt.Errorf("%w (after %w)", context.Cause(ctx), err)
 			}
 		}
-		return 0, errors.New("no answer for the partition")
 	}
 	start, err := list(-2)
 	if err != nil {
@@ -187,17 +185,64 @@ func (c *Client) bounds(ctx context.Context, topic string, p int32) (start, end 
 	return start, end, nil
 }
 
-// fetch sends one Fetch request for partition p at off to its leader
-// and returns the partition's answer.
-func (c *Client) fetch(ctx context.Context, topic string, p int32, off int64) (*kmsg.FetchResponseTopicPartition, error) {
+func (c *Client) listOffset(ctx context.Context, topic string, p int32, req *kmsg.ListOffsetsRequest) (int64, error) {
+	leader, _, err := c.leader(ctx, topic, p)
+	if err != nil {
+		return 0, err
+	}
+	kresp, err := c.cl.Broker(int(leader)).Request(ctx, req)
+	if err != nil {
+		return 0, &brokerError{leader, err}
+	}
+	for _, t := range kresp.(*kmsg.ListOffsetsResponse).Topics {
+		for _, rp := range t.Partitions {
+			if rp.Partition == p {
+				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+					return 0, err
+				}
+				return rp.Offset, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("broker %d: no answer for the partition", leader)
+}
+
+// brokerError is a request to a broker that got no answer: retriable.
+type brokerError struct {
+	id  int32
+	err error
+}
+
+func (e *brokerError) Error() string { return fmt.Sprintf("broker %d: %v", e.id, e.err) }
+func (e *brokerError) Unwrap() error { return e.err }
+
+// errNoLeader is a partition with no leader in the metadata: retriable.
+var errNoLeader = errors.New("no leader in the metadata")
+
+func retriable(err error) bool {
+	var be *brokerError
+	return kerr.IsRetriable(err) || errors.As(err, &be) || errors.Is(err, errNoLeader)
+}
+
+// leader returns the leader of partition p of topic, and the topic's id.
+func (c *Client) leader(ctx context.Context, topic string, p int32) (int32, [16]byte, error) {
 	tm, err := c.meta(ctx, topic)
 	if err != nil {
-		return nil, err
+		return 0, [16]byte{}, err
 	}
 	leader, ok := tm.leaders[p]
 	if !ok {
-		c.forget(topic)
-		return nil, fmt.Errorf("no partition %d in the metadata (%d partitions)", p, len(tm.leaders))
+		return 0, tm.id, fmt.Errorf("partition %d: %w", p, errNoLeader)
+	}
+	return leader, tm.id, nil
+}
+
+// fetch sends one Fetch request for partition p at off to its leader
+// and returns the partition's answer.
+func (c *Client) fetch(ctx context.Context, topic string, p int32, off int64) (*kmsg.FetchResponseTopicPartition, error) {
+	leader, id, err := c.leader(ctx, topic, p)
+	if err != nil {
+		return nil, err
 	}
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID = -1
@@ -208,7 +253,7 @@ func (c *Client) fetch(ctx context.Context, topic string, p int32, off int64) (*
 	req.SessionEpoch = -1 // no fetch session: every request is whole
 	rt := kmsg.NewFetchRequestTopic()
 	rt.Topic = topic
-	rt.TopicID = tm.id
+	rt.TopicID = id
 	rp := kmsg.NewFetchRequestTopicPartition()
 	rp.Partition = p
 	rp.FetchOffset = off
@@ -220,8 +265,7 @@ func (c *Client) fetch(ctx context.Context, topic string, p int32, off int64) (*
 	req.Topics = append(req.Topics, rt)
 	kresp, err := c.cl.Broker(int(leader)).Request(ctx, req)
 	if err != nil {
-		c.forget(topic)
-		return nil, fmt.Errorf("fetch from broker %d: %w", leader, err)
+		return nil, &brokerError{leader, err}
 	}
 	resp := kresp.(*kmsg.FetchResponse)
 	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
