@@ -105,7 +105,7 @@ func TestChangelogDeadLettersTravel(t *testing.T) {
 	ordered := func(c *Class) { c.Ordered = true }
 	rt, wait := startNew(t, b.config(h, ordered))
 	waitFor(t, "3 dead letters, the rest parked or handled", func() bool {
-		dl, _, err := rt.DeadLetters("", Cursor{}, 100)
+		dl, _, err := rt.DeadLetters("", "", 100)
 		if err != nil || len(dl) != 3 {
 			return false
 		}
@@ -130,7 +130,7 @@ func TestChangelogDeadLettersTravel(t *testing.T) {
 	var dl []DeadLetter
 	waitFor(t, "the dead letters restored", func() bool {
 		var err error
-		dl, _, err = rt2.DeadLetters("", Cursor{}, 100)
+		dl, _, err = rt2.DeadLetters("", "", 100)
 		return err == nil && len(dl) == 3
 	})
 	for _, d := range dl {
