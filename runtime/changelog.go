@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,7 +42,12 @@ type stateLog struct {
 	// did not come from Kafka goes. Set by open, read-only after.
 	consumed   map[string]bool
 	classTopic map[string]string
-	parts      map[string]int32
+	// parts is replaced, never changed in place, when a topic that
+	// appeared after the start gets its changelog (learn).
+	parts atomic.Pointer[map[string]int32]
+	// meta answers partition counts; learnMu orders learn's calls.
+	meta    kclient.Client
+	learnMu sync.Mutex
 
 	// stopAt, when not zero, is the stop's deadline in Unix nanoseconds:
 	// no changelog write waits past it.
@@ -59,7 +65,7 @@ type stateLog struct {
 
 	// restored and restoredParts count what the restores brought back,
 	// for the report.
-	restored, restoredParts, repushed atomic.Int64
+	restored, restoredParts, repushed, blockedKeys atomic.Int64
 }
 
 // on reports whether the changelog is in use: false with
@@ -86,7 +92,7 @@ func (l *stateLog) routeMsg(m *handoff.Message) (topic string, partition int32, 
 	if !found {
 		return "", 0, false
 	}
-	n := l.parts[t]
+	n := (*l.parts.Load())[t]
 	if n <= 0 {
 		return "", 0, false
 	}
@@ -152,7 +158,8 @@ func (l *stateLog) open(ctx context.Context, cfg changelog.Config, meta kclient.
 	for _, p := range ps {
 		counts[p.Topic] = max(counts[p.Topic], int32(p.Partition)+1)
 	}
-	l.consumed, l.classTopic, l.parts = map[string]bool{}, map[string]string{}, counts
+	l.consumed, l.classTopic, l.meta = map[string]bool{}, map[string]string{}, meta
+	l.parts.Store(&counts)
 	l.owned = map[kclient.Partition]bool{}
 	for _, c := range classes {
 		for _, t := range c.cfg.Topics {
@@ -365,6 +372,9 @@ func (r *Runtime) restorePartition(ctx context.Context, p kclient.Partition) boo
 func (r *Runtime) restoreOnce(ctx context.Context, p kclient.Partition) error {
 	started := time.Now()
 	topic, part := p.Topic, int32(p.Partition)
+	if err := r.clog.learn(ctx, topic); err != nil {
+		return err
+	}
 	read, applied, err := r.clog.restore(ctx, topic, part)
 	if err != nil {
 		return fmt.Errorf("restore %s from %s: %w", p, r.clog.client.Topic(topic), err)
@@ -385,6 +395,7 @@ func (r *Runtime) restoreOnce(ctx context.Context, p kclient.Partition) error {
 	r.clog.restored.Add(int64(n))
 	r.clog.restoredParts.Add(1)
 	r.clog.repushed.Add(int64(rep.Repushed))
+	r.clog.blockedKeys.Add(int64(rep.BlockedKeys))
 	r.log.Info("partition state restored", "partition", p.String(), "changelog_records", read, "restored", n,
 		"deleted", applied.Deleted, "repushed", rep.Repushed, "blocked_keys", rep.BlockedKeys, "took", time.Since(started))
 	return nil
@@ -481,5 +492,38 @@ func (l *stateLog) loadPauses(ctx context.Context, classes map[string]*class) er
 			c.hold.RestorePause(p)
 		}
 	}
+	return nil
+}
+
+// learn makes sure topic, consumed, has its changelog topic: one that
+// appeared after the start (Class.WaitForTopics) gets it at its first
+// assignment.
+func (l *stateLog) learn(ctx context.Context, topic string) error {
+	if _, ok := (*l.parts.Load())[topic]; ok {
+		return nil
+	}
+	l.learnMu.Lock()
+	defer l.learnMu.Unlock()
+	old := *l.parts.Load()
+	if _, ok := old[topic]; ok {
+		return nil
+	}
+	ps, err := l.meta.Partitions(ctx, []string{topic})
+	if err != nil {
+		return fmt.Errorf("partitions of %s: %w", topic, err)
+	}
+	n := int32(0)
+	for _, p := range ps {
+		n = max(n, int32(p.Partition)+1)
+	}
+	if n == 0 {
+		return fmt.Errorf("topic %s has no partitions", topic)
+	}
+	if err := l.client.Ensure(ctx, map[string]int32{topic: n}); err != nil {
+		return err
+	}
+	parts := maps.Clone(old)
+	parts[topic] = n
+	l.parts.Store(&parts)
 	return nil
 }

@@ -180,8 +180,12 @@ func (v *recovery) restoreKeys(rep *Report) error {
 		}
 	}
 	ordered := false
+	before := 0 // keys blocked or releasing already: another partition's
 	for _, c := range v.order {
 		ordered = ordered || c.cfg.Ordered
+		if c.keys != nil {
+			before += c.keys.count()
+		}
 	}
 	if !ordered {
 		return nil
@@ -192,11 +196,13 @@ func (v *recovery) restoreKeys(rep *Report) error {
 	if err := v.releaseParked(); err != nil {
 		return err
 	}
+	after := 0
 	for _, c := range v.order {
 		if c.keys != nil {
-			rep.BlockedKeys += c.keys.count()
+			after += c.keys.count()
 		}
 	}
+	rep.BlockedKeys += after - before
 	return nil
 }
 

@@ -20,11 +20,30 @@ const (
 	leaveTimeout  = kclient.LeaveTimeout
 )
 
-// stopBudget is how long a stop may take: DrainTimeout, HardStopGrace and
-// a margin for the snapshot, the final commit, the reader closes and the
-// leave. The leave may use what the phases before it left of it.
+// stopBudget is how long a stop may take: DrainTimeout, HardStopGrace,
+// with the changelog ChangelogTimeout for the snapshot's changelog write,
+// and a margin for the snapshot, the final commit, the reader closes and
+// the leave. The leave may use what the phases before it left of it.
 func (c *Config) stopBudget() time.Duration {
-	return c.DrainTimeout + c.HardStopGrace + commitTimeout + leaveTimeout + c.FetchMaxWait + time.Second
+	d := c.DrainTimeout + c.HardStopGrace + commitTimeout + leaveTimeout + c.FetchMaxWait + time.Second
+	if c.changelogOn() {
+		d += c.ChangelogTimeout
+	}
+	return d
+}
+
+// changelogOn reports whether the state changelog is used: not with
+// LocalStateOnly, and only with classes that have topics.
+func (c *Config) changelogOn() bool {
+	if c.LocalStateOnly {
+		return false
+	}
+	for _, cl := range c.Classes {
+		if len(cl.Topics) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // stop runs the stop's phases in the order of docs/design.md and returns
@@ -54,6 +73,7 @@ func (s *runState) stop(grace time.Duration, cause error) (*Report, error) {
 	rep.Restored = int(r.clog.restored.Load())
 	rep.RestoredPartitions = int(r.clog.restoredParts.Load())
 	rep.Repushed += int(r.clog.repushed.Load())
+	rep.BlockedKeys += int(r.clog.blockedKeys.Load())
 	rep.Stop = time.Since(begin)
 	r.log.Info("stop complete", "drained", rep.Drained, "snapshotted", rep.Snapshotted, "unstarted", rep.Unstarted,
 		"interrupted", rep.Interrupted, "stragglers", rep.Stragglers, "succeeded", rep.Succeeded,
