@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,8 +56,10 @@ type stateLog struct {
 
 	mu sync.Mutex
 	// owned are the partitions restored here and not revoked since: the
-	// scheduler delivers only their delayed records.
+	// scheduler delivers only their delayed records. ckpt is their
+	// checkpoints.
 	owned map[kclient.Partition]bool
+	ckpt  map[kclient.Partition]*checkpoint
 
 	// waitMu guards waiting: the settles of messages saved to the state
 	// file whose changelog write failed (see await).
@@ -131,14 +134,17 @@ func (l *stateLog) owns(rec *snapshot.Record) bool {
 	return l.owned[kclient.Partition{Topic: t, Partition: int(p)}]
 }
 
-// setOwned marks p owned (restored) or not (revoked).
-func (l *stateLog) setOwned(p kclient.Partition, owned bool) {
+// setOwned marks p owned, restored up to changelog offset next, or not
+// (revoked).
+func (l *stateLog) setOwned(p kclient.Partition, owned bool, next int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if owned {
 		l.owned[p] = true
+		l.ckpt[p] = &checkpoint{next: next}
 	} else {
 		delete(l.owned, p)
+		delete(l.ckpt, p)
 	}
 }
 
@@ -160,7 +166,7 @@ func (l *stateLog) open(ctx context.Context, cfg changelog.Config, meta kclient.
 	}
 	l.consumed, l.classTopic, l.meta = map[string]bool{}, map[string]string{}, meta
 	l.parts.Store(&counts)
-	l.owned = map[kclient.Partition]bool{}
+	l.owned, l.ckpt = map[kclient.Partition]bool{}, map[kclient.Partition]*checkpoint{}
 	for _, c := range classes {
 		for _, t := range c.cfg.Topics {
 			l.consumed[t] = true
@@ -204,7 +210,81 @@ func (l *stateLog) send(changes []snapshot.Change) func() error {
 	return func() error {
 		ctx, cancel := l.waitCtx()
 		defer cancel()
-		return wait(ctx)
+		if err := wait(ctx); err != nil {
+			return err
+		}
+		l.acked(outs)
+		return nil
+	}
+}
+
+// checkpoint is what the state file holds of one owned partition's
+// changelog: everything before next is applied to it. The partition's
+// restore sets next to the changelog's end; this instance's own writes,
+// once acknowledged, move it on while they follow one another without a
+// gap (a write of another instance in between stops it there: the next
+// restore reads from it).
+type checkpoint struct {
+	next int64
+	// ahead are acknowledged writes past a gap, first offset to end:
+	// they join next once the writes before them are acknowledged.
+	ahead map[int64]int64
+}
+
+// acked moves the checkpoints of the partitions outs were written to.
+func (l *stateLog) acked(outs []*changelog.Out) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, o := range outs {
+		cp := l.ckpt[kclient.Partition{Topic: o.Input, Partition: int(o.Partition)}]
+		if cp == nil || o.Offset < cp.next {
+			continue
+		}
+		if o.Offset > cp.next {
+			if cp.ahead == nil {
+				cp.ahead = map[int64]int64{}
+			}
+			cp.ahead[o.Offset] = o.Offset + 1
+			continue
+		}
+		cp.next = o.Offset + 1
+		for {
+			end, ok := cp.ahead[cp.next]
+			if !ok {
+				break
+			}
+			delete(cp.ahead, cp.next)
+			cp.next = end
+		}
+	}
+}
+
+// keepCheckpoints writes the checkpoints of ps (all owned partitions when
+// ps is nil) to the state file: at a revocation and at the stop. A
+// checkpoint not written costs the next restore a longer read, nothing
+// else.
+func (l *stateLog) keepCheckpoints(ps []kclient.Partition) {
+	l.mu.Lock()
+	keep := map[kclient.Partition]int64{}
+	for p, cp := range l.ckpt {
+		if ps == nil || slices.Contains(ps, p) {
+			keep[p] = cp.next
+		}
+	}
+	l.mu.Unlock()
+	if len(keep) == 0 {
+		return
+	}
+	err := l.state.store.UpdateLocal(func(tx *snapshot.Tx) error {
+		for p, next := range keep {
+			if err := tx.SetChangelogCheckpoint(p.Topic, int32(p.Partition), next); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		l.log.Warn("changelog checkpoints not kept; the next restore reads more of the changelog", "err", err)
 	}
 }
 
@@ -230,31 +310,44 @@ func (l *stateLog) bound(deadline time.Time) {
 // the partition lived elsewhere) up to its high watermark, and applies
 // it to the file, last write winning, tombstones deleting. It returns
 // how many changelog records it read.
-func (l *stateLog) restore(ctx context.Context, topic string, p int32) (read int, applied snapshot.Applied, err error) {
+func (l *stateLog) restore(ctx context.Context, topic string, p int32) (read int, next int64, applied snapshot.Applied, err error) {
 	store := l.state.store
 	var from int64
 	var known bool
 	if err := store.View(func(tx *snapshot.Tx) (err error) { from, known, err = tx.ChangelogCheckpoint(topic, p); return err }); err != nil {
-		return 0, applied, err
+		return 0, 0, applied, err
 	}
 	var recs []snapshot.ChangelogRecord
-	next, err := l.client.Read(ctx, topic, p, from, func(batch []changelog.Rec) error {
+	next, err = l.client.Read(ctx, topic, p, from, func(batch []changelog.Rec) error {
 		for _, r := range batch {
 			recs = append(recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value})
 		}
 		return nil
 	})
+	if errors.Is(err, changelog.ErrBeyondEnd) {
+		// The changelog is shorter than the file's checkpoint: the topic
+		// was made again. Read it whole.
+		l.log.Warn("changelog ends before the state file's checkpoint; reading it from the start", "topic", l.client.Topic(topic),
+			"partition", p, "checkpoint", from)
+		recs, from, known = recs[:0], 0, false
+		next, err = l.client.Read(ctx, topic, p, 0, func(batch []changelog.Rec) error {
+			for _, r := range batch {
+				recs = append(recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value})
+			}
+			return nil
+		})
+	}
 	if err != nil {
-		return 0, applied, err
+		return 0, 0, applied, err
 	}
 	if len(recs) == 0 && known && next == from {
-		return 0, applied, nil // the file is where the changelog is
+		return 0, next, applied, nil // the file is where the changelog is
 	}
 	err = store.UpdateLocal(func(tx *snapshot.Tx) (err error) {
 		applied, err = tx.ApplyChangelog(topic, p, recs, next)
 		return err
 	})
-	return len(recs), applied, err
+	return len(recs), next, applied, err
 }
 
 // close closes the client, if any.
@@ -375,7 +468,7 @@ func (r *Runtime) restoreOnce(ctx context.Context, p kclient.Partition) error {
 	if err := r.clog.learn(ctx, topic); err != nil {
 		return err
 	}
-	read, applied, err := r.clog.restore(ctx, topic, part)
+	read, next, applied, err := r.clog.restore(ctx, topic, part)
 	if err != nil {
 		return fmt.Errorf("restore %s from %s: %w", p, r.clog.client.Topic(topic), err)
 	}
@@ -385,9 +478,9 @@ func (r *Runtime) restoreOnce(ctx context.Context, p kclient.Partition) error {
 	rep := &Report{}
 	v := recovery{state: r.state, classes: r.classes.byName, order: r.classes.order, orphan: r.fail.orphan,
 		orphans: &orphans{}, log: r.log, want: r.clog.routedTo(topic, part)}
-	r.clog.setOwned(p, true)
+	r.clog.setOwned(p, true, next)
 	if err := v.run(ctx, rep); err != nil {
-		r.clog.setOwned(p, false)
+		r.clog.setOwned(p, false, 0)
 		return err
 	}
 	r.sched.wake(time.Unix(0, 0)) // its delayed records, from the start
@@ -410,7 +503,8 @@ func (r *Runtime) revokedPartition(p kclient.Partition) {
 	if !r.clog.on() {
 		return
 	}
-	r.clog.setOwned(p, false)
+	r.clog.keepCheckpoints([]kclient.Partition{p})
+	r.clog.setOwned(p, false, 0)
 	match := func(it *item) bool {
 		if it.src != fromPending {
 			return false

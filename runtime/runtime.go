@@ -140,7 +140,8 @@ func New(cfg Config) (*Runtime, error) {
 	r.state = &stateFile{log: r.log}
 	r.clog = &stateLog{log: r.log, state: r.state, timeout: cfg.ChangelogTimeout}
 	r.fail = newFailures(failuresConfig{state: r.state, tally: r.tally, classes: r.classes.byName, accepting: &r.life.accepting,
-		publish: func(c *class, rec snapshot.Record) { r.dlq.publish(c, rec) }, log: r.log})
+		publish: func(c *class, rec snapshot.Record) { r.dlq.publish(c, rec) }, log: r.log,
+		owns: func(rec *snapshot.Record) bool { return !r.clog.on() || r.clog.owns(rec) }})
 	r.sched = newScheduler(schedulerConfig{state: r.state, tally: r.tally, classes: r.classes.byName, orphan: r.fail.orphan, log: r.log,
 		owns: func(rec *snapshot.Record) bool { return !r.clog.on() || r.clog.owns(rec) }})
 	r.state.forgetDelayed = r.sched.forget

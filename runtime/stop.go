@@ -328,6 +328,9 @@ func (s *runState) snapshot() []any {
 			l.it.settle()
 		}
 	}
+	if r.clog.on() {
+		r.clog.keepCheckpoints(nil)
+	}
 	r.metrics.setSnapshot(rep.Snapshotted)
 	return []any{"saved", rep.Snapshotted}
 }
