@@ -205,7 +205,9 @@ func (c *capture) reset() {
 func (c *capture) key(id *[16]byte, code byte, local []byte) []byte {
 	n := changelogKeyHeader + len(local)
 	if cap(c.buf)-len(c.buf) < n {
-		c.buf = make([]byte, 0, max(n, 64<<10))
+		// Chunks double from 256 bytes to 64 KiB: a small transaction
+		// allocates little, a big one few chunks.
+		c.buf = make([]byte, 0, max(n, min(64<<10, max(256, 2*cap(c.buf)))))
 	}
 	start := len(c.buf)
 	c.buf = appendChangelogKey(c.buf, id, code, local)

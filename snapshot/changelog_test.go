@@ -53,7 +53,7 @@ func (r *recorder) reset() {
 }
 
 // capStore returns a store with capture on and its recorder.
-func capStore(t *testing.T) (*testStore, *recorder, [16]byte) {
+func capStore(t testing.TB) (*testStore, *recorder, [16]byte) {
 	t.Helper()
 	ts := setup(t)
 	rec := &recorder{}
@@ -172,7 +172,12 @@ func TestCaptureOwnKeys(t *testing.T) {
 		},
 		{
 			name: "local class stays local",
-			fn:   func(tx *Tx) error { r := clRecord(1, 0); r.Message.Class = "local"; _, err := tx.SavePending(r); return err },
+			fn: func(tx *Tx) error {
+				r := clRecord(1, 0)
+				r.Message.Class = "local"
+				_, err := tx.SavePending(r)
+				return err
+			},
 			want: func() []change { return nil },
 		},
 		{

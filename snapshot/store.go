@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -275,6 +276,9 @@ func (tx *Tx) putNew(name string, vals [][]byte, recs []Record) ([]uint64, error
 		return nil, fmt.Errorf("bucket %s sequence %d exhausted", name, seq)
 	}
 	keys := make([]uint64, len(vals))
+	if tx.cap != nil {
+		tx.cap.changes = slices.Grow(tx.cap.changes, len(vals))
+	}
 	var k [8]byte
 	for i, v := range vals {
 		seq++
