@@ -358,17 +358,21 @@ func (tx *Tx) capPut(name string, local, val []byte, rec *Record, lookup bool) e
 func (tx *Tx) capDelete(name string, local, old []byte) error {
 	c := tx.cap
 	code := bucketCode(name)
+	// Route first: rec aliases old, the file's memory, valid until the
+	// transaction writes.
+	var (
+		topic string
+		part  int32
+		ok    bool
+	)
+	if old != nil {
+		if rec, err := decodeOwned(old, nil); err == nil {
+			topic, part, ok = c.st.cl.Route(&rec)
+		}
+	}
 	mapped, err := tx.unmap(code, local)
-	if err != nil || old == nil {
+	if err != nil || !ok {
 		return err
-	}
-	rec, err := decodeOwned(old, nil) // aliases old, read before the delete
-	if err != nil {
-		return nil
-	}
-	topic, part, ok := c.st.cl.Route(&rec)
-	if !ok {
-		return nil
 	}
 	k := mapped
 	if k == nil {

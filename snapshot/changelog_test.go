@@ -887,3 +887,30 @@ func TestPutMetaRefusesChangelogKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchWaitErrorReachesEveryCaller: every caller of a group whose
+// wait failed gets the *ChangelogError, and every change is unsent.
+func TestBatchWaitErrorReachesEveryCaller(t *testing.T) {
+	ts, rec, _ := capStore(t)
+	rec.waitErr = errors.New("broker down")
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			err := ts.Batch(func(tx *Tx) error { _, err := tx.SaveDead(clRecord(i, 0)); return err })
+			var ce *ChangelogError
+			if !errors.As(err, &ce) {
+				t.Errorf("Batch: %v, want a *ChangelogError", err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := ts.View(func(tx *Tx) error {
+		n, err := tx.count(bucketChangelogUnsent)
+		if n != 20 {
+			t.Errorf("%d unsent, want 20", n)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
