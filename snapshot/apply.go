@@ -117,7 +117,13 @@ func (tx *Tx) applyChangelog(recs []ChangelogRecord) (Applied, error) {
 	if err != nil {
 		return out, err
 	}
-	var ins []insert
+	// A file with no restored record (the first restore) has nothing to
+	// look up; this call's mappings are put at its end.
+	mapped := true
+	if k, _ := keys.Cursor().First(); k == nil {
+		mapped = false
+	}
+	ins := make([]insert, 0, len(finals))
 	for i := range finals {
 		f := &finals[i]
 		name, local := f.ck.Bucket, f.ck.Local
@@ -134,7 +140,11 @@ func (tx *Tx) applyChangelog(recs []ChangelogRecord) (Applied, error) {
 			}
 			continue
 		}
-		if ref := keys.Get(mapKey(mapChangelogPrefix, f.rec.Key)); len(ref) > 1 && codeBucket(ref[0]) == name {
+		var ref []byte
+		if mapped {
+			ref = keys.Get(mapKey(mapChangelogPrefix, f.rec.Key))
+		}
+		if len(ref) > 1 && codeBucket(ref[0]) == name {
 			mlocal := bytes.Clone(ref[1:])
 			if b.Get(mlocal) != nil {
 				if f.rec.Value == nil {
@@ -175,6 +185,7 @@ func (out *Applied) lastRecords(recs []ChangelogRecord) []finalRecord {
 		last[string(recs[i].Key)] = i
 	}
 	finals := make([]finalRecord, 0, len(last))
+	in := newInterner() // spares the strings of few values while checking
 	for i := range recs {
 		r := &recs[i]
 		if last[string(r.Key)] != i {
@@ -182,7 +193,7 @@ func (out *Applied) lastRecords(recs []ChangelogRecord) []finalRecord {
 		}
 		ck, err := splitChangelogKey(r.Key)
 		if err == nil && r.Value != nil {
-			err = checkRestored(ck, r.Value)
+			err = checkRestored(ck, r.Value, in)
 		}
 		if err != nil {
 			out.Bad = append(out.Bad, &DecodeError{Bucket: bucketChangelog, Key: bytes.Clone(r.Key), Err: err})
@@ -196,16 +207,15 @@ func (out *Applied) lastRecords(recs []ChangelogRecord) []finalRecord {
 
 // checkRestored checks that v decodes as a record that may be stored
 // under ck: a delayed record's ID must be its key's.
-func checkRestored(ck ChangelogKey, v []byte) error {
-	if ck.Bucket == BucketDelayed {
+func checkRestored(ck ChangelogKey, v []byte, in interner) error {
+	r, err := decodeOwned(v, in) // v is only read
+	if err == nil && ck.Bucket == BucketDelayed {
 		id, _ := splitDelayedKey(ck.Local)
-		r, err := decodeOwned(v, nil)
-		if err == nil && r.Message.ID != string(id) {
+		if r.Message.ID != string(id) {
 			err = fmt.Errorf("%w: delayed record ID %q is not its key's", ErrCorrupt, r.Message.ID)
 		}
-		return err
 	}
-	return validRecord(v)
+	return err
 }
 
 // copyValues gives every insert a copy of its value, cut from a few
@@ -300,12 +310,15 @@ func (tx *Tx) insertRestored(ins []insert, out *Applied) error {
 // their first record, by prefix first.
 func sortSaveOrder(ins []insert) {
 	rank := map[string]int64{}
+	var rk []byte
 	for i := range ins {
-		rk := string(ins[i].prefix) + string(ins[i].f.ck.FileID[:])
-		if _, ok := rank[rk]; !ok {
-			rank[rk] = ins[i].f.rec.Offset
+		rk = append(append(rk[:0], ins[i].prefix...), ins[i].f.ck.FileID[:]...)
+		r, ok := rank[string(rk)] // the lookup does not allocate
+		if !ok {
+			r = ins[i].f.rec.Offset
+			rank[string(rk)] = r
 		}
-		ins[i].fileRank = rank[rk]
+		ins[i].fileRank = r
 	}
 	slices.SortStableFunc(ins, func(a, b insert) int {
 		if c := bytes.Compare(a.prefix, b.prefix); c != 0 {
@@ -431,10 +444,21 @@ func (tx *Tx) mapRestored(ins []insert) error {
 	}
 	type kv struct{ k, v []byte }
 	pairs := make([]kv, 0, 2*len(ins))
+	size := 0
 	for _, in := range ins {
-		code := bucketCode(in.f.ck.Bucket)
-		lk := mapKey(mapLocalPrefix, []byte{code}, in.local)
-		ck := mapKey(mapChangelogPrefix, in.f.rec.Key)
+		size += 2 + len(in.local) + 1 + len(in.f.rec.Key)
+	}
+	block := make([]byte, 0, size) // bbolt keeps keys and values until the commit
+	cut := func(parts ...[]byte) []byte {
+		start := len(block)
+		for _, p := range parts {
+			block = append(block, p...)
+		}
+		return block[start:len(block):len(block)]
+	}
+	for _, in := range ins {
+		lk := cut([]byte{mapLocalPrefix, bucketCode(in.f.ck.Bucket)}, in.local)
+		ck := cut([]byte{mapChangelogPrefix}, in.f.rec.Key)
 		pairs = append(pairs, kv{lk, ck[1:]}, kv{ck, lk[1:]})
 	}
 	slices.SortFunc(pairs, func(a, b kv) int { return bytes.Compare(a.k, b.k) })
@@ -444,11 +468,4 @@ func (tx *Tx) mapRestored(ins []insert) error {
 		}
 	}
 	return nil
-}
-
-// validRecord reports why v does not decode as a record, without copying
-// it.
-func validRecord(v []byte) error {
-	_, err := decodeOwned(v, nil)
-	return err
 }

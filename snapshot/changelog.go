@@ -205,7 +205,9 @@ func (c *capture) reset() {
 func (c *capture) key(id *[16]byte, code byte, local []byte) []byte {
 	n := changelogKeyHeader + len(local)
 	if cap(c.buf)-len(c.buf) < n {
-		c.buf = make([]byte, 0, max(n, 64<<10))
+		// Chunks double from 256 bytes to 64 KiB: a small transaction
+		// allocates little, a big one few chunks.
+		c.buf = make([]byte, 0, max(n, min(64<<10, max(256, 2*cap(c.buf)))))
 	}
 	start := len(c.buf)
 	c.buf = appendChangelogKey(c.buf, id, code, local)
@@ -356,17 +358,21 @@ func (tx *Tx) capPut(name string, local, val []byte, rec *Record, lookup bool) e
 func (tx *Tx) capDelete(name string, local, old []byte) error {
 	c := tx.cap
 	code := bucketCode(name)
+	// Route first: rec aliases old, the file's memory, valid until the
+	// transaction writes.
+	var (
+		topic string
+		part  int32
+		ok    bool
+	)
+	if old != nil {
+		if rec, err := decodeOwned(old, nil); err == nil {
+			topic, part, ok = c.st.cl.Route(&rec)
+		}
+	}
 	mapped, err := tx.unmap(code, local)
-	if err != nil || old == nil {
+	if err != nil || !ok {
 		return err
-	}
-	rec, err := decodeOwned(old, nil) // aliases old, read before the delete
-	if err != nil {
-		return nil
-	}
-	topic, part, ok := c.st.cl.Route(&rec)
-	if !ok {
-		return nil
 	}
 	k := mapped
 	if k == nil {

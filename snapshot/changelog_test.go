@@ -53,7 +53,7 @@ func (r *recorder) reset() {
 }
 
 // capStore returns a store with capture on and its recorder.
-func capStore(t *testing.T) (*testStore, *recorder, [16]byte) {
+func capStore(t testing.TB) (*testStore, *recorder, [16]byte) {
 	t.Helper()
 	ts := setup(t)
 	rec := &recorder{}
@@ -172,7 +172,12 @@ func TestCaptureOwnKeys(t *testing.T) {
 		},
 		{
 			name: "local class stays local",
-			fn:   func(tx *Tx) error { r := clRecord(1, 0); r.Message.Class = "local"; _, err := tx.SavePending(r); return err },
+			fn: func(tx *Tx) error {
+				r := clRecord(1, 0)
+				r.Message.Class = "local"
+				_, err := tx.SavePending(r)
+				return err
+			},
 			want: func() []change { return nil },
 		},
 		{
@@ -880,5 +885,86 @@ func TestPutMetaRefusesChangelogKeys(t *testing.T) {
 		if err := ts.Update(func(tx *Tx) error { return tx.PutMeta(k, []byte{1}) }); err == nil {
 			t.Errorf("PutMeta(%q) accepted", k)
 		}
+	}
+}
+
+// TestBatchWaitErrorReachesEveryCaller: every caller of a group whose
+// wait failed gets the *ChangelogError, and every change is unsent.
+func TestBatchWaitErrorReachesEveryCaller(t *testing.T) {
+	ts, rec, _ := capStore(t)
+	rec.waitErr = errors.New("broker down")
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			err := ts.Batch(func(tx *Tx) error { _, err := tx.SaveDead(clRecord(i, 0)); return err })
+			var ce *ChangelogError
+			if !errors.As(err, &ce) {
+				t.Errorf("Batch: %v, want a *ChangelogError", err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := ts.View(func(tx *Tx) error {
+		n, err := tx.count(bucketChangelogUnsent)
+		if n != 20 {
+			t.Errorf("%d unsent, want 20", n)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRekeyRestored: an in-place put of a restored record of each bucket
+// sends it under the file's own key and tombstones the mapped key, once:
+// the next put is under the own key only.
+func TestRekeyRestored(t *testing.T) {
+	a, recA, idA := capStore(t)
+	due := time.Unix(2e9, 0)
+	err := a.Update(func(tx *Tx) error {
+		if _, err := tx.SavePending(clRecord(1, 0)); err != nil {
+			return err
+		}
+		if _, err := tx.SaveDelayed(Delayed{Due: due, Record: clRecord(2, 0)}); err != nil {
+			return err
+		}
+		return tx.Park("orders", []byte("k"), clRecord(3, 0))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, recB, idB := capStore(t)
+	got := applyAll(t, b.Store, changesToRecords(recA.all(), 0), 3)
+	dk, pk := got.Delayed[0], got.Parked[0]
+	for _, tc := range []struct {
+		name  string
+		fn    func(tx *Tx) error
+		local string
+		code  string
+	}{
+		{"pending", func(tx *Tx) error { return tx.PutPending(got.Pending[0], clRecord(1, 0)) }, string(key8(got.Pending[0])), BucketPending},
+		{"delayed", func(tx *Tx) error { return tx.PutDelayed(dk, clRecord(2, 0)) }, string(dk), BucketDelayed},
+		{"parked", func(tx *Tx) error { return tx.PutParked(pk, clRecord(3, 0)) }, string(pk), BucketParked},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var aLocal string
+			for _, c := range recA.all() {
+				if ck, _ := ParseChangelogKey(c.Key); ck.Bucket == tc.code {
+					aLocal = string(ck.Local)
+				}
+			}
+			for round, want := range [][]change{
+				{{tc.code, idA, aLocal, true}, {tc.code, idB, tc.local, false}},
+				{{tc.code, idB, tc.local, false}},
+			} {
+				recB.reset()
+				if err := b.Update(tc.fn); err != nil {
+					t.Fatal(err)
+				}
+				if got := describe(t, recB.all()); !slices.Equal(got, want) {
+					t.Fatalf("round %d\n got %+v\nwant %+v", round, got, want)
+				}
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -215,7 +216,8 @@ func (tx *Tx) Counts() (map[string]int, error) {
 // Empty reports whether the file holds nothing at all: no key in any
 // bucket, so no record (pending, dead, quarantine, delayed, parked) and
 // no meta (the group and instance a runtime records when it opens the
-// file, the classes, pauses, the format mark). A file [Open] has just
+// file, the classes, pauses, the format mark, the changelog's file ID,
+// checkpoints and bookkeeping). A file [Open] has just
 // created is empty; so is one whose previous service never got as far
 // as recording its group. The runtime calls a file empty at its start
 // "new": see its lost-disk check.
@@ -275,6 +277,9 @@ func (tx *Tx) putNew(name string, vals [][]byte, recs []Record) ([]uint64, error
 		return nil, fmt.Errorf("bucket %s sequence %d exhausted", name, seq)
 	}
 	keys := make([]uint64, len(vals))
+	if tx.cap != nil {
+		tx.cap.changes = slices.Grow(tx.cap.changes, len(vals))
+	}
 	var k [8]byte
 	for i, v := range vals {
 		seq++
