@@ -27,8 +27,10 @@ const (
 // the state read from it before is not the changelog's.
 var ErrBeyondEnd = errors.New("changelog: offset beyond the end of the changelog")
 
-// Rec is a record read back: a nil Value is a tombstone. Key and Value
-// are the Rec's own (they may be kept).
+// Rec is a record read back: a nil Value is a tombstone, an empty
+// non-nil one a value. Key and Value are the Rec's own and may be kept,
+// but they are slices of their fetch's response (up to 8 MiB), which
+// stays alive while one is: copy what is kept long.
 type Rec struct {
 	Offset     int64
 	Key, Value []byte

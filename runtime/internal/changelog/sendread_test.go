@@ -247,3 +247,41 @@ func TestSendFails(t *testing.T) {
 		})
 	}
 }
+
+// TestReadClosed: a read whose fetch gets no answer ends when the Client
+// closes, and when its ctx ends.
+func TestReadClosed(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	cl := newClient(t, c, nil)
+	ctx := timeout(t)
+	if err := cl.Ensure(ctx, map[string]int32{"orders": 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Send([]*Out{{Input: "orders", Key: []byte("k"), Value: []byte("v")}})(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fetched := make(chan struct{}, 8)
+	c.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		fetched <- struct{}{}
+		return nil, nil, true // no answer
+	})
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := cl.Read(short, "orders", 0, 0, func([]Rec) error { return nil }); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("read past its ctx: %v", err)
+	}
+	done := make(chan error)
+	go func() {
+		_, err := cl.Read(ctx, "orders", 0, 0, func([]Rec) error { return nil })
+		done <- err
+	}()
+	<-fetched
+	<-fetched
+	begin := time.Now()
+	cl.Close()
+	if err := <-done; !errors.Is(err, errClosed) || time.Since(begin) > time.Second {
+		t.Errorf("read at Close: %v after %s", err, time.Since(begin))
+	}
+}
