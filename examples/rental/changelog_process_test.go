@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -230,6 +231,67 @@ func TestProcessFencing(t *testing.T) {
 	}
 }
 
+// TestProcessKillDuringSnapshot starts one instance on a backlog it
+// works slowly (500ms a message, a 10ms drain), so that its stop saves
+// hundreds of messages; SIGTERMs it and SIGKILLs it as soon as it logs
+// the end of the hard stop, the phase before the snapshot. A new
+// instance on a new, empty state directory then handles the rest at
+// full speed. It asserts lost = 0 (from the effects file and the new
+// instance's admin API), none still delayed, and reports where the kill
+// landed (before the snapshot was done, after it, after the commit) and
+// the duplicates.
+func TestProcessKillDuringSnapshot(t *testing.T) {
+	t.Parallel() // its own broker, directories and processes
+	bin := rentalBinary(t)
+	began := time.Now()
+	broker := startBroker(t, 4)
+	d := newDeployment(t, bin, broker, "snapkill", nil)
+	d.start(0, "-work", "500ms", "-work-jitter", "0s", "-drain-timeout", "10ms")
+	slow := d.pods[0]
+	slow.s.waitLog(t, reAssigned, 60*time.Second)
+	ctx, stopProducing := context.WithTimeout(context.Background(), time.Second)
+	defer stopProducing()
+	produced := produceMixed(ctx, t, broker.Addrs(), 500, 100*time.Millisecond)
+	d.tail.waitMore(t, 20, 60*time.Second)
+
+	slow.s.cmd.Process.Signal(syscall.SIGTERM)
+	phaseDone := func(phase string) *regexp.Regexp {
+		return regexp.MustCompile(`msg="stop phase done" .*phase=` + phase + ` `)
+	}
+	hardStopDone := phaseDone("hard_stop")
+	deadline := time.Now().Add(30 * time.Second)
+	for !hardStopDone.MatchString(slow.s.stderrText()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no end of the hard stop logged within 30s of the SIGTERM\nstderr:\n%s", slow.s.stderrText())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	slow.s.cmd.Process.Signal(syscall.SIGKILL)
+	slow.s.wait(t)
+	landed := "before the snapshot was done"
+	switch log := slow.s.stderrText(); {
+	case phaseDone("commit").MatchString(log):
+		landed = "after the commit"
+	case phaseDone("snapshot").MatchString(log):
+		landed = "after the snapshot, before the commit was done"
+	}
+	saved := regexp.MustCompile(`phase=snapshot took=\S+ saved=(\d+)`).FindStringSubmatch(slow.s.stderrText())
+	t.Logf("%s: SIGKILL %s %s (snapshot log %q); %d records produced", since(began), slow.name, landed, saved, len(produced))
+
+	d.start(0, "-work", "0s", "-work-jitter", "0s")
+	d.pods[0].s.waitLog(t, reAssigned, 60*time.Second)
+	acc := d.settle(produced, 60*time.Second, 10*time.Second)
+	d.stopAll()
+	d.tail.poll()
+	st := effectStats(t, d.effects)
+	t.Logf("produced %d, handled %d unique, dead letters %d, parked %d, still delayed %d, lost %d (%s); duplicates %d; took %s",
+		len(produced), acc.handled, acc.dead, acc.parked, acc.delayed, acc.lost, acc.lostByTopic(), st.lines-st.unique, since(began))
+	if acc.lost != 0 || acc.delayed != 0 {
+		t.Logf("lost records (topic/partition/offset key), first %d: %s", len(acc.lostSample), strings.Join(acc.lostSample, ", "))
+		t.Errorf("lost %d of %d records, %d still delayed, after a SIGKILL %s and a restart on an empty directory", acc.lost, len(produced), acc.delayed, landed)
+	}
+}
+
 func since(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }
 
 // deployment is three rental processes as an orchestrator runs them:
@@ -259,8 +321,10 @@ func newDeployment(t *testing.T, bin string, broker *devbroker.Broker, group str
 	return &deployment{t: t, bin: bin, broker: broker, group: group, extra: extra, effects: effects, tail: newEffectsTail(t, effects)}
 }
 
-// start starts slot i's new pod on a new, empty state directory.
-func (d *deployment) start(i int) {
+// start starts slot i's new pod on a new, empty state directory, with
+// more flags after the deployment's (the last of a flag given twice
+// wins).
+func (d *deployment) start(i int, more ...string) {
 	t := d.t
 	t.Helper()
 	d.started++
@@ -272,6 +336,7 @@ func (d *deployment) start(i int) {
 	args := append([]string{"-brokers", d.broker.Addr(), "-group", d.group, "-instance", name,
 		"-state", filepath.Join(dir, "rental.db"), "-drain-timeout", "20ms", "-work", "10ms", "-work-jitter", "5ms",
 		"-fail-rate", "0.05", "-effects", d.effects, "-admin", "127.0.0.1:0"}, d.extra...)
+	args = append(args, more...)
 	s := startService(t, d.bin, args...)
 	d.pods[i] = &pod{name: name, s: s, admin: "http://" + s.adminAddr(t)}
 }
@@ -308,9 +373,14 @@ func (d *deployment) stopAll() {
 	t := d.t
 	t.Helper()
 	for _, p := range d.pods {
-		p.s.cmd.Process.Signal(syscall.SIGTERM)
+		if p != nil {
+			p.s.cmd.Process.Signal(syscall.SIGTERM)
+		}
 	}
 	for _, p := range d.pods {
+		if p == nil {
+			continue
+		}
 		if code := p.s.wait(t); code != 0 {
 			t.Errorf("final stop of %s: exit %d\nstderr:\n%s", p.name, code, p.s.stderrText())
 		}
@@ -365,6 +435,9 @@ func (d *deployment) account(produced []producedRecord) accounting {
 	dead, delayed := map[string]bool{}, map[string]bool{}
 	parked := map[string]int{} // class/key: count, the largest any pod lists
 	for _, p := range d.pods {
+		if p == nil {
+			continue
+		}
 		ds, err := p.dead(t)
 		if err != nil {
 			t.Logf("%s: %v", p.name, err)
