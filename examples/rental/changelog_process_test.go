@@ -354,7 +354,7 @@ func (d *deployment) replace(i int, sig syscall.Signal, began time.Time) {
 	code := old.s.wait(t)
 	what := "SIGKILL"
 	if sig == syscall.SIGTERM {
-		if code != 0 {
+		if !stoppedWell(t, old.name, code, old.s.stderrText()) {
 			t.Fatalf("SIGTERM %s: exit %d\nstderr:\n%s", old.name, code, old.s.stderrText())
 		}
 		r := old.s.report(t)
@@ -381,7 +381,7 @@ func (d *deployment) stopAll() {
 		if p == nil {
 			continue
 		}
-		if code := p.s.wait(t); code != 0 {
+		if code := p.s.wait(t); !stoppedWell(t, p.name, code, p.s.stderrText()) {
 			t.Errorf("final stop of %s: exit %d\nstderr:\n%s", p.name, code, p.s.stderrText())
 		}
 	}
@@ -754,4 +754,21 @@ func produceMixed(ctx context.Context, t *testing.T, addrs []string, size int, g
 		}
 	}
 	return out
+}
+
+// stoppedWell accepts a clean stop (exit 0) and one whose only fault is
+// a final commit that failed while the group rebalanced (after a SIGKILL
+// the group waits out the dead member's session, and a commit meanwhile
+// may not finish in its 2s): Kafka delivers what was not committed
+// again, duplicates and not losses, which the accounting counts.
+func stoppedWell(t *testing.T, name string, code int, stderr string) bool {
+	t.Helper()
+	if code == 0 {
+		return true
+	}
+	if code == 1 && strings.Contains(stderr, "final commit failed") && !strings.Contains(stderr, "snapshot failed") && !strings.Contains(stderr, "not written to the changelog") {
+		t.Logf("%s: final commit failed during a rebalance (exit 1): its uncommitted messages come again", name)
+		return true
+	}
+	return false
 }
