@@ -82,7 +82,8 @@ func TestInspectRecordsAndMeta(t *testing.T) {
 	for _, want := range []string{
 		"BUCKET  RECORDS  OLDEST  NEWEST\npending  0  -  -\n", // the table as before
 		"\nmeta\n  group  rental\n  instance  rental-0\n  format  2 (features: none)\n  classes  orders, users\n" +
-			"  paused  users since " + ts(0) + ": db migration\n",
+			"  paused  users since " + ts(0) + ": db migration\n" +
+			"  changelog file id  (none)\n  changelog  (no checkpoints)\n",
 		// In the parked bucket's order (class length, class, key), each
 		// key's in park order.
 		"\nparked records, in the order they run\n  CLASS  KEY  ID  SAVED  WAITS FOR\n" +
