@@ -106,7 +106,9 @@ type changelogReader struct {
 // handshake or SASL authentication fails it; an unreachable broker fails
 // the first request instead.
 func newChangelogReader(ctx context.Context, f *clusterFlags, d *kafkasec.Dialer) (*changelogReader, error) {
-	opts := []kgo.Opt{kgo.SeedBrokers(f.brokers...), kgo.ClientID(d.ClientID)}
+	// Control records (transaction markers) are kept so that a partition
+	// ending with one is seen to its end; read skips them.
+	opts := []kgo.Opt{kgo.SeedBrokers(f.brokers...), kgo.ClientID(d.ClientID), kgo.KeepControlRecords()}
 	if d.TLS != nil || d.SASL != nil {
 		// What retrying cannot fix ends the command before any request.
 		if err := d.Check(ctx, f.brokers); err != nil {
@@ -286,8 +288,10 @@ func (r *changelogReader) read(ctx context.Context, parts []changelogPartition, 
 			if !ok || rec.Offset >= stop {
 				continue // written after the read began
 			}
-			if err := fn(p, changelogRecord{Offset: rec.Offset, Key: rec.Key, Value: rec.Value}); err != nil {
-				return err
+			if !rec.Attrs.IsControl() {
+				if err := fn(p, changelogRecord{Offset: rec.Offset, Key: rec.Key, Value: rec.Value}); err != nil {
+					return err
+				}
 			}
 			if rec.Offset+1 >= stop {
 				delete(left, p)
