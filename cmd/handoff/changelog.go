@@ -135,7 +135,7 @@ func (r *changelogReader) Close() { r.cl.Close() }
 func (r *changelogReader) partitions(ctx context.Context, inputs []string) ([]changelogPartition, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	req.AllowAutoTopicCreation = false // a named topic that is missing stays missing
-	want := map[string]string{} // changelog topic -> input topic
+	want := map[string]string{}        // changelog topic -> input topic
 	for _, in := range inputs {
 		name := changelogTopicName(r.group, in)
 		want[name] = in
