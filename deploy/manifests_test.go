@@ -129,8 +129,11 @@ func rentalFlags(t *testing.T) map[string]bool {
 // image is this version's, every argument is a rental flag, the probes
 // reach /livez and /readyz on a port the kubelet reaches (not loopback)
 // while the admin API stays on loopback, the termination grace fits the
-// stop, and static membership is used only where the pod's name is
-// stable (a StatefulSet, -instance from the pod's name).
+// stop (the changelog write included), the state file is on a volume of
+// the pod's own (a Deployment's never a shared claim, a StatefulSet's a
+// claim of the pod), a Deployment never keeps its state locally only, and
+// static membership is used only where the pod's name is stable (a
+// StatefulSet, -instance from the pod's name).
 func TestManifests(t *testing.T) {
 	o := decodeManifests(t)
 	if len(o.workloads) != 2 || len(o.services) == 0 || len(o.pdbs) == 0 {
@@ -225,7 +228,22 @@ func checkWorkload(t *testing.T, w workload, flags map[string]bool, o objects) {
 			t.Fatalf("%s: -drain-timeout=%q: %v", w.file, v, err)
 		}
 	}
-	need := drain + runtime.DefaultHardStopGrace + stopTail + admin.ShutdownTimeout + preStop(t, c)
+	localOnly := false
+	if v, ok := args["local-state-only"]; ok {
+		if localOnly, err = strconv.ParseBool(v); err != nil {
+			t.Fatalf("%s: -local-state-only=%q: %v", w.file, v, err)
+		}
+	}
+	changelog := runtime.DefaultChangelogTimeout // the stop's changelog write
+	if v, ok := args["changelog-timeout"]; ok {
+		if changelog, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("%s: -changelog-timeout=%q: %v", w.file, v, err)
+		}
+	}
+	if localOnly {
+		changelog = 0
+	}
+	need := drain + runtime.DefaultHardStopGrace + changelog + stopTail + admin.ShutdownTimeout + preStop(t, c)
 	var grace time.Duration // Kubernetes' default is 30s
 	if g := spec.TerminationGracePeriodSeconds; g != nil {
 		grace = time.Duration(*g) * time.Second
@@ -233,18 +251,29 @@ func checkWorkload(t *testing.T, w workload, flags map[string]bool, o objects) {
 		grace = 30 * time.Second
 	}
 	if grace < need {
-		t.Errorf("%s: terminationGracePeriodSeconds %s is below the stop's %s (drain %s + hard stop grace %s + %s + server shutdown %s + preStop)",
-			w.file, grace, need, drain, runtime.DefaultHardStopGrace, stopTail, admin.ShutdownTimeout)
+		t.Errorf("%s: terminationGracePeriodSeconds %s is below the stop's %s (drain %s + hard stop grace %s + changelog write %s + %s + server shutdown %s + preStop)",
+			w.file, grace, need, drain, runtime.DefaultHardStopGrace, changelog, stopTail, admin.ShutdownTimeout)
 	}
 
-	// The state file is on a volume; static membership only with a name
-	// that is the pod's.
+	// The state file is on a volume of the pod's own; static membership
+	// only with a name that is the pod's.
 	mounted := false
 	for _, m := range c.VolumeMounts {
-		if strings.HasPrefix(args["state"], strings.TrimSuffix(m.MountPath, "/")+"/") {
-			mounted = true
-			if w.kind == "StatefulSet" && !slices.ContainsFunc(w.claims, func(p corev1.PersistentVolumeClaim) bool { return p.Name == m.Name }) {
-				t.Errorf("%s: the state file's volume %q is not a volumeClaimTemplate: it would not survive the pod", w.file, m.Name)
+		if !strings.HasPrefix(args["state"], strings.TrimSuffix(m.MountPath, "/")+"/") {
+			continue
+		}
+		mounted = true
+		switch w.kind {
+		case "Deployment":
+			i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
+			if i < 0 {
+				t.Errorf("%s: the state file's volume %q is not among the pod's volumes", w.file, m.Name)
+			} else if spec.Volumes[i].PersistentVolumeClaim != nil {
+				t.Errorf("%s: the state file's volume %q is a claim that every replica would share: each instance needs its own file (an emptyDir; the changelog restores it)", w.file, m.Name)
+			}
+		case "StatefulSet":
+			if !slices.ContainsFunc(w.claims, func(p corev1.PersistentVolumeClaim) bool { return p.Name == m.Name }) {
+				t.Errorf("%s: the state file's volume %q is not a volumeClaimTemplate: it would not survive the pod, which is the StatefulSet's point (a short restore; the only copy with -local-state-only)", w.file, m.Name)
 			}
 		}
 	}
@@ -257,8 +286,8 @@ func checkWorkload(t *testing.T, w workload, flags map[string]bool, o objects) {
 		if static {
 			t.Errorf("%s: -instance on a Deployment: its pods are renamed at each rollout, and a static member leaves a ghost until its session times out", w.file)
 		}
-		if args["stop-policy"] != "redeliver" {
-			t.Errorf("%s: -stop-policy=%q: a Deployment's state file does not survive its pod; use redeliver", w.file, args["stop-policy"])
+		if localOnly {
+			t.Errorf("%s: -local-state-only on a Deployment: its state file does not survive its pod, and without the changelog that file is the only copy of the dead letters, parked, delayed and saved messages", w.file)
 		}
 	case "StatefulSet":
 		if args["client"] != "franz-go" || inst != "$(POD_NAME)" {

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,14 +11,27 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/snapshot"
 )
 
 // TestStopBoundedWhenBrokerHangs: with a broker that stops answering
 // (commit, leave, fetch, heartbeat all hang), the stop still ends within
-// DrainTimeout + HardStopGrace plus its fixed margin, saves what is left,
-// and reports that the final commit failed.
+// DrainTimeout + HardStopGrace plus its fixed margin,
+// and reports that the final commit failed; with LocalStateOnly it saves
+// what is left. With the changelog the snapshot cannot reach it either:
+// its Kafka messages are taken back out of the file, left uncommitted for
+// Kafka to deliver again, and the stop stays bounded.
 func TestStopBoundedWhenBrokerHangs(t *testing.T) {
 	t.Parallel()
+	for _, local := range []bool{true, false} {
+		t.Run(fmt.Sprintf("local=%v", local), func(t *testing.T) {
+			t.Parallel()
+			testStopBoundedWhenBrokerHangs(t, local)
+		})
+	}
+}
+
+func testStopBoundedWhenBrokerHangs(t *testing.T, local bool) {
 	b := setup(t, 2, "orders")
 	produced := b.produce(100)
 	var n, blocked atomic.Int64
@@ -35,6 +49,7 @@ func TestStopBoundedWhenBrokerHangs(t *testing.T) {
 	}, nil)
 	cfg.DrainTimeout = 200 * time.Millisecond
 	cfg.HardStopGrace = 200 * time.Millisecond
+	cfg.LocalStateOnly = local
 	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -63,8 +78,14 @@ func TestStopBoundedWhenBrokerHangs(t *testing.T) {
 	if took > limit {
 		t.Errorf("stop took %s, bound %s", took, limit)
 	}
-	if rep.Snapshotted == 0 {
+	switch {
+	case local && rep.Snapshotted == 0:
 		t.Errorf("nothing saved: %v", rep)
+	case !local:
+		if rep.Snapshotted != 0 || !errors.Is(err, snapshot.ErrChangelog) {
+			t.Errorf("saved %d against a hung broker, err %v; want none saved and the changelog's error", rep.Snapshotted, err)
+		}
+		assertCount(t, b.state, snapshot.BucketPending, 0)
 	}
 	t.Logf("stop against a hung broker: %s (quiesce %s, commit %s, leave %s)", took.Round(time.Millisecond),
 		rep.Quiesce.Round(time.Millisecond), rep.Commit.Round(time.Millisecond), rep.Leave.Round(time.Millisecond))

@@ -52,19 +52,22 @@ const (
 type StopPolicy int
 
 const (
-	// StopSnapshot saves them in the state file, commits their offsets,
-	// and re-pushes them on this instance's next start. It needs the state
-	// file to survive the restart (a persistent volume per instance); a
-	// key whose partition moves to another instance meanwhile may run out
-	// of order (see docs/scaleout.md).
+	// StopSnapshot saves them in the state file and their partitions'
+	// changelog and commits their offsets; each partition's next owner
+	// restores them and re-pushes them before its first fetch. With
+	// Config.LocalStateOnly they are re-pushed on this instance's next
+	// start instead: the state file must survive the restart (a
+	// persistent volume per instance), and a key whose partition moves to
+	// another instance meanwhile may run out of order (see
+	// docs/scaleout.md).
 	StopSnapshot StopPolicy = iota
 	// StopRedeliver neither saves nor settles them: the final commit stops
 	// before the first of them, and whoever owns the partition next reads
 	// them again from Kafka, in offset order. Messages that did not come
 	// from Kafka (Submit, the state file) are still saved, and dead
-	// letters, parked, deferred and redelivered messages live in the state
-	// file under either policy: the file must survive the restart for
-	// them too.
+	// letters, parked, deferred and redelivered messages are saved under
+	// either policy: with Config.LocalStateOnly in the state file alone,
+	// which must then survive the restart for them too.
 	StopRedeliver
 )
 
@@ -169,9 +172,13 @@ type Config struct {
 
 	// StatePath is the bbolt state file that holds the shutdown snapshot,
 	// the dead letters and the parked, delayed and redelivered messages.
-	// Required. Each instance needs its own file, and it must survive
-	// restarts (a persistent volume in Kubernetes): it is the only copy of
-	// those messages. A start on a new file while the group has committed
+	// Required. Each instance needs its own file. With the changelog (see
+	// LocalStateOnly) the file may be on a disk that does not survive the
+	// pod: a new file is restored, partition by partition, from the
+	// changelog; only the records of a class without topics are in the
+	// file alone. With LocalStateOnly the file must survive restarts (a
+	// persistent volume in Kubernetes): it is the only copy of those
+	// messages, and a start on a new file while the group has committed
 	// offsets is logged at Warn and sets
 	// handoff_state_file_new_with_commits (a lost disk, or a new
 	// instance).

@@ -25,6 +25,10 @@ type failuresConfig struct {
 	// wake tells the scheduler a delayed record due at due was written.
 	wake func(due time.Time)
 	log  *slog.Logger
+	// owns, when set, says whether a dead letter is this instance's to
+	// list: with the changelog, those of partitions restored here (and
+	// of no partition).
+	owns func(rec *snapshot.Record) bool
 }
 
 // failures is what happens to a message that failed for good or for
@@ -176,9 +180,12 @@ func (f *failures) list(class string, after Cursor, limit int) ([]DeadLetter, Cu
 	if err != nil {
 		return nil, "", fmt.Errorf("runtime: dead letters: %w", err)
 	}
-	out := make([]DeadLetter, len(entries))
-	for i, e := range entries {
-		out[i] = deadLetterOf(e)
+	out := make([]DeadLetter, 0, len(entries))
+	for _, e := range entries {
+		if f.cfg.owns != nil && !f.cfg.owns(&e.Record) {
+			continue // its partition's owner lists it (a page may come back short)
+		}
+		out = append(out, deadLetterOf(e))
 	}
 	return out, deadCursor(next), nil
 }

@@ -21,9 +21,74 @@
 // not finished is saved to the pending bucket of the state file. Offsets
 // are committed per partition up to, never past, the lowest fetched offset
 // that is neither done nor saved; a message counts as saved only once the
-// bbolt transaction holding it has committed. So a graceful stop, or a
-// crash at any moment, loses nothing: Kafka delivers again everything past
-// the last commit.
+// bbolt transaction holding it has committed and, unless
+// Config.LocalStateOnly is set, its changelog write has been acknowledged
+// (see State that outlives the pod). So a graceful stop, or a crash at any
+// moment, loses nothing: Kafka delivers again everything past the last
+// commit.
+//
+// # State that outlives the pod
+//
+// The state file is a local copy, not the only one. Every write to it for
+// a class with topics (the stop's snapshot, dead letters, messages parked
+// behind a failed key of an Ordered class, delayed and deliver-at
+// messages, redeliveries, requeues and discards; a delete is written as a
+// tombstone) is also written to a compacted Kafka topic,
+// <Group>.<topic>.handoff-changelog, with as many partitions as the input
+// topic. [Runtime.Run] creates a missing one at start with
+// cleanup.policy=compact and replication Config.ChangelogReplication
+// (zero: the broker's default).
+//
+// Every record belongs to a partition, and changelog partition p holds the
+// records of input partition p. A Kafka message belongs to its own
+// partition. A message with no partition (submitted with [Runtime.Submit]
+// or scheduled) belongs to the partition of its class's first topic that
+// its key hashes to with Kafka's default partitioner (murmur2), or its ID
+// when it has no key, so it moves with the Kafka messages of its key. A
+// class without topics has no changelog: its records are in the state
+// file only, which must survive the restart for them.
+//
+// The commit rule counts a message as saved once both the bbolt
+// transaction and the changelog write (acknowledged by every in-sync
+// replica, within Config.ChangelogTimeout) have succeeded; a failed
+// changelog write is a failed save, and the offset behind it is not
+// committed. While running, a write that committed to the file but not to
+// the changelog keeps its message's offset uncommitted, and a background
+// loop sends it again every second until it succeeds. At the stop, a
+// snapshot that cannot reach the changelog within ChangelogTimeout (and
+// the stop's budget) takes its Kafka messages back out of the file, so
+// Kafka delivers them again to the partition's next owner, and keeps its
+// submitted messages in the file, to be sent at the next start.
+//
+// Restore: on each assignment, before a partition's first fetch, its
+// changelog is read from the file's checkpoint for that partition (from
+// the start when the file is new, on an empty disk) up to the high
+// watermark and applied to the file: the last write of a record wins, a
+// tombstone deletes it. Then the partition's saved messages are re-pushed,
+// its keys blocked by a dead letter or a redelivery and their parked
+// messages are restored, and its delayed messages go to the scheduler. So
+// the partition's next owner, on a new disk or not, runs the previous
+// owner's saved messages before anything newer of the same key. A file
+// that survived a restart reads only the changelog written since its
+// checkpoints. The records of a partition revoked from this instance stay
+// in the file, unused; the partition's next owner has them from the
+// changelog. The [Report] fields Restored and RestoredPartitions tell what
+// the restores brought back.
+//
+// Fencing: each state file writes under a random file ID of its own, so a
+// stalled former owner whose writes land late can only cause duplicates:
+// it never deletes the state the new owner wrote.
+//
+// Config.LocalStateOnly turns all of this off and keeps the behaviour of
+// the versions before 0.3.0: no changelog is created, read or written,
+// the state file is the only copy, and it must survive every restart (a
+// persistent volume). A start on a new file while the group has committed
+// offsets is then logged at Warn and sets
+// handoff_state_file_new_with_commits.
+//
+// The changelog topics need these ACLs for the group's principal: CREATE
+// (or topics created beforehand), WRITE, READ and DESCRIBE on
+// <Group>.*.handoff-changelog.
 //
 // # Starting
 //
@@ -32,7 +97,10 @@
 // every saved message into its pool, oldest first, before the first fetch,
 // checks that every configured topic exists (see [Class.WaitForTopics])
 // and joins the consumer group; [Runtime.Ready] is true once all of that
-// is done and the first generation has arrived. A saved record is deleted only when its
+// is done and the first generation has arrived. With the changelog, the
+// saved Kafka messages of a partition are re-pushed when the partition is
+// assigned, after its restore and before its first fetch (see State that
+// outlives the pod). A saved record is deleted only when its
 // message is done, so a crash during recovery loses nothing. A record that
 // cannot be decoded moves to the quarantine bucket; one whose class no
 // longer exists becomes a dead letter.
@@ -52,9 +120,12 @@
 //     return. A handler that returns an error then is interrupted, not
 //     failed: its attempt is not counted and it runs again after the
 //     restart. One that has not returned is recorded as interrupted too.
-//  4. Snapshot: everything taken out is saved in ONE bbolt transaction. If
-//     that fails, those offsets are not committed and Run returns an error
-//     with the count.
+//  4. Snapshot: everything taken out is saved in ONE bbolt transaction,
+//     and written to the changelog within ChangelogTimeout. If the
+//     transaction fails, those offsets are not committed and Run returns
+//     an error with the count; if the changelog write fails, the
+//     snapshot's Kafka messages are taken back out of the file and their
+//     offsets are not committed (see State that outlives the pod).
 //  5. Commit: offsets by the rule above, at most 2s.
 //  6. Wait for the readers to close (each at most FetchMaxWait + 1s), leave
 //     the group and close the state file. Leaving finishes a group join in
@@ -67,9 +138,9 @@
 // Every call into kafka-go that can block during the stop is bounded, so a
 // stop ends within its budget, DrainTimeout + HardStopGrace + FetchMaxWait
 // + 4s (the snapshot, the commit, the reader closes, the leave), even when
-// the broker stops answering. That sum must fit the
-// orchestrator's termination grace (Kubernetes
-// terminationGracePeriodSeconds).
+// the broker stops answering. That sum, with ChangelogTimeout for the
+// snapshot's changelog write, must fit the orchestrator's termination
+// grace (Kubernetes terminationGracePeriodSeconds).
 //
 // # Outages: suspension and pause
 //

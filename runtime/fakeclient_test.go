@@ -357,6 +357,7 @@ func fakeStop(t *testing.T, f *fakeClient, before func()) (*Report, error, time.
 	cfg.CommitInterval = time.Hour
 	cfg.DrainTimeout = 100 * time.Millisecond
 	cfg.HardStopGrace = 100 * time.Millisecond
+	cfg.LocalStateOnly = true // the group is the fake; the changelog would be the broker's
 	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -71,6 +71,12 @@ type consumerConfig struct {
 	// alive is the runtime's liveness (alive.go): each keeper beats in
 	// it.
 	alive *liveness
+	// restoreFunc, when set (the changelog is on), brings an assigned
+	// partition's state back before its fetch loop starts; false when
+	// ctx ended first. revokedFunc is told of each revoked partition once
+	// its fetch loop ended.
+	restoreFunc func(ctx context.Context, p kclient.Partition) bool
+	revokedFunc func(p kclient.Partition)
 }
 
 // fetchFunc is one partition's fetch loop: it reads src and hands the
@@ -266,6 +272,10 @@ func (g *generation) add(ps []kclient.Assigned) {
 			go func() {
 				defer g.running.Done()
 				defer close(fl.done)
+				if g.cfg.restoreFunc != nil && !g.cfg.restoreFunc(ctx, p.Partition) {
+					src.Close() // the partition went, or the stop came, before its state was back
+					return
+				}
 				feed(ctx, tr, src, g.caughtUp)
 			}()
 		}
@@ -299,6 +309,9 @@ func (g *generation) remove(ps []kclient.Partition, lost bool) {
 	for _, tr := range gone {
 		<-g.parts[tr].done
 		delete(g.parts, tr)
+		if g.cfg.revokedFunc != nil {
+			g.cfg.revokedFunc(tr.partitionName())
+		}
 	}
 	given, left := g.revoke(gone)
 	if !lost {
@@ -419,6 +432,8 @@ func (r *Runtime) newConsumer() *consumer {
 		monoFunc:     r.mono,
 		joinedFunc:   func() { r.ready.joined.Store(true) },
 		alive:        &r.alive,
+		restoreFunc:  r.restorePartition,
+		revokedFunc:  r.revokedPartition,
 	})
 }
 

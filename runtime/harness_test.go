@@ -234,6 +234,13 @@ func start(t *testing.T, rt *Runtime, ctx context.Context) func() (*Report, erro
 // class.
 func (b *bundle) stopUnderLoad(mod func(*Class)) (*Report, func()) {
 	b.t.Helper()
+	return b.stopUnderLoadWith(mod, nil)
+}
+
+// stopUnderLoadWith is stopUnderLoad with cfgMod, when set, adjusting the
+// config.
+func (b *bundle) stopUnderLoadWith(mod func(*Class), cfgMod func(*Config)) (*Report, func()) {
+	b.t.Helper()
 	release := make(chan struct{})
 	var started atomic.Int64
 	slow := func(ctx context.Context, m *handoff.Message) error {
@@ -250,6 +257,9 @@ func (b *bundle) stopUnderLoad(mod func(*Class)) (*Report, func()) {
 	cfg := b.config(slow, mod)
 	cfg.DrainTimeout = 50 * time.Millisecond
 	cfg.HardStopGrace = 2 * time.Second
+	if cfgMod != nil {
+		cfgMod(&cfg)
+	}
 	rt, err := newRuntime(cfg)
 	if err != nil {
 		b.t.Fatal(err)
@@ -276,15 +286,25 @@ func (b *bundle) stopUnderLoad(mod func(*Class)) (*Report, func()) {
 // messages, stops it and returns its report.
 func (b *bundle) runUntil(want int64, mod func(*Class)) *Report {
 	b.t.Helper()
+	return b.runUntilWith(want, mod, nil)
+}
+
+// runUntilWith is runUntil with cfgMod, when set, adjusting the config.
+func (b *bundle) runUntilWith(want int64, mod func(*Class), cfgMod func(*Config)) *Report {
+	b.t.Helper()
 	var n atomic.Int64
 	all := make(chan struct{})
-	rt, err := newRuntime(b.config(func(ctx context.Context, m *handoff.Message) error {
+	cfg := b.config(func(ctx context.Context, m *handoff.Message) error {
 		b.record(m)
 		if n.Add(1) == want {
 			close(all)
 		}
 		return nil
-	}, mod))
+	}, mod)
+	if cfgMod != nil {
+		cfgMod(&cfg)
+	}
+	rt, err := newRuntime(cfg)
 	if err != nil {
 		b.t.Fatal(err)
 	}

@@ -16,7 +16,8 @@ import (
 // file says nothing (the group has no commits yet) and commits what it
 // handled; a second run on the same file says nothing either; a run on a
 // new file (a lost disk) warns, naming the file, the group and how many
-// partitions have commits, and sets handoff_state_file_new_with_commits.
+// partitions have commits, and sets handoff_state_file_new_with_commits
+// (with LocalStateOnly; with the changelog nothing warns).
 func TestNewStateFileWithCommits(t *testing.T) {
 	t.Parallel()
 	const (
@@ -25,6 +26,7 @@ func TestNewStateFileWithCommits(t *testing.T) {
 	)
 	b := setup(t, 3, "orders")
 	n := b.produce(30)
+	localOnly := true // the check is the local-only runtime's
 
 	// run starts a runtime on the state file at path, waits until it is
 	// ready and until cond holds, stops it and returns its warnings and
@@ -35,6 +37,7 @@ func TestNewStateFileWithCommits(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		cfg := b.config(func(_ context.Context, m *handoff.Message) error { b.record(m); return nil }, nil)
 		cfg.StatePath, cfg.Logger, cfg.Registerer = path, log, reg
+		cfg.LocalStateOnly = localOnly
 		rt, err := newRuntime(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -79,5 +82,12 @@ func TestNewStateFileWithCommits(t *testing.T) {
 	}
 	if unique, _ := b.counts(); unique != n {
 		t.Errorf("handled %d of %d", unique, n)
+	}
+	// With the changelog a new file is what a new pod starts with: its
+	// state comes back from the changelog, and nothing warns.
+	localOnly = false
+	w, g = run(filepath.Join(t.TempDir(), "new-pod.db"), always)
+	if len(w) != 0 || g != 0 {
+		t.Fatalf("run with the changelog on a new file: warnings %v, gauge %v", w, g)
 	}
 }

@@ -212,30 +212,33 @@ func (k *orderedKeys) blockIfReleasing(it *item) {
 	}
 }
 
-// restoreReleasing marks key releasing, at start, unless it is blocked:
-// its parked messages have no blocker. startRestored starts its release.
-func (k *orderedKeys) restoreReleasing(key []byte) {
+// restoreReleasing marks key releasing, at a recovery, unless it is
+// blocked or releasing already: its parked messages have no blocker. It
+// reports whether it marked it; startRestored starts its release.
+func (k *orderedKeys) restoreReleasing(key []byte) bool {
 	k.mu.Lock()
-	if k.keys[string(key)] == nil {
-		k.keys[string(key)] = &keyState{releasing: true, release: 1}
+	defer k.mu.Unlock()
+	if k.keys[string(key)] != nil {
+		return false
 	}
-	k.mu.Unlock()
+	k.keys[string(key)] = &keyState{releasing: true, release: 1}
+	return true
 }
 
-// startRestored starts the releases of the keys restored as releasing
-// at start.
-func (k *orderedKeys) startRestored() {
+// startRestored starts the releases of keys, restored as releasing by a
+// recovery, that are still releasing.
+func (k *orderedKeys) startRestored(keys [][]byte) {
 	k.mu.Lock()
-	var keys [][]byte
+	var start [][]byte
 	var gens []uint64
-	for key, st := range k.keys {
-		if st.releasing {
-			keys = append(keys, []byte(key))
+	for _, key := range keys {
+		if st := k.keys[string(key)]; st != nil && st.releasing {
+			start = append(start, key)
 			gens = append(gens, st.release)
 		}
 	}
 	k.mu.Unlock()
-	for i, key := range keys {
+	for i, key := range start {
 		k.startRelease(key, gens[i])
 	}
 }

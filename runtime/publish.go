@@ -227,8 +227,21 @@ func (p *publisher) close(deadline time.Time) {
 		<-done
 	}
 	p.cancel()
-	if err := p.w.Close(); err != nil {
-		p.cfg.log.Warn("dead-letter writer close failed", "err", err)
+	// A write that gave up may still be in flight on a broker that does
+	// not answer, and the writer's Close waits for it: past the deadline
+	// its connections are closed under it.
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		if err := p.w.Close(); err != nil {
+			p.cfg.log.Warn("dead-letter writer close failed", "err", err)
+		}
+	}()
+	if !closedWithin(closed, time.Until(deadline)) {
+		if p.conns != nil {
+			p.conns.closeAll()
+		}
+		<-closed
 	}
 	if p.abandoned > 0 {
 		p.cfg.log.Warn("dead letters not published within the stop's budget; they stay in the state file",

@@ -25,7 +25,19 @@ type recovery struct {
 	// recovery runs.
 	orphans *orphans
 	log     *slog.Logger
+	// want, when set, picks the records this recovery restores: those of
+	// one partition at its assignment, those of no partition at the start
+	// (see stateLog). Nil means every record.
+	want func(*snapshot.Record) bool
+	// strays is whether it moves the parked records of classes gone or no
+	// longer ordered first: the start's recovery does, once.
+	strays bool
+	// released are the keys it marked releasing, started at its end.
+	released map[*class][][]byte
 }
+
+// wants reports whether the recovery restores rec.
+func (v *recovery) wants(rec *snapshot.Record) bool { return v.want == nil || v.want(rec) }
 
 // run restores the state of ordered classes' keys and re-pushes the
 // pending records of the state file into their pools, oldest first. A
@@ -41,10 +53,8 @@ func (v *recovery) run(ctx context.Context, rep *Report) error {
 	// Keys left releasing (parked messages, no blocker) start releasing
 	// once the saved messages are pushed.
 	defer func() {
-		for _, c := range v.order {
-			if c.keys != nil {
-				c.keys.startRestored()
-			}
+		for c, keys := range v.released {
+			c.keys.startRestored(keys)
 		}
 	}()
 	// The records are pushed batch by batch while the next ones are
@@ -53,6 +63,9 @@ func (v *recovery) run(ctx context.Context, rep *Report) error {
 	stopped := false
 	bad, err := v.state.store.ScanPending(func(batch []snapshot.Entry) bool {
 		for i := range batch {
+			if !v.wants(&batch[i].Record) {
+				continue
+			}
 			pushed, err := v.repush(ctx, &batch[i], rep)
 			if err != nil {
 				failed = err
@@ -161,12 +174,18 @@ func (v *recovery) unparkStrays() error {
 // from the state file: a dead letter or a message waiting for redelivery
 // blocks its key; a key with parked messages and no blocker is released.
 func (v *recovery) restoreKeys(rep *Report) error {
-	if err := v.unparkStrays(); err != nil {
-		return err
+	if v.strays {
+		if err := v.unparkStrays(); err != nil {
+			return err
+		}
 	}
 	ordered := false
+	before := 0 // keys blocked or releasing already: another partition's
 	for _, c := range v.order {
 		ordered = ordered || c.cfg.Ordered
+		if c.keys != nil {
+			before += c.keys.count()
+		}
 	}
 	if !ordered {
 		return nil
@@ -177,11 +196,13 @@ func (v *recovery) restoreKeys(rep *Report) error {
 	if err := v.releaseParked(); err != nil {
 		return err
 	}
+	after := 0
 	for _, c := range v.order {
 		if c.keys != nil {
-			rep.BlockedKeys += c.keys.count()
+			after += c.keys.count()
 		}
 	}
+	rep.BlockedKeys += after - before
 	return nil
 }
 
@@ -193,7 +214,7 @@ const restorePage = 1000
 func (v *recovery) blockSaved(rep *Report) error {
 	block := func(rec snapshot.Record) {
 		c := v.classes[rec.Message.Class]
-		if c == nil || !c.cfg.Ordered {
+		if c == nil || !c.cfg.Ordered || !v.wants(&rec) {
 			return
 		}
 		c.keys.block(&item{msg: rec.Message})
@@ -274,7 +295,23 @@ func (v *recovery) releaseParked() error {
 		if c == nil || !c.cfg.Ordered {
 			continue // moved by unparkStrays
 		}
-		c.keys.restoreReleasing(pk.Key)
+		if v.want != nil {
+			// A key's parked records travel together: the first one
+			// says where.
+			entries, err := v.state.parked(pk.Class, pk.Key)
+			if err != nil {
+				return err
+			}
+			if len(entries) == 0 || !v.want(&entries[0].Record) {
+				continue
+			}
+		}
+		if c.keys.restoreReleasing(pk.Key) {
+			if v.released == nil {
+				v.released = map[*class][][]byte{}
+			}
+			v.released[c] = append(v.released[c], pk.Key)
+		}
 	}
 	return nil
 }

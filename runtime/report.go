@@ -8,8 +8,15 @@ import (
 // Report tells what one [Runtime.Run] did. Counts are messages.
 type Report struct {
 	// Repushed is how many messages of the state file were handed to
-	// their pools at start, before the first fetch.
+	// their pools at start, before the first fetch, and with the
+	// changelog at each partition's assignment, before its first fetch.
 	Repushed int
+	// Restored is how many records (saved messages, dead letters, parked
+	// and delayed messages) the assignments brought back from the
+	// changelog into the state file: records another instance, or this
+	// one on a disk since lost, saved. RestoredPartitions is how many
+	// partitions' state was restored. Both are zero with LocalStateOnly.
+	Restored, RestoredPartitions int
 	// Quarantined is how many records of the state file could not be
 	// decoded at start and were moved to the quarantine bucket.
 	Quarantined int

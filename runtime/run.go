@@ -162,24 +162,50 @@ func (s *runState) start() error {
 	if err := r.conn.checkBrokers(runCtx, len(r.classes.topics) > 0, r.dlq != nil); err != nil {
 		return err
 	}
-	rec := recovery{state: r.state, classes: r.classes.byName, order: r.classes.order, orphan: r.fail.orphan, orphans: &r.fail.orphans, log: r.log}
+	// With topics the client comes first: the changelog needs the
+	// topics' partitions before the recovery can tell which records
+	// belong to no partition (those it restores now; the others come back
+	// with their partitions' assignments).
+	var present []string
+	if len(r.classes.topics) > 0 && runCtx.Err() == nil {
+		if err := r.kafka.open(); err != nil {
+			return fmt.Errorf("runtime: %w", err)
+		}
+		var err error
+		if present, err = r.kafka.checkTopics(runCtx); err != nil {
+			return err
+		}
+		r.ready.topicsOK.Store(len(present) == len(r.classes.topics))
+		if !r.cfg.LocalStateOnly && runCtx.Err() == nil {
+			if err := r.clog.open(runCtx, r.changelogConfig(), r.kafka.client, r.classes.order, present); err != nil {
+				return err
+			}
+			if err := r.clog.loadPauses(runCtx, r.classes.byName); err != nil {
+				return err
+			}
+			r.state.awaitChangelog = r.clog.await
+			s.background.Start(r.clog.retryResend)
+		}
+	}
+	rec := recovery{state: r.state, classes: r.classes.byName, order: r.classes.order, orphan: r.fail.orphan, orphans: &r.fail.orphans,
+		log: r.log, strays: true}
+	if r.clog.on() {
+		rec.want = r.clog.unrouted
+	}
 	if err := rec.run(runCtx, s.rep); err != nil {
 		return err
 	}
 	rep := s.rep
 	r.log.Info("recovery finished", "repushed", rep.Repushed, "quarantined", rep.Quarantined,
-		"unknown_class", rep.UnknownClass, "blocked_keys", rep.BlockedKeys, "took", time.Since(started))
+		"unknown_class", rep.UnknownClass, "blocked_keys", rep.BlockedKeys, "took", time.Since(started),
+		"changelog", r.clog.on())
 	s.feeds.Start(r.sched.run)
 	if len(r.classes.topics) > 0 && runCtx.Err() == nil {
-		if err := r.kafka.open(); err != nil {
-			return fmt.Errorf("runtime: %w", err)
+		if !r.clog.on() {
+			// With the changelog a new file is what a new pod starts
+			// with: its partitions' state comes back from the changelog.
+			r.kafka.checkNewFile(runCtx, s.newFile, r.cfg.StatePath, present)
 		}
-		present, err := r.kafka.checkTopics(runCtx)
-		if err != nil {
-			return err
-		}
-		r.ready.topicsOK.Store(len(present) == len(r.classes.topics))
-		r.kafka.checkNewFile(runCtx, s.newFile, r.cfg.StatePath, present)
 		if runCtx.Err() == nil {
 			if err := r.kafka.join(fetchCtx, present); err != nil {
 				return fmt.Errorf("runtime: %w", err)

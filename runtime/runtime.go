@@ -34,6 +34,9 @@ type Runtime struct {
 	// The state file, open from the start of Run to the end of its stop.
 	state   *stateFile
 	deletes deletes.Queue // records of done messages, deleted in batches
+	// clog is the state file's changelog (changelog.go); off with
+	// LocalStateOnly or without topics.
+	clog *stateLog
 
 	// Feeds of the pools besides fetching.
 	sched    *scheduler
@@ -135,9 +138,12 @@ func New(cfg Config) (*Runtime, error) {
 	r.logs = newLogBackoff()
 	r.tally = &tally{}
 	r.state = &stateFile{log: r.log}
+	r.clog = &stateLog{log: r.log, state: r.state, timeout: cfg.ChangelogTimeout}
 	r.fail = newFailures(failuresConfig{state: r.state, tally: r.tally, classes: r.classes.byName, accepting: &r.life.accepting,
-		publish: func(c *class, rec snapshot.Record) { r.dlq.publish(c, rec) }, log: r.log})
-	r.sched = newScheduler(schedulerConfig{state: r.state, tally: r.tally, classes: r.classes.byName, orphan: r.fail.orphan, log: r.log})
+		publish: func(c *class, rec snapshot.Record) { r.dlq.publish(c, rec) }, log: r.log,
+		owns: func(rec *snapshot.Record) bool { return !r.clog.on() || r.clog.owns(rec) }})
+	r.sched = newScheduler(schedulerConfig{state: r.state, tally: r.tally, classes: r.classes.byName, orphan: r.fail.orphan, log: r.log,
+		owns: func(rec *snapshot.Record) bool { return !r.clog.on() || r.clog.owns(rec) }})
 	r.state.forgetDelayed = r.sched.forget
 	r.handling = &handling{cfg: handlingConfig{state: r.state, deletes: &r.deletes, tally: r.tally, fail: r.fail,
 		sched: r.sched, items: &r.items, log: r.log}}

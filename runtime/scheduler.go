@@ -56,6 +56,10 @@ type schedulerConfig struct {
 	// letter, deleting its record with del.
 	orphan func(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool
 	log    *slog.Logger
+	// owns, when set, says whether a record may be delivered here: with
+	// the changelog, only those of partitions restored here (and those of
+	// no partition). Delivering the others is their partition owner's.
+	owns func(rec *snapshot.Record) bool
 }
 
 func newScheduler(cfg schedulerConfig) *scheduler {
@@ -163,6 +167,9 @@ func (s *scheduler) run(ctx context.Context) {
 		for _, e := range due {
 			c := s.cfg.classes[e.Record.Message.Class]
 			cursor = e.Key
+			if s.cfg.owns != nil && !s.cfg.owns(&e.Record) {
+				continue // its partition's owner delivers it; a restore here wakes the scheduler
+			}
 			if c == nil {
 				s.cfg.orphan(e.Record, func(tx *snapshot.Tx) error { return tx.DeleteDelayed(e.Key) })
 				continue

@@ -23,6 +23,10 @@ type stateFile struct {
 	// forgetDelayed tells the scheduler that delayed records it handed to
 	// a pool are deleted.
 	forgetDelayed func(keys ...snapshot.DelayedKey)
+	// awaitChangelog, set when the changelog is on, keeps the settle of a
+	// message whose write committed to the file but not to the changelog
+	// (stateLog.await).
+	awaitChangelog func(settle func())
 	// beforeWrite, when set by a test, runs in the transaction of a move
 	// (see move) or of the delete of a done parked message before it
 	// writes, with the operation's name; an error it returns fails the
@@ -150,6 +154,14 @@ func (f *stateFile) write(run func(func(*snapshot.Tx) error) error, it *item, wh
 		}
 		return save(tx)
 	})
+	if err != nil && isChangelogErr(err) && f.awaitChangelog != nil {
+		// Saved to the file but not to the changelog: the message is
+		// kept, and settled once the changelog has the write.
+		f.log.Warn("state file write not written to the changelog; offset stays uncommitted until it is", "op", what,
+			"class", it.msg.Class, "id", it.msg.ID, "err", err)
+		f.awaitChangelog(f.settleFunc(it))
+		return true
+	}
 	if err != nil {
 		f.log.Error("state file write failed; offset stays uncommitted", "op", what,
 			"class", it.msg.Class, "id", it.msg.ID, "err", err)
@@ -159,11 +171,26 @@ func (f *stateFile) write(run func(func(*snapshot.Tx) error) error, it *item, wh
 	// What the message's origin needs once it is saved elsewhere: a
 	// Kafka offset is settled, a delayed record is gone for the
 	// scheduler.
-	it.settle()
-	if it.src == fromDelayed {
-		f.forgetDelayed(it.delayedKey)
-	}
+	f.settleFunc(it)()
 	return true
+}
+
+// settleFunc returns what settles the item once it is saved elsewhere: a
+// Kafka offset is settled, a delayed record is gone for the scheduler. It
+// keeps what it needs of it, not it: the item may be recycled before.
+func (f *stateFile) settleFunc(it *item) func() {
+	tr, slot := it.tr, it.slot
+	kafka := it.src == fromKafka
+	delayed := it.src == fromDelayed
+	key := it.delayedKey
+	return func() {
+		if kafka {
+			tr.settle(slot)
+		}
+		if delayed {
+			f.forgetDelayed(key)
+		}
+	}
 }
 
 // testWriteErr returns the write failure a test injects with

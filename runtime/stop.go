@@ -20,11 +20,30 @@ const (
 	leaveTimeout  = kclient.LeaveTimeout
 )
 
-// stopBudget is how long a stop may take: DrainTimeout, HardStopGrace and
-// a margin for the snapshot, the final commit, the reader closes and the
-// leave. The leave may use what the phases before it left of it.
+// stopBudget is how long a stop may take: DrainTimeout, HardStopGrace,
+// with the changelog ChangelogTimeout for the snapshot's changelog write,
+// and a margin for the snapshot, the final commit, the reader closes and
+// the leave. The leave may use what the phases before it left of it.
 func (c *Config) stopBudget() time.Duration {
-	return c.DrainTimeout + c.HardStopGrace + commitTimeout + leaveTimeout + c.FetchMaxWait + time.Second
+	d := c.DrainTimeout + c.HardStopGrace + commitTimeout + leaveTimeout + c.FetchMaxWait + time.Second
+	if c.changelogOn() {
+		d += c.ChangelogTimeout
+	}
+	return d
+}
+
+// changelogOn reports whether the state changelog is used: not with
+// LocalStateOnly, and only with classes that have topics.
+func (c *Config) changelogOn() bool {
+	if c.LocalStateOnly {
+		return false
+	}
+	for _, cl := range c.Classes {
+		if len(cl.Topics) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // stop runs the stop's phases in the order of docs/design.md and returns
@@ -35,6 +54,9 @@ func (s *runState) stop(grace time.Duration, cause error) (*Report, error) {
 	r, rep := s.r, s.rep
 	begin := time.Now()
 	s.deadline = begin.Add(r.cfg.stopBudget())
+	// The changelog's writes end in time for the final commit and the
+	// leave.
+	r.clog.bound(s.deadline.Add(-commitTimeout - leaveTimeout))
 	r.ready.started.Store(false)
 	r.life.accepting.Store(false)
 	r.log.Info("stop begins")
@@ -48,6 +70,10 @@ func (s *runState) stop(grace time.Duration, cause error) (*Report, error) {
 
 	r.tally.fill(rep)
 	rep.Revoked = int(r.kafka.revoked.Load())
+	rep.Restored = int(r.clog.restored.Load())
+	rep.RestoredPartitions = int(r.clog.restoredParts.Load())
+	rep.Repushed += int(r.clog.repushed.Load())
+	rep.BlockedKeys += int(r.clog.blockedKeys.Load())
 	rep.Stop = time.Since(begin)
 	r.log.Info("stop complete", "drained", rep.Drained, "snapshotted", rep.Snapshotted, "unstarted", rep.Unstarted,
 		"interrupted", rep.Interrupted, "stragglers", rep.Stragglers, "succeeded", rep.Succeeded,
@@ -225,6 +251,9 @@ func (s *runState) snapshot() []any {
 	s.background.Stop()
 	s.background.Wait()
 	s.keepUnsaved()
+	if r.clog.on() {
+		r.clog.resend() // the messages whose changelog write failed, a last time
+	}
 	now := time.Now()
 	// Each message taken out is saved anew, or its record updated (one
 	// waiting out a backoff has its attempt count moved), or left as it
@@ -246,12 +275,15 @@ func (s *runState) snapshot() []any {
 		r.state.beforeSnapshot(r.state.store)
 	}
 	var recs []snapshot.Record
+	var keys []uint64
+	var fromKafka []bool // of recs
 	if len(fresh) > 0 || !del.Empty() || len(updates) > 0 || len(delayed) > 0 {
-		err := r.state.store.Update(func(tx *snapshot.Tx) error {
-			recs = recs[:0]
+		err := r.state.store.Update(func(tx *snapshot.Tx) (err error) {
+			recs, fromKafka = recs[:0], fromKafka[:0]
 			ups := updates[:len(updates):len(updates)]
 			for _, l := range fresh {
 				recs = append(recs, l.it.record(l.reason, l.err, now))
+				fromKafka = append(fromKafka, l.it.isKafka())
 			}
 			for _, l := range delayed {
 				// Schedule replaces the record of an ID whose message is
@@ -264,11 +296,12 @@ func (s *runState) snapshot() []any {
 				switch {
 				case !ok || !bytes.Equal(key, l.it.delayedKey):
 					recs = append(recs, l.it.record(l.reason, l.err, now))
+					fromKafka = append(fromKafka, false)
 				case l.reason == reasonBackoff:
 					ups = append(ups, l)
 				}
 			}
-			if _, err := tx.SavePending(recs...); err != nil {
+			if keys, err = tx.SavePending(recs...); err != nil {
 				return err
 			}
 			if err := del.Delete(tx); err != nil {
@@ -281,7 +314,10 @@ func (s *runState) snapshot() []any {
 			}
 			return nil
 		})
-		if err != nil {
+		switch {
+		case err != nil && isChangelogErr(err):
+			s.snapErr = s.takeBack(recs, keys, fromKafka, err)
+		case err != nil:
 			s.snapErr = fmt.Errorf("runtime: snapshot of %d messages failed; their offsets are not committed and Kafka will deliver them again: %w", len(recs), err)
 			r.log.Error("snapshot failed", "phase", "snapshot", "messages", len(recs), "err", err)
 		}
@@ -292,8 +328,42 @@ func (s *runState) snapshot() []any {
 			l.it.settle()
 		}
 	}
+	if r.clog.on() {
+		r.clog.keepCheckpoints(nil)
+	}
 	r.metrics.setSnapshot(rep.Snapshotted)
 	return []any{"saved", rep.Snapshotted}
+}
+
+// takeBack is the end of a snapshot that committed to the state file but
+// not to the changelog (err): the saved Kafka messages are taken back out
+// of the file, unsettled, so that Kafka delivers them again (to this
+// instance or the partition's next owner) and a restart on the same disk
+// does not run them twice; the others (submitted, scheduled: Kafka has no
+// copy of them) stay in the file, which sends them to the changelog at
+// the next start (snapshot.Store.ResendUnsent). It returns the
+// snapshot's error.
+func (s *runState) takeBack(recs []snapshot.Record, keys []uint64, fromKafka []bool, err error) error {
+	r := s.r
+	var back []uint64
+	for i, k := range keys {
+		if fromKafka[i] {
+			back = append(back, k)
+		}
+	}
+	kept := len(recs) - len(back)
+	var backErr error
+	if len(back) > 0 {
+		backErr = r.state.store.UpdateLocal(func(tx *snapshot.Tx) error { return tx.DeletePending(back...) })
+	}
+	r.log.Error("snapshot not written to the changelog; its Kafka messages are not committed and Kafka will deliver them again",
+		"phase", "snapshot", "messages", len(recs), "taken_back", len(back), "kept_for_next_start", kept, "err", err)
+	if backErr != nil {
+		r.log.Error("snapshot's Kafka messages not taken back out of the state file; a restart on this disk may run them twice",
+			"phase", "snapshot", "messages", len(back), "err", backErr)
+	}
+	return errors.Join(fmt.Errorf("runtime: snapshot of %d messages not written to the changelog; the %d from Kafka are not committed (Kafka delivers them again), the %d others stay in the state file for the next start: %w",
+		len(recs), len(back), kept, err), backErr)
 }
 
 // commit commits what is done or saved through the current generation.
@@ -325,6 +395,7 @@ func (s *runState) commit() []any {
 func (s *runState) leave() []any {
 	r := s.r
 	r.kafka.close(s.deadline)
+	r.clog.close()
 	r.dlq.close(s.deadline)
 	s.kept = r.state.kept()
 	if err := r.state.close(); err != nil {

@@ -155,7 +155,19 @@ func (r *Runtime) Pause(ctx context.Context, class, reason string) error {
 	if err != nil {
 		return err
 	}
-	return c.hold.Pause(store, reason)
+	if err := c.hold.Pause(store, reason); err != nil {
+		return err
+	}
+	if r.clog.on() {
+		p := snapshot.Pause{Reason: reason, Since: time.Now()}
+		if st, ok := c.hold.Paused(); ok {
+			p = st
+		}
+		if err := r.clog.putPause(ctx, class, &p); err != nil {
+			return fmt.Errorf("runtime: pause class %q: paused here, but not kept for the other instances: %w", class, err)
+		}
+	}
+	return nil
 }
 
 // Resume ends a pause of class, or a suspension (the operator knows the
@@ -167,7 +179,15 @@ func (r *Runtime) Resume(ctx context.Context, class string) error {
 	if err != nil {
 		return err
 	}
-	return c.hold.Resume(store)
+	if err := c.hold.Resume(store); err != nil {
+		return err
+	}
+	if r.clog.on() {
+		if err := r.clog.putPause(ctx, class, nil); err != nil {
+			return fmt.Errorf("runtime: resume class %q: resumed here, but the pause is still kept for the other instances: %w", class, err)
+		}
+	}
+	return nil
 }
 
 // holdTarget returns the class named name and the open state file, for

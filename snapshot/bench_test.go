@@ -58,13 +58,17 @@ func benchRecordSet(n int) []Record {
 func BenchmarkSavePending100k(b *testing.B) {
 	recs := benchRecordSet(benchRecords)
 	for _, bc := range []struct {
-		name string
-		opts Options
+		name    string
+		opts    Options
+		capture bool
 	}{
-		{"Sync", Options{}},
-		{"NoSync", Options{NoSync: true}},
+		{"Sync", Options{}, false},
+		{"NoSync", Options{NoSync: true}, false},
 		// A map smaller than the file makes bbolt remap mid-commit.
-		{"SyncMmap64MiB", Options{InitialMmapSize: 64 << 20}},
+		{"SyncMmap64MiB", Options{InitialMmapSize: 64 << 20}, false},
+		// With the changelog capture on, a Send that returns at once.
+		{"Sync/capture", Options{}, true},
+		{"NoSync/capture", Options{NoSync: true}, true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			dir := b.TempDir()
@@ -77,6 +81,11 @@ func BenchmarkSavePending100k(b *testing.B) {
 				s, err := Open(path, bc.opts)
 				if err != nil {
 					b.Fatal(err)
+				}
+				if bc.capture {
+					if err := s.SetChangelog(benchChangelog()); err != nil {
+						b.Fatal(err)
+					}
 				}
 				b.StartTimer()
 				if _, err := s.savePending(recs...); err != nil {
@@ -176,13 +185,26 @@ func BenchmarkDecode(b *testing.B) {
 // One iteration is one round: every goroutine saves one record.
 func BenchmarkSaveDeadConcurrent(b *testing.B) {
 	recs := benchRecordSet(1024)
-	for _, goroutines := range []int{16, 256} {
-		b.Run(fmt.Sprintf("goroutines=%d", goroutines), func(b *testing.B) {
+	for _, bc := range []struct {
+		goroutines int
+		capture    bool
+	}{{16, false}, {256, false}, {16, true}, {256, true}} {
+		goroutines := bc.goroutines
+		name := fmt.Sprintf("goroutines=%d", goroutines)
+		if bc.capture {
+			name += "/capture"
+		}
+		b.Run(name, func(b *testing.B) {
 			s, err := Open(filepath.Join(b.TempDir(), "state.db"), Options{})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer s.Close()
+			if bc.capture {
+				if err := s.SetChangelog(benchChangelog()); err != nil {
+					b.Fatal(err)
+				}
+			}
 			b.ReportAllocs()
 			for b.Loop() {
 				var wg sync.WaitGroup
@@ -275,6 +297,79 @@ func BenchmarkDelayed100k(b *testing.B) {
 	b.ReportMetric(n/saveTime.Seconds(), "save-msgs/s")
 	b.ReportMetric(n/drainTime.Seconds(), "drain-msgs/s")
 	b.ReportMetric(float64(grown)/n, "B/waiting-msg")
+}
+
+// benchChangelog routes every record by its origin and sends at once.
+func benchChangelog() Changelog {
+	return Changelog{
+		Route: func(rec *Record) (string, int32, bool) {
+			return rec.Message.Origin.Topic, int32(rec.Message.Origin.Partition), true
+		},
+		Send: func([]Change) func() error { return func() error { return nil } },
+	}
+}
+
+// BenchmarkApplyChangelog100k restores 100k pending records of 1 KiB,
+// the changelog of a shutdown snapshot, into an empty file in one
+// transaction: ApplyChangelog and the commit are timed.
+func BenchmarkApplyChangelog100k(b *testing.B) {
+	src, err := Open(filepath.Join(b.TempDir(), "src.db"), Options{NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var changes []Change
+	cl := benchChangelog()
+	cl.Send = func(cs []Change) func() error { changes = append(changes, cs...); return nil }
+	if err := src.SetChangelog(cl); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := src.savePending(benchRecordSet(benchRecords)...); err != nil {
+		b.Fatal(err)
+	}
+	src.Close()
+	recs := make([]ChangelogRecord, len(changes))
+	for i, c := range changes {
+		recs[i] = ChangelogRecord{Offset: int64(i), Key: c.Key, Value: c.Value}
+	}
+	for _, bc := range []struct {
+		name string
+		opts Options
+	}{{"Sync", Options{}}, {"NoSync", Options{NoSync: true}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			dir := b.TempDir()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				b.StopTimer()
+				path := filepath.Join(dir, fmt.Sprintf("state-%d.db", i))
+				i++
+				s, err := Open(path, bc.opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				err = s.Update(func(tx *Tx) error {
+					out, err := tx.ApplyChangelog("orders", 0, recs, int64(len(recs)))
+					if err == nil && len(out.Pending) != benchRecords {
+						err = fmt.Errorf("applied %d", len(out.Pending))
+					}
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if err := s.Close(); err != nil {
+					b.Fatal(err)
+				}
+				if err := os.Remove(path); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(benchRecords)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
 }
 
 func fileSize(b *testing.B, path string) int64 {

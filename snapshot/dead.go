@@ -13,7 +13,7 @@ import (
 // the order of recs. Many goroutines saving one dead letter each share
 // fsyncs when they do it in [Store.Batch].
 func (tx *Tx) SaveDead(recs ...Record) ([]uint64, error) {
-	keys, err := tx.putNew(BucketDead, encodeAll(recs))
+	keys, err := tx.putNew(BucketDead, encodeAll(recs), recs)
 	if err != nil {
 		return nil, tx.errorf(err, "save %d dead letters", len(recs))
 	}
@@ -54,8 +54,12 @@ func (tx *Tx) replace(name string, k []byte, keyText string, rec *Record) error 
 	if err := tx.markRecords(); err != nil {
 		return tx.errorf(err, "replace %s/%s", name, keyText)
 	}
-	if err := b.Put(k, appendRecord(nil, rec)); err != nil {
+	v := appendRecord(nil, rec)
+	if err := b.Put(k, v); err != nil {
 		return tx.errorf(err, "replace %s/%s", name, keyText)
+	}
+	if tx.cap != nil {
+		return tx.errorf(tx.capPut(name, k, v, rec, true), "replace %s/%s", name, keyText)
 	}
 	return nil
 }
@@ -167,6 +171,7 @@ func (tx *Tx) requeueDead(keys []uint64, now time.Time) ([]uint64, error) {
 		return nil, err
 	}
 	vals := make([][]byte, len(keys))
+	recs := make([]Record, len(keys))
 	seen := make(map[uint64]bool, len(keys))
 	for i, key := range keys {
 		k := seqKey(key)
@@ -183,11 +188,17 @@ func (tx *Tx) requeueDead(keys []uint64, now time.Time) ([]uint64, error) {
 		r.Reason = ReasonRequeued
 		r.SavedAt = now
 		vals[i] = appendRecord(nil, &r)
+		recs[i] = r
 	}
 	for _, key := range keys {
+		if tx.cap != nil {
+			if err := tx.capDelete(BucketDead, seqKey(key), dead.Get(seqKey(key))); err != nil {
+				return nil, err
+			}
+		}
 		if err := dead.Delete(seqKey(key)); err != nil {
 			return nil, fmt.Errorf("delete %s/%016x: %w", BucketDead, key, err)
 		}
 	}
-	return tx.putNew(BucketPending, vals)
+	return tx.putNew(BucketPending, vals, recs)
 }

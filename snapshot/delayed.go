@@ -175,6 +175,13 @@ func (tx *Tx) saveDelayed(items []Delayed, vals [][]byte) ([]bool, error) {
 		if err := b.Put(keys[i], vals[i]); err != nil {
 			return nil, fmt.Errorf("put %s/%x: %w", BucketDelayed, []byte(keys[i]), err)
 		}
+		if tx.cap != nil {
+			// A delayed key comes back with its ID and due time: look
+			// for a mapping left by a restored record.
+			if err := tx.capPut(BucketDelayed, keys[i], vals[i], &items[i].Record, true); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return saved, nil
 }
@@ -286,6 +293,11 @@ func (tx *Tx) deleteDelayed(keys []DelayedKey) error {
 	for _, k := range keys {
 		if len(k) == 0 {
 			continue
+		}
+		if tx.cap != nil {
+			if err := tx.capDelete(BucketDelayed, k, b.Get(k)); err != nil {
+				return err
+			}
 		}
 		if err := b.Delete(k); err != nil {
 			return fmt.Errorf("delete %s/%x: %w", BucketDelayed, []byte(k), err)

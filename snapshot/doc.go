@@ -38,8 +38,10 @@
 //
 // # Fast paths on Store
 //
-// Store has one method of its own besides Open, Close, Path and the
-// three transactions: [Store.ScanPending], the re-push of the saved
+// Store has one method of its own besides Open, Close, Path, the three
+// transactions and the changelog's ([Store.SetChangelog],
+// [Store.UpdateLocal], [Store.ResendUnsent], see "Changelog" below):
+// [Store.ScanPending], the re-push of the saved
 // messages at start. It reads the pending bucket on a goroutine of its
 // own, inside one read transaction, while the caller works through the
 // records a batch at a time and writes to the file (the runtime's
@@ -50,7 +52,7 @@
 //
 // # Bucket layout
 //
-// [Open] creates seven top-level buckets:
+// [Open] creates nine top-level buckets:
 //
 //	pending      8-byte key     -> record   saved at shutdown, re-pushed on start
 //	dead         8-byte key     -> record   dead letters
@@ -62,6 +64,14 @@
 //	             "feature/NAME" -> the description of a feature the records need (format 3)
 //	             "group"        -> the consumer group the file belongs to ([MetaGroup])
 //	             "instance"     -> the instance that last started on it ([MetaInstance])
+//	             "changelog-file-id"       -> the file's 16-byte changelog ID
+//	             "changelog/TOPIC/PART"    -> 8 bytes big-endian: the next changelog offset to apply
+//	changelog_keys   'L' code local     -> changelog key    a restored record's key in the file it came from
+//	                 'C' changelog key  -> code local       the same, the other way
+//	changelog_unsent changelog key      -> 'p' | 't' uvarint(len) topic partition(4)
+//	                                       a change committed locally, not in the changelog
+//
+// (See "Changelog" below for the last three.)
 //
 // Keys of pending, dead and quarantine are big-endian uint64 sequence
 // numbers of their bucket, starting at 1 and never reused, so key order is
@@ -86,6 +96,78 @@
 // one ordering key is never a prefix of another's, so the records parked
 // under one (class, key) are contiguous and in park order. A nil and an
 // empty message key are the same ordering key.
+//
+// # Changelog
+//
+// A Store can mirror its record buckets to a changelog, a compacted
+// Kafka topic per input topic whose partition p holds the state of input
+// partition p, as Kafka Streams does for its stores; this package knows
+// nothing of Kafka: [Store.SetChangelog] takes a [Changelog] of two
+// funcs, Route (the input partition of a record; false keeps it local)
+// and Send. Until SetChangelog is called nothing is captured, and a
+// transaction with capture off allocates nothing for it.
+//
+// Keys and values. A changelog key is
+//
+//	version(1) code(1) file ID(16) local key
+//
+// where code is 'p' pending, 'd' dead, 'l' delayed or 'k' parked, the
+// file ID is 16 random bytes SetChangelog creates once per file (meta
+// "changelog-file-id"), and the local key is the record's key in its
+// bucket ([ParseChangelogKey] parses one). The value is the stored
+// record, byte for byte; a delete is a tombstone (nil value).
+//
+// Capture. Every write method of [Tx] that puts or deletes a record of
+// those four buckets (the Save, Put and Delete methods, RequeueDead,
+// Park, RenameClass) records a [Change] in the transaction: a put is
+// routed by the record written, a delete by the record deleted (read
+// before the delete; one that does not decode stays local, as does
+// Quarantine's removal of an undecodable value). After the commit, the
+// Store calls Send with the transaction's changes (a Batch group's in
+// one Send), in commit order: a lock of the Store is taken before the
+// bbolt transaction begins and released once Send has returned. Update
+// and Batch then call the wait Send returned, outside the lock; when it
+// fails they return a [*ChangelogError] (wrapping [ErrChangelog]): the
+// transaction did commit locally, and the Store records its changes in
+// changelog_unsent in a follow-up transaction. [Store.UpdateLocal] is a
+// transaction that sends nothing and records its changes there itself;
+// [Store.ResendUnsent] sends them (a put with the record's current
+// value; a put of a record since deleted is skipped, its delete having
+// been captured too) and clears them. The internal buckets
+// (changelog_keys, changelog_unsent, meta) are never sent. Writes made
+// with capture off (an offline CLI without SetChangelog) are not in the
+// changelog.
+//
+// Restore. [Tx.ApplyChangelog] applies one input partition's changelog
+// records, in offset order, and stores the next offset to read as that
+// partition's checkpoint in the same transaction; what it writes is not
+// captured. The last record of a changelog key wins, so compaction
+// changes nothing. A key of the file's own ID deletes the local record
+// on a tombstone and is otherwise ignored (a put never brings back a
+// record this file deleted: its tombstone is on its way). A put of
+// another file's key inserts a record under a fresh local key (pending
+// and dead letters in their original order, delayed records under their
+// own key replacing a local one of the same ID, parked records behind
+// the local ones of their (class, key) in park order) and maps it both
+// ways in changelog_keys. Later records of a mapped key replace or
+// delete the restored record.
+//
+// Re-key on first update. When this file changes a restored record, the
+// change is written under the file's own key: a put in place (PutDead,
+// PutParked, PutPending, PutDelayed, RenameClass) sends the record under
+// its own key and a tombstone of the mapped key, and removes the
+// mapping; a delete sends a tombstone of the mapped key. So a stalled
+// previous owner's late tombstone of its own key finds no mapping and
+// cannot delete the new version. (A late put of it would, however, be
+// restored as a record of its own: the previous owner must be fenced.)
+//
+// Files with changelog bookkeeping. The changelog buckets and meta keys
+// need no format feature: a build that predates them (0.2.0) ignores
+// unknown buckets and meta keys and reads every record as before; it
+// just does not capture, and a record it deletes keeps a stale mapping,
+// which this build drops when it meets it. SetChangelog's file ID makes
+// a file non-empty ([Tx.Empty]): the runtime checks Empty, for its
+// new-file check, before it calls SetChangelog.
 //
 // # Record format
 //
@@ -215,7 +297,8 @@
 // the buckets that hold records stay exported because the API names
 // them: they are the keys of [Tx.Counts] and the Bucket of a
 // [DecodeError] or a [Quarantined] entry, and the CLI prints them. The
-// ID index and meta buckets hold no records and are unexported.
+// ID index, meta and changelog bookkeeping buckets hold no records and
+// are unexported.
 // [MetaGroup] and [MetaInstance] stay exported: the runtime owns what
 // they mean and writes them with [Tx.PutMeta].
 package snapshot

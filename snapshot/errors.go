@@ -55,3 +55,31 @@ func (e *DecodeError) Error() string {
 
 // Unwrap returns e.Err.
 func (e *DecodeError) Unwrap() error { return e.Err }
+
+// ErrChangelog is wrapped by every [*ChangelogError]: a transaction
+// committed to the local file whose changes the changelog has not
+// acknowledged.
+var ErrChangelog = errors.New("snapshot: changelog")
+
+// ChangelogError is returned by [Store.Update], [Store.Batch] and
+// [Store.ResendUnsent] when the changelog did not acknowledge the changes
+// of a transaction that did commit locally: what fn wrote is in the file,
+// not (or not surely) in the changelog. The Store has recorded the
+// changes as unsent, for [Store.ResendUnsent]; Err joins the failure to
+// record them, if any. It wraps [ErrChangelog] and Err.
+type ChangelogError struct {
+	// Path is the state file.
+	Path string
+	// Err is the cause: the wait's error, joined with the failure to
+	// record the changes as unsent, if any.
+	Err error
+}
+
+// Error returns "snapshot: <file>: saved locally, not in the changelog:
+// <err>".
+func (e *ChangelogError) Error() string {
+	return fmt.Sprintf("snapshot: %s: saved locally, not in the changelog: %v", e.Path, e.Err)
+}
+
+// Unwrap returns ErrChangelog and e.Err.
+func (e *ChangelogError) Unwrap() []error { return []error{ErrChangelog, e.Err} }

@@ -119,13 +119,15 @@ func uvarintLen(n uint64) int {
 // called per message from many goroutines: in [Store.Batch] they share
 // fsyncs.
 func (tx *Tx) Park(class string, key []byte, recs ...Record) error {
-	return tx.errorf(tx.park(class, key, encodeAll(recs)), "park %d messages of class %s", len(recs), class)
+	return tx.errorf(tx.park(class, key, encodeAll(recs), recs), "park %d messages of class %s", len(recs), class)
 }
 
 // park puts vals under (class, key) with the parked bucket's next
 // sequence numbers. Errors name the class and sequence number, not the
 // message key, which stays out of logs.
-func (tx *Tx) park(class string, key []byte, vals [][]byte) error {
+// With capture on each put is captured, routed by recs[i] (recs may be
+// nil: then by the decoded value).
+func (tx *Tx) park(class string, key []byte, vals [][]byte, recs []Record) error {
 	if len(vals) == 0 {
 		return nil
 	}
@@ -142,11 +144,20 @@ func (tx *Tx) park(class string, key []byte, vals [][]byte) error {
 	}
 	k := appendParkedKey(nil, class, key, 0)
 	s := k[len(k)-8:]
-	for _, v := range vals {
+	for i, v := range vals {
 		seq++
 		binary.BigEndian.PutUint64(s, seq) // Put copies the key
 		if err := b.Put(k, v); err != nil {
 			return fmt.Errorf("put %s key of class %s sequence %d: %w", BucketParked, class, seq, err)
+		}
+		if tx.cap != nil {
+			var r *Record
+			if recs != nil {
+				r = &recs[i]
+			}
+			if err := tx.capPut(BucketParked, k, v, r, false); err != nil {
+				return err
+			}
 		}
 	}
 	if err := b.SetSequence(seq); err != nil {
@@ -267,6 +278,11 @@ func (tx *Tx) deleteParked(keys []ParkedKey) error {
 	for i, k := range keys {
 		if len(k) == 0 {
 			continue
+		}
+		if tx.cap != nil {
+			if err := tx.capDelete(BucketParked, k, b.Get(k)); err != nil {
+				return err
+			}
 		}
 		if err := b.Delete(k); err != nil {
 			return fmt.Errorf("delete %s key %d of %d: %w", BucketParked, i+1, len(keys), err)

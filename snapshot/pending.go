@@ -23,7 +23,7 @@ const chunkSize = 1 << 20
 // SavePending writes recs into the pending bucket, under new keys, and
 // returns those keys in the order of recs (empty when recs is).
 func (tx *Tx) SavePending(recs ...Record) ([]uint64, error) {
-	keys, err := tx.putNew(BucketPending, encodeAll(recs))
+	keys, err := tx.putNew(BucketPending, encodeAll(recs), recs)
 	if err != nil {
 		return nil, tx.errorf(err, "save %d pending records", len(recs))
 	}

@@ -118,6 +118,13 @@ func (tx *Tx) quarantine(bad []*DecodeError, now time.Time) error {
 		if err := dst.Put(seqKey(seq), qv); err != nil {
 			return fmt.Errorf("put %s/%016x: %w", BucketQuarantine, seq, err)
 		}
+		if tx.cap != nil {
+			// The value does not decode: it has no route and stays out
+			// of the changelog; only a restored record's mapping goes.
+			if err := tx.capDelete(name, de.Key, nil); err != nil {
+				return err
+			}
+		}
 		if err := src.Delete(de.Key); err != nil {
 			return fmt.Errorf("delete %s/%x: %w", name, de.Key, err)
 		}

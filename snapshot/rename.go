@@ -79,6 +79,11 @@ func (tx *Tx) renameIn(name, from, to string) (int, error) {
 		if err := b.Put(keys[i], vals[i]); err != nil {
 			return 0, fmt.Errorf("put %x: %w", keys[i], err)
 		}
+		if tx.cap != nil {
+			if err := tx.capPut(name, keys[i], vals[i], nil, true); err != nil {
+				return 0, err
+			}
+		}
 	}
 	return len(keys), nil
 }
@@ -118,12 +123,17 @@ func (tx *Tx) renameParked(from, to string) (int, error) {
 		old = append(old, bytes.Clone(k))
 	}
 	for _, k := range old {
+		if tx.cap != nil {
+			if err := tx.capDelete(BucketParked, k, b.Get(k)); err != nil {
+				return 0, err
+			}
+		}
 		if err := b.Delete(k); err != nil {
 			return 0, fmt.Errorf("delete %x: %w", k, err)
 		}
 	}
 	for _, g := range groups {
-		if err := tx.park(to, g.key, g.vals); err != nil {
+		if err := tx.park(to, g.key, g.vals, nil); err != nil {
 			return 0, err
 		}
 	}

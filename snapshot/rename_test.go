@@ -31,7 +31,7 @@ func TestRenameClass(t *testing.T) {
 		if err := tx.Park("users", []byte("k"), rec(8, "users")); err != nil {
 			return err
 		}
-		if _, err := tx.putNew(BucketPending, [][]byte{{0xff, 1, 2}}); err != nil {
+		if _, err := tx.putNew(BucketPending, [][]byte{{0xff, 1, 2}}, nil); err != nil {
 			return err
 		}
 		return tx.PutPause("bookings", Pause{Reason: "migration", Since: time.Unix(1e9, 0)})

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -39,8 +41,17 @@ const (
 	bucketMeta       = "meta"
 )
 
+// The changelog's bookkeeping buckets (see changelog.go): the mapping of
+// restored records to the changelog keys of the file they came from, and
+// the changes committed locally but not (yet) in the changelog. They are
+// never sent.
+const (
+	bucketChangelogKeys   = "changelog_keys"
+	bucketChangelogUnsent = "changelog_unsent"
+)
+
 // buckets lists every bucket Open creates.
-var buckets = []string{BucketPending, BucketDead, BucketQuarantine, BucketDelayed, bucketDelayedIDs, BucketParked, bucketMeta}
+var buckets = []string{BucketPending, BucketDead, BucketQuarantine, BucketDelayed, bucketDelayedIDs, BucketParked, bucketMeta, bucketChangelogKeys, bucketChangelogUnsent}
 
 const (
 	defaultLockTimeout     = time.Second
@@ -97,6 +108,12 @@ type Store struct {
 
 	// group is the group commit of Batch.
 	group groupCommit
+
+	// cl is the changelog capture SetChangelog turned on; nil: off.
+	cl atomic.Pointer[clState]
+	// sendMu serializes the write transactions with capture on and their
+	// Send, so that Send is called in commit order.
+	sendMu sync.Mutex
 
 	closeOnce sync.Once
 	closeErr  error
@@ -199,7 +216,8 @@ func (tx *Tx) Counts() (map[string]int, error) {
 // Empty reports whether the file holds nothing at all: no key in any
 // bucket, so no record (pending, dead, quarantine, delayed, parked) and
 // no meta (the group and instance a runtime records when it opens the
-// file, the classes, pauses, the format mark). A file [Open] has just
+// file, the classes, pauses, the format mark, the changelog's file ID,
+// checkpoints and bookkeeping). A file [Open] has just
 // created is empty; so is one whose previous service never got as far
 // as recording its group. The runtime calls a file empty at its start
 // "new": see its lost-disk check.
@@ -239,7 +257,10 @@ func seqKey(n uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte,
 // putNew puts vals under the named bucket's next sequence numbers and
 // returns those keys. Keys only grow, so pages are filled completely.
 // bbolt keeps each value until the commit: they must not be written over.
-func (tx *Tx) putNew(name string, vals [][]byte) ([]uint64, error) {
+//
+// With capture on, each put is captured, routed by recs[i] (recs may be
+// nil: then by the decoded value).
+func (tx *Tx) putNew(name string, vals [][]byte, recs []Record) ([]uint64, error) {
 	if len(vals) == 0 {
 		return []uint64{}, nil
 	}
@@ -256,6 +277,9 @@ func (tx *Tx) putNew(name string, vals [][]byte) ([]uint64, error) {
 		return nil, fmt.Errorf("bucket %s sequence %d exhausted", name, seq)
 	}
 	keys := make([]uint64, len(vals))
+	if tx.cap != nil {
+		tx.cap.changes = slices.Grow(tx.cap.changes, len(vals))
+	}
 	var k [8]byte
 	for i, v := range vals {
 		seq++
@@ -263,6 +287,16 @@ func (tx *Tx) putNew(name string, vals [][]byte) ([]uint64, error) {
 		binary.BigEndian.PutUint64(k[:], seq) // Put copies the key
 		if err := b.Put(k[:], v); err != nil {
 			return nil, fmt.Errorf("put %s/%016x: %w", name, seq, err)
+		}
+		if tx.cap != nil {
+			var r *Record
+			if recs != nil {
+				r = &recs[i]
+			}
+			// A fresh sequence key is never mapped.
+			if err := tx.capPut(name, k[:], v, r, false); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := b.SetSequence(seq); err != nil {
@@ -284,6 +318,11 @@ func (tx *Tx) deleteSeq(name string, keys []uint64) error {
 	var k [8]byte
 	for _, n := range keys {
 		binary.BigEndian.PutUint64(k[:], n)
+		if tx.cap != nil {
+			if err := tx.capDelete(name, k[:], b.Get(k[:])); err != nil {
+				return err
+			}
+		}
 		if err := b.Delete(k[:]); err != nil {
 			return fmt.Errorf("delete %s/%016x: %w", name, n, err)
 		}

@@ -25,6 +25,9 @@ import (
 type Tx struct {
 	tx *bolt.Tx
 	s  *Store
+	// cap collects the changes of a write transaction with changelog
+	// capture on; nil when it is off (and in a View).
+	cap *capture
 }
 
 // Update runs fn in one read-write transaction and commits it, with one
@@ -35,8 +38,16 @@ type Tx struct {
 // Update blocks while another write transaction runs and holds the
 // file's single writer lock while fn runs: fn should do no slow work.
 // Concurrent calls are safe; fn must not keep the Tx.
+//
+// With changelog capture on ([Store.SetChangelog]), Update also sends
+// the records it changed to the changelog once the transaction has
+// committed, and waits for the broker's acknowledgement: a failure then
+// is a [*ChangelogError], and the local transaction stays committed.
 func (s *Store) Update(fn func(tx *Tx) error) error {
-	return s.public(s.db.Update, "update", fn)
+	st := s.lockCapture()
+	cp := st.newCapture(false)
+	err := s.public(s.db.Update, "update", cp, fn)
+	return s.sendCaptured(st, cp, err)
 }
 
 // Batch runs fn in a read-write transaction shared with concurrent Batch
@@ -96,10 +107,15 @@ func (g *groupCommit) run(s *Store, fn func(tx *Tx) error) error {
 
 // commitGroup runs calls in one transaction; a call whose fn fails is
 // answered with its error and the rest run again without it.
+//
+// With capture on, the changes of the transaction that commits go to the
+// changelog in one Send, and every call of it gets the wait's failure.
 func (s *Store) commitGroup(calls []*groupCall) {
+	st := s.lockCapture()
 	for len(calls) > 0 {
 		failed := -1
-		err := s.public(s.db.Update, "update", func(tx *Tx) error {
+		cp := st.newCapture(false)
+		err := s.public(s.db.Update, "update", cp, func(tx *Tx) error {
 			for i, c := range calls {
 				if err := c.fn(tx); err != nil {
 					failed = i
@@ -114,28 +130,37 @@ func (s *Store) commitGroup(calls []*groupCall) {
 			calls = append(calls[:failed:failed], calls[failed+1:]...)
 			continue
 		}
+		err = s.sendCaptured(st, cp, err)
 		for _, c := range calls {
 			c.err = err // nil, or the commit's failure for every one
 			close(c.done)
 		}
 		return
 	}
+	s.sendCaptured(st, nil, nil) // every call failed: unlock
 }
 
 // View runs fn in a read-only transaction. It does not block writers,
 // nor is it blocked by them. It returns fn's error unchanged.
 func (s *Store) View(fn func(tx *Tx) error) error {
-	return s.public(s.db.View, "read", fn)
+	return s.public(s.db.View, "read", nil, fn)
 }
 
 // public runs fn for Update and View: fn's own error comes back
 // unchanged, bbolt's failure to begin or commit wrapped with the file's
-// name.
-func (s *Store) public(method func(func(*bolt.Tx) error) error, verb string, fn func(tx *Tx) error) error {
+// name. cp, when not nil, collects the changes of the transaction (its
+// changes are reset first: a Batch may run again); a local capture
+// records them in the unsent bucket before the commit.
+func (s *Store) public(method func(func(*bolt.Tx) error) error, verb string, cp *capture, fn func(tx *Tx) error) error {
 	var fnFailed bool
 	err := method(func(btx *bolt.Tx) error {
-		err := fn(&Tx{tx: btx, s: s})
+		cp.reset()
+		tx := &Tx{tx: btx, s: s, cap: cp}
+		err := fn(tx)
 		fnFailed = err != nil
+		if err == nil && cp != nil && cp.local {
+			return tx.recordUnsent(cp.changes)
+		}
 		return err
 	})
 	if err != nil && !fnFailed {

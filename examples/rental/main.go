@@ -15,6 +15,8 @@
 //	-brokers host:port[,host:port]  external Kafka; service mode starts when given
 //	-group NAME                     consumer group (default rental)
 //	-state PATH                     bbolt state file (default rental.db)
+//	-local-state-only               keep state in the state file only, no changelog topic: the state
+//	                                directory must survive restarts (default false: the changelog is on)
 //	-drain-timeout DURATION         bounded drain at stop (default 30s)
 //	-work DURATION                  simulated work per message, per batch for heartbeats (default 0)
 //	-work-jitter DURATION           each message's work drawn uniformly from [work-D, work+D], clamped at 0 (default 0)
@@ -79,6 +81,7 @@ func run(args []string) int {
 	brokers := fs.String("brokers", "", "external Kafka brokers, host:port[,host:port]; service mode starts when given")
 	group := fs.String("group", "rental", "consumer group")
 	state := fs.String("state", "rental.db", "bbolt state file")
+	localOnly := fs.Bool("local-state-only", false, "keep state in the state file only, no changelog topic: the state directory must survive restarts")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "how long the stop drains the pools")
 	work := fs.Duration("work", 0, "simulated work per message")
 	workJitter := fs.Duration("work-jitter", 0, "spread of the simulated work: each message's is drawn uniformly from [work-D, work+D], clamped at 0")
@@ -131,7 +134,7 @@ func run(args []string) int {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return serve(log, serviceConfig{
-		brokers: strings.Split(*brokers, ","), group: *group, state: *state,
+		brokers: strings.Split(*brokers, ","), group: *group, state: *state, localOnly: *localOnly,
 		drain: *drain, work: *work, workJitter: *workJitter, effects: *effects, failRate: *failRate,
 		admin: *adminAddr, adminToken: token, adminReadToken: readToken, probes: ops.probes, renames: ops.renames,
 		stopPolicy: stopPolicy.p, outages: outages,
@@ -141,9 +144,12 @@ func run(args []string) int {
 }
 
 type serviceConfig struct {
-	brokers    []string
-	group      string
-	state      string
+	brokers []string
+	group   string
+	state   string
+	// localOnly keeps the state in the state file alone: no changelog
+	// topic (runtime.Config.LocalStateOnly).
+	localOnly  bool
 	drain      time.Duration
 	work       time.Duration
 	workJitter time.Duration
@@ -184,18 +190,19 @@ func serve(log *slog.Logger, sc serviceConfig) int {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	rt, err := runtime.New(runtime.Config{
-		Brokers:      sc.brokers,
-		Group:        sc.group,
-		StatePath:    sc.state,
-		DrainTimeout: sc.drain,
-		Classes:      withStopPolicy(h.Classes(), sc.stopPolicy),
-		Logger:       log,
-		Registerer:   reg,
-		TLS:          sc.tls,
-		SASL:         sc.sasl,
-		Client:       sc.client,
-		Instance:     sc.instance,
-		ClassRenames: sc.renames,
+		Brokers:        sc.brokers,
+		Group:          sc.group,
+		StatePath:      sc.state,
+		LocalStateOnly: sc.localOnly,
+		DrainTimeout:   sc.drain,
+		Classes:        withStopPolicy(h.Classes(), sc.stopPolicy),
+		Logger:         log,
+		Registerer:     reg,
+		TLS:            sc.tls,
+		SASL:           sc.sasl,
+		Client:         sc.client,
+		Instance:       sc.instance,
+		ClassRenames:   sc.renames,
 	})
 	if err != nil {
 		log.Error("bad configuration", "err", err)

@@ -535,6 +535,13 @@ func (h *Hold[T]) Resume(store *snapshot.Store) error {
 	return nil
 }
 
+// Paused returns the class's pause, if it is paused.
+func (h *Hold[T]) Paused() (snapshot.Pause, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return snapshot.Pause{Reason: h.reason, Since: h.since}, h.paused
+}
+
 // RestorePause applies a pause kept in the state file, at start.
 func (h *Hold[T]) RestorePause(p snapshot.Pause) {
 	h.mu.Lock()

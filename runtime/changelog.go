@@ -1,0 +1,623 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/runtime/internal/changelog"
+	"github.com/handoff-go/handoff/runtime/internal/kclient"
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// The state changelog (Config.LocalStateOnly off). Every write to the
+// state file's records of a class with topics is also written to the
+// changelog topic of the input partition the record belongs to (route),
+// and the file commits a write only once both the bbolt transaction and
+// the changelog's acknowledgement succeeded (snapshot.Store.SetChangelog:
+// a failed changelog write is a failed save). Each partition's next
+// owner restores that partition's state from its changelog before it
+// fetches the partition (restorePartition), so the local file is a cache
+// of the changelog: a pod that starts on an empty disk loses nothing.
+
+// stateLog is the runtime's side of the changelog: the client, where
+// each record goes, and the partitions whose state this instance has
+// restored and owns.
+type stateLog struct {
+	log     *slog.Logger
+	state   *stateFile
+	client  *changelog.Client
+	timeout time.Duration
+
+	// consumed is every topic a class consumes; classTopic each class's
+	// first topic and parts its partition count: where a message that
+	// did not come from Kafka goes. Set by open, read-only after.
+	consumed   map[string]bool
+	classTopic map[string]string
+	// parts is replaced, never changed in place, when a topic that
+	// appeared after the start gets its changelog (learn).
+	parts atomic.Pointer[map[string]int32]
+	// meta answers partition counts; learnMu orders learn's calls.
+	meta    kclient.Client
+	learnMu sync.Mutex
+
+	// stopAt, when not zero, is the stop's deadline in Unix nanoseconds:
+	// no changelog write waits past it.
+	stopAt atomic.Int64
+
+	mu sync.Mutex
+	// owned are the partitions restored here and not revoked since: the
+	// scheduler delivers only their delayed records. ckpt is their
+	// checkpoints.
+	owned map[kclient.Partition]bool
+	ckpt  map[kclient.Partition]*checkpoint
+
+	// waitMu guards waiting: the settles of messages saved to the state
+	// file whose changelog write failed (see await).
+	waitMu  sync.Mutex
+	waiting []func()
+
+	// restored and restoredParts count what the restores brought back,
+	// for the report.
+	restored, restoredParts, repushed, blockedKeys atomic.Int64
+}
+
+// on reports whether the changelog is in use: false with
+// LocalStateOnly, or without topics.
+func (l *stateLog) on() bool { return l != nil && l.client != nil }
+
+// route names the input partition rec belongs to: a Kafka message's own
+// partition; a message that did not come from Kafka (Submit, Schedule),
+// or whose topic no class consumes any more, a partition of its class's
+// first topic chosen from its key as Kafka's default partitioner would
+// (its ID when it has no key), so that it moves with the partition its
+// key's Kafka messages are in. ok is false for a class without topics:
+// its records stay local.
+func (l *stateLog) route(rec *snapshot.Record) (topic string, partition int32, ok bool) {
+	return l.routeMsg(&rec.Message)
+}
+
+// routeMsg is route for a message.
+func (l *stateLog) routeMsg(m *handoff.Message) (topic string, partition int32, ok bool) {
+	if m.Origin.Topic != "" && l.consumed[m.Origin.Topic] {
+		return m.Origin.Topic, int32(m.Origin.Partition), true
+	}
+	t, found := l.classTopic[m.Class]
+	if !found {
+		return "", 0, false
+	}
+	n := (*l.parts.Load())[t]
+	if n <= 0 {
+		return "", 0, false
+	}
+	key := m.Key
+	if len(key) == 0 {
+		key = []byte(m.ID)
+	}
+	return t, keyPartition(key, n), true
+}
+
+// routedTo returns the filter of the records that belong to topic's
+// partition p.
+func (l *stateLog) routedTo(topic string, p int32) func(*snapshot.Record) bool {
+	return func(rec *snapshot.Record) bool {
+		t, q, ok := l.route(rec)
+		return ok && t == topic && q == p
+	}
+}
+
+// unrouted is the filter of the records that belong to no partition:
+// the start recovers them, the assignments the others.
+func (l *stateLog) unrouted(rec *snapshot.Record) bool {
+	_, _, ok := l.route(rec)
+	return !ok
+}
+
+// owns reports whether rec may be used here: it belongs to no partition,
+// or to one restored here and not revoked since.
+func (l *stateLog) owns(rec *snapshot.Record) bool {
+	t, p, ok := l.route(rec)
+	if !ok {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.owned[kclient.Partition{Topic: t, Partition: int(p)}]
+}
+
+// setOwned marks p owned, restored up to changelog offset next, or not
+// (revoked).
+func (l *stateLog) setOwned(p kclient.Partition, owned bool, next int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if owned {
+		l.owned[p] = true
+		l.ckpt[p] = &checkpoint{next: next}
+	} else {
+		delete(l.owned, p)
+		delete(l.ckpt, p)
+	}
+}
+
+// open makes the changelog's client, learns the partition counts of the
+// consumed topics (present: those the brokers know), makes sure every
+// changelog topic exists (creating the missing ones) and turns the state
+// file's capture on; then it sends what an earlier run saved locally but
+// could not write to the changelog. It returns an error naming the topic
+// and the permission when a changelog topic is missing and cannot be
+// created.
+func (l *stateLog) open(ctx context.Context, cfg changelog.Config, meta kclient.Client, classes []*class, present []string) error {
+	ps, err := meta.Partitions(ctx, present)
+	if err != nil {
+		return fmt.Errorf("runtime: changelog: partitions of %v: %w", present, err)
+	}
+	counts := map[string]int32{}
+	for _, p := range ps {
+		counts[p.Topic] = max(counts[p.Topic], int32(p.Partition)+1)
+	}
+	l.consumed, l.classTopic, l.meta = map[string]bool{}, map[string]string{}, meta
+	l.parts.Store(&counts)
+	l.owned, l.ckpt = map[kclient.Partition]bool{}, map[kclient.Partition]*checkpoint{}
+	for _, c := range classes {
+		for _, t := range c.cfg.Topics {
+			l.consumed[t] = true
+		}
+		if len(c.cfg.Topics) > 0 {
+			l.classTopic[c.cfg.Name] = c.cfg.Topics[0]
+		}
+	}
+	cl, err := changelog.New(cfg)
+	if err != nil {
+		return fmt.Errorf("runtime: changelog: %w", err)
+	}
+	if err := cl.Ensure(ctx, counts); err != nil {
+		cl.Close()
+		return fmt.Errorf("runtime: changelog: %w", err)
+	}
+	l.client = cl
+	if err := l.state.store.SetChangelog(snapshot.Changelog{Route: l.route, Send: l.send}); err != nil {
+		return fmt.Errorf("runtime: changelog: %w", err)
+	}
+	n, err := l.state.store.ResendUnsent()
+	if err != nil {
+		return fmt.Errorf("runtime: changelog: resend what an earlier run could not write: %w", err)
+	}
+	if n > 0 {
+		l.log.Info("changes an earlier run saved locally written to the changelog", "changes", n)
+	}
+	return nil
+}
+
+// send is the state file's snapshot.Changelog.Send: it queues changes to
+// their partitions' changelogs and returns the wait for their
+// acknowledgement, bounded by ChangelogTimeout and the stop's deadline.
+func (l *stateLog) send(changes []snapshot.Change) func() error {
+	outs := make([]*changelog.Out, len(changes))
+	for i := range changes {
+		c := &changes[i]
+		outs[i] = &changelog.Out{Input: c.Topic, Partition: c.Partition, Key: c.Key, Value: c.Value}
+	}
+	wait := l.client.Send(outs)
+	return func() error {
+		ctx, cancel := l.waitCtx()
+		defer cancel()
+		if err := wait(ctx); err != nil {
+			return err
+		}
+		l.acked(outs)
+		return nil
+	}
+}
+
+// checkpoint is what the state file holds of one owned partition's
+// changelog: everything before next is applied to it. The partition's
+// restore sets next to the changelog's end; this instance's own writes,
+// once acknowledged, move it on while they follow one another without a
+// gap (a write of another instance in between stops it there: the next
+// restore reads from it).
+type checkpoint struct {
+	next int64
+	// ahead are acknowledged writes past a gap, first offset to end:
+	// they join next once the writes before them are acknowledged.
+	ahead map[int64]int64
+}
+
+// acked moves the checkpoints of the partitions outs were written to.
+func (l *stateLog) acked(outs []*changelog.Out) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, o := range outs {
+		cp := l.ckpt[kclient.Partition{Topic: o.Input, Partition: int(o.Partition)}]
+		if cp == nil || o.Offset < cp.next {
+			continue
+		}
+		if o.Offset > cp.next {
+			if cp.ahead == nil {
+				cp.ahead = map[int64]int64{}
+			}
+			cp.ahead[o.Offset] = o.Offset + 1
+			continue
+		}
+		cp.next = o.Offset + 1
+		for {
+			end, ok := cp.ahead[cp.next]
+			if !ok {
+				break
+			}
+			delete(cp.ahead, cp.next)
+			cp.next = end
+		}
+	}
+}
+
+// keepCheckpoints writes the checkpoints of ps (all owned partitions when
+// ps is nil) to the state file: at a revocation and at the stop. A
+// checkpoint not written costs the next restore a longer read, nothing
+// else.
+func (l *stateLog) keepCheckpoints(ps []kclient.Partition) {
+	l.mu.Lock()
+	keep := map[kclient.Partition]int64{}
+	for p, cp := range l.ckpt {
+		if ps == nil || slices.Contains(ps, p) {
+			keep[p] = cp.next
+		}
+	}
+	l.mu.Unlock()
+	if len(keep) == 0 {
+		return
+	}
+	err := l.state.store.UpdateLocal(func(tx *snapshot.Tx) error {
+		for p, next := range keep {
+			if err := tx.SetChangelogCheckpoint(p.Topic, int32(p.Partition), next); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		l.log.Warn("changelog checkpoints not kept; the next restore reads more of the changelog", "err", err)
+	}
+}
+
+// waitCtx bounds one wait for the changelog: ChangelogTimeout, and the
+// stop's deadline once the stop set it.
+func (l *stateLog) waitCtx() (context.Context, context.CancelFunc) {
+	d := l.timeout
+	if at := l.stopAt.Load(); at != 0 {
+		d = min(d, time.Until(time.Unix(0, at)))
+	}
+	return context.WithTimeout(context.Background(), max(d, 0))
+}
+
+// bound makes every later changelog wait end by deadline: the stop's.
+func (l *stateLog) bound(deadline time.Time) {
+	if l != nil {
+		l.stopAt.Store(deadline.UnixNano())
+	}
+}
+
+// restore reads topic's partition p's changelog from the state file's
+// checkpoint for it (from the start when it has none: an empty disk, or
+// the partition lived elsewhere) up to its high watermark, and applies
+// it to the file, last write winning, tombstones deleting. It returns
+// how many changelog records it read.
+func (l *stateLog) restore(ctx context.Context, topic string, p int32) (read int, next int64, applied snapshot.Applied, err error) {
+	store := l.state.store
+	var from int64
+	var known bool
+	if err := store.View(func(tx *snapshot.Tx) (err error) { from, known, err = tx.ChangelogCheckpoint(topic, p); return err }); err != nil {
+		return 0, 0, applied, err
+	}
+	var recs []snapshot.ChangelogRecord
+	next, err = l.client.Read(ctx, topic, p, from, func(batch []changelog.Rec) error {
+		for _, r := range batch {
+			recs = append(recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value})
+		}
+		return nil
+	})
+	if errors.Is(err, changelog.ErrBeyondEnd) {
+		// The changelog is shorter than the file's checkpoint: the topic
+		// was made again. Read it whole.
+		l.log.Warn("changelog ends before the state file's checkpoint; reading it from the start", "topic", l.client.Topic(topic),
+			"partition", p, "checkpoint", from)
+		recs, from, known = recs[:0], 0, false
+		next, err = l.client.Read(ctx, topic, p, 0, func(batch []changelog.Rec) error {
+			for _, r := range batch {
+				recs = append(recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value})
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		return 0, 0, applied, err
+	}
+	if len(recs) == 0 && known && next == from {
+		return 0, next, applied, nil // the file is where the changelog is
+	}
+	err = store.UpdateLocal(func(tx *snapshot.Tx) (err error) {
+		applied, err = tx.ApplyChangelog(topic, p, recs, next)
+		return err
+	})
+	return len(recs), next, applied, err
+}
+
+// close closes the client, if any.
+func (l *stateLog) close() {
+	if l.on() {
+		l.client.Close()
+	}
+}
+
+// isChangelogErr reports whether err is a write that committed to the
+// state file but not to the changelog.
+func isChangelogErr(err error) bool { return errors.Is(err, snapshot.ErrChangelog) }
+
+// await keeps settle, the settling of a message whose save committed to
+// the state file but not to the changelog, until the changelog has the
+// write: resend runs it then.
+func (l *stateLog) await(settle func()) {
+	l.waitMu.Lock()
+	l.waiting = append(l.waiting, settle)
+	l.waitMu.Unlock()
+}
+
+// resend writes to the changelog what the state file holds unsent (the
+// writes whose changelog write failed) and, once it succeeded, settles
+// the messages waiting for it. It reports whether nothing is left
+// waiting.
+func (l *stateLog) resend() bool {
+	l.waitMu.Lock()
+	waiting := l.waiting
+	l.waiting = nil
+	l.waitMu.Unlock()
+	if len(waiting) == 0 {
+		return true
+	}
+	if _, err := l.state.store.ResendUnsent(); err != nil {
+		l.waitMu.Lock()
+		l.waiting = append(waiting, l.waiting...)
+		l.waitMu.Unlock()
+		l.log.Warn("changelog still not written; the messages saved meanwhile stay uncommitted", "messages", len(waiting), "err", err)
+		return false
+	}
+	for _, settle := range waiting {
+		settle()
+	}
+	l.log.Info("changelog written again; the messages saved meanwhile are committed", "messages", len(waiting))
+	return true
+}
+
+// resendInterval is how often retryResend tries the changelog again.
+const resendInterval = time.Second
+
+// retryResend runs resend every resendInterval until ctx ends: a
+// background loop of the run.
+func (l *stateLog) retryResend(ctx context.Context) {
+	t := time.NewTicker(resendInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			l.resend()
+		}
+	}
+}
+
+// changelogConfig is the changelog client's configuration: the brokers,
+// the connections (TLS, SASL) and the client ID of the consumer's.
+func (r *Runtime) changelogConfig() changelog.Config {
+	return changelog.Config{
+		Brokers: r.cfg.Brokers, ClientID: r.cfg.ClientID, Group: r.cfg.Group, DialFunc: r.conn.clientDial(),
+		Replication: r.cfg.ChangelogReplication, Timeout: r.cfg.ChangelogTimeout, Log: r.log,
+	}
+}
+
+// restoreRetryMax bounds the wait between two tries of a partition's
+// restore.
+const restoreRetryMax = 30 * time.Second
+
+// restorePartition is the consumer's restoreFunc: it brings partition
+// p's state back (restoreOnce) before its fetch loop starts, trying again
+// with a growing wait while it fails: fetching the partition before its
+// saved messages are back would run later messages of a key before
+// earlier ones. It returns false when ctx ended first (the partition was
+// revoked, or the stop began).
+func (r *Runtime) restorePartition(ctx context.Context, p kclient.Partition) bool {
+	if !r.clog.on() {
+		return true
+	}
+	wait := time.Second
+	for {
+		err := r.restoreOnce(ctx, p)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		r.log.Error("partition state not restored from the changelog; its fetching waits", "partition", p.String(),
+			"err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, restoreRetryMax)
+	}
+}
+
+// restoreOnce applies p's changelog to the state file, then recovers p's
+// records as the start recovers a file: its pending records re-pushed,
+// the keys its dead letters and redeliveries block, its parked keys, and
+// its delayed records handed to the scheduler (which delivers only
+// records of partitions restored here).
+func (r *Runtime) restoreOnce(ctx context.Context, p kclient.Partition) error {
+	started := time.Now()
+	topic, part := p.Topic, int32(p.Partition)
+	if err := r.clog.learn(ctx, topic); err != nil {
+		return err
+	}
+	read, next, applied, err := r.clog.restore(ctx, topic, part)
+	if err != nil {
+		return fmt.Errorf("restore %s from %s: %w", p, r.clog.client.Topic(topic), err)
+	}
+	for _, de := range applied.Bad {
+		r.log.Error("undecodable changelog record skipped", "partition", p.String(), "err", de)
+	}
+	rep := &Report{}
+	v := recovery{state: r.state, classes: r.classes.byName, order: r.classes.order, orphan: r.fail.orphan,
+		orphans: &orphans{}, log: r.log, want: r.clog.routedTo(topic, part)}
+	r.clog.setOwned(p, true, next)
+	if err := v.run(ctx, rep); err != nil {
+		r.clog.setOwned(p, false, 0)
+		return err
+	}
+	r.sched.wake(time.Unix(0, 0)) // its delayed records, from the start
+	n := len(applied.Pending) + len(applied.Dead) + len(applied.Delayed) + len(applied.Parked)
+	r.clog.restored.Add(int64(n))
+	r.clog.restoredParts.Add(1)
+	r.clog.repushed.Add(int64(rep.Repushed))
+	r.clog.blockedKeys.Add(int64(rep.BlockedKeys))
+	r.log.Info("partition state restored", "partition", p.String(), "changelog_records", read, "restored", n,
+		"deleted", applied.Deleted, "repushed", rep.Repushed, "blocked_keys", rep.BlockedKeys, "took", time.Since(started))
+	return nil
+}
+
+// revokedPartition is the consumer's revokedFunc: p's records stop being
+// used here. The scheduler no longer delivers its delayed records, and
+// its re-pushed saved messages not yet started leave the pools (their
+// records stay in the file, for the partition's next owner and for this
+// instance if it gets the partition back).
+func (r *Runtime) revokedPartition(p kclient.Partition) {
+	if !r.clog.on() {
+		return
+	}
+	r.clog.keepCheckpoints([]kclient.Partition{p})
+	r.clog.setOwned(p, false, 0)
+	match := func(it *item) bool {
+		if it.src != fromPending {
+			return false
+		}
+		t, q, ok := r.clog.routeMsg(&it.msg)
+		return ok && t == p.Topic && int(q) == p.Partition
+	}
+	for _, c := range r.classes.order {
+		for _, it := range c.pool.Remove(match) {
+			r.handling.leftPool(it)
+		}
+	}
+}
+
+// pauseKey is the meta topic's key of class's pause.
+func pauseKey(class string) []byte { return []byte("pause/" + class) }
+
+// pauseValue is a pause as the meta topic keeps it.
+type pauseValue struct {
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since"`
+}
+
+// putPause keeps class's pause (nil: none) in the meta topic, for every
+// instance's next start. It blocks until the broker acknowledged it, at
+// most ChangelogTimeout.
+func (l *stateLog) putPause(ctx context.Context, class string, p *snapshot.Pause) error {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	var v []byte
+	if p != nil {
+		var err error
+		if v, err = json.Marshal(pauseValue{Reason: p.Reason, Since: p.Since}); err != nil {
+			return err
+		}
+	}
+	return l.client.WriteMeta(ctx, pauseKey(class), v)
+}
+
+// pauses reads the pauses the meta topic keeps: those made through any
+// instance. An undecodable one is logged and skipped.
+func (l *stateLog) pauses(ctx context.Context) (map[string]snapshot.Pause, error) {
+	kv, err := l.client.ReadMeta(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]snapshot.Pause{}
+	for k, v := range kv {
+		class, ok := strings.CutPrefix(k, "pause/")
+		if !ok {
+			continue
+		}
+		var p pauseValue
+		if err := json.Unmarshal(v, &p); err != nil {
+			l.log.Error("undecodable pause in the changelog's meta topic skipped", "topic", l.client.MetaTopic(), "key", k, "err", err)
+			continue
+		}
+		out[class] = snapshot.Pause{Reason: p.Reason, Since: p.Since}
+	}
+	return out, nil
+}
+
+// loadPauses applies the pauses the meta topic keeps to classes not
+// paused already (by the state file's own), before the recovery pushes
+// anything: a class paused through one instance comes back paused on
+// every instance's next start, on a new disk too.
+func (l *stateLog) loadPauses(ctx context.Context, classes map[string]*class) error {
+	pauses, err := l.pauses(ctx)
+	if err != nil {
+		return fmt.Errorf("runtime: changelog: read pauses from %s: %w", l.client.MetaTopic(), err)
+	}
+	for name, p := range pauses {
+		c := classes[name]
+		if c == nil {
+			l.log.Warn("changelog's meta topic keeps a pause of a class that is not configured; ignored", "class", name)
+			continue
+		}
+		if _, paused := c.hold.Paused(); !paused {
+			c.hold.RestorePause(p)
+		}
+	}
+	return nil
+}
+
+// learn makes sure topic, consumed, has its changelog topic: one that
+// appeared after the start (Class.WaitForTopics) gets it at its first
+// assignment.
+func (l *stateLog) learn(ctx context.Context, topic string) error {
+	if _, ok := (*l.parts.Load())[topic]; ok {
+		return nil
+	}
+	l.learnMu.Lock()
+	defer l.learnMu.Unlock()
+	old := *l.parts.Load()
+	if _, ok := old[topic]; ok {
+		return nil
+	}
+	ps, err := l.meta.Partitions(ctx, []string{topic})
+	if err != nil {
+		return fmt.Errorf("partitions of %s: %w", topic, err)
+	}
+	n := int32(0)
+	for _, p := range ps {
+		n = max(n, int32(p.Partition)+1)
+	}
+	if n == 0 {
+		return fmt.Errorf("topic %s has no partitions", topic)
+	}
+	if err := l.client.Ensure(ctx, map[string]int32{topic: n}); err != nil {
+		return err
+	}
+	parts := maps.Clone(old)
+	parts[topic] = n
+	l.parts.Store(&parts)
+	return nil
+}

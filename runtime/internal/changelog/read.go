@@ -1,0 +1,346 @@
+package changelog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Fetch sizes of a read: one partition per request, so the request's
+// bound is the partition's.
+const (
+	fetchMaxBytes = 8 << 20
+	fetchMaxWait  = 500 * time.Millisecond
+	// leaderRetries bounds the fetches of one read that find no leader
+	// (moved, electing) before the read fails.
+	leaderRetries = 20
+)
+
+// ErrBeyondEnd is returned (wrapped, naming the topic, partition and
+// both offsets) by [Client.Read] when from is past the changelog's end
+// offset: the topic was recreated or truncated since from was read, so
+// the state read from it before is not the changelog's.
+var ErrBeyondEnd = errors.New("changelog: offset beyond the end of the changelog")
+
+// Rec is a record read back: a nil Value is a tombstone, an empty
+// non-nil one a value. Key and Value are the Rec's own and may be kept,
+// but they are slices of their fetch's response (up to 8 MiB), which
+// stays alive while one is: copy what is kept long.
+type Rec struct {
+	Offset     int64
+	Key, Value []byte
+}
+
+// Read reads input partition p's changelog from offset from up to the
+// end offset (high watermark) it finds at its start, calling fn with
+// the records of each fetch, in offset order, and returns the next
+// offset to read: that end offset, or where fn's error or ctx's end
+// stopped it. A from before the log's start offset (compacted or
+// deleted) reads from the start; a from at the end returns at once; a
+// from past the end is an error wrapping [ErrBeyondEnd]. Offsets may
+// skip (compaction). Read joins no group and commits nothing: each
+// fetch is a plain request to the partition's leader, so reads may run
+// concurrently. It blocks until the end, fn's error, the Client's Close
+// or ctx's end.
+func (c *Client) Read(ctx context.Context, input string, p int32, from int64, fn func([]Rec) error) (next int64, err error) {
+	return c.read(ctx, c.Topic(input), p, from, fn)
+}
+
+// ReadMeta reads the meta topic whole: the last value of each key, no
+// key whose last record is a tombstone. It blocks as Read does.
+func (c *Client) ReadMeta(ctx context.Context) (map[string][]byte, error) {
+	m := map[string][]byte{}
+	_, err := c.read(ctx, c.MetaTopic(), 0, 0, func(rs []Rec) error {
+		for _, r := range rs {
+			if r.Value == nil {
+				delete(m, string(r.Key))
+			} else {
+				m[string(r.Key)] = r.Value
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (c *Client) read(ctx context.Context, topic string, p int32, from int64, fn func([]Rec) error) (int64, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(c.life, func() { cancel(errClosed) })
+	defer stop()
+
+	start, end, err := c.bounds(ctx, topic, p)
+	if err != nil {
+		return from, err
+	}
+	switch {
+	case from > end:
+		return from, fmt.Errorf("%w: %s/%d from %d, its end is %d (log start %d)", ErrBeyondEnd, topic, p, from, end, start)
+	case from < start:
+		from = start
+	}
+	off := from
+	for retries := 0; off < end; {
+		if err := context.Cause(ctx); err != nil && ctx.Err() != nil {
+			return off, fmt.Errorf("changelog: reading %s/%d at %d: %w", topic, p, off, err)
+		}
+		rp, err := c.fetch(ctx, topic, p, off)
+		if err != nil {
+			if ctx.Err() != nil {
+				err = context.Cause(ctx)
+			} else if retries < leaderRetries && retriable(err) {
+				retries++
+				c.forget(topic)
+				if sleep(ctx, time.Duration(retries)*50*time.Millisecond) == nil {
+					continue
+				}
+				err = fmt.Errorf("%w (after %w)", context.Cause(ctx), err)
+			}
+			return off, fmt.Errorf("changelog: reading %s/%d at %d: %w", topic, p, off, err)
+		}
+		switch ferr := kerr.ErrorForCode(rp.ErrorCode); {
+		case ferr == nil:
+		case errors.Is(ferr, kerr.OffsetOutOfRange) && rp.LogStartOffset > off:
+			off = rp.LogStartOffset // compaction or retention passed us
+			continue
+		case kerr.IsRetriable(ferr) && retries < leaderRetries:
+			retries++
+			c.forget(topic)
+			if err := sleep(ctx, time.Duration(retries)*50*time.Millisecond); err != nil {
+				return off, fmt.Errorf("changelog: reading %s/%d at %d: %w (after %v)", topic, p, off, context.Cause(ctx), ferr)
+			}
+			continue
+		default:
+			return off, fmt.Errorf("changelog: reading %s/%d at %d: %w", topic, p, off, ferr)
+		}
+		retries = 0
+		fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{Offset: off, Topic: topic, Partition: p}, rp, kgo.DefaultDecompressor(), nil)
+		if fp.Err != nil && len(fp.Records) == 0 {
+			return off, fmt.Errorf("changelog: decoding %s/%d at %d: %w", topic, p, off, fp.Err)
+		}
+		recs := make([]Rec, 0, len(fp.Records))
+		for _, r := range fp.Records {
+			if r.Offset >= end {
+				break // written after the read began
+			}
+			recs = append(recs, Rec{Offset: r.Offset, Key: r.Key, Value: r.Value})
+		}
+		if len(recs) > 0 {
+			if err := fn(recs); err != nil {
+				return recs[len(recs)-1].Offset + 1, err
+			}
+		}
+		switch {
+		case next > off:
+			off = min(next, end)
+		case rp.HighWatermark <= off:
+			// The log ends before the end found at the start (an
+			// unclean leader election truncated it): nothing more.
+			return off, nil
+		}
+	}
+	return off, nil
+}
+
+// bounds returns partition p's log start and end offsets, asking its
+// leader; a retriable error (the topic just made, a leader moving) is
+// retried after a pause, leaderRetries times.
+func (c *Client) bounds(ctx context.Context, topic string, p int32) (start, end int64, _ error) {
+	list := func(ts int64) (int64, error) {
+		req := kmsg.NewPtrListOffsetsRequest()
+		req.ReplicaID = -1
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = topic
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition = p
+		rp.CurrentLeaderEpoch = -1
+		rp.Timestamp = ts
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		for retries := 0; ; retries++ {
+			off, err := c.listOffset(ctx, topic, p, req)
+			if err == nil || ctx.Err() != nil || retries == leaderRetries || !retriable(err) {
+				return off, err
+			}
+			c.forget(topic)
+			if sleep(ctx, time.Duration(retries+1)*50*time.Millisecond) != nil {
+				return 0, fmt.Errorf("%w (after %w)", context.Cause(ctx), err)
+			}
+		}
+	}
+	start, err := list(-2)
+	if err != nil {
+		return 0, 0, fmt.Errorf("changelog: start offset of %s/%d: %w", topic, p, err)
+	}
+	end, err = list(-1)
+	if err != nil {
+		return 0, 0, fmt.Errorf("changelog: end offset of %s/%d: %w", topic, p, err)
+	}
+	return start, end, nil
+}
+
+func (c *Client) listOffset(ctx context.Context, topic string, p int32, req *kmsg.ListOffsetsRequest) (int64, error) {
+	leader, _, err := c.leader(ctx, topic, p)
+	if err != nil {
+		return 0, err
+	}
+	kresp, err := c.cl.Broker(int(leader)).Request(ctx, req)
+	if err != nil {
+		return 0, &brokerError{leader, err}
+	}
+	for _, t := range kresp.(*kmsg.ListOffsetsResponse).Topics {
+		for _, rp := range t.Partitions {
+			if rp.Partition == p {
+				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+					return 0, err
+				}
+				return rp.Offset, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("broker %d: no answer for the partition", leader)
+}
+
+// brokerError is a request to a broker that got no answer: retriable.
+type brokerError struct {
+	id  int32
+	err error
+}
+
+func (e *brokerError) Error() string { return fmt.Sprintf("broker %d: %v", e.id, e.err) }
+func (e *brokerError) Unwrap() error { return e.err }
+
+// errNoLeader is a partition with no leader in the metadata: retriable.
+var errNoLeader = errors.New("no leader in the metadata")
+
+func retriable(err error) bool {
+	var be *brokerError
+	return kerr.IsRetriable(err) || errors.As(err, &be) || errors.Is(err, errNoLeader)
+}
+
+// leader returns the leader of partition p of topic, and the topic's id.
+func (c *Client) leader(ctx context.Context, topic string, p int32) (int32, [16]byte, error) {
+	tm, err := c.meta(ctx, topic)
+	if err != nil {
+		return 0, [16]byte{}, err
+	}
+	leader, ok := tm.leaders[p]
+	if !ok {
+		return 0, tm.id, fmt.Errorf("partition %d: %w", p, errNoLeader)
+	}
+	return leader, tm.id, nil
+}
+
+// fetch sends one Fetch request for partition p at off to its leader
+// and returns the partition's answer.
+func (c *Client) fetch(ctx context.Context, topic string, p int32, off int64) (*kmsg.FetchResponseTopicPartition, error) {
+	leader, id, err := c.leader(ctx, topic, p)
+	if err != nil {
+		return nil, err
+	}
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID = -1
+	req.MaxWaitMillis = int32(fetchMaxWait / time.Millisecond)
+	req.MinBytes = 1
+	req.MaxBytes = fetchMaxBytes
+	req.SessionID = 0
+	req.SessionEpoch = -1 // no fetch session: every request is whole
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic = topic
+	rt.TopicID = id
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition = p
+	rp.FetchOffset = off
+	rp.CurrentLeaderEpoch = -1
+	rp.LastFetchedEpoch = -1
+	rp.LogStartOffset = -1
+	rp.PartitionMaxBytes = fetchMaxBytes
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	kresp, err := c.cl.Broker(int(leader)).Request(ctx, req)
+	if err != nil {
+		return nil, &brokerError{leader, err}
+	}
+	resp := kresp.(*kmsg.FetchResponse)
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return nil, fmt.Errorf("fetch from broker %d: %w", leader, err)
+	}
+	for i := range resp.Topics {
+		for j := range resp.Topics[i].Partitions {
+			if rp := &resp.Topics[i].Partitions[j]; rp.Partition == p {
+				return rp, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("fetch from broker %d: no answer for the partition", leader)
+}
+
+// topicMeta is what a fetch needs of a topic: its id (fetch v13 and
+// later name topics by id) and each partition's leader.
+type topicMeta struct {
+	id      [16]byte
+	leaders map[int32]int32
+}
+
+// meta returns topic's metadata, cached until forget.
+func (c *Client) meta(ctx context.Context, topic string) (*topicMeta, error) {
+	c.mu.Lock()
+	tm := c.leaders[topic]
+	c.mu.Unlock()
+	if tm != nil {
+		return tm, nil
+	}
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, c.cl)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	for _, t := range resp.Topics {
+		if t.Topic == nil || *t.Topic != topic {
+			continue
+		}
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			return nil, fmt.Errorf("metadata: %w", err)
+		}
+		tm = &topicMeta{id: t.TopicID, leaders: make(map[int32]int32, len(t.Partitions))}
+		for _, p := range t.Partitions {
+			if p.ErrorCode == 0 && p.Leader >= 0 {
+				tm.leaders[p.Partition] = p.Leader
+			}
+		}
+		c.mu.Lock()
+		c.leaders[topic] = tm
+		c.mu.Unlock()
+		return tm, nil
+	}
+	return nil, errors.New("metadata: no answer for the topic")
+}
+
+// forget drops topic's cached metadata, after a leader error.
+func (c *Client) forget(topic string) {
+	c.mu.Lock()
+	delete(c.leaders, topic)
+	c.mu.Unlock()
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,98 @@
+package changelog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Out is a record for [Client.Send]: a state write of input partition
+// Partition of topic Input. A nil Value is a tombstone (the key is
+// deleted); an empty one is a value.
+type Out struct {
+	Input     string
+	Partition int32
+	Key       []byte
+	Value     []byte
+
+	// Offset is the record's offset in the changelog topic, set once the
+	// wait of its Send returned nil; untouched otherwise.
+	Offset int64
+}
+
+// Send queues recs on the producer, in order, and returns at once. The
+// producer is idempotent and waits for every in-sync replica, so the
+// records of one partition land in the order of the Send calls and,
+// within one, of recs. The caller must serialize its Send calls (one
+// at a time, as the state file's writes are): two concurrent calls
+// interleave their records of a partition in no defined order.
+//
+// The returned wait blocks until every record is acknowledged, then sets
+// each Out's Offset and returns nil; or until one failed, [Config.Timeout]
+// passed since Send, ctx ended or the Client closed, and returns the
+// error, naming the topic and partition of the first failed record.
+// After an error the records' fate is unknown: some may be written, even
+// later. wait may be called once.
+func (c *Client) Send(recs []*Out) (wait func(ctx context.Context) error) {
+	return c.send(recs, func(o *Out) string { return c.Topic(o.Input) })
+}
+
+func (c *Client) send(recs []*Out, topic func(*Out) string) func(ctx context.Context) error {
+	start := time.Now()
+	n := len(recs)
+	offsets := make([]int64, n)
+	errs := make([]error, n)
+	done := make(chan struct{})
+	var left atomic.Int64 // records not answered; the last answer closes done
+	left.Store(int64(n))
+	if n == 0 {
+		close(done)
+	}
+	for i, o := range recs {
+		r := &kgo.Record{Topic: topic(o), Partition: o.Partition, Key: o.Key, Value: o.Value}
+		c.prod.Produce(c.life, r, func(r *kgo.Record, err error) {
+			offsets[i], errs[i] = r.Offset, err
+			if left.Add(-1) == 0 {
+				close(done)
+			}
+		})
+	}
+	return func(ctx context.Context) error {
+		timer := time.NewTimer(c.cfg.Timeout - time.Since(start))
+		defer timer.Stop()
+		select {
+		case <-done:
+		case <-timer.C:
+			return fmt.Errorf("changelog: %d records not acknowledged within %s", n, c.cfg.Timeout)
+		case <-ctx.Done():
+			return fmt.Errorf("changelog: waiting for %d records' acknowledgement: %w", n, context.Cause(ctx))
+		}
+		for i, err := range errs {
+			if err != nil {
+				if errors.Is(err, context.Canceled) && c.life.Err() != nil {
+					err = errClosed
+				}
+				return fmt.Errorf("changelog: writing to %s/%d: %w", topic(recs[i]), recs[i].Partition, err)
+			}
+		}
+		for i, o := range recs {
+			o.Offset = offsets[i]
+		}
+		return nil
+	}
+}
+
+// errClosed is the failure of records queued when the Client closed.
+var errClosed = errors.New("changelog: client closed")
+
+// WriteMeta writes value under key to the meta topic and waits for the
+// acknowledgement, as [Client.Send]'s wait does. A nil value is a
+// tombstone. It may overlap Send: the meta topic is apart.
+func (c *Client) WriteMeta(ctx context.Context, key, value []byte) error {
+	o := &Out{Key: key, Value: value}
+	return c.send([]*Out{o}, func(*Out) string { return c.MetaTopic() })(ctx)
+}

@@ -1,0 +1,471 @@
+package snapshot
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// ChangelogRecord is one record read from a changelog partition.
+type ChangelogRecord struct {
+	// Offset is the record's offset in its changelog partition.
+	Offset int64
+	// Key is the changelog key (see [ParseChangelogKey]).
+	Key []byte
+	// Value is the stored record; nil for a tombstone.
+	Value []byte
+}
+
+// Applied says what [Tx.ApplyChangelog] changed.
+type Applied struct {
+	// Pending, Dead, Delayed and Parked are the local keys of the
+	// records inserted or replaced, in the order they were applied.
+	Pending []uint64
+	Dead    []uint64
+	Delayed []DelayedKey
+	Parked  []ParkedKey
+	// Deleted counts the local records removed by tombstones.
+	Deleted int
+	// Bad are the records skipped, not written: a key that does not
+	// parse, a value that does not decode as a record (or a delayed
+	// record whose ID is not its key's). Their Bucket is "changelog" and
+	// their Key the changelog key.
+	Bad []*DecodeError
+}
+
+// finalRecord is the last record of one changelog key in a call.
+type finalRecord struct {
+	rec *ChangelogRecord
+	ck  ChangelogKey // Local aliases rec.Key
+}
+
+// insert is a record ApplyChangelog inserts under a fresh local key.
+type insert struct {
+	f     *finalRecord
+	local []byte // its new local key
+	val   []byte // a copy of the value
+	// parked only: the prefix of its (class, key), its original
+	// sequence and the offset of the first insert of its file in its
+	// (class, key).
+	prefix   []byte
+	seq      uint64
+	fileRank int64
+}
+
+// ApplyChangelog applies records of one input partition's changelog,
+// read in offset order, and stores next as the partition's checkpoint
+// ([Tx.ChangelogCheckpoint]), in this write transaction. The changes it
+// makes are not captured: they are the changelog's already. A
+// transaction should apply one batch of records and commit, so that the
+// checkpoint moves with them.
+//
+// Per changelog key only its last record in recs counts, so the result
+// does not depend on whether the earlier ones were compacted away. Then:
+//
+//   - A key of this file's own ID: a tombstone deletes the local record
+//     under its local key, if there is one (another owner finished it);
+//     a put changes nothing: the local record is newer or the same, and
+//     when there is none this file deleted it and its tombstone is on its
+//     way, so the record is not brought back.
+//   - A key of another file that a record of this file was restored from
+//     (mapped): a put replaces that record's value, a tombstone deletes
+//     it and its mapping.
+//   - A put of another file's key that is not mapped inserts a record
+//     under a fresh local key and maps it both ways: pending and dead
+//     letters take their bucket's next sequence numbers, in save order:
+//     by original sequence among the records of one file, files in the
+//     order of the offset of their first record in recs; a delayed record keeps its key (due time and
+//     ID), replacing a local delayed record of the same ID; a parked
+//     record takes the parked bucket's next sequence number under its
+//     (class, key), behind the local ones, in park order: by original
+//     sequence among the records of one file, files in the order of the
+//     offset of their first record of that (class, key). A tombstone of
+//     a key not mapped changes nothing.
+//
+// A record whose key does not parse or whose value does not decode is
+// skipped and reported in Bad; nothing of it is written. It returns an
+// error only when the file cannot be written; then the transaction should
+// be rolled back.
+func (tx *Tx) ApplyChangelog(topic string, partition int32, recs []ChangelogRecord, next int64) (Applied, error) {
+	out, err := tx.applyChangelog(recs)
+	if err != nil {
+		return Applied{}, tx.errorf(err, "apply %d changelog records of %s/%d", len(recs), topic, partition)
+	}
+	if err := tx.SetChangelogCheckpoint(topic, partition, next); err != nil {
+		return Applied{}, err
+	}
+	return out, nil
+}
+
+func (tx *Tx) applyChangelog(recs []ChangelogRecord) (Applied, error) {
+	var out Applied
+	own, hasOwn, err := tx.fileID()
+	if err != nil {
+		return out, err
+	}
+	finals := out.lastRecords(recs)
+	if len(finals) == 0 {
+		return out, nil
+	}
+	if err := tx.markRecords(); err != nil {
+		return out, err
+	}
+	keys, err := tx.bucket(bucketChangelogKeys)
+	if err != nil {
+		return out, err
+	}
+	// A file with no restored record (the first restore) has nothing to
+	// look up; this call's mappings are put at its end.
+	mapped := true
+	if k, _ := keys.Cursor().First(); k == nil {
+		mapped = false
+	}
+	ins := make([]insert, 0, len(finals))
+	for i := range finals {
+		f := &finals[i]
+		name, local := f.ck.Bucket, f.ck.Local
+		b, err := tx.bucket(name)
+		if err != nil {
+			return out, err
+		}
+		if hasOwn && f.ck.FileID == own {
+			if f.rec.Value == nil && b.Get(local) != nil {
+				if err := tx.deleteLocal(name, local); err != nil {
+					return out, err
+				}
+				out.Deleted++
+			}
+			continue
+		}
+		var ref []byte
+		if mapped {
+			ref = keys.Get(mapKey(mapChangelogPrefix, f.rec.Key))
+		}
+		if len(ref) > 1 && codeBucket(ref[0]) == name {
+			mlocal := bytes.Clone(ref[1:])
+			if b.Get(mlocal) != nil {
+				if f.rec.Value == nil {
+					if err := tx.deleteLocal(name, mlocal); err != nil {
+						return out, err
+					}
+					out.Deleted++
+					continue
+				}
+				if err := b.Put(mlocal, bytes.Clone(f.rec.Value)); err != nil {
+					return out, fmt.Errorf("put %s/%x: %w", name, mlocal, err)
+				}
+				out.add(name, mlocal)
+				continue
+			}
+			// The record is gone (deleted with capture off): a stale
+			// mapping, dropped.
+			if _, err := tx.unmap(ref[0], mlocal); err != nil {
+				return out, err
+			}
+		}
+		if f.rec.Value != nil {
+			ins = append(ins, insert{f: f})
+		}
+	}
+	copyValues(ins)
+	if err := tx.insertRestored(ins, &out); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// lastRecords returns the last record of each changelog key of recs that
+// parses, in offset order, and reports the others in out.Bad.
+func (out *Applied) lastRecords(recs []ChangelogRecord) []finalRecord {
+	last := make(map[string]int, len(recs))
+	for i := range recs {
+		last[string(recs[i].Key)] = i
+	}
+	finals := make([]finalRecord, 0, len(last))
+	in := newInterner() // spares the strings of few values while checking
+	for i := range recs {
+		r := &recs[i]
+		if last[string(r.Key)] != i {
+			continue
+		}
+		ck, err := splitChangelogKey(r.Key)
+		if err == nil && r.Value != nil {
+			err = checkRestored(ck, r.Value, in)
+		}
+		if err != nil {
+			out.Bad = append(out.Bad, &DecodeError{Bucket: bucketChangelog, Key: bytes.Clone(r.Key), Err: err})
+			continue
+		}
+		finals = append(finals, finalRecord{rec: r, ck: ck})
+	}
+	slices.SortStableFunc(finals, func(a, b finalRecord) int { return cmp.Compare(a.rec.Offset, b.rec.Offset) })
+	return finals
+}
+
+// checkRestored checks that v decodes as a record that may be stored
+// under ck: a delayed record's ID must be its key's.
+func checkRestored(ck ChangelogKey, v []byte, in interner) error {
+	r, err := decodeOwned(v, in) // v is only read
+	if err == nil && ck.Bucket == BucketDelayed {
+		id, _ := splitDelayedKey(ck.Local)
+		if r.Message.ID != string(id) {
+			err = fmt.Errorf("%w: delayed record ID %q is not its key's", ErrCorrupt, r.Message.ID)
+		}
+	}
+	return err
+}
+
+// copyValues gives every insert a copy of its value, cut from a few
+// large blocks: bbolt keeps the values until the commit.
+func copyValues(ins []insert) {
+	var block []byte
+	for i := range ins {
+		v := ins[i].f.rec.Value
+		if cap(block)-len(block) < len(v) {
+			block = make([]byte, 0, max(len(v), chunkSize))
+		}
+		start := len(block)
+		block = append(block, v...)
+		ins[i].val = block[start:len(block):len(block)]
+	}
+}
+
+// add records local as inserted or replaced in bucket name.
+func (out *Applied) add(name string, local []byte) {
+	switch name {
+	case BucketPending:
+		out.Pending = append(out.Pending, binary.BigEndian.Uint64(local))
+	case BucketDead:
+		out.Dead = append(out.Dead, binary.BigEndian.Uint64(local))
+	case BucketDelayed:
+		out.Delayed = append(out.Delayed, DelayedKey(bytes.Clone(local)))
+	case BucketParked:
+		out.Parked = append(out.Parked, ParkedKey(bytes.Clone(local)))
+	}
+}
+
+// deleteLocal deletes the record under local in bucket name with its
+// delayed ID index entry and its mapping, uncaptured.
+func (tx *Tx) deleteLocal(name string, local []byte) error {
+	b, err := tx.bucket(name)
+	if err != nil {
+		return err
+	}
+	if err := b.Delete(local); err != nil {
+		return fmt.Errorf("delete %s/%x: %w", name, local, err)
+	}
+	if name == BucketDelayed {
+		if err := tx.unindexDelayed(local); err != nil {
+			return err
+		}
+	}
+	_, err = tx.unmap(bucketCode(name), local)
+	return err
+}
+
+// insertRestored puts ins under fresh local keys, bucket by bucket in
+// key order, and maps them.
+func (tx *Tx) insertRestored(ins []insert, out *Applied) error {
+	by := map[string][]insert{}
+	for _, in := range ins {
+		by[in.f.ck.Bucket] = append(by[in.f.ck.Bucket], in)
+	}
+	var done []insert
+	for _, name := range []string{BucketPending, BucketDead} {
+		if len(by[name]) == 0 {
+			continue
+		}
+		got, err := tx.insertSeq(name, by[name])
+		if err != nil {
+			return err
+		}
+		done = append(done, got...)
+	}
+	if len(by[BucketDelayed]) > 0 {
+		got, err := tx.insertDelayed(by[BucketDelayed])
+		if err != nil {
+			return err
+		}
+		done = append(done, got...)
+	}
+	if len(by[BucketParked]) > 0 {
+		got, err := tx.insertParked(by[BucketParked])
+		if err != nil {
+			return err
+		}
+		done = append(done, got...)
+	}
+	for _, in := range done {
+		out.add(in.f.ck.Bucket, in.local)
+	}
+	return tx.mapRestored(done)
+}
+
+// sortSaveOrder sorts ins, which are in offset order and whose prefix
+// and seq are set, into the order of their original sequence numbers
+// among the records of one file, files in the order of the offset of
+// their first record, by prefix first.
+func sortSaveOrder(ins []insert) {
+	rank := map[string]int64{}
+	var rk []byte
+	for i := range ins {
+		rk = append(append(rk[:0], ins[i].prefix...), ins[i].f.ck.FileID[:]...)
+		r, ok := rank[string(rk)] // the lookup does not allocate
+		if !ok {
+			r = ins[i].f.rec.Offset
+			rank[string(rk)] = r
+		}
+		ins[i].fileRank = r
+	}
+	slices.SortStableFunc(ins, func(a, b insert) int {
+		if c := bytes.Compare(a.prefix, b.prefix); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.fileRank, b.fileRank); c != 0 {
+			return c
+		}
+		if c := bytes.Compare(a.f.ck.FileID[:], b.f.ck.FileID[:]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.seq, b.seq)
+	})
+}
+
+// insertSeq puts ins under the next sequence numbers of bucket name, in
+// their save order (see sortSaveOrder).
+func (tx *Tx) insertSeq(name string, ins []insert) ([]insert, error) {
+	b, err := tx.bucket(name)
+	if err != nil {
+		return nil, err
+	}
+	for i := range ins {
+		ins[i].seq = binary.BigEndian.Uint64(ins[i].f.ck.Local)
+	}
+	sortSaveOrder(ins)
+	b.FillPercent = 1.0
+	seq := b.Sequence()
+	if seq > math.MaxUint64-uint64(len(ins)) {
+		return nil, fmt.Errorf("bucket %s sequence %d exhausted", name, seq)
+	}
+	keys := make([]byte, 0, 8*len(ins))
+	for i := range ins {
+		seq++
+		keys = binary.BigEndian.AppendUint64(keys, seq)
+		ins[i].local = keys[len(keys)-8 : len(keys) : len(keys)]
+		if err := b.Put(ins[i].local, ins[i].val); err != nil {
+			return nil, fmt.Errorf("put %s/%016x: %w", name, seq, err)
+		}
+	}
+	return ins, b.SetSequence(seq)
+}
+
+// insertDelayed puts ins under their own keys, the last of an ID
+// winning, each replacing the local record of its ID, and indexes them.
+func (tx *Tx) insertDelayed(ins []insert) ([]insert, error) {
+	b, err := tx.bucket(BucketDelayed)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := tx.bucket(bucketDelayedIDs)
+	if err != nil {
+		return nil, err
+	}
+	id := func(in insert) []byte { return in.f.ck.Local[8:] }
+	// By ID, the last (by offset) of an ID first; keep that one.
+	slices.SortStableFunc(ins, func(a, b insert) int {
+		if c := bytes.Compare(id(a), id(b)); c != 0 {
+			return c
+		}
+		return -cmp.Compare(a.f.rec.Offset, b.f.rec.Offset)
+	})
+	ins = slices.CompactFunc(ins, func(a, b insert) bool { return bytes.Equal(id(a), id(b)) })
+	for i := range ins {
+		ins[i].local = ins[i].f.ck.Local
+		if old := ids.Get(id(ins[i])); old != nil {
+			if err := tx.deleteLocal(BucketDelayed, bytes.Clone(old)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, in := range ins { // in ID order
+		if err := ids.Put(bytes.Clone(id(in)), bytes.Clone(in.local)); err != nil {
+			return nil, fmt.Errorf("put %s/%x: %w", bucketDelayedIDs, id(in), err)
+		}
+	}
+	slices.SortFunc(ins, func(a, b insert) int { return bytes.Compare(a.local, b.local) })
+	for _, in := range ins {
+		if err := b.Put(bytes.Clone(in.local), in.val); err != nil {
+			return nil, fmt.Errorf("put %s/%x: %w", BucketDelayed, in.local, err)
+		}
+	}
+	return ins, nil
+}
+
+// insertParked parks ins behind the local records of their (class, key),
+// in park order (see ApplyChangelog), under the parked bucket's next
+// sequence numbers.
+func (tx *Tx) insertParked(ins []insert) ([]insert, error) {
+	b, err := tx.bucket(BucketParked)
+	if err != nil {
+		return nil, err
+	}
+	for i := range ins {
+		l := ins[i].f.ck.Local
+		ins[i].prefix = l[:len(l)-8]
+		ins[i].seq = binary.BigEndian.Uint64(l[len(l)-8:])
+	}
+	sortSaveOrder(ins)
+	seq := b.Sequence()
+	if seq > math.MaxUint64-uint64(len(ins)) {
+		return nil, fmt.Errorf("bucket %s sequence %d exhausted", BucketParked, seq)
+	}
+	for i := range ins {
+		seq++
+		ins[i].local = binary.BigEndian.AppendUint64(bytes.Clone(ins[i].prefix), seq)
+		if err := b.Put(ins[i].local, ins[i].val); err != nil {
+			return nil, fmt.Errorf("put %s %s: %w", BucketParked, parkedKeyText(ins[i].local), err)
+		}
+	}
+	return ins, b.SetSequence(seq)
+}
+
+// mapRestored maps the local keys of ins to their changelog keys and
+// back, putting in key order.
+func (tx *Tx) mapRestored(ins []insert) error {
+	if len(ins) == 0 {
+		return nil
+	}
+	b, err := tx.bucket(bucketChangelogKeys)
+	if err != nil {
+		return err
+	}
+	type kv struct{ k, v []byte }
+	pairs := make([]kv, 0, 2*len(ins))
+	size := 0
+	for _, in := range ins {
+		size += 2 + len(in.local) + 1 + len(in.f.rec.Key)
+	}
+	block := make([]byte, 0, size) // bbolt keeps keys and values until the commit
+	cut := func(parts ...[]byte) []byte {
+		start := len(block)
+		for _, p := range parts {
+			block = append(block, p...)
+		}
+		return block[start:len(block):len(block)]
+	}
+	for _, in := range ins {
+		lk := cut([]byte{mapLocalPrefix, bucketCode(in.f.ck.Bucket)}, in.local)
+		ck := cut([]byte{mapChangelogPrefix}, in.f.rec.Key)
+		pairs = append(pairs, kv{lk, ck[1:]}, kv{ck, lk[1:]})
+	}
+	slices.SortFunc(pairs, func(a, b kv) int { return bytes.Compare(a.k, b.k) })
+	for _, p := range pairs {
+		if err := b.Put(p.k, p.v); err != nil {
+			return fmt.Errorf("put %s/%x: %w", bucketChangelogKeys, p.k, err)
+		}
+	}
+	return nil
+}
