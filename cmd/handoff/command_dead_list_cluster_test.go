@@ -373,3 +373,88 @@ func TestDeadListClusterSecure(t *testing.T) {
 		t.Errorf("wrong password: exit %d, stderr:\n%s\nwant: %s", r.code, r.stderr, want)
 	}
 }
+
+// TestDeadListClusterFromStore: the changelog a state file writes (its
+// saves, a delete, an overwrite, pending records besides) lists as the
+// file's own dead letters do.
+func TestDeadListClusterFromStore(t *testing.T) {
+	t.Parallel()
+	if testio.Client() != testio.KafkaGo {
+		t.Skip("the CLI reads the changelog with its own client: once is enough")
+	}
+	const group = "g2"
+	b, err := devbroker.Start(devbroker.Config{Topics: []string{changelogTopicName(group, "orders")}, Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+
+	path := filepath.Join(t.TempDir(), "state.db")
+	st, err := snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changes []snapshot.Change // Send runs in commit order, under the store's lock
+	err = st.SetChangelog(snapshot.Changelog{
+		Route: func(r *snapshot.Record) (string, int32, bool) {
+			return r.Message.Origin.Topic, int32(r.Message.Origin.Partition), true
+		},
+		Send: func(c []snapshot.Change) func() error { changes = append(changes, c...); return nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
+	rec := func(id string, p, attempt int, saved time.Time) snapshot.Record {
+		r := deadRecord("orders", id, attempt, "permanent: "+id, saved)
+		r.Message.Origin.Partition = p
+		return r
+	}
+	err = st.Update(func(tx *snapshot.Tx) error {
+		keys, err := tx.SaveDead(rec("d1", 0, 1, t0), rec("d2", 0, 1, t0.Add(time.Second)), rec("d3", 1, 1, t0.Add(2*time.Second)))
+		if err != nil {
+			return err
+		}
+		if _, err := tx.SavePending(rec("p1", 1, 1, t0)); err != nil {
+			return err
+		}
+		if err := tx.DeleteDead(keys[0]); err != nil {
+			return err
+		}
+		return tx.PutDead(keys[1], rec("d2", 0, 5, t0.Add(3*time.Second)))
+	})
+	if cerr := st.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []*kgo.Record
+	for _, c := range changes {
+		recs = append(recs, &kgo.Record{Topic: changelogTopicName(group, c.Topic), Partition: c.Partition, Key: c.Key, Value: c.Value})
+	}
+	produce(t, b.Addr(), recs...)
+
+	r := run(t, "dead", "list", path, "--json")
+	var file deadPageJSONOut
+	if err := json.Unmarshal([]byte(r.stdout), &file); r.code != 0 || err != nil {
+		t.Fatalf("file: exit %d, %v: %s", r.code, err, r.stderr)
+	}
+	r = run(t, "dead", "list", "--brokers", b.Addr(), "--group", group, "--json")
+	var cluster clusterDeadJSONOut
+	if err := json.Unmarshal([]byte(r.stdout), &cluster); r.code != 0 || err != nil || r.stderr != "" {
+		t.Fatalf("cluster: exit %d, %v: %s", r.code, err, r.stderr)
+	}
+	summary := func(d recordJSON) string { return fmt.Sprintf("%d:%s:%d:%s", d.Key, d.ID, d.Attempt, d.LastFailed) }
+	var fromFile, fromCluster []string
+	for _, d := range file.DeadLetters {
+		fromFile = append(fromFile, summary(d)) // key order: d2, d3
+	}
+	slices.Reverse(fromFile) // by last failure: d3, then d2's overwrite
+	for _, d := range cluster.DeadLetters {
+		fromCluster = append(fromCluster, summary(d.recordJSON))
+	}
+	if !slices.Equal(fromCluster, fromFile) || len(fromFile) != 2 {
+		t.Errorf("cluster lists %q, the file %q", fromCluster, fromFile)
+	}
+}
