@@ -15,6 +15,10 @@ import (
 // DefaultTimeout is what a zero [Config.Timeout] means.
 const DefaultTimeout = 10 * time.Second
 
+// maxBuffered is how many records the producer queues before Send waits
+// for room: kgo's default is 10,000.
+const maxBuffered = 1 << 18
+
 // Config configures a [Client].
 type Config struct {
 	// Brokers are the seed brokers, host:port. Required.
@@ -107,6 +111,10 @@ func New(cfg Config) (*Client, error) {
 		// queued through an outage; the wait has failed by then anyway.
 		// kgo allows no less than 1s.
 		kgo.RecordDeliveryTimeout(max(cfg.Timeout, time.Second)),
+		// A stop's snapshot queues all its records at once, under the
+		// state file's lock: room for a big one, so that Send seldom
+		// waits for acknowledgements to queue the rest.
+		kgo.MaxBufferedRecords(maxBuffered),
 	)...)
 	if err != nil {
 		return nil, fmt.Errorf("changelog: producer: %w", err)
