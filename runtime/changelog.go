@@ -208,9 +208,11 @@ func (l *stateLog) open(ctx context.Context, cfg changelog.Config, meta kclient.
 // acknowledgement, bounded by ChangelogTimeout and the stop's deadline.
 func (l *stateLog) send(changes []snapshot.Change) func() error {
 	outs := make([]*changelog.Out, len(changes))
+	slab := make([]changelog.Out, len(changes)) // one allocation for all of them
 	for i := range changes {
 		c := &changes[i]
-		outs[i] = &changelog.Out{Input: c.Topic, Partition: c.Partition, Key: c.Key, Value: c.Value}
+		slab[i] = changelog.Out{Input: c.Topic, Partition: c.Partition, Key: c.Key, Value: c.Value}
+		outs[i] = &slab[i]
 	}
 	wait := l.client.Send(outs)
 	return func() error {

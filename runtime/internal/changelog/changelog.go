@@ -64,6 +64,11 @@ type Client struct {
 
 	mu      sync.Mutex
 	leaders map[string]*topicMeta // by changelog topic, dropped on a leader error
+
+	// namesMu guards names, the changelog topic of each input topic
+	// Topic was asked for: every record Send queues needs its name.
+	namesMu sync.Mutex
+	names   map[string]string
 }
 
 // New checks cfg and makes the Client's two kgo clients. It does no I/O:
@@ -124,7 +129,7 @@ func New(cfg Config) (*Client, error) {
 		prod.Close()
 		return nil, fmt.Errorf("changelog: reader: %w", err)
 	}
-	c := &Client{cfg: cfg, prod: prod, cl: cl, leaders: map[string]*topicMeta{}}
+	c := &Client{cfg: cfg, prod: prod, cl: cl, leaders: map[string]*topicMeta{}, names: map[string]string{}}
 	c.life, c.end = context.WithCancel(context.Background())
 	return c, nil
 }
@@ -139,8 +144,18 @@ func (c *Client) Close() {
 }
 
 // Topic returns the changelog topic of input topic t:
-// <group>.<t>.handoff-changelog.
-func (c *Client) Topic(t string) string { return c.cfg.Group + "." + t + ".handoff-changelog" }
+// <group>.<t>.handoff-changelog. It allocates only the first time it
+// is asked for t.
+func (c *Client) Topic(t string) string {
+	c.namesMu.Lock()
+	defer c.namesMu.Unlock()
+	name, ok := c.names[t]
+	if !ok {
+		name = c.cfg.Group + "." + t + ".handoff-changelog"
+		c.names[t] = name
+	}
+	return name
+}
 
 // MetaTopic returns the topic of the classes' pauses:
 // <group>.handoff-meta.

@@ -61,8 +61,10 @@ func (c *Client) send(recs []*Out, topic func(*Out) string) func(ctx context.Con
 	if n == 0 {
 		cancel()
 	}
+	rs := make([]kgo.Record, n) // one allocation for all of them
 	for i, o := range recs {
-		r := &kgo.Record{Topic: topic(o), Partition: o.Partition, Key: o.Key, Value: o.Value}
+		r := &rs[i]
+		*r = kgo.Record{Topic: topic(o), Partition: o.Partition, Key: o.Key, Value: o.Value}
 		c.prod.Produce(rctx, r, func(r *kgo.Record, err error) {
 			offsets[i], errs[i] = r.Offset, err
 			if left.Add(-1) == 0 {
