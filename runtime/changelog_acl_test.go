@@ -87,6 +87,9 @@ func TestChangelogTopicDenied(t *testing.T) {
 			t.Errorf("Run's error does not say %q: %v", want, err)
 		}
 	}
+	if strings.Contains(err.Error(), "changelog: changelog:") {
+		t.Errorf("Run's error says its prefix twice: %v", err)
+	}
 	if handled.Load() != 0 {
 		t.Errorf("handled %d messages with no changelog", handled.Load())
 	}
