@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,9 +56,14 @@ func TestChangelogStopWriteFailsSameDisk(t *testing.T) {
 	})
 
 	var started, blocked atomic.Int64
+	var blockedMu sync.Mutex
+	var blockedIDs []string
 	cfg := b.config(func(ctx context.Context, m *handoff.Message) error {
 		if started.Add(1) > handledFirst {
 			blocked.Add(1)
+			blockedMu.Lock()
+			blockedIDs = append(blockedIDs, m.ID)
+			blockedMu.Unlock()
 			<-ctx.Done() // interrupted by the hard stop, records nothing
 			return context.Cause(ctx)
 		}
@@ -121,8 +127,10 @@ func TestChangelogStopWriteFailsSameDisk(t *testing.T) {
 	if committed1+int64(len(again)) != int64(handled1) {
 		t.Errorf("committed %d and %d handled past the commit, want the %d handled", committed1, len(again), handled1)
 	}
-	t.Logf("stop with the changelog hung: committed %v (%d) of %d handled, %d handled behind an unfinished message; %v; err %v",
-		offs, committed1, handled1, len(again), rep, err)
+	blockedMu.Lock()
+	t.Logf("stop with the changelog hung: committed %v (%d) of %d handled, %d handled behind an unfinished message (interrupted: %v); %v; err %v",
+		offs, committed1, handled1, len(again), blockedIDs, rep, err)
+	blockedMu.Unlock()
 
 	// The broker answers again; the same disk, the same group.
 	held.Store(false)
