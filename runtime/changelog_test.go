@@ -177,3 +177,41 @@ func TestChangelogTopicsCreated(t *testing.T) {
 		t.Errorf("changelog topic: %d partitions, %v; want 3", len(ps), err)
 	}
 }
+
+// TestChangelogPauseTravels: a class paused through one instance comes
+// back paused on an instance that starts on an empty disk, and a resume
+// there is kept too.
+func TestChangelogPauseTravels(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, "orders")
+	noop := func(ctx context.Context, m *handoff.Message) error { return nil }
+	state := func(rt *Runtime) string { return rt.Stats()[0].Hold.State }
+	rt, wait := startNew(t, b.config(noop, nil))
+	waitFor(t, "ready", rt.Ready)
+	if err := rt.Pause(context.Background(), "orders", "deploy freeze"); err != nil {
+		t.Fatal(err)
+	}
+	stopAndWait(t, rt, wait)
+
+	b.state = filepath.Join(t.TempDir(), "new-pod.db")
+	rt2, wait2 := startNew(t, b.config(noop, nil))
+	waitFor(t, "ready", rt2.Ready)
+	if got := state(rt2); got != HoldPaused {
+		t.Fatalf("class on a new disk: hold %v, want paused", got)
+	}
+	if h := rt2.Stats()[0].Hold; h.Reason != "deploy freeze" {
+		t.Errorf("pause reason %q, want the first instance's", h.Reason)
+	}
+	if err := rt2.Resume(context.Background(), "orders"); err != nil {
+		t.Fatal(err)
+	}
+	stopAndWait(t, rt2, wait2)
+
+	b.state = filepath.Join(t.TempDir(), "third-pod.db")
+	rt3, wait3 := startNew(t, b.config(noop, nil))
+	waitFor(t, "ready", rt3.Ready)
+	if got := state(rt3); got != HoldRunning {
+		t.Errorf("class after the resume, on a new disk: hold %v, want running", got)
+	}
+	stopAndWait(t, rt3, wait3)
+}

@@ -155,7 +155,9 @@
 // MaxAttempts), and one probe at a time retries a held message with
 // backoff until a handler succeeds; then it runs at full concurrency.
 // [Runtime.Pause] and [Runtime.Resume] do the same by hand; a pause is
-// kept in the state file. [ClassStats].Hold tells the state.
+// kept in the state file and, with the changelog, in the topic
+// <Group>.handoff-meta, which every instance reads at its start.
+// [ClassStats].Hold tells the state.
 //
 // # Batches
 //
