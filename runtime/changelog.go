@@ -182,11 +182,11 @@ func (l *stateLog) open(ctx context.Context, cfg changelog.Config, meta kclient.
 	}
 	cl, err := changelog.New(cfg)
 	if err != nil {
-		return fmt.Errorf("runtime: changelog: %w", err)
+		return fmt.Errorf("runtime: %w", err)
 	}
 	if err := cl.Ensure(ctx, counts); err != nil {
 		cl.Close()
-		return fmt.Errorf("runtime: changelog: %w", err)
+		return fmt.Errorf("runtime: %w", err)
 	}
 	l.client = cl
 	if err := l.state.store.SetChangelog(snapshot.Changelog{Route: l.route, Send: l.send}); err != nil {
