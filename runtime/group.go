@@ -77,6 +77,8 @@ type consumerConfig struct {
 	// its fetch loop ended.
 	restoreFunc func(ctx context.Context, p kclient.Partition) bool
 	revokedFunc func(p kclient.Partition)
+	// restoring counts the partitions in restoreFunc (readiness).
+	restoring *atomic.Int64
 }
 
 // fetchFunc is one partition's fetch loop: it reads src and hands the
@@ -269,12 +271,20 @@ func (g *generation) add(ps []kclient.Assigned) {
 			src.Close()
 		} else {
 			g.running.Add(1)
+			restore := g.cfg.restoreFunc
+			if restore != nil {
+				g.cfg.restoring.Add(1) // before the goroutine: no instant of readiness in between
+			}
 			go func() {
 				defer g.running.Done()
 				defer close(fl.done)
-				if g.cfg.restoreFunc != nil && !g.cfg.restoreFunc(ctx, p.Partition) {
-					src.Close() // the partition went, or the stop came, before its state was back
-					return
+				if restore != nil {
+					ok := restore(ctx, p.Partition)
+					g.cfg.restoring.Add(-1)
+					if !ok {
+						src.Close() // the partition went, or the stop came, before its state was back
+						return
+					}
 				}
 				feed(ctx, tr, src, g.caughtUp)
 			}()
@@ -434,6 +444,7 @@ func (r *Runtime) newConsumer() *consumer {
 		alive:        &r.alive,
 		restoreFunc:  r.restorePartition,
 		revokedFunc:  r.revokedPartition,
+		restoring:    &r.ready.restoring,
 	})
 }
 
