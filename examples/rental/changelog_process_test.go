@@ -557,41 +557,39 @@ func originID(topic string, partition int, offset int64) string {
 
 // dead returns every dead letter the pod's admin API lists.
 func (p *pod) dead(t *testing.T) ([]recordjson.Dead, error) {
-	var out []recordjson.Dead
-	after := ""
-	for {
-		var page struct {
-			DeadLetters []recordjson.Dead `json:"dead_letters"`
-			Next        string            `json:"next"`
-		}
-		if err := p.getJSON("/api/dead?limit=1000&after="+after, &page); err != nil {
-			return out, err
-		}
-		out = append(out, page.DeadLetters...)
-		if page.Next == "" {
-			return out, nil
-		}
-		after = page.Next
-	}
+	return pages[recordjson.Dead](p, "/api/dead", "dead_letters")
 }
 
 // delayed returns every delayed record the pod's admin API lists.
 func (p *pod) delayed(t *testing.T) ([]recordjson.Message, error) {
-	var out []recordjson.Message
+	return pages[recordjson.Message](p, "/api/delayed", "delayed")
+}
+
+// pages reads every page of a listing of the pod's admin API, whose
+// items come under field and the next page's cursor under "next".
+func pages[T any](p *pod, path, field string) ([]T, error) {
+	var out []T
 	after := ""
 	for {
-		var page struct {
-			Delayed []recordjson.Message `json:"delayed"`
-			Next    string               `json:"next"`
-		}
-		if err := p.getJSON("/api/delayed?limit=1000&after="+after, &page); err != nil {
+		var page map[string]json.RawMessage
+		if err := p.getJSON(path+"?limit=1000&after="+after, &page); err != nil {
 			return out, err
 		}
-		out = append(out, page.Delayed...)
-		if page.Next == "" {
+		var items []T
+		if err := json.Unmarshal(page[field], &items); err != nil {
+			return out, fmt.Errorf("admin GET %s: %s: %w", path, field, err)
+		}
+		out = append(out, items...)
+		var next string
+		if raw, ok := page["next"]; ok {
+			if err := json.Unmarshal(raw, &next); err != nil {
+				return out, fmt.Errorf("admin GET %s: next: %w", path, err)
+			}
+		}
+		if next == "" {
 			return out, nil
 		}
-		after = page.Next
+		after = next
 	}
 }
 
