@@ -73,9 +73,11 @@ type consumerConfig struct {
 	alive *liveness
 	// restoreFunc, when set (the changelog is on), brings an assigned
 	// partition's state back before its fetch loop starts; false when
-	// ctx ended first. revokedFunc is told of each revoked partition once
-	// its fetch loop ended.
-	restoreFunc func(ctx context.Context, p kclient.Partition) bool
+	// ctx ended first. It calls restored once the state is in the file
+	// and the partition's records are this instance's (readiness: the
+	// re-push that follows may wait for room in the pools). revokedFunc
+	// is told of each revoked partition once its fetch loop ended.
+	restoreFunc func(ctx context.Context, p kclient.Partition, restored func()) bool
 	revokedFunc func(p kclient.Partition)
 	// restoring counts the partitions in restoreFunc (readiness).
 	restoring *atomic.Int64
@@ -279,8 +281,10 @@ func (g *generation) add(ps []kclient.Assigned) {
 				defer g.running.Done()
 				defer close(fl.done)
 				if restore != nil {
-					ok := restore(ctx, p.Partition)
-					g.cfg.restoring.Add(-1)
+					var once sync.Once
+					restored := func() { once.Do(func() { g.cfg.restoring.Add(-1) }) }
+					ok := restore(ctx, p.Partition, restored)
+					restored()
 					if !ok {
 						src.Close() // the partition went, or the stop came, before its state was back
 						return

@@ -90,8 +90,9 @@ type readiness struct {
 	started  atomic.Bool
 	joined   atomic.Bool
 	topicsOK atomic.Bool
-	// restoring counts the assigned partitions whose state is being
-	// restored from the changelog: not ready meanwhile.
+	// restoring counts the assigned partitions whose state is being read
+	// from the changelog into the state file: not ready meanwhile (the
+	// re-push of their saved messages that follows does not count).
 	restoring atomic.Int64
 }
 
@@ -240,8 +241,8 @@ func (r *Runtime) mono() int64 { return int64(time.Since(r.epoch)) }
 // Ready reports whether the runtime has recovered its state file, found
 // every configured topic on the brokers, received its first consumer
 // group generation (it stays ready through later rebalances, except
-// while the state of a partition assigned to it is being restored from
-// the changelog) and is not stopping: false the moment a stop begins, so
+// while the state of a partition assigned to it is being read from the
+// changelog) and is not stopping: false the moment a stop begins, so
 // a load balancer can stop sending work. Without topics, recovered and
 // not stopping is enough.
 func (r *Runtime) Ready() bool {
