@@ -594,7 +594,7 @@ func (l *stateLog) loadPauses(ctx context.Context, classes map[string]*class) er
 			continue
 		}
 		if _, paused := c.hold.Paused(); !paused {
-			c.hold.RestorePause(p)
+			c.hold.RestorePause(p, false)
 		}
 	}
 	return nil

@@ -221,7 +221,7 @@ func loadPauses(store *snapshot.Store, classes map[string]*class, log *slog.Logg
 			log.Warn("state file keeps a pause of a class that is not configured; ignored", "class", name)
 			continue
 		}
-		c.hold.RestorePause(p)
+		c.hold.RestorePause(p, true)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -199,5 +200,43 @@ func TestInspectChangelog(t *testing.T) {
 	wantCP := []checkpointReport{{"orders", 0, 3}, {"orders", 1, 42}, {"users", 0, 7}}
 	if rep.Meta.ChangelogFileID != hexID || fmt.Sprint(rep.Meta.Checkpoints) != fmt.Sprint(wantCP) {
 		t.Errorf("json: file id %q checkpoints %v; want %s %v", rep.Meta.ChangelogFileID, rep.Meta.Checkpoints, hexID, wantCP)
+	}
+}
+
+// TestWriteWarnsOfChangelog: a command that writes to the state file of a
+// service that runs with the changelog warns that the write reaches the
+// file only; a read does not, nor does a write to a file without one.
+func TestWriteWarnsOfChangelog(t *testing.T) {
+	t.Parallel()
+	const warning = "this command changes the file only, not the changelog"
+	plain := filepath.Join(t.TempDir(), "plain.db") // a LocalStateOnly service's
+	st, err := snapshot.Open(plain, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.Update(func(tx *snapshot.Tx) error { _, err := tx.AddClasses("orders"); return err })
+	if err := errors.Join(err, st.Close()); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, "pause", plain, "orders", "--reason", "x"); r.code != 0 || strings.Contains(r.stderr, warning) {
+		t.Fatalf("pause on a file without a changelog: exit %d, stderr %q", r.code, r.stderr)
+	}
+	backed := stateFile(t)
+	st, err = snapshot.Open(backed, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.SetChangelog(snapshot.Changelog{
+		Route: func(*snapshot.Record) (string, int32, bool) { return "", 0, false },
+		Send:  func([]snapshot.Change) func() error { return nil },
+	})
+	if err := errors.Join(err, st.Close()); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, "inspect", backed); r.code != 0 || strings.Contains(r.stderr, warning) {
+		t.Errorf("inspect: exit %d, stderr %q; a read does not warn", r.code, r.stderr)
+	}
+	if r := run(t, "pause", backed, "orders", "--reason", "x"); r.code != 0 || !strings.Contains(r.stderr, warning) {
+		t.Errorf("pause on a changelog-backed file: exit %d, stderr %q; want the warning", r.code, r.stderr)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"strconv"
@@ -20,9 +21,13 @@ const defaultLockTimeout = 500 * time.Millisecond
 // stateFlags are the flags of every command that opens a state file.
 type stateFlags struct {
 	lockTimeout time.Duration
+	// cmd is the command the flags are registered on: where a write's
+	// warnings go.
+	cmd *cobra.Command
 }
 
 func (f *stateFlags) register(cmd *cobra.Command) {
+	f.cmd = cmd
 	cmd.Flags().DurationVar(&f.lockTimeout, "lock-timeout", defaultLockTimeout,
 		"how long to wait for another process's lock on the state file")
 }
@@ -82,7 +87,28 @@ func openState(path string, f *stateFlags, readOnly bool, fn func(st *snapshot.S
 		return err
 	}
 	defer func() { err = errors.Join(err, st.Close()) }()
+	if !readOnly {
+		warnChangelog(st, f)
+	}
 	return fn(st)
+}
+
+// warnChangelog warns, before a command writes to the state file of a
+// service that runs with the state changelog, that the write reaches
+// the file only: the next restore of the records' partitions, on any
+// instance, reads the changelog, which does not have it.
+func warnChangelog(st *snapshot.Store, f *stateFlags) {
+	var id [16]byte
+	var ok bool
+	if err := st.View(func(tx *snapshot.Tx) (err error) { id, ok, err = tx.ChangelogFileID(); return err }); err != nil || !ok {
+		return
+	}
+	w := io.Writer(os.Stderr)
+	if f.cmd != nil {
+		w = f.cmd.ErrOrStderr()
+	}
+	fmt.Fprintf(w, "warning: %s is written with a state changelog (file id %x): this command changes the file only, not the changelog, "+
+		"so a restore of the records' partitions undoes it; use the running service's admin API instead\n", st.Path(), id)
 }
 
 // quarantine moves the undecodable records that reads of the delivery

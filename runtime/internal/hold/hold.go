@@ -542,13 +542,17 @@ func (h *Hold[T]) Paused() (snapshot.Pause, bool) {
 	return snapshot.Pause{Reason: h.reason, Since: h.since}, h.paused
 }
 
-// RestorePause applies a pause kept in the state file, at start.
-func (h *Hold[T]) RestorePause(p snapshot.Pause) {
+// RestorePause applies a pause kept in the state file (inFile) or in the
+// changelog's meta topic, at start.
+func (h *Hold[T]) RestorePause(p snapshot.Pause, inFile bool) {
 	h.mu.Lock()
 	h.pauseLocked(p)
 	h.mu.Unlock()
-	h.cfg.Log.Warn("class is paused (kept in the state file); resume it through the admin API or 'handoff resume'",
-		"class", h.cfg.Class, "since", p.Since, "reason", p.Reason)
+	msg := "class is paused (kept in the state file); resume it through the admin API or 'handoff resume'"
+	if !inFile {
+		msg = "class is paused (kept in the changelog's meta topic, paused through an instance of the group); resume it through the admin API"
+	}
+	h.cfg.Log.Warn(msg, "class", h.cfg.Class, "since", p.Since, "reason", p.Reason)
 }
 
 // Repush hands a saved message to the class's pool during the recovery.

@@ -194,7 +194,7 @@ func TestHoldPauseKept(t *testing.T) {
 		if err := store.View(func(tx *snapshot.Tx) (err error) { pauses, err = tx.Pauses(); return err }); err != nil {
 			t.Fatal(err)
 		}
-		g2.h.RestorePause(pauses["db"])
+		g2.h.RestorePause(pauses["db"], true)
 		if st := g2.h.Stats(); st.State != Paused || st.Reason != "maintenance" {
 			t.Fatalf("restored: %+v", st)
 		}
