@@ -124,9 +124,11 @@ func deployEmptyDisks(t *testing.T, bin string, localOnly bool) deployResult {
 		// Every dead letter is still requeueable where it is listed; its
 		// poison is not cured, so it comes back a dead letter (and its
 		// key's parked messages stay parked): nothing may be lost by it.
+		// A message that ran twice (a SIGKILL's redelivery) and is
+		// poison is a dead letter twice: requeued twice, accounted once.
 		n := d.requeueAll()
-		if n != acc.dead {
-			t.Errorf("requeued %d dead letters, %d listed", n, acc.dead)
+		if n < acc.dead {
+			t.Errorf("requeued %d dead letters, %d accounted for", n, acc.dead)
 		}
 		time.Sleep(2 * time.Second)
 		acc = d.settle(produced, 60*time.Second, 5*time.Second)
