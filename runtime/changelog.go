@@ -50,6 +50,11 @@ type stateLog struct {
 	meta    kclient.Client
 	learnMu sync.Mutex
 
+	// enabled is set once open has set everything above and turned the
+	// state file's capture on: the admin API's listings read them from
+	// other goroutines (see on).
+	enabled atomic.Bool
+
 	// stopAt, when not zero, is the stop's deadline in Unix nanoseconds:
 	// no changelog write waits past it.
 	stopAt atomic.Int64
@@ -73,7 +78,7 @@ type stateLog struct {
 
 // on reports whether the changelog is in use: false with
 // LocalStateOnly, or without topics.
-func (l *stateLog) on() bool { return l != nil && l.client != nil }
+func (l *stateLog) on() bool { return l != nil && l.enabled.Load() }
 
 // route names the input partition rec belongs to: a Kafka message's own
 // partition; a message that did not come from Kafka (Submit, Schedule),
@@ -187,6 +192,7 @@ func (l *stateLog) open(ctx context.Context, cfg changelog.Config, meta kclient.
 	if err := l.state.store.SetChangelog(snapshot.Changelog{Route: l.route, Send: l.send}); err != nil {
 		return fmt.Errorf("runtime: changelog: %w", err)
 	}
+	l.enabled.Store(true)
 	n, err := l.state.store.ResendUnsent()
 	if err != nil {
 		return fmt.Errorf("runtime: changelog: resend what an earlier run could not write: %w", err)
@@ -350,9 +356,10 @@ func (l *stateLog) restore(ctx context.Context, topic string, p int32) (read int
 	return len(recs), next, applied, err
 }
 
-// close closes the client, if any.
+// close closes the client, if open made it. Only the run's goroutine,
+// which made it, calls it.
 func (l *stateLog) close() {
-	if l.on() {
+	if l.client != nil {
 		l.client.Close()
 	}
 }

@@ -130,6 +130,17 @@ func appendTime(dst []byte, t time.Time) []byte {
 	return binary.AppendUvarint(dst, uint64(t.Nanosecond()))
 }
 
+// DecodeRecord decodes a record value as the store keeps it in its
+// buckets and as the changelog carries it (the value of a changelog
+// record; see "Record format" in the package documentation). The result
+// shares no memory with b. Times come back in UTC without a monotonic
+// clock reading; the zero time comes back as time.Time{}.
+//
+// DecodeRecord never panics: a truncated, corrupted or unknown-version
+// b makes it return an error wrapping [ErrCorrupt]. An empty b is
+// corrupt too (a changelog tombstone is not a record).
+func DecodeRecord(b []byte) (Record, error) { return decodeRecord(b) }
+
 // decodeRecord decodes one record written by appendRecord. The result
 // shares no memory with b, so b may be reused or, for bbolt, die with its
 // transaction. Times come back in UTC without a monotonic clock reading

@@ -204,3 +204,22 @@ func TestQuarantinedRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeRecordExported: DecodeRecord is decodeRecord: a stored
+// record decodes whole, an empty value (a tombstone) and a cut one are
+// corrupt.
+func TestDecodeRecordExported(t *testing.T) {
+	t.Parallel()
+	r := fullRecord(3)
+	b := appendRecord(nil, &r)
+	got, err := DecodeRecord(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireEqualRecord(t, got, r)
+	for name, bad := range map[string][]byte{"empty": nil, "cut": b[:len(b)-1]} {
+		if _, err := DecodeRecord(bad); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: err %v, want ErrCorrupt", name, err)
+		}
+	}
+}

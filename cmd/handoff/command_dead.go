@@ -15,7 +15,9 @@ func newDeadCmd() *cobra.Command {
 		Short: "List, show, requeue or discard the dead letters of a stopped service's state file",
 		Long: `The dead commands work on the dead-letter bucket of a state file, offline:
 the service must be stopped (a running one holds the file's lock; use its
-admin API instead). Keys are the decimal record keys 'dead list' prints.`,
+admin API instead). Keys are the decimal record keys 'dead list' prints.
+'dead list --brokers HOST:PORT --group GROUP' reads the dead letters of
+every instance of a group from its changelog topics on the cluster.`,
 		Args: noArgs,
 		RunE: missingCommand,
 	}

@@ -17,25 +17,60 @@ const errorWidth = 60
 func newDeadListCmd() *cobra.Command {
 	var (
 		sf       stateFlags
+		cf       clusterFlags
 		class    string
 		after    uint64
 		limit    int
 		jsonFlag bool
 	)
 	cmd := &cobra.Command{
-		Use:   "list STATE",
-		Short: "List dead letters, oldest first, a page at a time",
+		Use:   "list STATE | --brokers HOST:PORT[,...] --group GROUP",
+		Short: "List dead letters, oldest first: of a state file a page at a time, or of a group's changelog",
 		Long: `List prints the dead letters of the state file STATE in key (save) order:
 key, class, message ID, attempts, when it first and last failed, and the
 start of its error. When more remain it prints the --after value of the
-next page.`,
-		Args: stateArgs(0, 0, ""),
-		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			if err := sf.validate(); err != nil {
-				return err
+next page.
+
+With --brokers and --group instead of STATE it lists the dead letters of
+every instance of the group, from the group's changelog topics on the
+cluster (GROUP.TOPIC.handoff-changelog, every one the cluster has, or
+those of the --topic input topics): it reads each partition to its end,
+keeps the last write of each key (a later tombstone deletes a dead
+letter), and prints the dead letters by last failure, oldest first, at
+most --limit of them, with the input topic and partition, the member of
+the group that owns that partition now ("-": nobody) and the key in the
+writer's state file. It reads only; the security flags are replay's.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("brokers") {
+				if len(args) > 0 {
+					return usagef("give either STATE or --brokers, not both (got STATE %q)", args[0])
+				}
+				return nil
 			}
+			if len(args) == 0 {
+				return usagef("missing STATE, the path of a state file, or --brokers and --group to read the group's changelog")
+			}
+			return stateArgs(0, 0, "")(cmd, args)
+		},
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			if limit <= 0 {
 				return usagef("--limit must be > 0, got %d", limit)
+			}
+			if cmd.Flags().Changed("brokers") {
+				for _, name := range []string{"after", "lock-timeout"} {
+					if cmd.Flags().Changed(name) {
+						return usagef("--%s is for a state file: not with --brokers", name)
+					}
+				}
+				return listClusterDead(cmd, &cf, class, limit, jsonFlag)
+			}
+			for _, name := range clusterFlagNames {
+				if cmd.Flags().Changed(name) {
+					return usagef("--%s needs --brokers", name)
+				}
+			}
+			if err := sf.validate(); err != nil {
+				return err
 			}
 			return withStateReadOnly(args[0], &sf, func(st *snapshot.Store) error {
 				var page []snapshot.Entry
@@ -60,6 +95,7 @@ next page.`,
 		}),
 	}
 	sf.register(cmd)
+	cf.register(cmd)
 	cmd.Flags().StringVar(&class, "class", "", "only dead letters of this message class")
 	cmd.Flags().Uint64Var(&after, "after", 0, "start after this key (the next page's value is printed at the end)")
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many dead letters")

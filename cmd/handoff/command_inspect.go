@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -90,6 +91,19 @@ type metaReport struct {
 	Classes []string `json:"classes"`
 	// Pauses are the classes an operator paused.
 	Pauses []pauseReport `json:"pauses"`
+	// ChangelogFileID is the file's ID in the changelog keys it writes
+	// (hex); empty when it has none yet (no changelog was written).
+	ChangelogFileID string `json:"changelog_file_id,omitempty"`
+	// Checkpoints are where the changelog partitions the file was
+	// restored from, or written to, stand: the next offset of each, by
+	// topic and partition.
+	Checkpoints []checkpointReport `json:"changelog_checkpoints"`
+}
+
+type checkpointReport struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Next      int64  `json:"next_offset"`
 }
 
 type pauseReport struct {
@@ -160,7 +174,9 @@ delayed, parked, quarantine), how many records it holds and the oldest and
 newest save time, and the count per message class; for delayed messages
 also the earliest due time. Then the file's meta: the group and instance
 that last ran on it, the file format and its features, the classes it
-has seen and the paused ones; then the parked records (class, key, ID,
+has seen and the paused ones, its changelog file ID (the writer ID in
+the changelog keys it writes) and its changelog checkpoints (per
+changelog topic and partition, the next offset); then the parked records (class, key, ID,
 and the message their key waits for when the file holds it: a dead
 letter, a redelivery or a requeued dead letter) in the order they will
 run, and the delayed records in due order (due time, class, key, ID,
@@ -361,7 +377,7 @@ const reasonRedelivery = "redelivery"
 
 // readMeta reads what the file's meta bucket says of the file.
 func readMeta(tx *snapshot.Tx) (*metaReport, error) {
-	m := &metaReport{Classes: []string{}, Pauses: []pauseReport{}}
+	m := &metaReport{Classes: []string{}, Pauses: []pauseReport{}, Checkpoints: []checkpointReport{}}
 	for key, dst := range map[string]*string{snapshot.MetaGroup: &m.Group, snapshot.MetaInstance: &m.Instance} {
 		v, _, err := tx.Meta(key)
 		if err != nil {
@@ -384,6 +400,22 @@ func readMeta(tx *snapshot.Tx) (*metaReport, error) {
 	}
 	for _, c := range slices.Sorted(maps.Keys(pauses)) {
 		m.Pauses = append(m.Pauses, pauseReport{Class: c, Reason: pauses[c].Reason, Since: pauses[c].Since})
+	}
+	id, ok, err := tx.ChangelogFileID()
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		m.ChangelogFileID = hex.EncodeToString(id[:])
+	}
+	cps, err := tx.Checkpoints()
+	if err != nil {
+		return nil, err
+	}
+	for _, topic := range slices.Sorted(maps.Keys(cps)) {
+		for _, p := range slices.Sorted(maps.Keys(cps[topic])) {
+			m.Checkpoints = append(m.Checkpoints, checkpointReport{Topic: topic, Partition: p, Next: cps[topic][p]})
+		}
 	}
 	return m, nil
 }
@@ -421,6 +453,18 @@ func printRecords(w io.Writer, rep *inspectReport, counts map[string]int) error 
 	}
 	for _, p := range m.Pauses {
 		tab.row("  paused", fmt.Sprintf("%s since %s: %s", oneLine(p.Class, 40), fmtTime(p.Since), oneLine(p.Reason, 60)))
+	}
+	if err := tab.flush(); err != nil {
+		return err
+	}
+	// A table of its own: changelog topic names are long.
+	tab = newTable(w)
+	tab.row("  changelog file id", orNone(m.ChangelogFileID))
+	if len(m.Checkpoints) == 0 {
+		tab.row("  changelog", "(no checkpoints)")
+	}
+	for _, c := range m.Checkpoints {
+		tab.row(fmt.Sprintf("  changelog/%s/%d", oneLine(c.Topic, 80), c.Partition), fmt.Sprintf("next offset %d", c.Next))
 	}
 	if err := tab.flush(); err != nil {
 		return err

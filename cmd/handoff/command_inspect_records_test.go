@@ -82,7 +82,8 @@ func TestInspectRecordsAndMeta(t *testing.T) {
 	for _, want := range []string{
 		"BUCKET  RECORDS  OLDEST  NEWEST\npending  0  -  -\n", // the table as before
 		"\nmeta\n  group  rental\n  instance  rental-0\n  format  2 (features: none)\n  classes  orders, users\n" +
-			"  paused  users since " + ts(0) + ": db migration\n",
+			"  paused  users since " + ts(0) + ": db migration\n" +
+			"  changelog file id  (none)\n  changelog  (no checkpoints)\n",
 		// In the parked bucket's order (class length, class, key), each
 		// key's in park order.
 		"\nparked records, in the order they run\n  CLASS  KEY  ID  SAVED  WAITS FOR\n" +
@@ -140,5 +141,63 @@ func TestInspectRecordsAndMeta(t *testing.T) {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("json has no key %s", k)
 		}
+	}
+}
+
+// TestInspectChangelog: inspect shows the file's changelog ID and its
+// checkpoints, sorted by topic and partition, as text and as JSON.
+func TestInspectChangelog(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "state.db")
+	st, err := snapshot.Open(path, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.SetChangelog(snapshot.Changelog{
+		Route: func(*snapshot.Record) (string, int32, bool) { return "", 0, false },
+		Send:  func([]snapshot.Change) func() error { return nil },
+	})
+	if err == nil {
+		err = st.Update(func(tx *snapshot.Tx) error {
+			for _, c := range []struct {
+				topic string
+				p     int32
+				next  int64
+			}{{"users", 0, 7}, {"orders", 1, 42}, {"orders", 0, 3}} {
+				if err := tx.SetChangelogCheckpoint(c.topic, c.p, c.next); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	var id [16]byte
+	if err == nil {
+		err = st.View(func(tx *snapshot.Tx) (err error) { id, _, err = tx.ChangelogFileID(); return err })
+	}
+	if cerr := st.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	hexID := fmt.Sprintf("%x", id)
+
+	r := run(t, "inspect", path)
+	want := "  changelog file id                 " + hexID + "\n" +
+		"  changelog/orders/0  next offset 3\n  changelog/orders/1  next offset 42\n  changelog/users/0  next offset 7\n"
+	norm := func(s string) string { return regexp.MustCompile(` {2,}`).ReplaceAllString(s, " | ") }
+	if r.code != 0 || !strings.Contains(norm(r.stdout), norm(want)) {
+		t.Errorf("exit %d:\n%s\nwant it to contain:\n%s", r.code, r.stdout, want)
+	}
+
+	r = run(t, "inspect", "--json", path)
+	var rep inspectReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); r.code != 0 || err != nil {
+		t.Fatalf("--json: exit %d, %v:\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
+	wantCP := []checkpointReport{{"orders", 0, 3}, {"orders", 1, 42}, {"users", 0, 7}}
+	if rep.Meta.ChangelogFileID != hexID || fmt.Sprint(rep.Meta.Checkpoints) != fmt.Sprint(wantCP) {
+		t.Errorf("json: file id %q checkpoints %v; want %s %v", rep.Meta.ChangelogFileID, rep.Meta.Checkpoints, hexID, wantCP)
 	}
 }

@@ -8,6 +8,7 @@
 //
 //	handoff inspect STATE                      counts and ages per bucket and class (read-only)
 //	handoff dead list STATE                    dead letters, a page at a time (read-only)
+//	handoff dead list --brokers H --group G    every instance's dead letters, from the group's changelog
 //	handoff dead show STATE KEY|ID             one dead letter in full (read-only)
 //	handoff dead requeue STATE KEY...|--all    move dead letters to pending
 //	handoff dead discard STATE KEY...|--all    delete dead letters
