@@ -295,3 +295,29 @@ func TestDeliveryAllocs(t *testing.T) {
 	}
 	_ = kept
 }
+
+// TestItemKey: an ordered pool's key of a fetched message is its Key's
+// bytes without a copy (no allocation); a submitted message's key is a
+// copy, which a caller writing to its bytes after Submit cannot change.
+func TestItemKey(t *testing.T) {
+	key := []byte("customer-42-with-a-key-longer-than-32-bytes")
+	fetched := &item{src: fromKafka, msg: handoff.Message{Key: key}}
+	if got := itemKey(fetched); got != string(key) {
+		t.Fatalf("fetched key %q, want %q", got, key)
+	}
+	if !raceEnabled {
+		if n := testing.AllocsPerRun(100, func() { _ = itemKey(fetched) }); n != 0 {
+			t.Errorf("fetched key: %.0f allocations, want 0", n)
+		}
+	}
+	if got := itemKey(&item{src: fromKafka}); got != "" {
+		t.Errorf("a record without a key: %q, want \"\"", got)
+	}
+	callers := []byte("k1")
+	submitted := &item{src: fromSubmit, msg: handoff.Message{Key: callers}}
+	k := itemKey(submitted)
+	callers[1] = '2'
+	if k != "k1" {
+		t.Errorf("submitted key changed with the caller's bytes: %q", k)
+	}
+}
