@@ -71,6 +71,7 @@ func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
 		Client:         s.client,
 		StatePath:      filepath.Join(dir, "state.db"),
 		CommitInterval: s.commitInterval,
+		LocalStateOnly: s.localStateOnly,
 		Logger:         slog.New(warnHandler{}),
 	}
 	if s.rental {

@@ -11,6 +11,8 @@
 //	                                      # the four stacks against partitions
 //	go run ./bench -goals                 # the table, the sweep at 3, 96, 300 partitions and 3 classes,
 //	                                      # examples/rental's configuration, and issue 25's goals in one table
+//	go run ./bench -table=false -batch-n 0 -changelog-ab
+//	                                      # the runtime with the state changelog vs LocalStateOnly, both clients
 //
 // Each side of each round reads every message with a fresh consumer
 // group, until the group's committed offsets cover all of them. Sides
@@ -63,6 +65,7 @@ type config struct {
 	timeout        time.Duration
 	batchN         int // heartbeats measure; 0: none
 	batchWorkers   int
+	changelogAB    bool // the runtime with the state changelog vs LocalStateOnly
 }
 
 func main() {
@@ -97,6 +100,7 @@ func main() {
 	flag.StringVar(&cfg.profileDir, "profile", "", "write CPU and allocation profiles of the first no-op round's sides, and of each sweep point's first round's stacks, to this directory")
 	flag.IntVar(&cfg.batchN, "batch-n", 20_000, "messages for the heartbeats measure (a batch class vs one message per call, handler costing 1ms per call + 10µs per message); 0 skips it")
 	flag.IntVar(&cfg.batchWorkers, "batch-workers", 8, "workers (calls at once) of the heartbeats class, both sides")
+	flag.BoolVar(&cfg.changelogAB, "changelog-ab", false, "compare the runtime, no-op, with the state changelog (the default) and with LocalStateOnly, on both clients, -rounds interleaved rounds of -n messages")
 	flag.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "give up after this long")
 	flag.Parse()
 	set := map[string]bool{}
@@ -209,6 +213,13 @@ func run(ctx context.Context, cfg config, out, log io.Writer) error {
 		}
 		printTable(out, cfg, rows, mem, stop)
 		tableRows, tableMem = rows, mem
+	}
+	if cfg.changelogAB {
+		ab, err := runChangelogAB(ctx, cfg, log)
+		if err != nil {
+			return err
+		}
+		printChangelogAB(out, ab)
 	}
 	if cfg.batchN > 0 {
 		b, err := runBatch(ctx, cfg, log)

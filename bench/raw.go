@@ -40,6 +40,9 @@ type spec struct {
 	// rentalClasses) on rental's topics instead of one class per entry
 	// of classes (the runtime side only).
 	rental bool
+	// localStateOnly is the runtime's Config.LocalStateOnly (the runtime
+	// side only): false, the default, runs it with the state changelog.
+	localStateOnly bool
 }
 
 func (s spec) topics() []string {

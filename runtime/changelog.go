@@ -182,11 +182,11 @@ func (l *stateLog) open(ctx context.Context, cfg changelog.Config, meta kclient.
 	}
 	cl, err := changelog.New(cfg)
 	if err != nil {
-		return fmt.Errorf("runtime: changelog: %w", err)
+		return fmt.Errorf("runtime: %w", err)
 	}
 	if err := cl.Ensure(ctx, counts); err != nil {
 		cl.Close()
-		return fmt.Errorf("runtime: changelog: %w", err)
+		return fmt.Errorf("runtime: %w", err)
 	}
 	l.client = cl
 	if err := l.state.store.SetChangelog(snapshot.Changelog{Route: l.route, Send: l.send}); err != nil {
@@ -208,9 +208,11 @@ func (l *stateLog) open(ctx context.Context, cfg changelog.Config, meta kclient.
 // acknowledgement, bounded by ChangelogTimeout and the stop's deadline.
 func (l *stateLog) send(changes []snapshot.Change) func() error {
 	outs := make([]*changelog.Out, len(changes))
+	slab := make([]changelog.Out, len(changes)) // one allocation for all of them
 	for i := range changes {
 		c := &changes[i]
-		outs[i] = &changelog.Out{Input: c.Topic, Partition: c.Partition, Key: c.Key, Value: c.Value}
+		slab[i] = changelog.Out{Input: c.Topic, Partition: c.Partition, Key: c.Key, Value: c.Value}
+		outs[i] = &slab[i]
 	}
 	wait := l.client.Send(outs)
 	return func() error {
@@ -435,18 +437,19 @@ func (r *Runtime) changelogConfig() changelog.Config {
 const restoreRetryMax = 30 * time.Second
 
 // restorePartition is the consumer's restoreFunc: it brings partition
-// p's state back (restoreOnce) before its fetch loop starts, trying again
+// p's state back (restoreOnce, which calls restored once p's state is in
+// the file and p is owned here) before its fetch loop starts, trying again
 // with a growing wait while it fails: fetching the partition before its
 // saved messages are back would run later messages of a key before
 // earlier ones. It returns false when ctx ended first (the partition was
 // revoked, or the stop began).
-func (r *Runtime) restorePartition(ctx context.Context, p kclient.Partition) bool {
+func (r *Runtime) restorePartition(ctx context.Context, p kclient.Partition, restored func()) bool {
 	if !r.clog.on() {
 		return true
 	}
 	wait := time.Second
 	for {
-		err := r.restoreOnce(ctx, p)
+		err := r.restoreOnce(ctx, p, restored)
 		if err == nil {
 			return true
 		}
@@ -469,7 +472,7 @@ func (r *Runtime) restorePartition(ctx context.Context, p kclient.Partition) boo
 // the keys its dead letters and redeliveries block, its parked keys, and
 // its delayed records handed to the scheduler (which delivers only
 // records of partitions restored here).
-func (r *Runtime) restoreOnce(ctx context.Context, p kclient.Partition) error {
+func (r *Runtime) restoreOnce(ctx context.Context, p kclient.Partition, restored func()) error {
 	started := time.Now()
 	topic, part := p.Topic, int32(p.Partition)
 	if err := r.clog.learn(ctx, topic); err != nil {
@@ -486,6 +489,7 @@ func (r *Runtime) restoreOnce(ctx context.Context, p kclient.Partition) error {
 	v := recovery{state: r.state, classes: r.classes.byName, order: r.classes.order, orphan: r.fail.orphan,
 		orphans: &orphans{}, log: r.log, want: r.clog.routedTo(topic, part)}
 	r.clog.setOwned(p, true, next)
+	restored()
 	if err := v.run(ctx, rep); err != nil {
 		r.clog.setOwned(p, false, 0)
 		return err

@@ -73,10 +73,14 @@ type consumerConfig struct {
 	alive *liveness
 	// restoreFunc, when set (the changelog is on), brings an assigned
 	// partition's state back before its fetch loop starts; false when
-	// ctx ended first. revokedFunc is told of each revoked partition once
-	// its fetch loop ended.
-	restoreFunc func(ctx context.Context, p kclient.Partition) bool
+	// ctx ended first. It calls restored once the state is in the file
+	// and the partition's records are this instance's (readiness: the
+	// re-push that follows may wait for room in the pools). revokedFunc
+	// is told of each revoked partition once its fetch loop ended.
+	restoreFunc func(ctx context.Context, p kclient.Partition, restored func()) bool
 	revokedFunc func(p kclient.Partition)
+	// restoring counts the partitions in restoreFunc (readiness).
+	restoring *atomic.Int64
 }
 
 // fetchFunc is one partition's fetch loop: it reads src and hands the
@@ -269,12 +273,22 @@ func (g *generation) add(ps []kclient.Assigned) {
 			src.Close()
 		} else {
 			g.running.Add(1)
+			restore := g.cfg.restoreFunc
+			if restore != nil {
+				g.cfg.restoring.Add(1) // before the goroutine: no instant of readiness in between
+			}
 			go func() {
 				defer g.running.Done()
 				defer close(fl.done)
-				if g.cfg.restoreFunc != nil && !g.cfg.restoreFunc(ctx, p.Partition) {
-					src.Close() // the partition went, or the stop came, before its state was back
-					return
+				if restore != nil {
+					var once sync.Once
+					restored := func() { once.Do(func() { g.cfg.restoring.Add(-1) }) }
+					ok := restore(ctx, p.Partition, restored)
+					restored()
+					if !ok {
+						src.Close() // the partition went, or the stop came, before its state was back
+						return
+					}
 				}
 				feed(ctx, tr, src, g.caughtUp)
 			}()
@@ -434,6 +448,7 @@ func (r *Runtime) newConsumer() *consumer {
 		alive:        &r.alive,
 		restoreFunc:  r.restorePartition,
 		revokedFunc:  r.revokedPartition,
+		restoring:    &r.ready.restoring,
 	})
 }
 

@@ -90,6 +90,10 @@ type readiness struct {
 	started  atomic.Bool
 	joined   atomic.Bool
 	topicsOK atomic.Bool
+	// restoring counts the assigned partitions whose state is being read
+	// from the changelog into the state file: not ready meanwhile (the
+	// re-push of their saved messages that follows does not count).
+	restoring atomic.Int64
 }
 
 const (
@@ -236,11 +240,14 @@ func (r *Runtime) mono() int64 { return int64(time.Since(r.epoch)) }
 
 // Ready reports whether the runtime has recovered its state file, found
 // every configured topic on the brokers, received its first consumer
-// group generation (it stays ready through later rebalances) and is not
-// stopping: false the moment a stop begins, so a load balancer can stop
-// sending work. Without topics, recovered and not stopping is enough.
+// group generation (it stays ready through later rebalances, except
+// while the state of a partition assigned to it is being read from the
+// changelog) and is not stopping: false the moment a stop begins, so
+// a load balancer can stop sending work. Without topics, recovered and
+// not stopping is enough.
 func (r *Runtime) Ready() bool {
-	return r.ready.started.Load() && (len(r.classes.topics) == 0 || r.ready.joined.Load() && r.ready.topicsOK.Load())
+	return r.ready.started.Load() && (len(r.classes.topics) == 0 ||
+		r.ready.joined.Load() && r.ready.topicsOK.Load() && r.ready.restoring.Load() == 0)
 }
 
 // Group returns the consumer group ID, Config.Group.

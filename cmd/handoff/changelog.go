@@ -52,16 +52,9 @@ func (f *clusterFlags) register(cmd *cobra.Command) {
 
 // dialer validates the flags and returns the dialer they configure.
 func (f *clusterFlags) dialer(clientID string) (*kafkasec.Dialer, error) {
-	var brokers []string
-	for _, b := range f.brokers {
-		if b = strings.TrimSpace(b); b != "" {
-			brokers = append(brokers, b)
-		}
-	}
-	if len(brokers) == 0 {
+	if f.brokers = brokerList(f.brokers); len(f.brokers) == 0 {
 		return nil, usagef("--brokers needs host:port[,host:port]")
 	}
-	f.brokers = brokers
 	if f.group = strings.TrimSpace(f.group); f.group == "" {
 		return nil, usagef("--brokers needs --group, the service's consumer group")
 	}
@@ -371,4 +364,15 @@ func memberName(m *kmsg.DescribeGroupsResponseGroupMember) string {
 		return m.ClientID
 	}
 	return m.ClientID + "@" + host
+}
+
+// brokerList is the --brokers flag's addresses, blanks dropped.
+func brokerList(flag []string) []string {
+	var brokers []string
+	for _, b := range flag {
+		if b = strings.TrimSpace(b); b != "" {
+			brokers = append(brokers, b)
+		}
+	}
+	return brokers
 }

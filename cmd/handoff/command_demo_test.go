@@ -9,7 +9,9 @@ import (
 
 // TestDemo runs the whole rental demo (a few seconds): it must exit 0,
 // say that nothing was lost, and show what it is there to show: its
-// mid-load stop saved messages, and the restart re-pushed all of them.
+// mid-load stop saved messages, and the restart, a new pod on an empty
+// state directory, restored them from the changelog and re-pushed all of
+// them: produced = handled.
 func TestDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the demo takes a few seconds")
@@ -29,6 +31,23 @@ func TestDemo(t *testing.T) {
 	saved, repushed := count("snapshotted at stop"), count("re-pushed at start")
 	if saved == "0" || repushed != saved {
 		t.Errorf("snapshotted at stop %s, re-pushed at start %s: want the same, above 0\n%s", saved, repushed, r.stdout)
+	}
+	// Run 2 is a new pod: a new instance on an empty state directory, so
+	// what it re-pushed came from the changelog, not from run 1's file.
+	pod := regexp.MustCompile(`(?m)^new pod: instance (\S+) on an empty state directory \((\d+) files before its start; run 1's file unused\)\n` +
+		`  restored from the changelog: (\d+) records of (\d+) partitions; re-pushed (\d+)$`).FindStringSubmatch(r.stdout)
+	if pod == nil {
+		t.Fatalf("no line on the new pod's restore in\n%s", r.stdout)
+	}
+	atoi := func(s string) int { v, _ := strconv.Atoi(s); return v }
+	savedN := atoi(saved)
+	if pod[1] == "rental-demo-1" || pod[2] != "0" || atoi(pod[3]) < savedN || atoi(pod[4]) == 0 || pod[5] != saved ||
+		count("restored from changelog") != pod[3] {
+		t.Errorf("the new pod's restore (instance %s, %s files, %s records of %s partitions, re-pushed %s) does not bring back the %d saved messages\n%s",
+			pod[1], pod[2], pod[3], pod[4], pod[5], savedN, r.stdout)
+	}
+	if produced, handled := count("produced"), count("handled"); produced != handled {
+		t.Errorf("produced %s, handled %s\n%s", produced, handled, r.stdout)
 	}
 	// The words match the numbers: every dead letter is told apart, and
 	// the outage scene suspended orders and made none.

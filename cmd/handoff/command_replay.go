@@ -139,16 +139,9 @@ func (f *replayFlags) parse() (map[string]string, error) {
 	if err := f.state.validate(); err != nil {
 		return nil, err
 	}
-	var brokers []string
-	for _, b := range f.brokers {
-		if b = strings.TrimSpace(b); b != "" {
-			brokers = append(brokers, b)
-		}
-	}
-	if len(brokers) == 0 {
+	if f.brokers = brokerList(f.brokers); len(f.brokers) == 0 {
 		return nil, usagef("--brokers is required: host:port[,host:port]")
 	}
-	f.brokers = brokers
 	if f.batch <= 0 {
 		return nil, usagef("--batch must be > 0, got %d", f.batch)
 	}

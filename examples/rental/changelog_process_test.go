@@ -120,6 +120,18 @@ func deployEmptyDisks(t *testing.T, bin string, localOnly bool) deployResult {
 	produced := <-prod
 
 	acc := d.settle(produced, 90*time.Second, 10*time.Second)
+	if !localOnly {
+		// Every dead letter is still requeueable where it is listed; its
+		// poison is not cured, so it comes back a dead letter (and its
+		// key's parked messages stay parked): nothing may be lost by it.
+		n := d.requeueAll()
+		if n != acc.dead {
+			t.Errorf("requeued %d dead letters, %d listed", n, acc.dead)
+		}
+		time.Sleep(2 * time.Second)
+		acc = d.settle(produced, 60*time.Second, 5*time.Second)
+		t.Logf("requeued %d dead letters; after them: dead %d, parked %d, lost %d", n, acc.dead, acc.parked, acc.lost)
+	}
 	d.stopAll()
 	d.tail.poll()
 	st := effectStats(t, d.effects)
@@ -306,7 +318,50 @@ type deployment struct {
 	effects string
 	tail    *effectsTail
 	pods    [3]*pod
-	started int // pods started, for their names
+	started int    // pods started, for their names
+	token   string // the admin token file every pod reads
+}
+
+// deployToken is the admin token of the deployments' pods.
+const deployToken = "deploy-admin-token"
+
+// requeueAll requeues every dead letter each live pod lists, through its
+// admin API, and returns how many; a requeue refused fails the test: a
+// dead letter must stay requeueable wherever it is listed, after any
+// number of moves between pods.
+func (d *deployment) requeueAll() int {
+	t := d.t
+	t.Helper()
+	n := 0
+	c := &http.Client{Timeout: 10 * time.Second}
+	for _, p := range d.pods {
+		if p == nil {
+			continue
+		}
+		dead, err := p.dead(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, dl := range dead {
+			req, err := http.NewRequest("POST", fmt.Sprintf("%s/api/dead/%d/requeue", p.admin, dl.Key), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+deployToken)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatalf("requeue %d on %s: %v", dl.Key, p.name, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode/100 != 2 {
+				t.Errorf("requeue of dead letter %d (%s) on %s: %s: %s", dl.Key, dl.ID, p.name, resp.Status, bytes.TrimSpace(body))
+				continue
+			}
+			n++
+		}
+	}
+	return n
 }
 
 // pod is one run of the rental binary.
@@ -333,9 +388,15 @@ func (d *deployment) start(i int, more ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if d.token == "" {
+		d.token = filepath.Join(t.TempDir(), "admin-token")
+		if err := os.WriteFile(d.token, []byte(deployToken+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	args := append([]string{"-brokers", d.broker.Addr(), "-group", d.group, "-instance", name,
 		"-state", filepath.Join(dir, "rental.db"), "-drain-timeout", "20ms", "-work", "10ms", "-work-jitter", "5ms",
-		"-fail-rate", "0.05", "-effects", d.effects, "-admin", "127.0.0.1:0"}, d.extra...)
+		"-fail-rate", "0.05", "-effects", d.effects, "-admin", "127.0.0.1:0", "-admin-token-file", d.token}, d.extra...)
 	args = append(args, more...)
 	s := startService(t, d.bin, args...)
 	d.pods[i] = &pod{name: name, s: s, admin: "http://" + s.adminAddr(t)}
@@ -496,41 +557,39 @@ func originID(topic string, partition int, offset int64) string {
 
 // dead returns every dead letter the pod's admin API lists.
 func (p *pod) dead(t *testing.T) ([]recordjson.Dead, error) {
-	var out []recordjson.Dead
-	after := ""
-	for {
-		var page struct {
-			DeadLetters []recordjson.Dead `json:"dead_letters"`
-			Next        string            `json:"next"`
-		}
-		if err := p.getJSON("/api/dead?limit=1000&after="+after, &page); err != nil {
-			return out, err
-		}
-		out = append(out, page.DeadLetters...)
-		if page.Next == "" {
-			return out, nil
-		}
-		after = page.Next
-	}
+	return pages[recordjson.Dead](p, "/api/dead", "dead_letters")
 }
 
 // delayed returns every delayed record the pod's admin API lists.
 func (p *pod) delayed(t *testing.T) ([]recordjson.Message, error) {
-	var out []recordjson.Message
+	return pages[recordjson.Message](p, "/api/delayed", "delayed")
+}
+
+// pages reads every page of a listing of the pod's admin API, whose
+// items come under field and the next page's cursor under "next".
+func pages[T any](p *pod, path, field string) ([]T, error) {
+	var out []T
 	after := ""
 	for {
-		var page struct {
-			Delayed []recordjson.Message `json:"delayed"`
-			Next    string               `json:"next"`
-		}
-		if err := p.getJSON("/api/delayed?limit=1000&after="+after, &page); err != nil {
+		var page map[string]json.RawMessage
+		if err := p.getJSON(path+"?limit=1000&after="+after, &page); err != nil {
 			return out, err
 		}
-		out = append(out, page.Delayed...)
-		if page.Next == "" {
+		var items []T
+		if err := json.Unmarshal(page[field], &items); err != nil {
+			return out, fmt.Errorf("admin GET %s: %s: %w", path, field, err)
+		}
+		out = append(out, items...)
+		var next string
+		if raw, ok := page["next"]; ok {
+			if err := json.Unmarshal(raw, &next); err != nil {
+				return out, fmt.Errorf("admin GET %s: next: %w", path, err)
+			}
+		}
+		if next == "" {
 			return out, nil
 		}
-		after = page.Next
+		after = next
 	}
 }
 

@@ -6,8 +6,9 @@
 //   - heartbeats: device heartbeats, many and cheap: a batch class.
 //
 // With no flags it runs a self-contained demo on an embedded broker: it
-// produces a burst, stops the service mid-load, restarts it and shows
-// that nothing was lost. With -brokers it is a real service that runs
+// produces a burst, stops the service mid-load, restarts it as a new pod
+// on an empty state directory (the saved messages come back from the
+// state changelog) and shows that nothing was lost. With -brokers it is a real service that runs
 // until SIGTERM or SIGINT (a second signal skips the rest of the drain).
 //
 // Service flags:

@@ -258,7 +258,11 @@ func TestProcessOutage(t *testing.T) {
 	if m := missingAll(t, effects, keys); m != 0 {
 		t.Errorf("%d messages not handled 60s after the outage", m)
 	}
-	if suspendedFor < 20*time.Second || suspendedFor > 30*time.Second {
+	// The suspension begins once the outage is detected (a loaded
+	// machine takes longer), so it may be a little shorter than the
+	// outage; most of it must be covered, and the class must flow again
+	// within 30s of its start.
+	if suspendedFor < 15*time.Second || suspendedFor > 30*time.Second {
 		t.Errorf("suspended for %s; the outage lasted 20s and the class must flow within 30s of its start", suspendedFor)
 	}
 }

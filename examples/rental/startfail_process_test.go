@@ -1,10 +1,15 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/handoff-go/handoff/internal/rental"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -58,4 +63,50 @@ func TestProcessStartFailureExit2(t *testing.T) {
 			t.Errorf("%s: the start failure is logged as an unclean stop\nstderr:\n%s", tc.name, stderr)
 		}
 	}
+}
+
+// TestProcessChangelogDeniedExit2 runs the real binary as a SASL user who
+// may read, write and describe every topic and use every group, but not
+// create topics, while the changelog topics are missing: a start
+// failure, exit 2, with the "start failed" line naming the changelog
+// topic and the CREATE permission.
+func TestProcessChangelogDeniedExit2(t *testing.T) {
+	bin := rentalBinary(t)
+	const group = "rental-acl"
+	var acls []kfake.ACL
+	for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationRead, kmsg.ACLOperationWrite, kmsg.ACLOperationDescribe, kmsg.ACLOperationDescribeConfigs} {
+		acls = append(acls, kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: "*", Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: op, Allow: true})
+	}
+	for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationRead, kmsg.ACLOperationDescribe} {
+		acls = append(acls, kfake.ACL{Resource: kmsg.ACLResourceTypeGroup, Name: "*", Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: op, Allow: true})
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, rental.Topics()...),
+		kfake.EnableSASL(), kfake.EnableACLs(),
+		kfake.Superuser("PLAIN", "admin", "admin-pw"),
+		kfake.User("PLAIN", "rental", "rental-pw", acls...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "password")
+	if err := os.WriteFile(pwFile, []byte("rental-pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startService(t, bin, "-brokers", c.ListenAddrs()[0], "-group", group, "-state", filepath.Join(dir, "rental.db"),
+		"-drain-timeout", "100ms", "-sasl-mechanism", "plain", "-sasl-username", "rental", "-sasl-password-file", pwFile)
+	code := s.wait(t)
+	stderr := s.stderrText()
+	if code != 2 {
+		t.Errorf("exit %d, want 2\nstderr:\n%s", code, stderr)
+	}
+	topic := group + "." + rental.TopicOrders + ".handoff-changelog"
+	line := lineWith(stderr, "start failed")
+	if !strings.Contains(line, topic) || !strings.Contains(line, "CREATE on topic "+topic) {
+		t.Errorf("no \"start failed\" line naming %s and the CREATE permission\nstderr:\n%s", topic, stderr)
+	}
+	if strings.Contains(stderr, "stop was not clean") {
+		t.Errorf("the start failure is logged as an unclean stop\nstderr:\n%s", stderr)
+	}
+	t.Log(line)
 }

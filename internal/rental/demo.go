@@ -126,6 +126,7 @@ func Demo(out io.Writer) int {
 	cfg := runtime.Config{
 		Brokers:       broker.Addrs(),
 		Group:         "rental-demo",
+		Instance:      "rental-demo-1",
 		StatePath:     filepath.Join(dir, "rental.db"),
 		DrainTimeout:  demoDrain,
 		HardStopGrace: time.Second,
@@ -153,6 +154,22 @@ func Demo(out io.Writer) int {
 	u1, _ := t.counts()
 	fmt.Fprintf(out, "run 1: stopped after %d handled; %s; %d saved to the state file (%d unstarted, %d interrupted, %d waiting out a retry)\n",
 		u1, drainSays(r1.rep.DrainTimedOut), r1.rep.Snapshotted, r1.rep.Unstarted, r1.rep.Interrupted, r1.rep.Waiting)
+
+	// Run 2 is a new pod: a new instance on a new, empty state directory
+	// (run 1's file is left alone), as a Deployment's replacement would
+	// start on an emptyDir. What run 1 saved comes back from the
+	// changelog, written to Kafka beside every write to run 1's file.
+	dir2, err := os.MkdirTemp("", "rental-demo-")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.RemoveAll(dir2)
+	files, err := os.ReadDir(dir2)
+	if err != nil {
+		return fail(err)
+	}
+	cfg.Instance = "rental-demo-2"
+	cfg.StatePath = filepath.Join(dir2, "rental.db")
 
 	// Run 2: re-push what was saved, then consume the rest. The poison
 	// messages become dead letters, and later changes of a poison order
@@ -211,6 +228,9 @@ func Demo(out io.Writer) int {
 			orders = cs.Hold
 		}
 	}
+	fmt.Fprintf(out, "new pod: instance %s on an empty state directory (%d files before its start; run 1's file unused)\n"+
+		"  restored from the changelog: %d records of %d partitions; re-pushed %d\n",
+		cfg.Instance, len(files), r2.rep.Restored, r2.rep.RestoredPartitions, r2.rep.Repushed)
 	fmt.Fprintf(out, "run 2: re-pushed %d saved messages before fetching, then consumed the rest;\n"+
 		"  orders' database was down for %s: the class was suspended %d time(s) for %.1fs in all, %d attempts failed,\n"+
 		"  and the outage made %d dead letters;\n"+
@@ -228,6 +248,7 @@ func Demo(out io.Writer) int {
 		{"produced", produced},
 		{"handled", unique},
 		{"snapshotted at stop", r1.rep.Snapshotted},
+		{"restored from changelog", r2.rep.Restored},
 		{"re-pushed at start", r2.rep.Repushed},
 		{"lost", lost},
 		{"duplicates", total - unique},

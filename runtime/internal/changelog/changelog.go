@@ -15,6 +15,10 @@ import (
 // DefaultTimeout is what a zero [Config.Timeout] means.
 const DefaultTimeout = 10 * time.Second
 
+// maxBuffered is how many records the producer queues before Send waits
+// for room: kgo's default is 10,000.
+const maxBuffered = 1 << 18
+
 // Config configures a [Client].
 type Config struct {
 	// Brokers are the seed brokers, host:port. Required.
@@ -60,6 +64,11 @@ type Client struct {
 
 	mu      sync.Mutex
 	leaders map[string]*topicMeta // by changelog topic, dropped on a leader error
+
+	// namesMu guards names, the changelog topic of each input topic
+	// Topic was asked for: every record Send queues needs its name.
+	namesMu sync.Mutex
+	names   map[string]string
 }
 
 // New checks cfg and makes the Client's two kgo clients. It does no I/O:
@@ -107,6 +116,10 @@ func New(cfg Config) (*Client, error) {
 		// queued through an outage; the wait has failed by then anyway.
 		// kgo allows no less than 1s.
 		kgo.RecordDeliveryTimeout(max(cfg.Timeout, time.Second)),
+		// A stop's snapshot queues all its records at once, under the
+		// state file's lock: room for a big one, so that Send seldom
+		// waits for acknowledgements to queue the rest.
+		kgo.MaxBufferedRecords(maxBuffered),
 	)...)
 	if err != nil {
 		return nil, fmt.Errorf("changelog: producer: %w", err)
@@ -116,7 +129,7 @@ func New(cfg Config) (*Client, error) {
 		prod.Close()
 		return nil, fmt.Errorf("changelog: reader: %w", err)
 	}
-	c := &Client{cfg: cfg, prod: prod, cl: cl, leaders: map[string]*topicMeta{}}
+	c := &Client{cfg: cfg, prod: prod, cl: cl, leaders: map[string]*topicMeta{}, names: map[string]string{}}
 	c.life, c.end = context.WithCancel(context.Background())
 	return c, nil
 }
@@ -131,8 +144,18 @@ func (c *Client) Close() {
 }
 
 // Topic returns the changelog topic of input topic t:
-// <group>.<t>.handoff-changelog.
-func (c *Client) Topic(t string) string { return c.cfg.Group + "." + t + ".handoff-changelog" }
+// <group>.<t>.handoff-changelog. It allocates only the first time it
+// is asked for t.
+func (c *Client) Topic(t string) string {
+	c.namesMu.Lock()
+	defer c.namesMu.Unlock()
+	name, ok := c.names[t]
+	if !ok {
+		name = c.cfg.Group + "." + t + ".handoff-changelog"
+		c.names[t] = name
+	}
+	return name
+}
 
 // MetaTopic returns the topic of the classes' pauses:
 // <group>.handoff-meta.

@@ -180,3 +180,19 @@ func TestNewChecks(t *testing.T) {
 		}
 	}
 }
+
+// TestTopicAllocatesOnce: Send names the changelog topic of every record
+// it queues; the name is made once per input topic, not per record.
+func TestTopicAllocatesOnce(t *testing.T) {
+	cl, err := New(Config{Brokers: []string{"127.0.0.1:1"}, Group: "g"}) // no I/O
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if got := cl.Topic("orders"); got != "g.orders.handoff-changelog" {
+		t.Fatalf("Topic(orders) = %q", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = cl.Topic("orders") }); n != 0 {
+		t.Errorf("Topic allocates %.0f times a call once the name is known, want 0", n)
+	}
+}

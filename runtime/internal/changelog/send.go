@@ -24,7 +24,10 @@ type Out struct {
 	Offset int64
 }
 
-// Send queues recs on the producer, in order, and returns at once. The
+// Send queues recs on the producer, in order, and returns once they are
+// queued: at once, unless more records wait for their acknowledgement
+// than the producer buffers (262,144), and never after [Config.Timeout]
+// has passed since Send began (the records not queued by then fail). The
 // producer is idempotent and waits for every in-sync replica, so the
 // records of one partition land in the order of the Send calls and,
 // within one, of recs. The caller must serialize its Send calls (one
@@ -52,16 +55,27 @@ func (c *Client) send(recs []*Out, topic func(*Out) string) func(ctx context.Con
 	if n == 0 {
 		close(done)
 	}
+	// The records' context bounds the queueing (a full buffer waits for
+	// room) by the timeout too; it ends once every record is answered.
+	rctx, cancel := context.WithDeadline(c.life, start.Add(c.cfg.Timeout))
+	if n == 0 {
+		cancel()
+	}
+	rs := make([]kgo.Record, n) // one allocation for all of them
 	for i, o := range recs {
-		r := &kgo.Record{Topic: topic(o), Partition: o.Partition, Key: o.Key, Value: o.Value}
-		c.prod.Produce(c.life, r, func(r *kgo.Record, err error) {
+		r := &rs[i]
+		*r = kgo.Record{Topic: topic(o), Partition: o.Partition, Key: o.Key, Value: o.Value}
+		c.prod.Produce(rctx, r, func(r *kgo.Record, err error) {
 			offsets[i], errs[i] = r.Offset, err
 			if left.Add(-1) == 0 {
 				close(done)
+				cancel()
 			}
 		})
 	}
 	return func(ctx context.Context) error {
+		// Once the wait gives up, so do the records still queued.
+		defer cancel()
 		timer := time.NewTimer(c.cfg.Timeout - time.Since(start))
 		defer timer.Stop()
 		select {
