@@ -13,9 +13,11 @@ import (
 // Key, Value and Headers after the handler returns; so a handler may keep
 // m, or any field of it, for as long as it likes (a dedup set of m.ID, a
 // batch of *Message flushed later), at the cost of the memory it keeps:
-// the ID is a string of its own, not part of a shared block, and Key,
-// Value and header values are slices of their own, not of a fetch
-// buffer. A handler must not write to a Message either: a retry of the
+// Key, Value and header values are slices of their own, not of a fetch
+// buffer, and the ID of a Kafka record shares a block of about 1 KiB of
+// bytes (no pointers) with the IDs of the records fetched with it, so a
+// kept ID keeps its block alive: copy it (strings.Clone) to keep the IDs
+// of a few messages out of many. A handler must not write to a Message either: a retry of the
 // same message (Attempt+1) is handed the same Key, Value and Headers. (A
 // middleware that replaces the headers with runtime.SetHeaders changes
 // those of the Message it was handed and of the envelope the runtime
@@ -36,7 +38,8 @@ import (
 // CLI's replay keep the difference too.
 type Message struct {
 	// ID is stable across restarts: "topic/partition/offset" for a Kafka
-	// record, the caller's ID otherwise.
+	// record, the caller's ID otherwise. The IDs of Kafka records share
+	// blocks of about 1 KiB (see above).
 	ID string
 
 	// Class names the message class (and so the pool) that handles it.

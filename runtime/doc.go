@@ -251,9 +251,11 @@
 //     published, unpublished, held (the fields of [Report]; requeued_done
 //     counts requeued dead letters that then succeeded).
 //   - handoff_handler_duration_seconds{class,outcome}: histogram of handler
-//     calls (each batch call in a batch class), outcome succeeded, failed,
-//     timed_out or panicked;
-//     handoff_handler_errors_total{class}: calls that failed or panicked.
+//     calls, a sample of one call in 8 (its count is about an eighth of
+//     the calls; each batch call in a batch class), outcome succeeded,
+//     failed, timed_out or panicked;
+//     handoff_handler_errors_total{class}: every call that failed or
+//     panicked.
 //   - handoff_pool_queued, handoff_pool_waiting, handoff_pool_running and
 //     handoff_pool_workers{class}: the class's pool right now (see
 //     [ClassStats]).

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
@@ -52,6 +53,12 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 	defer src.Close()
 	caughtUp := false
 	batch := make([]*item, 0, fetchBatch)
+	ids := kafkaIDs{prefix: tr.idPrefix}
+	var fetched uint64 // records, for the timing sample (see sample)
+	pick := func() bool {
+		fetched++
+		return fetched%sampleEvery == 1
+	}
 	for {
 		if !f.mayFetchFunc(ctx, c) { // suspended or paused
 			return
@@ -60,14 +67,16 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 		if !ok {
 			return
 		}
-		batch = append(batch[:0], f.item(c, tr, &rec))
+		// One clock read per batch: its records were ready together.
+		seen := int64(time.Since(f.epoch)) // Runtime.mono's clock
+		batch = append(batch[:0], f.item(c, tr, &ids, &rec, seen, pick()))
 		last := rec.Offset+1 >= rec.HighWatermark
 		for len(batch) < fetchBatch && src.More() && f.openFunc(c) {
 			more, ok := src.Next(ctx)
 			if !ok {
 				break
 			}
-			batch = append(batch, f.item(c, tr, &more))
+			batch = append(batch, f.item(c, tr, &ids, &more, seen, pick()))
 			last = more.Offset+1 >= more.HighWatermark
 		}
 		n, err := c.pool.SubmitBatch(ctx, batch)
@@ -94,17 +103,18 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 // fetchBatch is the most records a fetch loop hands to its pool at once.
 const fetchBatch = 64
 
-// item returns the recycled item of record rec, its offset added to tr.
-// The message's ID and bytes are its own, and the handler is handed
-// copies of the message (see handler): a handler may keep them (see
-// handoff.Message). A direct call, so that rec stays on the fetch loop's
-// stack.
-func (f *feeder) item(c *class, tr *tracker, rec *kclient.Record) *item {
+// item returns the recycled item of record rec, its offset added to tr,
+// fetched at seen on Runtime.mono's clock, timed in its handler calls when
+// timed (see sample). The message's ID and bytes are
+// the partition's (its ID carved from ids' blocks), and the handler is
+// handed copies of the message (see handler): a handler may keep them
+// (see handoff.Message). A direct call, so that rec stays on the fetch
+// loop's stack.
+func (f *feeder) item(c *class, tr *tracker, ids *kafkaIDs, rec *kclient.Record, seen int64, timed bool) *item {
 	it := f.items.Get().(*item) // zero: result clears an item before it returns it
-	it.src, it.tr = fromKafka, tr
-	seen := int64(time.Since(f.epoch)) // Runtime.mono's clock
+	it.src, it.tr, it.timed = fromKafka, tr, timed
 	it.msg = handoff.Message{
-		ID:        kafkaID(tr.idPrefix, rec.Offset),
+		ID:        ids.id(rec.Offset),
 		Class:     c.cfg.Name,
 		Key:       rec.Key,
 		Value:     rec.Value,
@@ -121,6 +131,38 @@ func (f *feeder) item(c *class, tr *tracker, rec *kclient.Record) *item {
 // that prefix and its offset, so one partition's records share it.
 func kafkaIDPrefix(topic string, partition int) string {
 	return kclient.Partition{Topic: topic, Partition: partition}.String() + "/"
+}
+
+// idBlockSize is the size of the blocks kafkaIDs carves IDs from: about
+// 40 IDs of a 25-byte "topic/partition/offset" per allocation.
+const idBlockSize = 1024
+
+// kafkaIDs makes the IDs of one partition's fetched records, for its
+// fetch loop alone. It carves them from shared blocks instead of
+// allocating a string per record, the fetch loop's one allocation per
+// record otherwise. The bytes behind an ID are never written again once
+// it is handed out, as unsafe.String requires. An ID kept after its
+// message is handled keeps its block alive, at most idBlockSize bytes
+// and no pointer (see handoff.Message.ID); the runtime copies the IDs it
+// keeps (parking).
+type kafkaIDs struct {
+	prefix string // the partition's kafkaIDPrefix
+	block  []byte
+}
+
+// id returns the ID of the record at offset: kafkaID(prefix, offset).
+func (k *kafkaIDs) id(offset int64) string {
+	const maxOffsetLen = 20 // digits of the largest int64, and a sign
+	need := len(k.prefix) + maxOffsetLen
+	if need > idBlockSize/4 {
+		return kafkaID(k.prefix, offset) // a long topic: a string of its own
+	}
+	if cap(k.block)-len(k.block) < need {
+		k.block = make([]byte, 0, idBlockSize)
+	}
+	start := len(k.block)
+	k.block = strconv.AppendInt(append(k.block, k.prefix...), offset, 10)
+	return unsafe.String(&k.block[start], len(k.block)-start)
 }
 
 // kafkaID returns the ID of the record at offset, prefix its partition's

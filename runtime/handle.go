@@ -64,10 +64,14 @@ func (h *handling) handler(c *class) func(context.Context, *item) error {
 		// handler may keep, and through which it cannot change the
 		// item's (runtime.SetHeaders changes both).
 		m := it.msg
-		if h.metrics == nil && !sample(it) {
+		switch {
+		case sample(it):
+			return h.timedCall(ctx, c, &m)
+		case h.metrics == nil:
 			return c.handle(ctx, &m)
+		default:
+			return h.countedCall(ctx, c, &m)
 		}
-		return h.timedCall(ctx, c, &m)
 	}
 }
 
@@ -92,8 +96,9 @@ func (h *handling) before(ctx context.Context, c *class, it *item) (run bool, er
 }
 
 // timedCall calls the class's handler, feeds its time to the drain
-// estimate and, with metrics, to the histogram under its outcome; a panic
-// is observed on its way up to the pool, which recovers it.
+// estimate and, with metrics, to the histogram under its outcome (a call
+// in sampleEvery, see sample) and counts a failed call; a panic is
+// observed on its way up to the pool, which recovers it.
 func (h *handling) timedCall(ctx context.Context, c *class, m *handoff.Message) (err error) {
 	began := time.Now()
 	returned := false
@@ -101,6 +106,21 @@ func (h *handling) timedCall(ctx context.Context, c *class, m *handoff.Message) 
 		d := time.Since(began)
 		c.svc.observe(d)
 		h.metrics.observeHandler(c.index, callEndOf(ctx, !returned, err), d)
+	}()
+	err = c.handle(ctx, m)
+	returned = true
+	return err
+}
+
+// countedCall calls the class's handler without timing it, and counts
+// it in handoff_handler_errors_total when it fails or panics (which the
+// pool recovers): the calls sample leaves out, with metrics.
+func (h *handling) countedCall(ctx context.Context, c *class, m *handoff.Message) (err error) {
+	returned := false
+	defer func() {
+		if !returned || err != nil {
+			h.metrics.handlerFailed(c.index)
+		}
 	}()
 	err = c.handle(ctx, m)
 	returned = true

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/runtime/internal/hold"
@@ -14,6 +15,9 @@ import (
 type item struct {
 	msg handoff.Message
 	src source
+	// timed is set by a fetched message's fetch loop for one message in
+	// sampleEvery: its handler calls are timed (see sample).
+	timed bool
 	// tr and slot place a Kafka message in its partition's tracker.
 	tr   *tracker
 	slot slot
@@ -46,7 +50,17 @@ type item struct {
 	attempt attemptSlot
 }
 
-func itemKey(it *item) string { return string(it.msg.Key) }
+// itemKey is an ordered pool's KeyFunc. A fetched message's key is a
+// string over its Key's bytes, not a copy: the client gives each record
+// bytes of its own, which nothing writes to (see handoff.Message), so the
+// string stays what it was for as long as the pool keeps it. A submitted
+// or stored message's key is copied: a Submit caller's bytes are its own.
+func itemKey(it *item) string {
+	if it.src == fromKafka {
+		return unsafe.String(unsafe.SliceData(it.msg.Key), len(it.msg.Key))
+	}
+	return string(it.msg.Key)
+}
 
 // HoldMark returns the item's part in its class's hold.
 func (it *item) HoldMark() *hold.Mark { return &it.hold }

@@ -169,10 +169,11 @@ func BenchmarkDelivery(b *testing.B) {
 		r.items.New = func() any { return new(item) }
 		f := &feeder{items: &r.items, epoch: r.epoch}
 		tr := newTracker("orders", 3, 0)
+		ids := kafkaIDs{prefix: tr.idPrefix}
 		b.ReportAllocs()
 		var off int64
 		for b.Loop() {
-			it := f.item(c, tr, &kclient.Record{Offset: off, Key: key, Value: value})
+			it := f.item(c, tr, &ids, &kclient.Record{Offset: off, Key: key, Value: value}, r.mono(), off%sampleEvery == 0)
 			m := it.msg
 			if err := c.cfg.Handler(context.Background(), &m); err != nil {
 				b.Fatal(err)
@@ -222,5 +223,101 @@ func TestBatchHandlerKeepsMessages(t *testing.T) {
 			t.Fatalf("kept message %q: offset %d (seen %v), value %q", m.ID, o, seen[o], m.Value)
 		}
 		seen[o] = true
+	}
+}
+
+// TestKafkaIDBlocks: the IDs carved from a partition's shared blocks are
+// kafkaID's, for short and long topics (a long one gets strings of its
+// own) and the extreme offsets, and an ID handed out stays what it was
+// while many more are carved after it, across blocks.
+func TestKafkaIDBlocks(t *testing.T) {
+	t.Parallel()
+	for _, topic := range []string{"orders", strings.Repeat("t", 200), strings.Repeat("t", 2048)} {
+		prefix := kafkaIDPrefix(topic, 7)
+		ids := kafkaIDs{prefix: prefix}
+		var got []string
+		var offs []int64
+		for off := int64(0); off < 500; off++ {
+			offs = append(offs, off)
+		}
+		offs = append(offs, 1_000_003, 1<<63-1, 0)
+		for _, off := range offs {
+			got = append(got, ids.id(off))
+		}
+		for i, off := range offs {
+			if want := kafkaID(prefix, off); got[i] != want {
+				t.Fatalf("topic of %d bytes, offset %d: ID %q, want %q", len(topic), off, got[i], want)
+			}
+		}
+	}
+}
+
+// TestDeliveryAllocs: the fetch loop's item of a record (its ID carved
+// from the partition's blocks, its offset added to the tracker), the
+// handler's copy of its message and the settle cost one allocation per
+// message: the copy. (Under -race, sync.Pool drops items at random, so
+// the count is not checked there.)
+func TestDeliveryAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items at random under -race")
+	}
+	var kept *handoff.Message
+	handler := handoff.HandlerFunc(func(_ context.Context, m *handoff.Message) error {
+		kept = m // the copy escapes, as with any handler
+		return nil
+	})
+	r := &Runtime{epoch: time.Now()}
+	r.items.New = func() any { return new(item) }
+	c := &class{cfg: Class{Name: "orders", Handler: handler}}
+	f := &feeder{items: &r.items, epoch: r.epoch}
+	tr := newTracker("orders", 3, 0)
+	ids := kafkaIDs{prefix: tr.idPrefix}
+	key, value := []byte("customer-42"), make([]byte, 256)
+	var off int64
+	deliver := func() {
+		it := f.item(c, tr, &ids, &kclient.Record{Offset: off, Key: key, Value: value}, r.mono(), off%sampleEvery == 0)
+		m := it.msg
+		if err := c.cfg.Handler(context.Background(), &m); err != nil {
+			t.Fatal(err)
+		}
+		it.settle()
+		*it = item{}
+		r.items.Put(it)
+		off++
+	}
+	for range 2 * segSize { // warm the pool and the tracker's segments
+		deliver()
+	}
+	// Over whole segments and ID blocks, so their shares are counted
+	// (AllocsPerRun rounds the mean down: 1 is less than 2).
+	if got := testing.AllocsPerRun(4*segSize, deliver); got > 1 {
+		t.Errorf("%.2f allocations per delivery, want 1 (the handler's copy)", got)
+	}
+	_ = kept
+}
+
+// TestItemKey: an ordered pool's key of a fetched message is its Key's
+// bytes without a copy (no allocation); a submitted message's key is a
+// copy, which a caller writing to its bytes after Submit cannot change.
+func TestItemKey(t *testing.T) {
+	key := []byte("customer-42-with-a-key-longer-than-32-bytes")
+	fetched := &item{src: fromKafka, msg: handoff.Message{Key: key}}
+	if got := itemKey(fetched); got != string(key) {
+		t.Fatalf("fetched key %q, want %q", got, key)
+	}
+	if !raceEnabled {
+		if n := testing.AllocsPerRun(100, func() { _ = itemKey(fetched) }); n != 0 {
+			t.Errorf("fetched key: %.0f allocations, want 0", n)
+		}
+	}
+	if got := itemKey(&item{src: fromKafka}); got != "" {
+		t.Errorf("a record without a key: %q, want \"\"", got)
+	}
+	callers := []byte("k1")
+	submitted := &item{src: fromSubmit, msg: handoff.Message{Key: callers}}
+	k := itemKey(submitted)
+	callers[1] = '2'
+	if k != "k1" {
+		t.Errorf("submitted key changed with the caller's bytes: %q", k)
 	}
 }

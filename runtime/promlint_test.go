@@ -14,18 +14,21 @@ import (
 
 // TestMetricsLint runs Prometheus' own linter over everything the
 // runtime registers, on a running runtime with a Kafka class (so the lag
-// series exist) after a success and a failure (so the histogram has its
-// outcomes), and checks the names operators are told about are there.
+// series exist) after 8 successes and 8 failures (so the histogram, which
+// times one call in 8, has its outcomes), and checks the names operators
+// are told about are there, and that the error counter counts every
+// failed call, timed or not.
 // Before, the four handoff_state_records_* names, the commit lag without
 // a unit and the missing counters failed it.
 func TestMetricsLint(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, "lint")
 	reg := prometheus.NewRegistry()
-	done := make(chan struct{}, 2)
+	const n = 16
+	done := make(chan struct{}, n)
 	cfg := b.config(func(ctx context.Context, m *handoff.Message) error {
 		defer func() { done <- struct{}{} }()
-		if string(m.Value) == "lint-1" {
+		if m.Origin.Offset >= n/2 {
 			return handoff.Permanent(errors.New("bad"))
 		}
 		return nil
@@ -36,9 +39,10 @@ func TestMetricsLint(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait := start(t, rt, context.Background())
-	b.produce(2)
-	<-done
-	<-done
+	b.produce(n)
+	for range n {
+		<-done
+	}
 	waitFor(t, "lag series", func() bool { return len(lagSeries(t, reg, lagMetric)) == 1 })
 
 	mfs, err := reg.Gather()
@@ -80,8 +84,16 @@ func TestMetricsLint(t *testing.T) {
 				}
 			}
 		}
+		// The fetch loop picks its first record and every 8th after it.
 		if outcomes["succeeded"] != 1 || outcomes["failed"] != 1 {
-			t.Errorf("handler histogram by outcome = %v, want one succeeded and one failed", outcomes)
+			t.Errorf("handler histogram by outcome = %v, want one succeeded and one failed (offsets 0 and 8)", outcomes)
+		}
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "handoff_handler_errors_total" {
+			if got := mf.GetMetric()[0].GetCounter().GetValue(); got != n/2 {
+				t.Errorf("handoff_handler_errors_total = %v, want %d", got, n/2)
+			}
 		}
 	}
 	rt.Shutdown(context.Background())
