@@ -17,8 +17,9 @@ import (
 // buffer, and the ID of a Kafka record shares a block of about 1 KiB of
 // bytes (no pointers) with the IDs of the records fetched with it, so a
 // kept ID keeps its block alive: copy it (strings.Clone) to keep the IDs
-// of a few messages out of many. A handler must not write to a Message either: a retry of the
-// same message (Attempt+1) is handed the same Key, Value and Headers. (A
+// of a few messages out of many. A handler must not write to a Message
+// either: a retry of the same message (Attempt+1) is handed the same
+// Key, Value and Headers. (A
 // middleware that replaces the headers with runtime.SetHeaders changes
 // those of the Message it was handed and of the envelope the runtime
 // saves, not those of Messages handed out earlier.)
