@@ -94,7 +94,7 @@ func TestStopSnapshotsAndRepushes(t *testing.T) {
 	rep, release := b.stopUnderLoad(nil)
 	handled1, _ := b.counts()
 	if rep.Interrupted != 8 || rep.Unstarted != 64 || rep.Snapshotted != 72 || rep.Stragglers != 0 {
-		t.Errorf("stop report: %v", rep)
+		t.Errorf("stop report: %v (given back %d, revoked %d, waiting %d)", rep, rep.GivenBack, rep.Revoked, rep.Waiting)
 	}
 	if handled1 != 40 {
 		t.Errorf("handled %d before the stop, want 40", handled1)
