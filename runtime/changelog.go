@@ -71,8 +71,8 @@ type stateLog struct {
 	waitMu  sync.Mutex
 	waiting []func()
 
-	// restored and restoredParts count what the restores brought back,
-	// for the report.
+	// What the restores brought back, for the report: records,
+	// partitions, messages re-pushed and keys blocked.
 	restored, restoredParts, repushed, blockedKeys atomic.Int64
 }
 
