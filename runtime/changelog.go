@@ -235,9 +235,17 @@ func (l *stateLog) send(changes []snapshot.Change) func() error {
 type checkpoint struct {
 	next int64
 	// ahead are acknowledged writes past a gap, first offset to end:
-	// they join next once the writes before them are acknowledged.
+	// they join next once the writes before them are acknowledged. A
+	// gap that stays (another instance wrote there: a submitted message
+	// of this partition dead-lettered elsewhere, a fenced old owner)
+	// would grow it for the rest of the run: past maxAhead entries the
+	// checkpoint stops moving (stuck) until the next restore.
 	ahead map[int64]int64
+	stuck bool
 }
+
+// maxAhead bounds a checkpoint's acknowledged writes past a gap.
+const maxAhead = 1024
 
 // acked moves the checkpoints of the partitions outs were written to.
 func (l *stateLog) acked(outs []*changelog.Out) {
@@ -245,10 +253,14 @@ func (l *stateLog) acked(outs []*changelog.Out) {
 	defer l.mu.Unlock()
 	for _, o := range outs {
 		cp := l.ckpt[kclient.Partition{Topic: o.Input, Partition: int(o.Partition)}]
-		if cp == nil || o.Offset < cp.next {
+		if cp == nil || cp.stuck || o.Offset < cp.next {
 			continue
 		}
 		if o.Offset > cp.next {
+			if len(cp.ahead) >= maxAhead {
+				cp.ahead, cp.stuck = nil, true
+				continue
+			}
 			if cp.ahead == nil {
 				cp.ahead = map[int64]int64{}
 			}
