@@ -94,17 +94,8 @@ func deployEmptyDisks(t *testing.T, bin string, localOnly bool) deployResult {
 		extra = append(extra, "-local-state-only")
 	}
 	d := newDeployment(t, bin, broker, "deploy", extra)
-	for i := range 3 {
-		d.start(i)
-	}
-	for i := range 3 {
-		d.pods[i].s.waitLog(t, reAssigned, 60*time.Second)
-	}
-
-	ctx, stopProducing := context.WithCancel(context.Background())
+	stopProducing, prod := d.startAllAndProduce()
 	defer stopProducing()
-	prod := make(chan []producedRecord, 1)
-	go func() { prod <- produceMixed(ctx, t, broker.Addrs(), 60, 100*time.Millisecond) }()
 
 	// Three rolling restarts (each instance once) and two kills, under load.
 	steps := []struct {
@@ -164,16 +155,8 @@ func TestProcessFencing(t *testing.T) {
 	began := time.Now()
 	broker := startBroker(t, 4)
 	d := newDeployment(t, bin, broker, "fencing", nil)
-	for i := range 3 {
-		d.start(i)
-	}
-	for i := range 3 {
-		d.pods[i].s.waitLog(t, reAssigned, 60*time.Second)
-	}
-	ctx, stopProducing := context.WithCancel(context.Background())
+	stopProducing, prod := d.startAllAndProduce()
 	defer stopProducing()
-	prod := make(chan []producedRecord, 1)
-	go func() { prod <- produceMixed(ctx, t, broker.Addrs(), 60, 100*time.Millisecond) }()
 
 	// Wait until instance 0 holds saved state: delayed records and dead
 	// letters in its state file.
@@ -402,6 +385,24 @@ func (d *deployment) start(i int, more ...string) {
 	args = append(args, more...)
 	s := startService(t, d.bin, args...)
 	d.pods[i] = &pod{name: name, s: s, admin: "http://" + s.adminAddr(t)}
+}
+
+// startAllAndProduce starts the three pods, waits for each one's first
+// assignment, and produces the mixed stream in the background until the
+// returned stop is called; the channel then gets what was produced.
+func (d *deployment) startAllAndProduce() (stop context.CancelFunc, produced <-chan []producedRecord) {
+	t := d.t
+	t.Helper()
+	for i := range 3 {
+		d.start(i)
+	}
+	for i := range 3 {
+		d.pods[i].s.waitLog(t, reAssigned, 60*time.Second)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	prod := make(chan []producedRecord, 1)
+	go func() { prod <- produceMixed(ctx, t, d.broker.Addrs(), 60, 100*time.Millisecond) }()
+	return stop, prod
 }
 
 // replace stops slot i's pod with sig and starts its replacement; after
