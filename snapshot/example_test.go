@@ -1,6 +1,7 @@
 package snapshot_test
 
 import (
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -139,4 +140,81 @@ func ExampleStore_Update() {
 	}
 	// Output:
 	// pending 0 dead 1
+}
+
+// ExampleStore_SetChangelog shows the changelog's two halves: one file
+// hands every write to a changelog (here a slice standing in for a
+// compacted Kafka topic), and a second, empty file, the next owner of the
+// partition, applies it and holds the same records.
+func ExampleStore_SetChangelog() {
+	dir, err := os.MkdirTemp("", "snapshot-changelog-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+
+	// The old owner: every record of topic orders belongs to its origin
+	// partition; Send keeps the changes in order and acknowledges at once.
+	var topic []snapshot.ChangelogRecord
+	a, err := snapshot.Open(filepath.Join(dir, "a.db"), snapshot.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = a.SetChangelog(snapshot.Changelog{
+		Route: func(rec *snapshot.Record) (string, int32, bool) {
+			return rec.Message.Origin.Topic, int32(rec.Message.Origin.Partition), rec.Message.Origin.Topic != ""
+		},
+		Send: func(changes []snapshot.Change) func() error {
+			for _, c := range changes {
+				topic = append(topic, snapshot.ChangelogRecord{Offset: int64(len(topic)), Key: c.Key, Value: c.Value})
+			}
+			return func() error { return nil } // the broker's acknowledgement
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var keys []uint64
+	err = a.Update(func(tx *snapshot.Tx) (err error) {
+		keys, err = tx.SaveDead(
+			snapshot.Record{Message: handoff.Message{ID: "orders/0/7", Class: "orders", Origin: handoff.Origin{Topic: "orders", Offset: 7}}, Reason: "failed"},
+			snapshot.Record{Message: handoff.Message{ID: "orders/0/9", Class: "orders", Origin: handoff.Origin{Topic: "orders", Offset: 9}}, Reason: "failed"},
+		)
+		return err
+	})
+	if err == nil {
+		// A requeue succeeded: the first dead letter is deleted, a
+		// tombstone in the changelog.
+		err = a.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(keys[0]) })
+	}
+	if err := errors.Join(err, a.Close()); err != nil {
+		log.Fatal(err)
+	}
+
+	// The new owner, on an empty disk, restores partition orders/0.
+	b, err := snapshot.Open(filepath.Join(dir, "b.db"), snapshot.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+	var applied snapshot.Applied
+	err = b.Update(func(tx *snapshot.Tx) (err error) {
+		applied, err = tx.ApplyChangelog("orders", 0, topic, int64(len(topic)))
+		return err
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var dead []snapshot.Entry
+	err = b.View(func(tx *snapshot.Tx) (err error) { dead, _, err = tx.DeadPage("", 0, 10); return err })
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("changelog records %d; restored dead letters %d\n", len(topic), len(applied.Dead))
+	for _, e := range dead {
+		fmt.Println(e.Record.Message.ID)
+	}
+	// Output:
+	// changelog records 3; restored dead letters 1
+	// orders/0/9
 }
