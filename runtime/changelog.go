@@ -26,7 +26,7 @@ import (
 // the changelog's acknowledgement succeeded (snapshot.Store.SetChangelog:
 // a failed changelog write is a failed save). Each partition's next
 // owner restores that partition's state from its changelog before it
-// fetches the partition (restorePartition), so the local file is a cache
+// fetches the partition (restorer, restore.go), so the local file is a cache
 // of the changelog: a pod that starts on an empty disk loses nothing.
 
 // stateLog is the runtime's side of the changelog: the client, where
@@ -431,113 +431,6 @@ func (l *stateLog) retryResend(ctx context.Context) {
 			return
 		case <-t.C:
 			l.resend()
-		}
-	}
-}
-
-// changelogConfig is the changelog client's configuration: the brokers,
-// the connections (TLS, SASL) and the client ID of the consumer's.
-func (r *Runtime) changelogConfig() changelog.Config {
-	return changelog.Config{
-		Brokers: r.cfg.Brokers, ClientID: r.cfg.ClientID, Group: r.cfg.Group, DialFunc: r.conn.clientDial(),
-		Replication: r.cfg.ChangelogReplication, Timeout: r.cfg.ChangelogTimeout, Log: r.log,
-	}
-}
-
-// restoreRetryMax bounds the wait between two tries of a partition's
-// restore.
-const restoreRetryMax = 30 * time.Second
-
-// restorePartition is the consumer's restoreFunc: it brings partition
-// p's state back (restoreOnce, which calls restored once p's state is in
-// the file and p is owned here) before its fetch loop starts, trying again
-// with a growing wait while it fails: fetching the partition before its
-// saved messages are back would run later messages of a key before
-// earlier ones. It returns false when ctx ended first (the partition was
-// revoked, or the stop began).
-func (r *Runtime) restorePartition(ctx context.Context, p kclient.Partition, restored func()) bool {
-	if !r.clog.on() {
-		return true
-	}
-	wait := time.Second
-	for {
-		err := r.restoreOnce(ctx, p, restored)
-		if err == nil {
-			return true
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		r.log.Error("partition state not restored from the changelog; its fetching waits", "partition", p.String(),
-			"err", err, "retry_in", wait)
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, restoreRetryMax)
-	}
-}
-
-// restoreOnce applies p's changelog to the state file, then recovers p's
-// records as the start recovers a file: its pending records re-pushed,
-// the keys its dead letters and redeliveries block, its parked keys, and
-// its delayed records handed to the scheduler (which delivers only
-// records of partitions restored here).
-func (r *Runtime) restoreOnce(ctx context.Context, p kclient.Partition, restored func()) error {
-	started := time.Now()
-	topic, part := p.Topic, int32(p.Partition)
-	if err := r.clog.learn(ctx, topic); err != nil {
-		return err
-	}
-	read, next, applied, err := r.clog.restore(ctx, topic, part)
-	if err != nil {
-		return fmt.Errorf("restore %s from %s: %w", p, r.clog.client.Topic(topic), err)
-	}
-	for _, de := range applied.Bad {
-		r.log.Error("undecodable changelog record skipped", "partition", p.String(), "err", de)
-	}
-	rep := &Report{}
-	v := recovery{state: r.state, classes: r.classes.byName, order: r.classes.order, orphan: r.fail.orphan,
-		orphans: &orphans{}, log: r.log, want: r.clog.routedTo(topic, part)}
-	r.clog.setOwned(p, true, next)
-	restored()
-	if err := v.run(ctx, rep); err != nil {
-		r.clog.setOwned(p, false, 0)
-		return err
-	}
-	r.sched.wake(time.Unix(0, 0)) // its delayed records, from the start
-	n := len(applied.Pending) + len(applied.Dead) + len(applied.Delayed) + len(applied.Parked)
-	r.clog.restored.Add(int64(n))
-	r.clog.restoredParts.Add(1)
-	r.clog.repushed.Add(int64(rep.Repushed))
-	r.clog.blockedKeys.Add(int64(rep.BlockedKeys))
-	r.log.Info("partition state restored", "partition", p.String(), "changelog_records", read, "restored", n,
-		"deleted", applied.Deleted, "repushed", rep.Repushed, "blocked_keys", rep.BlockedKeys, "took", time.Since(started))
-	return nil
-}
-
-// revokedPartition is the consumer's revokedFunc: p's records stop being
-// used here. The scheduler no longer delivers its delayed records, and
-// its re-pushed saved messages not yet started leave the pools (their
-// records stay in the file, for the partition's next owner and for this
-// instance if it gets the partition back).
-func (r *Runtime) revokedPartition(p kclient.Partition) {
-	if !r.clog.on() {
-		return
-	}
-	r.clog.keepCheckpoints([]kclient.Partition{p})
-	r.clog.setOwned(p, false, 0)
-	match := func(it *item) bool {
-		if it.src != fromPending {
-			return false
-		}
-		t, q, ok := r.clog.routeMsg(&it.msg)
-		return ok && t == p.Topic && int(q) == p.Partition
-	}
-	for _, c := range r.classes.order {
-		for _, it := range c.pool.Remove(match) {
-			r.handling.leftPool(it)
 		}
 	}
 }

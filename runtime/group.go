@@ -446,8 +446,8 @@ func (r *Runtime) newConsumer() *consumer {
 		monoFunc:     r.mono,
 		joinedFunc:   func() { r.ready.joined.Store(true) },
 		alive:        &r.alive,
-		restoreFunc:  r.restorePartition,
-		revokedFunc:  r.revokedPartition,
+		restoreFunc:  r.restore.restore,
+		revokedFunc:  r.restore.revoked,
 		restoring:    &r.ready.restoring,
 	})
 }

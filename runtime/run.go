@@ -177,7 +177,7 @@ func (s *runState) start() error {
 		}
 		r.ready.topicsOK.Store(len(present) == len(r.classes.topics))
 		if !r.cfg.LocalStateOnly && runCtx.Err() == nil {
-			if err := r.clog.open(runCtx, r.changelogConfig(), r.kafka.client, r.classes.order, present); err != nil {
+			if err := r.clog.open(runCtx, r.cfg.changelogConfig(r.conn.clientDial(), r.log), r.kafka.client, r.classes.order, present); err != nil {
 				return err
 			}
 			if err := r.clog.loadPauses(runCtx, r.classes.byName); err != nil {

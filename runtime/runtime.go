@@ -35,8 +35,10 @@ type Runtime struct {
 	state   *stateFile
 	deletes deletes.Queue // records of done messages, deleted in batches
 	// clog is the state file's changelog (changelog.go); off with
-	// LocalStateOnly or without topics.
-	clog *stateLog
+	// LocalStateOnly or without topics. restore brings an assigned
+	// partition's state back from it (restore.go).
+	clog    *stateLog
+	restore *restorer
 
 	// Feeds of the pools besides fetching.
 	sched    *scheduler
@@ -223,6 +225,8 @@ func New(cfg Config) (*Runtime, error) {
 		}
 	}
 	r.conn = newConnection(&cfg, r.log)
+	r.restore = &restorer{clog: r.clog, state: r.state, classes: r.classes.byName, order: r.classes.order,
+		orphan: r.fail.orphan, wake: r.sched.wake, leftPool: r.handling.leftPool, log: r.log}
 	r.kafka = r.newConsumer()
 	return r, nil
 }

@@ -1,0 +1,142 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/handoff-go/handoff/runtime/internal/changelog"
+	"github.com/handoff-go/handoff/runtime/internal/kclient"
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// changelogConfig is the changelog client's configuration: the brokers,
+// the connections (dial: TLS, SASL) and the client ID of the consumer's.
+func (c *Config) changelogConfig(dial func(context.Context, string, string) (net.Conn, error), log *slog.Logger) changelog.Config {
+	return changelog.Config{
+		Brokers: c.Brokers, ClientID: c.ClientID, Group: c.Group, DialFunc: dial,
+		Replication: c.ChangelogReplication, Timeout: c.ChangelogTimeout, Log: log,
+	}
+}
+
+// restorer brings an assigned partition's state back from the changelog
+// before the partition is fetched, and stops using a revoked partition's
+// records: the consumer's restoreFunc and revokedFunc. It keeps no state
+// of its own; what it restores and owns is the stateLog's.
+type restorer struct {
+	clog    *stateLog
+	state   *stateFile
+	classes map[string]*class
+	order   []*class
+	// orphan makes a saved message of a class no longer configured a
+	// dead letter (failures.orphan).
+	orphan func(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool
+	// wake rewinds the scheduler to due (scheduler.wake).
+	wake func(due time.Time)
+	// leftPool ends the ties of an item taken out of its pool
+	// (handling.leftPool).
+	leftPool func(*item)
+	log      *slog.Logger
+}
+
+// restoreRetryMax bounds the wait between two tries of a partition's
+// restore.
+const restoreRetryMax = 30 * time.Second
+
+// restore is the consumer's restoreFunc: it brings partition p's state
+// back (once, which calls restored once p's state is in the file and p
+// is owned here) before its fetch loop starts, trying again with a
+// growing wait while it fails: fetching the partition before its saved
+// messages are back would run later messages of a key before earlier
+// ones. It returns false when ctx ended first (the partition was
+// revoked, or the stop began).
+func (rs *restorer) restore(ctx context.Context, p kclient.Partition, restored func()) bool {
+	if !rs.clog.on() {
+		return true
+	}
+	wait := time.Second
+	for {
+		err := rs.once(ctx, p, restored)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		rs.log.Error("partition state not restored from the changelog; its fetching waits", "partition", p.String(),
+			"err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, restoreRetryMax)
+	}
+}
+
+// once applies p's changelog to the state file, then recovers p's
+// records as the start recovers a file: its pending records re-pushed,
+// the keys its dead letters and redeliveries block, its parked keys, and
+// its delayed records handed to the scheduler (which delivers only
+// records of partitions restored here).
+func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func()) error {
+	l := rs.clog
+	started := time.Now()
+	topic, part := p.Topic, int32(p.Partition)
+	if err := l.learn(ctx, topic); err != nil {
+		return err
+	}
+	read, next, applied, err := l.restore(ctx, topic, part)
+	if err != nil {
+		return fmt.Errorf("restore %s from %s: %w", p, l.client.Topic(topic), err)
+	}
+	for _, de := range applied.Bad {
+		rs.log.Error("undecodable changelog record skipped", "partition", p.String(), "err", de)
+	}
+	rep := &Report{}
+	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.orphan,
+		orphans: &orphans{}, log: rs.log, want: l.routedTo(topic, part)}
+	l.setOwned(p, true, next)
+	restored()
+	if err := v.run(ctx, rep); err != nil {
+		l.setOwned(p, false, 0)
+		return err
+	}
+	rs.wake(time.Unix(0, 0)) // its delayed records, from the start
+	n := len(applied.Pending) + len(applied.Dead) + len(applied.Delayed) + len(applied.Parked)
+	l.restored.Add(int64(n))
+	l.restoredParts.Add(1)
+	l.repushed.Add(int64(rep.Repushed))
+	l.blockedKeys.Add(int64(rep.BlockedKeys))
+	rs.log.Info("partition state restored", "partition", p.String(), "changelog_records", read, "restored", n,
+		"deleted", applied.Deleted, "repushed", rep.Repushed, "blocked_keys", rep.BlockedKeys, "took", time.Since(started))
+	return nil
+}
+
+// revoked is the consumer's revokedFunc: p's records stop being used
+// here. The scheduler no longer delivers its delayed records, and its
+// re-pushed saved messages not yet started leave the pools (their records
+// stay in the file, for the partition's next owner and for this instance
+// if it gets the partition back).
+func (rs *restorer) revoked(p kclient.Partition) {
+	l := rs.clog
+	if !l.on() {
+		return
+	}
+	l.keepCheckpoints([]kclient.Partition{p})
+	l.setOwned(p, false, 0)
+	match := func(it *item) bool {
+		if it.src != fromPending {
+			return false
+		}
+		t, q, ok := l.routeMsg(&it.msg)
+		return ok && t == p.Topic && int(q) == p.Partition
+	}
+	for _, c := range rs.order {
+		for _, it := range c.pool.Remove(match) {
+			rs.leftPool(it)
+		}
+	}
+}
