@@ -61,32 +61,8 @@ func (p *Pool[T]) SubmitBatch(ctx context.Context, vs []T) (int, error) {
 		p.dispatch()
 	}
 
-	var err error
-	select {
-	case <-w.ch:
-		p.mu.Lock()
-		p.freeWaiterLocked(w)
-		p.mu.Unlock()
-		return len(vs), nil
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-p.stopCh:
-		err = ErrStopped
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if w.granted {
-		<-w.ch // the grant's token
-		p.freeWaiterLocked(w)
-		return len(vs), nil // admitted before we gave up: the pool owns vs
-	}
-	p.waiters.remove(w)
-	for _, e := range w.es[w.n:] {
-		p.recycleLocked(e)
-	}
-	n := i + w.n
-	p.freeWaiterLocked(w)
-	return n, err
+	n, err := p.await(ctx, w)
+	return i + n, err
 }
 
 // keyOf is v's ordering key in an Ordered pool, "" otherwise.

@@ -193,14 +193,24 @@ func (p *Pool[T]) Submit(ctx context.Context, v T) error {
 	w.es[0] = e
 	p.waiters.pushBack(w)
 	p.mu.Unlock()
+	_, err := p.await(ctx, w)
+	return err
+}
 
+// await waits for the queued waiter w's entries to be admitted, until
+// ctx ends or the pool stops, and frees w. It returns how many of them
+// the pool owns: all of them and nil, or those admitted before it gave
+// up (a prefix; the rest are recycled) and ctx.Err() or ErrStopped. An
+// entry admitted while it was giving up is the pool's all the same.
+func (p *Pool[T]) await(ctx context.Context, w *waiter[T]) (int, error) {
 	var err error
 	select {
 	case <-w.ch:
 		p.mu.Lock()
+		n := len(w.es)
 		p.freeWaiterLocked(w)
 		p.mu.Unlock()
-		return nil
+		return n, nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-p.stopCh:
@@ -210,12 +220,17 @@ func (p *Pool[T]) Submit(ctx context.Context, v T) error {
 	defer p.mu.Unlock()
 	if w.granted {
 		<-w.ch // the grant's token
+		n := len(w.es)
 		p.freeWaiterLocked(w)
-		return nil // admitted before we gave up: the pool owns v
+		return n, nil // admitted before we gave up: the pool owns them
 	}
 	p.waiters.remove(w)
+	for _, e := range w.es[w.n:] {
+		p.recycleLocked(e)
+	}
+	n := w.n
 	p.freeWaiterLocked(w)
-	return err
+	return n, err
 }
 
 // newWaiterLocked returns a waiter for n entries, reusing a recycled one
