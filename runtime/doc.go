@@ -97,7 +97,8 @@
 // every saved message into its pool, oldest first, before the first fetch,
 // checks that every configured topic exists (see [Class.WaitForTopics])
 // and joins the consumer group; [Runtime.Ready] is true once all of that
-// is done and the first generation has arrived. With the changelog, the
+// is done and the first generation has arrived (with the changelog, and
+// its partitions have read their changelogs). With the changelog, the
 // saved Kafka messages of a partition are re-pushed when the partition is
 // assigned, after its restore and before its first fetch (see State that
 // outlives the pod). A saved record is deleted only when its

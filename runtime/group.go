@@ -79,8 +79,12 @@ type consumerConfig struct {
 	// is told of each revoked partition once its fetch loop ended.
 	restoreFunc func(ctx context.Context, p kclient.Partition, restored func()) bool
 	revokedFunc func(p kclient.Partition)
-	// restoring counts the partitions in restoreFunc (readiness).
-	restoring *atomic.Int64
+	// restoring counts the partitions in restoreFunc (readiness): begin
+	// before one starts, end once it called restored or returned.
+	restoring interface {
+		beginRestore()
+		restored()
+	}
 }
 
 // fetchFunc is one partition's fetch loop: it reads src and hands the
@@ -275,14 +279,14 @@ func (g *generation) add(ps []kclient.Assigned) {
 			g.running.Add(1)
 			restore := g.cfg.restoreFunc
 			if restore != nil {
-				g.cfg.restoring.Add(1) // before the goroutine: no instant of readiness in between
+				g.cfg.restoring.beginRestore() // before the goroutine: no instant of readiness in between
 			}
 			go func() {
 				defer g.running.Done()
 				defer close(fl.done)
 				if restore != nil {
 					var once sync.Once
-					restored := func() { once.Do(func() { g.cfg.restoring.Add(-1) }) }
+					restored := func() { once.Do(g.cfg.restoring.restored) }
 					ok := restore(ctx, p.Partition, restored)
 					restored()
 					if !ok {
@@ -444,11 +448,11 @@ func (r *Runtime) newConsumer() *consumer {
 		classFunc:    classFunc,
 		giveBackFunc: r.giveBack,
 		monoFunc:     r.mono,
-		joinedFunc:   func() { r.ready.joined.Store(true) },
+		joinedFunc:   r.ready.join,
 		alive:        &r.alive,
 		restoreFunc:  r.restore.restore,
 		revokedFunc:  r.restore.revoked,
-		restoring:    &r.ready.restoring,
+		restoring:    &r.ready,
 	})
 }
 

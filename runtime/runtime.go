@@ -93,9 +93,31 @@ type readiness struct {
 	joined   atomic.Bool
 	topicsOK atomic.Bool
 	// restoring counts the assigned partitions whose state is being read
-	// from the changelog into the state file: not ready meanwhile (the
-	// re-push of their saved messages that follows does not count).
+	// from the changelog into the state file: not ready until the first
+	// assignment's are done (the re-push of their saved messages that
+	// follows does not count). settled is set then: later rebalances'
+	// restores do not take the readiness back.
 	restoring atomic.Int64
+	settled   atomic.Bool
+}
+
+// join marks the first generation arrived; the restores of its
+// partitions, counted already, end the wait for them (restored).
+func (rd *readiness) join() {
+	rd.joined.Store(true)
+	if rd.restoring.Load() == 0 {
+		rd.settled.Store(true)
+	}
+}
+
+// beginRestore counts an assigned partition's restore; restored ends it.
+func (rd *readiness) beginRestore() { rd.restoring.Add(1) }
+
+// restored ends a restore counted by beginRestore.
+func (rd *readiness) restored() {
+	if rd.restoring.Add(-1) == 0 && rd.joined.Load() {
+		rd.settled.Store(true)
+	}
 }
 
 const (
@@ -244,14 +266,14 @@ func (r *Runtime) mono() int64 { return int64(time.Since(r.epoch)) }
 
 // Ready reports whether the runtime has recovered its state file, found
 // every configured topic on the brokers, received its first consumer
-// group generation (it stays ready through later rebalances, except
-// while the state of a partition assigned to it is being read from the
-// changelog) and is not stopping: false the moment a stop begins, so
+// group generation and read the state of its partitions from the
+// changelog (it stays ready through later rebalances and their restores)
+// and is not stopping: false the moment a stop begins, so
 // a load balancer can stop sending work. Without topics, recovered and
 // not stopping is enough.
 func (r *Runtime) Ready() bool {
 	return r.ready.started.Load() && (len(r.classes.topics) == 0 ||
-		r.ready.joined.Load() && r.ready.topicsOK.Load() && r.ready.restoring.Load() == 0)
+		r.ready.joined.Load() && r.ready.topicsOK.Load() && r.ready.settled.Load())
 }
 
 // Group returns the consumer group ID, Config.Group.
