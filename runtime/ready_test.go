@@ -169,3 +169,40 @@ func TestWaitForTopics(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReadinessRestores: readiness waits for the restores of the first
+// generation's partitions, counted before the generation arrives, in
+// either order of join and their ends, and later restores do not take it
+// back.
+func TestReadinessRestores(t *testing.T) {
+	var rd readiness
+	rd.beginRestore()
+	rd.beginRestore()
+	rd.join()
+	if rd.settled.Load() {
+		t.Fatal("settled with two restores running")
+	}
+	rd.restored()
+	if rd.settled.Load() {
+		t.Fatal("settled with one restore running")
+	}
+	rd.restored()
+	if !rd.settled.Load() {
+		t.Fatal("not settled once the first generation's restores ended")
+	}
+	rd.beginRestore() // a later rebalance
+	if !rd.settled.Load() {
+		t.Fatal("a later restore took the readiness back")
+	}
+
+	var fast readiness // the restores end before the generation is told
+	fast.beginRestore()
+	fast.restored()
+	if fast.settled.Load() {
+		t.Fatal("settled before the generation arrived")
+	}
+	fast.join()
+	if !fast.settled.Load() {
+		t.Fatal("not settled at the join with no restore running")
+	}
+}
