@@ -318,8 +318,11 @@ func healAfter(rt *runtime.Runtime, t *tally, produced int, h *Service) (deadCou
 		u, _ := t.counts()
 		dead, _, err := rt.DeadLetters("", "", 1000)
 		// Settled: every message handled, a dead letter, or parked behind
-		// one (two poison orders may share a key).
-		if err == nil && len(dead) > 0 && u+len(dead)+parkedCount(rt) >= produced {
+		// one (two poison orders may share a key), each counted once: a
+		// released parked message is handled before its record is
+		// deleted, and a message still retrying must not be taken for
+		// settled by counting that one twice.
+		if err == nil && len(dead) > 0 && accounted(rt, t, dead) >= produced {
 			h.Cure()
 			dc := deadCounts{total: len(dead), byClass: map[string]int{}}
 			for _, dl := range dead {
@@ -353,14 +356,31 @@ func parkedPoison(n int) string {
 	return fmt.Sprintf(";\n  the other %d poison message(s) were orders parked behind a poison order with the same key, not dead letters", n)
 }
 
-func parkedCount(rt *runtime.Runtime) int {
-	keys, err := rt.ParkedKeys()
-	if err != nil {
-		return 0
+// accounted is how many distinct messages are handled (t), dead letters
+// (dead) or parked in rt.
+func accounted(rt *runtime.Runtime, t *tally, dead []runtime.DeadLetter) int {
+	ids := map[string]bool{}
+	for _, dl := range dead {
+		ids[dl.Message.ID] = true
 	}
-	n := 0
-	for _, k := range keys {
-		n += k.Count
+	if keys, err := rt.ParkedKeys(); err == nil {
+		for _, k := range keys {
+			msgs, err := rt.Parked(k.Class, k.Key)
+			if err != nil {
+				continue
+			}
+			for _, m := range msgs {
+				ids[m.ID] = true
+			}
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := len(t.seen)
+	for id := range ids {
+		if t.seen[id] == 0 {
+			n++
+		}
 	}
 	return n
 }
