@@ -19,7 +19,20 @@ import (
 // fewer messages than it could.
 type serviceTime struct {
 	mean atomic.Uint64 // float64 bits, seconds
+	// samples counts the observations up to learnSamples: until then
+	// every call is timed (learning), so that the estimate knows the
+	// handler time after a few calls rather than a few times
+	// sampleEvery calls (or, with bad luck, not at all).
+	samples atomic.Uint32
 }
+
+// learnSamples is how many calls of a class are timed before sampling
+// begins.
+const learnSamples = 16
+
+// learning reports whether the estimate has seen fewer than learnSamples
+// calls: then every call is timed.
+func (s *serviceTime) learning() bool { return s.samples.Load() < learnSamples }
 
 // sampleEvery is how often, on average, a handler call is timed: for the
 // drain estimate and, with metrics, handoff_handler_duration_seconds.
@@ -41,6 +54,9 @@ func sample(it *item) bool {
 
 // observe folds one handler time into the mean (weight 1/16 per sample).
 func (s *serviceTime) observe(d time.Duration) {
+	if s.learning() {
+		s.samples.Add(1)
+	}
 	for {
 		old := s.mean.Load()
 		m := math.Float64frombits(old)

@@ -67,6 +67,8 @@ func (h *handling) handler(c *class) func(context.Context, *item) error {
 		switch {
 		case sample(it):
 			return h.timedCall(ctx, c, &m)
+		case c.svc.learning():
+			return h.learnCall(ctx, c, &m)
 		case h.metrics == nil:
 			return c.handle(ctx, &m)
 		default:
@@ -106,6 +108,23 @@ func (h *handling) timedCall(ctx context.Context, c *class, m *handoff.Message) 
 		d := time.Since(began)
 		c.svc.observe(d)
 		h.metrics.observeHandler(c.index, callEndOf(ctx, !returned, err), d)
+	}()
+	err = c.handle(ctx, m)
+	returned = true
+	return err
+}
+
+// learnCall is countedCall for a call that sample leaves out while the
+// drain estimate still learns the handler time (serviceTime.learning): it
+// feeds the estimate, not the histogram.
+func (h *handling) learnCall(ctx context.Context, c *class, m *handoff.Message) (err error) {
+	began := time.Now()
+	returned := false
+	defer func() {
+		c.svc.observe(time.Since(began))
+		if h.metrics != nil && (!returned || err != nil) {
+			h.metrics.handlerFailed(c.index)
+		}
 	}()
 	err = c.handle(ctx, m)
 	returned = true
