@@ -67,7 +67,7 @@ func (f *failures) deadLetter(c *class, it *item, herr error) {
 	if it.src == fromDead {
 		// A requeued dead letter failed again: update it in place, so
 		// its key (and a link to it) stays.
-		if !f.cfg.state.updateInPlace(it, "update dead letter", func(tx *snapshot.Tx) error { return tx.PutDead(it.key, rec) }) {
+		if !f.cfg.state.updateInPlace(it, "update dead letter", func(tx *snapshot.Tx) error { return tx.PutDead(it.extOrZero().key, rec) }) {
 			return
 		}
 	} else if !f.cfg.state.moveTo(it, "save dead letter", func(tx *snapshot.Tx) error { _, err := tx.SaveDead(rec); return err }) {
@@ -232,7 +232,7 @@ func (f *failures) requeue(ctx context.Context, key uint64) error {
 		f.requeues.finish(key)
 		return ErrNotRunning
 	}
-	it := &item{msg: dl.Message, src: fromDead, key: key}
+	it := &item{msg: dl.Message, src: fromDead, x: &itemExt{key: key}}
 	it.msg.Attempt = 0
 	if c.cfg.Ordered {
 		c.keys.block(it) // it is its key's blocker; it may run

@@ -21,9 +21,10 @@ import (
 // pool may be scheduled again), that one wins and this one becomes a dead
 // letter, saying so, rather than be dropped.
 func (f *failures) redeliver(c *class, it *item, herr error) {
-	it.redeliveries++
+	x := it.ext()
+	x.redeliveries++
 	now := time.Now()
-	due := now.Add(it.wait)
+	due := now.Add(x.wait)
 	rec := it.record(reasonRedelivery, herr, now)
 	var dead snapshot.Record
 	superseded := false
@@ -35,23 +36,23 @@ func (f *failures) redeliver(c *class, it *item, herr error) {
 		}
 		superseded = true
 		dead = rec
-		dead.Reason, dead.Redeliveries = reasonFailed, it.redeliveries-1
+		dead.Reason, dead.Redeliveries = reasonFailed, x.redeliveries-1
 		dead.Err = fmt.Sprintf("%s (no redelivery: a message with the same ID was scheduled meanwhile)", rec.Err)
 		_, err = tx.SaveDead(dead)
 		return err
 	}
 	if !f.cfg.state.moveTo(it, "save delayed redelivery", save) {
-		it.redeliveries--
+		x.redeliveries--
 		return
 	}
 	if superseded {
-		it.redeliveries--
+		x.redeliveries--
 		f.deadLettered(c, it, dead, herr)
 		return
 	}
 	f.cfg.tally.inc(c, evRedelivered)
 	f.cfg.log.Info("message failed; redelivery scheduled", "class", c.cfg.Name, "id", it.msg.ID,
-		"attempt", it.msg.Attempt, "redelivery", it.redeliveries, "due", due, "err", herr)
+		"attempt", it.msg.Attempt, "redelivery", x.redeliveries, "due", due, "err", herr)
 	if c.cfg.Ordered {
 		c.keys.block(it)
 	}

@@ -180,16 +180,17 @@ func (h *handling) retry(c *class) func(*item, error) (time.Duration, bool) {
 		}
 		now := time.Now()
 		it.msg.Attempt++
-		if it.firstFailed.IsZero() {
-			it.firstFailed = now
+		x := it.ext()
+		if x.firstFailed.IsZero() {
+			x.firstFailed = now
 		}
-		it.verdict, it.wait = c.cfg.Retry.decide(err, it.msg.Attempt, it.redeliveries, it.firstFailed, now, nil)
+		it.verdict, x.wait = c.cfg.Retry.decide(err, it.msg.Attempt, x.redeliveries, x.firstFailed, now, nil)
 		if it.verdict == retryInPlace {
-			it.tellOutcome(OutcomeRetried, err, it.wait)
+			it.tellOutcome(OutcomeRetried, err, x.wait)
 			h.cfg.tally.inc(c, evRetried)
 			h.cfg.log.Debug("handler failed; retrying in place", "class", c.cfg.Name, "id", it.msg.ID,
-				"attempt", it.msg.Attempt, "wait", it.wait, "err", err)
-			return it.wait, true
+				"attempt", it.msg.Attempt, "wait", x.wait, "err", err)
+			return x.wait, true
 		}
 		return 0, false
 	}
@@ -213,7 +214,7 @@ func (h *handling) result(c *class) func(*item, error) {
 				h.cfg.fail.keep(c, it, err) // it has no other copy
 			}
 			if it.verdict == redeliverLater {
-				it.tellOutcome(OutcomeRedelivered, err, it.wait)
+				it.tellOutcome(OutcomeRedelivered, err, it.extOrZero().wait)
 			} else {
 				it.tellOutcome(OutcomeDeadLettered, err, 0)
 			}
@@ -242,12 +243,12 @@ func (h *handling) done(c *class, it *item) {
 // leftPool ends an item's ties to the work that put it in a pool: a key's
 // release waiting for it, a requeue in progress.
 func (h *handling) leftPool(it *item) {
-	if it.release != nil {
-		it.release.Done()
-		it.release = nil
+	if x := it.x; x != nil && x.release != nil {
+		x.release.Done()
+		x.release = nil
 	}
 	if it.src == fromDead {
-		h.cfg.fail.requeues.finish(it.key)
+		h.cfg.fail.requeues.finish(it.extOrZero().key)
 	}
 }
 
@@ -261,9 +262,9 @@ func (h *handling) forget(c *class, it *item) {
 	case fromKafka:
 		it.tr.settle(it.slot)
 	case fromPending:
-		h.cfg.deletes.Pending(it.key)
+		h.cfg.deletes.Pending(it.extOrZero().key)
 	case fromDelayed:
-		h.cfg.deletes.Delayed(it.delayedKey)
+		h.cfg.deletes.Delayed(it.extOrZero().delayedKey)
 	case fromParked:
 		const op = "delete done parked message"
 		state := h.cfg.state
@@ -271,14 +272,14 @@ func (h *handling) forget(c *class, it *item) {
 			if err := state.testWriteErr(op, it); err != nil {
 				return err
 			}
-			return tx.DeleteParked(it.parkedKey)
+			return tx.DeleteParked(it.extOrZero().parkedKey)
 		})
 		if err != nil {
-			h.cfg.deletes.Parked(it.parkedKey)
+			h.cfg.deletes.Parked(it.extOrZero().parkedKey)
 		}
 		state.logErr(op, it, err)
 	case fromDead:
-		h.cfg.state.logErr("delete requeued dead letter", it, h.cfg.state.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(it.key) }))
+		h.cfg.state.logErr("delete requeued dead letter", it, h.cfg.state.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(it.extOrZero().key) }))
 		h.cfg.tally.inc(c, evRequeuedDone)
 	}
 }

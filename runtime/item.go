@@ -11,16 +11,44 @@ import (
 	"github.com/handoff-go/handoff/snapshot"
 )
 
-// item is what a pool carries: the message and its bookkeeping.
+// item is what a pool carries: the message and its bookkeeping. It is
+// 256 bytes, the message 192 of them: what only some messages need is in
+// its itemExt, which a fetched message does without until it fails. A
+// queued message costs its item, its pool entry and its tracker slot
+// besides its record's bytes (bench's queued-memory measure).
 type item struct {
 	msg handoff.Message
 	src source
 	// timed is set by a fetched message's fetch loop for one message in
 	// sampleEvery: its handler calls are timed (see sample).
 	timed bool
+	// verdict is set by the retry decision for the result (and its wait
+	// in ext).
+	verdict verdict
+	// unsaved is set when a move of the message to another bucket
+	// failed; see failures.save.
+	unsaved bool
+	// diverted is set when the handler wrapper saved the message
+	// elsewhere instead of running it; see Runtime.diverted.
+	diverted atomic.Bool
 	// tr and slot place a Kafka message in its partition's tracker.
 	tr   *tracker
 	slot slot
+	// hold is the message's part in its class's outage detection and
+	// suspension (package runtime/internal/hold).
+	hold hold.Mark
+	// attempt is the running attempt of a class with middleware, until
+	// its outcome is told (attempt.go).
+	attempt attemptSlot
+	// x is the rest, nil until something is set in it: write through
+	// ext, read through extOrZero.
+	x *itemExt
+}
+
+// itemExt is the part of an item that a fetched message on its first
+// attempt does not need: where a stored message's record is, the failure
+// history, a parked key's release.
+type itemExt struct {
 	// key of the record the message came from (fromPending, fromDead).
 	key        uint64
 	delayedKey snapshot.DelayedKey
@@ -29,25 +57,28 @@ type item struct {
 	// firstFailed and redeliveries carry the failure history.
 	firstFailed  time.Time
 	redeliveries int
-	// verdict and wait are set by the retry decision for the result.
-	verdict verdict
-	wait    time.Duration
+	// wait is set with item.verdict by the retry decision.
+	wait time.Duration
 	// release, when set, is told when the item leaves the pool: done,
 	// failed, or parked again. It belongs to release relGen of its key.
 	release *sync.WaitGroup
 	relGen  uint64
-	// diverted is set when the handler wrapper saved the message
-	// elsewhere instead of running it; see Runtime.diverted.
-	diverted atomic.Bool
-	// unsaved is set when a move of the message to another bucket
-	// failed; see failures.save.
-	unsaved bool
-	// hold is the message's part in its class's outage detection and
-	// suspension (package runtime/internal/hold).
-	hold hold.Mark
-	// attempt is the running attempt of a class with middleware, until
-	// its outcome is told (attempt.go).
-	attempt attemptSlot
+}
+
+// ext returns the item's itemExt to write in, making it on first use.
+func (it *item) ext() *itemExt {
+	if it.x == nil {
+		it.x = new(itemExt)
+	}
+	return it.x
+}
+
+// extOrZero returns a copy of the item's itemExt, zero when it has none.
+func (it *item) extOrZero() itemExt {
+	if it.x == nil {
+		return itemExt{}
+	}
+	return *it.x
 }
 
 // itemKey is an ordered pool's KeyFunc. A fetched message's key is a
@@ -71,7 +102,9 @@ func (it *item) Uncount(n int) {
 	it.msg.Attempt -= n
 	if it.msg.Attempt <= 0 {
 		it.msg.Attempt = 0
-		it.firstFailed = time.Time{}
+		if it.x != nil {
+			it.x.firstFailed = time.Time{}
+		}
 	}
 }
 
@@ -113,16 +146,16 @@ func (it *item) settle() {
 func (it *item) deleteSource(tx *snapshot.Tx) error {
 	switch it.src {
 	case fromPending:
-		return tx.DeletePending(it.key)
+		return tx.DeletePending(it.extOrZero().key)
 	case fromDelayed:
-		return tx.DeleteDelayed(it.delayedKey)
+		return tx.DeleteDelayed(it.extOrZero().delayedKey)
 	case fromParked:
-		return tx.DeleteParked(it.parkedKey)
+		return tx.DeleteParked(it.extOrZero().parkedKey)
 	case fromDead:
 		// A requeued dead letter leaves the dead bucket for a delayed
 		// redelivery; a dead letter again is updated in place
 		// (failures.deadLetter), deleting nothing.
-		return tx.DeleteDead(it.key)
+		return tx.DeleteDead(it.extOrZero().key)
 	}
 	return nil
 }
@@ -132,14 +165,14 @@ func (it *item) deleteSource(tx *snapshot.Tx) error {
 func (it *item) putSource(tx *snapshot.Tx, rec snapshot.Record) error {
 	switch it.src {
 	case fromPending:
-		return tx.PutPending(it.key, rec)
+		return tx.PutPending(it.extOrZero().key, rec)
 	case fromDelayed:
-		return tx.PutDelayed(it.delayedKey, rec)
+		return tx.PutDelayed(it.extOrZero().delayedKey, rec)
 	case fromParked:
-		return tx.PutParked(it.parkedKey, rec)
+		return tx.PutParked(it.extOrZero().parkedKey, rec)
 	case fromDead:
 		rec.Reason = reasonFailed
-		return tx.PutDead(it.key, rec)
+		return tx.PutDead(it.extOrZero().key, rec)
 	}
 	return nil
 }
@@ -158,7 +191,8 @@ const (
 
 // record returns the item as a state-file record.
 func (it *item) record(reason string, err error, now time.Time) snapshot.Record {
-	rec := snapshot.Record{Message: it.msg, Reason: reason, SavedAt: now, FirstFailed: it.firstFailed, Redeliveries: it.redeliveries}
+	x := it.extOrZero()
+	rec := snapshot.Record{Message: it.msg, Reason: reason, SavedAt: now, FirstFailed: x.firstFailed, Redeliveries: x.redeliveries}
 	if err != nil {
 		rec.Err = err.Error()
 	}
@@ -167,5 +201,5 @@ func (it *item) record(reason string, err error, now time.Time) snapshot.Record 
 
 // fromRecord makes an item of a stored record.
 func fromRecord(rec snapshot.Record, src source) *item {
-	return &item{msg: rec.Message, src: src, firstFailed: rec.FirstFailed, redeliveries: rec.Redeliveries}
+	return &item{msg: rec.Message, src: src, x: &itemExt{firstFailed: rec.FirstFailed, redeliveries: rec.Redeliveries}}
 }

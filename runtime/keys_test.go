@@ -64,15 +64,15 @@ func TestOrderedKeysParkAndRelease(t *testing.T) {
 		},
 		ResultFunc: func(it *item, err error) {
 			if err == nil && it.src == fromParked {
-				if err := store.Update(func(tx *snapshot.Tx) error { return tx.DeleteParked(it.parkedKey) }); err != nil {
+				if err := store.Update(func(tx *snapshot.Tx) error { return tx.DeleteParked(it.extOrZero().parkedKey) }); err != nil {
 					t.Error(err)
 				}
 			}
 			if err == nil {
 				k.unblock(it.msg.Key, it.msg.ID)
 			}
-			if it.release != nil {
-				it.release.Done()
+			if x := it.x; x != nil && x.release != nil {
+				x.release.Done()
 			}
 		},
 	})

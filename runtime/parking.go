@@ -71,7 +71,7 @@ func (k *orderedKeys) gate(it *item) bool {
 			return true // the blocker's own redelivery or requeue
 		}
 	case st.releasing:
-		if it.src == fromParked && it.relGen == st.release {
+		if it.src == fromParked && it.extOrZero().relGen == st.release {
 			return true // pushed by the key's current release
 		}
 	}
@@ -170,9 +170,8 @@ func (k *orderedKeys) release(ctx context.Context, key []byte, n uint64) {
 				break // the rest stay parked for the next release
 			}
 			it := fromRecord(e.Record, fromParked)
-			it.parkedKey = e.Key
-			it.relGen = n
-			it.release = &wg
+			x := it.ext()
+			x.parkedKey, x.relGen, x.release = e.Key, n, &wg
 			wg.Add(1)
 			if err := k.cfg.pool.Submit(ctx, it); err != nil {
 				wg.Done()

@@ -111,7 +111,7 @@ func backoff(n int, initial, maxWait time.Duration, rnd *rand.Rand) time.Duratio
 }
 
 // verdict is what happens to a message after a failed attempt.
-type verdict int
+type verdict uint8
 
 const (
 	retryInPlace verdict = iota

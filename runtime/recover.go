@@ -109,7 +109,7 @@ func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (
 		return true, nil
 	}
 	it := fromRecord(e.Record, fromPending)
-	it.key = e.Key
+	it.ext().key = e.Key
 	if c.cfg.Ordered && (e.Record.Reason == snapshot.ReasonRequeued || e.Record.Reason == reasonFailed) {
 		// A dead letter requeued offline, or a submitted message whose
 		// failure's save failed (kept unsaved, it blocked its key until

@@ -178,7 +178,7 @@ func (s *scheduler) run(ctx context.Context) {
 				continue // in a pool already: read again after a rewind
 			}
 			it := fromRecord(e.Record, fromDelayed)
-			it.delayedKey = e.Key
+			it.ext().delayedKey = e.Key
 			handed, err := c.hold.Deliver(ctx, it, e.Key.Due())
 			if !handed {
 				s.unhand(e.Key)

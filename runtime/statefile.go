@@ -182,7 +182,7 @@ func (f *stateFile) settleFunc(it *item) func() {
 	tr, slot := it.tr, it.slot
 	kafka := it.src == fromKafka
 	delayed := it.src == fromDelayed
-	key := it.delayedKey
+	key := it.extOrZero().delayedKey
 	return func() {
 		if kafka {
 			tr.settle(slot)

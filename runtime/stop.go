@@ -294,7 +294,7 @@ func (s *runState) snapshot() []any {
 					return err
 				}
 				switch {
-				case !ok || !bytes.Equal(key, l.it.delayedKey):
+				case !ok || !bytes.Equal(key, l.it.extOrZero().delayedKey):
 					recs = append(recs, l.it.record(l.reason, l.err, now))
 					fromKafka = append(fromKafka, false)
 				case l.reason == reasonBackoff:

@@ -69,7 +69,7 @@ type Item interface {
 // item that has not failed.
 type Mark struct {
 	epoch uint64
-	fails int
+	fails int32
 	probe bool
 }
 
@@ -227,7 +227,7 @@ func (h *Hold[T]) uncountLocked(it T) {
 	if m.fails == 0 || !h.tripped[m.epoch] {
 		return
 	}
-	it.Uncount(m.fails)
+	it.Uncount(int(m.fails))
 	m.fails = 0
 }
 
