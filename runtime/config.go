@@ -252,11 +252,16 @@ type Config struct {
 
 	// FetchQueue is how many records each partition's reader decodes
 	// ahead of the fetch loop (as kafka-go's ReaderConfig.QueueCapacity,
-	// whose own default is 100, does for its Reader). Deeper costs less CPU per message (see
-	// docs/bench.md) and up to FetchQueue decoded records of memory per
-	// assigned partition (about 30 MB with 1 KiB records on 30
-	// partitions), besides one fetch response of up to 1 MiB per
-	// partition; lower it for large records. Records still in it at a stop were never
+	// whose own default is 100, does for its Reader). Deeper costs less
+	// CPU per message (see docs/bench.md). On kafka-go it costs up to
+	// FetchQueue decoded records of memory per assigned partition (about
+	// 30 MB with 1 KiB records on 30 partitions), besides one fetch
+	// response of up to 1 MiB per partition; lower it for large records.
+	// On franz-go a partition's queue also holds at most 1 MiB of keys
+	// and values, and all of a member's queues together about 16 MiB (a
+	// partition's share is 16 MiB over the partitions it owns, at least
+	// 64 KiB), so the memory fetched ahead stays about the same from 16
+	// partitions to hundreds. Records still in it at a stop were never
 	// accepted: Kafka delivers them again. Zero means 1000.
 	FetchQueue int
 

@@ -2,11 +2,16 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
 )
 
@@ -108,6 +113,64 @@ func TestFranzQueueBytesBounded(t *testing.T) {
 	t.Logf("paused holding %d records, %d KiB (FetchQueue %d)", q[0], q[1]>>10, rt.cfg.FetchQueue)
 	close(release)
 	waitFor(t, "everything handled", func() bool { unique, _ := b.counts(); return unique == produced })
+	cancel()
+	if _, err := wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFranzQueuesShareBytes: on franz-go the partition queues of a member
+// share kclient.QueuesBytes, so a member of many partitions pauses each at
+// its share, not at 1 MiB of each: records fetched ahead do not grow with
+// the partition count. 32 partitions of 240 records of 4 KiB (960 KiB
+// each, under QueueBytes and FetchQueue) behind a blocked handler: each
+// fetch loop holds one batch of fetchBatch records, and every queue pauses
+// its partition with the rest, above its 512 KiB share.
+func TestFranzQueuesShareBytes(t *testing.T) {
+	t.Parallel()
+	onlyClient(t, ClientFranzGo, "the partition queues are franz-go's (kafka-go's readers are bounded by FetchQueue records each)")
+	const partitions, perPartition, size = 32, 240, 4 << 10
+	share := kclient.QueuesBytes / partitions
+	if left := (perPartition - fetchBatch) * size; left <= share || perPartition*size >= kclient.QueueBytes {
+		t.Fatalf("what a fetch loop leaves in its queue (%d bytes) must fill a share (%d bytes), and all of it not QueueBytes", left, share)
+	}
+	b := setup(t, partitions, "wide")
+	w := b.writer()
+	w.Balancer = kafka.BalancerFunc(func(m kafka.Message, _ ...int) int { return m.Partition })
+	value := []byte(strings.Repeat("x", size))
+	var msgs []kafka.Message
+	for p := range partitions {
+		for i := range perPartition {
+			msgs = append(msgs, kafka.Message{Topic: "wide", Partition: p, Key: fmt.Appendf(nil, "k-%d-%d", p, i), Value: value})
+		}
+	}
+	ctx, cancelProduce := context.WithTimeout(context.Background(), 30*time.Second)
+	err := w.WriteMessages(ctx, msgs...)
+	cancelProduce()
+	devbroker.CloseWriter(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	cfg := b.config(func(ctx context.Context, m *handoff.Message) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		b.record(m)
+		return nil
+	}, func(c *Class) { c.Workers, c.QueueSize = 1, 1 })
+	rt, cancel, wait := startWithCancel(t, cfg)
+	waitFor(t, "ready", rt.Ready)
+	waitFor(t, "every partition paused", func() bool { return len(kclient.PausedPartitions(rt.kafka.client)["wide"]) == partitions })
+	var held int64
+	for _, q := range kclient.QueueFill(rt.kafka.client) {
+		held += q[1]
+	}
+	t.Logf("paused holding %d KiB in all (QueuesBytes %d KiB, %d KiB a partition)", held>>10, kclient.QueuesBytes>>10, share>>10)
+	close(release)
+	waitFor(t, "everything handled", func() bool { unique, _ := b.counts(); return unique == len(msgs) })
 	cancel()
 	if _, err := wait(); err != nil {
 		t.Fatal(err)

@@ -25,9 +25,9 @@ import (
 // come and go with franz-go's assignment callbacks, applied by the
 // session's keeper. One poll loop reads the fetches of every broker and
 // hands each partition's records to that partition's queue, the Source
-// its fetch loop reads; a queue that stays full (FetchQueue records or 1
-// MiB) for pauseGrace pauses its partition's fetching until its fetch
-// loop has handed on half of it, so a full pool or a suspended class
+// its fetch loop reads; a queue that stays full (FetchQueue records, or
+// its share of QueuesBytes) for pauseGrace pauses its partition's
+// fetching until its fetch loop has handed on half of it, so a full pool or a suspended class
 // stops only its own partitions. The topic check and the lag sampler go
 // through a second kgo client, with no group.
 
@@ -60,6 +60,9 @@ type franzGo struct {
 	// queues is each owned partition's record queue; the poll loop drops
 	// the records of a partition that has none (not, or no more, ours).
 	queues map[Partition]*franzQueue
+	// queueBytes is each queue's share of QueuesBytes (see
+	// queueBytesFor), set with queues.
+	queueBytes atomic.Int64
 }
 
 func newFranzGo(cfg Config) (*franzGo, error) {
@@ -170,6 +173,7 @@ func (f *franzGo) assigned(_ context.Context, cl *kgo.Client, added map[string][
 			f.queues[Partition{topic, int(p)}] = newFranzQueue(f, topic, p)
 		}
 	}
+	f.queueBytes.Store(queueBytesFor(len(f.queues)))
 	f.mu.Unlock()
 	f.keeper.Assign(gen, ps)
 }
@@ -212,6 +216,7 @@ func (f *franzGo) end(cl *kgo.Client, gone map[string][]int32, lost bool) {
 			delete(f.queues, k)
 		}
 	}
+	f.queueBytes.Store(queueBytesFor(len(f.queues)))
 	f.mu.Unlock()
 	if paused != nil {
 		// A pause outlives the assignment: a partition that comes back
@@ -268,7 +273,8 @@ func (f *franzGo) pollLoop(ctx context.Context) {
 // pauseFull pauses the partitions of the queues in full that are still
 // full after pauseGrace. Meanwhile franz-go's next fetch may be on its
 // way, for these partitions too: memory per partition is FetchQueue
-// records and up to two partition fetches (1 MiB each).
+// records or its share of QueuesBytes, and up to two partition fetches
+// (1 MiB each).
 func pauseFull(full []*franzQueue) {
 	if len(full) == 0 {
 		return
@@ -529,10 +535,35 @@ const pauseGrace = 20 * time.Millisecond
 // large records do not multiply FetchQueue's memory.
 const QueueBytes = FetchMaxBytes
 
+// QueuesBytes is what the partition queues of one franz-go member hold in
+// all, in key and value bytes: each queue holds its share of it, at most
+// QueueBytes and at least MinQueueBytes. Up to 16 partitions, each has
+// QueueBytes; beyond, the records fetched ahead stay about this much
+// however many partitions the member owns, not 1 MiB more per partition
+// (a consumer slower than its fetches fills every queue to its bound).
+// A fetch response of franzFetchMaxBytes spreads over many partitions'
+// queues and stays in memory while any of its records is queued, so the
+// memory the queues hold is bounded by this, not by each queue's share.
+const QueuesBytes = 16 << 20
+
+// MinQueueBytes is the least a franz-go partition queue holds before it
+// pauses its partition, whatever the number of partitions: a few of a
+// fetch's shares of franzFetchMaxBytes at a thousand partitions.
+const MinQueueBytes = 64 << 10
+
+// queueBytesFor returns the key and value bytes each of n partition
+// queues holds (see QueuesBytes).
+func queueBytesFor(n int) int64 {
+	if n <= 0 {
+		return QueueBytes
+	}
+	return min(QueueBytes, max(MinQueueBytes, QueuesBytes/int64(n)))
+}
+
 // franzQueue is one partition's records between the poll loop (put) and
 // the partition's fetch loop (next): the Source of franz-go. It holds
-// about FetchQueue records or QueueBytes of keys and values, whichever
-// comes first: one that stays full for pauseGrace pauses its partition's
+// about FetchQueue records or its share of QueuesBytes of keys and
+// values, whichever comes first: one that stays full for pauseGrace pauses its partition's
 // fetching, and the fetch loop resumes it once half of both are handed on.
 type franzQueue struct {
 	f         *franzGo
@@ -586,9 +617,11 @@ func (q *franzQueue) put(recs []*kgo.Record, hwm int64) (full bool) {
 	return q.full()
 }
 
-// full reports whether the queue holds high records, or QueueBytes, or
-// more.
-func (q *franzQueue) full() bool { return q.buffered.Load() >= q.high || q.bytes.Load() >= QueueBytes }
+// full reports whether the queue holds high records, or its share of
+// QueuesBytes, or more.
+func (q *franzQueue) full() bool {
+	return q.buffered.Load() >= q.high || q.bytes.Load() >= q.f.queueBytes.Load()
+}
 
 // pauseIfFull pauses the partition's fetching if the queue is still full.
 func (q *franzQueue) pauseIfFull() {
@@ -660,12 +693,13 @@ func (q *franzQueue) Next(ctx context.Context) (Record, bool) {
 	q.taken = q.taken[1:]
 	size := int64(len(rec.Key) + len(rec.Value))
 	n, b := q.buffered.Add(-1), q.bytes.Add(-size)
+	share := q.f.queueBytes.Load()
 	switch {
 	case q.paused.Load():
-		if n <= q.low && b <= QueueBytes/2 {
+		if n <= q.low && b <= share/2 {
 			q.resume()
 		}
-	case n == q.high-1 || b < QueueBytes && b+size >= QueueBytes:
+	case n == q.high-1 || b < share && b+size >= share:
 		select { // below a bound: the poll loop may wait for room (pauseFull)
 		case q.room <- struct{}{}:
 		default:
