@@ -277,12 +277,13 @@ var groups int
 
 // measure runs one side with a fresh group; with prof non-empty it
 // writes CPU and allocation profiles of it as prof-cpu.pprof and
-// prof-allocs-{before,after}.pprof.
+// prof-allocs-{before,after}.pprof, and what it held at its live heap's
+// peak as prof-heap.pprof.
 func measure(ctx context.Context, side sideFunc, s spec, prof string) (sample, error) {
 	groups++
 	s.group = fmt.Sprintf("bench-%d-%d", os.Getpid(), groups)
 	if prof != "" {
-		if err := writeAllocs(prof + "-allocs-before.pprof"); err != nil {
+		if err := writeProfile("allocs", prof+"-allocs-before.pprof"); err != nil {
 			return sample{}, err
 		}
 		f, err := os.Create(prof + "-cpu.pprof")
@@ -294,13 +295,17 @@ func measure(ctx context.Context, side sideFunc, s spec, prof string) (sample, e
 			return sample{}, err
 		}
 	}
-	m := startMeter()
+	heapProf := ""
+	if prof != "" {
+		heapProf = prof + "-heap.pprof"
+	}
+	m := startMeter(heapProf)
 	tm, err := side(ctx, s, m)
 	m.end() // a side that failed did not
 	if prof != "" {
 		pprof.StopCPUProfile()
 		if err == nil {
-			err = writeAllocs(prof + "-allocs-after.pprof")
+			err = writeProfile("allocs", prof+"-allocs-after.pprof")
 		}
 	}
 	if err != nil {
@@ -332,12 +337,13 @@ func busy(s spec, tm timing, steady float64) float64 {
 	return steady * (tm.slept.Seconds() / float64(s.n)) / float64(workers)
 }
 
-func writeAllocs(path string) error {
+// writeProfile writes the named runtime/pprof profile to path.
+func writeProfile(name, path string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	err = pprof.Lookup("allocs").WriteTo(f, 0)
+	err = pprof.Lookup(name).WriteTo(f, 0)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

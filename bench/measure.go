@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -84,23 +85,34 @@ type meter struct {
 
 func (m *meter) handled() { m.endUse = readUsage() }
 
-func startMeter() *meter {
+// startMeter starts measuring a side; with heapProf set, an in-use heap
+// profile is written there each time the live heap sampled grows by a
+// tenth: the last one written shows what the side held at its peak.
+func startMeter(heapProf string) *meter {
 	m := &meter{hwmReset: resetPeakRSS(), stopSampling: make(chan struct{}), sampled: make(chan uint64, 1)}
 	m.start = readUsage()
-	go sampleLiveHeap(m.stopSampling, m.sampled)
+	go sampleLiveHeap(m.stopSampling, m.sampled, heapProf)
 	return m
 }
 
 // sampleLiveHeap samples until stop closes, then sends the largest sample.
-func sampleLiveHeap(stop <-chan struct{}, out chan<- uint64) {
+func sampleLiveHeap(stop <-chan struct{}, out chan<- uint64, heapProf string) {
 	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	var top uint64
+	var top, profiled uint64
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for {
 		metrics.Read(s)
 		if s[0].Value.Kind() == metrics.KindUint64 {
 			top = max(top, s[0].Value.Uint64())
+		}
+		if heapProf != "" && top > profiled+profiled/10 {
+			profiled = top
+			// The heap profile is the last GC's, as the sample is.
+			if err := writeProfile("heap", heapProf); err != nil {
+				fmt.Fprintln(os.Stderr, "bench: heap profile:", err)
+				heapProf = ""
+			}
 		}
 		select {
 		case <-stop:
