@@ -363,7 +363,7 @@ func (l *stateLog) restore(ctx context.Context, topic string, p int32) (read int
 	if len(recs) == 0 && known && next == from {
 		return 0, next, applied, nil // the file is where the changelog is
 	}
-	err = store.UpdateLocal(func(tx *snapshot.Tx) (err error) {
+	err = store.BatchLocal(func(tx *snapshot.Tx) (err error) {
 		applied, err = tx.ApplyChangelog(topic, p, recs, next)
 		return err
 	})

@@ -430,6 +430,15 @@ func (s *Store) UpdateLocal(fn func(tx *Tx) error) error {
 	return s.sendCaptured(st, cp, err)
 }
 
+// BatchLocal is [Store.UpdateLocal] in a transaction shared with
+// concurrent BatchLocal callers, as [Store.Batch] shares one: n callers
+// at once pay about one fsync. fn may run more than once, and must act
+// only through tx. The restores of a generation's partitions, each in
+// its own goroutine, share their writes so.
+func (s *Store) BatchLocal(fn func(tx *Tx) error) error {
+	return s.localGroup.run(s, fn)
+}
+
 // recordUnsent records changes in the unsent bucket: per changelog key,
 // a put (its value is read when it is resent) or a tombstone with its
 // route. A later change of a key replaces the earlier.

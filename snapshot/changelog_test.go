@@ -968,3 +968,54 @@ func TestRekeyRestored(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchLocal: concurrent BatchLocal calls share transactions and act
+// as UpdateLocal's: nothing is sent, every change is recorded unsent (and
+// ResendUnsent sends it), and a call that fails leaves the others' writes
+// in and its own out.
+func TestBatchLocal(t *testing.T) {
+	ts, rec, _ := capStore(t)
+	errBad := errors.New("bad")
+	const n = 16
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			errs <- ts.BatchLocal(func(tx *Tx) error {
+				if i == 5 {
+					if _, err := tx.SavePending(clRecord(1000, 0)); err != nil {
+						return err
+					}
+					return errBad
+				}
+				_, err := tx.SavePending(clRecord(i+1, 0))
+				return err
+			})
+		}()
+	}
+	failed := 0
+	for range n {
+		if err := <-errs; errors.Is(err, errBad) {
+			failed++
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if failed != 1 {
+		t.Fatalf("%d calls failed, want 1", failed)
+	}
+	if len(rec.all()) != 0 {
+		t.Fatal("BatchLocal sent")
+	}
+	ts.View(func(tx *Tx) error {
+		if c, _ := tx.count(bucketChangelogUnsent); c != n-1 {
+			t.Errorf("%d unsent, want %d", c, n-1)
+		}
+		if c, _ := tx.count(BucketPending); c != n-1 {
+			t.Errorf("%d pending, want %d: the failed call's write is in", c, n-1)
+		}
+		return nil
+	})
+	if sent, err := ts.ResendUnsent(); err != nil || sent != n-1 {
+		t.Fatalf("ResendUnsent = %d, %v; want %d", sent, err, n-1)
+	}
+}

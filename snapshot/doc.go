@@ -40,7 +40,8 @@
 //
 // Store has one method of its own besides Open, Close, Path, the three
 // transactions and the changelog's ([Store.SetChangelog],
-// [Store.UpdateLocal], [Store.ResendUnsent], see "Changelog" below):
+// [Store.UpdateLocal], [Store.BatchLocal], [Store.ResendUnsent], see
+// "Changelog" below):
 // [Store.ScanPending], the re-push of the saved
 // messages at start. It reads the pending bucket on a goroutine of its
 // own, inside one read transaction, while the caller works through the
@@ -130,7 +131,9 @@
 // fails they return a [*ChangelogError] (wrapping [ErrChangelog]): the
 // transaction did commit locally, and the Store records its changes in
 // changelog_unsent in a follow-up transaction. [Store.UpdateLocal] is a
-// transaction that sends nothing and records its changes there itself;
+// transaction that sends nothing and records its changes there itself
+// ([Store.BatchLocal] the same, shared with concurrent callers as Batch
+// is);
 // [Store.ResendUnsent] sends them (a put with the record's current
 // value; a put of a record since deleted is skipped, its delete having
 // been captured too) and clears them. The internal buckets

@@ -106,8 +106,8 @@ type Store struct {
 	// mark is what the store knows of the file's format mark.
 	mark formatMark
 
-	// group is the group commit of Batch.
-	group groupCommit
+	// group is the group commit of Batch, localGroup of BatchLocal.
+	group, localGroup groupCommit
 
 	// cl is the changelog capture SetChangelog turned on; nil: off.
 	cl atomic.Pointer[clState]
@@ -149,6 +149,7 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("snapshot: open %s: %w", path, err)
 	}
 	st := &Store{db: db, path: path}
+	st.localGroup.local = true
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range buckets {
 			if _, err := tx.CreateBucketIfNotExists([]byte(name)); err != nil {

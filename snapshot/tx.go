@@ -71,6 +71,7 @@ func (s *Store) Batch(fn func(tx *Tx) error) error {
 
 // groupCommit queues Batch calls for the leader.
 type groupCommit struct {
+	local   bool // its transactions are UpdateLocal's
 	mu      sync.Mutex
 	leading bool
 	queue   []*groupCall
@@ -96,7 +97,7 @@ func (g *groupCommit) run(s *Store, fn func(tx *Tx) error) error {
 		calls := g.queue
 		g.queue = nil
 		g.mu.Unlock()
-		s.commitGroup(calls)
+		s.commitGroup(calls, g.local)
 		g.mu.Lock()
 	}
 	g.leading = false
@@ -109,12 +110,14 @@ func (g *groupCommit) run(s *Store, fn func(tx *Tx) error) error {
 // answered with its error and the rest run again without it.
 //
 // With capture on, the changes of the transaction that commits go to the
-// changelog in one Send, and every call of it gets the wait's failure.
-func (s *Store) commitGroup(calls []*groupCall) {
+// changelog in one Send, and every call of it gets the wait's failure;
+// local ones (BatchLocal) are recorded as unsent instead, as
+// UpdateLocal's.
+func (s *Store) commitGroup(calls []*groupCall, local bool) {
 	st := s.lockCapture()
 	for len(calls) > 0 {
 		failed := -1
-		cp := st.newCapture(false)
+		cp := st.newCapture(local)
 		err := s.public(s.db.Update, "update", cp, func(tx *Tx) error {
 			for i, c := range calls {
 				if err := c.fn(tx); err != nil {
