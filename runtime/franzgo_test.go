@@ -92,16 +92,7 @@ func TestFranzQueueBytesBounded(t *testing.T) {
 	}
 	produced := b.produceValues("big", "k", values...)
 	release := make(chan struct{})
-	cfg := b.config(func(ctx context.Context, m *handoff.Message) error {
-		select {
-		case <-release:
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-		b.record(m)
-		return nil
-	}, func(c *Class) { c.Workers, c.QueueSize = 1, 1 })
-	rt, cancel, wait := startWithCancel(t, cfg)
+	rt, cancel, wait := startBlocked(t, b, release)
 	waitFor(t, "ready", rt.Ready) // Run has made the client
 	waitFor(t, "the partition paused", func() bool { return len(kclient.PausedPartitions(rt.kafka.client)["big"]) == 1 })
 	q := kclient.QueueFill(rt.kafka.client)[kclient.Partition{Topic: "big", Partition: 0}]
@@ -152,16 +143,7 @@ func TestFranzQueuesShareBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	release := make(chan struct{})
-	cfg := b.config(func(ctx context.Context, m *handoff.Message) error {
-		select {
-		case <-release:
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-		b.record(m)
-		return nil
-	}, func(c *Class) { c.Workers, c.QueueSize = 1, 1 })
-	rt, cancel, wait := startWithCancel(t, cfg)
+	rt, cancel, wait := startBlocked(t, b, release)
 	waitFor(t, "ready", rt.Ready)
 	waitFor(t, "every partition paused", func() bool { return len(kclient.PausedPartitions(rt.kafka.client)["wide"]) == partitions })
 	var held int64
@@ -175,4 +157,21 @@ func TestFranzQueuesShareBytes(t *testing.T) {
 	if _, err := wait(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startBlocked starts the bundle's runtime with one worker and a queue of
+// one per class, its handler waiting for release before it records the
+// message.
+func startBlocked(t *testing.T, b *bundle, release <-chan struct{}) (*Runtime, context.CancelFunc, func() (*Report, error)) {
+	t.Helper()
+	cfg := b.config(func(ctx context.Context, m *handoff.Message) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		b.record(m)
+		return nil
+	}, func(c *Class) { c.Workers, c.QueueSize = 1, 1 })
+	return startWithCancel(t, cfg)
 }
