@@ -27,8 +27,8 @@ import (
 // hands each partition's records to that partition's queue, the Source
 // its fetch loop reads; a queue that stays full (FetchQueue records, or
 // its share of QueuesBytes) for pauseGrace pauses its partition's
-// fetching until its fetch loop has handed on half of it, so a full pool or a suspended class
-// stops only its own partitions. The topic check and the lag sampler go
+// fetching until its fetch loop has handed on half of it, so a full pool
+// or a suspended class stops only its own partitions. The topic check and the lag sampler go
 // through a second kgo client, with no group.
 
 // Fetch settings of the franz-go client: one fetch response per broker of
@@ -542,8 +542,10 @@ const QueueBytes = FetchMaxBytes
 // however many partitions the member owns, not 1 MiB more per partition
 // (a consumer slower than its fetches fills every queue to its bound).
 // A fetch response of franzFetchMaxBytes spreads over many partitions'
-// queues and stays in memory while any of its records is queued, so the
-// memory the queues hold is bounded by this, not by each queue's share.
+// queues and stays in memory while any of its records is queued or in
+// the runtime's hands: this bounds the record bytes the queues hold, not
+// the responses behind them (see docs/bench.md on the 300-partition
+// sweep).
 const QueuesBytes = 16 << 20
 
 // MinQueueBytes is the least a franz-go partition queue holds before it
@@ -563,8 +565,9 @@ func queueBytesFor(n int) int64 {
 // franzQueue is one partition's records between the poll loop (put) and
 // the partition's fetch loop (next): the Source of franz-go. It holds
 // about FetchQueue records or its share of QueuesBytes of keys and
-// values, whichever comes first: one that stays full for pauseGrace pauses its partition's
-// fetching, and the fetch loop resumes it once half of both are handed on.
+// values, whichever comes first: one that stays full for pauseGrace
+// pauses its partition's fetching, and the fetch loop resumes it once
+// half of both are handed on.
 type franzQueue struct {
 	f         *franzGo
 	topic     string
