@@ -260,8 +260,8 @@ type Config struct {
 	// On franz-go a partition's queue also holds at most 1 MiB of keys
 	// and values, and all of a member's queues together about 16 MiB (a
 	// partition's share is 16 MiB over the partitions it owns, at least
-	// 64 KiB), so the memory fetched ahead stays about the same from 16
-	// partitions to hundreds. Records still in it at a stop were never
+	// 64 KiB), so the record bytes queued ahead stay about the same from
+	// 16 partitions to hundreds. Records still in it at a stop were never
 	// accepted: Kafka delivers them again. Zero means 1000.
 	FetchQueue int
 
