@@ -97,7 +97,7 @@ func main() {
 	flag.IntVar(&franzPart, "franz-fetch-max-partition-bytes", int(defaultFranzFetch.maxPartitionBytes), "raw franz-go's kgo.FetchMaxPartitionBytes")
 	flag.DurationVar(&cfg.franz.maxWait, "franz-fetch-max-wait", defaultFranzFetch.maxWait, "raw franz-go's kgo.FetchMaxWait")
 	flag.BoolVar(&cfg.table, "table", true, "run the side-by-side table")
-	flag.StringVar(&cfg.profileDir, "profile", "", "write CPU and allocation profiles of the first no-op round's sides, and of each sweep point's first round's stacks, to this directory")
+	flag.StringVar(&cfg.profileDir, "profile", "", "write CPU and allocation profiles, and the in-use heap at its peak, of the first no-op round's sides and of each sweep point's first round's stacks, to this directory")
 	flag.IntVar(&cfg.batchN, "batch-n", 20_000, "messages for the heartbeats measure (a batch class vs one message per call, handler costing 1ms per call + 10µs per message); 0 skips it")
 	flag.IntVar(&cfg.batchWorkers, "batch-workers", 8, "workers (calls at once) of the heartbeats class, both sides")
 	flag.BoolVar(&cfg.changelogAB, "changelog-ab", false, "compare the runtime, no-op, with the state changelog (the default) and with LocalStateOnly, on both clients, -rounds interleaved rounds of -n messages")
