@@ -105,11 +105,7 @@ func TestDrainEstimateLearnsFirstCalls(t *testing.T) {
 			time.Sleep(work)
 			return nil
 		}}}}
-	rt, err := newRuntime(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait := start(t, rt, context.Background())
+	rt, wait := startNew(t, cfg)
 	waitFor(t, "ready", rt.Ready)
 	for i := range learnSamples {
 		rt.Submit(context.Background(), "mail", &handoff.Message{ID: fmt.Sprintf("m%02d", i)})
