@@ -114,21 +114,16 @@ func (h *handling) timedCall(ctx context.Context, c *class, m *handoff.Message) 
 	return err
 }
 
-// learnCall is countedCall for a call that sample leaves out while the
-// drain estimate still learns the handler time (serviceTime.learning): it
-// feeds the estimate, not the histogram.
-func (h *handling) learnCall(ctx context.Context, c *class, m *handoff.Message) (err error) {
+// learnCall is a call that sample leaves out while the drain estimate
+// still learns the handler time (serviceTime.learning): it feeds the
+// estimate, not the histogram, and is counted as countedCall counts.
+func (h *handling) learnCall(ctx context.Context, c *class, m *handoff.Message) error {
 	began := time.Now()
-	returned := false
-	defer func() {
-		c.svc.observe(time.Since(began))
-		if h.metrics != nil && (!returned || err != nil) {
-			h.metrics.handlerFailed(c.index)
-		}
-	}()
-	err = c.handle(ctx, m)
-	returned = true
-	return err
+	defer func() { c.svc.observe(time.Since(began)) }()
+	if h.metrics == nil {
+		return c.handle(ctx, m)
+	}
+	return h.countedCall(ctx, c, m)
 }
 
 // countedCall calls the class's handler without timing it, and counts
