@@ -8,20 +8,25 @@ import (
 
 // Message is the source-independent envelope a handler receives.
 //
-// What a handler may keep: everything. The runtime hands each delivery a
-// Message of its own and never writes to it, its ID or the bytes of its
-// Key, Value and Headers after the handler returns; so a handler may keep
-// m, or any field of it, for as long as it likes (a dedup set of m.ID, a
-// batch of *Message flushed later), at the cost of the memory it keeps:
-// Key, Value and header values are slices of their own, not of a fetch
-// buffer, and the ID of a Kafka record shares a block of about 1 KiB of
+// What a handler may keep: everything. The runtime never writes to a
+// Message it handed to a handler, its ID or the bytes of its Key, Value
+// and Headers after the handler returns (a retry is handed a copy with
+// Attempt+1); so a handler may keep m, or any field of it, for as long
+// as it likes (a dedup set of m.ID, a batch of *Message flushed later),
+// at the cost of the memory it keeps. Key, Value and header values are
+// slices of their own, not of a fetch buffer. The Messages of a
+// partition's Kafka records are allocated 16 at a time, as the Kafka
+// clients allocate their records: a kept *Message keeps the up to 15
+// fetched with it alive, with their Key, Value and Headers, until it is
+// dropped. The ID of a Kafka record shares a block of about 1 KiB of
 // bytes (no pointers) with the IDs of the records fetched with it, so a
-// kept ID keeps its block alive: copy it (strings.Clone) to keep the IDs
-// of a few messages out of many. A handler must not write to a Message
-// either: a retry of the same message (Attempt+1) is handed the same
-// Key, Value and Headers. (A
-// middleware that replaces the headers with runtime.SetHeaders changes
-// those of the Message it was handed and of the envelope the runtime
+// kept ID keeps its block alive. To keep a few messages out of many,
+// copy what you keep (c := *m for the envelope, strings.Clone for an
+// ID). A handler must not write to a Message either: the runtime saves
+// the envelope it handed out (a stop's snapshot, a dead letter), and a
+// retry of the same message is handed the same Key, Value and Headers.
+// (A middleware that replaces the headers with runtime.SetHeaders changes
+// those of the Message it was handed, which is the envelope the runtime
 // saves, not those of Messages handed out earlier.)
 //
 // A message that came from Kafka carries its [Origin] and the record's

@@ -161,8 +161,8 @@ func SetHeaders(ctx context.Context, m *handoff.Message, hs []handoff.Header) bo
 		return false
 	}
 	m.Headers = hs
-	// m is the attempt's copy of the message (see Runtime.handler): the
-	// envelope the runtime saves is the item's.
+	// m is the envelope the attempt's handler was handed, or a copy a
+	// middleware passed on: the envelope the runtime saves is the item's.
 	if a.msg != nil {
 		a.msg.Headers = hs
 	}
@@ -176,7 +176,8 @@ type attemptKey struct{}
 // the context itself, it costs one allocation per attempt.
 type attempt struct {
 	context.Context
-	// msg is the item's envelope, whose copy the attempt's handler has.
+	// msg is the item's envelope, the one the attempt's handler was
+	// handed.
 	msg  *handoff.Message
 	mu   sync.Mutex
 	fns  []func(Outcome)
@@ -211,7 +212,7 @@ func (a *attempt) tell(out Outcome) {
 // begin returns the context of a new attempt of it, kept in it until the
 // attempt's outcome is told.
 func (it *item) begin(ctx context.Context) context.Context {
-	a := &attempt{Context: ctx, msg: &it.msg}
+	a := &attempt{Context: ctx, msg: it.msg}
 	it.attempt.Store(a)
 	return a
 }

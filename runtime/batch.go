@@ -40,13 +40,12 @@ import (
 // batchHandler is the pool's BatchHandler of a batch class without
 // middleware. Each of its items goes through handling.before; the others
 // are the messages of one call of the class's BatchHandler (batcher.call:
-// Timeout, panic, metrics), in their order, each a copy of its item's
-// message that the handler may keep, and each gets its own result in
+// Timeout, panic, metrics), in their order, each its item's envelope,
+// which the handler may keep (see item.own), and each gets its own result in
 // errs (batcher.spread). ctx is the pool's handler context: once the hard
 // stop has cancelled it, the messages are interrupted without a call.
 func (h *handling) batchHandler(c *class) func(context.Context, []*item, []error) {
 	return func(ctx context.Context, its []*item, errs []error) {
-		msgs := make([]handoff.Message, len(its)) // the copies, in one allocation
 		ptrs := make([]*handoff.Message, 0, len(its))
 		var idx []int // index in its of each of ptrs, once one did not run
 		for i, it := range its {
@@ -60,8 +59,7 @@ func (h *handling) batchHandler(c *class) func(context.Context, []*item, []error
 				}
 				continue
 			}
-			msgs[i] = it.msg
-			ptrs = append(ptrs, &msgs[i])
+			ptrs = append(ptrs, it.msg)
 			if idx != nil {
 				idx = append(idx, i)
 			}
@@ -115,12 +113,11 @@ func (c *Class) batchDefaults(bad func(string, ...any)) {
 // SetHeaders), and the chain's innermost handler, batchJoin, puts the
 // message it is given into the batch. ctx is the pool's handler context.
 //
-// As for any class, the chain and the BatchHandler get a copy of the
-// message of their own, which they may keep (see Runtime.handler).
+// As for any class, the chain and the BatchHandler are handed the
+// item's envelope, which they may keep (see item.own).
 func joinBatch(ctx context.Context, c *class, it *item) error {
-	m := it.msg
 	j := &join{b: c.batch, it: it, ctx: ctx}
-	return c.handle(it.begin(context.WithValue(ctx, joinKey{}, j)), &m)
+	return c.handle(it.begin(context.WithValue(ctx, joinKey{}, j)), it.msg)
 }
 
 // join is what batchJoin needs of a message's way into its batch.

@@ -232,8 +232,9 @@ func (f *failures) requeue(ctx context.Context, key uint64) error {
 		f.requeues.finish(key)
 		return ErrNotRunning
 	}
-	it := &item{msg: dl.Message, src: fromDead, x: &itemExt{key: key}}
-	it.msg.Attempt = 0
+	m := dl.Message
+	m.Attempt = 0
+	it := &item{msg: &m, src: fromDead, x: &itemExt{key: key}}
 	if c.cfg.Ordered {
 		c.keys.block(it) // it is its key's blocker; it may run
 	}

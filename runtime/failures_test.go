@@ -55,7 +55,7 @@ func newFailRig(t *testing.T) *failRig {
 			g.published = append(g.published, rec.Message.ID)
 			g.mu.Unlock()
 		}})
-	h := &handling{cfg: handlingConfig{state: g.state, deletes: &deletes.Queue{}, tally: g.tally, fail: g.fail, items: &sync.Pool{}, log: log}}
+	h := &handling{cfg: handlingConfig{state: g.state, deletes: &deletes.Queue{}, tally: g.tally, fail: g.fail, log: log}}
 	p, err := pool.New(pool.Config[*item]{Name: "mail", Workers: 2, QueueSize: 16,
 		Handler: h.handler(g.c), RetryFunc: h.retry(g.c), ResultFunc: h.result(g.c)})
 	if err != nil {
@@ -70,7 +70,7 @@ func newFailRig(t *testing.T) *failRig {
 
 func (g *failRig) submit(t *testing.T, id string) {
 	t.Helper()
-	if err := g.c.pool.Submit(t.Context(), &item{msg: handoff.Message{ID: id, Class: "mail"}, src: fromSubmit}); err != nil {
+	if err := g.c.pool.Submit(t.Context(), &item{msg: &handoff.Message{ID: id, Class: "mail"}, src: fromSubmit}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"strconv"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -24,8 +23,6 @@ type feeder struct {
 	openFunc func(c *class) bool
 	// classFunc returns the class consuming topic, nil for none.
 	classFunc func(topic string) *class
-	// items recycles the items of fetched messages (Runtime.items).
-	items *sync.Pool
 	// epoch is the runtime's start (Runtime.epoch): FirstSeen and the
 	// trackers' stamps are read from one monotonic clock since it.
 	epoch time.Time
@@ -54,6 +51,7 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 	caughtUp := false
 	batch := make([]*item, 0, fetchBatch)
 	ids := kafkaIDs{prefix: tr.idPrefix}
+	var sl slabs
 	var fetched uint64 // records, for the timing sample (see sample)
 	pick := func() bool {
 		fetched++
@@ -69,14 +67,15 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 		}
 		// One clock read per batch: its records were ready together.
 		seen := int64(time.Since(f.epoch)) // Runtime.mono's clock
-		batch = append(batch[:0], f.item(c, tr, &ids, &rec, seen, pick()))
+		at := stamp{mono: seen, wall: f.epoch.Add(time.Duration(seen))}
+		batch = append(batch[:0], f.item(c, tr, &ids, &sl, &rec, at, pick()))
 		last := rec.Offset+1 >= rec.HighWatermark
 		for len(batch) < fetchBatch && src.More() && f.openFunc(c) {
 			more, ok := src.Next(ctx)
 			if !ok {
 				break
 			}
-			batch = append(batch, f.item(c, tr, &ids, &more, seen, pick()))
+			batch = append(batch, f.item(c, tr, &ids, &sl, &more, at, pick()))
 			last = more.Offset+1 >= more.HighWatermark
 		}
 		n, err := c.pool.SubmitBatch(ctx, batch)
@@ -103,17 +102,24 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 // fetchBatch is the most records a fetch loop hands to its pool at once.
 const fetchBatch = 64
 
-// item returns the recycled item of record rec, its offset added to tr,
-// fetched at seen on Runtime.mono's clock, timed in its handler calls when
-// timed (see sample). The message's ID and bytes are
-// the partition's (its ID carved from ids' blocks), and the handler is
-// handed copies of the message (see handler): a handler may keep them
-// (see handoff.Message). A direct call, so that rec stays on the fetch
-// loop's stack.
-func (f *feeder) item(c *class, tr *tracker, ids *kafkaIDs, rec *kclient.Record, seen int64, timed bool) *item {
-	it := f.items.Get().(*item) // zero: result clears an item before it returns it
+// stamp is when a fetch loop's batch of records was ready: on
+// Runtime.mono's clock (the tracker's stamps) and as the messages'
+// FirstSeen. One clock read per batch.
+type stamp struct {
+	mono int64
+	wall time.Time
+}
+
+// item returns the item of record rec, its offset added to tr, fetched
+// at at, timed in its handler calls when timed (see sample). Its ID is
+// carved from ids' blocks, its item and envelope from sl; the handler is
+// handed the envelope and may keep it (see handoff.Message), and its Key,
+// Value and Headers are the record's. A direct call, so that rec stays on
+// the fetch loop's stack.
+func (f *feeder) item(c *class, tr *tracker, ids *kafkaIDs, sl *slabs, rec *kclient.Record, at stamp, timed bool) *item {
+	it := sl.next()
 	it.src, it.tr, it.timed = fromKafka, tr, timed
-	it.msg = handoff.Message{
+	*it.msg = handoff.Message{
 		ID:        ids.id(rec.Offset),
 		Class:     c.cfg.Name,
 		Key:       rec.Key,
@@ -121,9 +127,36 @@ func (f *feeder) item(c *class, tr *tracker, ids *kafkaIDs, rec *kclient.Record,
 		Headers:   rec.Headers,
 		Origin:    handoff.Origin{Topic: tr.topic, Partition: tr.partition, Offset: rec.Offset},
 		Timestamp: rec.Time,
-		FirstSeen: f.epoch.Add(time.Duration(seen)),
+		FirstSeen: at.wall,
 	}
-	it.slot = tr.add(rec.Offset, seen)
+	it.slot = tr.add(rec.Offset, at.mono)
+	return it
+}
+
+// slabSize is how many items, and envelopes, a fetch loop's slabs
+// allocate at once.
+const slabSize = 16
+
+// slabs hands out the items and envelopes of one partition's fetched
+// records, for its fetch loop alone: slabSize of each per allocation
+// instead of one of each per record. They are not recycled: nothing
+// refers to an item once its result is in, and a handler may keep the
+// envelope it was handed, which then keeps its slab alive, at most
+// slabSize envelopes and what they refer to (see handoff.Message).
+type slabs struct {
+	items []item
+	msgs  []handoff.Message
+}
+
+// next returns a zero item whose msg is a zero envelope of its own.
+func (s *slabs) next() *item {
+	if len(s.items) == 0 {
+		s.items = make([]item, slabSize)
+		s.msgs = make([]handoff.Message, slabSize)
+	}
+	it := &s.items[0]
+	it.msg = &s.msgs[0]
+	s.items, s.msgs = s.items[1:], s.msgs[1:]
 	return it
 }
 

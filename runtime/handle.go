@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/handoff-go/handoff"
@@ -23,10 +22,7 @@ type handlingConfig struct {
 	tally   *tally
 	fail    *failures
 	sched   *scheduler
-	// items recycles the items of fetched Kafka messages: result puts
-	// them back.
-	items *sync.Pool
-	log   *slog.Logger
+	log     *slog.Logger
 }
 
 // handling makes every pool's Handler, RetryFunc and ResultFunc: the
@@ -60,19 +56,19 @@ func (h *handling) handler(c *class) func(context.Context, *item) error {
 		if c.hooked {
 			ctx = it.begin(ctx)
 		}
-		// Each call gets a copy of the message of its own, which the
-		// handler may keep, and through which it cannot change the
-		// item's (runtime.SetHeaders changes both).
+		// The handler is handed the item's envelope, which it may
+		// keep: the runtime writes no envelope a handler had (see
+		// item.own).
 		m := it.msg
 		switch {
 		case sample(it):
-			return h.timedCall(ctx, c, &m)
+			return h.timedCall(ctx, c, m)
 		case c.svc.learning():
-			return h.learnCall(ctx, c, &m)
+			return h.learnCall(ctx, c, m)
 		case h.metrics == nil:
-			return c.handle(ctx, &m)
+			return c.handle(ctx, m)
 		default:
-			return h.countedCall(ctx, c, &m)
+			return h.countedCall(ctx, c, m)
 		}
 	}
 }
@@ -85,7 +81,7 @@ func (h *handling) handler(c *class) func(context.Context, *item) error {
 func (h *handling) before(ctx context.Context, c *class, it *item) (run bool, err error) {
 	c.hold.Starting(it)
 	if it.deferrable() {
-		if at, ok, err := deliverAt(&it.msg); err != nil {
+		if at, ok, err := deliverAt(it.msg); err != nil {
 			return false, err // permanent: a dead letter
 		} else if ok && at.After(time.Now()) && h.cfg.sched.deferDelivery(c, it, at) {
 			return false, h.diverted(ctx, it)
@@ -174,7 +170,7 @@ func (h *handling) retry(c *class) func(*item, error) (time.Duration, bool) {
 			return 0, true // not counted; it waits in the held pool
 		}
 		now := time.Now()
-		it.msg.Attempt++
+		it.own().Attempt++ // the handlers' envelope stays as they saw it
 		x := it.ext()
 		if x.firstFailed.IsZero() {
 			x.firstFailed = now
@@ -215,14 +211,6 @@ func (h *handling) result(c *class) func(*item, error) {
 			}
 		}
 		h.leftPool(it)
-		if it.src == fromKafka {
-			// Nothing refers to a Kafka item once its result is in: the
-			// pool is done with it, and the handler had copies of its
-			// message only. Items the stop or a rebalance takes out
-			// never get here.
-			*it = item{}
-			h.cfg.items.Put(it)
-		}
 	}
 }
 

@@ -11,13 +11,18 @@ import (
 	"github.com/handoff-go/handoff/snapshot"
 )
 
-// item is what a pool carries: the message and its bookkeeping. It is
-// 256 bytes, the message 192 of them: what only some messages need is in
-// its itemExt, which a fetched message does without until it fails. A
-// queued message costs its item, its pool entry and its tracker slot
-// besides its record's bytes (bench's queued-memory measure).
+// item is what a pool carries: the message and its bookkeeping. What
+// only some messages need is in its itemExt, which a fetched message does
+// without until it fails. A queued message costs its item, its envelope,
+// its pool entry and its tracker slot besides its record's bytes (bench's
+// queued-memory measure).
 type item struct {
-	msg handoff.Message
+	// msg is the message's envelope: what the handler is handed, and
+	// what the runtime saves. Once a handler may have it, the runtime
+	// never writes to it again: a change (a retry's Attempt) is made in
+	// a copy, see own. A fetched message's envelope and item come from
+	// their fetch loop's slabs (see slabs).
+	msg *handoff.Message
 	src source
 	// timed is set by a fetched message's fetch loop for one message in
 	// sampleEvery: its handler calls are timed (see sample).
@@ -65,6 +70,17 @@ type itemExt struct {
 	relGen  uint64
 }
 
+// own returns the item's envelope to write in: a copy of the one the
+// handlers were handed, which stays as they saw it (a handler may keep
+// its *Message, see handoff.Message). The retry's Attempt and the hold's
+// Uncount write through it: one allocation per failed attempt, none per
+// delivery.
+func (it *item) own() *handoff.Message {
+	m := *it.msg
+	it.msg = &m
+	return it.msg
+}
+
 // ext returns the item's itemExt to write in, making it on first use.
 func (it *item) ext() *itemExt {
 	if it.x == nil {
@@ -99,9 +115,10 @@ func (it *item) HoldMark() *hold.Mark { return &it.hold }
 // Uncount takes back n attempts counted in a streak that tripped its
 // class's suspension, and the first failure time when none is left.
 func (it *item) Uncount(n int) {
-	it.msg.Attempt -= n
-	if it.msg.Attempt <= 0 {
-		it.msg.Attempt = 0
+	m := it.own()
+	m.Attempt -= n
+	if m.Attempt <= 0 {
+		m.Attempt = 0
 		if it.x != nil {
 			it.x.firstFailed = time.Time{}
 		}
@@ -192,7 +209,7 @@ const (
 // record returns the item as a state-file record.
 func (it *item) record(reason string, err error, now time.Time) snapshot.Record {
 	x := it.extOrZero()
-	rec := snapshot.Record{Message: it.msg, Reason: reason, SavedAt: now, FirstFailed: x.firstFailed, Redeliveries: x.redeliveries}
+	rec := snapshot.Record{Message: *it.msg, Reason: reason, SavedAt: now, FirstFailed: x.firstFailed, Redeliveries: x.redeliveries}
 	if err != nil {
 		rec.Err = err.Error()
 	}
@@ -201,5 +218,6 @@ func (it *item) record(reason string, err error, now time.Time) snapshot.Record 
 
 // fromRecord makes an item of a stored record.
 func fromRecord(rec snapshot.Record, src source) *item {
-	return &item{msg: rec.Message, src: src, x: &itemExt{firstFailed: rec.FirstFailed, redeliveries: rec.Redeliveries}}
+	m := rec.Message
+	return &item{msg: &m, src: src, x: &itemExt{firstFailed: rec.FirstFailed, redeliveries: rec.Redeliveries}}
 }

@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -103,87 +102,69 @@ func TestHandlerKeepsMessages(t *testing.T) {
 	}
 }
 
-// The delivery path as it was, kept for BenchmarkDelivery's comparison:
-// IDs carved from shared 1 KiB blocks with unsafe.String, recycled items,
-// and the handler handed the item's own message.
-type blockIDs struct {
-	prefix []byte
-	block  []byte
-}
-
-func (k *blockIDs) id(offset int64) string {
-	if cap(k.block)-len(k.block) < len(k.prefix)+20 {
-		k.block = make([]byte, 0, max(1024, len(k.prefix)+20))
-	}
-	start := len(k.block)
-	k.block = append(k.block, k.prefix...)
-	k.block = strconv.AppendInt(k.block, offset, 10)
-	return unsafe.String(&k.block[start], len(k.block)-start)
-}
-
-// BenchmarkDelivery compares the per-message cost of what a handler may
-// keep: "recycled" is the old path (shared ID blocks, recycled items, the
-// handler handed the item's message), "own" today's (recycled items, but
-// an ID string and a message copy of each delivery's own). Each iteration makes
-// the item of one record, hands it to a handler that keeps nothing, and
-// settles it. Run it with
+// BenchmarkDelivery compares the per-message cost of the hand-off to
+// the handler: "copy" is the old path (an item recycled through a
+// sync.Pool, the handler handed a copy of its message of its own, one
+// allocation per delivery), "slab" today's (item and envelope from the
+// fetch loop's slabs, the handler handed the envelope). Each iteration
+// makes the item of one record, hands its message to a handler that
+// keeps it, and settles it. Run it with
 //
 //	go test -run='^$' -bench=Delivery -benchmem -count=5 ./runtime/
 func BenchmarkDelivery(b *testing.B) {
+	var kept *handoff.Message
 	handler := handoff.HandlerFunc(func(_ context.Context, m *handoff.Message) error {
-		if len(m.ID) == 0 {
-			return fmt.Errorf("no ID")
-		}
+		kept = m // escapes, as with any handler
 		return nil
 	})
 	r := &Runtime{epoch: time.Now()}
 	c := &class{cfg: Class{Name: "orders", Handler: handler}}
 	key, value := []byte("customer-42"), make([]byte, 256)
-	b.Run("recycled", func(b *testing.B) {
+	b.Run("copy", func(b *testing.B) {
 		tr := newTracker("orders", 3, 0)
-		ids := &blockIDs{prefix: []byte(tr.idPrefix)}
-		items := sync.Pool{New: func() any { return new(item) }}
+		ids := kafkaIDs{prefix: tr.idPrefix}
+		items := sync.Pool{New: func() any { return &item{msg: new(handoff.Message)} }}
 		b.ReportAllocs()
 		var off int64
 		for b.Loop() {
 			it := items.Get().(*item)
-			it.msg.ID = ids.id(off)
-			it.msg.Class = c.cfg.Name
-			it.msg.Key, it.msg.Value = key, value
-			it.msg.Origin = handoff.Origin{Topic: tr.topic, Partition: tr.partition, Offset: off}
 			seen := r.mono()
-			it.msg.FirstSeen = r.epoch.Add(time.Duration(seen))
+			*it.msg = handoff.Message{ID: ids.id(off), Class: c.cfg.Name, Key: key, Value: value,
+				Origin:    handoff.Origin{Topic: tr.topic, Partition: tr.partition, Offset: off},
+				FirstSeen: r.epoch.Add(time.Duration(seen))}
 			it.src, it.tr = fromKafka, tr
 			it.slot = tr.add(off, seen)
-			if err := c.cfg.Handler(context.Background(), &it.msg); err != nil {
-				b.Fatal(err)
-			}
-			it.settle()
-			*it = item{}
-			items.Put(it)
-			off++
-		}
-	})
-	b.Run("own", func(b *testing.B) {
-		r := &Runtime{epoch: time.Now()}
-		r.items.New = func() any { return new(item) }
-		f := &feeder{items: &r.items, epoch: r.epoch}
-		tr := newTracker("orders", 3, 0)
-		ids := kafkaIDs{prefix: tr.idPrefix}
-		b.ReportAllocs()
-		var off int64
-		for b.Loop() {
-			it := f.item(c, tr, &ids, &kclient.Record{Offset: off, Key: key, Value: value}, r.mono(), off%sampleEvery == 0)
-			m := it.msg
+			m := *it.msg
 			if err := c.cfg.Handler(context.Background(), &m); err != nil {
 				b.Fatal(err)
 			}
 			it.settle()
-			*it = item{}
-			r.items.Put(it)
+			msg := it.msg
+			*it, *msg = item{}, handoff.Message{}
+			it.msg = msg
+			items.Put(it)
 			off++
 		}
 	})
+	b.Run("slab", func(b *testing.B) {
+		f := &feeder{epoch: r.epoch}
+		tr := newTracker("orders", 3, 0)
+		ids := kafkaIDs{prefix: tr.idPrefix}
+		var sl slabs
+		b.ReportAllocs()
+		var off int64
+		for b.Loop() {
+			seen := r.mono()
+			it := f.item(c, tr, &ids, &sl, &kclient.Record{Offset: off, Key: key, Value: value},
+				stamp{mono: seen, wall: r.epoch.Add(time.Duration(seen))}, off%sampleEvery == 0)
+			if err := c.cfg.Handler(context.Background(), it.msg); err != nil {
+				b.Fatal(err)
+			}
+			it.settle()
+			off++
+		}
+	})
+	_ = kept
 }
 
 // TestBatchHandlerKeepsMessages: a BatchHandler that keeps the messages
@@ -253,45 +234,48 @@ func TestKafkaIDBlocks(t *testing.T) {
 }
 
 // TestDeliveryAllocs: the fetch loop's item of a record (its ID carved
-// from the partition's blocks, its offset added to the tracker), the
-// handler's copy of its message and the settle cost one allocation per
-// message: the copy. (Under -race, sync.Pool drops items at random, so
-// the count is not checked there.)
+// from the partition's blocks, its item and envelope from the slabs, its
+// offset added to the tracker), the handler's call with the envelope and
+// the settle cost a fraction of an allocation per message: the slabs'
+// two per slabSize records, the ID blocks' and the tracker segments'
+// shares. Before the slabs it was one per message (the handler's copy).
 func TestDeliveryAllocs(t *testing.T) {
-	if raceEnabled {
-		t.Skip("sync.Pool drops items at random under -race")
-	}
 	var kept *handoff.Message
 	handler := handoff.HandlerFunc(func(_ context.Context, m *handoff.Message) error {
-		kept = m // the copy escapes, as with any handler
+		kept = m // the envelope escapes, as with any handler
 		return nil
 	})
 	r := &Runtime{epoch: time.Now()}
-	r.items.New = func() any { return new(item) }
 	c := &class{cfg: Class{Name: "orders", Handler: handler}}
-	f := &feeder{items: &r.items, epoch: r.epoch}
+	f := &feeder{epoch: r.epoch}
 	tr := newTracker("orders", 3, 0)
 	ids := kafkaIDs{prefix: tr.idPrefix}
+	var sl slabs
 	key, value := []byte("customer-42"), make([]byte, 256)
 	var off int64
 	deliver := func() {
-		it := f.item(c, tr, &ids, &kclient.Record{Offset: off, Key: key, Value: value}, r.mono(), off%sampleEvery == 0)
-		m := it.msg
-		if err := c.cfg.Handler(context.Background(), &m); err != nil {
+		seen := r.mono()
+		it := f.item(c, tr, &ids, &sl, &kclient.Record{Offset: off, Key: key, Value: value},
+			stamp{mono: seen, wall: r.epoch.Add(time.Duration(seen))}, off%sampleEvery == 0)
+		if err := c.cfg.Handler(context.Background(), it.msg); err != nil {
 			t.Fatal(err)
 		}
 		it.settle()
-		*it = item{}
-		r.items.Put(it)
 		off++
 	}
-	for range 2 * segSize { // warm the pool and the tracker's segments
+	for range 2 * segSize { // warm the tracker's segments
 		deliver()
 	}
-	// Over whole segments and ID blocks, so their shares are counted
-	// (AllocsPerRun rounds the mean down: 1 is less than 2).
-	if got := testing.AllocsPerRun(4*segSize, deliver); got > 1 {
-		t.Errorf("%.2f allocations per delivery, want 1 (the handler's copy)", got)
+	// Whole segments per run, so their shares are counted (AllocsPerRun
+	// rounds the mean per run down).
+	const per = segSize
+	got := testing.AllocsPerRun(8, func() {
+		for range per {
+			deliver()
+		}
+	}) / per
+	if got > 0.25 {
+		t.Errorf("%.3f allocations per delivery, want at most 0.25 (two per %d records for the slabs, and shares of ID blocks and tracker segments)", got, slabSize)
 	}
 	_ = kept
 }
@@ -301,7 +285,7 @@ func TestDeliveryAllocs(t *testing.T) {
 // copy, which a caller writing to its bytes after Submit cannot change.
 func TestItemKey(t *testing.T) {
 	key := []byte("customer-42-with-a-key-longer-than-32-bytes")
-	fetched := &item{src: fromKafka, msg: handoff.Message{Key: key}}
+	fetched := &item{src: fromKafka, msg: &handoff.Message{Key: key}}
 	if got := itemKey(fetched); got != string(key) {
 		t.Fatalf("fetched key %q, want %q", got, key)
 	}
@@ -310,11 +294,11 @@ func TestItemKey(t *testing.T) {
 			t.Errorf("fetched key: %.0f allocations, want 0", n)
 		}
 	}
-	if got := itemKey(&item{src: fromKafka}); got != "" {
+	if got := itemKey(&item{src: fromKafka, msg: &handoff.Message{}}); got != "" {
 		t.Errorf("a record without a key: %q, want \"\"", got)
 	}
 	callers := []byte("k1")
-	submitted := &item{src: fromSubmit, msg: handoff.Message{Key: callers}}
+	submitted := &item{src: fromSubmit, msg: &handoff.Message{Key: callers}}
 	k := itemKey(submitted)
 	callers[1] = '2'
 	if k != "k1" {
@@ -322,12 +306,12 @@ func TestItemKey(t *testing.T) {
 	}
 }
 
-// TestItemSize keeps a queued message's item in Go's 256-byte size class:
-// the message (192 bytes) and what every message needs. What only some
-// messages need belongs in itemExt; bench's queued-memory measure counts
-// every byte of it.
+// TestItemSize keeps a queued message's item in Go's 80-byte size
+// class: what every message needs besides its envelope (a pointer). What
+// only some messages need belongs in itemExt; bench's queued-memory
+// measure counts every byte of it.
 func TestItemSize(t *testing.T) {
-	if n := unsafe.Sizeof(item{}); n > 256 {
-		t.Errorf("item is %d bytes, want at most 256: move what a fetched message does not need on its first attempt to itemExt", n)
+	if n := unsafe.Sizeof(item{}); n > 80 {
+		t.Errorf("item is %d bytes, want at most 80: move what a fetched message does not need on its first attempt to itemExt", n)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/pool"
 	"github.com/handoff-go/handoff/runtime/internal/deletes"
 	"github.com/handoff-go/handoff/snapshot"
@@ -84,7 +85,7 @@ func TestOrderedKeysParkAndRelease(t *testing.T) {
 	rel.open()
 
 	msg := func(id, key string) *item {
-		it := &item{src: fromSubmit}
+		it := &item{src: fromSubmit, msg: new(handoff.Message)}
 		it.msg.ID, it.msg.Key, it.msg.Class = id, []byte(key), "orders"
 		return it
 	}

@@ -56,10 +56,6 @@ type Runtime struct {
 	alive liveness    // the loops that beat; see alive.go
 	tally *tally      // event counts
 	logs  *logBackoff // repeated failures' lines
-	// items recycles the items of fetched Kafka messages: one allocation
-	// less per message on the hot path. A handler never sees an item,
-	// only a copy of its message (see handler).
-	items sync.Pool
 }
 
 // classSet is the configured classes, by name, in config order (for
@@ -174,9 +170,8 @@ func New(cfg Config) (*Runtime, error) {
 		owns: func(rec *snapshot.Record) bool { return !r.clog.on() || r.clog.owns(rec) }})
 	r.state.forgetDelayed = r.sched.forget
 	r.handling = &handling{cfg: handlingConfig{state: r.state, deletes: &r.deletes, tally: r.tally, fail: r.fail,
-		sched: r.sched, items: &r.items, log: r.log}}
+		sched: r.sched, log: r.log}}
 	r.fail.cfg.wake = r.sched.wake
-	r.items.New = func() any { return new(item) }
 	var errs []error
 	for _, cc := range cfg.Classes {
 		c := &class{cfg: cc, index: len(r.classes.order)}
@@ -302,7 +297,7 @@ func (r *Runtime) Submit(ctx context.Context, class string, m *handoff.Message) 
 	if err != nil {
 		return err
 	}
-	if err := c.pool.Submit(ctx, &item{msg: msg, src: fromSubmit}); err != nil {
+	if err := c.pool.Submit(ctx, &item{msg: &msg, src: fromSubmit}); err != nil {
 		if errors.Is(err, pool.ErrStopped) {
 			return ErrNotRunning
 		}
