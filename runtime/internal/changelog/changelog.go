@@ -64,6 +64,7 @@ type Client struct {
 
 	mu      sync.Mutex
 	leaders map[string]*topicMeta // by changelog topic, dropped on a leader error
+	asking  map[string]*metaCall  // the metadata request in flight for a topic
 
 	// namesMu guards names, the changelog topic of each input topic
 	// Topic was asked for: every record Send queues needs its name.
@@ -129,7 +130,7 @@ func New(cfg Config) (*Client, error) {
 		prod.Close()
 		return nil, fmt.Errorf("changelog: reader: %w", err)
 	}
-	c := &Client{cfg: cfg, prod: prod, cl: cl, leaders: map[string]*topicMeta{}, names: map[string]string{}}
+	c := &Client{cfg: cfg, prod: prod, cl: cl, leaders: map[string]*topicMeta{}, asking: map[string]*metaCall{}, names: map[string]string{}}
 	c.life, c.end = context.WithCancel(context.Background())
 	return c, nil
 }

@@ -290,14 +290,49 @@ type topicMeta struct {
 	leaders map[int32]int32
 }
 
-// meta returns topic's metadata, cached until forget.
+// meta returns topic's metadata, cached until forget. Concurrent calls
+// for a topic not cached share one Metadata request (the restores of a
+// generation's partitions start together): the first asks, the others
+// wait for its answer, and ask themselves only when it failed.
 func (c *Client) meta(ctx context.Context, topic string) (*topicMeta, error) {
 	c.mu.Lock()
-	tm := c.leaders[topic]
-	c.mu.Unlock()
-	if tm != nil {
+	if tm := c.leaders[topic]; tm != nil {
+		c.mu.Unlock()
 		return tm, nil
 	}
+	if call := c.asking[topic]; call != nil {
+		c.mu.Unlock()
+		select {
+		case <-call.done:
+			if call.err == nil {
+				return call.tm, nil
+			}
+			return c.askMeta(ctx, topic) // its asker's ctx may have ended, not ours
+		case <-ctx.Done():
+			return nil, fmt.Errorf("metadata: %w", context.Cause(ctx))
+		}
+	}
+	call := &metaCall{done: make(chan struct{})}
+	c.asking[topic] = call
+	c.mu.Unlock()
+	call.tm, call.err = c.askMeta(ctx, topic)
+	c.mu.Lock()
+	delete(c.asking, topic)
+	c.mu.Unlock()
+	close(call.done)
+	return call.tm, call.err
+}
+
+// metaCall is a Metadata request in flight for one topic: done is
+// closed once tm or err is set.
+type metaCall struct {
+	done chan struct{}
+	tm   *topicMeta
+	err  error
+}
+
+// askMeta sends a Metadata request for topic and caches the answer.
+func (c *Client) askMeta(ctx context.Context, topic string) (*topicMeta, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	rt := kmsg.NewMetadataRequestTopic()
 	rt.Topic = kmsg.StringPtr(topic)
@@ -313,7 +348,7 @@ func (c *Client) meta(ctx context.Context, topic string) (*topicMeta, error) {
 		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
 			return nil, fmt.Errorf("metadata: %w", err)
 		}
-		tm = &topicMeta{id: t.TopicID, leaders: make(map[int32]int32, len(t.Partitions))}
+		tm := &topicMeta{id: t.TopicID, leaders: make(map[int32]int32, len(t.Partitions))}
 		for _, p := range t.Partitions {
 			if p.ErrorCode == 0 && p.Leader >= 0 {
 				tm.leaders[p.Partition] = p.Leader

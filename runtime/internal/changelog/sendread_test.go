@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -283,5 +284,45 @@ func TestReadClosed(t *testing.T) {
 	cl.Close()
 	if err := <-done; !errors.Is(err, errClosed) || time.Since(begin) > time.Second {
 		t.Errorf("read at Close: %v after %s", err, time.Since(begin))
+	}
+}
+
+// TestReadsShareMetadata: the reads of many partitions of one topic that
+// start together, as a generation's restores do, ask the broker for the
+// topic's metadata once, not once each (64 requests before they shared
+// one), and all of them read their partition.
+func TestReadsShareMetadata(t *testing.T) {
+	t.Parallel()
+	const partitions = 64
+	c := cluster(t)
+	ctx := timeout(t)
+	if err := newClient(t, c, nil).Ensure(ctx, map[string]int32{"orders": partitions}); err != nil {
+		t.Fatal(err)
+	}
+	cl := newClient(t, c, nil) // nothing cached
+	topic := cl.Topic("orders")
+	var asked atomic.Int32
+	c.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, rt := range req.(*kmsg.MetadataRequest).Topics {
+			if rt.Topic != nil && *rt.Topic == topic && asked.Add(1) == 1 {
+				time.Sleep(100 * time.Millisecond) // the others start meanwhile
+			}
+		}
+		return nil, nil, false
+	})
+	var wg sync.WaitGroup
+	errs := make([]error, partitions)
+	for p := range partitions {
+		wg.Go(func() {
+			_, errs[p] = cl.Read(ctx, "orders", int32(p), 0, func([]Rec) error { return nil })
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if n := asked.Load(); n != 1 {
+		t.Errorf("%d reads asked for %s's metadata %d times, want once", partitions, topic, n)
 	}
 }
