@@ -13,21 +13,29 @@ import (
 // and Headers after the handler returns (a retry is handed a copy with
 // Attempt+1); so a handler may keep m, or any field of it, for as long
 // as it likes (a dedup set of m.ID, a batch of *Message flushed later),
-// at the cost of the memory it keeps. Key, Value and header values are
-// slices of their own, not of a fetch buffer. The Messages of a
-// partition's Kafka records are allocated 16 at a time, as the Kafka
-// clients allocate their records: a kept *Message keeps the up to 15
-// fetched with it alive, with their Key, Value and Headers, until it is
-// dropped. The ID of a Kafka record shares a block of about 1 KiB of
-// bytes (no pointers) with the IDs of the records fetched with it, so a
-// kept ID keeps its block alive. To keep a few messages out of many,
-// copy what you keep (c := *m for the envelope, strings.Clone for an
-// ID). A handler must not write to a Message either: the runtime saves
-// the envelope it handed out (a stop's snapshot, a dead letter), and a
-// retry of the same message is handed the same Key, Value and Headers.
-// (A middleware that replaces the headers with runtime.SetHeaders changes
-// those of the Message it was handed, which is the envelope the runtime
-// saves, not those of Messages handed out earlier.)
+// at the cost of the memory it keeps, which is more than its own bytes:
+//
+//   - The Messages of the records handed on together from one
+//     partition's fetch (at most 64) are allocated together, as the Kafka
+//     clients allocate their records: a kept *Message keeps the others
+//     of its batch alive, with what they refer to.
+//   - On franz-go (runtime.ClientFranzGo, the default) Key, Value and
+//     header values are slices of the fetch response they came in, as
+//     franz-go hands them out: a kept Value keeps that response alive
+//     (at most 3 MiB, the runtime's fetch size on franz-go). On kafka-go
+//     they are slices of their own.
+//   - The ID of a Kafka record shares a block of about 1 KiB of bytes
+//     (no pointers) with the IDs of the records fetched with it.
+//
+// To keep a few messages out of many, copy what you keep (bytes.Clone
+// for a Value, strings.Clone for an ID, and a Message with both for the
+// envelope). A handler must not write to a Message either: the runtime
+// saves the envelope it handed out (a stop's snapshot, a dead letter),
+// and a retry of the same message is handed the same Key, Value and
+// Headers. (A middleware that replaces the headers with
+// runtime.SetHeaders changes those of the Message it was handed, which
+// is the envelope the runtime saves, not those of Messages handed out
+// earlier.)
 //
 // A message that came from Kafka carries its [Origin] and the record's
 // Timestamp; one handed in with the runtime's Submit has a zero Origin

@@ -49,14 +49,10 @@ func (f *feeder) feed(topic string) fetchFunc {
 func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.Source, caughtUpCh chan<- struct{}) {
 	defer src.Close()
 	caughtUp := false
+	recs := make([]kclient.Record, 0, fetchBatch)
 	batch := make([]*item, 0, fetchBatch)
 	ids := kafkaIDs{prefix: tr.idPrefix}
-	var sl slabs
 	var fetched uint64 // records, for the timing sample (see sample)
-	pick := func() bool {
-		fetched++
-		return fetched%sampleEvery == 1
-	}
 	for {
 		if !f.mayFetchFunc(ctx, c) { // suspended or paused
 			return
@@ -65,19 +61,20 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 		if !ok {
 			return
 		}
-		// One clock read per batch: its records were ready together.
-		seen := int64(time.Since(f.epoch)) // Runtime.mono's clock
-		at := stamp{mono: seen, wall: f.epoch.Add(time.Duration(seen))}
-		batch = append(batch[:0], f.item(c, tr, &ids, &sl, &rec, at, pick()))
-		last := rec.Offset+1 >= rec.HighWatermark
-		for len(batch) < fetchBatch && src.More() && f.openFunc(c) {
+		recs = append(recs[:0], rec)
+		for len(recs) < fetchBatch && src.More() && f.openFunc(c) {
 			more, ok := src.Next(ctx)
 			if !ok {
 				break
 			}
-			batch = append(batch, f.item(c, tr, &ids, &sl, &more, at, pick()))
-			last = more.Offset+1 >= more.HighWatermark
+			recs = append(recs, more)
 		}
+		// One clock read per batch: its records were ready together.
+		seen := int64(time.Since(f.epoch)) // Runtime.mono's clock
+		at := stamp{mono: seen, wall: f.epoch.Add(time.Duration(seen))}
+		batch = f.items(c, tr, &ids, recs, at, &fetched, batch[:0])
+		last := recs[len(recs)-1].Offset+1 >= recs[len(recs)-1].HighWatermark
+		clear(recs) // the records' bytes are the envelopes' now
 		n, err := c.pool.SubmitBatch(ctx, batch)
 		clear(batch)
 		if err != nil {
@@ -110,54 +107,33 @@ type stamp struct {
 	wall time.Time
 }
 
-// item returns the item of record rec, its offset added to tr, fetched
-// at at, timed in its handler calls when timed (see sample). Its ID is
-// carved from ids' blocks, its item and envelope from sl; the handler is
-// handed the envelope and may keep it (see handoff.Message), and its Key,
-// Value and Headers are the record's. A direct call, so that rec stays on
-// the fetch loop's stack.
-func (f *feeder) item(c *class, tr *tracker, ids *kafkaIDs, sl *slabs, rec *kclient.Record, at stamp, timed bool) *item {
-	it := sl.next()
-	it.src, it.tr, it.timed = fromKafka, tr, timed
-	*it.msg = handoff.Message{
-		ID:        ids.id(rec.Offset),
-		Class:     c.cfg.Name,
-		Key:       rec.Key,
-		Value:     rec.Value,
-		Headers:   rec.Headers,
-		Origin:    handoff.Origin{Topic: tr.topic, Partition: tr.partition, Offset: rec.Offset},
-		Timestamp: rec.Time,
-		FirstSeen: at.wall,
+// items appends to out the items of a batch of records, their offsets
+// added to tr, fetched at at; fetched counts the partition's records for
+// the timing sample (see sample). The batch's items and envelopes are
+// made in one allocation each, not one per record and not recycled:
+// nothing refers to an item once its result is in, and a handler may
+// keep the envelope it is handed (see handoff.Message), which then keeps
+// its batch's envelopes alive, at most fetchBatch and what they refer to.
+// Each ID is carved from ids' blocks; Key, Value and Headers are the
+// record's.
+func (f *feeder) items(c *class, tr *tracker, ids *kafkaIDs, recs []kclient.Record, at stamp, fetched *uint64, out []*item) []*item {
+	its := make([]item, len(recs))
+	ms := make([]handoff.Message, len(recs))
+	for i := range recs {
+		rec, it, m := &recs[i], &its[i], &ms[i]
+		*fetched++
+		it.msg, it.src, it.tr, it.timed = m, fromKafka, tr, *fetched%sampleEvery == 1
+		// Field by field into the zero envelope: a composite literal
+		// would be built aside and copied in whole, zeros and all.
+		m.ID = ids.id(rec.Offset)
+		m.Class = c.cfg.Name
+		m.Key, m.Value, m.Headers = rec.Key, rec.Value, rec.Headers
+		m.Origin.Topic, m.Origin.Partition, m.Origin.Offset = tr.topic, tr.partition, rec.Offset
+		m.Timestamp, m.FirstSeen = rec.Time, at.wall
+		it.slot = tr.add(rec.Offset, at.mono)
+		out = append(out, it)
 	}
-	it.slot = tr.add(rec.Offset, at.mono)
-	return it
-}
-
-// slabSize is how many items, and envelopes, a fetch loop's slabs
-// allocate at once.
-const slabSize = 16
-
-// slabs hands out the items and envelopes of one partition's fetched
-// records, for its fetch loop alone: slabSize of each per allocation
-// instead of one of each per record. They are not recycled: nothing
-// refers to an item once its result is in, and a handler may keep the
-// envelope it was handed, which then keeps its slab alive, at most
-// slabSize envelopes and what they refer to (see handoff.Message).
-type slabs struct {
-	items []item
-	msgs  []handoff.Message
-}
-
-// next returns a zero item whose msg is a zero envelope of its own.
-func (s *slabs) next() *item {
-	if len(s.items) == 0 {
-		s.items = make([]item, slabSize)
-		s.msgs = make([]handoff.Message, slabSize)
-	}
-	it := &s.items[0]
-	it.msg = &s.msgs[0]
-	s.items, s.msgs = s.items[1:], s.msgs[1:]
-	return it
+	return out
 }
 
 // kafkaIDPrefix returns "topic/partition/": a Kafka record's stable ID is

@@ -105,10 +105,11 @@ func TestHandlerKeepsMessages(t *testing.T) {
 // BenchmarkDelivery compares the per-message cost of the hand-off to
 // the handler: "copy" is the old path (an item recycled through a
 // sync.Pool, the handler handed a copy of its message of its own, one
-// allocation per delivery), "slab" today's (item and envelope from the
-// fetch loop's slabs, the handler handed the envelope). Each iteration
-// makes the item of one record, hands its message to a handler that
-// keeps it, and settles it. Run it with
+// allocation per delivery), "batch" today's (the items and envelopes of
+// a batch of fetchBatch records made in one allocation each, the handler
+// handed the envelope). Each iteration makes the item of one record (a
+// batch's share), hands its message to a handler that keeps it, and
+// settles it. Run it with
 //
 //	go test -run='^$' -bench=Delivery -benchmem -count=5 ./runtime/
 func BenchmarkDelivery(b *testing.B) {
@@ -146,17 +147,26 @@ func BenchmarkDelivery(b *testing.B) {
 			off++
 		}
 	})
-	b.Run("slab", func(b *testing.B) {
+	b.Run("batch", func(b *testing.B) {
 		f := &feeder{epoch: r.epoch}
 		tr := newTracker("orders", 3, 0)
 		ids := kafkaIDs{prefix: tr.idPrefix}
-		var sl slabs
+		var fetched uint64
+		recs := make([]kclient.Record, fetchBatch)
+		var its []*item
 		b.ReportAllocs()
 		var off int64
 		for b.Loop() {
-			seen := r.mono()
-			it := f.item(c, tr, &ids, &sl, &kclient.Record{Offset: off, Key: key, Value: value},
-				stamp{mono: seen, wall: r.epoch.Add(time.Duration(seen))}, off%sampleEvery == 0)
+			// One record per iteration, in batches of fetchBatch.
+			if len(its) == 0 {
+				for i := range recs {
+					recs[i] = kclient.Record{Offset: off + int64(i), Key: key, Value: value}
+				}
+				seen := r.mono()
+				its = f.items(c, tr, &ids, recs, stamp{mono: seen, wall: r.epoch.Add(time.Duration(seen))}, &fetched, its[:0])
+			}
+			it := its[0]
+			its = its[1:]
 			if err := c.cfg.Handler(context.Background(), it.msg); err != nil {
 				b.Fatal(err)
 			}
@@ -233,12 +243,13 @@ func TestKafkaIDBlocks(t *testing.T) {
 	}
 }
 
-// TestDeliveryAllocs: the fetch loop's item of a record (its ID carved
-// from the partition's blocks, its item and envelope from the slabs, its
-// offset added to the tracker), the handler's call with the envelope and
-// the settle cost a fraction of an allocation per message: the slabs'
-// two per slabSize records, the ID blocks' and the tracker segments'
-// shares. Before the slabs it was one per message (the handler's copy).
+// TestDeliveryAllocs: the fetch loop's items of a batch of records (IDs
+// carved from the partition's blocks, items and envelopes made one
+// allocation each per batch, offsets added to the tracker), the
+// handler's calls with the envelopes and the settles cost a fraction of
+// an allocation per message: a full batch's two, and shares of the ID
+// blocks and tracker segments. Before, it was one per message (the
+// handler's copy). A batch of one record costs two.
 func TestDeliveryAllocs(t *testing.T) {
 	var kept *handoff.Message
 	handler := handoff.HandlerFunc(func(_ context.Context, m *handoff.Message) error {
@@ -250,32 +261,39 @@ func TestDeliveryAllocs(t *testing.T) {
 	f := &feeder{epoch: r.epoch}
 	tr := newTracker("orders", 3, 0)
 	ids := kafkaIDs{prefix: tr.idPrefix}
-	var sl slabs
 	key, value := []byte("customer-42"), make([]byte, 256)
-	var off int64
-	deliver := func() {
-		seen := r.mono()
-		it := f.item(c, tr, &ids, &sl, &kclient.Record{Offset: off, Key: key, Value: value},
-			stamp{mono: seen, wall: r.epoch.Add(time.Duration(seen))}, off%sampleEvery == 0)
-		if err := c.cfg.Handler(context.Background(), it.msg); err != nil {
-			t.Fatal(err)
+	var (
+		off     int64
+		fetched uint64
+		its     []*item
+	)
+	recs := make([]kclient.Record, fetchBatch)
+	deliver := func() { // a batch of fetchBatch records
+		for i := range recs {
+			recs[i] = kclient.Record{Offset: off, Key: key, Value: value}
+			off++
 		}
-		it.settle()
-		off++
+		seen := r.mono()
+		its = f.items(c, tr, &ids, recs, stamp{mono: seen, wall: r.epoch.Add(time.Duration(seen))}, &fetched, its[:0])
+		for _, it := range its {
+			if err := c.cfg.Handler(context.Background(), it.msg); err != nil {
+				t.Fatal(err)
+			}
+			it.settle()
+		}
 	}
-	for range 2 * segSize { // warm the tracker's segments
+	for range 2 * segSize / fetchBatch { // warm the tracker's segments
 		deliver()
 	}
-	// Whole segments per run, so their shares are counted (AllocsPerRun
-	// rounds the mean per run down).
-	const per = segSize
-	got := testing.AllocsPerRun(8, func() {
-		for range per {
+	// Whole segments per run, so their shares are counted.
+	const batches = 4 * segSize / fetchBatch
+	got := testing.AllocsPerRun(4, func() {
+		for range batches {
 			deliver()
 		}
-	}) / per
-	if got > 0.25 {
-		t.Errorf("%.3f allocations per delivery, want at most 0.25 (two per %d records for the slabs, and shares of ID blocks and tracker segments)", got, slabSize)
+	}) / (batches * fetchBatch)
+	if got > 0.1 {
+		t.Errorf("%.3f allocations per delivery, want at most 0.1 (two per batch of %d records, and shares of ID blocks and tracker segments)", got, fetchBatch)
 	}
 	_ = kept
 }
