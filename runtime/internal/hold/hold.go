@@ -137,7 +137,9 @@ type Hold[T Item] struct {
 	// class was held and its pool full (see Repush); the lift pushes
 	// them.
 	backlog []T
-	pushing bool // the backlog is being pushed: fetching still waits
+	// pushing is set while the backlog is being pushed: fetching still
+	// waits. Written under mu, read by MayFetch without it.
+	pushing atomic.Bool
 	pushes  sync.WaitGroup
 	// skipped is the earliest due time of a delayed message the scheduler
 	// left in the state file while the class was held; zero when none.
@@ -165,19 +167,17 @@ func (h *Hold[T]) signalLocked() {
 
 // fetchOpenLocked reports whether the class's partitions may fetch.
 func (h *Hold[T]) fetchOpenLocked() bool {
-	return (!h.suspended && !h.paused && !h.pushing) || (h.starved && !h.paused)
+	return (!h.suspended && !h.paused && !h.pushing.Load()) || (h.starved && !h.paused)
 }
 
 // MayFetch waits while the class is suspended or paused and reports
 // whether its fetch loop may go on: false when ctx ended first.
 func (h *Hold[T]) MayFetch(ctx context.Context) bool {
-	if !h.held.Load() {
-		h.mu.Lock()
-		pushing := h.pushing
-		h.mu.Unlock()
-		if !pushing {
-			return true
-		}
+	// Lock-free while the class is open: every fetch loop asks before
+	// each record. The lift sets pushing before it clears held, so a
+	// loop that sees held cleared sees a push that began with it.
+	if !h.held.Load() && !h.pushing.Load() {
+		return true
 	}
 	for {
 		h.mu.Lock()
@@ -374,7 +374,7 @@ func (h *Hold[T]) armLocked() {
 	if h.cfg.Pool.Probe() {
 		return
 	}
-	if len(h.backlog) > 0 && !h.pushing {
+	if len(h.backlog) > 0 && !h.pushing.Load() {
 		// Nothing in the pool to probe with, but saved messages wait for
 		// the lift: the oldest one probes.
 		if err := h.cfg.Pool.Submit(h.noWait, h.backlog[0]); err == nil {
@@ -441,16 +441,21 @@ func (h *Hold[T]) liftLocked() {
 		return
 	}
 	h.since, h.reason = time.Time{}, ""
+	// A push under way takes what was added meanwhile. pushing is set
+	// before held is cleared: see MayFetch.
+	push := len(h.backlog) > 0 && !h.pushing.Load() && !h.stopping
+	if push {
+		h.pushing.Store(true)
+	}
 	h.held.Store(false)
 	h.cfg.Pool.Release()
 	if !h.skipped.IsZero() {
 		h.cfg.Rewind(h.skipped) // the scheduler reads again from there
 		h.skipped = time.Time{}
 	}
-	if len(h.backlog) > 0 && !h.pushing && !h.stopping { // a push under way takes what was added meanwhile
+	if push {
 		backlog := h.backlog
 		h.backlog = nil
-		h.pushing = true
 		h.pushes.Go(func() { h.pushBacklog(backlog) })
 	}
 	h.signalLocked()
@@ -481,7 +486,7 @@ func (h *Hold[T]) pushBacklog(its []T) {
 		h.mu.Lock()
 		its, h.backlog = h.backlog, nil
 		if len(its) == 0 || ctx.Err() != nil {
-			h.pushing = false
+			h.pushing.Store(false)
 			h.signalLocked()
 			h.mu.Unlock()
 			return
@@ -567,7 +572,7 @@ func (h *Hold[T]) RestorePause(p snapshot.Pause, inFile bool) {
 func (h *Hold[T]) Repush(ctx context.Context, it T) error {
 	for {
 		h.mu.Lock()
-		if h.pushing || len(h.backlog) > 0 {
+		if h.pushing.Load() || len(h.backlog) > 0 {
 			h.backlog = append(h.backlog, it)
 			h.mu.Unlock()
 			return nil

@@ -270,3 +270,20 @@ func TestHoldResumeDuringStop(t *testing.T) {
 		g.p.Stop(time.Second, errors.New("test stop"))
 	})
 }
+
+// BenchmarkMayFetch is what every fetch loop of a class asks before each
+// record it takes, here from all the benchmark's goroutines at once on an
+// open class. Run it with
+//
+//	go test -run='^$' -bench=MayFetch -cpu=2,8 ./runtime/internal/hold/
+func BenchmarkMayFetch(b *testing.B) {
+	h := New(Config[*item]{Class: "db"})
+	ctx := context.Background()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if !h.MayFetch(ctx) {
+				b.Fatal("an open class may not fetch")
+			}
+		}
+	})
+}
