@@ -212,7 +212,7 @@ func (a *attempt) tell(out Outcome) {
 // begin returns the context of a new attempt of it, kept in it until the
 // attempt's outcome is told.
 func (it *item) begin(ctx context.Context) context.Context {
-	a := &attempt{Context: ctx, msg: it.msg}
+	a := &attempt{Context: ctx, msg: it.env()}
 	it.attempt.Store(a)
 	return a
 }
@@ -223,7 +223,7 @@ func (it *item) tellOutcome(kind OutcomeKind, err error, wait time.Duration) {
 	if a == nil {
 		return
 	}
-	a.tell(Outcome{Kind: kind, Err: err, Wait: wait, Attempt: it.msg.Attempt})
+	a.tell(Outcome{Kind: kind, Err: err, Wait: wait, Attempt: it.env().Attempt})
 }
 
 // attemptSlot is the item's field for its current attempt.

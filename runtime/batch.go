@@ -59,7 +59,7 @@ func (h *handling) batchHandler(c *class) func(context.Context, []*item, []error
 				}
 				continue
 			}
-			ptrs = append(ptrs, it.msg)
+			ptrs = append(ptrs, it.env())
 			if idx != nil {
 				idx = append(idx, i)
 			}
@@ -117,7 +117,7 @@ func (c *Class) batchDefaults(bad func(string, ...any)) {
 // item's envelope, which they may keep (see item.own).
 func joinBatch(ctx context.Context, c *class, it *item) error {
 	j := &join{b: c.batch, it: it, ctx: ctx}
-	return c.handle(it.begin(context.WithValue(ctx, joinKey{}, j)), it.msg)
+	return c.handle(it.begin(context.WithValue(ctx, joinKey{}, j)), it.env())
 }
 
 // join is what batchJoin needs of a message's way into its batch.

@@ -80,8 +80,8 @@ func (f *failures) deadLetter(c *class, it *item, herr error) {
 // logged, its key blocked in an ordered class, and it is published.
 func (f *failures) deadLettered(c *class, it *item, rec snapshot.Record, herr error) {
 	f.cfg.tally.inc(c, evDeadLettered)
-	f.cfg.log.Warn("message became a dead letter", "class", c.cfg.Name, "id", it.msg.ID,
-		"attempt", it.msg.Attempt, "err", herr)
+	f.cfg.log.Warn("message became a dead letter", "class", c.cfg.Name, "id", it.env().ID,
+		"attempt", it.env().Attempt, "err", herr)
 	if c.cfg.Ordered {
 		c.keys.block(it)
 	}
@@ -234,7 +234,7 @@ func (f *failures) requeue(ctx context.Context, key uint64) error {
 	}
 	m := dl.Message
 	m.Attempt = 0
-	it := &item{msg: &m, src: fromDead, x: &itemExt{key: key}}
+	it := &item{m: m, src: fromDead, x: &itemExt{key: key}}
 	if c.cfg.Ordered {
 		c.keys.block(it) // it is its key's blocker; it may run
 	}

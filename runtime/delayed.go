@@ -51,8 +51,8 @@ func (f *failures) redeliver(c *class, it *item, herr error) {
 		return
 	}
 	f.cfg.tally.inc(c, evRedelivered)
-	f.cfg.log.Info("message failed; redelivery scheduled", "class", c.cfg.Name, "id", it.msg.ID,
-		"attempt", it.msg.Attempt, "redelivery", x.redeliveries, "due", due, "err", herr)
+	f.cfg.log.Info("message failed; redelivery scheduled", "class", c.cfg.Name, "id", it.env().ID,
+		"attempt", it.env().Attempt, "redelivery", x.redeliveries, "due", due, "err", herr)
 	if c.cfg.Ordered {
 		c.keys.block(it)
 	}
@@ -90,7 +90,7 @@ func (s *scheduler) deferDelivery(c *class, it *item, at time.Time) bool {
 		return false
 	}
 	if again {
-		s.cfg.log.Debug("deferred record read again; its delayed record is waiting already", "class", c.cfg.Name, "id", it.msg.ID, "due", at)
+		s.cfg.log.Debug("deferred record read again; its delayed record is waiting already", "class", c.cfg.Name, "id", it.env().ID, "due", at)
 		return true
 	}
 	s.cfg.tally.inc(c, evDeferred)

@@ -70,7 +70,7 @@ func newFailRig(t *testing.T) *failRig {
 
 func (g *failRig) submit(t *testing.T, id string) {
 	t.Helper()
-	if err := g.c.pool.Submit(t.Context(), &item{msg: &handoff.Message{ID: id, Class: "mail"}, src: fromSubmit}); err != nil {
+	if err := g.c.pool.Submit(t.Context(), &item{m: handoff.Message{ID: id, Class: "mail"}, src: fromSubmit}); err != nil {
 		t.Fatal(err)
 	}
 }

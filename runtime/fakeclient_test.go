@@ -185,7 +185,7 @@ func (s *fakeSource) Next(ctx context.Context) (kclient.Record, bool) {
 	return r, true
 }
 
-func (s *fakeSource) More() bool { return len(s.recs) > 0 }
+func (s *fakeSource) Ready() int { return len(s.recs) }
 
 func (s *fakeSource) Close() {}
 

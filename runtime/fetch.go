@@ -6,7 +6,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
 )
 
@@ -42,14 +41,13 @@ func (f *feeder) feed(topic string) fetchFunc {
 
 // fetch reads one partition from src and hands its records to the
 // class's pool: the record Next waited for and those ready behind it
-// (src.More), up to fetchBatch, in one [pool.Pool.SubmitBatch]. Each
+// (src.Ready), up to fetchBatch, in one [pool.Pool.SubmitBatch]. Each
 // record is taken only while the class may fetch, as if handed on one by
 // one. A full pool makes it wait, which pushes back on this partition
 // only.
 func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.Source, caughtUpCh chan<- struct{}) {
 	defer src.Close()
 	caughtUp := false
-	recs := make([]kclient.Record, 0, fetchBatch)
 	batch := make([]*item, 0, fetchBatch)
 	ids := kafkaIDs{prefix: tr.idPrefix}
 	var fetched uint64 // records, for the timing sample (see sample)
@@ -61,20 +59,19 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 		if !ok {
 			return
 		}
-		recs = append(recs[:0], rec)
-		for len(recs) < fetchBatch && src.More() && f.openFunc(c) {
+		// One clock read per batch: its records were ready together.
+		seen := int64(time.Since(f.epoch)) // Runtime.mono's clock
+		sl := newSlab(1+min(src.Ready(), fetchBatch-1), stamp{mono: seen, wall: f.epoch.Add(time.Duration(seen))})
+		batch = append(batch[:0], f.item(c, tr, &ids, &sl, &rec, &fetched))
+		last := rec.Offset+1 >= rec.HighWatermark
+		for sl.left() && src.Ready() > 0 && f.openFunc(c) {
 			more, ok := src.Next(ctx)
 			if !ok {
 				break
 			}
-			recs = append(recs, more)
+			batch = append(batch, f.item(c, tr, &ids, &sl, &more, &fetched))
+			last = more.Offset+1 >= more.HighWatermark
 		}
-		// One clock read per batch: its records were ready together.
-		seen := int64(time.Since(f.epoch)) // Runtime.mono's clock
-		at := stamp{mono: seen, wall: f.epoch.Add(time.Duration(seen))}
-		batch = f.items(c, tr, &ids, recs, at, &fetched, batch[:0])
-		last := recs[len(recs)-1].Offset+1 >= recs[len(recs)-1].HighWatermark
-		clear(recs) // the records' bytes are the envelopes' now
 		n, err := c.pool.SubmitBatch(ctx, batch)
 		clear(batch)
 		if err != nil {
@@ -99,6 +96,26 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 // fetchBatch is the most records a fetch loop hands to its pool at once.
 const fetchBatch = 64
 
+// slab is the items of one batch of a fetch loop's records, envelopes
+// included, made in one allocation for as many records as were ready
+// together (at most fetchBatch), not one per record, and never recycled:
+// nothing refers to an item once its result is in, and a handler may
+// keep the envelope it is handed (see handoff.Message), which then keeps
+// its batch's items alive, and what they refer to. A batch cut short
+// (the class closed while it was taken) leaves the rest unused.
+type slab struct {
+	items []item
+	at    stamp // when the batch's records were ready
+}
+
+// newSlab returns the slab of a batch of n records ready at at.
+func newSlab(n int, at stamp) slab {
+	return slab{items: make([]item, n), at: at}
+}
+
+// left reports whether the slab has room for another record.
+func (s *slab) left() bool { return len(s.items) > 0 }
+
 // stamp is when a fetch loop's batch of records was ready: on
 // Runtime.mono's clock (the tracker's stamps) and as the messages'
 // FirstSeen. One clock read per batch.
@@ -107,33 +124,26 @@ type stamp struct {
 	wall time.Time
 }
 
-// items appends to out the items of a batch of records, their offsets
-// added to tr, fetched at at; fetched counts the partition's records for
-// the timing sample (see sample). The batch's items and envelopes are
-// made in one allocation each, not one per record and not recycled:
-// nothing refers to an item once its result is in, and a handler may
-// keep the envelope it is handed (see handoff.Message), which then keeps
-// its batch's envelopes alive, at most fetchBatch and what they refer to.
-// Each ID is carved from ids' blocks; Key, Value and Headers are the
-// record's.
-func (f *feeder) items(c *class, tr *tracker, ids *kafkaIDs, recs []kclient.Record, at stamp, fetched *uint64, out []*item) []*item {
-	its := make([]item, len(recs))
-	ms := make([]handoff.Message, len(recs))
-	for i := range recs {
-		rec, it, m := &recs[i], &its[i], &ms[i]
-		*fetched++
-		it.msg, it.src, it.tr, it.timed = m, fromKafka, tr, *fetched%sampleEvery == 1
-		// Field by field into the zero envelope: a composite literal
-		// would be built aside and copied in whole, zeros and all.
-		m.ID = ids.id(rec.Offset)
-		m.Class = c.cfg.Name
-		m.Key, m.Value, m.Headers = rec.Key, rec.Value, rec.Headers
-		m.Origin.Topic, m.Origin.Partition, m.Origin.Offset = tr.topic, tr.partition, rec.Offset
-		m.Timestamp, m.FirstSeen = rec.Time, at.wall
-		it.slot = tr.add(rec.Offset, at.mono)
-		out = append(out, it)
-	}
-	return out
+// item returns the item of record rec, from sl, which has room: its
+// offset added to tr, its ID carved from ids' blocks, its Key, Value and
+// Headers the record's; fetched counts the partition's records for the
+// timing sample (see sample). A direct call, so that rec stays on the
+// fetch loop's stack.
+func (f *feeder) item(c *class, tr *tracker, ids *kafkaIDs, sl *slab, rec *kclient.Record, fetched *uint64) *item {
+	it := &sl.items[0]
+	sl.items = sl.items[1:]
+	*fetched++
+	it.src, it.tr, it.timed = fromKafka, tr, *fetched%sampleEvery == 1
+	m := &it.m
+	// Field by field into the zero envelope: a composite literal would
+	// be built aside and copied in whole, zeros and all.
+	m.ID = ids.id(rec.Offset)
+	m.Class = c.cfg.Name
+	m.Key, m.Value, m.Headers = rec.Key, rec.Value, rec.Headers
+	m.Origin.Topic, m.Origin.Partition, m.Origin.Offset = tr.topic, tr.partition, rec.Offset
+	m.Timestamp, m.FirstSeen = rec.Time, sl.at.wall
+	it.slot = tr.add(rec.Offset, sl.at.mono)
+	return it
 }
 
 // kafkaIDPrefix returns "topic/partition/": a Kafka record's stable ID is

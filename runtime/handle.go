@@ -59,7 +59,7 @@ func (h *handling) handler(c *class) func(context.Context, *item) error {
 		// The handler is handed the item's envelope, which it may
 		// keep: the runtime writes no envelope a handler had (see
 		// item.own).
-		m := it.msg
+		m := it.env()
 		switch {
 		case sample(it):
 			return h.timedCall(ctx, c, m)
@@ -81,7 +81,7 @@ func (h *handling) handler(c *class) func(context.Context, *item) error {
 func (h *handling) before(ctx context.Context, c *class, it *item) (run bool, err error) {
 	c.hold.Starting(it)
 	if it.deferrable() {
-		if at, ok, err := deliverAt(it.msg); err != nil {
+		if at, ok, err := deliverAt(it.env()); err != nil {
 			return false, err // permanent: a dead letter
 		} else if ok && at.After(time.Now()) && h.cfg.sched.deferDelivery(c, it, at) {
 			return false, h.diverted(ctx, it)
@@ -175,12 +175,12 @@ func (h *handling) retry(c *class) func(*item, error) (time.Duration, bool) {
 		if x.firstFailed.IsZero() {
 			x.firstFailed = now
 		}
-		it.verdict, x.wait = c.cfg.Retry.decide(err, it.msg.Attempt, x.redeliveries, x.firstFailed, now, nil)
+		it.verdict, x.wait = c.cfg.Retry.decide(err, it.env().Attempt, x.redeliveries, x.firstFailed, now, nil)
 		if it.verdict == retryInPlace {
 			it.tellOutcome(OutcomeRetried, err, x.wait)
 			h.cfg.tally.inc(c, evRetried)
-			h.cfg.log.Debug("handler failed; retrying in place", "class", c.cfg.Name, "id", it.msg.ID,
-				"attempt", it.msg.Attempt, "wait", x.wait, "err", err)
+			h.cfg.log.Debug("handler failed; retrying in place", "class", c.cfg.Name, "id", it.env().ID,
+				"attempt", it.env().Attempt, "wait", x.wait, "err", err)
 			return x.wait, true
 		}
 		return 0, false
@@ -219,7 +219,7 @@ func (h *handling) result(c *class) func(*item, error) {
 func (h *handling) done(c *class, it *item) {
 	h.forget(c, it)
 	if c.cfg.Ordered {
-		c.keys.unblock(it.msg.Key, it.msg.ID)
+		c.keys.unblock(it.env().Key, it.env().ID)
 	}
 }
 

@@ -11,18 +11,19 @@ import (
 	"github.com/handoff-go/handoff/snapshot"
 )
 
-// item is what a pool carries: the message and its bookkeeping. What
-// only some messages need is in its itemExt, which a fetched message does
-// without until it fails. A queued message costs its item, its envelope,
+// item is what a pool carries: the message's envelope and its
+// bookkeeping, 256 bytes (one Go size class; the envelope is 192 of
+// them). What only some messages need is in its itemExt, which a fetched
+// message does without until it fails. A queued message costs its item,
 // its pool entry and its tracker slot besides its record's bytes (bench's
 // queued-memory measure).
 type item struct {
-	// msg is the message's envelope: what the handler is handed, and
-	// what the runtime saves. Once a handler may have it, the runtime
-	// never writes to it again: a change (a retry's Attempt) is made in
-	// a copy, see own. A fetched message's envelope and item come from
-	// their fetch loop's slabs (see slabs).
-	msg *handoff.Message
+	// m is the message's envelope as it came: what its first handler is
+	// handed, and what the runtime saves, until a change to the message
+	// (a retry's Attempt) makes a copy (see own). Once a handler may have
+	// an envelope, the runtime never writes to it again. Read the
+	// envelope through env.
+	m   handoff.Message
 	src source
 	// timed is set by a fetched message's fetch loop for one message in
 	// sampleEvery: its handler calls are timed (see sample).
@@ -54,6 +55,10 @@ type item struct {
 // attempt does not need: where a stored message's record is, the failure
 // history, a parked key's release.
 type itemExt struct {
+	// msg, when set, is the message's envelope since it changed (see
+	// own): m stays as the handlers before saw it.
+	msg *handoff.Message
+
 	// key of the record the message came from (fromPending, fromDead).
 	key        uint64
 	delayedKey snapshot.DelayedKey
@@ -70,15 +75,24 @@ type itemExt struct {
 	relGen  uint64
 }
 
+// env returns the message's current envelope: what a handler is handed
+// and what the runtime saves.
+func (it *item) env() *handoff.Message {
+	if it.x != nil && it.x.msg != nil {
+		return it.x.msg
+	}
+	return &it.m
+}
+
 // own returns the item's envelope to write in: a copy of the one the
 // handlers were handed, which stays as they saw it (a handler may keep
 // its *Message, see handoff.Message). The retry's Attempt and the hold's
 // Uncount write through it: one allocation per failed attempt, none per
 // delivery.
 func (it *item) own() *handoff.Message {
-	m := *it.msg
-	it.msg = &m
-	return it.msg
+	m := *it.env()
+	it.ext().msg = &m
+	return &m
 }
 
 // ext returns the item's itemExt to write in, making it on first use.
@@ -104,9 +118,9 @@ func (it *item) extOrZero() itemExt {
 // or stored message's key is copied: a Submit caller's bytes are its own.
 func itemKey(it *item) string {
 	if it.src == fromKafka {
-		return unsafe.String(unsafe.SliceData(it.msg.Key), len(it.msg.Key))
+		return unsafe.String(unsafe.SliceData(it.env().Key), len(it.env().Key))
 	}
-	return string(it.msg.Key)
+	return string(it.env().Key)
 }
 
 // HoldMark returns the item's part in its class's hold.
@@ -148,7 +162,7 @@ func (s source) persisted() bool { return s >= fromPending }
 // unstarted at a stop before its header was looked at). A delayed,
 // parked or requeued message has passed that check already.
 func (it *item) deferrable() bool {
-	return it.src == fromKafka || it.src == fromPending && it.msg.Origin.IsKafka()
+	return it.src == fromKafka || it.src == fromPending && it.env().Origin.IsKafka()
 }
 
 // settle marks a Kafka message's offset done or persisted in its
@@ -209,7 +223,7 @@ const (
 // record returns the item as a state-file record.
 func (it *item) record(reason string, err error, now time.Time) snapshot.Record {
 	x := it.extOrZero()
-	rec := snapshot.Record{Message: *it.msg, Reason: reason, SavedAt: now, FirstFailed: x.firstFailed, Redeliveries: x.redeliveries}
+	rec := snapshot.Record{Message: *it.env(), Reason: reason, SavedAt: now, FirstFailed: x.firstFailed, Redeliveries: x.redeliveries}
 	if err != nil {
 		rec.Err = err.Error()
 	}
@@ -219,5 +233,5 @@ func (it *item) record(reason string, err error, now time.Time) snapshot.Record 
 // fromRecord makes an item of a stored record.
 func fromRecord(rec snapshot.Record, src source) *item {
 	m := rec.Message
-	return &item{msg: &m, src: src, x: &itemExt{firstFailed: rec.FirstFailed, redeliveries: rec.Redeliveries}}
+	return &item{m: m, src: src, x: &itemExt{firstFailed: rec.FirstFailed, redeliveries: rec.Redeliveries}}
 }

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/pool"
 	"github.com/handoff-go/handoff/runtime/internal/deletes"
 	"github.com/handoff-go/handoff/snapshot"
@@ -59,7 +58,7 @@ func TestOrderedKeysParkAndRelease(t *testing.T) {
 				return errDiverted
 			}
 			mu.Lock()
-			ran = append(ran, it.msg.ID)
+			ran = append(ran, it.env().ID)
 			mu.Unlock()
 			return nil
 		},
@@ -70,7 +69,7 @@ func TestOrderedKeysParkAndRelease(t *testing.T) {
 				}
 			}
 			if err == nil {
-				k.unblock(it.msg.Key, it.msg.ID)
+				k.unblock(it.env().Key, it.env().ID)
 			}
 			if x := it.x; x != nil && x.release != nil {
 				x.release.Done()
@@ -85,8 +84,8 @@ func TestOrderedKeysParkAndRelease(t *testing.T) {
 	rel.open()
 
 	msg := func(id, key string) *item {
-		it := &item{src: fromSubmit, msg: new(handoff.Message)}
-		it.msg.ID, it.msg.Key, it.msg.Class = id, []byte(key), "orders"
+		it := &item{src: fromSubmit}
+		it.env().ID, it.env().Key, it.env().Class = id, []byte(key), "orders"
 		return it
 	}
 	k.block(msg("first", "a"))

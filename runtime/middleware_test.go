@@ -416,7 +416,7 @@ func BenchmarkHandlerChain(b *testing.B) {
 			}
 			c := rt.classes.byName["c"]
 			h, res := rt.handling.handler(c), rt.handling.result(c)
-			it := &item{msg: &handoff.Message{ID: "x", Class: "c"}, src: fromSubmit}
+			it := &item{m: handoff.Message{ID: "x", Class: "c"}, src: fromSubmit}
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {

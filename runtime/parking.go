@@ -62,12 +62,12 @@ func newOrderedKeys(cfg keysConfig) *orderedKeys {
 func (k *orderedKeys) gate(it *item) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	st := k.keys[string(it.msg.Key)]
+	st := k.keys[string(it.env().Key)]
 	switch {
 	case st == nil:
 		return true
 	case st.blocker != "":
-		if it.msg.ID == st.blocker {
+		if it.env().ID == st.blocker {
 			return true // the blocker's own redelivery or requeue
 		}
 	case st.releasing:
@@ -81,11 +81,11 @@ func (k *orderedKeys) gate(it *item) bool {
 		return false
 	}
 	rec := it.record(reasonParked, nil, time.Now())
-	if !k.cfg.state.moveNow(it, "park message", func(tx *snapshot.Tx) error { return tx.Park(k.cfg.class, it.msg.Key, rec) }) {
+	if !k.cfg.state.moveNow(it, "park message", func(tx *snapshot.Tx) error { return tx.Park(k.cfg.class, it.env().Key, rec) }) {
 		return true // could not park: run it rather than lose its place
 	}
 	k.cfg.counts.inc(evParked)
-	k.lines.parked(k.cfg.log, k.cfg.class, it.msg.Key, it.msg.ID, st.blocker)
+	k.lines.parked(k.cfg.log, k.cfg.class, it.env().Key, it.env().ID, st.blocker)
 	return false
 }
 
@@ -94,12 +94,12 @@ func (k *orderedKeys) gate(it *item) bool {
 func (k *orderedKeys) block(it *item) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	st := k.keys[string(it.msg.Key)]
+	st := k.keys[string(it.env().Key)]
 	if st == nil {
 		st = &keyState{}
-		k.keys[string(it.msg.Key)] = st
+		k.keys[string(it.env().Key)] = st
 	}
-	st.blocker, st.releasing = strings.Clone(it.msg.ID), false
+	st.blocker, st.releasing = strings.Clone(it.env().ID), false
 }
 
 // unblock is called when an ordered class's message id of key is done or
@@ -206,8 +206,8 @@ func (k *orderedKeys) releasable(key []byte) ([]snapshot.ParkedEntry, error) {
 func (k *orderedKeys) blockIfReleasing(it *item) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if st := k.keys[string(it.msg.Key)]; st != nil && st.releasing && st.blocker == "" {
-		st.blocker, st.releasing = strings.Clone(it.msg.ID), false
+	if st := k.keys[string(it.env().Key)]; st != nil && st.releasing && st.blocker == "" {
+		st.blocker, st.releasing = strings.Clone(it.env().ID), false
 	}
 }
 

@@ -217,7 +217,7 @@ func (v *recovery) blockSaved(rep *Report) error {
 		if c == nil || !c.cfg.Ordered || !v.wants(&rec) {
 			return
 		}
-		c.keys.block(&item{msg: &rec.Message})
+		c.keys.block(&item{m: rec.Message})
 	}
 	for after := uint64(0); ; {
 		var page []snapshot.Entry

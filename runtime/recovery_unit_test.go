@@ -43,7 +43,7 @@ func TestRecoveryRun(t *testing.T) {
 	p, err := pool.New(pool.Config[*item]{Name: "orders", Workers: 1, QueueSize: 16, Ordered: true, KeyFunc: itemKey,
 		Handler: func(_ context.Context, it *item) error {
 			mu.Lock()
-			ran = append(ran, it.msg.ID)
+			ran = append(ran, it.env().ID)
 			mu.Unlock()
 			return nil
 		}})

@@ -131,7 +131,7 @@ func (rs *restorer) revoked(p kclient.Partition) {
 		if it.src != fromPending {
 			return false
 		}
-		t, q, ok := l.routeMsg(it.msg)
+		t, q, ok := l.routeMsg(it.env())
 		return ok && t == p.Topic && int(q) == p.Partition
 	}
 	for _, c := range rs.order {

@@ -297,7 +297,7 @@ func (r *Runtime) Submit(ctx context.Context, class string, m *handoff.Message) 
 	if err != nil {
 		return err
 	}
-	if err := c.pool.Submit(ctx, &item{msg: &msg, src: fromSubmit}); err != nil {
+	if err := c.pool.Submit(ctx, &item{m: msg, src: fromSubmit}); err != nil {
 		if errors.Is(err, pool.ErrStopped) {
 			return ErrNotRunning
 		}

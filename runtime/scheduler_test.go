@@ -34,7 +34,7 @@ func TestSchedulerDueOrder(t *testing.T) {
 		p, err := pool.New(pool.Config[*item]{Name: "jobs", Workers: 2, QueueSize: 16,
 			Handler: func(_ context.Context, it *item) error {
 				mu.Lock()
-				got = append(got, delivery{it.msg.ID, time.Since(start)})
+				got = append(got, delivery{it.env().ID, time.Since(start)})
 				mu.Unlock()
 				return nil
 			},

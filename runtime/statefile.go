@@ -158,13 +158,13 @@ func (f *stateFile) write(run func(func(*snapshot.Tx) error) error, it *item, wh
 		// Saved to the file but not to the changelog: the message is
 		// kept, and settled once the changelog has the write.
 		f.log.Warn("state file write not written to the changelog; offset stays uncommitted until it is", "op", what,
-			"class", it.msg.Class, "id", it.msg.ID, "err", err)
+			"class", it.env().Class, "id", it.env().ID, "err", err)
 		f.awaitChangelog(f.settleFunc(it))
 		return true
 	}
 	if err != nil {
 		f.log.Error("state file write failed; offset stays uncommitted", "op", what,
-			"class", it.msg.Class, "id", it.msg.ID, "err", err)
+			"class", it.env().Class, "id", it.env().ID, "err", err)
 		it.unsaved = true
 		return false
 	}
@@ -205,7 +205,7 @@ func (f *stateFile) testWriteErr(op string, it *item) error {
 func (f *stateFile) logErr(what string, it *item, err error) {
 	if err != nil {
 		f.log.Error("state file write failed; the message may run again after a restart", "op", what,
-			"class", it.msg.Class, "id", it.msg.ID, "err", err)
+			"class", it.env().Class, "id", it.env().ID, "err", err)
 	}
 }
 

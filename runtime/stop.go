@@ -194,7 +194,7 @@ func (s *runState) hardStop(grace time.Duration, cause error) []any {
 // pools.
 func (s *runState) keep(its []*item, reason string) {
 	for _, it := range its {
-		if c := s.r.classes.byName[it.msg.Class]; c != nil {
+		if c := s.r.classes.byName[it.env().Class]; c != nil {
 			c.hold.Uncount(it)
 		}
 		s.r.handling.leftPool(it)
@@ -289,7 +289,7 @@ func (s *runState) snapshot() []any {
 				// Schedule replaces the record of an ID whose message is
 				// in a pool (a recurring job rescheduling itself): then
 				// the message has no record left and is saved anew.
-				key, ok, err := tx.DelayedKeyOf(l.it.msg.ID)
+				key, ok, err := tx.DelayedKeyOf(l.it.env().ID)
 				if err != nil {
 					return err
 				}

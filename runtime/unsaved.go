@@ -40,7 +40,7 @@ type unsavedMsg struct {
 func (f *failures) keep(c *class, it *item, err error) {
 	f.cfg.tally.inc(c, evHeld)
 	f.cfg.log.Error("submitted message kept in memory until the state file takes it; it is saved at the stop if it never does",
-		"class", c.cfg.Name, "id", it.msg.ID, "err", err)
+		"class", c.cfg.Name, "id", it.env().ID, "err", err)
 	if c.cfg.Ordered {
 		c.keys.block(it)
 	}
@@ -90,7 +90,7 @@ func (f *failures) retryUnsaved(ctx context.Context) {
 			}
 			for _, m := range u.take() {
 				if f.save(m.c, m.it, m.err) {
-					f.cfg.log.Info("held message saved", "class", m.c.cfg.Name, "id", m.it.msg.ID, "tries", m.tries+1)
+					f.cfg.log.Info("held message saved", "class", m.c.cfg.Name, "id", m.it.env().ID, "tries", m.tries+1)
 					continue
 				}
 				m.tries++

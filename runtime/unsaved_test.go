@@ -128,7 +128,7 @@ func TestUnsavedBlocksItsKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		rt.state.beforeWrite = func(_ string, it *item) error {
-			if it.msg.ID == "first" && failing.Load() {
+			if it.env().ID == "first" && failing.Load() {
 				return errDiskFull
 			}
 			return nil

@@ -668,7 +668,7 @@ func (q *franzQueue) drop() (paused bool) {
 	return paused
 }
 
-func (q *franzQueue) More() bool { return len(q.taken) > 0 }
+func (q *franzQueue) Ready() int { return len(q.taken) }
 
 func (q *franzQueue) Next(ctx context.Context) (Record, bool) {
 	for len(q.taken) == 0 {

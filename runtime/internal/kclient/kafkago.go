@@ -242,7 +242,7 @@ type kafkaGoSource struct {
 	log    *slog.Logger
 }
 
-func (s *kafkaGoSource) More() bool { return len(s.recs) > 0 }
+func (s *kafkaGoSource) Ready() int { return len(s.recs) }
 
 func (s *kafkaGoSource) Next(ctx context.Context) (Record, bool) {
 	select {

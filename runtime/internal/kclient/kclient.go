@@ -93,9 +93,9 @@ type Source interface {
 	// Next returns the partition's next record, blocking until there is
 	// one; false once ctx ended or the partition was taken away.
 	Next(ctx context.Context) (Record, bool)
-	// More reports whether Next has a record at once, without blocking.
-	// Called only by the goroutine that calls Next.
-	More() bool
+	// Ready reports how many records Next has at once, without
+	// blocking. Called only by the goroutine that calls Next.
+	Ready() int
 	// Close ends the source once the fetch loop is done with it. It does
 	// not block: what is still closing is joined by [Client.Close].
 	Close()
