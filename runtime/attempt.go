@@ -219,6 +219,11 @@ func (it *item) begin(ctx context.Context) context.Context {
 
 // tellOutcome tells the callbacks of it's attempt, if any, its outcome.
 func (it *item) tellOutcome(kind OutcomeKind, err error, wait time.Duration) {
+	// A load first: most items had no attempt (a class without
+	// middleware), and a load costs less than a swap.
+	if it.attempt.Load() == nil {
+		return
+	}
 	a := it.attempt.Swap(nil)
 	if a == nil {
 		return
