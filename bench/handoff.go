@@ -14,6 +14,10 @@ import (
 	hrt "github.com/handoff-go/handoff/runtime"
 )
 
+// recycleMessages is -recycle-messages: every runtime class's
+// Class.RecycleMessages.
+var recycleMessages bool
+
 // runHandoff consumes s's topics with the runtime, one class per entry
 // of s.classes (with s.rental, examples/rental's classes instead), until the group's commit covers all n; it calls m.end
 // then and shuts the runtime down.
@@ -91,6 +95,9 @@ func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
 			c.Handler, c.BatchHandler, c.MaxBatch, c.MaxWait = nil, bh, s.maxBatch, batchWait
 		}
 		cfg.Classes = append(cfg.Classes, c)
+	}
+	for i := range cfg.Classes {
+		cfg.Classes[i].RecycleMessages = recycleMessages
 	}
 	rt, err := hrt.New(cfg)
 	if err != nil {

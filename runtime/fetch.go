@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -61,7 +62,7 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 		}
 		// One clock read per batch: its records were ready together.
 		seen := int64(time.Since(f.epoch)) // Runtime.mono's clock
-		sl := newSlab(1+min(src.Ready(), fetchBatch-1), stamp{mono: seen, wall: f.epoch.Add(time.Duration(seen))})
+		sl := c.slab(tr, 1+min(src.Ready(), fetchBatch-1), stamp{mono: seen, wall: f.epoch.Add(time.Duration(seen))})
 		batch = append(batch[:0], f.item(c, tr, &ids, &sl, &rec, &fetched))
 		last := rec.Offset+1 >= rec.HighWatermark
 		for sl.left() && src.Ready() > 0 && f.openFunc(c) {
@@ -72,6 +73,7 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 			batch = append(batch, f.item(c, tr, &ids, &sl, &more, &fetched))
 			last = more.Offset+1 >= more.HighWatermark
 		}
+		sl.handOut(len(batch))
 		n, err := c.pool.SubmitBatch(ctx, batch)
 		clear(batch)
 		if err != nil {
@@ -98,23 +100,136 @@ const fetchBatch = 64
 
 // slab is the items of one batch of a fetch loop's records, envelopes
 // included, made in one allocation for as many records as were ready
-// together (at most fetchBatch), not one per record, and never recycled:
-// nothing refers to an item once its result is in, and a handler may
-// keep the envelope it is handed (see handoff.Message), which then keeps
-// its batch's items alive, and what they refer to. A batch cut short
+// together (at most fetchBatch), not one per record. A batch cut short
 // (the class closed while it was taken) leaves the rest unused.
+//
+// A slab is not recycled unless its class recycles its messages
+// (Class.RecycleMessages, see recycled): otherwise nothing refers to an
+// item once its result is in, but a handler may keep the envelope it is
+// handed (see handoff.Message), which then keeps its batch's items
+// alive, and what they refer to.
 type slab struct {
 	items []item
-	at    stamp // when the batch's records were ready
+	head  *batchHead // what its items share
+	at    stamp      // when the batch's records were ready
 }
 
-// newSlab returns the slab of a batch of n records ready at at.
-func newSlab(n int, at stamp) slab {
-	return slab{items: make([]item, n), at: at}
+// newSlab returns the slab of a batch of n records of tr's partition
+// ready at at, of a class that does not recycle its messages.
+func newSlab(tr *tracker, n int, at stamp) slab {
+	return slab{items: make([]item, n), head: &tr.shared, at: at}
+}
+
+// slab returns the slab of a batch of n records of tr's partition ready
+// at at: a recycled one (at most recycledLen items) if the class recycles
+// its messages and the batch has at least recycledMin records; a smaller
+// batch has a slab of its own size, which is not recycled, so that a
+// queued message never holds a 16 KiB slab nearly alone.
+func (c *class) slab(tr *tracker, n int, at stamp) slab {
+	if c.slabs == nil || n < recycledMin {
+		return newSlab(tr, n, at)
+	}
+	rs := c.slabs.get()
+	rs.head.tr = tr
+	return slab{items: rs.items[:min(n, recycledLen)], head: &rs.head, at: at}
+}
+
+// handOut tells a recycled slab how many of its items its batch hands to
+// the pool, before it does: each of them is given back by recycle once it
+// is done. An item never handed out, or never done (failed, parked,
+// handed back at a stop), keeps its slab from being recycled: the
+// garbage collector takes it instead.
+func (s *slab) handOut(n int) {
+	if s.head.rs != nil {
+		s.head.out.Store(int32(n))
+	}
 }
 
 // left reports whether the slab has room for another record.
 func (s *slab) left() bool { return len(s.items) > 0 }
+
+// batchHead is what the items of a fetch batch share: their partition's
+// tracker and, in a recycled slab, the count of its items still out. The
+// batches of a class that does not recycle share their tracker's
+// (tracker.shared).
+type batchHead struct {
+	tr *tracker
+	// rs is the recycled slab this head is part of, nil for a tracker's.
+	rs *recycled
+	// out counts rs's items handed to the pool and not yet done.
+	out atomic.Int32
+}
+
+// recycled is a slab of a class that recycles its messages
+// (Class.RecycleMessages): 63 items and their head in one 16 KiB object
+// (a Go size class), kept on its class's free list (class.slabs) once
+// all of its items handed out are done, and reused for a later batch.
+type recycled struct {
+	head  batchHead
+	free  *freeSlabs // its class's
+	items [recycledLen]item
+}
+
+const (
+	// recycledLen is the items of a recycled slab: as many as fit in 16
+	// KiB beside its head.
+	recycledLen = 63
+	// recycledMin is the fewest records a batch of a recycling class
+	// takes a recycled slab for.
+	recycledMin = 16
+)
+
+// freeSlabs is a class's free list of recycled slabs: a bounded one,
+// which the garbage collector does not empty (as it does a sync.Pool),
+// so that a class at its steady rate makes no slab; a slab done while the
+// list is full is left to the collector.
+type freeSlabs struct {
+	ch chan *recycled
+}
+
+// newFreeSlabs returns the free list of a class with room for
+// queueSize+workers messages in its pool: room for as many slabs as
+// those messages fill, and two more.
+func newFreeSlabs(queueSize, workers int) *freeSlabs {
+	return &freeSlabs{ch: make(chan *recycled, 2+(queueSize+workers+recycledLen-1)/recycledLen)}
+}
+
+// get returns a cleared slab from the list, or a new one.
+func (f *freeSlabs) get() *recycled {
+	select {
+	case rs := <-f.ch:
+		return rs
+	default:
+		rs := &recycled{free: f}
+		rs.head.rs = rs
+		return rs
+	}
+}
+
+// put keeps cleared slab rs for a later batch, if there is room.
+func (f *freeSlabs) put(rs *recycled) {
+	select {
+	case f.ch <- rs:
+	default:
+	}
+}
+
+// recycle gives a done message's item back to its recycled slab, if it
+// has one: the last of the slab's items handed out clears the slab,
+// dropping what its items referred to, and puts it on its class's free
+// list. Nothing may use the item, nor the envelope it held, after.
+func (it *item) recycle() {
+	h := it.head
+	if h == nil || h.rs == nil {
+		return
+	}
+	if h.out.Add(-1) == 0 {
+		rs := h.rs
+		clear(rs.items[:])
+		rs.head.tr = nil
+		rs.free.put(rs)
+	}
+}
 
 // stamp is when a fetch loop's batch of records was ready: on
 // Runtime.mono's clock (the tracker's stamps) and as the messages'
@@ -133,7 +248,7 @@ func (f *feeder) item(c *class, tr *tracker, ids *kafkaIDs, sl *slab, rec *kclie
 	it := &sl.items[0]
 	sl.items = sl.items[1:]
 	*fetched++
-	it.src, it.tr, it.timed = fromKafka, tr, *fetched%sampleEvery == 1
+	it.src, it.head, it.timed = fromKafka, sl.head, *fetched%sampleEvery == 1
 	m := &it.m
 	// Field by field into the zero envelope: a composite literal would
 	// be built aside and copied in whole, zeros and all.

@@ -460,7 +460,7 @@ func (r *Runtime) newConsumer() *consumer {
 // trackers mine reports out of the pools and gives them back (abandon):
 // a revocation's. It returns how many.
 func (r *Runtime) giveBack(mine func(*tracker) bool) int {
-	match := func(it *item) bool { return it.isKafka() && mine(it.tr) }
+	match := func(it *item) bool { return it.isKafka() && mine(it.tracker()) }
 	given := 0
 	for _, c := range r.classes.order {
 		if len(c.cfg.Topics) == 0 {

@@ -211,6 +211,9 @@ func (h *handling) result(c *class) func(*item, error) {
 			}
 		}
 		h.leftPool(it)
+		if err == nil {
+			it.recycle() // last: nothing uses it after
+		}
 	}
 }
 
@@ -243,7 +246,7 @@ func (h *handling) leftPool(it *item) {
 func (h *handling) forget(c *class, it *item) {
 	switch it.src {
 	case fromKafka:
-		it.tr.settle(it.slot)
+		it.tracker().settle(it.slot)
 	case fromPending:
 		h.cfg.deletes.Pending(it.extOrZero().key)
 	case fromDelayed:

@@ -37,8 +37,10 @@ type item struct {
 	// diverted is set when the handler wrapper saved the message
 	// elsewhere instead of running it; see Runtime.diverted.
 	diverted atomic.Bool
-	// tr and slot place a Kafka message in its partition's tracker.
-	tr   *tracker
+	// head is what a fetched message shares with its batch: its
+	// partition's tracker (see tracker) and, in a class that recycles its
+	// messages, its slab (see recycle). slot places it in the tracker.
+	head *batchHead
 	slot slot
 	// hold is the message's part in its class's outage detection and
 	// suspension (package runtime/internal/hold).
@@ -73,6 +75,15 @@ type itemExt struct {
 	// failed, or parked again. It belongs to release relGen of its key.
 	release *sync.WaitGroup
 	relGen  uint64
+}
+
+// tracker returns a fetched message's partition tracker, nil for
+// another message.
+func (it *item) tracker() *tracker {
+	if it.head == nil {
+		return nil
+	}
+	return it.head.tr
 }
 
 // env returns the message's current envelope: what a handler is handed
@@ -169,7 +180,7 @@ func (it *item) deferrable() bool {
 // tracker, so the commit may pass it; other messages have no offset.
 func (it *item) settle() {
 	if it.src == fromKafka {
-		it.tr.settle(it.slot)
+		it.tracker().settle(it.slot)
 	}
 }
 

@@ -107,7 +107,8 @@ func TestHandlerKeepsMessages(t *testing.T) {
 // sync.Pool, the handler handed a copy of its message of its own, one
 // allocation per delivery), "batch" today's (the items and envelopes of
 // a batch of fetchBatch records made in one allocation each, the handler
-// handed the envelope). Each iteration makes the item of one record (a
+// handed the envelope), "recycled" a class with RecycleMessages (the
+// batch's slab reused once its messages are done). Each iteration makes the item of one record (a
 // batch's share), hands its message to a handler that keeps it, and
 // settles it. Run it with
 //
@@ -133,7 +134,7 @@ func BenchmarkDelivery(b *testing.B) {
 			it.m = handoff.Message{ID: ids.id(off), Class: c.cfg.Name, Key: key, Value: value,
 				Origin:    handoff.Origin{Topic: tr.topic, Partition: tr.partition, Offset: off},
 				FirstSeen: r.epoch.Add(time.Duration(seen))}
-			it.src, it.tr = fromKafka, tr
+			it.src, it.head = fromKafka, &tr.shared
 			it.slot = tr.add(off, seen)
 			m := it.m
 			if err := c.cfg.Handler(context.Background(), &m); err != nil {
@@ -157,13 +158,46 @@ func BenchmarkDelivery(b *testing.B) {
 			// One record per iteration, in batches of fetchBatch.
 			if !sl.left() {
 				seen := r.mono()
-				sl = newSlab(fetchBatch, stamp{mono: seen, wall: r.epoch.Add(time.Duration(seen))})
+				sl = newSlab(tr, fetchBatch, stamp{mono: seen, wall: r.epoch.Add(time.Duration(seen))})
 			}
 			it := f.item(c, tr, &ids, &sl, &kclient.Record{Offset: off, Key: key, Value: value}, &fetched)
 			if err := c.cfg.Handler(context.Background(), it.env()); err != nil {
 				b.Fatal(err)
 			}
 			it.settle()
+			off++
+		}
+	})
+	b.Run("recycled", func(b *testing.B) {
+		// Class.RecycleMessages: the batch's slab comes from the class's
+		// free list and goes back once its messages are done. The
+		// handler keeps nothing.
+		c := &class{cfg: Class{Name: "orders", Handler: func(context.Context, *handoff.Message) error { return nil }},
+			slabs: newFreeSlabs(64, 8)}
+		f := &feeder{epoch: r.epoch}
+		tr := newTracker("orders", 3, 0)
+		ids := kafkaIDs{prefix: tr.idPrefix}
+		var fetched uint64
+		var sl slab
+		batch := make([]*item, 0, recycledLen)
+		b.ReportAllocs()
+		var off int64
+		for b.Loop() {
+			if !sl.left() {
+				for _, it := range batch {
+					it.recycle()
+				}
+				batch = batch[:0]
+				seen := r.mono()
+				sl = c.slab(tr, fetchBatch, stamp{mono: seen, wall: r.epoch.Add(time.Duration(seen))})
+				sl.handOut(len(sl.items))
+			}
+			it := f.item(c, tr, &ids, &sl, &kclient.Record{Offset: off, Key: key, Value: value}, &fetched)
+			if err := c.cfg.Handler(context.Background(), it.env()); err != nil {
+				b.Fatal(err)
+			}
+			it.settle()
+			batch = append(batch, it)
 			off++
 		}
 	})
@@ -261,7 +295,7 @@ func TestDeliveryAllocs(t *testing.T) {
 	)
 	deliver := func() { // a batch of fetchBatch records
 		seen := r.mono()
-		sl := newSlab(fetchBatch, stamp{mono: seen, wall: r.epoch.Add(time.Duration(seen))})
+		sl := newSlab(tr, fetchBatch, stamp{mono: seen, wall: r.epoch.Add(time.Duration(seen))})
 		for sl.left() {
 			it := f.item(c, tr, &ids, &sl, &kclient.Record{Offset: off, Key: key, Value: value}, &fetched)
 			if err := c.cfg.Handler(context.Background(), it.env()); err != nil {
@@ -321,5 +355,9 @@ func TestItemKey(t *testing.T) {
 func TestItemSize(t *testing.T) {
 	if n := unsafe.Sizeof(item{}); n > 256 {
 		t.Errorf("item is %d bytes, want at most 256: move what a fetched message does not need on its first attempt to itemExt", n)
+	}
+	// A recycled slab is one object of the 16 KiB size class.
+	if n := unsafe.Sizeof(recycled{}); n > 16384 {
+		t.Errorf("recycled slab is %d bytes, want at most 16384: recycledLen is too large", n)
 	}
 }

@@ -143,6 +143,9 @@ type class struct {
 	// elsewhere (parked, deferred) instead of running: the pool counts
 	// them failed.
 	diverted atomic.Uint64
+	// slabs is the class's free list of recycled slabs when it recycles
+	// its messages (Class.RecycleMessages); nil otherwise.
+	slabs *freeSlabs
 }
 
 // New validates cfg and returns a Runtime ready to [Runtime.Run]. Every
@@ -175,6 +178,9 @@ func New(cfg Config) (*Runtime, error) {
 	var errs []error
 	for _, cc := range cfg.Classes {
 		c := &class{cfg: cc, index: len(r.classes.order)}
+		if cc.RecycleMessages {
+			c.slabs = newFreeSlabs(cc.QueueSize, cc.Workers)
+		}
 		// The chain first: whether a batch class has middleware decides
 		// its pool's shape. Its error is reported after the pool's.
 		var chainErr error

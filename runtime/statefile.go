@@ -179,7 +179,7 @@ func (f *stateFile) write(run func(func(*snapshot.Tx) error) error, it *item, wh
 // Kafka offset is settled, a delayed record is gone for the scheduler. It
 // keeps what it needs of it, not it: the item may be recycled before.
 func (f *stateFile) settleFunc(it *item) func() {
-	tr, slot := it.tr, it.slot
+	tr, slot := it.tracker(), it.slot
 	kafka := it.src == fromKafka
 	delayed := it.src == fromDelayed
 	key := it.extOrZero().delayedKey

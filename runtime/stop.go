@@ -236,7 +236,7 @@ func (it *item) isKafka() bool { return it.src == fromKafka }
 // and is counted abandoned in its tracker, so that a revoke does not wait
 // for it, and its ties to the pool end.
 func (r *Runtime) abandon(it *item) {
-	it.tr.abandoned.Add(1)
+	it.tracker().abandoned.Add(1)
 	r.handling.leftPool(it)
 }
 

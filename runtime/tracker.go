@@ -31,6 +31,9 @@ type tracker struct {
 	partition int
 	// idPrefix is the kafkaIDPrefix of the partition's records.
 	idPrefix string
+	// shared is what the partition's fetched items share when their
+	// class does not recycle them (see batchHead).
+	shared batchHead
 
 	// tail is the segment add appends to; the fetch loop's only.
 	tail *segment
@@ -87,6 +90,7 @@ type slot struct {
 func newTracker(topic string, partition int, start int64) *tracker {
 	s := new(segment)
 	t := &tracker{topic: topic, partition: partition, idPrefix: kafkaIDPrefix(topic, partition), tail: s, head: s, end: -1, committed: -1}
+	t.shared.tr = t
 	t.first.Store(-1)
 	t.lag.Store(-1)
 	t.groupCommitted.Store(-2)
