@@ -8,12 +8,14 @@ import (
 
 // Message is the source-independent envelope a handler receives.
 //
-// What a handler may keep: everything. The runtime never writes to a
-// Message it handed to a handler, its ID or the bytes of its Key, Value
-// and Headers after the handler returns (a retry is handed a copy with
-// Attempt+1); so a handler may keep m, or any field of it, for as long
-// as it likes (a dedup set of m.ID, a batch of *Message flushed later),
-// at the cost of the memory it keeps, which is more than its own bytes:
+// What a handler may keep: everything, unless its class recycles its
+// messages (runtime.Class.RecycleMessages; then see below). The runtime
+// never writes to a Message it handed to a handler, its ID or the bytes
+// of its Key, Value and Headers after the handler returns (a retry is
+// handed a copy with Attempt+1); so a handler may keep m, or any field of
+// it, for as long as it likes (a dedup set of m.ID, a batch of *Message
+// flushed later), at the cost of the memory it keeps, which is more than
+// its own bytes:
 //
 //   - The Messages of the records handed on together from one
 //     partition's fetch (at most 64) are allocated together, as the Kafka
@@ -36,6 +38,12 @@ import (
 // runtime.SetHeaders changes those of the Message it was handed, which
 // is the envelope the runtime saves, not those of Messages handed out
 // earlier.)
+//
+// In a class that recycles its messages, the runtime writes a later
+// message into the Message a handler was handed once that message is
+// done: nothing may keep the *Message (or a pointer into it) past the
+// call. Its fields stay valid: a copy of the struct (kept := *m), its ID
+// and the bytes of its Key, Value and Headers are never reused.
 //
 // A message that came from Kafka carries its [Origin] and the record's
 // Timestamp; one handed in with the runtime's Submit has a zero Origin

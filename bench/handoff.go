@@ -14,8 +14,8 @@ import (
 	hrt "github.com/handoff-go/handoff/runtime"
 )
 
-// recycleMessages is -recycle-messages: every runtime class's
-// Class.RecycleMessages.
+// recycleMessages is -recycle-messages: every runtime class recycles its
+// messages (Class.RecycleMessages). rental's classes do anyway.
 var recycleMessages bool
 
 // runHandoff consumes s's topics with the runtime, one class per entry
@@ -97,7 +97,7 @@ func runHandoff(ctx context.Context, s spec, m *meter) (timing, error) {
 		cfg.Classes = append(cfg.Classes, c)
 	}
 	for i := range cfg.Classes {
-		cfg.Classes[i].RecycleMessages = recycleMessages
+		cfg.Classes[i].RecycleMessages = cfg.Classes[i].RecycleMessages || recycleMessages
 	}
 	rt, err := hrt.New(cfg)
 	if err != nil {

@@ -102,7 +102,7 @@ func main() {
 	flag.IntVar(&cfg.batchWorkers, "batch-workers", 8, "workers (calls at once) of the heartbeats class, both sides")
 	flag.BoolVar(&cfg.changelogAB, "changelog-ab", false, "compare the runtime, no-op, with the state changelog (the default) and with LocalStateOnly, on both clients, -rounds interleaved rounds of -n messages")
 	flag.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "give up after this long")
-	flag.BoolVar(&recycleMessages, "recycle-messages", false, "the runtime's classes recycle their messages (Class.RecycleMessages), rental's included")
+	flag.BoolVar(&recycleMessages, "recycle-messages", false, "every runtime class recycles its messages (Class.RecycleMessages); rental's classes do anyway")
 	flag.Parse()
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) {

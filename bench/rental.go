@@ -16,7 +16,7 @@ const rentalPartitions = 4
 // rentalClasses is examples/rental's service (internal/rental) as its main runs it: its
 // class table (orders ordered, 8 workers, queue 64; users, 4 workers,
 // queue 32, delayed redeliveries; heartbeats a batch class of 64, MaxWait
-// 5ms, 4 calls, queue 256) with its own handlers, without simulated work,
+// 5ms, 4 calls, queue 256; each recycling its messages) with its own handlers, without simulated work,
 // failures or an effects file, and a metrics registry with the Go and
 // process collectors, as rental's main registers them. done is called
 // after each handled message.

@@ -341,7 +341,7 @@ func printRental(w io.Writer, sw sweepResult) {
 	if p == nil {
 		return
 	}
-	fmt.Fprintf(w, "\nexamples/rental's configuration: %d topics × %d partitions (orders, users, heartbeats), n=%d, no-op handlers; the runtime stacks run rental's classes (orders ordered, 8 workers, queue 64; users 4 workers, queue 32; heartbeats a batch class of 64, MaxWait 5ms, 4 calls, queue 256) with rental's own handlers (no work, no effects file) and a metrics registry with the Go and process collectors; the raw stacks as in the sweep:\n\n",
+	fmt.Fprintf(w, "\nexamples/rental's configuration: %d topics × %d partitions (orders, users, heartbeats), n=%d, no-op handlers; the runtime stacks run rental's classes (orders ordered, 8 workers, queue 64; users 4 workers, queue 32; heartbeats a batch class of 64, MaxWait 5ms, 4 calls, queue 256; each recycling its messages) with rental's own handlers (no work, no effects file) and a metrics registry with the Go and process collectors; the raw stacks as in the sweep:\n\n",
 		len(rental.Topics()), rentalPartitions, sw.n)
 	fmt.Fprintln(w, "| stack | msgs/s | vs its raw client | steady msgs/s | CPU µs/msg | CPU µs/msg above its raw client | allocs/msg | peak RSS MiB |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

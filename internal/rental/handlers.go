@@ -45,7 +45,9 @@ type Options struct {
 	// "<topic> <partition> <offset> <key>" per handled message, each with
 	// a single write.
 	EffectsPath string
-	// OnDone, if set, is called after each handled message.
+	// OnDone, if set, is called after each handled message, which it
+	// must not keep: the classes recycle their messages
+	// (runtime.Class.RecycleMessages).
 	OnDone func(m *handoff.Message)
 	// FailRate is the fraction of attempts that fail with a recoverable
 	// error (drawn per attempt), to exercise retries, redeliveries and
@@ -206,11 +208,14 @@ func (h *Service) Classes() []runtime.Class {
 	users.Redeliveries, users.RedeliveryDelay = 2, time.Second
 	beats := quick
 	beats.MaxAttempts = 2
+	// Every class recycles its messages: the handlers, and OnDone's
+	// callers (which keep an ID at most), keep no *Message past the call.
 	return []runtime.Class{
-		{Name: "orders", Topics: []string{TopicOrders}, Handler: h.handle, Workers: 8, QueueSize: 64, Ordered: true, Retry: orders},
-		{Name: "users", Topics: []string{TopicUsers}, Handler: h.handle, Workers: 4, QueueSize: 32, Retry: users},
+		{Name: "orders", Topics: []string{TopicOrders}, Handler: h.handle, Workers: 8, QueueSize: 64, Ordered: true, Retry: orders,
+			RecycleMessages: true},
+		{Name: "users", Topics: []string{TopicUsers}, Handler: h.handle, Workers: 4, QueueSize: 32, Retry: users, RecycleMessages: true},
 		{Name: "heartbeats", Topics: []string{TopicHeartbeats}, BatchHandler: h.handleBatch, MaxBatch: 64, MaxWait: 5 * time.Millisecond,
-			Workers: 4, QueueSize: 256, Retry: beats},
+			Workers: 4, QueueSize: 256, Retry: beats, RecycleMessages: true},
 	}
 }
 
