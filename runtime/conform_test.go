@@ -4,7 +4,9 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,13 +22,40 @@ import (
 // testClient is the Kafka client this run of the tests uses.
 func testClient() Client { return Client(testio.Client()) }
 
+// recycleEnv, set to anything, makes newRuntime set RecycleMessages on
+// every class: the package's tests then run every scenario (stops,
+// rebalances, failures, parking) with recycled envelopes, and those whose
+// handlers keep messages skip (see skipIfRecycled):
+//
+//	HANDOFF_TEST_RECYCLE=1 go test -race ./runtime/
+const recycleEnv = "HANDOFF_TEST_RECYCLE"
+
+// recycleAll reports whether recycleEnv is set.
+func recycleAll() bool { return os.Getenv(recycleEnv) != "" }
+
+// skipIfRecycled skips a test whose handler keeps its messages when
+// recycleEnv makes every class recycle them.
+func skipIfRecycled(t *testing.T) {
+	t.Helper()
+	if recycleAll() {
+		t.Skipf("%s is set: the classes recycle their messages, which this test's handler keeps", recycleEnv)
+	}
+}
+
 // newRuntime is New with the Config's Client set to the run's client
-// when the test left it empty. Tests call it instead of New (the
+// when the test left it empty (and every class recycling its messages
+// with recycleEnv). Tests call it instead of New (the
 // examples, which are documentation, call runtime.New and run on the
 // default client); TestTestsUseNewRuntime checks.
 func newRuntime(cfg Config) (*Runtime, error) {
 	if cfg.Client == "" {
 		cfg.Client = testClient()
+	}
+	if recycleAll() {
+		cfg.Classes = slices.Clone(cfg.Classes)
+		for i := range cfg.Classes {
+			cfg.Classes[i].RecycleMessages = true
+		}
 	}
 	return New(cfg)
 }
