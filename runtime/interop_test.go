@@ -238,7 +238,8 @@ func TestKcatRecords(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		handled[m.Origin.Offset]++
-		got[m.Origin.Offset] = m
+		kept := *m // a copy: the struct's fields stay valid when a class recycles its messages
+		got[m.Origin.Offset] = &kept
 		if len(handled) == int(next) {
 			close(all)
 		}
