@@ -189,10 +189,16 @@ type freeSlabs struct {
 
 // newFreeSlabs returns the free list of a class with room for
 // queueSize+workers messages in its pool: room for as many slabs as
-// those messages fill, and two more.
+// those messages fill, and freeSpare more (the batches its fetch loops
+// hold while the pool is full, slabs a retry keeps out), at most 128
+// KiB a class beyond what its pool holds.
 func newFreeSlabs(queueSize, workers int) *freeSlabs {
-	return &freeSlabs{ch: make(chan *recycled, 2+(queueSize+workers+recycledLen-1)/recycledLen)}
+	return &freeSlabs{ch: make(chan *recycled, freeSpare+(queueSize+workers+recycledLen-1)/recycledLen)}
 }
+
+// freeSpare is the room of a class's free list beyond the slabs its
+// pool's messages fill.
+const freeSpare = 8
 
 // get returns a cleared slab from the list, or a new one.
 func (f *freeSlabs) get() *recycled {

@@ -13,7 +13,7 @@ import (
 )
 
 // TestRecycleMessages runs classes that recycle their messages
-// (Class.RecycleMessages) over thousands of records, with retries in
+// (Class.RecycleMessages) over 6000 records, with retries in
 // place and dead letters: every handler call finds its envelope whole
 // (ID, Origin, Key and Value of one record, the Attempt of that call),
 // every record that is not a dead letter is done exactly once, and the
@@ -31,7 +31,7 @@ func TestRecycleMessages(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			const n = 3000
+			const n = 6000
 			b := setup(t, 3, "orders")
 			b.produce(n)
 			var (
@@ -118,6 +118,7 @@ func TestRecycleMessages(t *testing.T) {
 			}
 			// A slab of recycledLen envelopes serves many batches: far fewer
 			// envelopes than calls.
+			t.Logf("%d envelopes for %d calls", len(ptrs), len(done)+dead+n/50)
 			if calls := len(done) + dead + n/50; len(ptrs) > calls/2 {
 				t.Errorf("%d envelopes for %d handler calls: not recycled", len(ptrs), calls)
 			}
