@@ -109,9 +109,10 @@ func TestHandlerKeepsMessages(t *testing.T) {
 // allocation per delivery), "batch" today's (the items and envelopes of
 // a batch of fetchBatch records made in one allocation each, the handler
 // handed the envelope), "recycled" a class with RecycleMessages (the
-// batch's slab reused once its messages are done). Each iteration makes the item of one record (a
-// batch's share), hands its message to a handler that keeps it, and
-// settles it. Run it with
+// batch's slab reused once its messages are done). Each iteration makes
+// the item of one record (a batch's share), hands its message to a
+// handler (one that keeps it, but in "recycled") and settles it. Run it
+// with
 //
 //	go test -run='^$' -bench=Delivery -benchmem -count=5 ./runtime/
 func BenchmarkDelivery(b *testing.B) {
