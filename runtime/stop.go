@@ -327,6 +327,16 @@ func (s *runState) snapshot() []any {
 		for _, l := range fresh {
 			l.it.settle()
 		}
+	} else {
+		// Not saved: their offsets stay unsettled for Kafka to deliver
+		// again, and nothing settles them any more. Counted abandoned, so
+		// that the revoke at the leave does not wait RevokeTimeout for
+		// them (on kafka-go, past the stop).
+		for _, l := range fresh {
+			if l.it.isKafka() {
+				l.it.tracker().abandoned.Add(1)
+			}
+		}
 	}
 	if r.clog.on() {
 		r.clog.keepCheckpoints(nil)
