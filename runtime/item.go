@@ -184,6 +184,15 @@ func (it *item) settle() {
 	}
 }
 
+// abandon counts a fetched message's offset abandoned in its tracker: it
+// stays unsettled (Kafka delivers it again) and nothing will settle it,
+// so a revoke does not wait for it. It does nothing for another message.
+func (it *item) abandon() {
+	if it.src == fromKafka {
+		it.tracker().abandoned.Add(1)
+	}
+}
+
 // deleteSource removes, inside tx, the record the message came from.
 func (it *item) deleteSource(tx *snapshot.Tx) error {
 	switch it.src {

@@ -236,7 +236,7 @@ func (it *item) isKafka() bool { return it.src == fromKafka }
 // and is counted abandoned in its tracker, so that a revoke does not wait
 // for it, and its ties to the pool end.
 func (r *Runtime) abandon(it *item) {
-	it.tracker().abandoned.Add(1)
+	it.abandon()
 	r.handling.leftPool(it)
 }
 
@@ -333,9 +333,7 @@ func (s *runState) snapshot() []any {
 		// that the revoke at the leave does not wait RevokeTimeout for
 		// them (on kafka-go, past the stop).
 		for _, l := range fresh {
-			if l.it.isKafka() {
-				l.it.tracker().abandoned.Add(1)
-			}
+			l.it.abandon()
 		}
 	}
 	if r.clog.on() {
