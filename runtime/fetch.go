@@ -52,6 +52,7 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 	batch := make([]*item, 0, fetchBatch)
 	ids := kafkaIDs{prefix: tr.idPrefix}
 	var fetched uint64 // records, for the timing sample (see sample)
+	var spare []item   // the items the last batch's allocation had left (slab.rest)
 	for {
 		if !f.mayFetchFunc(ctx, c) { // suspended or paused
 			return
@@ -62,7 +63,7 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 		}
 		// One clock read per batch: its records were ready together.
 		seen := int64(time.Since(f.epoch)) // Runtime.mono's clock
-		sl := c.slab(tr, 1+min(src.Ready(), fetchBatch-1), stamp{mono: seen, wall: f.epoch.Add(time.Duration(seen))})
+		sl := c.slab(tr, 1+min(src.Ready(), fetchBatch-1), stamp{mono: seen, wall: f.epoch.Add(time.Duration(seen))}, spare)
 		batch = append(batch[:0], f.item(c, tr, &ids, &sl, &rec, &fetched))
 		last := rec.Offset+1 >= rec.HighWatermark
 		for sl.left() && src.Ready() > 0 && f.openFunc(c) {
@@ -74,6 +75,7 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 			last = more.Offset+1 >= more.HighWatermark
 		}
 		sl.handOut(len(batch))
+		spare = sl.rest()
 		n, err := c.pool.SubmitBatch(ctx, batch)
 		clear(batch)
 		if err != nil {
@@ -81,6 +83,12 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 			// before the first of them and Kafka delivers them again.
 			tr.abandoned.Add(int64(len(batch) - n))
 			return
+		}
+		if src.Ready() == 0 {
+			// Next will wait: the spare items would keep their
+			// allocation alive while it does, and with it the items
+			// handed out from it and the fetched records those refer to.
+			spare = nil
 		}
 		if last != caughtUp { // written on change only: the keeper reads it
 			caughtUp = last
@@ -99,39 +107,83 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 const fetchBatch = 64
 
 // slab is the items of one batch of a fetch loop's records, envelopes
-// included, made in one allocation for as many records as were ready
-// together (at most fetchBatch), not one per record. A batch cut short
-// (the class closed while it was taken) leaves the rest unused.
+// included: up to fetchBatch records, as many as were ready together.
 //
-// A slab is not recycled unless its class recycles its messages
-// (Class.RecycleMessages, see recycled): otherwise nothing refers to an
-// item once its result is in, but a handler may keep the envelope it is
-// handed (see handoff.Message), which then keeps its batch's items
-// alive, and what they refer to.
+// Those of a class that does not recycle its messages are made in few
+// allocations, not one per record. A batch of at least chunkMin records
+// takes first the items the fetch loop's last allocation had left
+// (rest), then makes chunkLen at a time, an allocation that nearly fills
+// its Go size class, and leaves what it did not take to the next batch
+// (the fetch loop drops them when it waits for records, see fetch). An
+// allocation of items, which hold pointers, carries an 8-byte header: 64
+// items, 16392 bytes, would be an 18432-byte object, 32 bytes an item
+// thrown away. A smaller batch makes as many as it may take. Such items are never recycled: nothing refers to an item once its
+// result is in, but a handler may keep the envelope it is handed (see
+// handoff.Message), which then keeps its allocation's items alive, and
+// what they refer to.
+//
+// A class that recycles its messages (Class.RecycleMessages, see
+// recycled) takes the batch's items from one recycled slab instead; a
+// batch cut short (the class closed while it was taken) leaves the rest
+// of it unused.
 type slab struct {
-	items []item
+	items []item     // the items not yet taken
+	n     int        // the records the batch may take
+	want  int        // the records the batch may still take
 	head  *batchHead // what its items share
 	at    stamp      // when the batch's records were ready
 }
 
-// newSlab returns the slab of a batch of n records of tr's partition
-// ready at at, of a class that does not recycle its messages.
-func newSlab(tr *tracker, n int, at stamp) slab {
-	return slab{items: make([]item, n), head: &tr.shared, at: at}
+// newSlab returns the slab of a batch of up to n records of tr's
+// partition ready at at, of a class that does not recycle its messages:
+// spare's items first, the rest of its fetch loop's last allocation (see
+// rest), then new ones (see next).
+func newSlab(tr *tracker, n int, at stamp, spare []item) slab {
+	return slab{items: spare, n: n, want: n, head: &tr.shared, at: at}
 }
 
-// slab returns the slab of a batch of n records of tr's partition ready
-// at at: a recycled one (at most recycledLen items) if the class recycles
-// its messages and the batch has at least recycledMin records; a smaller
-// batch has a slab of its own size, which is not recycled, so that a
+// slab returns the slab of a batch of up to n records of tr's partition
+// ready at at: a recycled one (at most recycledLen items) if the class
+// recycles its messages and the batch has at least recycledMin records;
+// otherwise a slab that takes spare's items first (newSlab), so that a
 // queued message never holds a 16 KiB slab nearly alone.
-func (c *class) slab(tr *tracker, n int, at stamp) slab {
+func (c *class) slab(tr *tracker, n int, at stamp, spare []item) slab {
 	if c.slabs == nil || n < recycledMin {
-		return newSlab(tr, n, at)
+		return newSlab(tr, n, at, spare)
 	}
 	rs := c.slabs.get()
 	rs.head.tr = tr
-	return slab{items: rs.items[:min(n, recycledLen)], head: &rs.head, at: at}
+	n = min(n, recycledLen)
+	return slab{items: rs.items[:n], n: n, want: n, head: &rs.head, at: at}
+}
+
+// next takes the slab's next item; the slab has room (left). A slab of a
+// class that does not recycle whose items are all taken makes more:
+// chunkLen for a batch of at least chunkMin records, else as many as
+// the batch may still take.
+func (s *slab) next() *item {
+	if len(s.items) == 0 {
+		n := s.want
+		if s.n >= chunkMin {
+			n = chunkLen
+		}
+		s.items = make([]item, n)
+	}
+	it := &s.items[0]
+	s.items = s.items[1:]
+	s.want--
+	return it
+}
+
+// rest returns the items of a slab of a class that does not recycle its
+// messages that its batch did not take, for the fetch loop's next batch:
+// items never handed out, which nothing else refers to. A recycled
+// slab's are not reused before the whole slab is given back: nil.
+func (s *slab) rest() []item {
+	if s.head != nil && s.head.rs != nil {
+		return nil
+	}
+	return s.items
 }
 
 // handOut tells a recycled slab how many of its items its batch hands to
@@ -146,7 +198,7 @@ func (s *slab) handOut(n int) {
 }
 
 // left reports whether the slab has room for another record.
-func (s *slab) left() bool { return len(s.items) > 0 }
+func (s *slab) left() bool { return s.want > 0 }
 
 // batchHead is what the items of a fetch batch share: their partition's
 // tracker and, in a recycled slab, the count of its items still out. The
@@ -171,6 +223,11 @@ type recycled struct {
 }
 
 const (
+	// chunkLen is the items a batch of at least chunkMin records of a
+	// class that does not recycle its messages makes at a time: 16 KiB
+	// with the allocation's header, a Go size class, nearly filled.
+	chunkLen = 63
+	chunkMin = 16
 	// recycledLen is the items of a recycled slab: as many as fit in 16
 	// KiB beside its head.
 	recycledLen = 63
@@ -251,8 +308,7 @@ type stamp struct {
 // timing sample (see sample). A direct call, so that rec stays on the
 // fetch loop's stack.
 func (f *feeder) item(c *class, tr *tracker, ids *kafkaIDs, sl *slab, rec *kclient.Record, fetched *uint64) *item {
-	it := &sl.items[0]
-	sl.items = sl.items[1:]
+	it := sl.next()
 	*fetched++
 	it.src, it.head, it.timed = fromKafka, sl.head, *fetched%sampleEvery == 1
 	m := &it.m

@@ -160,7 +160,7 @@ func BenchmarkDelivery(b *testing.B) {
 			// One record per iteration, in batches of fetchBatch.
 			if !sl.left() {
 				seen := r.mono()
-				sl = newSlab(tr, fetchBatch, stamp{mono: seen, wall: r.epoch.Add(time.Duration(seen))})
+				sl = newSlab(tr, fetchBatch, stamp{mono: seen, wall: r.epoch.Add(time.Duration(seen))}, sl.rest())
 			}
 			it := f.item(c, tr, &ids, &sl, &kclient.Record{Offset: off, Key: key, Value: value}, &fetched)
 			if err := c.cfg.Handler(context.Background(), it.env()); err != nil {
@@ -191,7 +191,7 @@ func BenchmarkDelivery(b *testing.B) {
 				}
 				batch = batch[:0]
 				seen := r.mono()
-				sl = c.slab(tr, fetchBatch, stamp{mono: seen, wall: r.epoch.Add(time.Duration(seen))})
+				sl = c.slab(tr, fetchBatch, stamp{mono: seen, wall: r.epoch.Add(time.Duration(seen))}, nil)
 				sl.handOut(len(sl.items))
 			}
 			it := f.item(c, tr, &ids, &sl, &kclient.Record{Offset: off, Key: key, Value: value}, &fetched)
@@ -298,7 +298,7 @@ func TestDeliveryAllocs(t *testing.T) {
 	)
 	deliver := func() { // a batch of fetchBatch records
 		seen := r.mono()
-		sl := newSlab(tr, fetchBatch, stamp{mono: seen, wall: r.epoch.Add(time.Duration(seen))})
+		sl := newSlab(tr, fetchBatch, stamp{mono: seen, wall: r.epoch.Add(time.Duration(seen))}, nil)
 		for sl.left() {
 			it := f.item(c, tr, &ids, &sl, &kclient.Record{Offset: off, Key: key, Value: value}, &fetched)
 			if err := c.cfg.Handler(context.Background(), it.env()); err != nil {
