@@ -110,17 +110,18 @@ const fetchBatch = 64
 // included: up to fetchBatch records, as many as were ready together.
 //
 // Those of a class that does not recycle its messages are made in few
-// allocations, not one per record. A batch of at least chunkMin records
-// takes first the items the fetch loop's last allocation had left
-// (rest), then makes chunkLen at a time, an allocation that nearly fills
-// its Go size class, and leaves what it did not take to the next batch
-// (the fetch loop drops them when it waits for records, see fetch). An
+// allocations, not one per record. A batch takes first the items the
+// fetch loop's last allocation had left (rest); when those run out, a
+// batch of at least chunkMin records makes chunkLen at a time, an
+// allocation that nearly fills its Go size class, and a smaller one as
+// many as it may still take. What a batch did not take goes to the next
+// (the fetch loop drops it when it waits for records, see fetch). An
 // allocation of items, which hold pointers, carries an 8-byte header: 64
 // items, 16392 bytes, would be an 18432-byte object, 32 bytes an item
-// thrown away. A smaller batch makes as many as it may take. Such items are never recycled: nothing refers to an item once its
-// result is in, but a handler may keep the envelope it is handed (see
-// handoff.Message), which then keeps its allocation's items alive, and
-// what they refer to.
+// thrown away. Such items are never recycled: nothing refers to an item
+// once its result is in, but a handler may keep the envelope it is
+// handed (see handoff.Message), which then keeps its allocation's items
+// alive, and what they refer to.
 //
 // A class that recycles its messages (Class.RecycleMessages, see
 // recycled) takes the batch's items from one recycled slab instead; a
