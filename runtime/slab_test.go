@@ -1,10 +1,15 @@
 package runtime
 
 import (
+	"context"
+	"fmt"
 	goruntime "runtime"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"unsafe"
+
+	"github.com/handoff-go/handoff"
 )
 
 // TestSlabFillsItsSizeClass: the batches of a class that does not
@@ -84,4 +89,33 @@ func TestRecycledSlabKeepsNoRest(t *testing.T) {
 	if small.head.rs != nil {
 		t.Fatal("a batch under recycledMin took a recycled slab")
 	}
+}
+
+// TestIdleFetchKeepsNoItems: once a partition's messages are done and
+// its fetch loop waits for more, nothing of the runtime keeps their
+// items alive (nor, through them, what was fetched): the loop drops the
+// spare items of its last allocation before it waits, which would
+// otherwise keep the allocation, and every item handed out of it.
+func TestIdleFetchKeepsNoItems(t *testing.T) {
+	skipIfRecycled(t) // a recycled slab is kept for reuse, as it should be
+	t.Parallel()
+	const n = 100 // in batches of up to 64: the last allocation has items to spare
+	b := setup(t, 1, "orders")
+	b.produce(n)
+	var handled, freed atomic.Int64
+	all := make(chan struct{})
+	rt, wait := startNew(t, b.config(func(_ context.Context, m *handoff.Message) error {
+		// m is the envelope inside its item (see item.env).
+		goruntime.AddCleanup(m, func(*atomic.Int64) { freed.Add(1) }, &freed)
+		if handled.Add(1) == n {
+			close(all)
+		}
+		return nil
+	}, nil))
+	waitClosed(t, all, func() string { return fmt.Sprintf("handled %d of %d", handled.Load(), n) })
+	waitFor(t, "every handled message's item collected while the runtime runs", func() bool {
+		goruntime.GC()
+		return freed.Load() == n
+	})
+	stopAndWait(t, rt, wait)
 }
