@@ -75,7 +75,6 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 			last = more.Offset+1 >= more.HighWatermark
 		}
 		sl.handOut(len(batch))
-		spare = sl.rest()
 		n, err := c.pool.SubmitBatch(ctx, batch)
 		clear(batch)
 		if err != nil {
@@ -84,11 +83,13 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 			tr.abandoned.Add(int64(len(batch) - n))
 			return
 		}
-		if src.Ready() == 0 {
-			// Next will wait: the spare items would keep their
-			// allocation alive while it does, and with it the items
-			// handed out from it and the fetched records those refer to.
-			spare = nil
+		// What the batch did not take goes to the next one, unless Next
+		// will wait: the spare items would keep their allocation alive
+		// while it does, and with it the items handed out from it and
+		// the fetched records those refer to.
+		spare = nil
+		if src.Ready() > 0 {
+			spare = sl.rest()
 		}
 		if last != caughtUp { // written on change only: the keeper reads it
 			caughtUp = last
