@@ -343,9 +343,17 @@ const idBlockSize = 1024
 // message is handled keeps its block alive, at most idBlockSize bytes
 // and no pointer (see handoff.Message.ID); the runtime copies the IDs it
 // keeps (parking).
+//
+// A partition's offsets mostly follow one another, so the ID of the
+// offset after the last one carved is that ID copied with its decimal
+// offset incremented in place, instead of the offset formatted again.
 type kafkaIDs struct {
 	prefix string // the partition's kafkaIDPrefix
 	block  []byte
+	// last is the offset of the block's last lastLen bytes, the last ID
+	// carved from it; lastLen is 0 when the block has none.
+	last    int64
+	lastLen int
 }
 
 // id returns the ID of the record at offset: kafkaID(prefix, offset).
@@ -357,10 +365,34 @@ func (k *kafkaIDs) id(offset int64) string {
 	}
 	if cap(k.block)-len(k.block) < need {
 		k.block = make([]byte, 0, idBlockSize)
+		k.lastLen = 0
 	}
-	start := len(k.block)
-	k.block = strconv.AppendInt(append(k.block, k.prefix...), offset, 10)
-	return unsafe.String(&k.block[start], len(k.block)-start)
+	b := k.block // within its capacity: only its length changes below
+	start := len(b)
+	if k.lastLen > 0 && offset == k.last+1 && offset > 0 {
+		b = incrementDecimal(append(b, b[start-k.lastLen:]...), start+len(k.prefix))
+	} else {
+		b = strconv.AppendInt(append(b, k.prefix...), offset, 10)
+	}
+	k.block = k.block[:len(b)] // the length alone: no pointer written
+	k.last, k.lastLen = offset, len(b)-start
+	return unsafe.String(&b[start], len(b)-start)
+}
+
+// incrementDecimal adds one to the non-negative decimal number b[from:],
+// in place, growing it by a digit when it was all nines (999 becomes
+// 1000), and returns b.
+func incrementDecimal(b []byte, from int) []byte {
+	i := len(b) - 1
+	for ; i >= from && b[i] == '9'; i-- {
+		b[i] = '0'
+	}
+	if i >= from {
+		b[i]++
+		return b
+	}
+	b[from] = '1'
+	return append(b, '0')
 }
 
 // kafkaID returns the ID of the record at offset, prefix its partition's

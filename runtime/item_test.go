@@ -273,6 +273,73 @@ func TestKafkaIDBlocks(t *testing.T) {
 	}
 }
 
+// FuzzKafkaIDBlocks: whatever the offsets (mostly consecutive, as a
+// partition's are, with gaps, restarts and runs across a power of ten,
+// where the incremented ID grows by a digit), every ID carved is
+// kafkaID's, and every ID handed out stays what it was while the ones
+// after it are carved.
+func FuzzKafkaIDBlocks(f *testing.F) {
+	f.Add(int64(0), []byte{0, 0, 0})
+	f.Add(int64(95), []byte{0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add(int64(999_999), []byte{0, 0, 255, 0, 200, 0})
+	f.Add(int64(1<<63-3), []byte{0, 0})
+	f.Fuzz(func(t *testing.T, start int64, steps []byte) {
+		if start < 0 {
+			start = -(start + 1)
+		}
+		for _, topic := range []string{"orders", strings.Repeat("t", 200)} {
+			prefix := kafkaIDPrefix(topic, 7)
+			ids := kafkaIDs{prefix: prefix}
+			offs := []int64{start}
+			for _, s := range steps {
+				last := offs[len(offs)-1]
+				var next int64
+				switch {
+				case s < 200: // the next offset
+					next = last + 1
+				case s < 230: // a gap (compaction, a transaction marker)
+					next = last + int64(s-198)
+				case s < 250: // a power of ten, minus a little
+					next = max(int64(1)<<(s-230)*9-int64(s%3), 0)
+				default: // back to the start (a retry, a new generation)
+					next = start
+				}
+				if next < 0 { // past the largest offset
+					next = start
+				}
+				offs = append(offs, next)
+			}
+			got := make([]string, len(offs))
+			for i, off := range offs {
+				got[i] = ids.id(off)
+				if want := kafkaID(prefix, off); got[i] != want {
+					t.Fatalf("topic of %d bytes, offsets %v: ID %d %q, want %q", len(topic), offs, i, got[i], want)
+				}
+			}
+			for i, off := range offs {
+				if want := kafkaID(prefix, off); got[i] != want {
+					t.Fatalf("topic of %d bytes, offsets %v: ID %d became %q after the others, want %q", len(topic), offs, i, got[i], want)
+				}
+			}
+		}
+	})
+}
+
+// BenchmarkKafkaIDs is the ID of each record of a partition read in
+// order, carved from its blocks.
+func BenchmarkKafkaIDs(b *testing.B) {
+	ids := kafkaIDs{prefix: kafkaIDPrefix("orders", 3)}
+	off := int64(1_234_567)
+	var n int
+	for b.Loop() {
+		n += len(ids.id(off))
+		off++
+	}
+	if n == 0 {
+		b.Fatal("no IDs")
+	}
+}
+
 // TestDeliveryAllocs: the fetch loop's items of a batch of records (IDs
 // carved from the partition's blocks, items and envelopes made one
 // allocation each per batch, offsets added to the tracker), the
