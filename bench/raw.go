@@ -40,6 +40,10 @@ type spec struct {
 	// rentalClasses) on rental's topics instead of one class per entry
 	// of classes (the runtime side only).
 	rental bool
+	// check, when set, is the raw stacks' work on each message's value
+	// (rental.Poisoned at the rental point, the check rental's handlers
+	// make); the runtime side runs its own handlers instead.
+	check func(value []byte) bool
 	// localStateOnly is the runtime's Config.LocalStateOnly (the runtime
 	// side only): false, the default, runs it with the state changelog.
 	localStateOnly bool
@@ -79,8 +83,8 @@ func runRaw(ctx context.Context, s spec, m *meter) (timing, error) {
 		Brokers: []string{s.br.addr}, Group: s.group, Topics: topics, Partitions: s.br.partitions, N: s.n,
 		Work: s.work, Workers: total, QueueSize: hrt.DefaultQueueFactor * total,
 		CommitInterval: s.commitInterval, SessionTimeout: hrt.DefaultSessionTimeout, FetchMaxWait: hrt.DefaultFetchMaxWait,
-		QueueCapacity: s.readerQueue,
-		Logf:          func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) },
+		QueueCapacity: s.readerQueue, Check: s.check,
+		Logf: func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) },
 	})
 	if err != nil {
 		return tm, err

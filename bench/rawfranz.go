@@ -49,7 +49,7 @@ func mib(b int64) string {
 // runRawFranz consumes s's topics the way a service written directly on
 // franz-go would: one kgo.Client in a consumer group (ConsumeTopics,
 // the cooperative-sticky balancer, autocommit off), a PollFetches loop
-// with a no-op per record, and ONE committer goroutine that commits every
+// with a no-op per record (s.check when set), and ONE committer goroutine that commits every
 // partition's next offset every s.commitInterval and once all n are
 // handled, as raw kafka-go's does (internal/rawkafka). It calls m.end once
 // the group's commit covers all n, then closes the client (which leaves
@@ -119,7 +119,10 @@ func runRawFranz(ctx context.Context, s spec, m *meter) (timing, error) {
 				if handled == 0 {
 					firstAt = time.Now()
 				}
-				for range p.Records {
+				for _, r := range p.Records {
+					if s.check != nil {
+						s.check(r.Value)
+					}
 					handled++ // the no-op handler
 				}
 				next[p.Topic][p.Partition].Store(p.Records[len(p.Records)-1].Offset + 1)

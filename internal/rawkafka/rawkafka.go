@@ -42,6 +42,11 @@ type Config struct {
 	FetchMaxWait   time.Duration
 	// QueueCapacity is each reader's; zero is kafka-go's default (100).
 	QueueCapacity int
+	// Check, when set, is each message's work without Work: called with
+	// its value in the partition's fetch loop (the check a service's
+	// handler makes, so that a comparison counts the same work on both
+	// sides).
+	Check func(value []byte) bool
 	// Logf, if set, is told about commit failures (the committer retries).
 	Logf func(format string, args ...any)
 }
@@ -173,6 +178,9 @@ func (c *Consumer) fetch(ctx context.Context, p *part) {
 			return
 		}
 		if c.workers == nil {
+			if c.cfg.Check != nil {
+				c.cfg.Check(m.Value)
+			}
 			p.next.Store(m.Offset + 1)
 			c.count()
 			continue
