@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"hash/maphash"
 	"runtime/debug"
 	"time"
 
@@ -65,12 +66,14 @@ func (p *Pool[T]) SubmitBatch(ctx context.Context, vs []T) (int, error) {
 	return i + n, err
 }
 
-// keyOf is v's ordering key in an Ordered pool, "" otherwise.
-func (p *Pool[T]) keyOf(v T) string {
+// keyOf is the hash of v's ordering key in an Ordered pool (KeyFunc's
+// string, hashed with the pool's seed: what the pool keeps and compares
+// instead of the string), 0 otherwise.
+func (p *Pool[T]) keyOf(v T) uint64 {
 	if p.ordered {
-		return p.keyFunc(v)
+		return maphash.String(p.seed, p.keyFunc(v))
 	}
-	return ""
+	return 0
 }
 
 // wakeOneLocked counts in one worker loop, and reports so, if items just

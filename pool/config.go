@@ -41,7 +41,11 @@ type Config[T any] struct {
 	// Submit or SubmitBatch, on the caller's goroutine (in SubmitBatch with
 	// the pool's lock held: it must be quick and must not call the pool).
 	// Required when Ordered, and must be nil otherwise (a key without
-	// ordering is most likely a forgotten Ordered).
+	// ordering is most likely a forgotten Ordered). The pool keeps a 64-bit
+	// hash of the key (hash/maphash, seeded per pool), not the string, so
+	// the string may be a view of bytes that change after the call; two
+	// different keys whose hashes collide (about one pair in 2^64) are
+	// ordered as one key, which delays their items but never reorders them.
 	KeyFunc func(v T) string
 
 	// Handler handles one item. Its context is cancelled only by

@@ -17,11 +17,12 @@ const (
 
 // entry carries one accepted item. It is on exactly one of the pool's three
 // intrusive lists: unstarted (while queued), running, or waiting (while it
-// waits out a retry delay). Its size is kept at 80 bytes, a size class: the
-// retry timer lives in Pool.timers, not here.
+// waits out a retry delay). Its size is kept at 64 bytes, a size class,
+// for a pointer T: the retry timer lives in Pool.timers, and the
+// ordering key is kept as its hash (keyOf), not as its string.
 type entry[T any] struct {
 	v          T
-	key        string    // ordering key; Ordered pools only
+	key        uint64    // hash of the ordering key (keyOf); Ordered pools only
 	prev, next *entry[T] // unstarted, running or waiting list
 	readyNext  *entry[T] // readySet.fresh; Ordered pools only
 	keyNext    *entry[T] // next item of the same key; Ordered pools only

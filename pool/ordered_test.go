@@ -9,7 +9,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
+	"unsafe"
 )
 
 func TestOrdered(t *testing.T) {
@@ -151,5 +153,42 @@ func TestOrdered(t *testing.T) {
 		if st := h.p.Stats(); st.Succeeded != 1 || st.Failed != 1 {
 			t.Errorf("Stats = %+v, want 1 succeeded, 1 failed", st)
 		}
+	})
+}
+
+// TestKeyViewChangesAfterSubmit: the pool keeps a hash of KeyFunc's
+// string, not the string, so a key that is a view of bytes changed after
+// its Submit (the runtime hands over views of records' keys) still
+// orders the items submitted after it by the key it had. Before, the
+// pool kept the string: item 1 of key "a" ran beside item 0, whose key
+// had become "b" under the pool's map.
+func TestKeyViewChangesAfterSubmit(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		started := make(chan int, 2)
+		h := setup(t, Config[item]{Workers: 2, QueueSize: 4, Ordered: true, KeyFunc: keyOf,
+			Handler: func(_ context.Context, it item) error {
+				started <- it.id
+				if it.id == 0 {
+					<-release
+				}
+				return nil
+			}})
+		buf := []byte("a")
+		h.mustSubmit(item{0, unsafe.String(&buf[0], len(buf))})
+		if id := <-started; id != 0 {
+			t.Fatalf("item %d started first", id)
+		}
+		buf[0] = 'b'
+		h.mustSubmit(item{1, "a"})
+		synctest.Wait() // every goroutine of the pool has done what it can
+		select {
+		case id := <-started:
+			t.Errorf("item %d of key a started while item 0 of key a ran", id)
+		default:
+		}
+		close(release)
+		h.drain()
 	})
 }

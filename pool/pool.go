@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"hash/maphash"
 	"log/slog"
 	"runtime/debug"
 	"sync"
@@ -28,6 +29,7 @@ type Pool[T any] struct {
 	maxWorkers int
 	queueSize  int
 	keyFunc    func(T) string
+	seed       maphash.Seed // Ordered: keyHash's
 	handler    func(context.Context, T) error
 	batchFunc  func(context.Context, []T, []error) // BatchHandler; nil without
 	maxBatch   int
@@ -66,7 +68,7 @@ type Pool[T any] struct {
 	waiting     list[T]              // waiting out a retry delay, in the order they began
 	ready       readySet[T]          // Ordered: unstarted items whose key is free
 	seq         uint32               // Ordered: acceptance counter, wrapping
-	keys        map[string]*entry[T] // Ordered: last accepted item of each busy key
+	keys        map[uint64]*entry[T] // Ordered: last accepted item of each busy key, by keyHash
 	waiters     waitList[T]          // Submits waiting for room, first come first served
 	queued      int                  // len(unstarted) + len(waiting): what QueueSize bounds
 	nwaiting    int                  // len(waiting)
@@ -142,7 +144,8 @@ func New[T any](cfg Config[T]) (*Pool[T], error) {
 	p.workFn = p.work
 	p.workCtx, p.cancel = context.WithCancelCause(context.Background())
 	if cfg.Ordered {
-		p.keys = make(map[string]*entry[T])
+		p.keys = make(map[uint64]*entry[T])
+		p.seed = maphash.MakeSeed()
 	}
 	if cfg.RetryFunc != nil {
 		p.timers = make(map[*entry[T]]retryTimer)
@@ -170,10 +173,7 @@ func (p *Pool[T]) Name() string { return p.name }
 // On a nil error the pool owns v: its handler will run, or [Pool.Stop]
 // will return it.
 func (p *Pool[T]) Submit(ctx context.Context, v T) error {
-	var key string
-	if p.ordered {
-		key = p.keyFunc(v)
-	}
+	key := p.keyOf(v)
 
 	p.mu.Lock()
 	if p.stopped {
@@ -516,7 +516,7 @@ func (p *Pool[T]) settleLocked(e *entry[T], out outcome, after time.Duration) {
 
 // newEntryLocked returns an entry for v, reusing a recycled one when it
 // can.
-func (p *Pool[T]) newEntryLocked(v T, key string) *entry[T] {
+func (p *Pool[T]) newEntryLocked(v T, key uint64) *entry[T] {
 	if n := len(p.free); n > 0 {
 		e := p.free[n-1]
 		p.free[n-1] = nil
@@ -538,7 +538,7 @@ func (p *Pool[T]) recycleLocked(e *entry[T]) {
 		return
 	}
 	var zero T
-	e.v, e.key, e.seq = zero, "", 0
+	e.v, e.key, e.seq = zero, 0, 0
 	e.prev, e.next, e.readyNext, e.keyNext = nil, nil, nil, nil
 	e.state.Store(stateQueued)
 	p.free = append(p.free, e)

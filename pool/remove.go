@@ -77,7 +77,7 @@ func (p *Pool[T]) Remove(match func(T) bool) []T {
 // head of its key. It returns how many it made ready.
 func (p *Pool[T]) unlinkKeysLocked(gone []*entry[T]) int {
 	isGone := make(map[*entry[T]]bool, len(gone))
-	keys := map[string]bool{}
+	keys := map[uint64]bool{}
 	for _, e := range gone {
 		isGone[e] = true
 		keys[e.key] = true

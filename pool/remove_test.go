@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -112,7 +113,7 @@ func TestRemove(t *testing.T) {
 			t.Errorf("removed %v", ids(got))
 		}
 		h.p.mu.Lock()
-		_, busy := h.p.keys["b"]
+		_, busy := h.p.keys[maphash.String(h.p.seed, "b")]
 		h.p.mu.Unlock()
 		if busy {
 			t.Error("key b still busy with nothing left")

@@ -122,16 +122,12 @@ func (it *item) extOrZero() itemExt {
 	return *it.x
 }
 
-// itemKey is an ordered pool's KeyFunc. A fetched message's key is a
-// string over its Key's bytes, not a copy: the client gives each record
-// bytes of its own, which nothing writes to (see handoff.Message), so the
-// string stays what it was for as long as the pool keeps it. A submitted
-// or stored message's key is copied: a Submit caller's bytes are its own.
+// itemKey is an ordered pool's KeyFunc: a string over the message's Key
+// bytes, not a copy, for every message. The pool hashes it in the call
+// and keeps only the hash (pool.Config.KeyFunc), so the string need not
+// outlive the Submit that asked for it.
 func itemKey(it *item) string {
-	if it.src == fromKafka {
-		return unsafe.String(unsafe.SliceData(it.env().Key), len(it.env().Key))
-	}
-	return string(it.env().Key)
+	return unsafe.String(unsafe.SliceData(it.env().Key), len(it.env().Key))
 }
 
 // HoldMark returns the item's part in its class's hold.
