@@ -244,9 +244,20 @@ func (h *handling) leftPool(it *item) {
 // once (a parked record whose delete fails is queued for the batched
 // delete, and its key's release skips it).
 func (h *handling) forget(c *class, it *item) {
-	switch it.src {
-	case fromKafka:
+	if it.src == fromKafka {
 		it.tracker().settle(it.slot)
+		return
+	}
+	h.forgetStored(c, it)
+}
+
+// forgetStored is forget for a message that did not come from Kafka's
+// fetch: apart, so that the fetched message's path keeps a small stack
+// frame (a new worker goroutine's stack starts at 2 KiB; forget's frame
+// with these cases was 448 bytes, and growing the stack was about 3% of
+// the hand-off's CPU profile).
+func (h *handling) forgetStored(c *class, it *item) {
+	switch it.src {
 	case fromPending:
 		h.cfg.deletes.Pending(it.extOrZero().key)
 	case fromDelayed:
