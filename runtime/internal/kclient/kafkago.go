@@ -216,41 +216,110 @@ func partitionErrors(resp *kafka.OffsetCommitResponse) error {
 }
 
 // Source is a partition reader (readPartition) that fetches and decodes
-// up to FetchQueue records ahead. It fetches with kafka-go's protocol
-// client rather than its kafka.Reader: the Reader hands a zero-length
-// key, value or header value over as nil, which the protocol client
-// keeps apart from a null one.
+// up to about FetchQueue records ahead. It fetches with kafka-go's
+// protocol client rather than its kafka.Reader: the Reader hands a
+// zero-length key, value or header value over as nil, which the protocol
+// client keeps apart from a null one.
 func (s *kafkaGoSession) Source(ctx context.Context, a Assigned) Source {
 	k := s.k
-	src := &kafkaGoSource{k: k, recs: make(chan Record, k.cfg.FetchQueue), read: make(chan struct{}),
+	size, depth := chunking(k.cfg.FetchQueue)
+	src := &kafkaGoSource{k: k, chunks: make(chan []Record, depth), read: make(chan struct{}),
 		log: k.log.With("topic", a.Topic, "partition", a.Partition.Partition)}
+	src.out = chunkOut{chunks: src.chunks, free: make(chan []Record, depth+2), size: size}
 	var rctx context.Context
 	rctx, src.cancel = context.WithCancel(ctx)
 	go func() {
 		defer close(src.read)
-		k.readPartition(rctx, a, src.recs, src.log)
+		k.readPartition(rctx, a, src.out, src.log)
 	}()
 	return src
+}
+
+// maxChunk is the most records a partition reader hands its source at
+// once: one channel operation for up to that many records, not one each.
+const maxChunk = 64
+
+// chunking returns the records of a chunk and how many chunks wait in the
+// source's channel for a FetchQueue of fetchQueue: with the chunk the
+// reader fills and the one the fetch loop takes from, about fetchQueue
+// records ahead of the fetch loop in all (1000 is 64 × (13 + 2)).
+func chunking(fetchQueue int) (size, depth int) {
+	size = min(max(fetchQueue/4, 1), maxChunk)
+	return size, max(fetchQueue/size-2, 1)
+}
+
+// chunkOut is where a partition reader sends its records: chunks of up
+// to size records, on a channel, taking emptied chunks back from free.
+type chunkOut struct {
+	chunks chan<- []Record
+	free   chan []Record
+	size   int
+}
+
+// make returns an empty chunk: one the source gave back, or a new one.
+func (o chunkOut) make() []Record {
+	select {
+	case c := <-o.free:
+		return c
+	default:
+		return make([]Record, 0, o.size)
+	}
 }
 
 // kafkaGoSource is a partition reader's records.
 type kafkaGoSource struct {
 	k      *kafkaGo
-	recs   chan Record
-	cancel context.CancelFunc
-	read   chan struct{} // closed when the reader returns
-	log    *slog.Logger
+	chunks chan []Record
+	out    chunkOut
+	// cur is what Next hands out next, the rest of chunk; the fetch
+	// loop's only.
+	cur, chunk []Record
+	cancel     context.CancelFunc
+	read       chan struct{} // closed when the reader returns
+	log        *slog.Logger
 }
 
-func (s *kafkaGoSource) Ready() int { return len(s.recs) }
+// Ready reports the records left in the chunk Next takes from, taking
+// the next chunk without waiting when that one is done.
+func (s *kafkaGoSource) Ready() int {
+	if len(s.cur) == 0 {
+		select {
+		case c := <-s.chunks:
+			s.take(c)
+		default:
+		}
+	}
+	return len(s.cur)
+}
 
 func (s *kafkaGoSource) Next(ctx context.Context) (Record, bool) {
-	select {
-	case <-ctx.Done():
-		return Record{}, false
-	case fr := <-s.recs:
-		return fr, true
+	for len(s.cur) == 0 {
+		select {
+		case <-ctx.Done():
+			return Record{}, false
+		case c := <-s.chunks:
+			s.take(c)
+		}
 	}
+	if ctx.Err() != nil {
+		return Record{}, false
+	}
+	fr := s.cur[0]
+	s.cur = s.cur[1:]
+	return fr, true
+}
+
+// take makes c the chunk Next takes from, giving the one before back to
+// the reader cleared (its records' bytes are the handed-out messages').
+func (s *kafkaGoSource) take(c []Record) {
+	if s.chunk != nil {
+		clear(s.chunk)
+		select {
+		case s.out.free <- s.chunk[:0]:
+		default:
+		}
+	}
+	s.chunk, s.cur = c, c
 }
 
 // Close joins the reader in the background: the stop's quiesce needs the
@@ -284,7 +353,7 @@ const (
 // FetchMaxBytes. A failed fetch is counted, logged (with backoff) and
 // tried again after a wait that doubles from fetchBackoffMin to
 // fetchBackoffMax while fetches fail. It blocks while out is full.
-func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chan<- Record, log *slog.Logger) {
+func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chunkOut, log *slog.Logger) {
 	backoff := fetchBackoffMin
 	offset := a.Offset
 	for {
@@ -318,18 +387,37 @@ func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chan<- Reco
 	}
 }
 
-// sendRecords sends the records of resp from offset on to out and
+// sendRecords sends the records of resp from offset on to out, in
+// chunks of up to out.size and the last one at the response's end, and
 // returns the offset after the last one sent. A batch may start before
 // the offset asked for: its earlier records are skipped. Control batches
 // (transaction markers) are skipped by kafka-go's record stream.
-func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, out chan<- Record) (int64, error) {
+func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, out chunkOut) (int64, error) {
+	chunk := out.make()
+	send := func() error {
+		if len(chunk) == 0 {
+			return nil
+		}
+		select {
+		case out.chunks <- chunk:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		offset = chunk[len(chunk)-1].Offset + 1
+		chunk = out.make()
+		return nil
+	}
 	for {
 		rec, err := resp.Records.ReadRecord()
 		if errors.Is(err, io.EOF) {
-			return offset, nil
+			err := send()
+			return offset, err
 		}
 		if err != nil {
-			return offset, fmt.Errorf("decode records: %w", err)
+			// What was read before it goes on; the fetch is tried again
+			// from the offset after it.
+			serr := send()
+			return offset, errors.Join(serr, fmt.Errorf("decode records: %w", err))
 		}
 		if rec.Offset < offset && offset >= 0 {
 			continue
@@ -339,7 +427,8 @@ func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, o
 			fr.Value, err = readBytes(rec.Value)
 		}
 		if err != nil {
-			return offset, fmt.Errorf("read record at offset %d: %w", rec.Offset, err)
+			serr := send()
+			return offset, errors.Join(serr, fmt.Errorf("read record at offset %d: %w", rec.Offset, err))
 		}
 		if len(rec.Headers) > 0 {
 			// kafka-go decodes each header value into a slice of its own.
@@ -348,12 +437,11 @@ func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, o
 				fr.Headers[i] = handoff.Header{Key: h.Key, Value: h.Value}
 			}
 		}
-		select {
-		case out <- fr:
-		case <-ctx.Done():
-			return offset, ctx.Err()
+		if chunk = append(chunk, fr); len(chunk) == out.size {
+			if err := send(); err != nil {
+				return offset, err
+			}
 		}
-		offset = rec.Offset + 1
 	}
 }
 

@@ -1,0 +1,82 @@
+package kclient
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// TestChunking: a partition's chunks, with the one its reader fills and
+// the one its fetch loop takes from, hold about FetchQueue records: never
+// more (but for a FetchQueue under 3, which still needs one of each), and
+// less by at most two chunks.
+func TestChunking(t *testing.T) {
+	for fq := 1; fq <= 5000; fq++ {
+		size, depth := chunking(fq)
+		if size < 1 || size > maxChunk || depth < 1 {
+			t.Fatalf("FetchQueue %d: chunks of %d, %d deep", fq, size, depth)
+		}
+		total := size * (depth + 2)
+		if total > max(fq, 3) || total < fq-2*maxChunk {
+			t.Fatalf("FetchQueue %d: chunks of %d, %d deep: %d records ahead", fq, size, depth, total)
+		}
+	}
+}
+
+// TestChunkedSource: a fetch response's records reach the fetch loop in
+// offset order, in chunks of the source's size and the rest at the
+// response's end, from the offset asked for on; Ready counts what the
+// chunk Next takes from has left, taking the next chunk when it is done;
+// a chunk done with goes back to the reader cleared; Next gives up once
+// its context ends.
+func TestChunkedSource(t *testing.T) {
+	var recs []kafka.Record
+	for off := int64(5); off < 15; off++ {
+		v := fmt.Appendf(nil, "v%d", off)
+		recs = append(recs, kafka.Record{Offset: off, Key: kafka.NewBytes([]byte("k")), Value: kafka.NewBytes(v)})
+	}
+	chunks := make(chan []Record, 4)
+	src := &kafkaGoSource{chunks: chunks, out: chunkOut{chunks: chunks, free: make(chan []Record, 6), size: 3}}
+	ctx := context.Background()
+	next, err := sendRecords(ctx, &kafka.FetchResponse{Records: kafka.NewRecordReader(recs...), HighWatermark: 15}, 7, src.out)
+	if err != nil || next != 15 {
+		t.Fatalf("sendRecords: offset %d, %v; want 15, nil", next, err)
+	}
+	if len(chunks) != 3 {
+		t.Fatalf("%d chunks sent, want 3 (7-9, 10-12, 13-14)", len(chunks))
+	}
+	wantReady := []int{3, 2, 1, 3, 2, 1, 2, 1}
+	for i, off := 0, int64(7); off < 15; i, off = i+1, off+1 {
+		if got := src.Ready(); got != wantReady[i] {
+			t.Errorf("before offset %d: Ready %d, want %d", off, got, wantReady[i])
+		}
+		r, ok := src.Next(ctx)
+		if !ok || r.Offset != off || string(r.Value) != fmt.Sprint("v", off) || r.HighWatermark != 15 {
+			t.Fatalf("Next: %+v, %v; want offset %d", r, ok, off)
+		}
+		if off == 10 { // the first chunk is back, cleared
+			if len(src.out.free) != 1 {
+				t.Fatalf("%d chunks given back after the first, want 1", len(src.out.free))
+			}
+			c := <-src.out.free
+			for j, r := range c[:cap(c)] {
+				if r.Offset != 0 || r.Value != nil {
+					t.Errorf("given-back chunk's record %d not cleared: %+v", j, r)
+				}
+			}
+			if len(c) != 0 {
+				t.Errorf("given-back chunk has %d records, want 0", len(c))
+			}
+		}
+	}
+	if got := src.Ready(); got != 0 {
+		t.Errorf("Ready %d after the last, want 0", got)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if r, ok := src.Next(cctx); ok {
+		t.Errorf("Next after its context ended: %+v", r)
+	}
+}
