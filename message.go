@@ -25,7 +25,9 @@ import (
 //     header values are slices of the fetch response they came in, as
 //     franz-go hands them out: a kept Value keeps that response alive
 //     (at most 3 MiB, the runtime's fetch size on franz-go). On kafka-go
-//     they are slices of their own.
+//     a record's Key and Value are one allocation of their own, shared
+//     by the two (a kept Key keeps the Value), and each header value is
+//     a slice of its own.
 //   - The ID of a Kafka record shares a block of about 1 KiB of bytes
 //     (no pointers) with the IDs of the records fetched with it.
 //

@@ -1,11 +1,13 @@
 package kclient
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 )
 
 // TestChunking: a partition's chunks, with the one its reader fills and
@@ -78,5 +80,48 @@ func TestChunkedSource(t *testing.T) {
 	cancel()
 	if r, ok := src.Next(cctx); ok {
 		t.Errorf("Next after its context ended: %+v", r)
+	}
+}
+
+var bytesSink protocol.Bytes
+
+// TestReadKeyValue: a record's key and value come out as they were, a
+// null one nil and an empty one empty, in one allocation, the key capped
+// so that appending to it leaves the value alone.
+func TestReadKeyValue(t *testing.T) {
+	b := func(s string) protocol.Bytes { return protocol.NewBytes([]byte(s)) }
+	for _, c := range []struct {
+		name       string
+		k, v       protocol.Bytes
+		key, value []byte
+	}{
+		{"both", b("k1"), b("value"), []byte("k1"), []byte("value")},
+		{"null key", nil, b("value"), nil, []byte("value")},
+		{"null value", b("k1"), nil, []byte("k1"), nil},
+		{"both null", nil, nil, nil, nil},
+		{"empty", b(""), b(""), []byte{}, []byte{}},
+	} {
+		key, value, err := readKeyValue(c.k, c.v)
+		if err != nil || !bytes.Equal(key, c.key) || !bytes.Equal(value, c.value) ||
+			(key == nil) != (c.key == nil) || (value == nil) != (c.value == nil) {
+			t.Errorf("%s: %q, %q, %v; want %q, %q", c.name, key, value, err, c.key, c.value)
+			continue
+		}
+		if key != nil && value != nil {
+			_ = append(key, 'X')
+			if !bytes.Equal(value, c.value) {
+				t.Errorf("%s: appending to the key changed the value to %q", c.name, value)
+			}
+		}
+	}
+	k, v := []byte("customer-42"), []byte("a value of some length")
+	made := testing.AllocsPerRun(100, func() { bytesSink, bytesSink = protocol.NewBytes(k), protocol.NewBytes(v) })
+	n := testing.AllocsPerRun(100, func() {
+		if _, _, err := readKeyValue(protocol.NewBytes(k), protocol.NewBytes(v)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n-made != 1 {
+		t.Errorf("%.0f allocations besides the test's Bytes, want 1", n-made)
 	}
 }

@@ -423,9 +423,7 @@ func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, o
 			continue
 		}
 		fr := Record{Offset: rec.Offset, HighWatermark: resp.HighWatermark, Time: recordTime(rec.Time)}
-		if fr.Key, err = readBytes(rec.Key); err == nil {
-			fr.Value, err = readBytes(rec.Value)
-		}
+		fr.Key, fr.Value, err = readKeyValue(rec.Key, rec.Value)
 		if err != nil {
 			serr := send()
 			return offset, errors.Join(serr, fmt.Errorf("read record at offset %d: %w", rec.Offset, err))
@@ -445,15 +443,31 @@ func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, o
 	}
 }
 
-// readBytes copies b out of the fetch buffer and closes it, which gives
-// the buffer's pages back to kafka-go's pool once every record's bytes
-// are read; nil for a null b.
-func readBytes(b protocol.Bytes) ([]byte, error) {
-	if b == nil {
-		return nil, nil
+// readKeyValue copies a record's key and value out of the fetch buffer,
+// together in one allocation (the key capped at its length, so that an
+// append to it cannot reach the value), and closes them, which gives the
+// buffer's pages back to kafka-go's pool once every record's bytes are
+// read. A null key or value is nil, an empty one empty.
+func readKeyValue(k, v protocol.Bytes) (key, value []byte, err error) {
+	var kl, vl int
+	if k != nil {
+		kl = k.Len()
 	}
-	out, err := protocol.ReadAll(b)
-	return out, errors.Join(err, b.Close())
+	if v != nil {
+		vl = v.Len()
+	}
+	buf := make([]byte, kl+vl)
+	if k != nil {
+		key = buf[:kl:kl]
+		_, err = io.ReadFull(k, key)
+		err = errors.Join(err, k.Close())
+	}
+	if v != nil {
+		value = buf[kl:]
+		_, verr := io.ReadFull(v, value)
+		err = errors.Join(err, verr, v.Close())
+	}
+	return key, value, err
 }
 
 // Missing asks the brokers for topics' metadata.
