@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"testing"
 
 	"github.com/segmentio/kafka-go"
@@ -125,3 +126,30 @@ func TestReadKeyValue(t *testing.T) {
 		t.Errorf("%.0f allocations besides the test's Bytes, want 1", n-made)
 	}
 }
+
+// TestEmptyFetchMakesNoChunk: a fetch that brought no record (a long
+// poll of an idle partition, every FetchMaxWait) sends nothing and
+// allocates no chunk.
+func TestEmptyFetchMakesNoChunk(t *testing.T) {
+	chunks := make(chan []Record, 1)
+	out := chunkOut{chunks: chunks, free: make(chan []Record, 3), size: 64}
+	resp := &kafka.FetchResponse{HighWatermark: 7}
+	n := testing.AllocsPerRun(100, func() {
+		resp.Records = emptyRecords{}
+		next, err := sendRecords(context.Background(), resp, 7, out)
+		if err != nil || next != 7 {
+			t.Fatalf("sendRecords: %d, %v; want 7, nil", next, err)
+		}
+	})
+	if len(chunks) != 0 {
+		t.Errorf("%d chunks sent for an empty fetch", len(chunks))
+	}
+	if n != 0 {
+		t.Errorf("%.0f allocations for an empty fetch, want 0", n)
+	}
+}
+
+// emptyRecords is a fetch response's record stream without records.
+type emptyRecords struct{}
+
+func (emptyRecords) ReadRecord() (*kafka.Record, error) { return nil, io.EOF }

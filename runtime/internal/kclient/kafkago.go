@@ -393,7 +393,7 @@ func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chunkOut, l
 // the offset asked for: its earlier records are skipped. Control batches
 // (transaction markers) are skipped by kafka-go's record stream.
 func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, out chunkOut) (int64, error) {
-	chunk := out.make()
+	var chunk []Record // made at its first record: an empty fetch makes none
 	send := func() error {
 		if len(chunk) == 0 {
 			return nil
@@ -404,7 +404,7 @@ func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, o
 			return ctx.Err()
 		}
 		offset = chunk[len(chunk)-1].Offset + 1
-		chunk = out.make()
+		chunk = nil
 		return nil
 	}
 	for {
@@ -434,6 +434,9 @@ func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, o
 			for i, h := range rec.Headers {
 				fr.Headers[i] = handoff.Header{Key: h.Key, Value: h.Value}
 			}
+		}
+		if chunk == nil {
+			chunk = out.make()
 		}
 		if chunk = append(chunk, fr); len(chunk) == out.size {
 			if err := send(); err != nil {
