@@ -29,7 +29,7 @@ type Pool[T any] struct {
 	maxWorkers int
 	queueSize  int
 	keyFunc    func(T) string
-	seed       maphash.Seed // Ordered: keyHash's
+	seed       maphash.Seed // Ordered: keyOf hashes keys with it
 	handler    func(context.Context, T) error
 	batchFunc  func(context.Context, []T, []error) // BatchHandler; nil without
 	maxBatch   int
@@ -68,7 +68,7 @@ type Pool[T any] struct {
 	waiting     list[T]              // waiting out a retry delay, in the order they began
 	ready       readySet[T]          // Ordered: unstarted items whose key is free
 	seq         uint32               // Ordered: acceptance counter, wrapping
-	keys        map[uint64]*entry[T] // Ordered: last accepted item of each busy key, by keyHash
+	keys        map[uint64]*entry[T] // Ordered: last accepted item of each busy key, by keyOf
 	waiters     waitList[T]          // Submits waiting for room, first come first served
 	queued      int                  // len(unstarted) + len(waiting): what QueueSize bounds
 	nwaiting    int                  // len(waiting)
