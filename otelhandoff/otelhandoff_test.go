@@ -285,7 +285,12 @@ func TestDeadLetterPublished(t *testing.T) {
 			close(done)
 			return
 		}
+		// The handler's span ends when its call returns, which may be
+		// after the background publish the reader saw.
 		spans := e.ended()
+		for end := time.Now().Add(5 * time.Second); len(spans) == 0 && time.Now().Before(end); spans = e.ended() {
+			time.Sleep(5 * time.Millisecond)
+		}
 		if len(spans) != 1 {
 			t.Errorf("%d spans, want 1", len(spans))
 		} else {
