@@ -42,11 +42,15 @@ type depCall struct {
 func newDep(took time.Duration) *dep { return &dep{took: took, done: map[string]int{}} }
 
 func (d *dep) handle(ctx context.Context, m *handoff.Message) error {
+	// The call fails if the dependency is down when it starts: a call in
+	// flight when the outage ends still fails, as a request sent to a
+	// database that is down does, so that a call's outcome follows from
+	// when it started (TestSuspendOutage's probes).
 	start := time.Now()
+	fail := d.down.Load() || (d.failSet != nil && d.failSet(m))
 	if d.took > 0 {
 		time.Sleep(d.took)
 	}
-	fail := d.down.Load() || (d.failSet != nil && d.failSet(m))
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.calls = append(d.calls, depCall{id: m.ID, at: start, end: time.Now(), failed: fail, attempts: m.Attempt})
