@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(brokerEnv); spec != "" {
 		os.Exit(brokerChild(spec))
 	}
+	if order := os.Getenv(sideEnv); order != "" {
+		os.Exit(sideChild(order))
+	}
 	goleak.VerifyTestMain(m,
 		// kafka-go's package-level connection pool for the default
 		// transport keeps an idle reaper per address.
@@ -99,6 +102,7 @@ func TestSweepFourStacks(t *testing.T) {
 	cfg := config{
 		n: 1, slowN: 1, rounds: 1, tablePartition: 1, workers: 1, commitInterval: 100 * time.Millisecond,
 		partitions: []int{3, 6}, sweepN: 600, sweep: true, held: true, stacks: allStacks, franz: defaultFranzFetch,
+		isolate: true, // each side in a process of its own, as -isolate's default
 	}
 	text := runChecked(t, ctx, cfg)
 	for _, st := range allStacks {

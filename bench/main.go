@@ -66,11 +66,15 @@ type config struct {
 	batchN         int // heartbeats measure; 0: none
 	batchWorkers   int
 	changelogAB    bool // the runtime with the state changelog vs LocalStateOnly
+	isolate        bool // the sweep measures each side in a process of its own
 }
 
 func main() {
 	if spec := os.Getenv(brokerEnv); spec != "" {
 		os.Exit(brokerChild(spec))
+	}
+	if order := os.Getenv(sideEnv); order != "" {
+		os.Exit(sideChild(order))
 	}
 	var cfg config
 	var parts, classes, stacks string
@@ -102,6 +106,7 @@ func main() {
 	flag.IntVar(&cfg.batchWorkers, "batch-workers", 8, "workers (calls at once) of the heartbeats class, both sides")
 	flag.BoolVar(&cfg.changelogAB, "changelog-ab", false, "compare the runtime, no-op, with the state changelog (the default) and with LocalStateOnly, on both clients, -rounds interleaved rounds of -n messages")
 	flag.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "give up after this long")
+	flag.BoolVar(&cfg.isolate, "isolate", true, "sweep: measure each side in a new process of this binary, so that what an earlier side left resident does not count in its peak RSS or its garbage collection")
 	flag.BoolVar(&recycleMessages, "recycle-messages", false, "every runtime class recycles its messages (Class.RecycleMessages); rental's classes do anyway")
 	flag.Parse()
 	set := map[string]bool{}

@@ -143,7 +143,13 @@ func runSweep(ctx context.Context, cfg config, log io.Writer) (sweepResult, erro
 				if cfg.profileDir != "" && r == 0 {
 					prof = filepath.Join(cfg.profileDir, fmt.Sprintf("sweep-%s-%d-%s", kind, x, st.key))
 				}
-				smp, err := measure(ctx, st.run, ss, prof)
+				var smp sample
+				var err error
+				if cfg.isolate {
+					smp, err = measureIsolated(ctx, st, ss, prof)
+				} else {
+					smp, err = measure(ctx, st.run, ss, prof)
+				}
 				if err != nil {
 					return point{}, fmt.Errorf("%s, x=%d: %w", st.name, x, err)
 				}
