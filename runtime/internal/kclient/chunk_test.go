@@ -43,7 +43,7 @@ func TestChunkedSource(t *testing.T) {
 	chunks := make(chan []Record, 4)
 	src := &kafkaGoSource{chunks: chunks, out: chunkOut{chunks: chunks, free: make(chan []Record, 6), size: 3}}
 	ctx := context.Background()
-	next, err := sendRecords(ctx, &kafka.FetchResponse{Records: kafka.NewRecordReader(recs...), HighWatermark: 15}, 7, src.out)
+	next, _, err := sendRecords(ctx, &kafka.FetchResponse{Records: kafka.NewRecordReader(recs...), HighWatermark: 15}, 7, src.out)
 	if err != nil || next != 15 {
 		t.Fatalf("sendRecords: offset %d, %v; want 15, nil", next, err)
 	}
@@ -136,7 +136,7 @@ func TestEmptyFetchMakesNoChunk(t *testing.T) {
 	resp := &kafka.FetchResponse{HighWatermark: 7}
 	n := testing.AllocsPerRun(100, func() {
 		resp.Records = emptyRecords{}
-		next, err := sendRecords(context.Background(), resp, 7, out)
+		next, _, err := sendRecords(context.Background(), resp, 7, out)
 		if err != nil || next != 7 {
 			t.Fatalf("sendRecords: %d, %v; want 7, nil", next, err)
 		}

@@ -349,27 +349,34 @@ const (
 // readPartition fetches partition a from its offset on and sends its
 // records to out, in offset order, until ctx ends. A fetch response is
 // read whole into memory before the first record is decoded (kafka-go's
-// Reader streamed its 10 MiB responses), so it is bounded by
-// FetchMaxBytes. A failed fetch is counted, logged (with backoff) and
-// tried again after a wait that doubles from fetchBackoffMin to
-// fetchBackoffMax while fetches fail. It blocks while out is full.
+// Reader streamed its responses), and kafka-go's protocol client copies
+// each record batch of it into 64 KiB pages of its own: a response of
+// many small batches takes far more memory than its bytes (a page per
+// batch). So each fetch asks for what fetchSize allows, which keeps a
+// response's pages about FetchMaxBytes. A failed fetch is counted, logged
+// (with backoff) and tried again after a wait that doubles from
+// fetchBackoffMin to fetchBackoffMax while fetches fail. It blocks while
+// out is full.
 func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chunkOut, log *slog.Logger) {
 	backoff := fetchBackoffMin
 	offset := a.Offset
+	size := newFetchSize()
 	for {
 		resp, err := k.fetches.Fetch(ctx, &kafka.FetchRequest{
 			Topic:     a.Topic,
 			Partition: a.Partition.Partition,
 			Offset:    offset,
 			MinBytes:  1,
-			MaxBytes:  FetchMaxBytes,
+			MaxBytes:  int64(size.maxBytes),
 			MaxWait:   k.cfg.FetchMaxWait,
 		})
 		if err == nil && resp.Error != nil {
 			err = resp.Error
 		}
 		if err == nil {
-			offset, err = sendRecords(ctx, resp, offset, out)
+			var read fetchRead
+			offset, read, err = sendRecords(ctx, resp, offset, out)
+			size.learn(read)
 		}
 		if err == nil {
 			backoff = fetchBackoffMin
@@ -387,12 +394,65 @@ func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chunkOut, l
 	}
 }
 
+// kafka-go's protocol client copies every record batch of a fetch
+// response into pages of this size (protocol.pageSize): a batch of 200
+// bytes takes a whole page.
+const kafkaGoPage = 64 << 10
+
+// Bounds of a partition reader's fetch size (fetchSize.maxBytes).
+const (
+	// minFetchBytes is the least a fetch asks for. Kafka returns a first
+	// batch larger than MaxBytes whole (Fetch v3 on), so a partition of
+	// large batches still makes progress.
+	minFetchBytes = 4 << 10
+	// firstFetchBytes is what a partition reader's first fetch asks for,
+	// before it knows the partition's batches: a response of single-record
+	// batches of it takes about 1.5 MiB of pages, one of FetchMaxBytes
+	// would take 380 MiB.
+	firstFetchBytes = 4 << 10
+)
+
+// fetchRead is what sendRecords read of a fetch response.
+type fetchRead struct {
+	batches, records int
+	bytes            int64 // keys' and values' bytes
+}
+
+// fetchSize is the MaxBytes of a partition reader's next fetch. It keeps
+// the pages of a response (see kafkaGoPage) about FetchMaxBytes: after
+// each response it estimates the memory a wire byte of this partition's
+// batches takes (a page per batch at least, and the records' bytes) and
+// asks for FetchMaxBytes over that, growing at most fourfold a fetch.
+type fetchSize struct{ maxBytes int }
+
+func newFetchSize() fetchSize { return fetchSize{maxBytes: firstFetchBytes} }
+
+// learn sets the next fetch's size from what the last one read; an empty
+// response changes nothing.
+func (f *fetchSize) learn(r fetchRead) {
+	if r.batches == 0 || r.records == 0 {
+		return
+	}
+	// On the wire: a record batch's header is 61 bytes, a record's own
+	// fields about 12 (lengths, deltas, attributes), and its key and
+	// value; compression makes it less, which makes the estimate safe.
+	wire := 61*int64(r.batches) + 12*int64(r.records) + r.bytes
+	mem := max(int64(r.batches)*kafkaGoPage, r.bytes)
+	want := int64(FetchMaxBytes) * wire / mem
+	f.maxBytes = int(min(max(want, minFetchBytes), 4*int64(f.maxBytes), FetchMaxBytes))
+}
+
 // sendRecords sends the records of resp from offset on to out, in
 // chunks of up to out.size and the last one at the response's end, and
-// returns the offset after the last one sent. A batch may start before
-// the offset asked for: its earlier records are skipped. Control batches
-// (transaction markers) are skipped by kafka-go's record stream.
-func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, out chunkOut) (int64, error) {
+// returns the offset after the last one sent and what it read. A batch
+// may start before the offset asked for: its earlier records are
+// skipped. Control batches (transaction markers) are skipped by
+// kafka-go's record stream.
+func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, out chunkOut) (int64, fetchRead, error) {
+	var read fetchRead
+	if st, ok := resp.Records.(*protocol.RecordStream); ok {
+		read.batches = len(st.Records)
+	}
 	var chunk []Record // made at its first record: an empty fetch makes none
 	send := func() error {
 		if len(chunk) == 0 {
@@ -411,22 +471,30 @@ func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, o
 		rec, err := resp.Records.ReadRecord()
 		if errors.Is(err, io.EOF) {
 			err := send()
-			return offset, err
+			return offset, read, err
 		}
 		if err != nil {
 			// What was read before it goes on; the fetch is tried again
 			// from the offset after it.
 			serr := send()
-			return offset, errors.Join(serr, fmt.Errorf("decode records: %w", err))
+			return offset, read, errors.Join(serr, fmt.Errorf("decode records: %w", err))
+		}
+		read.records++
+		if rec.Key != nil {
+			read.bytes += int64(rec.Key.Len())
+		}
+		if rec.Value != nil {
+			read.bytes += int64(rec.Value.Len())
 		}
 		if rec.Offset < offset && offset >= 0 {
+			closeBytes(rec.Key, rec.Value) // their pages go back to kafka-go's pool
 			continue
 		}
 		fr := Record{Offset: rec.Offset, HighWatermark: resp.HighWatermark, Time: recordTime(rec.Time)}
 		fr.Key, fr.Value, err = readKeyValue(rec.Key, rec.Value)
 		if err != nil {
 			serr := send()
-			return offset, errors.Join(serr, fmt.Errorf("read record at offset %d: %w", rec.Offset, err))
+			return offset, read, errors.Join(serr, fmt.Errorf("read record at offset %d: %w", rec.Offset, err))
 		}
 		if len(rec.Headers) > 0 {
 			// kafka-go decodes each header value into a slice of its own.
@@ -440,8 +508,18 @@ func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, o
 		}
 		if chunk = append(chunk, fr); len(chunk) == out.size {
 			if err := send(); err != nil {
-				return offset, err
+				return offset, read, err
 			}
+		}
+	}
+}
+
+// closeBytes closes the keys and values of records not read, which gives
+// their pages back to kafka-go's pool.
+func closeBytes(bs ...protocol.Bytes) {
+	for _, b := range bs {
+		if b != nil {
+			_ = b.Close()
 		}
 	}
 }

@@ -6,10 +6,17 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
+
+	"github.com/handoff-go/handoff/devbroker"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -75,5 +82,116 @@ func TestMemberWatch(t *testing.T) {
 	w.note("Failed to sync group %s: %v", []any{"g", "m1"})
 	if got := w.joined(); got != "m2" {
 		t.Fatalf("joined m2: joined %q", got)
+	}
+}
+
+// TestSmallBatchesFetchInBudget reads a partition of 3000 single-record
+// batches with kafka-go's partition reader. kafka-go's protocol client
+// copies each batch of a response into a 64 KiB page of its own, so one
+// fetch of FetchMaxBytes took about 190 MiB of heap for these 0.5 MiB of
+// records. The reader's fetch size now keeps a response's pages about
+// FetchMaxBytes. Not parallel: it reads the process's heap.
+func TestSmallBatchesFetchInBudget(t *testing.T) {
+	b, err := devbroker.Start(devbroker.Config{Topics: []string{"t"}, Partitions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 3000
+	pr, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.ProducerLinger(0), kgo.MaxBufferedRecords(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n { // one batch each: a producer of a quiet topic
+		if err := pr.ProduceSync(ctx, &kgo.Record{Topic: "t", Key: []byte(strconv.Itoa(i)), Value: make([]byte, 100)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pr.Close()
+
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	cl := &kafka.Client{Addr: kafka.TCP(b.Addr()), Transport: tr}
+	k := &kafkaGo{fetches: cl, cfg: Config{FetchMaxWait: 100 * time.Millisecond, WarnFunc: warnNow, FetchErrorFunc: func(string) {}}}
+	size, depth := chunking(100)
+	chunks := make(chan []Record, depth)
+	out := chunkOut{chunks: chunks, free: make(chan []Record, depth+2), size: size}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		k.readPartition(rctx, Assigned{Partition: Partition{"t", 0}}, out, slog.New(slog.DiscardHandler))
+	}()
+	defer func() { stop(); <-done }()
+
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	base, peak := ms.HeapAlloc, ms.HeapAlloc
+	next := int64(0)
+	for next < n {
+		var c []Record
+		select {
+		case c = <-chunks:
+		case <-ctx.Done():
+			t.Fatalf("read %d of %d records: %v", next, n, ctx.Err())
+		}
+		runtime.ReadMemStats(&ms)
+		peak = max(peak, ms.HeapAlloc)
+		for _, r := range c {
+			if r.Offset != next || string(r.Key) != strconv.Itoa(int(next)) || len(r.Value) != 100 {
+				t.Fatalf("record %d: offset %d, key %q, %d value bytes", next, r.Offset, r.Key, len(r.Value))
+			}
+			next++
+		}
+	}
+	if grew := float64(peak-base) / (1 << 20); grew > 32 {
+		t.Errorf("the heap grew %.1f MiB while reading %d single-record batches (%d KiB of records); want at most 32", grew, n, n*100/1024)
+	} else {
+		t.Logf("the heap grew at most %.1f MiB", grew)
+	}
+}
+
+// TestFetchSize: a fetch asks for little until it knows the partition's
+// batches, then for what keeps a response's pages about FetchMaxBytes,
+// growing at most fourfold a fetch; an empty response changes nothing.
+func TestFetchSize(t *testing.T) {
+	t.Parallel()
+	f := newFetchSize()
+	if f.maxBytes != firstFetchBytes {
+		t.Fatalf("first fetch %d, want %d", f.maxBytes, firstFetchBytes)
+	}
+	f.learn(fetchRead{})
+	if f.maxBytes != firstFetchBytes {
+		t.Errorf("after an empty response %d, want %d", f.maxBytes, firstFetchBytes)
+	}
+	// Single-record batches of 100 bytes: a page each, so the least.
+	f.learn(fetchRead{batches: 23, records: 23, bytes: 23 * 100})
+	if f.maxBytes != minFetchBytes {
+		t.Errorf("single-record batches: %d, want %d", f.maxBytes, minFetchBytes)
+	}
+	// Batches of 64 records of 300 bytes (19 KiB): 16 pages' worth of
+	// them, grown fourfold a fetch.
+	var sizes []int
+	for range 4 {
+		f.learn(fetchRead{batches: 4, records: 256, bytes: 256 * 300})
+		sizes = append(sizes, f.maxBytes)
+	}
+	wire := 61 + 12*64 + 64*300
+	want := FetchMaxBytes * wire / kafkaGoPage
+	if got := sizes[len(sizes)-1]; got != want {
+		t.Errorf("batches of 64 records: %d after %v, want %d", got, sizes, want)
+	}
+	if sizes[0] != 4*minFetchBytes {
+		t.Errorf("first growth to %d, want fourfold %d", sizes[0], 4*minFetchBytes)
+	}
+	// Batches larger than a page: FetchMaxBytes.
+	for range 8 {
+		f.learn(fetchRead{batches: 2, records: 2000, bytes: 2000 * 300})
+	}
+	if f.maxBytes != FetchMaxBytes {
+		t.Errorf("large batches: %d, want %d", f.maxBytes, FetchMaxBytes)
 	}
 }
