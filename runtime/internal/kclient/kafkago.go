@@ -406,9 +406,9 @@ const (
 	// large batches still makes progress.
 	minFetchBytes = 4 << 10
 	// firstFetchBytes is what a partition reader's first fetch asks for,
-	// before it knows the partition's batches: a response of single-record
-	// batches of it takes about 1.5 MiB of pages, one of FetchMaxBytes
-	// would take 380 MiB.
+	// before it knows the partition's batches: 4 KiB of single-record
+	// batches of 100-byte values are about 24 batches, 1.5 MiB of pages;
+	// FetchMaxBytes of them would be about 6000, 380 MiB.
 	firstFetchBytes = 4 << 10
 )
 
