@@ -17,7 +17,9 @@
 // Each side of each round reads every message with a fresh consumer
 // group, until the group's committed offsets cover all of them. Sides
 // alternate, and their order flips every round. CPU, allocations and peak
-// RSS are the measuring process's only: the broker is elsewhere.
+// RSS are the measuring process's only: the broker is elsewhere. In the
+// sweep each side runs in a process of its own too (-isolate), so that
+// what one side left resident does not count in the next one's figures.
 package main
 
 import (
