@@ -428,9 +428,15 @@ type fetchSize struct{ maxBytes int }
 func newFetchSize() fetchSize { return fetchSize{maxBytes: firstFetchBytes} }
 
 // learn sets the next fetch's size from what the last one read; an empty
-// response changes nothing.
+// response changes nothing. kafka-go hands a response's batches over as
+// one protocol.RecordStream; were it anything else, the batches would
+// not be known, and the size grows fourfold a fetch to FetchMaxBytes.
 func (f *fetchSize) learn(r fetchRead) {
-	if r.batches == 0 || r.records == 0 {
+	if r.records == 0 {
+		return
+	}
+	if r.batches == 0 { // not a record stream: batches unknown, as before
+		f.maxBytes = min(4*f.maxBytes, FetchMaxBytes)
 		return
 	}
 	// On the wire: a record batch's header is 61 bytes, a record's own

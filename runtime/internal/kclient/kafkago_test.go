@@ -191,6 +191,13 @@ func TestFetchSize(t *testing.T) {
 	if sizes[0] != 4*minFetchBytes {
 		t.Errorf("first growth to %d, want fourfold %d", sizes[0], 4*minFetchBytes)
 	}
+	// Batches not known (not a record stream): fourfold a fetch, at
+	// most FetchMaxBytes.
+	u := newFetchSize()
+	u.learn(fetchRead{records: 10, bytes: 1000})
+	if u.maxBytes != 4*firstFetchBytes {
+		t.Errorf("batches unknown: %d, want %d", u.maxBytes, 4*firstFetchBytes)
+	}
 	// Batches larger than a page: FetchMaxBytes.
 	for range 8 {
 		f.learn(fetchRead{batches: 2, records: 2000, bytes: 2000 * 300})
