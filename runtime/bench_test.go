@@ -510,7 +510,7 @@ func copyFile(b *testing.B, from, to string) {
 }
 
 // BenchmarkTracker measures one fetched offset through the tracker: add
-// on fetch, settle when done. Sub-benchmarks vary the completion order;
+// (or put, published a batch at a time) on fetch, settle when done. Sub-benchmarks vary the completion order;
 // commitPoint is what the keeper asks each CommitInterval.
 func BenchmarkTracker(b *testing.B) {
 	b.Run("in-order", func(b *testing.B) {
@@ -521,6 +521,28 @@ func BenchmarkTracker(b *testing.B) {
 			tr.settle(tr.add(off, 0))
 			if off++; off%4096 == 0 {
 				tr.commitPoint() // as the keeper does: frees settled segments
+			}
+		}
+	})
+
+	// As the fetch loop adds: batches of 64 put, then published once.
+	b.Run("in-order-put-64", func(b *testing.B) {
+		tr := newTracker("t", 0, 0)
+		b.ReportAllocs()
+		var off int64
+		var batch [64]slot
+		k := 0
+		for b.Loop() {
+			batch[k] = tr.put(off, 0)
+			if k++; k == len(batch) {
+				tr.publish()
+				for _, sl := range batch {
+					tr.settle(sl)
+				}
+				k = 0
+			}
+			if off++; off%4096 == 0 {
+				tr.commitPoint()
 			}
 		}
 	})

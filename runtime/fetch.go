@@ -75,6 +75,7 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 			last = more.Offset+1 >= more.HighWatermark
 		}
 		sl.handOut(len(batch))
+		tr.publish() // before the pool has them: see tracker.put
 		n, err := c.pool.SubmitBatch(ctx, batch)
 		clear(batch)
 		if err != nil {
@@ -305,7 +306,7 @@ type stamp struct {
 }
 
 // item returns the item of record rec, from sl, which has room: its
-// offset added to tr, its ID carved from ids' blocks, its Key, Value and
+// offset put in tr (fetch publishes the batch), its ID carved from ids' blocks, its Key, Value and
 // Headers the record's; fetched counts the partition's records for the
 // timing sample (see sample). A direct call, so that rec stays on the
 // fetch loop's stack.
@@ -321,7 +322,7 @@ func (f *feeder) item(c *class, tr *tracker, ids *kafkaIDs, sl *slab, rec *kclie
 	m.Key, m.Value, m.Headers = rec.Key, rec.Value, rec.Headers
 	m.Origin.Topic, m.Origin.Partition, m.Origin.Offset = tr.topic, tr.partition, rec.Offset
 	m.Timestamp, m.FirstSeen = rec.Time, sl.at.wall
-	it.slot = tr.add(rec.Offset, sl.at.mono)
+	it.slot = tr.put(rec.Offset, sl.at.mono) // published with its batch (fetch)
 	return it
 }
 

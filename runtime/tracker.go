@@ -20,8 +20,8 @@ import (
 //
 // The per-message calls take no lock. The offsets live in a chain of
 // fixed-size segments: the partition's fetch loop, the only caller of
-// add, fills them in order and publishes each slot with an atomic store
-// of the segment's count; settle is one atomic store of the slot's flag,
+// put and add, fills them in order and publishes a batch of slots with
+// one atomic store of the segment's count (publish); settle is one atomic store of the slot's flag,
 // from any goroutine. The committer (commitPoint, unsettled, under mu)
 // walks the settled prefix from where it last stopped and drops the
 // segments behind it; add does the same when it starts a segment, so
@@ -35,8 +35,10 @@ type tracker struct {
 	// class does not recycle them (see batchHead).
 	shared batchHead
 
-	// tail is the segment add appends to; the fetch loop's only.
-	tail *segment
+	// tail is the segment put appends to and tailN its slots written,
+	// published or not; the fetch loop's only.
+	tail  *segment
+	tailN int32
 
 	mu   sync.Mutex
 	head *segment // first segment with a slot not known settled
@@ -77,7 +79,7 @@ type segment struct {
 	offs    [segSize]int64
 	seen    [segSize]int64 // when fetched, on the runtime's clock (Runtime.mono)
 	settled [segSize]atomic.Bool
-	n       atomic.Int32 // slots published by add
+	n       atomic.Int32 // slots published (publish, add)
 	next    atomic.Pointer[segment]
 }
 
@@ -106,15 +108,29 @@ func (t *tracker) partitionName() kclient.Partition {
 	return kclient.Partition{Topic: t.topic, Partition: t.partition}
 }
 
-// add records a fetched offset, fetched at seen, and returns its slot.
-// Only the partition's fetch loop calls it, in fetch order.
+// add records a fetched offset, fetched at seen, and returns its slot,
+// published: put and publish. Only the partition's fetch loop calls it,
+// in fetch order.
 func (t *tracker) add(offset, seen int64) slot {
-	s := t.tail
-	i := s.n.Load()
+	sl := t.put(offset, seen)
+	t.publish()
+	return sl
+}
+
+// put writes a fetched offset, fetched at seen, into the next slot and
+// returns it; the committer sees it once publish (or the start of the
+// next segment) publishes it. So a fetch loop's batch costs one atomic
+// store of the count, not one a record. Only the partition's fetch loop
+// calls it, in fetch order, and it publishes a batch before it hands
+// the batch on: an offset not published is neither counted unsettled
+// nor in the commit point, which stops before it.
+func (t *tracker) put(offset, seen int64) slot {
+	s, i := t.tail, t.tailN
 	if i == 0 && s == t.head && t.first.Load() < 0 {
 		t.first.Store(offset)
 	}
 	if i == segSize {
+		s.n.Store(segSize) // the full segment published before the next
 		ns := new(segment)
 		s.next.Store(ns)
 		t.tail, s, i = ns, ns, 0
@@ -128,9 +144,14 @@ func (t *tracker) add(offset, seen int64) slot {
 	}
 	s.offs[i] = offset
 	s.seen[i] = seen
-	s.n.Store(i + 1) // publishes offs[i] and seen[i] to the committer
+	t.tailN = i + 1
 	return slot{seg: s, i: i}
 }
+
+// publish makes the slots put so far visible to the committer: one atomic
+// store of the tail segment's count, which publishes the offsets and
+// stamps written before it.
+func (t *tracker) publish() { t.tail.n.Store(t.tailN) }
 
 // settle marks the offset in sl done or persisted. Settling twice is
 // harmless.

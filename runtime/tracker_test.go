@@ -98,6 +98,14 @@ func TestTrackerRandomOrder(t *testing.T) {
 // -race: it also checks the publication of slots without a lock.
 func TestTrackerConcurrent(t *testing.T) {
 	t.Parallel()
+	t.Run("add", func(t *testing.T) { t.Parallel(); hammerTracker(t, false) })
+	// As the fetch loop does: a batch put, published, then handed on.
+	t.Run("put-batches", func(t *testing.T) { t.Parallel(); hammerTracker(t, true) })
+}
+
+// hammerTracker is TestTrackerConcurrent, the offsets added one at a
+// time or, batched, put in batches of 1 to 64 published together.
+func hammerTracker(t *testing.T, batched bool) {
 	const n = 20_000
 	tr := newTracker("t", 0, 0)
 	offs := make([]int64, n)
@@ -155,10 +163,27 @@ func TestTrackerConcurrent(t *testing.T) {
 			}
 		}
 	}()
-	for i := range n {
-		offs[i] = 3*int64(i) + 1 // gaps, as after compaction
-		slots[i] = tr.add(offs[i], 0)
-		work <- i
+	rng := rand.New(rand.NewPCG(7, 7))
+	for i := 0; i < n; {
+		k := 1
+		if batched {
+			k = min(1+rng.IntN(64), n-i)
+		}
+		for j := i; j < i+k; j++ {
+			offs[j] = 3*int64(j) + 1 // gaps, as after compaction
+			if batched {
+				slots[j] = tr.put(offs[j], 0)
+			} else {
+				slots[j] = tr.add(offs[j], 0)
+			}
+		}
+		if batched {
+			tr.publish()
+		}
+		for j := i; j < i+k; j++ {
+			work <- j
+		}
+		i += k
 	}
 	close(work)
 	wg.Wait()
@@ -200,5 +225,46 @@ func TestTrackerUnsettled(t *testing.T) {
 	}
 	if cp, _ := tr.commitPoint(); cp != 0 {
 		t.Fatalf("commit point %d, want 0", cp)
+	}
+}
+
+// TestTrackerPutPublish: an offset put is neither unsettled nor in the
+// commit point until published; publish shows a batch at once; starting a
+// segment publishes the full one before it.
+func TestTrackerPutPublish(t *testing.T) {
+	t.Parallel()
+	tr := newTracker("t", 0, 10)
+	a := tr.put(10, 0)
+	b := tr.put(11, 0)
+	if u := tr.unsettled(); u != 0 {
+		t.Fatalf("unsettled %d before publish, want 0", u)
+	}
+	tr.settle(a)
+	tr.settle(b)
+	if cp, ok := tr.commitPoint(); cp != 10 || ok {
+		t.Fatalf("before publish: commit point %d (ahead %v), want 10, not ahead", cp, ok)
+	}
+	tr.publish()
+	if cp, ok := tr.commitPoint(); cp != 12 || !ok {
+		t.Fatalf("after publish: commit point %d (ahead %v), want 12", cp, ok)
+	}
+	if f := tr.firstFetched(-1); f != 10 {
+		t.Errorf("first fetched %d, want 10", f)
+	}
+	// Fill the first segment and start the second without a publish: the
+	// full segment is published, the new one's first slot is not.
+	var last slot
+	for off := int64(12); off < 12+segSize-2+1; off++ {
+		last = tr.put(off, 0)
+	}
+	if last.seg == a.seg {
+		t.Fatal("the last put did not start a second segment")
+	}
+	if u := tr.unsettled(); u != segSize-2 {
+		t.Fatalf("unsettled %d with the first segment full and unpublished tail, want %d", u, segSize-2)
+	}
+	tr.publish()
+	if u := tr.unsettled(); u != segSize-1 {
+		t.Fatalf("unsettled %d after publish, want %d", u, segSize-1)
 	}
 }
