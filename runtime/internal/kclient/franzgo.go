@@ -587,10 +587,20 @@ type franzQueue struct {
 	dropped bool          // the partition is gone: next ends
 	wake    chan struct{} // signalled by put and drop
 
-	// The fetch loop's own: the records it took and not yet returned.
-	taken   []*kgo.Record
-	takenHW int64
+	// The fetch loop's own: the records it took and not yet returned, and
+	// the records and bytes Next handed on that buffered and bytes do not
+	// count off yet (see handOn).
+	taken        []*kgo.Record
+	takenHW      int64
+	pendN, pendB int64
 }
+
+// handOnEvery is the most records Next hands on before it counts them
+// off the queue's buffered and bytes: two atomic additions every so many
+// records, not each record, shared with the poll loop's put. The queue
+// looks fuller than it is by at most that many records; Next counts off
+// whatever is pending before it waits.
+const handOnEvery = 16
 
 func newFranzQueue(f *franzGo, topic string, p int32) *franzQueue {
 	high := int64(f.cfg.FetchQueue)
@@ -694,19 +704,10 @@ func (q *franzQueue) Next(ctx context.Context) (Record, bool) {
 	rec := q.taken[0]
 	q.taken[0] = nil
 	q.taken = q.taken[1:]
-	size := int64(len(rec.Key) + len(rec.Value))
-	n, b := q.buffered.Add(-1), q.bytes.Add(-size)
-	share := q.f.queueBytes.Load()
-	switch {
-	case q.paused.Load():
-		if n <= q.low && b <= share/2 {
-			q.resume()
-		}
-	case n == q.high-1 || b < share && b+size >= share:
-		select { // below a bound: the poll loop may wait for room (pauseFull)
-		case q.room <- struct{}{}:
-		default:
-		}
+	q.pendN++
+	q.pendB += int64(len(rec.Key) + len(rec.Value))
+	if q.pendN == handOnEvery || len(q.taken) == 0 {
+		q.handOn()
 	}
 	fr := Record{Offset: rec.Offset, HighWatermark: q.takenHW, Time: recordTime(rec.Timestamp), Key: rec.Key, Value: rec.Value}
 	if len(rec.Headers) > 0 {
@@ -718,9 +719,36 @@ func (q *franzQueue) Next(ctx context.Context) (Record, bool) {
 	return fr, true
 }
 
-// Close: the queue has nothing to join; the poll loop drops what comes
+// handOn counts the records Next handed on since the last call off the
+// queue: it resumes a paused partition once both counts are at half their
+// bounds or below, and tells a poll loop waiting for room (pauseFull)
+// once either falls below its bound.
+func (q *franzQueue) handOn() {
+	k, size := q.pendN, q.pendB
+	q.pendN, q.pendB = 0, 0
+	n, b := q.buffered.Add(-k), q.bytes.Add(-size)
+	share := q.f.queueBytes.Load()
+	switch {
+	case q.paused.Load():
+		if n <= q.low && b <= share/2 {
+			q.resume()
+		}
+	case n < q.high && n+k >= q.high || b < share && b+size >= share:
+		select { // below a bound: the poll loop may wait for room (pauseFull)
+		case q.room <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Close counts off what Next handed on (the fetch loop calls it as it
+// ends); the queue has nothing to join: the poll loop drops what comes
 // for a partition once end removed its queue.
-func (q *franzQueue) Close() {}
+func (q *franzQueue) Close() {
+	if q.pendN > 0 {
+		q.handOn()
+	}
+}
 
 // franzLogger writes franz-go's log lines to the runtime's logger: its
 // errors and warnings at Warn (a run of the same line with backoff, by
