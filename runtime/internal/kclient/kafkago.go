@@ -486,18 +486,13 @@ func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, o
 			return offset, read, errors.Join(serr, fmt.Errorf("decode records: %w", err))
 		}
 		read.records++
-		if rec.Key != nil {
-			read.bytes += int64(rec.Key.Len())
-		}
-		if rec.Value != nil {
-			read.bytes += int64(rec.Value.Len())
-		}
 		if rec.Offset < offset && offset >= 0 {
-			closeBytes(rec.Key, rec.Value) // their pages go back to kafka-go's pool
+			read.bytes += closeBytes(rec.Key, rec.Value) // their pages go back to kafka-go's pool
 			continue
 		}
 		fr := Record{Offset: rec.Offset, HighWatermark: resp.HighWatermark, Time: recordTime(rec.Time)}
 		fr.Key, fr.Value, err = readKeyValue(rec.Key, rec.Value)
+		read.bytes += int64(len(fr.Key) + len(fr.Value))
 		if err != nil {
 			serr := send()
 			return offset, read, errors.Join(serr, fmt.Errorf("read record at offset %d: %w", rec.Offset, err))
@@ -521,13 +516,15 @@ func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, o
 }
 
 // closeBytes closes the keys and values of records not read, which gives
-// their pages back to kafka-go's pool.
-func closeBytes(bs ...protocol.Bytes) {
+// their pages back to kafka-go's pool, and returns their length.
+func closeBytes(bs ...protocol.Bytes) (n int64) {
 	for _, b := range bs {
 		if b != nil {
+			n += int64(b.Len())
 			_ = b.Close()
 		}
 	}
+	return n
 }
 
 // readKeyValue copies a record's key and value out of the fetch buffer,
