@@ -222,10 +222,9 @@ func partitionErrors(resp *kafka.OffsetCommitResponse) error {
 // client keeps apart from a null one.
 func (s *kafkaGoSession) Source(ctx context.Context, a Assigned) Source {
 	k := s.k
-	size, depth := chunking(k.cfg.FetchQueue)
-	src := &kafkaGoSource{k: k, chunks: make(chan []Record, depth), read: make(chan struct{}),
+	src := &kafkaGoSource{k: k, read: make(chan struct{}),
 		log: k.log.With("topic", a.Topic, "partition", a.Partition.Partition)}
-	src.out = chunkOut{chunks: src.chunks, free: make(chan []Record, depth+2), size: size}
+	src.chunks, src.out = newChunkOut(k.cfg.FetchQueue)
 	var rctx context.Context
 	rctx, src.cancel = context.WithCancel(ctx)
 	go func() {
@@ -254,6 +253,14 @@ type chunkOut struct {
 	chunks chan<- []Record
 	free   chan []Record
 	size   int
+}
+
+// newChunkOut returns the channel of a partition reader's chunks for a
+// FetchQueue of fetchQueue (see chunking), and the reader's end of it.
+func newChunkOut(fetchQueue int) (chan []Record, chunkOut) {
+	size, depth := chunking(fetchQueue)
+	chunks := make(chan []Record, depth)
+	return chunks, chunkOut{chunks: chunks, free: make(chan []Record, depth+2), size: size}
 }
 
 // make returns an empty chunk: one the source gave back, or a new one.

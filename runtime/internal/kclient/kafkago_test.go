@@ -115,9 +115,7 @@ func TestSmallBatchesFetchInBudget(t *testing.T) {
 	defer tr.CloseIdleConnections()
 	cl := &kafka.Client{Addr: kafka.TCP(b.Addr()), Transport: tr}
 	k := &kafkaGo{fetches: cl, cfg: Config{FetchMaxWait: 100 * time.Millisecond, WarnFunc: warnNow, FetchErrorFunc: func(string) {}}}
-	size, depth := chunking(100)
-	chunks := make(chan []Record, depth)
-	out := chunkOut{chunks: chunks, free: make(chan []Record, depth+2), size: size}
+	chunks, out := newChunkOut(100)
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
