@@ -99,16 +99,12 @@ func sideChild(order string) int {
 		fmt.Fprintf(os.Stderr, "bench side: bad %s: %v\n", sideEnv, err)
 		return 2
 	}
-	var st *stack
-	for i := range allStacks {
-		if allStacks[i].key == o.Stack {
-			st = &allStacks[i]
-		}
-	}
-	if st == nil {
-		fmt.Fprintf(os.Stderr, "bench side: unknown stack %q\n", o.Stack)
+	sts, err := stacksOf(o.Stack)
+	if err != nil || len(sts) != 1 {
+		fmt.Fprintf(os.Stderr, "bench side: stack %q: %v\n", o.Stack, err)
 		return 2
 	}
+	st := sts[0]
 	recycleMessages = o.Recycle
 	smp, err := measure(context.Background(), st.run, o.spec(), o.Prof)
 	if err != nil {
