@@ -49,6 +49,7 @@ type broker struct {
 	addr       string
 	topics     []string
 	partitions int // per topic
+	pid        int // the broker process; 0 when not known here
 	cmd        *exec.Cmd
 	stdin      io.WriteCloser
 }
@@ -74,7 +75,7 @@ func startBroker(topics []string, partitions int) (*broker, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("bench: start broker process: %w", err)
 	}
-	b := &broker{topics: slices.Clone(topics), partitions: partitions, cmd: cmd, stdin: stdin}
+	b := &broker{topics: slices.Clone(topics), partitions: partitions, pid: cmd.Process.Pid, cmd: cmd, stdin: stdin}
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "ADDR ")
 	if err != nil || !ok {

@@ -32,6 +32,7 @@ const sideEnv = "HANDOFF_BENCH_SIDE"
 type sideOrder struct {
 	Stack                            string
 	Addr                             string
+	BrokerPID                        int
 	Topics                           []string
 	Partitions                       int
 	Classes                          [][]string
@@ -50,6 +51,8 @@ type sideOrder struct {
 // sampleWire is a sample as the side process prints it.
 type sampleWire struct {
 	Handled, Committed, Steady, Busy, CPUUS, Allocs float64
+	BrokerUS                                        float64
+	BrokerOK                                        bool
 	PeakRSS, LiveHeap                               uint64
 	Stop                                            time.Duration
 	Calls                                           int64
@@ -60,7 +63,7 @@ type sampleWire struct {
 // process boundary, so any other is refused.
 func orderOf(st stack, s spec, prof string) (sideOrder, error) {
 	o := sideOrder{
-		Stack: st.key, Addr: s.br.addr, Topics: s.br.topics, Partitions: s.br.partitions,
+		Stack: st.key, Addr: s.br.addr, BrokerPID: s.br.pid, Topics: s.br.topics, Partitions: s.br.partitions,
 		Classes: s.classes, N: s.n, Work: s.work, CommitInterval: s.commitInterval,
 		Workers: s.workers, ReaderQueue: s.readerQueue, MaxBatch: s.maxBatch,
 		CallCost: s.callCost, MsgCost: s.msgCost, Client: string(s.client),
@@ -78,7 +81,7 @@ func orderOf(st stack, s spec, prof string) (sideOrder, error) {
 // its own: the parent runs it).
 func (o sideOrder) spec() spec {
 	s := spec{
-		br:      &broker{addr: o.Addr, topics: o.Topics, partitions: o.Partitions},
+		br:      &broker{addr: o.Addr, topics: o.Topics, partitions: o.Partitions, pid: o.BrokerPID},
 		classes: o.Classes, n: o.N, work: o.Work, commitInterval: o.CommitInterval,
 		workers: o.Workers, readerQueue: o.ReaderQueue, maxBatch: o.MaxBatch,
 		callCost: o.CallCost, msgCost: o.MsgCost, client: hrt.Client(o.Client),
@@ -113,8 +116,8 @@ func sideChild(order string) int {
 	}
 	line, err := json.Marshal(sampleWire{
 		Handled: smp.handled, Committed: smp.committed, Steady: smp.steady, Busy: smp.busy,
-		CPUUS: smp.cpuUS, Allocs: smp.allocs, PeakRSS: smp.peakRSS, LiveHeap: smp.liveHeap,
-		Stop: smp.stop, Calls: smp.calls,
+		CPUUS: smp.cpuUS, Allocs: smp.allocs, BrokerUS: smp.brokerUS, BrokerOK: smp.brokerOK,
+		PeakRSS: smp.peakRSS, LiveHeap: smp.liveHeap, Stop: smp.stop, Calls: smp.calls,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench side:", err)
@@ -161,7 +164,8 @@ func measureIsolated(ctx context.Context, st stack, s spec, prof string) (sample
 		}
 		return sample{
 			handled: w.Handled, committed: w.Committed, steady: w.Steady, busy: w.Busy,
-			cpuUS: w.CPUUS, allocs: w.Allocs, peakRSS: w.PeakRSS, liveHeap: w.LiveHeap,
+			cpuUS: w.CPUUS, allocs: w.Allocs, brokerUS: w.BrokerUS, brokerOK: w.BrokerOK,
+			peakRSS: w.PeakRSS, liveHeap: w.LiveHeap,
 			stop: w.Stop, calls: w.Calls,
 		}, nil
 	}

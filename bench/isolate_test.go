@@ -16,7 +16,7 @@ import (
 // silently zero in the isolated sweep.
 func TestSideOrderKeepsTheSpec(t *testing.T) {
 	in := spec{
-		br:      &broker{addr: "127.0.0.1:9092", topics: []string{"a", "b"}, partitions: 4},
+		br:      &broker{addr: "127.0.0.1:9092", topics: []string{"a", "b"}, partitions: 4, pid: 4242},
 		group:   "ignored: the side process names its own",
 		classes: [][]string{{"a"}, {"b"}}, n: 1000, work: 2 * time.Millisecond, workers: 16,
 		commitInterval: time.Second, readerQueue: 100, callCost: time.Millisecond, msgCost: 10 * time.Microsecond,

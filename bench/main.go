@@ -273,10 +273,14 @@ type sample struct {
 	// messages per worker (the smoke test) it reads a little over 1.
 	busy          float64
 	cpuUS, allocs float64 // per message
-	peakRSS       uint64
-	liveHeap      uint64 // the largest live heap sampled (see meter)
-	stop          time.Duration
-	calls         int64 // handler calls (the heartbeats measure)
+	// brokerUS is the broker process's CPU per message over the same
+	// time as cpuUS, when brokerOK: the two processes share the cores.
+	brokerUS float64
+	brokerOK bool
+	peakRSS  uint64
+	liveHeap uint64 // the largest live heap sampled (see meter)
+	stop     time.Duration
+	calls    int64 // handler calls (the heartbeats measure)
 }
 
 type sideFunc func(context.Context, spec, *meter) (timing, error)
@@ -307,7 +311,7 @@ func measure(ctx context.Context, side sideFunc, s spec, prof string) (sample, e
 	if prof != "" {
 		heapProf = prof + "-heap.pprof"
 	}
-	m := startMeter(heapProf)
+	m := startMeter(heapProf, s.br.pid)
 	tm, err := side(ctx, s, m)
 	m.end() // a side that failed did not
 	if prof != "" {
@@ -327,6 +331,8 @@ func measure(ctx context.Context, side sideFunc, s spec, prof string) (sample, e
 		steady:    steady,
 		busy:      busy(s, tm, steady),
 		cpuUS:     float64((m.endUse.cpu - m.start.cpu).Microseconds()) / n,
+		brokerUS:  float64((m.endUse.broker - m.start.broker).Microseconds()) / n,
+		brokerOK:  m.start.brokerOK && m.endUse.brokerOK,
 		allocs:    float64(m.endUse.mallocs-m.start.mallocs) / n,
 		peakRSS:   m.peak,
 		liveHeap:  m.liveHeap,
@@ -529,6 +535,8 @@ func medianSample(ss []sample) sample {
 		steady:    pick(func(s sample) float64 { return s.steady }),
 		busy:      pick(func(s sample) float64 { return s.busy }),
 		cpuUS:     pick(func(s sample) float64 { return s.cpuUS }),
+		brokerUS:  pick(func(s sample) float64 { return s.brokerUS }),
+		brokerOK:  !slices.ContainsFunc(ss, func(s sample) bool { return !s.brokerOK }),
 		allocs:    pick(func(s sample) float64 { return s.allocs }),
 		peakRSS:   uint64(pick(func(s sample) float64 { return float64(s.peakRSS) })),
 		liveHeap:  uint64(pick(func(s sample) float64 { return float64(s.liveHeap) })),

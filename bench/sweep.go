@@ -78,7 +78,10 @@ type stackFig struct {
 	handled, committed float64 // msgs/s
 	steady             float64 // msgs/s, first message handled to the last
 	cpuUS, allocs      float64 // per message
-	peakRSS, liveHeap  uint64  // bytes
+	// brokerUS is the broker process's CPU per message, when brokerOK.
+	brokerUS          float64
+	brokerOK          bool
+	peakRSS, liveHeap uint64 // bytes
 }
 
 // point is one sweep point: the stacks' medians over the rounds. handled,
@@ -161,7 +164,8 @@ func runSweep(ctx context.Context, cfg config, log io.Writer) (sweepResult, erro
 		pt := point{x: x, by: map[string]stackFig{}}
 		for key, ss := range got {
 			m := medianSample(ss)
-			f := stackFig{handled: m.handled, committed: m.committed, steady: m.steady, cpuUS: m.cpuUS, allocs: m.allocs}
+			f := stackFig{handled: m.handled, committed: m.committed, steady: m.steady, cpuUS: m.cpuUS, allocs: m.allocs,
+				brokerUS: m.brokerUS, brokerOK: m.brokerOK}
 			for _, smp := range ss {
 				f.peakRSS, f.liveHeap = max(f.peakRSS, smp.peakRSS), max(f.liveHeap, smp.liveHeap)
 			}
@@ -408,15 +412,19 @@ func printSweepMemory(w io.Writer, sw sweepResult) {
 	if len(pts) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "\neach stack against partitions: the steady rate (first message handled to the last, without the join and the first fetch), CPU and allocations (medians), and the memory of the measuring process (the broker is another; the largest of the rounds): peak RSS is VmHWM reset before each side, live heap the largest /gc/heap/live:bytes sampled every 10 ms:")
+	fmt.Fprintln(w, "\neach stack against partitions: the steady rate (first message handled to the last, without the join and the first fetch), CPU and allocations (medians), the broker process's CPU over the same time (median; it shares the cores), and the memory of the measuring process (the largest of the rounds): peak RSS is VmHWM reset before each side, live heap the largest /gc/heap/live:bytes sampled every 10 ms:")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| stack | partitions | steady msgs/s | CPU µs/msg | allocs/msg | peak RSS MiB | peak live heap MiB |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(w, "| stack | partitions | steady msgs/s | CPU µs/msg | broker CPU µs/msg | allocs/msg | peak RSS MiB | peak live heap MiB |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, st := range sw.stacks {
 		for _, p := range pts {
 			f := p.by[st.key]
-			fmt.Fprintf(w, "| %s | %d | %.0f | %.2f | %.2f | %.1f | %.1f |\n", st.name, p.x,
-				f.steady, f.cpuUS, f.allocs, float64(f.peakRSS)/(1<<20), float64(f.liveHeap)/(1<<20))
+			broker := "–"
+			if f.brokerOK {
+				broker = fmt.Sprintf("%.2f", f.brokerUS)
+			}
+			fmt.Fprintf(w, "| %s | %d | %.0f | %.2f | %s | %.2f | %.1f | %.1f |\n", st.name, p.x,
+				f.steady, f.cpuUS, broker, f.allocs, float64(f.peakRSS)/(1<<20), float64(f.liveHeap)/(1<<20))
 		}
 	}
 	lo, hi := pts[0], pts[0]

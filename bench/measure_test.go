@@ -1,0 +1,68 @@
+package main
+
+import (
+	"os"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestParseProcStatCPU(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want time.Duration
+		ok   bool
+	}{
+		// utime 250 and stime 50 ticks: 3 s.
+		{"1234 (bench) S 1 1234 1234 0 -1 4194304 100 0 0 0 250 50 0 0 20 0 9 0 100 0 0", 3 * time.Second, true},
+		// A command name with spaces and parentheses of its own.
+		{"99 (a (b) c) R 1 99 99 0 -1 0 0 0 0 0 7 3 0 0 20 0 1 0 5 0 0", 100 * time.Millisecond, true},
+		{"99 (cut) R 1 99 99 0 -1 0 0 0 0 0 7", 0, false},
+		{"no parenthesis here", 0, false},
+		{"1 (x) S 1 1 1 0 -1 0 0 0 0 0 seven 3 0", 0, false},
+	} {
+		got, ok := parseProcStatCPU([]byte(tc.line))
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("parseProcStatCPU(%q) = %v, %v; want %v, %v", tc.line, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestProcCPUOfSelf reads this process's CPU from /proc and compares it
+// with getrusage: the units are right, and every thread is counted.
+func TestProcCPUOfSelf(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("/proc/<pid>/stat is Linux's")
+	}
+	if _, ok := procCPU(0); ok {
+		t.Error("procCPU(0) reports a figure")
+	}
+	// Burn CPU on two goroutines, so more than one thread may run.
+	done := make(chan struct{})
+	for range 2 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for end := time.Now().Add(150 * time.Millisecond); time.Now().Before(end); {
+			}
+		}()
+	}
+	<-done
+	<-done
+	got, ok := procCPU(os.Getpid())
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	want := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	if !ok {
+		t.Fatal("procCPU of this process reports no figure")
+	}
+	// /proc counts in hundredths of a second, and getrusage ran later.
+	if got > want+10*time.Millisecond || got < want-50*time.Millisecond {
+		t.Errorf("procCPU = %v, getrusage = %v", got, want)
+	}
+	if got < 100*time.Millisecond {
+		t.Errorf("procCPU = %v after at least 150ms of CPU", got)
+	}
+}
