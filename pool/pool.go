@@ -537,9 +537,13 @@ func (p *Pool[T]) recycleLocked(e *entry[T]) {
 	if len(p.free) >= p.maxWorkers+p.queueSize+p.spare {
 		return
 	}
+	// e's links are nil already: list.remove and fifo.pop unlink what
+	// they take, doneLocked clears keyNext, and an entry a giving-up
+	// SubmitBatch hands back was never linked (checkFree, in the tests).
+	// Writing them again would cost a write barrier each while the GC
+	// marks.
 	var zero T
 	e.v, e.key, e.seq = zero, 0, 0
-	e.prev, e.next, e.readyNext, e.keyNext = nil, nil, nil, nil
 	e.state.Store(stateQueued)
 	p.free = append(p.free, e)
 }

@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -207,6 +208,24 @@ func (h *harness) check() {
 	}
 	if st.Queued != 0 || st.Waiting != 0 || st.Running != 0 {
 		t.Errorf("Stats after stop %+v, want nothing queued, waiting or running", st)
+	}
+	checkFree(t, h.p)
+}
+
+// checkFree checks that every entry p keeps for reuse is as a new one:
+// on no list, with no item, key or sequence, and queued. recycleLocked
+// relies on the lists having unlinked an entry before it is kept.
+func checkFree[T any](t *testing.T, p *Pool[T]) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, e := range p.free {
+		if e.prev != nil || e.next != nil || e.readyNext != nil || e.keyNext != nil {
+			t.Errorf("free entry %d of %d is still linked: prev %p, next %p, readyNext %p, keyNext %p", i, len(p.free), e.prev, e.next, e.readyNext, e.keyNext)
+		}
+		if !reflect.ValueOf(&e.v).Elem().IsZero() || e.key != 0 || e.seq != 0 || e.state.Load() != stateQueued {
+			t.Errorf("free entry %d of %d is not reset: item %v, key %d, seq %d, state %d", i, len(p.free), e.v, e.key, e.seq, e.state.Load())
+		}
 	}
 }
 
