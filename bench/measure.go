@@ -38,8 +38,8 @@ func readUsage(brokerPID int) usage {
 	return u
 }
 
-// userHZ is the unit of the CPU times in /proc/<pid>/stat: Linux fixes
-// it at 100 per second for every architecture (USER_HZ, proc(5)).
+// userHZ is the unit of the CPU times in /proc/<pid>/stat (USER_HZ,
+// proc(5)): 100 a second on x86 and arm64, the machines this runs on.
 const userHZ = 100
 
 // procCPU returns the user + system CPU time process pid has used, all
