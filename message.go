@@ -25,9 +25,10 @@ import (
 //     header values are slices of the fetch response they came in, as
 //     franz-go hands them out: a kept Value keeps that response alive
 //     (at most 3 MiB, the runtime's fetch size on franz-go). On kafka-go
-//     a record's Key and Value are one allocation of their own, shared
-//     by the two (a kept Key keeps the Value), and each header value is
-//     a slice of its own.
+//     a record's Key and Value are copied into a block of 16 KiB that the
+//     records fetched with it share (no pointers; a record of more than
+//     4 KiB gets bytes of its own): a kept Key or Value keeps that block
+//     alive. Each header value is a slice of its own.
 //   - The ID of a Kafka record shares a block of about 1 KiB of bytes
 //     (no pointers) with the IDs of the records fetched with it.
 //

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/segmentio/kafka-go"
@@ -43,7 +44,7 @@ func TestChunkedSource(t *testing.T) {
 	chunks := make(chan []Record, 4)
 	src := &kafkaGoSource{chunks: chunks, out: chunkOut{chunks: chunks, free: make(chan []Record, 6), size: 3}}
 	ctx := context.Background()
-	next, _, err := sendRecords(ctx, &kafka.FetchResponse{Records: kafka.NewRecordReader(recs...), HighWatermark: 15}, 7, src.out)
+	next, _, err := sendRecords(ctx, &kafka.FetchResponse{Records: kafka.NewRecordReader(recs...), HighWatermark: 15}, 7, src.out, new(recordBytes))
 	if err != nil || next != 15 {
 		t.Fatalf("sendRecords: offset %d, %v; want 15, nil", next, err)
 	}
@@ -87,8 +88,8 @@ func TestChunkedSource(t *testing.T) {
 var bytesSink protocol.Bytes
 
 // TestReadKeyValue: a record's key and value come out as they were, a
-// null one nil and an empty one empty, in one allocation, the key capped
-// so that appending to it leaves the value alone.
+// null one nil and an empty one empty, carved from shared blocks, each
+// capped so that appending to it leaves the others alone.
 func TestReadKeyValue(t *testing.T) {
 	b := func(s string) protocol.Bytes { return protocol.NewBytes([]byte(s)) }
 	for _, c := range []struct {
@@ -96,34 +97,59 @@ func TestReadKeyValue(t *testing.T) {
 		k, v       protocol.Bytes
 		key, value []byte
 	}{
+		{"empty", b(""), b(""), []byte{}, []byte{}}, // first: on a reader's first block
 		{"both", b("k1"), b("value"), []byte("k1"), []byte("value")},
 		{"null key", nil, b("value"), nil, []byte("value")},
 		{"null value", b("k1"), nil, []byte("k1"), nil},
 		{"both null", nil, nil, nil, nil},
-		{"empty", b(""), b(""), []byte{}, []byte{}},
+		{"large", b(strings.Repeat("k", recordBlockSize/8)), b(strings.Repeat("v", recordBlockSize/4)),
+			[]byte(strings.Repeat("k", recordBlockSize/8)), []byte(strings.Repeat("v", recordBlockSize/4))},
 	} {
-		key, value, err := readKeyValue(c.k, c.v)
+		var rb recordBytes
+		key, value, err := readKeyValue(c.k, c.v, &rb)
 		if err != nil || !bytes.Equal(key, c.key) || !bytes.Equal(value, c.value) ||
 			(key == nil) != (c.key == nil) || (value == nil) != (c.value == nil) {
 			t.Errorf("%s: %q, %q, %v; want %q, %q", c.name, key, value, err, c.key, c.value)
 			continue
 		}
-		if key != nil && value != nil {
-			_ = append(key, 'X')
-			if !bytes.Equal(value, c.value) {
-				t.Errorf("%s: appending to the key changed the value to %q", c.name, value)
-			}
+		// The next record's bytes come from the same block.
+		nextKey, nextValue, err := readKeyValue(b("next-key"), b("next-value"), &rb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = append(key, 'X')
+		_ = append(value, 'Y')
+		if !bytes.Equal(value, c.value) || string(nextKey) != "next-key" || string(nextValue) != "next-value" {
+			t.Errorf("%s: appending to the key and value changed the value to %q, the next record's to %q, %q", c.name, value, nextKey, nextValue)
 		}
 	}
-	k, v := []byte("customer-42"), []byte("a value of some length")
-	made := testing.AllocsPerRun(100, func() { bytesSink, bytesSink = protocol.NewBytes(k), protocol.NewBytes(v) })
-	n := testing.AllocsPerRun(100, func() {
-		if _, _, err := readKeyValue(protocol.NewBytes(k), protocol.NewBytes(v)); err != nil {
+
+	// Many records share an allocation; a block's bytes are never
+	// handed out twice.
+	k, v := []byte("customer-42"), []byte(strings.Repeat("a value of some length ", 11)) // 253 bytes
+	var rb recordBytes
+	made := testing.AllocsPerRun(1000, func() { bytesSink, bytesSink = protocol.NewBytes(k), protocol.NewBytes(v) })
+	n := testing.AllocsPerRun(1000, func() {
+		if _, _, err := readKeyValue(protocol.NewBytes(k), protocol.NewBytes(v), &rb); err != nil {
 			t.Fatal(err)
 		}
 	})
-	if n-made != 1 {
-		t.Errorf("%.0f allocations besides the test's Bytes, want 1", n-made)
+	if n-made != 0 {
+		t.Errorf("%.0f allocations a record besides the test's Bytes, want 0 (a block every %d records)", n-made, recordBlockSize/(len(k)+len(v)))
+	}
+	var prev []byte
+	for i := range 200 {
+		key, value, err := readKeyValue(b(fmt.Sprint("key-", i)), b(fmt.Sprint("value-", i)), &rb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if prev != nil && string(prev) != fmt.Sprint("value-", i-1) {
+			t.Fatalf("record %d's value became %q after record %d was read", i-1, prev, i)
+		}
+		if string(key) != fmt.Sprint("key-", i) {
+			t.Fatalf("record %d: key %q", i, key)
+		}
+		prev = value
 	}
 }
 
@@ -136,7 +162,7 @@ func TestEmptyFetchMakesNoChunk(t *testing.T) {
 	resp := &kafka.FetchResponse{HighWatermark: 7}
 	n := testing.AllocsPerRun(100, func() {
 		resp.Records = emptyRecords{}
-		next, _, err := sendRecords(context.Background(), resp, 7, out)
+		next, _, err := sendRecords(context.Background(), resp, 7, out, new(recordBytes))
 		if err != nil || next != 7 {
 			t.Fatalf("sendRecords: %d, %v; want 7, nil", next, err)
 		}

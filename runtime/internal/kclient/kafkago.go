@@ -368,6 +368,7 @@ func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chunkOut, l
 	backoff := fetchBackoffMin
 	offset := a.Offset
 	size := newFetchSize()
+	var rb recordBytes
 	for {
 		resp, err := k.fetches.Fetch(ctx, &kafka.FetchRequest{
 			Topic:     a.Topic,
@@ -382,7 +383,7 @@ func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chunkOut, l
 		}
 		if err == nil {
 			var read fetchRead
-			offset, read, err = sendRecords(ctx, resp, offset, out)
+			offset, read, err = sendRecords(ctx, resp, offset, out, &rb)
 			size.learn(read)
 		}
 		if err == nil {
@@ -457,11 +458,11 @@ func (f *fetchSize) learn(r fetchRead) {
 
 // sendRecords sends the records of resp from offset on to out, in
 // chunks of up to out.size and the last one at the response's end, and
-// returns the offset after the last one sent and what it read. A batch
-// may start before the offset asked for: its earlier records are
-// skipped. Control batches (transaction markers) are skipped by
-// kafka-go's record stream.
-func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, out chunkOut) (int64, fetchRead, error) {
+// returns the offset after the last one sent and what it read. Their keys
+// and values are copied into rb's blocks. A batch may start before the
+// offset asked for: its earlier records are skipped. Control batches
+// (transaction markers) are skipped by kafka-go's record stream.
+func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, out chunkOut, rb *recordBytes) (int64, fetchRead, error) {
 	var read fetchRead
 	if st, ok := resp.Records.(*protocol.RecordStream); ok {
 		read.batches = len(st.Records)
@@ -498,7 +499,7 @@ func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, o
 			continue
 		}
 		fr := Record{Offset: rec.Offset, HighWatermark: resp.HighWatermark, Time: recordTime(rec.Time)}
-		fr.Key, fr.Value, err = readKeyValue(rec.Key, rec.Value)
+		fr.Key, fr.Value, err = readKeyValue(rec.Key, rec.Value, rb)
 		read.bytes += int64(len(fr.Key) + len(fr.Value))
 		if err != nil {
 			serr := send()
@@ -522,6 +523,33 @@ func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, o
 	}
 }
 
+// recordBlockSize is the size of the blocks a partition reader carves its
+// records' keys and values from: about 50 records of 256-byte values a
+// block, one allocation for them instead of one a record.
+const recordBlockSize = 16 << 10
+
+// recordBytes carves the bytes of one partition reader's records from
+// shared blocks, for that reader alone. A block's bytes are never written
+// again once handed out. A key or value kept after its message is handled
+// keeps its block alive: at most recordBlockSize bytes, with no pointers
+// (franz-go's records keep their whole fetch response alive so). A record
+// of more than a quarter of a block gets bytes of its own.
+type recordBytes struct{ block []byte }
+
+// take returns n bytes for one record, capped at n: the next n of the
+// current block, or of a new one when they do not fit.
+func (r *recordBytes) take(n int) []byte {
+	if n > recordBlockSize/4 {
+		return make([]byte, n)
+	}
+	if r.block == nil || cap(r.block)-len(r.block) < n {
+		r.block = make([]byte, 0, recordBlockSize) // a block for empty ones too: they are not nil
+	}
+	start := len(r.block)
+	r.block = r.block[:start+n]
+	return r.block[start : start+n : start+n]
+}
+
 // closeBytes closes the keys and values of records not read, which gives
 // their pages back to kafka-go's pool, and returns their length.
 func closeBytes(bs ...protocol.Bytes) (n int64) {
@@ -535,11 +563,12 @@ func closeBytes(bs ...protocol.Bytes) (n int64) {
 }
 
 // readKeyValue copies a record's key and value out of the fetch buffer,
-// together in one allocation (the key capped at its length, so that an
-// append to it cannot reach the value), and closes them, which gives the
-// buffer's pages back to kafka-go's pool once every record's bytes are
-// read. A null key or value is nil, an empty one empty.
-func readKeyValue(k, v protocol.Bytes) (key, value []byte, err error) {
+// together into bytes rb carves (each capped at its length, so that an
+// append to one cannot reach the other or the next record's), and closes
+// them, which gives the buffer's pages back to kafka-go's pool once every
+// record's bytes are read. A null key or value is nil, an empty one
+// empty.
+func readKeyValue(k, v protocol.Bytes, rb *recordBytes) (key, value []byte, err error) {
 	var kl, vl int
 	if k != nil {
 		kl = k.Len()
@@ -547,7 +576,7 @@ func readKeyValue(k, v protocol.Bytes) (key, value []byte, err error) {
 	if v != nil {
 		vl = v.Len()
 	}
-	buf := make([]byte, kl+vl)
+	buf := rb.take(kl + vl)
 	if k != nil {
 		key = buf[:kl:kl]
 		_, err = io.ReadFull(k, key)
