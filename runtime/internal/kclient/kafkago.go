@@ -524,16 +524,16 @@ func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, o
 }
 
 // recordBlockSize is the size of the blocks a partition reader carves its
-// records' keys and values from: about 50 records of 256-byte values a
+// records' keys and values from: about 60 records of 256-byte values a
 // block, one allocation for them instead of one a record.
 const recordBlockSize = 16 << 10
 
 // recordBytes carves the bytes of one partition reader's records from
-// shared blocks, for that reader alone. A block's bytes are never written
-// again once handed out. A key or value kept after its message is handled
-// keeps its block alive: at most recordBlockSize bytes, with no pointers
-// (franz-go's records keep their whole fetch response alive so). A record
-// of more than a quarter of a block gets bytes of its own.
+// shared blocks, for that reader alone. No byte of a block is handed out
+// twice. A key or value kept after its message is handled keeps its
+// block alive: at most recordBlockSize bytes, with no pointers (franz-go's
+// records keep their whole fetch response alive so). A record of more
+// than a quarter of a block gets bytes of its own.
 type recordBytes struct{ block []byte }
 
 // take returns n bytes for one record, capped at n: the next n of the
