@@ -20,11 +20,11 @@ import (
 //
 // The per-message calls take no lock. The offsets live in a chain of
 // fixed-size segments: the partition's fetch loop, the only caller of
-// put and add, fills them in order and publishes a batch of slots with
-// one atomic store of the segment's count (publish); settle is one atomic store of the slot's flag,
+// put, fills them in order and publishes a batch of slots with one
+// atomic store of the segment's count (publish); settle is one atomic store of the slot's flag,
 // from any goroutine. The committer (commitPoint, unsettled, under mu)
 // walks the settled prefix from where it last stopped and drops the
-// segments behind it; add does the same when it starts a segment, so
+// segments behind it; put does the same when it starts a segment, so
 // memory follows the unsettled window.
 type tracker struct {
 	topic     string
@@ -79,7 +79,7 @@ type segment struct {
 	offs    [segSize]int64
 	seen    [segSize]int64 // when fetched, on the runtime's clock (Runtime.mono)
 	settled [segSize]atomic.Bool
-	n       atomic.Int32 // slots published (publish, add)
+	n       atomic.Int32 // slots published (publish)
 	next    atomic.Pointer[segment]
 }
 
@@ -106,15 +106,6 @@ func newTracker(topic string, partition int, start int64) *tracker {
 // partitionName names the tracker's partition as the client does.
 func (t *tracker) partitionName() kclient.Partition {
 	return kclient.Partition{Topic: t.topic, Partition: t.partition}
-}
-
-// add records a fetched offset, fetched at seen, and returns its slot,
-// published: put and publish. Only the partition's fetch loop calls it,
-// in fetch order.
-func (t *tracker) add(offset, seen int64) slot {
-	sl := t.put(offset, seen)
-	t.publish()
-	return sl
 }
 
 // put writes a fetched offset, fetched at seen, into the next slot and

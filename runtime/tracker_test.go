@@ -8,6 +8,15 @@ import (
 	"testing"
 )
 
+// add puts a fetched offset, fetched at seen, and publishes it at once:
+// one offset at a time, as the tests and benchmarks hand them over (the
+// fetch loop puts a batch and publishes it once).
+func (t *tracker) add(offset, seen int64) slot {
+	sl := t.put(offset, seen)
+	t.publish()
+	return sl
+}
+
 // TestTrackerCommitRule: out-of-order completion never commits past a gap.
 func TestTrackerCommitRule(t *testing.T) {
 	t.Parallel()
