@@ -41,8 +41,8 @@ func waitFor(ctx context.Context, every time.Duration, cond func() bool) error {
 // the consumer process (the broker is another one): topic's n records
 // (values of memValueSize bytes, keys as br.produce makes them) fetched
 // and waiting in one class's queue behind one blocked worker. It is the
-// heap after a GC with all n in the pool, minus the heap after a GC
-// before the runtime was made, over n.
+// live heap with all n in the pool, minus the live heap before the
+// runtime was made, over n (both as liveHeap takes them).
 func queuedMemory(ctx context.Context, br *broker, topic string, n int) (queued, error) {
 	q := queued{n: n}
 	for i := range n {
