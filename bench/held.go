@@ -36,7 +36,7 @@ const (
 
 // liveHeap returns the live heap after two full GCs: what one GC frees
 // stays counted after it in a sync.Pool's victim cache (the buffers that
-// producing the records left in kafka-go's pools, 1 to 2.4 MiB, were
+// producing the records left in kafka-go's pools, 1.1 to 2.4 MB, were
 // counted so in a queued-memory baseline) and in objects whose
 // finalizers or cleanups it queued; the second GC frees them.
 func liveHeap() uint64 {
