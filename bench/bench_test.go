@@ -57,7 +57,7 @@ func TestSmoke(t *testing.T) {
 		plot: filepath.Join(t.TempDir(), "scaling.png"), table: true, batchN: 2000, batchWorkers: 4,
 		stacks: allStacks[:2], franz: defaultFranzFetch, // the kafka-go stacks; TestSweepFourStacks runs all four
 	}
-	out := runChecked(t, ctx, cfg)
+	out, _ := runChecked(t, ctx, cfg)
 	for _, want := range []string{"raw kafka-go, one committer, no-op", "handoff runtime on kafka-go, no-op", "handoff runtime on franz-go, no-op",
 		"2ms handler", "3 partitions (3 topics)", "2 classes (2 topics × 3 partitions)", "Memory per queued message", "with the same reader queue", "Stop with full pools", "workers busy"} {
 		if !strings.Contains(out, want) {
@@ -77,17 +77,17 @@ func TestSmoke(t *testing.T) {
 // runChecked checks cfg, runs it and returns its output; it logs the
 // progress log and the output, and fails the test if the check or the
 // run does.
-func runChecked(t *testing.T, ctx context.Context, cfg config) string {
+func runChecked(t *testing.T, ctx context.Context, cfg config) (out, log string) {
 	t.Helper()
 	if err := cfg.check(); err != nil {
 		t.Fatal(err)
 	}
-	var out, log bytes.Buffer
-	if err := run(ctx, cfg, &out, &log); err != nil {
-		t.Fatalf("%v\n%s", err, log.String())
+	var o, l bytes.Buffer
+	if err := run(ctx, cfg, &o, &l); err != nil {
+		t.Fatalf("%v\n%s", err, l.String())
 	}
-	t.Log("\n" + log.String() + out.String())
-	return out.String()
+	t.Log("\n" + l.String() + o.String())
+	return o.String(), l.String()
 }
 
 // TestSweepFourStacks runs a tiny partitions sweep of the four stacks
@@ -103,8 +103,14 @@ func TestSweepFourStacks(t *testing.T) {
 		n: 1, slowN: 1, rounds: 1, tablePartition: 1, workers: 1, commitInterval: 100 * time.Millisecond,
 		partitions: []int{3, 6}, sweepN: 600, sweep: true, held: true, stacks: allStacks, franz: defaultFranzFetch,
 		isolate: true, // each side in a process of its own, as -isolate's default
+		warmUp:  true, // as -warm-up's default
 	}
-	text := runChecked(t, ctx, cfg)
+	text, log := runChecked(t, ctx, cfg)
+	for _, p := range []string{"3 partitions", "6 partitions"} {
+		if want := "sweep: " + p + ", warm-up (not counted): " + allStacks[0].name + " "; strings.Count(log, want) != 1 {
+			t.Errorf("log has %d lines %q, want 1 (a warm-up read of each broker's records)", strings.Count(log, want), want)
+		}
+	}
 	for _, st := range allStacks {
 		if !strings.Contains(text, "- "+st.name+": ") {
 			t.Errorf("output states no fetch settings of %s", st.name)
@@ -169,9 +175,14 @@ func TestGoals(t *testing.T) {
 		n: 1500, slowN: 150, memN: 300, rounds: 1, tablePartition: 1, workers: 2,
 		work: 2 * time.Millisecond, commitInterval: 100 * time.Millisecond,
 		partitions: []int{3}, classes: []int{3}, sweepN: 900, sweep: true, rental: true, goals: true, table: true,
-		stacks: allStacks, franz: defaultFranzFetch,
+		stacks: allStacks, franz: defaultFranzFetch, warmUp: true,
 	}
-	text := runChecked(t, ctx, cfg)
+	text, log := runChecked(t, ctx, cfg)
+	for _, what := range []string{"3 partitions", "rental's topics", "classes' topics"} {
+		if want := "sweep: " + what + ", warm-up (not counted): "; strings.Count(log, want) != 1 {
+			t.Errorf("log has %d lines %q, want 1", strings.Count(log, want), want)
+		}
+	}
 	_, rentalPart, ok := strings.Cut(text, "examples/rental's configuration")
 	if !ok {
 		t.Fatal("output lacks the rental table")

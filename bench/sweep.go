@@ -176,6 +176,26 @@ func runSweep(ctx context.Context, cfg config, log io.Writer) (sweepResult, erro
 		return pt, nil
 	}
 
+	// warm reads s's records once with the first stack, not counted, on
+	// a broker that has just been produced to (see warmUp).
+	warm := func(what string, s spec) error {
+		s.franz = cfg.franz
+		st := cfg.stacks[0]
+		s.client = st.client
+		var smp sample
+		var err error
+		if cfg.isolate {
+			smp, err = measureIsolated(ctx, st, s, "")
+		} else {
+			smp, err = measure(ctx, st.run, s, "")
+		}
+		if err != nil {
+			return fmt.Errorf("warm-up, %s, %s: %w", what, st.name, err)
+		}
+		fmt.Fprintf(log, "sweep: %s, warm-up (not counted): %s %.0f msgs/s, broker CPU %.2f µs/msg\n", what, st.name, smp.steady, smp.brokerUS)
+		return nil
+	}
+
 	topics := []string{"sweep-a", "sweep-b", "sweep-c"}
 	for _, p := range cfg.partitions {
 		err := func() error {
@@ -193,6 +213,11 @@ func runSweep(ctx context.Context, cfg config, log io.Writer) (sweepResult, erro
 				cs = append(cs, []string{t})
 			}
 			sp := spec{br: br, classes: cs, n: cfg.sweepN, commitInterval: cfg.commitInterval, franz: cfg.franz}
+			if cfg.warmUp {
+				if err := warm(fmt.Sprintf("%d partitions", p), sp); err != nil {
+					return err
+				}
+			}
 			pt, err := pointOf("partitions", p, sp)
 			sw.partitions = append(sw.partitions, pt)
 			if err != nil || !cfg.held || p != slices.Max(cfg.partitions) {
@@ -222,8 +247,13 @@ func runSweep(ctx context.Context, cfg config, log io.Writer) (sweepResult, erro
 			for _, t := range rental.Topics() {
 				cs = append(cs, []string{t})
 			}
-			pt, err := pointOf("rental", len(rental.Topics())*rentalPartitions,
-				spec{br: br, classes: cs, n: cfg.sweepN, commitInterval: cfg.commitInterval, rental: true, check: rental.Poisoned})
+			sp := spec{br: br, classes: cs, n: cfg.sweepN, commitInterval: cfg.commitInterval, rental: true, check: rental.Poisoned}
+			if cfg.warmUp {
+				if err := warm("rental's topics", sp); err != nil {
+					return err
+				}
+			}
+			pt, err := pointOf("rental", len(rental.Topics())*rentalPartitions, sp)
 			sw.rental = &pt
 			return err
 		}()
@@ -248,6 +278,11 @@ func runSweep(ctx context.Context, cfg config, log io.Writer) (sweepResult, erro
 	fmt.Fprintf(log, "sweep: classes over %d topics × 3 partitions, producing %d\n", sw.topics, cfg.sweepN)
 	if err := br.produce(ctx, ctopics, cfg.sweepN, valueSize); err != nil {
 		return sw, err
+	}
+	if cfg.warmUp {
+		if err := warm("classes' topics", spec{br: br, classes: [][]string{ctopics}, n: cfg.sweepN, commitInterval: cfg.commitInterval}); err != nil {
+			return sw, err
+		}
 	}
 	for _, k := range cfg.classes {
 		cs := make([][]string, k)
