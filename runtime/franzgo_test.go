@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -174,4 +175,61 @@ func startBlocked(t *testing.T, b *bundle, release <-chan struct{}) (*Runtime, c
 		return nil
 	}, func(c *Class) { c.Workers, c.QueueSize = 1, 1 })
 	return startWithCancel(t, cfg)
+}
+
+// TestKeptMessagesOutliveTheirBatches: a handler may keep its message
+// (the default, Class.RecycleMessages off), and what it kept stays as it
+// was produced after the batch it came in is long gone: on franz-go, a
+// batch's records are decoded into a slice that goes back to a pool
+// once the fetch loop has handed them all on, and later batches are
+// decoded into it again. Many small compressed batches (37 records) and
+// a FetchQueue of 64 make the poll loop fetch again and again while the
+// handler keeps every message.
+func TestKeptMessagesOutliveTheirBatches(t *testing.T) {
+	t.Parallel()
+	const n = 1500
+	b := setup(t, 1, "kept")
+	base := time.UnixMilli(1_700_000_000_000).UTC()
+	w := b.writer()
+	w.BatchSize = 37
+	w.Compression = kafka.Lz4
+	msgs := make([]kafka.Message, n)
+	for i := range msgs {
+		msgs[i] = kafka.Message{Topic: "kept", Key: fmt.Appendf(nil, "k-%d", i), Value: fmt.Appendf(nil, "v-%d-%s", i, strings.Repeat("x", i%200)),
+			Headers: []kafka.Header{{Key: "h", Value: fmt.Appendf(nil, "%d", i)}}, Time: base.Add(time.Duration(i) * time.Millisecond)}
+	}
+	ctx, cancelProduce := context.WithTimeout(context.Background(), 30*time.Second)
+	err := w.WriteMessages(ctx, msgs...)
+	cancelProduce()
+	devbroker.CloseWriter(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	kept := map[int64]*handoff.Message{}
+	cfg := b.config(func(_ context.Context, m *handoff.Message) error {
+		mu.Lock()
+		kept[m.Origin.Offset] = m
+		mu.Unlock()
+		return nil
+	}, nil)
+	cfg.FetchQueue = 64
+	rt, wait := startNew(t, cfg)
+	waitFor(t, "every message handled", func() bool { mu.Lock(); defer mu.Unlock(); return len(kept) == n })
+	waitFor(t, "everything committed", func() bool { return b.committed() == n })
+	stopAndWait(t, rt, wait)
+	bad := 0
+	for i := range n {
+		m := kept[int64(i)]
+		want := msgs[i]
+		if m == nil || string(m.Key) != string(want.Key) || string(m.Value) != string(want.Value) || !m.Timestamp.Equal(want.Time) ||
+			len(m.Headers) != 1 || m.Headers[0].Key != "h" || string(m.Headers[0].Value) != string(want.Headers[0].Value) {
+			if bad++; bad <= 5 {
+				t.Errorf("offset %d: kept %+v, produced key %q value %q time %v header %q", i, m, want.Key, want.Value, want.Time, want.Headers[0].Value)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d kept messages differ from what was produced", bad, n)
+	}
 }

@@ -124,6 +124,9 @@ func (f *franzGo) Join(ctx context.Context, topics []string, begin BeginFunc) er
 		// (KIP-714) to the brokers, whose final push would add a second
 		// to a close against a broker that does not answer.
 		kgo.DisableClientMetrics(),
+		// Each batch's records are decoded into a slice that comes back
+		// once Next has handed them all on (recordSlices).
+		kgo.WithPools(&recordSlices{}),
 	}
 	if cfg.Instance != "" {
 		opts = append(opts, kgo.InstanceID(cfg.Instance))
@@ -716,6 +719,10 @@ func (q *franzQueue) Next(ctx context.Context) (Record, bool) {
 			fr.Headers[i] = handoff.Header{Key: h.Key, Value: h.Value}
 		}
 	}
+	// Nothing of rec is used after this: its key, value and headers'
+	// bytes are the fetch response's, not the pooled slice's
+	// (recordSlices).
+	rec.Recycle()
 	return fr, true
 }
 

@@ -1,0 +1,6 @@
+//go:build race
+
+package kclient
+
+// raceEnabled reports whether the tests run under -race.
+const raceEnabled = true
