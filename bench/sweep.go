@@ -306,9 +306,9 @@ func fetchSettings(st stack, franz franzFetch) string {
 	case runtimeKafkaGo:
 		return fmt.Sprintf("a kafka.Client.Fetch loop per partition, 1 MiB per response, FetchMaxWait %s, FetchQueue %d (the runtime's defaults)", hrt.DefaultFetchMaxWait, hrt.DefaultFetchQueue)
 	case rawFranzGo:
-		return "one kgo.Client, fetches per broker, " + franz.String()
+		return "one kgo.Client, fetches per broker, " + franz.String() + ", no pools (each batch's records in a new slice)"
 	case runtimeFranzGo:
-		return fmt.Sprintf("one kgo.Client, fetches per broker, %s, a queue per partition that pauses its partition at FetchQueue %d records (the runtime's defaults)", defaultFranzFetch, hrt.DefaultFetchQueue)
+		return fmt.Sprintf("one kgo.Client, fetches per broker, %s, a queue per partition that pauses its partition at FetchQueue %d records (the runtime's defaults), each batch's records in a pooled slice (kgo.WithPools)", defaultFranzFetch, hrt.DefaultFetchQueue)
 	}
 	return ""
 }
