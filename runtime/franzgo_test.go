@@ -136,13 +136,7 @@ func TestFranzQueuesShareBytes(t *testing.T) {
 			msgs = append(msgs, kafka.Message{Topic: "wide", Partition: p, Key: fmt.Appendf(nil, "k-%d-%d", p, i), Value: value})
 		}
 	}
-	ctx, cancelProduce := context.WithTimeout(context.Background(), 30*time.Second)
-	err := w.WriteMessages(ctx, msgs...)
-	cancelProduce()
-	devbroker.CloseWriter(w)
-	if err != nil {
-		t.Fatal(err)
-	}
+	writeAndClose(t, w, msgs)
 	release := make(chan struct{})
 	rt, cancel, wait := startBlocked(t, b, release)
 	waitFor(t, "ready", rt.Ready)
@@ -198,13 +192,7 @@ func TestKeptMessagesOutliveTheirBatches(t *testing.T) {
 		msgs[i] = kafka.Message{Topic: "kept", Key: fmt.Appendf(nil, "k-%d", i), Value: fmt.Appendf(nil, "v-%d-%s", i, strings.Repeat("x", i%200)),
 			Headers: []kafka.Header{{Key: "h", Value: fmt.Appendf(nil, "%d", i)}}, Time: base.Add(time.Duration(i) * time.Millisecond)}
 	}
-	ctx, cancelProduce := context.WithTimeout(context.Background(), 30*time.Second)
-	err := w.WriteMessages(ctx, msgs...)
-	cancelProduce()
-	devbroker.CloseWriter(w)
-	if err != nil {
-		t.Fatal(err)
-	}
+	writeAndClose(t, w, msgs)
 	var mu sync.Mutex
 	kept := map[int64]*handoff.Message{}
 	cfg := b.config(func(_ context.Context, m *handoff.Message) error {
@@ -231,5 +219,17 @@ func TestKeptMessagesOutliveTheirBatches(t *testing.T) {
 	}
 	if bad > 0 {
 		t.Errorf("%d of %d kept messages differ from what was produced", bad, n)
+	}
+}
+
+// writeAndClose writes msgs with w, within 30 seconds, and closes w.
+func writeAndClose(t *testing.T, w *kafka.Writer, msgs []kafka.Message) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	err := w.WriteMessages(ctx, msgs...)
+	cancel()
+	devbroker.CloseWriter(w)
+	if err != nil {
+		t.Fatal(err)
 	}
 }
