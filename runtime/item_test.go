@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/internal/testio"
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
 )
 
@@ -401,7 +402,7 @@ func TestItemKey(t *testing.T) {
 		if got := itemKey(it); got != string(key) {
 			t.Fatalf("source %d: key %q, want %q", src, got, key)
 		}
-		if !raceEnabled {
+		if !testio.RaceEnabled {
 			if n := testing.AllocsPerRun(100, func() { _ = itemKey(it) }); n != 0 {
 				t.Errorf("source %d: %.0f allocations, want 0", src, n)
 			}

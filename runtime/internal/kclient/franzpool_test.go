@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/handoff-go/handoff/internal/testio"
 )
 
 // TestRecordSlicesSizes: GetRecords gives an empty slice of the least
@@ -51,7 +53,7 @@ func TestRecordSlicesSizes(t *testing.T) {
 // it again costs no allocation once the pool has its box (a sync.Pool
 // drops items at random under the race detector, so only without it).
 func TestRecordSlicesPutAllocatesNothing(t *testing.T) {
-	if raceEnabled {
+	if testio.RaceEnabled {
 		t.Skip("sync.Pool drops items at random under the race detector")
 	}
 	var p recordSlices
