@@ -44,14 +44,21 @@ func (p *recordSlices) GetRecords(n int) []kgo.Record {
 	if n < 1 || n > maxPooledRecords {
 		return nil
 	}
-	c := max(bits.Len(uint(n-1)), minRecordClass) // 1<<c >= n
-	if box, _ := p.classes[c-minRecordClass].Get().(*[]kgo.Record); box != nil {
+	c := classOf(n)
+	if box, _ := p.classes[c].Get().(*[]kgo.Record); box != nil {
 		s := (*box)[:0]
 		*box = nil
 		p.boxes.Put(box)
 		return s
 	}
-	return make([]kgo.Record, 0, 1<<c)
+	return make([]kgo.Record, 0, 1<<(c+minRecordClass))
+}
+
+// classOf returns the index in classes of the slices with room for n
+// records (1 <= n <= maxPooledRecords): those of the least power of two
+// capacity of at least n and minPooledRecords.
+func classOf(n int) int {
+	return max(bits.Len(uint(n-1)), minRecordClass) - minRecordClass
 }
 
 // PutRecords keeps s for a later GetRecords. franz-go puts a slice back
@@ -67,5 +74,5 @@ func (p *recordSlices) PutRecords(s []kgo.Record) {
 		box = new([]kgo.Record)
 	}
 	*box = s[:0]
-	p.classes[bits.Len(uint(n))-1-minRecordClass].Put(box)
+	p.classes[classOf(n)].Put(box)
 }
