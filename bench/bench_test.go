@@ -140,10 +140,16 @@ func TestSweepFourStacks(t *testing.T) {
 				}
 			}
 			rows["rate "+f[0]]++
-		case len(f) == 8 && isStack:
-			// The broker's CPU is measured from the side process too.
-			if x, err := strconv.ParseFloat(f[4], 64); err != nil || x < 0 {
-				t.Errorf("row %q: broker CPU %q is not a figure", line, f[4])
+		case len(f) == 10 && isStack:
+			// The GC's CPU and the bytes allocated come from the side
+			// process, and so does the broker's CPU.
+			for i, what := range map[int]string{4: "GC CPU", 5: "broker CPU", 7: "bytes"} {
+				if x, err := strconv.ParseFloat(f[i], 64); err != nil || x < 0 {
+					t.Errorf("row %q: %s %q is not a figure", line, what, f[i])
+				}
+			}
+			if x, _ := strconv.ParseFloat(f[7], 64); x == 0 {
+				t.Errorf("row %q: no bytes allocated", line)
 			}
 			rows["memory "+f[0]]++
 		case len(f) == 3 && isStack:

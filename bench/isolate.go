@@ -51,7 +51,7 @@ type sideOrder struct {
 // sampleWire is a sample as the side process prints it.
 type sampleWire struct {
 	Handled, Committed, Steady, Busy, CPUUS, Allocs float64
-	BrokerUS                                        float64
+	GCUS, Bytes, BrokerUS                           float64
 	BrokerOK                                        bool
 	PeakRSS, LiveHeap                               uint64
 	Stop                                            time.Duration
@@ -116,7 +116,7 @@ func sideChild(order string) int {
 	}
 	line, err := json.Marshal(sampleWire{
 		Handled: smp.handled, Committed: smp.committed, Steady: smp.steady, Busy: smp.busy,
-		CPUUS: smp.cpuUS, Allocs: smp.allocs, BrokerUS: smp.brokerUS, BrokerOK: smp.brokerOK,
+		CPUUS: smp.cpuUS, GCUS: smp.gcUS, Bytes: smp.bytes, Allocs: smp.allocs, BrokerUS: smp.brokerUS, BrokerOK: smp.brokerOK,
 		PeakRSS: smp.peakRSS, LiveHeap: smp.liveHeap, Stop: smp.stop, Calls: smp.calls,
 	})
 	if err != nil {
@@ -164,7 +164,7 @@ func measureIsolated(ctx context.Context, st stack, s spec, prof string) (sample
 		}
 		return sample{
 			handled: w.Handled, committed: w.Committed, steady: w.Steady, busy: w.Busy,
-			cpuUS: w.CPUUS, allocs: w.Allocs, brokerUS: w.BrokerUS, brokerOK: w.BrokerOK,
+			cpuUS: w.CPUUS, gcUS: w.GCUS, bytes: w.Bytes, allocs: w.Allocs, brokerUS: w.BrokerUS, brokerOK: w.BrokerOK,
 			peakRSS: w.PeakRSS, liveHeap: w.LiveHeap,
 			stop: w.Stop, calls: w.Calls,
 		}, nil

@@ -275,6 +275,10 @@ type sample struct {
 	// messages per worker (the smoke test) it reads a little over 1.
 	busy          float64
 	cpuUS, allocs float64 // per message
+	// gcUS is the part of cpuUS the garbage collector took, as the Go
+	// runtime estimates it (gcCPUMetric); bytes the heap bytes allocated,
+	// per message.
+	gcUS, bytes float64
 	// brokerUS is the broker process's CPU per message over the same
 	// time as cpuUS, when brokerOK: the two processes share the cores.
 	brokerUS float64
@@ -333,6 +337,8 @@ func measure(ctx context.Context, side sideFunc, s spec, prof string) (sample, e
 		steady:    steady,
 		busy:      busy(s, tm, steady),
 		cpuUS:     float64((m.endUse.cpu - m.start.cpu).Microseconds()) / n,
+		gcUS:      float64((m.endUse.gc - m.start.gc).Microseconds()) / n,
+		bytes:     float64(m.endUse.bytes-m.start.bytes) / n,
 		brokerUS:  float64((m.endUse.broker - m.start.broker).Microseconds()) / n,
 		brokerOK:  m.start.brokerOK && m.endUse.brokerOK,
 		allocs:    float64(m.endUse.mallocs-m.start.mallocs) / n,
@@ -539,6 +545,8 @@ func medianSample(ss []sample) sample {
 		steady:    pick(func(s sample) float64 { return s.steady }),
 		busy:      pick(func(s sample) float64 { return s.busy }),
 		cpuUS:     pick(func(s sample) float64 { return s.cpuUS }),
+		gcUS:      pick(func(s sample) float64 { return s.gcUS }),
+		bytes:     pick(func(s sample) float64 { return s.bytes }),
 		brokerUS:  pick(func(s sample) float64 { return s.brokerUS }),
 		brokerOK:  !slices.ContainsFunc(ss, func(s sample) bool { return !s.brokerOK }),
 		allocs:    pick(func(s sample) float64 { return s.allocs }),

@@ -18,6 +18,11 @@ import (
 type usage struct {
 	cpu     time.Duration // user + system, this process only
 	mallocs uint64        // heap objects allocated so far
+	bytes   uint64        // heap bytes allocated so far
+	// gc is the Go runtime's estimate of the CPU its garbage collector
+	// has used so far (gcCPUMetric): part of cpu, counted in whole
+	// cycles.
+	gc time.Duration
 	// broker is the broker process's user + system CPU, when brokerOK.
 	broker   time.Duration
 	brokerOK bool
@@ -33,9 +38,27 @@ func readUsage(brokerPID int) usage {
 	u := usage{
 		cpu:     time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
 		mallocs: ms.Mallocs,
+		bytes:   ms.TotalAlloc,
+		gc:      gcCPU(),
 	}
 	u.broker, u.brokerOK = procCPU(brokerPID)
 	return u
+}
+
+// gcCPUMetric is the runtime/metrics estimate of the CPU the garbage
+// collector has used: its mark workers (dedicated, fractional and those
+// run on an idle P), the assists it took from allocating goroutines and
+// its pauses. The runtime adds a cycle's share when the cycle ends.
+const gcCPUMetric = "/cpu/classes/gc/total:cpu-seconds"
+
+// gcCPU returns gcCPUMetric, or 0 if this Go has no such metric.
+func gcCPU() time.Duration {
+	s := []metrics.Sample{{Name: gcCPUMetric}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64 {
+		return 0
+	}
+	return time.Duration(s[0].Value.Float64() * float64(time.Second))
 }
 
 // userHZ is the unit of the CPU times in /proc/<pid>/stat (USER_HZ,

@@ -84,3 +84,35 @@ func TestLiveHeapFreesPoolVictims(t *testing.T) {
 		t.Fatalf("live heap %d bytes after a %d-byte buffer was put in a sync.Pool, %d before: it counts the pool's victim cache", h, size, base)
 	}
 }
+
+// gcGarbage keeps TestReadUsageCountsTheGC's allocations from being
+// optimized away.
+var gcGarbage [][]byte
+
+// TestReadUsageCountsTheGC checks that readUsage counts the heap bytes
+// allocated and the collector's CPU: a usage read after 64 MiB of
+// garbage and four GCs shows both grown, the GC's CPU no more than the
+// process's.
+func TestReadUsageCountsTheGC(t *testing.T) {
+	before := readUsage(0)
+	for range 4 {
+		for range 1 << 10 {
+			gcGarbage = append(gcGarbage, make([]byte, 16<<10))
+		}
+		gcGarbage = nil
+		runtime.GC()
+	}
+	after := readUsage(0)
+	if got := after.bytes - before.bytes; got < 64<<20 {
+		t.Errorf("%d bytes allocated counted, want at least %d", got, 64<<20)
+	}
+	gc, cpu := after.gc-before.gc, after.cpu-before.cpu
+	if gc <= 0 {
+		t.Errorf("GC CPU grew by %v over four GCs, want more than 0 (metric %s)", gc, gcCPUMetric)
+	}
+	// getrusage counts in microseconds, the metric in nanoseconds of
+	// estimated P time: allow a little over.
+	if gc > cpu+10*time.Millisecond {
+		t.Errorf("GC CPU %v over the process's CPU %v", gc, cpu)
+	}
+}

@@ -78,6 +78,7 @@ type stackFig struct {
 	handled, committed float64 // msgs/s
 	steady             float64 // msgs/s, first message handled to the last
 	cpuUS, allocs      float64 // per message
+	gcUS, bytes        float64 // per message: the GC's part of cpuUS, heap bytes allocated
 	// brokerUS is the broker process's CPU per message, when brokerOK.
 	brokerUS          float64
 	brokerOK          bool
@@ -165,7 +166,7 @@ func runSweep(ctx context.Context, cfg config, log io.Writer) (sweepResult, erro
 		for key, ss := range got {
 			m := medianSample(ss)
 			f := stackFig{handled: m.handled, committed: m.committed, steady: m.steady, cpuUS: m.cpuUS, allocs: m.allocs,
-				brokerUS: m.brokerUS, brokerOK: m.brokerOK}
+				gcUS: m.gcUS, bytes: m.bytes, brokerUS: m.brokerUS, brokerOK: m.brokerOK}
 			for _, smp := range ss {
 				f.peakRSS, f.liveHeap = max(f.peakRSS, smp.peakRSS), max(f.liveHeap, smp.liveHeap)
 			}
@@ -447,10 +448,10 @@ func printSweepMemory(w io.Writer, sw sweepResult) {
 	if len(pts) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "\neach stack against partitions: the steady rate (first message handled to the last, without the join and the first fetch), CPU and allocations (medians), the broker process's CPU over the same time (median; it shares the cores), and the memory of the measuring process (the largest of the rounds): peak RSS is VmHWM reset before each side, live heap the largest /gc/heap/live:bytes sampled every 10 ms:")
+	fmt.Fprintln(w, "\neach stack against partitions: the steady rate (first message handled to the last, without the join and the first fetch), CPU and allocations (medians; GC CPU is the part of the CPU the Go runtime counts as its garbage collector's, /cpu/classes/gc/total:cpu-seconds), the broker process's CPU over the same time (median; it shares the cores), and the memory of the measuring process (the largest of the rounds): peak RSS is VmHWM reset before each side, live heap the largest /gc/heap/live:bytes sampled every 10 ms:")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| stack | partitions | steady msgs/s | CPU µs/msg | broker CPU µs/msg | allocs/msg | peak RSS MiB | peak live heap MiB |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(w, "| stack | partitions | steady msgs/s | CPU µs/msg | GC CPU µs/msg | broker CPU µs/msg | allocs/msg | bytes/msg | peak RSS MiB | peak live heap MiB |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, st := range sw.stacks {
 		for _, p := range pts {
 			f := p.by[st.key]
@@ -458,8 +459,8 @@ func printSweepMemory(w io.Writer, sw sweepResult) {
 			if f.brokerOK {
 				broker = fmt.Sprintf("%.2f", f.brokerUS)
 			}
-			fmt.Fprintf(w, "| %s | %d | %.0f | %.2f | %s | %.2f | %.1f | %.1f |\n", st.name, p.x,
-				f.steady, f.cpuUS, broker, f.allocs, float64(f.peakRSS)/(1<<20), float64(f.liveHeap)/(1<<20))
+			fmt.Fprintf(w, "| %s | %d | %.0f | %.2f | %.2f | %s | %.2f | %.0f | %.1f | %.1f |\n", st.name, p.x,
+				f.steady, f.cpuUS, f.gcUS, broker, f.allocs, f.bytes, float64(f.peakRSS)/(1<<20), float64(f.liveHeap)/(1<<20))
 		}
 	}
 	lo, hi := pts[0], pts[0]
