@@ -71,7 +71,7 @@ func printGoals(w io.Writer, in goalInputs) {
 			ratio.met = ratio.met && r >= goalFranzRatio
 			ratio.known = true
 			dc, da := rt.cpuUS-raw.cpuUS, rt.allocs-raw.allocs
-			cost.figures = append(cost.figures, fmt.Sprintf("%s %+.2f µs (%.2f vs %.2f), %+.2f allocs", a.label, dc, rt.cpuUS, raw.cpuUS, da))
+			cost.figures = append(cost.figures, fmt.Sprintf("%s %+.2f µs (%.2f vs %.2f; GC %+.2f), %+.2f allocs", a.label, dc, rt.cpuUS, raw.cpuUS, rt.gcUS-raw.gcUS, da))
 			cost.met = cost.met && dc <= goalFranzCPU && da <= goalFranzAllocs
 			cost.known = true
 		}
