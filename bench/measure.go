@@ -20,8 +20,8 @@ type usage struct {
 	mallocs uint64        // heap objects allocated so far
 	bytes   uint64        // heap bytes allocated so far
 	// gc is the Go runtime's estimate of the CPU its garbage collector
-	// has used so far (gcCPUMetric): part of cpu, counted in whole
-	// cycles.
+	// has used so far (gcCPUMetric), counted in whole cycles: the time of
+	// the Ps it ran on, which on an idle machine is part of cpu.
 	gc time.Duration
 	// broker is the broker process's user + system CPU, when brokerOK.
 	broker   time.Duration
