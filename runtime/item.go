@@ -61,8 +61,10 @@ type itemExt struct {
 	// own): m stays as the handlers before saw it.
 	msg *handoff.Message
 
-	// key of the record the message came from (fromPending, fromDead).
+	// key of the record the message came from (fromPending, fromDead),
+	// and reason that record's Reason (fromRecord).
 	key        uint64
+	reason     string
 	delayedKey snapshot.DelayedKey
 	parkedKey  snapshot.ParkedKey
 
@@ -249,5 +251,17 @@ func (it *item) record(reason string, err error, now time.Time) snapshot.Record 
 // fromRecord makes an item of a stored record.
 func fromRecord(rec snapshot.Record, src source) *item {
 	m := rec.Message
-	return &item{m: m, src: src, x: &itemExt{firstFailed: rec.FirstFailed, redeliveries: rec.Redeliveries}}
+	return &item{m: m, src: src, x: &itemExt{firstFailed: rec.FirstFailed, redeliveries: rec.Redeliveries, reason: rec.Reason}}
+}
+
+// update returns the record that replaces a stored message's own (its
+// attempt count moved): the message as it is now, under its record's
+// Reason, which says why it is stored (a requeued dead letter, a
+// redelivery: what blocks an ordered key at the next start), or under
+// reason when the record had none.
+func (it *item) update(reason string, now time.Time) snapshot.Record {
+	if r := it.extOrZero().reason; r != "" {
+		reason = r
+	}
+	return it.record(reason, nil, now)
 }

@@ -308,7 +308,7 @@ func (s *runState) snapshot() []any {
 				return err
 			}
 			for _, l := range ups {
-				if err := l.it.putSource(tx, l.it.record(reasonBackoff, nil, now)); err != nil {
+				if err := l.it.putSource(tx, l.it.update(reasonBackoff, now)); err != nil {
 					return err
 				}
 			}
