@@ -108,6 +108,11 @@ func (it *item) own() *handoff.Message {
 	return &m
 }
 
+// moved reports whether the item's envelope changed since it came (see
+// own: a retry's Attempt, the hold's Uncount): a stored message's record
+// then no longer says what it is.
+func (it *item) moved() bool { return it.x != nil && it.x.msg != nil }
+
 // ext returns the item's itemExt to write in, making it on first use.
 func (it *item) ext() *itemExt {
 	if it.x == nil {

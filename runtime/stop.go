@@ -202,6 +202,19 @@ func (s *runState) keep(its []*item, reason string) {
 	}
 }
 
+// stale reports whether the record of a stored message taken out no
+// longer says what the message is: its attempt count moved (it waits
+// out a backoff, or was retried in place before it was interrupted or,
+// its backoff over, queued again). A requeued dead letter's record
+// stays its dead letter, as it failed, unless it waits out a backoff
+// (see putSource).
+func (l leftover) stale() bool {
+	if l.it.src == fromDead {
+		return l.reason == reasonBackoff
+	}
+	return l.reason == reasonBackoff || l.it.moved()
+}
+
 // keepUnsaved adds what is still kept unsaved to what the snapshot saves.
 func (s *runState) keepUnsaved() {
 	for _, m := range s.r.fail.unsaved.take() {
@@ -255,9 +268,9 @@ func (s *runState) snapshot() []any {
 		r.clog.resend() // the messages whose changelog write failed, a last time
 	}
 	now := time.Now()
-	// Each message taken out is saved anew, or its record updated (one
-	// waiting out a backoff has its attempt count moved), or left as it
-	// is; which, a delayed one's can only tell in the transaction.
+	// Each message taken out is saved anew, or its record updated (see
+	// stale), or left as it is; which, a delayed one's can only tell in
+	// the transaction.
 	var fresh, delayed, updates []leftover
 	for _, l := range s.left {
 		switch {
@@ -265,7 +278,7 @@ func (s *runState) snapshot() []any {
 			fresh = append(fresh, l)
 		case l.it.src == fromDelayed:
 			delayed = append(delayed, l)
-		case l.reason == reasonBackoff:
+		case l.stale():
 			updates = append(updates, l)
 		}
 		// Otherwise its record is still there, unchanged.
@@ -297,7 +310,7 @@ func (s *runState) snapshot() []any {
 				case !ok || !bytes.Equal(key, l.it.extOrZero().delayedKey):
 					recs = append(recs, l.it.record(l.reason, l.err, now))
 					fromKafka = append(fromKafka, false)
-				case l.reason == reasonBackoff:
+				case l.stale():
 					ups = append(ups, l)
 				}
 			}
@@ -308,7 +321,7 @@ func (s *runState) snapshot() []any {
 				return err
 			}
 			for _, l := range ups {
-				if err := l.it.putSource(tx, l.it.update(reasonBackoff, now)); err != nil {
+				if err := l.it.putSource(tx, l.it.update(l.reason, now)); err != nil {
 					return err
 				}
 			}
