@@ -251,6 +251,46 @@ func TestOutcomeInterrupted(t *testing.T) {
 	pendingHeaders(t, cfg.StatePath, "mw")
 }
 
+// TestSetHeadersInterruptedSaved: as TestOutcomeInterrupted, for a
+// message re-pushed from the state file: the headers its interrupted
+// attempt set are saved with it. The stop left a stored message's record
+// as it was unless the message waited out a backoff, so the headers
+// (otelhandoff's trace context) were lost.
+func TestSetHeadersInterruptedSaved(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{})
+	cfg := mwConfig(t, Class{Name: "jobs", Workers: 1,
+		Middleware: []handoff.Middleware{func(next handoff.HandlerFunc) handoff.HandlerFunc {
+			return func(ctx context.Context, m *handoff.Message) error {
+				SetHeaders(ctx, m, []handoff.Header{{Key: "mw", Value: []byte("1")}})
+				return next(ctx, m)
+			}
+		}},
+		Handler: func(ctx context.Context, m *handoff.Message) error {
+			close(started)
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}})
+	cfg.DrainTimeout = time.Millisecond
+	savePending(t, cfg.StatePath, snapshot.Record{Message: handoff.Message{ID: "saved", Class: "jobs",
+		Headers: []handoff.Header{{Key: "old"}}}, Reason: reasonUnstarted})
+	rt, err := newRuntime(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := start(t, rt, context.Background())
+	<-started
+	rt.Shutdown(context.Background())
+	rep, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Interrupted != 1 {
+		t.Errorf("interrupted %d, want 1", rep.Interrupted)
+	}
+	pendingHeaders(t, cfg.StatePath, "mw")
+}
+
 // TestOnOutcomeWithoutMiddleware: a class without middleware gets no
 // attempt context.
 func TestOnOutcomeWithoutMiddleware(t *testing.T) {

@@ -205,14 +205,16 @@ func (s *runState) keep(its []*item, reason string) {
 // stale reports whether the record of a stored message taken out no
 // longer says what the message is: its attempt count moved (it waits
 // out a backoff, or was retried in place before it was interrupted or,
-// its backoff over, queued again). A requeued dead letter's record
-// stays its dead letter, as it failed, unless it waits out a backoff
-// (see putSource).
+// its backoff over, queued again), or its attempt was interrupted (its
+// middleware may have set its headers, see SetHeaders). An unstarted
+// one that never failed here is as its record says. A requeued dead
+// letter's record stays its dead letter, as it failed, unless it waits
+// out a backoff (see putSource).
 func (l leftover) stale() bool {
 	if l.it.src == fromDead {
 		return l.reason == reasonBackoff
 	}
-	return l.reason == reasonBackoff || l.it.moved()
+	return l.reason != reasonUnstarted || l.it.moved()
 }
 
 // keepUnsaved adds what is still kept unsaved to what the snapshot saves.
