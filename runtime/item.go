@@ -226,6 +226,17 @@ func (it *item) putSource(tx *snapshot.Tx, rec snapshot.Record) error {
 		return tx.PutParked(it.extOrZero().parkedKey, rec)
 	case fromDead:
 		rec.Reason = reasonFailed
+		if rec.Err == "" {
+			// Not failed for good since: it is still a dead letter for
+			// the error it has.
+			old, ok, err := tx.GetDead(it.extOrZero().key)
+			if err != nil {
+				return err
+			}
+			if ok {
+				rec.Err = old.Err
+			}
+		}
 		return tx.PutDead(it.extOrZero().key, rec)
 	}
 	return nil

@@ -71,3 +71,56 @@ func TestStopKeepsBlockerOfRequeued(t *testing.T) {
 		}
 	}
 }
+
+// TestStopKeepsDeadLetterError: a dead letter requeued while running
+// fails again and waits out a backoff when the stop comes. It stays a
+// dead letter, its record updated with its attempt count; the record
+// must keep the error it is a dead letter for. The stop saved it with
+// none, so the dead-letter listings (admin API, CLI) showed no reason.
+func TestStopKeepsDeadLetterError(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir() + "/s.db"
+	st, err := snapshot.Open(state, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []uint64
+	if err := st.Update(func(tx *snapshot.Tx) (err error) {
+		keys, err = tx.SaveDead(snapshot.Record{Message: handoff.Message{ID: "d", Class: "jobs", Attempt: 3}, Reason: reasonFailed, Err: "boom"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	jobs := Class{Name: "jobs", Workers: 1, QueueSize: 4,
+		Retry:   RetryPolicy{MaxAttempts: 5, InitialBackoff: time.Hour, MaxBackoff: time.Hour},
+		Handler: func(ctx context.Context, m *handoff.Message) error { return errors.New("still failing") }}
+	rt, err := newRuntime(Config{StatePath: state, Classes: []Class{jobs}, Logger: testLogger(t),
+		DrainTimeout: 50 * time.Millisecond, HardStopGrace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := start(t, rt, context.Background())
+	waitFor(t, "ready", rt.Ready)
+	if err := rt.Requeue(context.Background(), keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the requeued dead letter waiting out its backoff", func() bool {
+		return rt.classes.byName["jobs"].pool.Stats().Waiting == 1
+	})
+	stopAndWait(t, rt, wait)
+
+	st, err = snapshot.Open(state, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var rec snapshot.Record
+	var ok bool
+	if err := st.View(func(tx *snapshot.Tx) (err error) { rec, ok, err = tx.GetDead(keys[0]); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if !ok || rec.Err == "" || rec.Message.Attempt != 1 {
+		t.Errorf("dead letter after the stop: found %v, attempt %d, error %q; want attempt 1 and its error", ok, rec.Message.Attempt, rec.Err)
+	}
+}
