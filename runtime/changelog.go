@@ -66,6 +66,14 @@ type stateLog struct {
 	owned map[kclient.Partition]bool
 	ckpt  map[kclient.Partition]*checkpoint
 
+	// heldMu guards held: the keys of the pending records whose
+	// messages a restore re-pushed and this instance still has, in a
+	// pool or done with their record's delete not yet written. A restore
+	// of their partition again (revoked and given back) does not push
+	// them a second time.
+	heldMu sync.Mutex
+	held   map[uint64]struct{}
+
 	// waitMu guards waiting: the settles of messages saved to the state
 	// file whose changelog write failed (see await).
 	waitMu  sync.Mutex
@@ -125,6 +133,35 @@ func (l *stateLog) routedTo(topic string, p int32) func(*snapshot.Record) bool {
 func (l *stateLog) unrouted(rec *snapshot.Record) bool {
 	_, _, ok := l.route(rec)
 	return !ok
+}
+
+// hold marks the pending record key held here, re-pushed by a restore;
+// false when it is already (its message is in a pool, or done and its
+// record not deleted yet).
+func (l *stateLog) hold(key uint64) bool {
+	l.heldMu.Lock()
+	defer l.heldMu.Unlock()
+	if _, ok := l.held[key]; ok {
+		return false
+	}
+	if l.held == nil {
+		l.held = map[uint64]struct{}{}
+	}
+	l.held[key] = struct{}{}
+	return true
+}
+
+// unhold ends the holds of keys: their messages left this instance with
+// their records still there, or their records are deleted.
+func (l *stateLog) unhold(keys ...uint64) {
+	if l == nil {
+		return
+	}
+	l.heldMu.Lock()
+	defer l.heldMu.Unlock()
+	for _, k := range keys {
+		delete(l.held, k)
+	}
 }
 
 // owns reports whether rec may be used here: it belongs to no partition,

@@ -22,7 +22,10 @@ type handlingConfig struct {
 	tally   *tally
 	fail    *failures
 	sched   *scheduler
-	log     *slog.Logger
+	// unhold ends the restore's hold of a re-pushed pending record
+	// (stateLog.unhold).
+	unhold func(keys ...uint64)
+	log    *slog.Logger
 }
 
 // handling makes every pool's Handler, RetryFunc and ResultFunc: the
@@ -233,8 +236,14 @@ func (h *handling) leftPool(it *item) {
 		x.release.Done()
 		x.release = nil
 	}
-	if it.src == fromDead {
+	switch it.src {
+	case fromDead:
 		h.cfg.fail.requeues.finish(it.extOrZero().key)
+	case fromPending:
+		// A done one's hold ends once its record is deleted (run.go).
+		if x := it.extOrZero(); !x.deleting && h.cfg.unhold != nil {
+			h.cfg.unhold(x.key)
+		}
 	}
 }
 
@@ -259,6 +268,7 @@ func (h *handling) forget(c *class, it *item) {
 func (h *handling) forgetStored(c *class, it *item) {
 	switch it.src {
 	case fromPending:
+		it.ext().deleting = true
 		h.cfg.deletes.Pending(it.extOrZero().key)
 	case fromDelayed:
 		h.cfg.deletes.Delayed(it.extOrZero().delayedKey)

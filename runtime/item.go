@@ -71,6 +71,9 @@ type itemExt struct {
 	// firstFailed and redeliveries carry the failure history.
 	firstFailed  time.Time
 	redeliveries int
+	// deleting: the message is done and its pending record's delete is
+	// queued (deletes.Queue), not written yet.
+	deleting bool
 	// wait is set with item.verdict by the retry decision.
 	wait time.Duration
 	// release, when set, is told when the item leaves the pool: done,

@@ -29,6 +29,12 @@ type recovery struct {
 	// one partition at its assignment, those of no partition at the start
 	// (see stateLog). Nil means every record.
 	want func(*snapshot.Record) bool
+	// hold, when set (a restore's), marks a pending record's key held
+	// before its message is pushed, and reports false for one held
+	// already: its message is this instance's still, and is not pushed
+	// again. unhold ends a hold whose push failed.
+	hold   func(key uint64) bool
+	unhold func(keys ...uint64)
 	// strays is whether it moves the parked records of classes gone or no
 	// longer ordered first: the start's recovery does, once.
 	strays bool
@@ -108,6 +114,9 @@ func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (
 		rep.UnknownClass++
 		return true, nil
 	}
+	if v.hold != nil && !v.hold(e.Key) {
+		return true, nil // pushed by an earlier restore, and not done with here
+	}
 	it := fromRecord(e.Record, fromPending)
 	it.ext().key = e.Key
 	if c.cfg.Ordered && (e.Record.Reason == snapshot.ReasonRequeued || e.Record.Reason == reasonFailed) {
@@ -118,6 +127,9 @@ func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (
 		c.keys.blockIfReleasing(it)
 	}
 	if err := c.hold.Repush(ctx, it); err != nil {
+		if v.unhold != nil {
+			v.unhold(e.Key)
+		}
 		return false, nil
 	}
 	rep.Repushed++

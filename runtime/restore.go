@@ -97,7 +97,7 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 	}
 	rep := &Report{}
 	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.orphan,
-		orphans: &orphans{}, log: rs.log, want: l.routedTo(topic, part)}
+		orphans: &orphans{}, log: rs.log, want: l.routedTo(topic, part), hold: l.hold, unhold: l.unhold}
 	l.setOwned(p, true, next)
 	restored()
 	if err := v.run(ctx, rep); err != nil {

@@ -148,7 +148,10 @@ func (s *runState) start() error {
 	s.background.Start(func(ctx context.Context) {
 		alive := r.alive.start("state file deleter", deletes.Interval)
 		defer alive.end()
-		r.deletes.Run(ctx, r.state.store, r.log, alive.beat, func(d deletes.Records) { r.sched.forget(d.Delayed...) })
+		r.deletes.Run(ctx, r.state.store, r.log, alive.beat, func(d deletes.Records) {
+			r.sched.forget(d.Delayed...)
+			r.clog.unhold(d.Pending...)
+		})
 	})
 	watch := drainWatch{stats: r.Stats, metrics: r.metrics, log: r.log, drainTimeout: r.cfg.DrainTimeout, alive: &r.alive}
 	s.background.Start(watch.run)

@@ -173,7 +173,7 @@ func New(cfg Config) (*Runtime, error) {
 		owns: func(rec *snapshot.Record) bool { return !r.clog.on() || r.clog.owns(rec) }})
 	r.state.forgetDelayed = r.sched.forget
 	r.handling = &handling{cfg: handlingConfig{state: r.state, deletes: &r.deletes, tally: r.tally, fail: r.fail,
-		sched: r.sched, log: r.log}}
+		sched: r.sched, unhold: r.clog.unhold, log: r.log}}
 	r.fail.cfg.wake = r.sched.wake
 	var errs []error
 	for _, cc := range cfg.Classes {
