@@ -33,8 +33,11 @@ type restorer struct {
 	// orphan makes a saved message of a class no longer configured a
 	// dead letter (failures.orphan).
 	orphan func(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool
-	// wake rewinds the scheduler to due (scheduler.wake).
-	wake func(due time.Time)
+	// wake rewinds the scheduler to due (scheduler.wake); unhand
+	// forgets a delayed record handed to a pool that left it unstarted
+	// (scheduler.unhand), for a later restore here to deliver it again.
+	wake   func(due time.Time)
+	unhand func(key snapshot.DelayedKey)
 	// leftPool ends the ties of an item taken out of its pool
 	// (handling.leftPool).
 	leftPool func(*item)
@@ -117,9 +120,9 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 
 // revoked is the consumer's revokedFunc: p's records stop being used
 // here. The scheduler no longer delivers its delayed records, and its
-// re-pushed saved messages not yet started leave the pools (their records
-// stay in the file, for the partition's next owner and for this instance
-// if it gets the partition back).
+// re-pushed saved messages and delivered delayed ones not yet started
+// leave the pools (their records stay in the file, for the partition's
+// next owner and for this instance if it gets the partition back).
 func (rs *restorer) revoked(p kclient.Partition) {
 	l := rs.clog
 	if !l.on() {
@@ -128,7 +131,7 @@ func (rs *restorer) revoked(p kclient.Partition) {
 	l.keepCheckpoints([]kclient.Partition{p})
 	l.setOwned(p, false, 0)
 	match := func(it *item) bool {
-		if it.src != fromPending {
+		if it.src != fromPending && it.src != fromDelayed {
 			return false
 		}
 		t, q, ok := l.routeMsg(it.env())
@@ -136,6 +139,9 @@ func (rs *restorer) revoked(p kclient.Partition) {
 	}
 	for _, c := range rs.order {
 		for _, it := range c.pool.Remove(match) {
+			if it.src == fromDelayed {
+				rs.unhand(it.extOrZero().delayedKey)
+			}
 			rs.leftPool(it)
 		}
 	}
