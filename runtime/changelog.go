@@ -429,18 +429,17 @@ func (l *stateLog) await(settle func()) {
 }
 
 // resend writes to the changelog what the state file holds unsent (the
-// writes whose changelog write failed) and, once it succeeded, settles
-// the messages waiting for it. It reports whether nothing is left
-// waiting.
+// writes whose changelog write failed, whether a message waits for them
+// or not: the tombstones of done messages' records have none) and, once
+// it succeeded, settles the messages waiting for it. It reports whether
+// nothing is left waiting.
 func (l *stateLog) resend() bool {
 	l.waitMu.Lock()
 	waiting := l.waiting
 	l.waiting = nil
 	l.waitMu.Unlock()
-	if len(waiting) == 0 {
-		return true
-	}
-	if _, err := l.state.store.ResendUnsent(); err != nil {
+	n, err := l.state.store.ResendUnsent()
+	if err != nil {
 		l.waitMu.Lock()
 		l.waiting = append(waiting, l.waiting...)
 		l.waitMu.Unlock()
@@ -450,7 +449,9 @@ func (l *stateLog) resend() bool {
 	for _, settle := range waiting {
 		settle()
 	}
-	l.log.Info("changelog written again; the messages saved meanwhile are committed", "messages", len(waiting))
+	if len(waiting) > 0 || n > 0 {
+		l.log.Info("changelog written again; the messages saved meanwhile are committed", "messages", len(waiting), "changes", n)
+	}
 	return true
 }
 
