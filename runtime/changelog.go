@@ -119,6 +119,15 @@ func (l *stateLog) routeMsg(m *handoff.Message) (topic string, partition int32, 
 	return t, keyPartition(key, n), true
 }
 
+// partitionOf is routeMsg as a partition; false with the changelog off.
+func (l *stateLog) partitionOf(m *handoff.Message) (kclient.Partition, bool) {
+	if !l.on() {
+		return kclient.Partition{}, false
+	}
+	t, p, ok := l.routeMsg(m)
+	return kclient.Partition{Topic: t, Partition: int(p)}, ok
+}
+
 // routedTo returns the filter of the records that belong to topic's
 // partition p.
 func (l *stateLog) routedTo(topic string, p int32) func(*snapshot.Record) bool {

@@ -11,6 +11,7 @@ import (
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/pool"
 	"github.com/handoff-go/handoff/runtime/internal/deletes"
+	"github.com/handoff-go/handoff/runtime/internal/kclient"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -27,7 +28,16 @@ type keyState struct {
 	releasing bool
 	// release numbers the key's releases: a release goroutine stops as
 	// soon as a newer one has started, so two never push the same records.
+	// The numbers are the class's (orderedKeys.released), never reused:
+	// a release of a state that was dropped (forget) does not take a new
+	// state of its key for its own.
 	release uint64
+	// part is the input partition the key's blocker belongs to, when
+	// routed (the changelog is on): its revocation drops the blocked
+	// state (forget), which a restore of the partition here builds again
+	// from the file.
+	part   kclient.Partition
+	routed bool
 }
 
 // keysConfig is what an ordered class's keys are built from.
@@ -38,7 +48,10 @@ type keysConfig struct {
 	deletes  *deletes.Queue // a done parked message whose delete failed is not pushed again
 	releases *releases      // runs the key releases; the stop's quiesce closes it
 	counts   *counters      // the class's
-	log      *slog.Logger
+	// route names the input partition a message belongs to; false (or
+	// route nil) for none (see stateLog.routeMsg).
+	route func(m *handoff.Message) (kclient.Partition, bool)
+	log   *slog.Logger
 }
 
 // orderedKeys is the gate, the parking and the releases of one ordered
@@ -46,10 +59,12 @@ type keysConfig struct {
 // parked messages keep their order and a release sees every one of them.
 // Its methods are safe for concurrent use.
 type orderedKeys struct {
-	cfg   keysConfig
-	mu    sync.Mutex
-	keys  map[string]*keyState
-	lines parkLines // the parkings' log lines, rate-limited per key (parklog.go)
+	cfg  keysConfig
+	mu   sync.Mutex
+	keys map[string]*keyState
+	// released numbers the releases of all the keys (keyState.release).
+	released uint64
+	lines    parkLines // the parkings' log lines, rate-limited per key (parklog.go)
 }
 
 func newOrderedKeys(cfg keysConfig) *orderedKeys {
@@ -100,6 +115,46 @@ func (k *orderedKeys) block(it *item) {
 		k.keys[string(it.env().Key)] = st
 	}
 	st.blocker, st.releasing = strings.Clone(it.env().ID), false
+	st.part, st.routed = k.routeOf(it.env())
+}
+
+// blockHere is block for a blocker that has no other copy than this
+// instance's memory (unsaved.go): a revocation does not drop it.
+func (k *orderedKeys) blockHere(it *item) {
+	k.block(it)
+	k.mu.Lock()
+	k.keys[string(it.env().Key)].routed = false
+	k.mu.Unlock()
+}
+
+// routeOf is cfg.route, false when there is none.
+func (k *orderedKeys) routeOf(m *handoff.Message) (kclient.Partition, bool) {
+	if k.cfg.route == nil || m == nil {
+		return kclient.Partition{}, false
+	}
+	return k.cfg.route(m)
+}
+
+// forget drops the blocked keys whose blockers belong to partition p,
+// revoked from this instance, and returns them: the blockers are the
+// partition's next owner's, which may finish them (requeue, discard), so
+// that the keys' blocks here would outlive them; a restore of p here
+// builds them again from the file. Releasing keys stay: their releases
+// are running.
+func (k *orderedKeys) forget(p kclient.Partition) map[string]bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var gone map[string]bool
+	for key, st := range k.keys {
+		if st.blocker != "" && st.routed && st.part == p {
+			delete(k.keys, key)
+			if gone == nil {
+				gone = map[string]bool{}
+			}
+			gone[key] = true
+		}
+	}
+	return gone
 }
 
 // unblock is called when an ordered class's message id of key is done or
@@ -113,7 +168,8 @@ func (k *orderedKeys) unblock(key []byte, id string) {
 		return
 	}
 	st.blocker, st.releasing = "", true
-	st.release++
+	k.released++
+	st.release = k.released
 	n := st.release
 	k.mu.Unlock()
 	k.startRelease(key, n)
@@ -220,7 +276,8 @@ func (k *orderedKeys) restoreReleasing(key []byte) bool {
 	if k.keys[string(key)] != nil {
 		return false
 	}
-	k.keys[string(key)] = &keyState{releasing: true, release: 1}
+	k.released++
+	k.keys[string(key)] = &keyState{releasing: true, release: k.released}
 	return true
 }
 

@@ -119,10 +119,13 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 }
 
 // revoked is the consumer's revokedFunc: p's records stop being used
-// here. The scheduler no longer delivers its delayed records, and its
-// re-pushed saved messages and delivered delayed ones not yet started
-// leave the pools (their records stay in the file, for the partition's
-// next owner and for this instance if it gets the partition back).
+// here. The scheduler no longer delivers its delayed records, the keys
+// of ordered classes its dead letters and redeliveries block are no
+// longer blocked here (its next owner may finish the blockers; a restore
+// here blocks them again), and its re-pushed saved messages, delivered
+// delayed ones and parked ones of those keys not yet started leave the
+// pools (their records stay in the file, for the partition's next owner
+// and for this instance if it gets the partition back).
 func (rs *restorer) revoked(p kclient.Partition) {
 	l := rs.clog
 	if !l.on() {
@@ -130,14 +133,23 @@ func (rs *restorer) revoked(p kclient.Partition) {
 	}
 	l.keepCheckpoints([]kclient.Partition{p})
 	l.setOwned(p, false, 0)
-	match := func(it *item) bool {
-		if it.src != fromPending && it.src != fromDelayed {
+	for _, c := range rs.order {
+		var unblocked map[string]bool
+		if c.keys != nil {
+			unblocked = c.keys.forget(p)
+		}
+		match := func(it *item) bool {
+			switch it.src {
+			case fromPending, fromDelayed:
+				t, q, ok := l.routeMsg(it.env())
+				return ok && t == p.Topic && int(q) == p.Partition
+			case fromParked:
+				// Pushed by a release before its key was blocked again:
+				// unblocked, it would run past its new blocker.
+				return unblocked[string(it.env().Key)]
+			}
 			return false
 		}
-		t, q, ok := l.routeMsg(it.env())
-		return ok && t == p.Topic && int(q) == p.Partition
-	}
-	for _, c := range rs.order {
 		for _, it := range c.pool.Remove(match) {
 			if it.src == fromDelayed {
 				rs.unhand(it.extOrZero().delayedKey)

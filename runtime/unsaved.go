@@ -42,7 +42,7 @@ func (f *failures) keep(c *class, it *item, err error) {
 	f.cfg.log.Error("submitted message kept in memory until the state file takes it; it is saved at the stop if it never does",
 		"class", c.cfg.Name, "id", it.env().ID, "err", err)
 	if c.cfg.Ordered {
-		c.keys.block(it)
+		c.keys.blockHere(it)
 	}
 	f.unsaved.put(unsavedMsg{c: c, it: it, err: err, tries: 1})
 }
