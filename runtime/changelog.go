@@ -37,6 +37,9 @@ type stateLog struct {
 	state   *stateFile
 	client  *changelog.Client
 	timeout time.Duration
+	// renames is Config.ClassRenames: a restore applies them to the
+	// records it brings back, as the start does to the file's.
+	renames map[string]string
 
 	// consumed is every topic a class consumes; classTopic each class's
 	// first topic and parts its partition count: where a message that
@@ -410,10 +413,28 @@ func (l *stateLog) restore(ctx context.Context, topic string, p int32) (read int
 		return 0, next, applied, nil // the file is where the changelog is
 	}
 	err = store.BatchLocal(func(tx *snapshot.Tx) (err error) {
-		applied, err = tx.ApplyChangelog(topic, p, recs, next)
-		return err
+		if applied, err = tx.ApplyChangelog(topic, p, recs, next); err != nil {
+			return err
+		}
+		return l.rename(tx, applied)
 	})
 	return len(recs), next, applied, err
+}
+
+// rename gives the records a restore applied whose class was renamed
+// since they were written (Config.ClassRenames) their new class, as the
+// start does the file's: the changelog keeps the old name for the
+// partition's next owner, which may start on an empty disk.
+func (l *stateLog) rename(tx *snapshot.Tx, applied snapshot.Applied) error {
+	if len(l.renames) == 0 || len(applied.Pending)+len(applied.Dead)+len(applied.Delayed)+len(applied.Parked) == 0 {
+		return nil
+	}
+	for _, from := range slices.Sorted(maps.Keys(l.renames)) {
+		if _, err := tx.RenameClass(from, l.renames[from]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // close closes the client, if open made it. Only the run's goroutine,

@@ -165,7 +165,7 @@ func New(cfg Config) (*Runtime, error) {
 	r.logs = newLogBackoff()
 	r.tally = &tally{}
 	r.state = &stateFile{log: r.log}
-	r.clog = &stateLog{log: r.log, state: r.state, timeout: cfg.ChangelogTimeout}
+	r.clog = &stateLog{log: r.log, state: r.state, timeout: cfg.ChangelogTimeout, renames: cfg.ClassRenames}
 	r.fail = newFailures(failuresConfig{state: r.state, tally: r.tally, classes: r.classes.byName, accepting: &r.life.accepting,
 		publish: func(c *class, rec snapshot.Record) { r.dlq.publish(c, rec) }, log: r.log,
 		owns: func(rec *snapshot.Record) bool { return !r.clog.on() || r.clog.owns(rec) }})

@@ -1,0 +1,65 @@
+package runtime
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/handoff-go/handoff"
+)
+
+// TestChangelogClassRenamesRestored: a class is renamed between two
+// deploys (ClassRenames maps the old name to the new), and the new pod
+// starts on an empty disk: the old class's saved messages come back from
+// the changelog under the new name and run, rather than becoming dead
+// letters of an unknown class.
+func TestChangelogClassRenamesRestored(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, "orders")
+	produced := b.produceValues("orders", "k", "a", "b", "c", "d", "e")
+	cfg := func(name string, h handoff.HandlerFunc) Config {
+		cfg := b.config(h, nil)
+		cfg.Classes[0].Name, cfg.Classes[0].Workers = name, 1
+		cfg.DrainTimeout = 50 * time.Millisecond
+		cfg.HardStopGrace = time.Second
+		return cfg
+	}
+	rt1, wait1 := startNew(t, cfg("bookings", func(ctx context.Context, m *handoff.Message) error {
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}))
+	waitFor(t, "one running, four queued", func() bool {
+		s := rt1.classes.order[0].pool.Stats()
+		return s.Running == 1 && s.Queued == 4
+	})
+	if rep := stopAndWait(t, rt1, wait1); rep.Snapshotted != produced {
+		t.Fatalf("snapshotted %d, want %d", rep.Snapshotted, produced)
+	}
+
+	b.state = filepath.Join(t.TempDir(), "new-pod.db")
+	cfg2 := cfg("orders", func(ctx context.Context, m *handoff.Message) error {
+		if m.Class == "orders" {
+			b.record(m)
+		}
+		return nil
+	})
+	cfg2.ClassRenames = map[string]string{"bookings": "orders"}
+	log, restored := countLogs(t, "partition state restored")
+	cfg2.Logger = log
+	rt2, wait2 := startNew(t, cfg2)
+	waitFor(t, "the partition restored", func() bool { return restored.Load() == 1 })
+	waitFor(t, "the pool idle", func() bool {
+		s := rt2.classes.order[0].pool.Stats()
+		return s.Running+s.Queued+s.Waiting == 0
+	})
+	dead, _, err := rt2.DeadLetters("", "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := stopAndWait(t, rt2, wait2)
+	if unique, _ := b.counts(); unique != produced || rep.Repushed != produced || len(dead) != 0 {
+		t.Errorf("renamed class on a new disk: handled %d of %d as the new class, repushed %d, %d dead letters (unknown class %d)",
+			unique, produced, rep.Repushed, len(dead), rep.UnknownClass)
+	}
+}
