@@ -562,6 +562,14 @@ func (l *stateLog) loadPauses(ctx context.Context, classes map[string]*class) er
 	}
 	for name, p := range pauses {
 		c := classes[name]
+		if to, ok := l.renames[name]; ok && c == nil {
+			// A renamed class's pause is the new class's, unless that
+			// has its own (as the start moves the file's).
+			if _, own := pauses[to]; own {
+				continue
+			}
+			c = classes[to]
+		}
 		if c == nil {
 			l.log.Warn("changelog's meta topic keeps a pause of a class that is not configured; ignored", "class", name)
 			continue

@@ -63,3 +63,31 @@ func TestChangelogClassRenamesRestored(t *testing.T) {
 			unique, produced, rep.Repushed, len(dead), rep.UnknownClass)
 	}
 }
+
+// TestChangelogClassRenamesPause: a class paused through one pod is
+// renamed (ClassRenames) for the next, which starts on an empty disk:
+// the new class comes back paused, as its saved messages come back as
+// its own.
+func TestChangelogClassRenamesPause(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, "orders")
+	noop := func(ctx context.Context, m *handoff.Message) error { return nil }
+	cfg := b.config(noop, func(c *Class) { c.Name = "bookings" })
+	rt, wait := startNew(t, cfg)
+	waitFor(t, "ready", rt.Ready)
+	if err := rt.Pause(context.Background(), "bookings", "deploy freeze"); err != nil {
+		t.Fatal(err)
+	}
+	stopAndWait(t, rt, wait)
+
+	b.state = filepath.Join(t.TempDir(), "new-pod.db")
+	cfg2 := b.config(noop, nil)
+	cfg2.ClassRenames = map[string]string{"bookings": "orders"}
+	rt2, wait2 := startNew(t, cfg2)
+	waitFor(t, "ready", rt2.Ready)
+	h := rt2.Stats()[0].Hold
+	stopAndWait(t, rt2, wait2)
+	if h.State != HoldPaused || h.Reason != "deploy freeze" {
+		t.Errorf("renamed class on a new disk: hold %v (%q), want paused with the old class's reason", h.State, h.Reason)
+	}
+}
