@@ -83,8 +83,9 @@ type stateLog struct {
 	waiting []func()
 
 	// What the restores brought back, for the report: records,
-	// partitions, messages re-pushed and keys blocked.
-	restored, restoredParts, repushed, blockedKeys atomic.Int64
+	// partitions, messages re-pushed, keys blocked and saved messages of
+	// classes no longer configured.
+	restored, restoredParts, repushed, blockedKeys, unknownClass atomic.Int64
 }
 
 // on reports whether the changelog is in use: false with

@@ -91,3 +91,46 @@ func TestChangelogClassRenamesPause(t *testing.T) {
 		t.Errorf("renamed class on a new disk: hold %v (%q), want paused with the old class's reason", h.State, h.Reason)
 	}
 }
+
+// TestChangelogUnknownClassCounted: saved messages restored from the
+// changelog whose class is no longer configured become dead letters, and
+// the Report counts them in UnknownClass, as it counts those of the
+// state file at start.
+func TestChangelogUnknownClassCounted(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, "orders")
+	produced := b.produceValues("orders", "k", "a", "b", "c")
+	cfg := func(name string, h handoff.HandlerFunc) Config {
+		cfg := b.config(h, nil)
+		cfg.Classes[0].Name, cfg.Classes[0].Workers = name, 1
+		cfg.DrainTimeout = 50 * time.Millisecond
+		cfg.HardStopGrace = time.Second
+		return cfg
+	}
+	rt1, wait1 := startNew(t, cfg("bookings", func(ctx context.Context, m *handoff.Message) error {
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}))
+	waitFor(t, "one running, two queued", func() bool {
+		s := rt1.classes.order[0].pool.Stats()
+		return s.Running == 1 && s.Queued == 2
+	})
+	if rep := stopAndWait(t, rt1, wait1); rep.Snapshotted != produced {
+		t.Fatalf("snapshotted %d, want %d", rep.Snapshotted, produced)
+	}
+
+	b.state = filepath.Join(t.TempDir(), "new-pod.db")
+	cfg2 := cfg("orders", func(ctx context.Context, m *handoff.Message) error { return nil })
+	log, restored := countLogs(t, "partition state restored")
+	cfg2.Logger = log
+	rt2, wait2 := startNew(t, cfg2)
+	waitFor(t, "the partition restored", func() bool { return restored.Load() == 1 })
+	dead, _, err := rt2.DeadLetters("", "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := stopAndWait(t, rt2, wait2)
+	if len(dead) != produced || rep.UnknownClass != produced {
+		t.Errorf("%d dead letters of an unknown class; the report counts %d, want %d", len(dead), rep.UnknownClass, produced)
+	}
+}

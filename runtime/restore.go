@@ -113,6 +113,7 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 	l.restoredParts.Add(1)
 	l.repushed.Add(int64(rep.Repushed))
 	l.blockedKeys.Add(int64(rep.BlockedKeys))
+	l.unknownClass.Add(int64(rep.UnknownClass))
 	rs.log.Info("partition state restored", "partition", p.String(), "changelog_records", read, "restored", n,
 		"deleted", applied.Deleted, "repushed", rep.Repushed, "blocked_keys", rep.BlockedKeys, "took", time.Since(started))
 	return nil

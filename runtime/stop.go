@@ -74,6 +74,7 @@ func (s *runState) stop(grace time.Duration, cause error) (*Report, error) {
 	rep.RestoredPartitions = int(r.clog.restoredParts.Load())
 	rep.Repushed += int(r.clog.repushed.Load())
 	rep.BlockedKeys += int(r.clog.blockedKeys.Load())
+	rep.UnknownClass += int(r.clog.unknownClass.Load())
 	rep.Stop = time.Since(begin)
 	r.log.Info("stop complete", "drained", rep.Drained, "snapshotted", rep.Snapshotted, "unstarted", rep.Unstarted,
 		"interrupted", rep.Interrupted, "stragglers", rep.Stragglers, "succeeded", rep.Succeeded,
