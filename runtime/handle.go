@@ -233,7 +233,7 @@ func (h *handling) done(c *class, it *item) {
 // release waiting for it, a requeue in progress.
 func (h *handling) leftPool(it *item) {
 	if x := it.x; x != nil && x.release != nil {
-		x.release.Done()
+		x.release()
 		x.release = nil
 	}
 	switch it.src {

@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -76,9 +75,9 @@ type itemExt struct {
 	deleting bool
 	// wait is set with item.verdict by the retry decision.
 	wait time.Duration
-	// release, when set, is told when the item leaves the pool: done,
+	// release, when set, is called when the item leaves the pool: done,
 	// failed, or parked again. It belongs to release relGen of its key.
-	release *sync.WaitGroup
+	release func()
 	relGen  uint64
 }
 

@@ -72,7 +72,7 @@ func TestOrderedKeysParkAndRelease(t *testing.T) {
 				k.unblock(it.env().Key, it.env().ID)
 			}
 			if x := it.x; x != nil && x.release != nil {
-				x.release.Done()
+				x.release()
 			}
 		},
 	})

@@ -32,10 +32,10 @@ type keyState struct {
 	// a release of a state that was dropped (forget) does not take a new
 	// state of its key for its own.
 	release uint64
-	// part is the input partition the key's blocker belongs to, when
-	// routed (the changelog is on): its revocation drops the blocked
-	// state (forget), which a restore of the partition here builds again
-	// from the file.
+	// part is the input partition the key's blocker and parked records
+	// belong to, when routed (the changelog is on): its revocation drops
+	// the state (forget), which a restore of the partition here builds
+	// again from the file.
 	part   kclient.Partition
 	routed bool
 }
@@ -64,11 +64,15 @@ type orderedKeys struct {
 	keys map[string]*keyState
 	// released numbers the releases of all the keys (keyState.release).
 	released uint64
-	lines    parkLines // the parkings' log lines, rate-limited per key (parklog.go)
+	// inPool are the parked records whose messages a release pushed and
+	// that have not left the pool: a later release of their key (after a
+	// revocation dropped it) does not push them again.
+	inPool map[string]struct{}
+	lines  parkLines // the parkings' log lines, rate-limited per key (parklog.go)
 }
 
 func newOrderedKeys(cfg keysConfig) *orderedKeys {
-	return &orderedKeys{cfg: cfg, keys: map[string]*keyState{}}
+	return &orderedKeys{cfg: cfg, keys: map[string]*keyState{}, inPool: map[string]struct{}{}}
 }
 
 // gate reports whether an ordered class's message may run now. When it
@@ -135,18 +139,18 @@ func (k *orderedKeys) routeOf(m *handoff.Message) (kclient.Partition, bool) {
 	return k.cfg.route(m)
 }
 
-// forget drops the blocked keys whose blockers belong to partition p,
-// revoked from this instance, and returns them: the blockers are the
-// partition's next owner's, which may finish them (requeue, discard), so
-// that the keys' blocks here would outlive them; a restore of p here
-// builds them again from the file. Releasing keys stay: their releases
-// are running.
+// forget drops the keys blocked or releasing whose blockers and parked
+// records belong to partition p, revoked from this instance, and returns
+// them: they are the partition's next owner's, which may finish the
+// blockers (requeue, discard) and releases the keys itself; a restore of
+// p here builds them again from the file. A release of a dropped key
+// stops.
 func (k *orderedKeys) forget(p kclient.Partition) map[string]bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var gone map[string]bool
 	for key, st := range k.keys {
-		if st.blocker != "" && st.routed && st.part == p {
+		if st.routed && st.part == p {
 			delete(k.keys, key)
 			if gone == nil {
 				gone = map[string]bool{}
@@ -198,7 +202,7 @@ func (k *orderedKeys) release(ctx context.Context, key []byte, n uint64) {
 		if !k.current(key, n) {
 			return // blocked again, or a newer release took over
 		}
-		entries, err := k.releasable(key)
+		entries, err := k.releasable(key, false)
 		if err != nil {
 			k.cfg.log.Error("parked messages not read; the key stays parked until the next start", "class", k.cfg.class, "err", err)
 			return
@@ -206,7 +210,7 @@ func (k *orderedKeys) release(ctx context.Context, key []byte, n uint64) {
 		if len(entries) == 0 {
 			k.mu.Lock()
 			// Parking writes hold mu, so a second look under it is final.
-			entries, err = k.releasable(key)
+			entries, err = k.releasable(key, true)
 			if err == nil && len(entries) == 0 {
 				if st := k.keys[string(key)]; st != nil && st.releasing && st.release == n {
 					delete(k.keys, string(key))
@@ -227,10 +231,14 @@ func (k *orderedKeys) release(ctx context.Context, key []byte, n uint64) {
 			}
 			it := fromRecord(e.Record, fromParked)
 			x := it.ext()
-			x.parkedKey, x.relGen, x.release = e.Key, n, &wg
+			pk := string(e.Key)
+			x.parkedKey, x.relGen, x.release = e.Key, n, func() { k.left(pk); wg.Done() }
 			wg.Add(1)
+			k.mu.Lock()
+			k.inPool[pk] = struct{}{}
+			k.mu.Unlock()
 			if err := k.cfg.pool.Submit(ctx, it); err != nil {
-				wg.Done()
+				x.release()
 				return // stopping: the rest stay parked
 			}
 			k.cfg.counts.inc(evReleased)
@@ -247,13 +255,37 @@ func (k *orderedKeys) release(ctx context.Context, key []byte, n uint64) {
 
 // releasable returns the parked records of key that its release may
 // push: all but those of done messages whose delete failed (they wait for
-// the batched delete; pushed again, they would run again).
-func (k *orderedKeys) releasable(key []byte) ([]snapshot.ParkedEntry, error) {
+// the batched delete; pushed again, they would run again) and those an
+// earlier release pushed that are still in the pool. locked says the
+// caller holds mu.
+func (k *orderedKeys) releasable(key []byte, locked bool) ([]snapshot.ParkedEntry, error) {
 	entries, err := k.cfg.state.parked(k.cfg.class, key)
 	if err != nil {
 		return nil, err
 	}
-	return k.cfg.deletes.NotDone(entries), nil
+	entries = k.cfg.deletes.NotDone(entries)
+	if !locked {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+	}
+	if len(k.inPool) == 0 {
+		return entries, nil
+	}
+	kept := entries[:0]
+	for _, e := range entries {
+		if _, in := k.inPool[string(e.Key)]; !in {
+			kept = append(kept, e)
+		}
+	}
+	return kept, nil
+}
+
+// left is told that the message of parked record pk, pushed by a
+// release, left the pool.
+func (k *orderedKeys) left(pk string) {
+	k.mu.Lock()
+	delete(k.inPool, pk)
+	k.mu.Unlock()
 }
 
 // blockIfReleasing makes it its key's blocker when the key is releasing
@@ -268,16 +300,19 @@ func (k *orderedKeys) blockIfReleasing(it *item) {
 }
 
 // restoreReleasing marks key releasing, at a recovery, unless it is
-// blocked or releasing already: its parked messages have no blocker. It
+// blocked or releasing already: its parked messages have no blocker. m,
+// when set, is the message of one of them: where the key belongs. It
 // reports whether it marked it; startRestored starts its release.
-func (k *orderedKeys) restoreReleasing(key []byte) bool {
+func (k *orderedKeys) restoreReleasing(key []byte, m *handoff.Message) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.keys[string(key)] != nil {
 		return false
 	}
 	k.released++
-	k.keys[string(key)] = &keyState{releasing: true, release: k.released}
+	st := &keyState{releasing: true, release: k.released}
+	st.part, st.routed = k.routeOf(m)
+	k.keys[string(key)] = st
 	return true
 }
 

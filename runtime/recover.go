@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/handoff-go/handoff"
+
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -307,6 +309,7 @@ func (v *recovery) releaseParked() error {
 		if c == nil || !c.cfg.Ordered {
 			continue // moved by unparkStrays
 		}
+		var first *handoff.Message
 		if v.want != nil {
 			// A key's parked records travel together: the first one
 			// says where.
@@ -317,8 +320,9 @@ func (v *recovery) releaseParked() error {
 			if len(entries) == 0 || !v.want(&entries[0].Record) {
 				continue
 			}
+			first = &entries[0].Record.Message
 		}
-		if c.keys.restoreReleasing(pk.Key) {
+		if c.keys.restoreReleasing(pk.Key, first) {
 			if v.released == nil {
 				v.released = map[*class][][]byte{}
 			}

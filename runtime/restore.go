@@ -121,12 +121,13 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 
 // revoked is the consumer's revokedFunc: p's records stop being used
 // here. The scheduler no longer delivers its delayed records, the keys
-// of ordered classes its dead letters and redeliveries block are no
-// longer blocked here (its next owner may finish the blockers; a restore
-// here blocks them again), and its re-pushed saved messages, delivered
-// delayed ones and parked ones of those keys not yet started leave the
-// pools (their records stay in the file, for the partition's next owner
-// and for this instance if it gets the partition back).
+// of ordered classes its dead letters and redeliveries block, or whose
+// parked messages are being released, are dropped here (its next owner
+// may finish the blockers and releases the keys; a restore here builds
+// them again), and its re-pushed saved messages, delivered delayed ones
+// and parked ones of those keys not yet started leave the pools (their
+// records stay in the file, for the partition's next owner and for this
+// instance if it gets the partition back).
 func (rs *restorer) revoked(p kclient.Partition) {
 	l := rs.clog
 	if !l.on() {
@@ -135,9 +136,9 @@ func (rs *restorer) revoked(p kclient.Partition) {
 	l.keepCheckpoints([]kclient.Partition{p})
 	l.setOwned(p, false, 0)
 	for _, c := range rs.order {
-		var unblocked map[string]bool
+		var dropped map[string]bool
 		if c.keys != nil {
-			unblocked = c.keys.forget(p)
+			dropped = c.keys.forget(p)
 		}
 		match := func(it *item) bool {
 			switch it.src {
@@ -145,9 +146,10 @@ func (rs *restorer) revoked(p kclient.Partition) {
 				t, q, ok := l.routeMsg(it.env())
 				return ok && t == p.Topic && int(q) == p.Partition
 			case fromParked:
-				// Pushed by a release before its key was blocked again:
-				// unblocked, it would run past its new blocker.
-				return unblocked[string(it.env().Key)]
+				// Pushed by the key's release; or by one before the key
+				// was blocked again, and unblocked it would run past its
+				// new blocker.
+				return dropped[string(it.env().Key)]
 			}
 			return false
 		}
