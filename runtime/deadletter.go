@@ -141,7 +141,9 @@ func (r *Runtime) DeadLetters(class string, after Cursor, limit int) ([]DeadLett
 	return r.fail.list(class, after, limit)
 }
 
-// GetDeadLetter returns one dead letter, or an error wrapping ErrNotFound.
+// GetDeadLetter returns one dead letter, or an error wrapping ErrNotFound
+// (also for one of a partition that is not this instance's: see
+// DeadLetters).
 func (r *Runtime) GetDeadLetter(key uint64) (DeadLetter, error) { return r.fail.get(key) }
 
 // Requeue hands a dead letter back to its class's pool with its attempt
@@ -204,6 +206,11 @@ func (f *failures) get(key uint64) (DeadLetter, error) {
 	}
 	if !ok {
 		return DeadLetter{}, fmt.Errorf("%w: dead letter %d", ErrNotFound, key)
+	}
+	if f.cfg.owns != nil && !f.cfg.owns(&rec) {
+		// Its partition moved: the new owner restored it and lists,
+		// requeues and discards it; this file's copy is unused.
+		return DeadLetter{}, fmt.Errorf("%w: dead letter %d: its partition is not this instance's", ErrNotFound, key)
 	}
 	return deadLetterOf(snapshot.Entry{Key: key, Record: rec}), nil
 }

@@ -1,0 +1,85 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/handoff-go/handoff"
+)
+
+// TestDeadLetterOfMovedPartition: with the changelog, a dead letter of a
+// partition that moved to another instance stays in the former owner's
+// file, unused, and that owner's DeadLetters leaves it out; the new owner
+// restored it and lists it as its own. The former owner must not requeue,
+// discard or show it by its key (a key an operator read from a page
+// loaded before the rebalance): requeued there, the message would run on
+// an instance that does not own it while the new owner still holds it as
+// a dead letter, to be requeued and run again.
+func TestDeadLetterOfMovedPartition(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2, "orders")
+	for p := range 2 {
+		b.produceValues("orders", keyOn(p, 2), "poison")
+	}
+	var mu sync.Mutex
+	runs := map[string]map[int]int{} // instance -> partition -> calls
+	handler := func(instance string) handoff.HandlerFunc {
+		return func(_ context.Context, m *handoff.Message) error {
+			mu.Lock()
+			if runs[instance] == nil {
+				runs[instance] = map[int]int{}
+			}
+			runs[instance][m.Origin.Partition]++
+			mu.Unlock()
+			return handoff.Permanent(errors.New("poison"))
+		}
+	}
+	cfgA := b.config(handler("a"), nil)
+	cfgA.Instance = "a"
+	rtA, waitA := startNew(t, cfgA)
+	keyOf := map[int]uint64{} // partition -> A's dead letter key
+	waitFor(t, "A's two dead letters", func() bool {
+		dls, _, err := rtA.DeadLetters("", "", 10)
+		if err != nil || len(dls) != 2 {
+			return false
+		}
+		for _, dl := range dls {
+			keyOf[dl.Message.Origin.Partition] = dl.Key
+		}
+		return true
+	})
+
+	rtB, waitB := b.instance("b", b.config(handler("b"), nil))
+	moved := -1
+	waitFor(t, "one partition and its dead letter moved to B", func() bool {
+		dlB, _, err := rtB.DeadLetters("", "", 10)
+		if err != nil || len(dlB) != 1 {
+			return false
+		}
+		dlA, _, err := rtA.DeadLetters("", "", 10)
+		if err != nil || len(dlA) != 1 {
+			return false
+		}
+		moved = dlB[0].Message.Origin.Partition
+		return dlA[0].Message.Origin.Partition != moved
+	})
+	key := keyOf[moved]
+	if _, err := rtA.GetDeadLetter(key); !errors.Is(err, ErrNotFound) {
+		t.Errorf("A's GetDeadLetter of the moved partition's dead letter: %v, want ErrNotFound", err)
+	}
+	if err := rtA.Requeue(context.Background(), key); !errors.Is(err, ErrNotFound) {
+		t.Errorf("A's Requeue of the moved partition's dead letter: %v, want ErrNotFound", err)
+	}
+	if err := rtA.Discard(context.Background(), key); !errors.Is(err, ErrNotFound) {
+		t.Errorf("A's Discard of the moved partition's dead letter: %v, want ErrNotFound", err)
+	}
+	shutdownAndWait(t, rtA, waitA)
+	shutdownAndWait(t, rtB, waitB)
+	mu.Lock()
+	defer mu.Unlock()
+	if n := runs["a"][moved]; n != 1 {
+		t.Errorf("A ran the moved partition's message %d times, want once (before it moved)", n)
+	}
+}
