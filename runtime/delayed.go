@@ -75,13 +75,14 @@ func (s *scheduler) deferDelivery(c *class, it *item, at time.Time) bool {
 			return err
 		}
 		// The same record waits when the ID's record is due when this
-		// one's header says; another message scheduled under the ID
-		// leaves this one to run now, as before.
+		// one's header says (as the bucket keeps it: clamped to the
+		// years it holds to the nanosecond); another message scheduled
+		// under the ID leaves this one to run now, as before.
 		key, ok, kerr := tx.DelayedKeyOf(rec.Message.ID)
 		if kerr != nil {
 			return kerr
 		}
-		if again = ok && key.Due().Equal(at); again {
+		if again = ok && key.Due().Equal(snapshot.DelayedKeyAt(at).Due()); again {
 			return nil
 		}
 		return err
