@@ -228,7 +228,7 @@ func (s *Store) SetChangelog(cl Changelog) error {
 		return fmt.Errorf("snapshot: set the changelog of %s: Route and Send must not be nil", s.path)
 	}
 	var id [16]byte
-	err := s.db.Update(func(btx *bolt.Tx) error {
+	err := s.boltUpdate(func(btx *bolt.Tx) error {
 		tx := &Tx{tx: btx, s: s}
 		got, ok, err := tx.fileID()
 		if err != nil || ok {
@@ -312,7 +312,7 @@ func (s *Store) sendCaptured(st *clState, cp *capture, err error) error {
 // failedSend records changes, which the changelog did not acknowledge,
 // as unsent, and returns the *ChangelogError of werr.
 func (s *Store) failedSend(changes []Change, werr error) error {
-	rerr := s.db.Update(func(btx *bolt.Tx) error { return (&Tx{tx: btx, s: s}).recordUnsent(changes) })
+	rerr := s.boltUpdate(func(btx *bolt.Tx) error { return (&Tx{tx: btx, s: s}).recordUnsent(changes) })
 	if rerr != nil {
 		rerr = fmt.Errorf("record the changes as unsent: %w", rerr)
 	}
@@ -554,7 +554,7 @@ func (s *Store) ResendUnsent() (int, error) {
 	if len(entries) == 0 {
 		return 0, nil
 	}
-	err = s.db.Update(func(btx *bolt.Tx) error {
+	err = s.boltUpdate(func(btx *bolt.Tx) error {
 		b := btx.Bucket([]byte(bucketChangelogUnsent))
 		if b == nil {
 			return fmt.Errorf("bucket %s missing", bucketChangelogUnsent)

@@ -22,6 +22,14 @@ var (
 	// holds an impossible value or sits under a key of the wrong shape.
 	ErrCorrupt = errors.New("snapshot: corrupt record")
 
+	// ErrDamaged is wrapped by the error a transaction (or [Open])
+	// returns when bbolt fails on a damaged page of the file (its page
+	// checks assert, or a page's contents send it out of bounds), which
+	// would otherwise crash the process: the file needs a restore from
+	// a copy, or moving aside (with the changelog, a new file restores
+	// its partitions).
+	ErrDamaged = errors.New("snapshot: state file damaged")
+
 	// ErrNotFound is returned, wrapped with the bucket and key, by
 	// [Tx.PutPending], [Tx.PutDead], [Tx.PutDelayed], [Tx.PutParked] and
 	// [Tx.RequeueDead] when the record they should change is not there

@@ -123,7 +123,8 @@ type Store struct {
 // needed. It blocks up to opts.LockTimeout while another process (or
 // another open Store in this process) holds the file; then it returns an
 // error wrapping [ErrLocked] that names the file. It also fails when the
-// file is not a bbolt file or was written by a newer format. With
+// file is not a bbolt file, is damaged (an error wrapping [ErrDamaged])
+// or was written by a newer format. With
 // opts.ReadOnly it changes nothing and reads a copy of a file held by a
 // running service (see [Options.ReadOnly]).
 func Open(path string, opts Options) (*Store, error) {
@@ -134,9 +135,41 @@ func Open(path string, opts Options) (*Store, error) {
 		opts.InitialMmapSize = defaultInitialMmapSize
 	}
 	if opts.ReadOnly {
-		return openReadOnly(path, opts)
+		return openReadOnlyGuarded(path, opts)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
+	return openFile(path, opts)
+}
+
+// openReadOnlyGuarded is openReadOnly with a damaged page an error, as
+// in openFile.
+func openReadOnlyGuarded(path string, opts Options) (st *Store, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if !panicInBolt() {
+				panic(r)
+			}
+			st, err = nil, fmt.Errorf("snapshot: open %s read-only: %w: %v", path, ErrDamaged, r)
+		}
+	}()
+	return openReadOnly(path, opts)
+}
+
+// openFile is Open of a file to write. A panic of bbolt on a damaged
+// page is returned as an error wrapping ErrDamaged.
+func openFile(path string, opts Options) (st *Store, err error) {
+	var db *bolt.DB
+	defer func() {
+		if r := recover(); r != nil {
+			if !panicInBolt() {
+				panic(r)
+			}
+			st, err = nil, fmt.Errorf("snapshot: open %s: %w: %v", path, ErrDamaged, r)
+			if db != nil {
+				err = errors.Join(err, db.Close())
+			}
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:         opts.LockTimeout, // never zero: zero waits forever
 		InitialMmapSize: opts.InitialMmapSize,
 		NoSync:          opts.NoSync,
@@ -148,7 +181,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: open %s: %w", path, err)
 	}
-	st := &Store{db: db, path: path}
+	st = &Store{db: db, path: path}
 	st.localGroup.local = true
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range buckets {

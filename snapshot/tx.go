@@ -3,6 +3,8 @@ package snapshot
 import (
 	"bytes"
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 
 	bolt "go.etcd.io/bbolt"
@@ -154,9 +156,10 @@ func (s *Store) View(fn func(tx *Tx) error) error {
 // name. cp, when not nil, collects the changes of the transaction (its
 // changes are reset first: a Batch may run again); a local capture
 // records them in the unsent bucket before the commit.
-func (s *Store) public(method func(func(*bolt.Tx) error) error, verb string, cp *capture, fn func(tx *Tx) error) error {
+func (s *Store) public(method func(func(*bolt.Tx) error) error, verb string, cp *capture, fn func(tx *Tx) error) (err error) {
+	defer s.damaged(&err)
 	var fnFailed bool
-	err := method(func(btx *bolt.Tx) error {
+	err = method(func(btx *bolt.Tx) error {
 		cp.reset()
 		tx := &Tx{tx: btx, s: s, cap: cp}
 		err := fn(tx)
@@ -175,8 +178,50 @@ func (s *Store) public(method func(func(*bolt.Tx) error) error, verb string, cp 
 // view runs fn, given the package's own Tx, in a read-only transaction
 // and returns its error as it is: the caller wraps it with what it was
 // doing.
-func (s *Store) view(fn func(tx *Tx) error) error {
+func (s *Store) view(fn func(tx *Tx) error) (err error) {
+	defer s.damaged(&err)
 	return s.db.View(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx, s: s}) })
+}
+
+// boltUpdate is bbolt's Update for the package's writes outside a Tx,
+// with a damaged page an error as in view.
+func (s *Store) boltUpdate(fn func(btx *bolt.Tx) error) (err error) {
+	defer s.damaged(&err)
+	return s.db.Update(fn)
+}
+
+// damaged, deferred by a transaction's caller, turns a panic raised in
+// bbolt by a damaged page of the file into an error wrapping ErrDamaged
+// in *err; bbolt has rolled the transaction back by then, its locks
+// released. Any other panic goes on.
+func (s *Store) damaged(err *error) {
+	if r := recover(); r != nil {
+		if !panicInBolt() {
+			panic(r)
+		}
+		*err = fmt.Errorf("%w: %s: %v", ErrDamaged, s.path, r)
+	}
+}
+
+// panicInBolt reports whether the panic its (deferred) caller recovers
+// was raised in bbolt: the first frame below the runtime's panic frames
+// is bbolt's.
+func panicInBolt() bool {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs)])
+	panicking := false
+	for {
+		f, more := frames.Next()
+		switch {
+		case f.Function == "runtime.gopanic":
+			panicking = true
+		case panicking && !strings.HasPrefix(f.Function, "runtime."):
+			return strings.HasPrefix(f.Function, "go.etcd.io/bbolt.") || strings.HasPrefix(f.Function, "go.etcd.io/bbolt/")
+		}
+		if !more {
+			return false
+		}
+	}
 }
 
 // bucket returns the named bucket, or an error naming it when the file
