@@ -17,27 +17,7 @@ import (
 func TestChangelogClassRenamesRestored(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, "orders")
-	produced := b.produceValues("orders", "k", "a", "b", "c", "d", "e")
-	cfg := func(name string, h handoff.HandlerFunc) Config {
-		cfg := b.config(h, nil)
-		cfg.Classes[0].Name, cfg.Classes[0].Workers = name, 1
-		cfg.DrainTimeout = 50 * time.Millisecond
-		cfg.HardStopGrace = time.Second
-		return cfg
-	}
-	rt1, wait1 := startNew(t, cfg("bookings", func(ctx context.Context, m *handoff.Message) error {
-		<-ctx.Done()
-		return context.Cause(ctx)
-	}))
-	waitFor(t, "one running, four queued", func() bool {
-		s := rt1.classes.order[0].pool.Stats()
-		return s.Running == 1 && s.Queued == 4
-	})
-	if rep := stopAndWait(t, rt1, wait1); rep.Snapshotted != produced {
-		t.Fatalf("snapshotted %d, want %d", rep.Snapshotted, produced)
-	}
-
-	b.state = filepath.Join(t.TempDir(), "new-pod.db")
+	produced, cfg := savedAsBookings(t, b, "a", "b", "c", "d", "e")
 	cfg2 := cfg("orders", func(ctx context.Context, m *handoff.Message) error {
 		if m.Class == "orders" {
 			b.record(m)
@@ -99,27 +79,7 @@ func TestChangelogClassRenamesPause(t *testing.T) {
 func TestChangelogUnknownClassCounted(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, "orders")
-	produced := b.produceValues("orders", "k", "a", "b", "c")
-	cfg := func(name string, h handoff.HandlerFunc) Config {
-		cfg := b.config(h, nil)
-		cfg.Classes[0].Name, cfg.Classes[0].Workers = name, 1
-		cfg.DrainTimeout = 50 * time.Millisecond
-		cfg.HardStopGrace = time.Second
-		return cfg
-	}
-	rt1, wait1 := startNew(t, cfg("bookings", func(ctx context.Context, m *handoff.Message) error {
-		<-ctx.Done()
-		return context.Cause(ctx)
-	}))
-	waitFor(t, "one running, two queued", func() bool {
-		s := rt1.classes.order[0].pool.Stats()
-		return s.Running == 1 && s.Queued == 2
-	})
-	if rep := stopAndWait(t, rt1, wait1); rep.Snapshotted != produced {
-		t.Fatalf("snapshotted %d, want %d", rep.Snapshotted, produced)
-	}
-
-	b.state = filepath.Join(t.TempDir(), "new-pod.db")
+	produced, cfg := savedAsBookings(t, b, "a", "b", "c")
 	cfg2 := cfg("orders", func(ctx context.Context, m *handoff.Message) error { return nil })
 	log, restored := countLogs(t, "partition state restored")
 	cfg2.Logger = log
@@ -133,4 +93,34 @@ func TestChangelogUnknownClassCounted(t *testing.T) {
 	if len(dead) != produced || rep.UnknownClass != produced {
 		t.Errorf("%d dead letters of an unknown class; the report counts %d, want %d", len(dead), rep.UnknownClass, produced)
 	}
+}
+
+// savedAsBookings produces values to orders' partition, runs them in a
+// class "bookings" of one worker until all are in its pool (one running,
+// the rest queued), stops it (the changelog has them all) and moves b to
+// a new pod's empty disk. It returns how many it produced and the config
+// of a class of a name and handler on b.
+func savedAsBookings(t *testing.T, b *bundle, values ...string) (int, func(name string, h handoff.HandlerFunc) Config) {
+	t.Helper()
+	produced := b.produceValues("orders", "k", values...)
+	cfg := func(name string, h handoff.HandlerFunc) Config {
+		cfg := b.config(h, nil)
+		cfg.Classes[0].Name, cfg.Classes[0].Workers = name, 1
+		cfg.DrainTimeout = 50 * time.Millisecond
+		cfg.HardStopGrace = time.Second
+		return cfg
+	}
+	rt1, wait1 := startNew(t, cfg("bookings", func(ctx context.Context, m *handoff.Message) error {
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}))
+	waitFor(t, "one running, the rest queued", func() bool {
+		s := rt1.classes.order[0].pool.Stats()
+		return s.Running == 1 && s.Queued == len(values)-1
+	})
+	if rep := stopAndWait(t, rt1, wait1); rep.Snapshotted != produced {
+		t.Fatalf("snapshotted %d, want %d", rep.Snapshotted, produced)
+	}
+	b.state = filepath.Join(t.TempDir(), "new-pod.db")
+	return produced, cfg
 }

@@ -19,15 +19,46 @@ import (
 // must not run it early, and it runs once, when due.
 func TestDeferredRecordReadAgain(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1, "orders")
 	due := time.Now().Add(4 * time.Second)
+	runs := readDeferredAgain(t, due.Format(time.RFC3339Nano), func(_ *bundle, runs int) bool { return runs > 0 })
+	if len(runs) != 1 {
+		t.Fatalf("later ran %d times, want 1", len(runs))
+	}
+	if runs[0].Before(due) {
+		t.Errorf("later ran %s before its deliver-at time", due.Sub(runs[0]))
+	}
+}
+
+// TestFarDeferredRecordReadAgain is TestDeferredRecordReadAgain with a
+// HeaderDeliverAt past what the delayed bucket keeps to the nanosecond
+// (the end of 2262; "9999-12-31T23:59:59Z" stands for "not before a
+// decision" in many systems): its delayed record is due at the end of
+// 2262, and the record read again must find it waiting rather than run
+// at once.
+func TestFarDeferredRecordReadAgain(t *testing.T) {
+	t.Parallel()
+	runs := readDeferredAgain(t, "9999-12-31T23:59:59Z", func(b *bundle, _ int) bool { return b.committed() == 2 })
+	if len(runs) != 0 {
+		t.Errorf("later ran %d times, want none: it is due at the end of 2262", len(runs))
+	}
+}
+
+// readDeferredAgain writes a record "slow" and a record "later" whose
+// HeaderDeliverAt is deliverAt to a partition, runs a StopRedeliver
+// class until "later" is deferred, hard-stops it while "slow" runs (so
+// both are read again), and runs a second instance on the same file
+// until done says so, given how many times "later" ran. It returns when
+// "later" ran.
+func readDeferredAgain(t *testing.T, deliverAt string, done func(b *bundle, runs int) bool) []time.Time {
+	t.Helper()
+	b := setup(t, 1, "orders")
 	w := b.writer()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := w.WriteMessages(ctx,
 		kafka.Message{Topic: "orders", Key: []byte("a"), Value: []byte("slow")},
 		kafka.Message{Topic: "orders", Key: []byte("b"), Value: []byte("later"),
-			Headers: []kafka.Header{{Key: HeaderDeliverAt, Value: []byte(due.Format(time.RFC3339Nano))}}},
+			Headers: []kafka.Header{{Key: HeaderDeliverAt, Value: []byte(deliverAt)}}},
 	); err != nil {
 		t.Fatal(err)
 	}
@@ -69,18 +100,14 @@ func TestDeferredRecordReadAgain(t *testing.T) {
 	}
 
 	rt2, wait2 := startNew(t, cfg)
-	waitFor(t, "later to run", func() bool {
+	waitFor(t, "the second run", func() bool {
 		mu.Lock()
-		defer mu.Unlock()
-		return len(runs) > 0
+		n := len(runs)
+		mu.Unlock()
+		return done(b, n)
 	})
 	stopAndWait(t, rt2, wait2)
 	mu.Lock()
 	defer mu.Unlock()
-	if len(runs) != 1 {
-		t.Errorf("later ran %d times, want 1", len(runs))
-	}
-	if runs[0].Before(due) {
-		t.Errorf("later ran %s before its deliver-at time", due.Sub(runs[0]))
-	}
+	return runs
 }
