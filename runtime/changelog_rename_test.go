@@ -114,13 +114,21 @@ func savedAsBookings(t *testing.T, b *bundle, values ...string) (int, func(name 
 		<-ctx.Done()
 		return context.Cause(ctx)
 	}))
-	waitFor(t, "one running, the rest queued", func() bool {
-		s := rt1.classes.order[0].pool.Stats()
-		return s.Running == 1 && s.Queued == len(values)-1
-	})
-	if rep := stopAndWait(t, rt1, wait1); rep.Snapshotted != produced {
-		t.Fatalf("snapshotted %d, want %d", rep.Snapshotted, produced)
-	}
+	snapshotAll(t, rt1, wait1, produced)
 	b.state = filepath.Join(t.TempDir(), "new-pod.db")
 	return produced, cfg
+}
+
+// snapshotAll waits until the first class of rt, of one worker whose
+// handler waits for its stop, holds all n messages produced (one
+// running, the rest queued), and stops it: its snapshot must save all n.
+func snapshotAll(t *testing.T, rt *Runtime, wait func() (*Report, error), n int) {
+	t.Helper()
+	waitFor(t, "one running, the rest queued", func() bool {
+		s := rt.classes.order[0].pool.Stats()
+		return s.Running == 1 && s.Queued == n-1
+	})
+	if rep := stopAndWait(t, rt, wait); rep.Snapshotted != n {
+		t.Fatalf("snapshotted %d, want %d", rep.Snapshotted, n)
+	}
 }

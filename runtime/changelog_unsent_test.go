@@ -73,13 +73,7 @@ func TestChangelogUnsentDeletesResent(t *testing.T) {
 		<-ctx.Done()
 		return context.Cause(ctx)
 	}))
-	waitFor(t, "one running, four queued", func() bool {
-		s := rt1.classes.order[0].pool.Stats()
-		return s.Running == 1 && s.Queued == 4
-	})
-	if rep := stopAndWait(t, rt1, wait1); rep.Snapshotted != produced {
-		t.Fatalf("snapshotted %d, want %d", rep.Snapshotted, produced)
-	}
+	snapshotAll(t, rt1, wait1, produced)
 
 	// The second run, on the same disk, runs them while the changelog
 	// refuses writes: their records' deletes reach the file only.

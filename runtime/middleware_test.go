@@ -414,6 +414,16 @@ func TestSetHeadersStraggler(t *testing.T) {
 // with one header, key.
 func pendingHeaders(t *testing.T, path, key string) {
 	t.Helper()
+	pending := pendingRecords(t, path)
+	if len(pending) != 1 || len(pending[0].Record.Message.Headers) != 1 || pending[0].Record.Message.Headers[0].Key != key {
+		t.Errorf("saved %v, want one message with header %q", pending, key)
+	}
+}
+
+// pendingRecords returns the pending records of the state file at path,
+// which no runtime has open.
+func pendingRecords(t *testing.T, path string) []snapshot.Entry {
+	t.Helper()
 	st, err := snapshot.Open(path, snapshot.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -423,9 +433,7 @@ func pendingHeaders(t *testing.T, path, key string) {
 	if err := st.View(func(tx *snapshot.Tx) (err error) { pending, _, err = tx.LoadPending(); return err }); err != nil {
 		t.Fatal(err)
 	}
-	if len(pending) != 1 || len(pending[0].Record.Message.Headers) != 1 || pending[0].Record.Message.Headers[0].Key != key {
-		t.Errorf("saved %v, want one message with header %q", pending, key)
-	}
+	return pending
 }
 
 // BenchmarkHandlerChain measures what one attempt costs in the pool's

@@ -64,15 +64,7 @@ func TestStopKeepsAttemptsOfSavedMessages(t *testing.T) {
 				t.Fatalf("retried %d, want 1", rep.Retried)
 			}
 
-			st, err := snapshot.Open(state, snapshot.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
-			var pending []snapshot.Entry
-			if err := st.View(func(tx *snapshot.Tx) (err error) { pending, _, err = tx.LoadPending(); return err }); err != nil {
-				t.Fatal(err)
-			}
+			pending := pendingRecords(t, state)
 			if len(pending) != len(recs) {
 				t.Fatalf("%d pending records, want %d", len(pending), len(recs))
 			}
