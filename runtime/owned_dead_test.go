@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/handoff-go/handoff"
-	"github.com/handoff-go/handoff/runtime/internal/kclient"
 )
 
 // TestDeadLetterOfMovedPartition: with the changelog, a dead letter of a
@@ -84,76 +82,4 @@ func TestDeadLetterOfMovedPartition(t *testing.T) {
 	if n := runs["a"][moved]; n != 1 {
 		t.Errorf("A ran the moved partition's message %d times, want once (before it moved)", n)
 	}
-}
-
-// TestKeyBlockedOnPartitionThatCameBack: a key of an ordered class
-// blocked by a dead letter on instance A, whose partition moves to B,
-// where the dead letter is requeued and succeeds, is free once the
-// partition comes back to A: A's restore reads the dead letter's delete
-// from the changelog. A must not keep the key blocked by what it knew of
-// it before the partition left (the dead letter is gone: nothing would
-// ever release the key, and every later message of it would be parked
-// for good).
-func TestKeyBlockedOnPartitionThatCameBack(t *testing.T) {
-	t.Parallel()
-	b := setup(t, 2, "orders")
-	keys := [2]string{keyOn(0, 2), keyOn(1, 2)}
-	for p := range 2 {
-		b.produceValues("orders", keys[p], "poison")
-	}
-	var fixed atomic.Bool
-	h := func(_ context.Context, m *handoff.Message) error {
-		if string(m.Value) == "poison" && !fixed.Load() {
-			return handoff.Permanent(errors.New("poison"))
-		}
-		b.record(m)
-		return nil
-	}
-	ordered := func(c *Class) { c.Ordered = true }
-	cfgA := b.config(h, ordered)
-	cfgA.Instance = "a"
-	rtA, waitA := startNew(t, cfgA)
-	waitFor(t, "A's two dead letters", func() bool {
-		dls, _, err := rtA.DeadLetters("", "", 10)
-		return err == nil && len(dls) == 2
-	})
-	fixed.Store(true)
-
-	rtB, waitB := b.instance("b", b.config(h, ordered))
-	var moved DeadLetter
-	waitFor(t, "one partition and its dead letter moved to B", func() bool {
-		dlB, _, err := rtB.DeadLetters("", "", 10)
-		if err != nil || len(dlB) != 1 {
-			return false
-		}
-		moved = dlB[0]
-		return true
-	})
-	if err := rtB.Requeue(context.Background(), moved.Key); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "B handled the requeued dead letter", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return b.handled[moved.Message.ID] == 1
-	})
-	shutdownAndWait(t, rtB, waitB)
-	p := kclient.Partition{Topic: "orders", Partition: moved.Message.Origin.Partition}
-	waitFor(t, "the partition back at A", func() bool {
-		rtA.clog.mu.Lock()
-		defer rtA.clog.mu.Unlock()
-		return rtA.clog.owned[p]
-	})
-
-	b.produceValues("orders", string(moved.Message.Key), "after")
-	waitFor(t, "the new message handled or parked at A", func() bool {
-		unique, _ := b.counts()
-		pk, err := rtA.ParkedKeys()
-		return unique == 2 || err == nil && len(pk) > 0
-	})
-	if pk, err := rtA.ParkedKeys(); err != nil || len(pk) > 0 {
-		dls, _, _ := rtA.DeadLetters("", "", 10)
-		t.Errorf("A parked the key's new message: parked keys %+v (%v), A's dead letters %+v", pk, err, dls)
-	}
-	shutdownAndWait(t, rtA, waitA)
 }
