@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"runtime/debug"
 	"strconv"
 )
 
@@ -107,7 +108,9 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 // does not decode is a permanent failure of that message alone, as with
 // [Typed]: its error is a [*DecodeError] wrapped in [Permanent], so the
 // runtime makes it a dead letter, and the others of the batch still go
-// to fn. When no message decodes, fn is not called.
+// to fn. A decoder that panics fails that message alone, with a
+// [*PanicError], as in a [Typed] class. When no message decodes, fn is
+// not called.
 //
 // fn returns what any [BatchHandlerFunc] returns, about the slices it
 // was given: nil (all of them done), a [*BatchError] whose indexes are
@@ -127,7 +130,11 @@ func TypedBatch[T any](dec Decoder[T], fn func(ctx context.Context, ms []*Messag
 		vs := make([]T, 0, len(ms))
 		at := make([]int, 0, len(ms)) // at[j]: the batch index of decoded[j]
 		for i, m := range ms {
-			v, err := dec.Decode(m)
+			v, pe, err := decodeOne(dec, m)
+			if pe != nil {
+				failed.Fail(i, pe) // as in Typed, where the pool recovers it
+				continue
+			}
 			if err != nil {
 				failed.Fail(i, Permanent(&DecodeError{Class: m.Class, ID: m.ID, Origin: m.Origin, Err: err}))
 				continue
@@ -158,4 +165,16 @@ func TypedBatch[T any](dec Decoder[T], fn func(ctx context.Context, ms []*Messag
 		}
 		return &failed
 	}
+}
+
+// decodeOne decodes m with dec and returns the decoder's panic, if it
+// panicked, as a *PanicError: m's failure alone, not its whole batch's.
+func decodeOne[T any](dec Decoder[T], m *Message) (v T, pe *PanicError, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			pe = &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	v, err = dec.Decode(m)
+	return v, nil, err
 }

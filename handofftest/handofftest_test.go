@@ -505,3 +505,33 @@ func TestTypedBatchClass(t *testing.T) {
 		}
 	})
 }
+
+// A typed batch class whose decoder panics on one message's bytes (a
+// format that reads a schema ID from the value's first bytes, given a
+// value too short): that message alone fails, with the panic, as it
+// would in a Typed class; the others of its batch go to fn and are
+// handled, not failed with it (with one attempt allowed, made dead
+// letters).
+func TestTypedBatchDecoderPanics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var rows atomic.Int32
+		dec := handoff.DecoderFunc[string](func(m *handoff.Message) (string, error) {
+			return string(m.Value[2:]), nil // the schema ID is m.Value[:2]
+		})
+		h := handofftest.New(t, runtime.Class{Name: "beats", MaxBatch: 10, Workers: 1, Retry: runtime.RetryPolicy{MaxAttempts: 1},
+			BatchHandler: handoff.TypedBatch(dec, func(ctx context.Context, ms []*handoff.Message, vs []string) error {
+				rows.Add(int32(len(vs)))
+				return nil
+			})})
+		ids := h.SendValues("device-1", "01a", "0", "01c")
+		h.Wait()
+		h.RequireHandled(ids[0], 1)
+		if r := h.RequireDeadLettered(ids[1], "handoff: handler panicked: runtime error: slice bounds out of range"); r.Attempts != 1 {
+			t.Errorf("the message whose decoder panicked is a dead letter after %d attempts, want 1", r.Attempts)
+		}
+		h.RequireHandled(ids[2], 1)
+		if n := rows.Load(); n != 2 {
+			t.Errorf("%d rows inserted, want 2", n)
+		}
+	})
+}
