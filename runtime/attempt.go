@@ -146,6 +146,8 @@ func OnOutcome(ctx context.Context, f func(Outcome)) bool {
 // rather than assigning m.Headers: it is ordered before the stop's save of
 // a handler that the hard stop gave up waiting for, and once the stop
 // has saved such a message SetHeaders leaves it alone and reports false.
+// Call it before the chain returns: once it has, the runtime reads the
+// envelope to decide the attempt, and SetHeaders reports false.
 // hs must be a slice of the caller's own (never the old one's array
 // written over: it may be shared). Outside an attempt's context (a class
 // without middleware, or a chain called directly) it just sets m.Headers.
@@ -157,7 +159,7 @@ func SetHeaders(ctx context.Context, m *handoff.Message, hs []handoff.Header) bo
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.told {
+	if a.told || a.returned {
 		return false
 	}
 	m.Headers = hs
@@ -183,6 +185,9 @@ type attempt struct {
 	fns  []func(Outcome)
 	told bool
 	out  Outcome
+	// returned is set once the chain has returned: the runtime then
+	// copies and saves the envelope, and SetHeaders leaves it alone.
+	returned bool
 }
 
 func (a *attempt) Value(key any) any {
@@ -210,11 +215,21 @@ func (a *attempt) tell(out Outcome) {
 }
 
 // begin returns the context of a new attempt of it, kept in it until the
-// attempt's outcome is told.
-func (it *item) begin(ctx context.Context) context.Context {
+// attempt's outcome is told. The caller calls its end once the chain has
+// returned.
+func (it *item) begin(ctx context.Context) *attempt {
 	a := &attempt{Context: ctx, msg: it.env()}
 	it.attempt.Store(a)
 	return a
+}
+
+// end marks the attempt's chain returned (or panicked): from then on
+// SetHeaders refuses, as the runtime reads the envelope to decide the
+// attempt.
+func (a *attempt) end() {
+	a.mu.Lock()
+	a.returned = true
+	a.mu.Unlock()
 }
 
 // tellOutcome tells the callbacks of it's attempt, if any, its outcome.

@@ -117,7 +117,9 @@ func (c *Class) batchDefaults(bad func(string, ...any)) {
 // item's envelope, which they may keep (see item.own).
 func joinBatch(ctx context.Context, c *class, it *item) error {
 	j := &join{b: c.batch, it: it, ctx: ctx}
-	return c.handle(it.begin(context.WithValue(ctx, joinKey{}, j)), it.env())
+	a := it.begin(context.WithValue(ctx, joinKey{}, j))
+	defer a.end()
+	return c.handle(a, it.env())
 }
 
 // join is what batchJoin needs of a message's way into its batch.

@@ -57,7 +57,9 @@ func (h *handling) handler(c *class) func(context.Context, *item) error {
 			defer cancel()
 		}
 		if c.hooked {
-			ctx = it.begin(ctx)
+			a := it.begin(ctx)
+			defer a.end()
+			ctx = a
 		}
 		// The handler is handed the item's envelope, which it may
 		// keep: the runtime writes no envelope a handler had (see

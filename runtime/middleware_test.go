@@ -476,3 +476,63 @@ func BenchmarkHandlerChain(b *testing.B) {
 		})
 	}
 }
+
+// TestSetHeadersAfterChainReturned: a middleware's goroutine that calls
+// SetHeaders once the chain has returned (the runtime is deciding the
+// attempt, here saving a dead letter) is refused: the runtime no longer
+// reads the headers from the attempt. SetHeaders reported true while the
+// runtime copied and saved the envelope without its headers (and raced
+// with it), so a caller told its headers were set found the dead letter
+// without them. Both a single-message class and a batch class.
+func TestSetHeadersAfterChainReturned(t *testing.T) {
+	t.Parallel()
+	var set atomic.Int64 // the last n that SetHeaders reported set
+	done := make(chan struct{}, 2)
+	late := func(next handoff.HandlerFunc) handoff.HandlerFunc {
+		return func(ctx context.Context, m *handoff.Message) error {
+			returned := make(chan struct{})
+			go func() {
+				defer func() { done <- struct{}{} }()
+				<-returned
+				for n := int64(1); SetHeaders(ctx, m, []handoff.Header{{Key: "n", Value: fmt.Append(nil, n)}}); n++ {
+					set.Store(n)
+				}
+			}()
+			defer close(returned)
+			return next(ctx, m)
+		}
+	}
+	bad := handoff.Permanent(errors.New("bad"))
+	cfg := mwConfig(t,
+		Class{Name: "jobs", Workers: 1, Middleware: []handoff.Middleware{late},
+			Handler: func(ctx context.Context, m *handoff.Message) error { return bad }},
+		Class{Name: "beats", Workers: 1, MaxBatch: 1, Middleware: []handoff.Middleware{late},
+			BatchHandler: func(ctx context.Context, ms []*handoff.Message) error { return bad }})
+	rt, err := newRuntime(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := runningMW(t, rt, context.Background())
+	for _, class := range []string{"jobs", "beats"} {
+		set.Store(0)
+		if err := rt.Submit(context.Background(), class, &handoff.Message{ID: class}); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		waitFor(t, "the dead letter", func() bool { return rt.Stats()[rt.classes.byName[class].index].Failed == 1 })
+		dls, _, err := rt.DeadLetters(class, "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dls) != 1 {
+			t.Fatalf("%s: dead letters %+v, want one", class, dls)
+		}
+		if n := set.Load(); n > 0 {
+			hs := dls[0].Message.Headers
+			if len(hs) != 1 || string(hs[0].Value) != fmt.Sprint(n) {
+				t.Errorf("%s: SetHeaders reported n=%d set after the chain returned; the dead letter has headers %v", class, n, hs)
+			}
+		}
+	}
+	shutdownAndWait(t, rt, wait)
+}
