@@ -333,6 +333,16 @@ func TestMiddlewareConfig(t *testing.T) {
 	if _, err := newRuntime(cfg); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "nil handler") {
 		t.Errorf("error %v, want a config error about a nil handler", err)
 	}
+	// The nil handler of an inner middleware, wrapped by an outer one
+	// (a tracing middleware of the Config's): the chain is not nil, but
+	// every call would panic on the nil next.
+	pass := func(next handoff.HandlerFunc) handoff.HandlerFunc {
+		return func(ctx context.Context, m *handoff.Message) error { return next(ctx, m) }
+	}
+	cfg.Middleware = []handoff.Middleware{pass}
+	if _, err := newRuntime(cfg); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "nil handler") {
+		t.Errorf("inner middleware's nil handler: error %v, want a config error about a nil handler", err)
+	}
 }
 
 // TestPublishHeadersFunc: the headers a dead letter is published with
