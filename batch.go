@@ -15,7 +15,8 @@ import (
 //
 // Returning nil marks every message done. Returning a [*BatchError] (or
 // an error wrapping one) fails only the messages it names, each with its
-// own error, and marks the others done. Any other error fails every
+// own error, and marks the others done (a nil *BatchError names no
+// failure: every message is done). Any other error fails every
 // message of the batch with it: each is then retried, redelivered or made
 // a dead letter by the class's policy, as if a single-message handler had
 // returned it (so [Permanent] makes all of them dead letters at once).

@@ -150,6 +150,9 @@ func TypedBatch[T any](dec Decoder[T], fn func(ctx context.Context, ms []*Messag
 		}
 		var be *BatchError
 		if errors.As(err, &be) {
+			if be == nil { // names no failure
+				return failed.Err()
+			}
 			for j, e := range be.Failed {
 				if j >= 0 && j < len(at) && e != nil {
 					failed.Fail(at[j], e)

@@ -202,6 +202,14 @@ func TestTypedBatch(t *testing.T) {
 			t.Fatalf("failed %v, want [0] decode, [1] and [2] fn's", f)
 		}
 	})
+	t.Run("fn's nil batch error", func(t *testing.T) {
+		var be *handoff.BatchError // names no failure
+		fnErr = be
+		f := failedOf(t, h(context.Background(), batch(`x`, `{"id":"b"}`)))
+		if len(f) != 1 || !handoff.IsPermanent(f[0]) {
+			t.Fatalf("failed %v, want [0] decode alone", f)
+		}
+	})
 	t.Run("none decodes", func(t *testing.T) {
 		fnErr = nil
 		got = append(got[:0], "not called")

@@ -293,12 +293,16 @@ func (b *batcher) call(ctx context.Context, bt *batch) (err error) {
 
 // spread turns the call's error into each message's result: nil, every
 // message done; a *handoff.BatchError, its entries failed and the rest
-// done; any other error, every message failed with it.
+// done (a nil one names no failure); any other error, every message
+// failed with it.
 func (b *batcher) spread(bt *batch, err error) {
 	var be *handoff.BatchError
 	switch {
 	case err == nil:
 	case errors.As(err, &be):
+		if be == nil {
+			break
+		}
 		for i, e := range be.Failed {
 			if i < 0 || i >= len(bt.errs) {
 				if e != nil {

@@ -627,3 +627,42 @@ func TestBatchGoexitKeepsParked(t *testing.T) {
 		t.Errorf("failed %d, retried %d; want 2 (a, c) and 0", st.Failed, st.Retried)
 	}
 }
+
+// A batch handler that returns a nil *handoff.BatchError (the handler
+// made none: no message failed) has every message done, with and without
+// middleware. The runtime's spread read the nil error's Failed and
+// panicked: every message failed, with the runtime's own nil dereference
+// or, with middleware, with an error saying the handler called
+// runtime.Goexit, and became a dead letter.
+func TestBatchNilBatchError(t *testing.T) {
+	t.Parallel()
+	pass := func(next handoff.HandlerFunc) handoff.HandlerFunc {
+		return func(ctx context.Context, m *handoff.Message) error { return next(ctx, m) }
+	}
+	for _, mw := range [][]handoff.Middleware{nil, {pass}} {
+		cfg := submitOnly(t, filepath.Join(t.TempDir(), "state.db"), Class{
+			BatchHandler: func(ctx context.Context, ms []*handoff.Message) error {
+				var be *handoff.BatchError // made on the first failure; none failed
+				return be
+			},
+			MaxBatch: 5, MaxWait: time.Millisecond, Workers: 1, Retry: RetryPolicy{MaxAttempts: 1},
+			Middleware: mw,
+		})
+		rt, wait := startNew(t, cfg)
+		waitFor(t, "running", rt.Ready)
+		submitN(t, rt, 3, 3)
+		waitFor(t, "the results", func() bool { s := rt.Stats()[0]; return s.Succeeded+s.Failed == 3 })
+		dls, _, err := rt.DeadLetters("beats", "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep := shutdownAndWait(t, rt, wait)
+		if rep.Succeeded != 3 || len(dls) != 0 {
+			var errs []string
+			for _, d := range dls {
+				errs = append(errs, d.Err)
+			}
+			t.Errorf("%d middleware: %d succeeded, dead letters %q; want 3 and none", len(mw), rep.Succeeded, errs)
+		}
+	}
+}
