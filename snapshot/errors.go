@@ -40,6 +40,12 @@ var (
 	// with an empty ID: a delayed record is keyed and deduplicated by its
 	// ID.
 	ErrNoID = errors.New("snapshot: message has no ID")
+
+	// ErrNotState is wrapped by the error [Open] returns, with
+	// [Options.Existing] or [Options.ReadOnly], for a file that is not a
+	// handoff state file: an empty file, or a bbolt file without the
+	// buckets a state file has.
+	ErrNotState = errors.New("not a handoff state file")
 )
 
 // DecodeError names the bucket and key of a stored record that failed to

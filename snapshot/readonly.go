@@ -26,6 +26,9 @@ const (
 // holds it past opts.LockTimeout, a read-only open of a consistent copy.
 func openReadOnly(path string, opts Options) (*Store, error) {
 	s := &Store{path: path}
+	if err := checkNotEmpty(path); err != nil {
+		return nil, err
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: opts.LockTimeout, InitialMmapSize: opts.InitialMmapSize})
 	if errors.Is(err, berrors.ErrTimeout) {
 		// A writer holds the file: read a copy instead.
@@ -44,7 +47,7 @@ func openReadOnly(path string, opts Options) (*Store, error) {
 	err = db.View(func(tx *bolt.Tx) error {
 		meta := tx.Bucket([]byte(bucketMeta))
 		if meta == nil {
-			return fmt.Errorf("no %s bucket: not a handoff state file", bucketMeta)
+			return fmt.Errorf("%w: no %s bucket", ErrNotState, bucketMeta)
 		}
 		format, err := checkMark(path, meta, knownFeatures)
 		s.mark.format.Store(int32(format))

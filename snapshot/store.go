@@ -92,6 +92,14 @@ type Options struct {
 	// removed by Close. [Store.Copied] says which happened. Zero (false)
 	// means read-write.
 	ReadOnly bool
+
+	// Existing opens only a file that is a state file already: Open
+	// fails with an error wrapping [ErrNotState], changing nothing, for
+	// an empty file or a bbolt file without a state file's meta bucket
+	// (another program's database), instead of making a state file of
+	// it. ReadOnly implies it. Zero (false) means such a file is made a
+	// state file, as a new one is.
+	Existing bool
 }
 
 // Store is one open state file. All methods are safe for concurrent use:
@@ -157,6 +165,11 @@ func openReadOnlyGuarded(path string, opts Options) (st *Store, err error) {
 // openFile is Open of a file to write. A panic of bbolt on a damaged
 // page is returned as an error wrapping ErrDamaged.
 func openFile(path string, opts Options) (st *Store, err error) {
+	if opts.Existing {
+		if err := checkNotEmpty(path); err != nil {
+			return nil, err
+		}
+	}
 	var db *bolt.DB
 	defer func() {
 		if r := recover(); r != nil {
@@ -184,6 +197,9 @@ func openFile(path string, opts Options) (st *Store, err error) {
 	st = &Store{db: db, path: path}
 	st.localGroup.local = true
 	err = db.Update(func(tx *bolt.Tx) error {
+		if opts.Existing && tx.Bucket([]byte(bucketMeta)) == nil {
+			return fmt.Errorf("%w: no %s bucket", ErrNotState, bucketMeta)
+		}
 		for _, name := range buckets {
 			if _, err := tx.CreateBucketIfNotExists([]byte(name)); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
@@ -200,6 +216,20 @@ func openFile(path string, opts Options) (st *Store, err error) {
 		return nil, errors.Join(fmt.Errorf("snapshot: open %s: %w", path, err), db.Close())
 	}
 	return st, nil
+}
+
+// checkNotEmpty returns an error wrapping ErrNotState for an empty file
+// at path, which bbolt would otherwise make a database of (or, read-only,
+// fail on with a write error).
+func checkNotEmpty(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("snapshot: open %s: %w", path, err)
+	}
+	if fi.Mode().IsRegular() && fi.Size() == 0 {
+		return fmt.Errorf("snapshot: open %s: %w: the file is empty", path, ErrNotState)
+	}
+	return nil
 }
 
 // Path returns the path the store was opened with.

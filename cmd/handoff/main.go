@@ -28,7 +28,9 @@
 // file, taken into the temporary directory and removed after; the others
 // fail saying the file is in use: stop the service first, or use the
 // service's admin API.
-// A command never creates a state file that does not exist.
+// A command never creates a state file that does not exist, nor makes
+// one of an empty file or of another program's bbolt database: it refuses
+// them as not a handoff state file.
 //
 // # Exit status
 //

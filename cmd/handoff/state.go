@@ -79,7 +79,7 @@ func openState(path string, f *stateFlags, readOnly bool, fn func(st *snapshot.S
 	case fi.IsDir():
 		return fmt.Errorf("state file %s is a directory", path)
 	}
-	st, err := snapshot.Open(path, snapshot.Options{LockTimeout: f.lockTimeout, ReadOnly: readOnly})
+	st, err := snapshot.Open(path, snapshot.Options{LockTimeout: f.lockTimeout, ReadOnly: readOnly, Existing: true})
 	if errors.Is(err, snapshot.ErrLocked) {
 		return &lockedError{path: path, wait: f.lockTimeout, err: err}
 	}

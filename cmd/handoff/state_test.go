@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -8,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/handoff-go/handoff/snapshot"
 )
@@ -136,4 +140,58 @@ func TestLocked(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameState(t, before, readState(t, path))
+}
+
+// TestNotAStateFile: an empty file and another program's bbolt database
+// are not state files: every command refuses them, naming the file, and
+// the commands that write leave them as they were instead of making
+// state files of them.
+func TestNotAStateFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.db")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	foreign := filepath.Join(dir, "foreign.db")
+	db, err := bolt.Open(foreign, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("users"))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte("alice"), []byte("admin"))
+	})
+	if err := errors.Join(err, db.Close()); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{empty, foreign} {
+		before, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{
+			{"inspect", path},
+			{"inspect", "--quarantine", path},
+			{"dead", "list", path},
+			{"dead", "requeue", path, "--all"},
+			{"dead", "discard", path, "--all"},
+			{"pause", path, "orders", "--force"},
+			{"pause", path, "orders"},
+			{"resume", path, "orders"},
+			{"rename-class", path, "a", "b"},
+			{"replay", path, "--brokers", "127.0.0.1:1"},
+		} {
+			r := run(t, args...)
+			if r.code != exitFailure || !strings.Contains(r.stderr, path) || !strings.Contains(r.stderr, "not a handoff state file") {
+				t.Errorf("%v: exit %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
+			}
+			if after, err := os.ReadFile(path); err != nil || !bytes.Equal(after, before) {
+				t.Fatalf("%v changed %s (%d bytes, was %d): %v", args, path, len(after), len(before), err)
+			}
+		}
+	}
 }
