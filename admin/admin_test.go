@@ -48,6 +48,12 @@ type bundle struct {
 // Logger are filled in unless mod clears them).
 func setup(t *testing.T, mod func(*Options)) *bundle {
 	t.Helper()
+	return setupClasses(t, mod, "jobs", "orders")
+}
+
+// setupClasses is setup with the classes named jobs and (ordered) orders.
+func setupClasses(t *testing.T, mod func(*Options), jobs, orders string) *bundle {
+	t.Helper()
 	b := &bundle{t: t, unblock: make(chan struct{}), handled: make(chan string, 100)}
 	reg := prometheus.NewRegistry()
 	handle := func(ctx context.Context, m *handoff.Message) error {
@@ -72,8 +78,8 @@ func setup(t *testing.T, mod func(*Options)) *bundle {
 		Group:        "billing-workers",
 		Instance:     "billing-7f9c-2",
 		Classes: []runtime.Class{
-			{Name: "jobs", Handler: handle, Workers: 2, QueueSize: 8},
-			{Name: "orders", Handler: handle, Workers: 2, QueueSize: 8, Ordered: true},
+			{Name: jobs, Handler: handle, Workers: 2, QueueSize: 8},
+			{Name: orders, Handler: handle, Workers: 2, QueueSize: 8, Ordered: true},
 		},
 	})
 	if err != nil {

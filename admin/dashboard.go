@@ -29,6 +29,9 @@ var dashboardTmpl = template.Must(template.New("dashboard").Funcs(template.FuncM
 	"short":   short,
 	"pct":     func(f float64) string { return strconv.Itoa(int(math.Round(f*100))) + "%" },
 	"bar":     func(f float64) string { return strconv.FormatFloat(100*min(max(f, 0), 1), 'f', 1, 64) + "%" },
+	// seg escapes a class name for one segment of a URL path, where
+	// html/template leaves "/", "?", "#" and "%" as they are.
+	"seg": url.PathEscape,
 }).Parse(dashboardHTML))
 
 // How many rows the dashboard shows per table.

@@ -1,8 +1,11 @@
 package admin
 
 import (
+	"html"
 	"io"
 	"net/http"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -109,5 +112,51 @@ func TestPauseResumeAPI(t *testing.T) {
 	}
 	if s := b.rt.Stats()[0].Hold.State; s != "running" {
 		t.Fatalf("after resume: %s", s)
+	}
+}
+
+// TestDashboardPauseOddClassNames: the dashboard's pause and resume
+// buttons work for a class whose name holds characters that mean
+// something in a URL path ("/", "?", "#", "%"): its form posts to that
+// class, not to a path the routes do not know or to another class.
+func TestDashboardPauseOddClassNames(t *testing.T) {
+	t.Parallel()
+	for _, names := range [][2]string{{"billing/v2", "q?x"}, {"a#b", "50%2Foff"}} {
+		b := setupClasses(t, nil, names[0], names[1])
+		cookie := login(t, b, testToken)
+		base, err := url.Parse(b.srv.URL + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// press submits the form of the button with id as a browser
+		// does: to its action resolved against the page.
+		press := func(id string) {
+			t.Helper()
+			_, body := b.do("GET", "/", "Cookie", cookie)
+			re := regexp.MustCompile(`<form method="post" action="([^"]*)">[^<]*(<input[^>]*>[^<]*)?<button[^>]*id="` + regexp.QuoteMeta(html.EscapeString(id)) + `"`)
+			m := re.FindSubmatch(body)
+			if m == nil {
+				t.Fatalf("dashboard has no button %s:\n%s", id, body)
+			}
+			action, err := url.Parse(html.UnescapeString(string(m[1])))
+			if err != nil {
+				t.Fatalf("button %s: action %q: %v", id, m[1], err)
+			}
+			resp, _ := b.post(base.ResolveReference(action).RequestURI(), "", "Cookie", cookie,
+				"Content-Type", "application/x-www-form-urlencoded")
+			if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || strings.Contains(loc, "class-unknown") {
+				t.Errorf("button %s (action %q): status %d, location %q", id, m[1], resp.StatusCode, loc)
+			}
+		}
+		for i, name := range names {
+			press("pause-" + name)
+			if s := b.rt.Stats()[i].Hold.State; s != "paused" {
+				t.Errorf("class %q after its pause button: %s", name, s)
+			}
+			press("resume-" + name)
+			if s := b.rt.Stats()[i].Hold.State; s != "running" {
+				t.Errorf("class %q after its resume button: %s", name, s)
+			}
+		}
 	}
 }
