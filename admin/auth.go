@@ -67,7 +67,7 @@ func (h *handler) bearer(w http.ResponseWriter, r *http.Request, want string) bo
 	}
 	role := h.roleOf(strings.TrimSpace(tok))
 	if role == roleAdmin || role == want {
-		h.fails.succeeded(client)
+		h.succeeded(client, role)
 		return true
 	}
 	h.failed(r, client, "api")
@@ -99,6 +99,15 @@ func (h *handler) authorizeRead(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	return h.bearer(w, r, roleRead)
+}
+
+// succeeded forgets client's wrong tokens after it showed one of role:
+// the admin token only, so that a holder of the read token cannot reset
+// its count of guesses at the admin token with a good read between them.
+func (h *handler) succeeded(client, role string) {
+	if role == roleAdmin {
+		h.fails.succeeded(client)
+	}
 }
 
 // failed counts and logs a wrong token from client.

@@ -198,7 +198,7 @@ func (h *handler) uiLogin(w http.ResponseWriter, r *http.Request) {
 			h.back(w, r, "bad-token", 0)
 			return
 		}
-		h.fails.succeeded(client)
+		h.succeeded(client, role)
 		h.setSession(w, r, role, false)
 		h.back(w, r, "logged-in", 0)
 	}
