@@ -14,6 +14,10 @@ import (
 // maxReason bounds a pause's reason, in bytes.
 const maxReason = 1024
 
+// maxPauseBody bounds the body of a pause: room for a reason of
+// maxReason bytes each spelt as a JSON \uXXXX escape, and the rest.
+const maxPauseBody = 6*maxReason + 512
+
 // holdJSON is a class's suspension and pause state in /api/classes.
 type holdJSON struct {
 	// State is "running", "suspended" (a detected dependency outage) or
@@ -52,7 +56,11 @@ func (h *handler) apiPause(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body pauseJSON
-	b, err := io.ReadAll(io.LimitReader(r.Body, maxReason+512))
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxPauseBody+1))
+	if len(b) > maxPauseBody {
+		writeError(w, http.StatusRequestEntityTooLarge, "admin: pause body too large: at most %d bytes, for a reason of at most %d", maxPauseBody, maxReason)
+		return
+	}
 	if err == nil && len(b) > 0 {
 		err = json.Unmarshal(b, &body)
 	}

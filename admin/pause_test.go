@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"encoding/json"
 	"html"
 	"io"
 	"net/http"
@@ -158,5 +159,33 @@ func TestDashboardPauseOddClassNames(t *testing.T) {
 				t.Errorf("class %q after its resume button: %s", name, s)
 			}
 		}
+	}
+}
+
+// TestPauseReasonEscaped: a pause's reason is bounded by its length, not
+// by how its JSON spells it: a reason of maxReason bytes that a JSON
+// encoder escapes ("<" as \u003c, as encoding/json does) pauses the
+// class, and a body too large to hold any allowed reason is refused
+// saying so. Before, the body was cut at maxReason+512 bytes and the
+// reason got "unexpected end of JSON input".
+func TestPauseReasonEscaped(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	reason := strings.Repeat("<", maxReason)
+	body, err := json.Marshal(pauseJSON{Reason: reason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, out := b.post("/api/classes/jobs/pause", string(body), bearer(testToken)...)
+	if got := decode[classActionJSON](t, resp, out, 200); got.Status != "paused" {
+		t.Fatalf("pause answered %+v", got)
+	}
+	if h := b.rt.Stats()[0].Hold; h.State != "paused" || h.Reason != reason {
+		t.Fatalf("jobs after the pause: %s, reason of %d bytes", h.State, len(h.Reason))
+	}
+	resp, out = b.post("/api/classes/orders/pause", `{"reason":"x"}`+strings.Repeat(" ", 8*maxReason), bearer(testToken)...)
+	wantError(t, resp, out, http.StatusRequestEntityTooLarge, "pause body", "too large")
+	if s := b.rt.Stats()[1].Hold.State; s != "running" {
+		t.Errorf("a refused pause left orders %s", s)
 	}
 }
