@@ -187,8 +187,10 @@ type DelayedMessage struct {
 
 // Delayed returns up to limit delayed messages in due order, starting
 // after the cursor after (the zero Cursor for the first page), and the
-// cursor of the next page (zero when this page is the last). It reads the
-// state file and needs a running runtime.
+// cursor of the next page (zero when this page is the last). With the
+// changelog it leaves out those of partitions that are not this
+// instance's (their owner lists them), so a page may come back short. It
+// reads the state file and needs a running runtime.
 func (r *Runtime) Delayed(after Cursor, limit int) ([]DelayedMessage, Cursor, error) {
 	return r.sched.list(after, limit)
 }
@@ -208,14 +210,17 @@ func (s *scheduler) list(after Cursor, limit int) ([]DelayedMessage, Cursor, err
 	if err != nil {
 		return nil, "", fmt.Errorf("runtime: delayed messages: %w", err)
 	}
-	out := make([]DelayedMessage, len(entries))
-	for i, e := range entries {
-		out[i] = DelayedMessage{Message: e.Record.Message, Due: e.Due, Redelivery: e.Record.Reason == reasonRedelivery,
-			Err: e.Record.Err, Redeliveries: e.Record.Redeliveries, Cursor: delayedCursor(e.Key)}
+	out := make([]DelayedMessage, 0, len(entries))
+	for _, e := range entries {
+		if s.cfg.owns != nil && !s.cfg.owns(&e.Record) {
+			continue // its partition's owner lists it (a page may come back short)
+		}
+		out = append(out, DelayedMessage{Message: e.Record.Message, Due: e.Due, Redelivery: e.Record.Reason == reasonRedelivery,
+			Err: e.Record.Err, Redeliveries: e.Record.Redeliveries, Cursor: delayedCursor(e.Key)})
 	}
 	var next Cursor
-	if len(out) == limit {
-		next = out[len(out)-1].Cursor
+	if len(entries) == limit {
+		next = delayedCursor(entries[len(entries)-1].Key)
 	}
 	return out, next, nil
 }
