@@ -385,6 +385,13 @@ func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chunkOut, l
 			var read fetchRead
 			offset, read, err = sendRecords(ctx, resp, offset, out, &rb)
 			size.learn(read)
+			if err == nil && offset < 0 && resp.HighWatermark >= 0 {
+				// Nothing fetched yet: go on from the end the broker had,
+				// not from kafka-go's FirstOffset or LastOffset, which the
+				// next fetch would look up anew: a record appended since
+				// this response would be skipped with LastOffset.
+				offset = resp.HighWatermark
+			}
 		}
 		if err == nil {
 			backoff = fetchBackoffMin

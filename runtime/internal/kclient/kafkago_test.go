@@ -14,6 +14,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
 	"github.com/handoff-go/handoff/devbroker"
@@ -202,5 +203,86 @@ func TestFetchSize(t *testing.T) {
 	}
 	if f.maxBytes != FetchMaxBytes {
 		t.Errorf("large batches: %d, want %d", f.maxBytes, FetchMaxBytes)
+	}
+}
+
+// TestLastOffsetStartKeepsNewRecords: a partition with no committed
+// offset that starts at its end (StartLast) and is idle when assigned.
+// Its reader's first fetch comes back empty, and a record is appended
+// right after the broker built that response. The record is past where
+// reading started, so it must be read. Before, the reader kept asking
+// for kafka-go's LastOffset after each empty fetch, which looks the end
+// up anew: the record was skipped, never handled, and the commit after
+// the next record moved past it.
+func TestLastOffsetStartKeepsNewRecords(t *testing.T) {
+	t.Parallel()
+	b, err := devbroker.Start(devbroker.Config{Topics: []string{"t"}, Partitions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pr, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	produce := func(v string) {
+		if err := pr.ProduceSync(ctx, &kgo.Record{Topic: "t", Value: []byte(v)}).FirstErr(); err != nil {
+			t.Error(err)
+		}
+	}
+	for i := range 3 { // offsets 0-2: before the reading starts
+		produce("old-" + strconv.Itoa(i))
+	}
+	// The reader's first fetch: answered empty with the high watermark
+	// the broker had (3), and the record at offset 3 appended just after.
+	c := b.Cluster()
+	c.ControlKey(int16(kmsg.Fetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.FetchRequest)
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewFetchResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewFetchResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = 3, 3, 0
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		c.SleepControl(func() { produce("new") })
+		return resp, nil, true
+	})
+	// The reader's next fetch, from wherever it reads next: a record
+	// appended before it is answered, so that a reader that skipped
+	// offset 3 reads this one first.
+	c.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.DropControl()
+		c.SleepControl(func() { produce("newer") })
+		return nil, nil, false
+	})
+
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	cl := &kafka.Client{Addr: kafka.TCP(b.Addr()), Transport: tr}
+	k := &kafkaGo{fetches: cl, cfg: Config{FetchMaxWait: time.Second, WarnFunc: warnNow, FetchErrorFunc: func(string) {}}}
+	chunks, out := newChunkOut(100)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		k.readPartition(rctx, Assigned{Partition: Partition{"t", 0}, Offset: kafka.LastOffset}, out, slog.New(slog.DiscardHandler))
+	}()
+	defer func() { stop(); <-done }()
+	select {
+	case c := <-chunks:
+		if c[0].Offset != 3 || string(c[0].Value) != "new" {
+			t.Fatalf("first record read: offset %d, value %q; want offset 3, \"new\"", c[0].Offset, c[0].Value)
+		}
+	case <-ctx.Done():
+		t.Fatal("nothing read")
 	}
 }
