@@ -362,8 +362,9 @@ const (
 // batch). So each fetch asks for what fetchSize allows, which keeps a
 // response's pages about FetchMaxBytes. A failed fetch is counted, logged
 // (with backoff) and tried again after a wait that doubles from
-// fetchBackoffMin to fetchBackoffMax while fetches fail. It blocks while
-// out is full.
+// fetchBackoffMin to fetchBackoffMax while fetches fail; one answered
+// OFFSET_OUT_OF_RANGE is tried again from where a partition without a
+// committed offset starts (StartLast). It blocks while out is full.
 func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chunkOut, log *slog.Logger) {
 	backoff := fetchBackoffMin
 	offset := a.Offset
@@ -402,6 +403,16 @@ func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chunkOut, l
 		}
 		k.cfg.FetchErrorFunc(a.Topic)
 		k.cfg.WarnFunc(log, "fetch failed", "fetch failed; retrying", "offset", offset, "err", err, "wait", backoff)
+		if errors.Is(err, kafka.OffsetOutOfRange) {
+			// The offset is no longer in the log (retention deleted it,
+			// or the log was truncated): go on from where a partition
+			// without a committed offset starts, as franz-go's
+			// ConsumeResetOffset does. Retrying it would never succeed.
+			offset = kafka.FirstOffset
+			if k.cfg.StartLast {
+				offset = kafka.LastOffset
+			}
+		}
 		if !wait.Sleep(ctx, backoff) {
 			return
 		}

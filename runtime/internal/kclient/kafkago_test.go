@@ -286,3 +286,67 @@ func TestLastOffsetStartKeepsNewRecords(t *testing.T) {
 		t.Fatal("nothing read")
 	}
 }
+
+// TestOffsetBelowLogStartResets: a partition whose committed offset the
+// retention has deleted (the log now starts past it) answers its fetches
+// OFFSET_OUT_OF_RANGE. Its reader goes on from the start the
+// configuration names (here the first offset), as franz-go's
+// ConsumeResetOffset does. Before, it retried the same offset forever:
+// the partition was stuck, its lag growing.
+func TestOffsetBelowLogStartResets(t *testing.T) {
+	t.Parallel()
+	b, err := devbroker.Start(devbroker.Config{Topics: []string{"t"}, Partitions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pr, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	for i := range 10 {
+		if err := pr.ProduceSync(ctx, &kgo.Record{Topic: "t", Value: []byte(strconv.Itoa(i))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	del := kmsg.NewPtrDeleteRecordsRequest()
+	dt := kmsg.NewDeleteRecordsRequestTopic()
+	dt.Topic = "t"
+	dp := kmsg.NewDeleteRecordsRequestTopicPartition()
+	dp.Partition, dp.Offset = 0, 5
+	dt.Partitions = append(dt.Partitions, dp)
+	del.Topics = append(del.Topics, dt)
+	del.TimeoutMillis = 5000
+	resp, err := del.RequestWith(ctx, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := resp.Topics[0].Partitions[0].ErrorCode; code != 0 {
+		t.Fatalf("delete records: error code %d", code)
+	}
+
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	cl := &kafka.Client{Addr: kafka.TCP(b.Addr()), Transport: tr}
+	k := &kafkaGo{fetches: cl, cfg: Config{FetchMaxWait: 100 * time.Millisecond, WarnFunc: warnNow, FetchErrorFunc: func(string) {}}}
+	chunks, out := newChunkOut(100)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Offset 2: the group's commit, below the log start of 5.
+		k.readPartition(rctx, Assigned{Partition: Partition{"t", 0}, Offset: 2}, out, slog.New(slog.DiscardHandler))
+	}()
+	defer func() { stop(); <-done }()
+	select {
+	case c := <-chunks:
+		if c[0].Offset != 5 {
+			t.Fatalf("first record read: offset %d, want 5 (the log start)", c[0].Offset)
+		}
+	case <-ctx.Done():
+		t.Fatal("nothing read: the reader is stuck below the log start")
+	}
+}
