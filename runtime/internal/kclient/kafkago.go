@@ -482,8 +482,17 @@ func (f *fetchSize) learn(r fetchRead) {
 // (transaction markers) are skipped by kafka-go's record stream.
 func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, out chunkOut, rb *recordBytes) (int64, fetchRead, error) {
 	var read fetchRead
+	// The offset after the last control batch, which the record stream
+	// skips: a fetch that ends with one (a transaction's marker) goes on
+	// past it, not at it again.
+	afterControl := int64(-1)
 	if st, ok := resp.Records.(*protocol.RecordStream); ok {
 		read.batches = len(st.Records)
+		for _, r := range st.Records {
+			if cb, ok := r.(*protocol.ControlBatch); ok {
+				afterControl = max(afterControl, controlEnd(cb))
+			}
+		}
 	}
 	var chunk []Record // made at its first record: an empty fetch makes none
 	send := func() error {
@@ -503,6 +512,9 @@ func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, o
 		rec, err := resp.Records.ReadRecord()
 		if errors.Is(err, io.EOF) {
 			err := send()
+			if err == nil && afterControl > offset {
+				offset = afterControl
+			}
 			return offset, read, err
 		}
 		if err != nil {
@@ -538,6 +550,21 @@ func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, o
 				return offset, read, err
 			}
 		}
+	}
+}
+
+// controlEnd returns the offset after the last record of control batch
+// cb, reading (and closing) its records, which nothing else reads; -1
+// when it has none.
+func controlEnd(cb *protocol.ControlBatch) int64 {
+	end := int64(-1)
+	for {
+		rec, err := cb.ReadRecord()
+		if err != nil {
+			return end
+		}
+		closeBytes(rec.Key, rec.Value)
+		end = max(end, rec.Offset+1)
 	}
 }
 

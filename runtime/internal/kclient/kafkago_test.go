@@ -350,3 +350,85 @@ func TestOffsetBelowLogStartResets(t *testing.T) {
 		t.Fatal("nothing read: the reader is stuck below the log start")
 	}
 }
+
+// TestControlBatchPassed: a transaction's commit marker ends the
+// partition (a record at offset 0, its marker at 1). kafka-go's record
+// stream skips the control batch, so a fetch at offset 1 hands over no
+// record. The reader must go on past the marker. Before, it fetched
+// offset 1 again at once, forever: a loop of fetches answered at once
+// (the broker has data there), for as long as the partition stayed idle.
+func TestControlBatchPassed(t *testing.T) {
+	t.Parallel()
+	b, err := devbroker.Start(devbroker.Config{Topics: []string{"t"}, Partitions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pr, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.TransactionalID("tx"), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	if err := pr.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pr.ProduceSync(ctx, &kgo.Record{Topic: "t", Value: []byte("v")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pr.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+
+	// The offsets the reader fetches at, in order.
+	fetchedAt := make(chan int64, 100)
+	c := b.Cluster()
+	c.ControlKey(int16(kmsg.Fetch), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		for _, rt := range kreq.(*kmsg.FetchRequest).Topics {
+			for _, rp := range rt.Partitions {
+				select {
+				case fetchedAt <- rp.FetchOffset:
+				default:
+				}
+			}
+		}
+		return nil, nil, false
+	})
+
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	cl := &kafka.Client{Addr: kafka.TCP(b.Addr()), Transport: tr}
+	k := &kafkaGo{fetches: cl, cfg: Config{FetchMaxWait: 100 * time.Millisecond, WarnFunc: warnNow, FetchErrorFunc: func(string) {}}}
+	chunks, out := newChunkOut(100)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		k.readPartition(rctx, Assigned{Partition: Partition{"t", 0}, Offset: 0}, out, slog.New(slog.DiscardHandler))
+	}()
+	defer func() { stop(); <-done }()
+	select {
+	case c := <-chunks:
+		if c[0].Offset != 0 {
+			t.Fatalf("first record read: offset %d, want 0", c[0].Offset)
+		}
+	case <-ctx.Done():
+		t.Fatal("nothing read")
+	}
+	atMarker := 0
+	for atMarker < 3 {
+		select {
+		case off := <-fetchedAt:
+			switch {
+			case off >= 2:
+				return // past the marker
+			case off == 1:
+				atMarker++
+			}
+		case <-ctx.Done():
+			t.Fatal("no fetch past the marker")
+		}
+	}
+	t.Fatalf("fetched the commit marker's offset %d times; want the reader past it", atMarker)
+}
