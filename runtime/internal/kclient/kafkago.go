@@ -371,14 +371,25 @@ func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chunkOut, l
 	size := newFetchSize()
 	var rb recordBytes
 	for {
-		resp, err := k.fetches.Fetch(ctx, &kafka.FetchRequest{
-			Topic:     a.Topic,
-			Partition: a.Partition.Partition,
-			Offset:    offset,
-			MinBytes:  1,
-			MaxBytes:  int64(size.maxBytes),
-			MaxWait:   k.cfg.FetchMaxWait,
-		})
+		var err error
+		if offset < 0 {
+			// kafka-go's Fetch would look FirstOffset or LastOffset up
+			// anew at every fetch until one returned a record: with
+			// LastOffset, a record appended between an empty fetch and
+			// the next lookup would be skipped. It is looked up once.
+			offset, err = k.startOffset(ctx, a.Partition, offset)
+		}
+		var resp *kafka.FetchResponse
+		if err == nil {
+			resp, err = k.fetches.Fetch(ctx, &kafka.FetchRequest{
+				Topic:     a.Topic,
+				Partition: a.Partition.Partition,
+				Offset:    offset,
+				MinBytes:  1,
+				MaxBytes:  int64(size.maxBytes),
+				MaxWait:   k.cfg.FetchMaxWait,
+			})
+		}
 		if err == nil && resp.Error != nil {
 			err = resp.Error
 		}
@@ -386,13 +397,6 @@ func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chunkOut, l
 			var read fetchRead
 			offset, read, err = sendRecords(ctx, resp, offset, out, &rb)
 			size.learn(read)
-			if err == nil && offset < 0 && resp.HighWatermark >= 0 {
-				// Nothing fetched yet: go on from the end the broker had,
-				// not from kafka-go's FirstOffset or LastOffset, which the
-				// next fetch would look up anew: a record appended since
-				// this response would be skipped with LastOffset.
-				offset = resp.HighWatermark
-			}
 		}
 		if err == nil {
 			backoff = fetchBackoffMin
@@ -418,6 +422,31 @@ func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chunkOut, l
 		}
 		backoff = min(2*backoff, fetchBackoffMax)
 	}
+}
+
+// startOffset returns the offset that kafka-go's FirstOffset or
+// LastOffset (offset) stands for in p now, asked of its leader through
+// the partition readers' client.
+func (k *kafkaGo) startOffset(ctx context.Context, p Partition, offset int64) (int64, error) {
+	req := &kafka.ListOffsetsRequest{Addr: k.fetches.Addr, Topics: map[string][]kafka.OffsetRequest{
+		p.Topic: {{Partition: p.Partition, Timestamp: offset}}}}
+	resp, err := k.fetches.ListOffsets(ctx, req)
+	if err != nil {
+		return offset, err
+	}
+	for _, r := range resp.Topics[p.Topic] {
+		if r.Partition != p.Partition {
+			continue
+		}
+		if r.Error != nil {
+			return offset, r.Error
+		}
+		if offset == kafka.FirstOffset {
+			return r.FirstOffset, nil
+		}
+		return r.LastOffset, nil
+	}
+	return offset, fmt.Errorf("kclient: no offsets of %s in the ListOffsets answer", p)
 }
 
 // kafka-go's protocol client copies every record batch of a fetch
