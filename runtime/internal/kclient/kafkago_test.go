@@ -93,11 +93,7 @@ func TestMemberWatch(t *testing.T) {
 // records. The reader's fetch size now keeps a response's pages about
 // FetchMaxBytes. Not parallel: it reads the process's heap.
 func TestSmallBatchesFetchInBudget(t *testing.T) {
-	b, err := devbroker.Start(devbroker.Config{Topics: []string{"t"}, Partitions: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := startBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const n = 3000
@@ -112,18 +108,7 @@ func TestSmallBatchesFetchInBudget(t *testing.T) {
 	}
 	pr.Close()
 
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	cl := &kafka.Client{Addr: kafka.TCP(b.Addr()), Transport: tr}
-	k := &kafkaGo{fetches: cl, cfg: Config{FetchMaxWait: 100 * time.Millisecond, WarnFunc: warnNow, FetchErrorFunc: func(string) {}}}
-	chunks, out := newChunkOut(100)
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		k.readPartition(rctx, Assigned{Partition: Partition{"t", 0}}, out, slog.New(slog.DiscardHandler))
-	}()
-	defer func() { stop(); <-done }()
+	chunks := readFrom(t, ctx, b, 0, 100*time.Millisecond)
 
 	var ms runtime.MemStats
 	// Twice: kafka-go keeps its pages in a sync.Pool, which the first
@@ -155,6 +140,41 @@ func TestSmallBatchesFetchInBudget(t *testing.T) {
 	} else {
 		t.Logf("the heap grew at most %.1f MiB", grew)
 	}
+}
+
+// startBroker starts an embedded broker with one topic "t" of one
+// partition, closed when the test ends.
+func startBroker(t *testing.T) *devbroker.Broker {
+	t.Helper()
+	b, err := devbroker.Start(devbroker.Config{Topics: []string{"t"}, Partitions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return b
+}
+
+// readFrom runs a kafka-go partition reader of "t"/0 on b from offset,
+// fetching with maxWait, until the test ends, and returns the chunks it
+// hands over.
+func readFrom(t *testing.T, ctx context.Context, b *devbroker.Broker, offset int64, maxWait time.Duration) <-chan []Record {
+	t.Helper()
+	tr := &kafka.Transport{}
+	cl := &kafka.Client{Addr: kafka.TCP(b.Addr()), Transport: tr}
+	k := &kafkaGo{fetches: cl, cfg: Config{FetchMaxWait: maxWait, WarnFunc: warnNow, FetchErrorFunc: func(string) {}}}
+	chunks, out := newChunkOut(100)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		k.readPartition(rctx, Assigned{Partition: Partition{"t", 0}, Offset: offset}, out, slog.New(slog.DiscardHandler))
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-done
+		tr.CloseIdleConnections()
+	})
+	return chunks
 }
 
 // TestFetchSize: a fetch asks for little until it knows the partition's
@@ -216,11 +236,7 @@ func TestFetchSize(t *testing.T) {
 // the next record moved past it.
 func TestLastOffsetStartKeepsNewRecords(t *testing.T) {
 	t.Parallel()
-	b, err := devbroker.Start(devbroker.Config{Topics: []string{"t"}, Partitions: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := startBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pr, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.ProducerLinger(0))
@@ -265,18 +281,7 @@ func TestLastOffsetStartKeepsNewRecords(t *testing.T) {
 		return nil, nil, false
 	})
 
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	cl := &kafka.Client{Addr: kafka.TCP(b.Addr()), Transport: tr}
-	k := &kafkaGo{fetches: cl, cfg: Config{FetchMaxWait: time.Second, WarnFunc: warnNow, FetchErrorFunc: func(string) {}}}
-	chunks, out := newChunkOut(100)
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		k.readPartition(rctx, Assigned{Partition: Partition{"t", 0}, Offset: kafka.LastOffset}, out, slog.New(slog.DiscardHandler))
-	}()
-	defer func() { stop(); <-done }()
+	chunks := readFrom(t, ctx, b, kafka.LastOffset, time.Second)
 	select {
 	case c := <-chunks:
 		if c[0].Offset != 3 || string(c[0].Value) != "new" {
@@ -295,11 +300,7 @@ func TestLastOffsetStartKeepsNewRecords(t *testing.T) {
 // the partition was stuck, its lag growing.
 func TestOffsetBelowLogStartResets(t *testing.T) {
 	t.Parallel()
-	b, err := devbroker.Start(devbroker.Config{Topics: []string{"t"}, Partitions: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := startBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	pr, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.ProducerLinger(0))
@@ -328,19 +329,8 @@ func TestOffsetBelowLogStartResets(t *testing.T) {
 		t.Fatalf("delete records: error code %d", code)
 	}
 
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	cl := &kafka.Client{Addr: kafka.TCP(b.Addr()), Transport: tr}
-	k := &kafkaGo{fetches: cl, cfg: Config{FetchMaxWait: 100 * time.Millisecond, WarnFunc: warnNow, FetchErrorFunc: func(string) {}}}
-	chunks, out := newChunkOut(100)
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// Offset 2: the group's commit, below the log start of 5.
-		k.readPartition(rctx, Assigned{Partition: Partition{"t", 0}, Offset: 2}, out, slog.New(slog.DiscardHandler))
-	}()
-	defer func() { stop(); <-done }()
+	// Offset 2: the group's commit, below the log start of 5.
+	chunks := readFrom(t, ctx, b, 2, 100*time.Millisecond)
 	select {
 	case c := <-chunks:
 		if c[0].Offset != 5 {
@@ -359,11 +349,7 @@ func TestOffsetBelowLogStartResets(t *testing.T) {
 // (the broker has data there), for as long as the partition stayed idle.
 func TestControlBatchPassed(t *testing.T) {
 	t.Parallel()
-	b, err := devbroker.Start(devbroker.Config{Topics: []string{"t"}, Partitions: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := startBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pr, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.TransactionalID("tx"), kgo.ProducerLinger(0))
@@ -396,18 +382,7 @@ func TestControlBatchPassed(t *testing.T) {
 		return nil, nil, false
 	})
 
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	cl := &kafka.Client{Addr: kafka.TCP(b.Addr()), Transport: tr}
-	k := &kafkaGo{fetches: cl, cfg: Config{FetchMaxWait: 100 * time.Millisecond, WarnFunc: warnNow, FetchErrorFunc: func(string) {}}}
-	chunks, out := newChunkOut(100)
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		k.readPartition(rctx, Assigned{Partition: Partition{"t", 0}, Offset: 0}, out, slog.New(slog.DiscardHandler))
-	}()
-	defer func() { stop(); <-done }()
+	chunks := readFrom(t, ctx, b, 0, 100*time.Millisecond)
 	select {
 	case c := <-chunks:
 		if c[0].Offset != 0 {
