@@ -111,6 +111,17 @@ func (k *orderedKeys) gate(it *item) bool {
 // block makes it the blocker of its key: a dead letter or a message that
 // waits for a delayed redelivery.
 func (k *orderedKeys) block(it *item) {
+	part, routed := k.routeOf(it.env())
+	k.blockAt(it, part, routed)
+}
+
+// blockHere is block for a blocker that has no other copy than this
+// instance's memory (unsaved.go): a revocation does not drop it.
+func (k *orderedKeys) blockHere(it *item) { k.blockAt(it, kclient.Partition{}, false) }
+
+// blockAt makes it the blocker of its key, which belongs to part when
+// routed (see forget).
+func (k *orderedKeys) blockAt(it *item, part kclient.Partition, routed bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	st := k.keys[string(it.env().Key)]
@@ -119,16 +130,7 @@ func (k *orderedKeys) block(it *item) {
 		k.keys[string(it.env().Key)] = st
 	}
 	st.blocker, st.releasing = strings.Clone(it.env().ID), false
-	st.part, st.routed = k.routeOf(it.env())
-}
-
-// blockHere is block for a blocker that has no other copy than this
-// instance's memory (unsaved.go): a revocation does not drop it.
-func (k *orderedKeys) blockHere(it *item) {
-	k.block(it)
-	k.mu.Lock()
-	k.keys[string(it.env().Key)].routed = false
-	k.mu.Unlock()
+	st.part, st.routed = part, routed
 }
 
 // routeOf is cfg.route, false when there is none.
@@ -202,15 +204,19 @@ func (k *orderedKeys) release(ctx context.Context, key []byte, n uint64) {
 		if !k.current(key, n) {
 			return // blocked again, or a newer release took over
 		}
-		entries, err := k.releasable(key, false)
+		entries, err := k.releasable(key)
 		if err != nil {
 			k.cfg.log.Error("parked messages not read; the key stays parked until the next start", "class", k.cfg.class, "err", err)
 			return
 		}
+		k.mu.Lock()
+		entries = k.notInPool(entries)
+		k.mu.Unlock()
 		if len(entries) == 0 {
 			k.mu.Lock()
 			// Parking writes hold mu, so a second look under it is final.
-			entries, err = k.releasable(key, true)
+			entries, err = k.releasable(key)
+			entries = k.notInPool(entries)
 			if err == nil && len(entries) == 0 {
 				if st := k.keys[string(key)]; st != nil && st.releasing && st.release == n {
 					delete(k.keys, string(key))
@@ -255,21 +261,22 @@ func (k *orderedKeys) release(ctx context.Context, key []byte, n uint64) {
 
 // releasable returns the parked records of key that its release may
 // push: all but those of done messages whose delete failed (they wait for
-// the batched delete; pushed again, they would run again) and those an
-// earlier release pushed that are still in the pool. locked says the
-// caller holds mu.
-func (k *orderedKeys) releasable(key []byte, locked bool) ([]snapshot.ParkedEntry, error) {
+// the batched delete; pushed again, they would run again). The caller
+// leaves out those still in the pool (notInPool).
+func (k *orderedKeys) releasable(key []byte) ([]snapshot.ParkedEntry, error) {
 	entries, err := k.cfg.state.parked(k.cfg.class, key)
 	if err != nil {
 		return nil, err
 	}
-	entries = k.cfg.deletes.NotDone(entries)
-	if !locked {
-		k.mu.Lock()
-		defer k.mu.Unlock()
-	}
+	return k.cfg.deletes.NotDone(entries), nil
+}
+
+// notInPool returns entries but those whose messages an earlier release
+// pushed that are still in the pool, in entries' array. The caller holds
+// mu.
+func (k *orderedKeys) notInPool(entries []snapshot.ParkedEntry) []snapshot.ParkedEntry {
 	if len(k.inPool) == 0 {
-		return entries, nil
+		return entries
 	}
 	kept := entries[:0]
 	for _, e := range entries {
@@ -277,7 +284,7 @@ func (k *orderedKeys) releasable(key []byte, locked bool) ([]snapshot.ParkedEntr
 			kept = append(kept, e)
 		}
 	}
-	return kept, nil
+	return kept
 }
 
 // left is told that the message of parked record pk, pushed by a
