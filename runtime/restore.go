@@ -143,8 +143,8 @@ func (rs *restorer) revoked(p kclient.Partition) {
 		match := func(it *item) bool {
 			switch it.src {
 			case fromPending, fromDelayed:
-				t, q, ok := l.routeMsg(it.env())
-				return ok && t == p.Topic && int(q) == p.Partition
+				q, ok := l.partitionOf(it.env())
+				return ok && q == p
 			case fromParked:
 				// Pushed by the key's release; or by one before the key
 				// was blocked again, and unblocked it would run past its

@@ -166,11 +166,13 @@ func New(cfg Config) (*Runtime, error) {
 	r.tally = &tally{}
 	r.state = &stateFile{log: r.log}
 	r.clog = &stateLog{log: r.log, state: r.state, timeout: cfg.ChangelogTimeout, renames: cfg.ClassRenames}
+	// owns says whether a stored record is this instance's to use: all
+	// are with local state only.
+	owns := func(rec *snapshot.Record) bool { return !r.clog.on() || r.clog.owns(rec) }
 	r.fail = newFailures(failuresConfig{state: r.state, tally: r.tally, classes: r.classes.byName, accepting: &r.life.accepting,
-		publish: func(c *class, rec snapshot.Record) { r.dlq.publish(c, rec) }, log: r.log,
-		owns: func(rec *snapshot.Record) bool { return !r.clog.on() || r.clog.owns(rec) }})
+		publish: func(c *class, rec snapshot.Record) { r.dlq.publish(c, rec) }, log: r.log, owns: owns})
 	r.sched = newScheduler(schedulerConfig{state: r.state, tally: r.tally, classes: r.classes.byName, orphan: r.fail.orphan, log: r.log,
-		owns: func(rec *snapshot.Record) bool { return !r.clog.on() || r.clog.owns(rec) }})
+		owns: owns})
 	r.state.forgetDelayed = r.sched.forget
 	r.handling = &handling{cfg: handlingConfig{state: r.state, deletes: &r.deletes, tally: r.tally, fail: r.fail,
 		sched: r.sched, unhold: r.clog.unhold, log: r.log}}
