@@ -428,25 +428,21 @@ func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chunkOut, l
 // LastOffset (offset) stands for in p now, asked of its leader through
 // the partition readers' client.
 func (k *kafkaGo) startOffset(ctx context.Context, p Partition, offset int64) (int64, error) {
-	req := &kafka.ListOffsetsRequest{Addr: k.fetches.Addr, Topics: map[string][]kafka.OffsetRequest{
-		p.Topic: {{Partition: p.Partition, Timestamp: offset}}}}
-	resp, err := k.fetches.ListOffsets(ctx, req)
+	offs, errs, err := listOffsets(ctx, k.fetches, []Partition{p})
 	if err != nil {
 		return offset, err
 	}
-	for _, r := range resp.Topics[p.Topic] {
-		if r.Partition != p.Partition {
-			continue
-		}
-		if r.Error != nil {
-			return offset, r.Error
-		}
-		if offset == kafka.FirstOffset {
-			return r.FirstOffset, nil
-		}
-		return r.LastOffset, nil
+	if err := errs[p]; err != nil {
+		return offset, err
 	}
-	return offset, fmt.Errorf("kclient: no offsets of %s in the ListOffsets answer", p)
+	r, ok := offs[p]
+	if !ok {
+		return offset, fmt.Errorf("kclient: no offsets of %s in the ListOffsets answer", p)
+	}
+	if offset == kafka.FirstOffset {
+		return r.First, nil
+	}
+	return r.Last, nil
 }
 
 // kafka-go's protocol client copies every record batch of a fetch
@@ -679,23 +675,37 @@ func (k *kafkaGo) Missing(ctx context.Context, topics []string) (map[string]bool
 
 // Offsets asks the partitions' leaders for their first and last offsets.
 func (k *kafkaGo) Offsets(ctx context.Context, ps []Partition) (map[Partition]Range, error) {
-	req := &kafka.ListOffsetsRequest{Addr: k.commits.Addr, Topics: map[string][]kafka.OffsetRequest{}}
+	offs, _, err := listOffsets(ctx, k.commits, ps)
+	return offs, err
+}
+
+// listOffsets asks the leaders of ps for their first and last offsets
+// through cl: the ranges of the partitions that answered, and the errors
+// of those that did not.
+func listOffsets(ctx context.Context, cl *kafka.Client, ps []Partition) (map[Partition]Range, map[Partition]error, error) {
+	req := &kafka.ListOffsetsRequest{Addr: cl.Addr, Topics: map[string][]kafka.OffsetRequest{}}
 	for _, p := range ps {
 		req.Topics[p.Topic] = append(req.Topics[p.Topic], kafka.FirstOffsetOf(p.Partition), kafka.LastOffsetOf(p.Partition))
 	}
-	resp, err := k.commits.ListOffsets(ctx, req)
+	resp, err := cl.ListOffsets(ctx, req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	offs := map[Partition]Range{}
+	var errs map[Partition]error
 	for topic, parts := range resp.Topics {
 		for _, p := range parts {
-			if p.Error == nil {
-				offs[Partition{topic, p.Partition}] = Range{First: p.FirstOffset, Last: p.LastOffset}
+			if p.Error != nil {
+				if errs == nil {
+					errs = map[Partition]error{}
+				}
+				errs[Partition{topic, p.Partition}] = p.Error
+				continue
 			}
+			offs[Partition{topic, p.Partition}] = Range{First: p.FirstOffset, Last: p.LastOffset}
 		}
 	}
-	return offs, nil
+	return offs, errs, nil
 }
 
 // Committed asks the group's coordinator for the committed offsets of ps
