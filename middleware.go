@@ -26,10 +26,14 @@ package handoff
 type Middleware func(next HandlerFunc) HandlerFunc
 
 // Chain returns h wrapped in mw, the first outermost: Chain(h, a, b)
-// runs a, which calls b, which calls h.
+// runs a, which calls b, which calls h. It returns nil when a middleware
+// returns nil, wherever it stands: wrapped by the ones outside it, that
+// nil would make every call panic.
 func Chain(h HandlerFunc, mw ...Middleware) HandlerFunc {
 	for i := len(mw) - 1; i >= 0; i-- {
-		h = mw[i](h)
+		if h = mw[i](h); h == nil {
+			return nil
+		}
 	}
 	return h
 }

@@ -104,6 +104,27 @@ func TestChain(t *testing.T) {
 	}
 }
 
+// TestChainNilStep: a middleware that returns nil makes Chain return
+// nil, also when middleware outside it would wrap that nil in a handler
+// that panics on its first call.
+func TestChainNilStep(t *testing.T) {
+	t.Parallel()
+	h := func(context.Context, *handoff.Message) error { return nil }
+	wrap := func(next handoff.HandlerFunc) handoff.HandlerFunc {
+		return func(ctx context.Context, m *handoff.Message) error { return next(ctx, m) }
+	}
+	broken := func(handoff.HandlerFunc) handoff.HandlerFunc { return nil }
+	if handoff.Chain(h, wrap, broken) != nil {
+		t.Error("Chain(h, wrap, broken) is not nil: the nil of the inner middleware is wrapped")
+	}
+	if handoff.Chain(h, broken, wrap) != nil {
+		t.Error("Chain(h, broken, wrap) is not nil")
+	}
+	if handoff.Chain(h, wrap, wrap) == nil {
+		t.Error("Chain(h, wrap, wrap) is nil")
+	}
+}
+
 // FuzzTypedJSON: for any value, a typed JSON handler either calls fn
 // with what encoding/json decodes, or returns a permanent *DecodeError
 // naming the class and offset, and never panics.

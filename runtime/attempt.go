@@ -26,13 +26,8 @@ func chain(cfg *Config, cc *Class) (h handoff.HandlerFunc, hooked bool, err erro
 		return cc.Handler, false, nil
 	}
 	mw := append(append([]handoff.Middleware(nil), cfg.Middleware...), cc.Middleware...)
-	// As handoff.Chain, checking each step: a nil handler wrapped by an
-	// outer middleware would make every call panic.
-	h = inner
-	for i := len(mw) - 1; i >= 0; i-- {
-		if h = mw[i](h); h == nil {
-			return nil, false, fmt.Errorf("%w: class %q: a middleware returned a nil handler", ErrConfig, cc.Name)
-		}
+	if h = handoff.Chain(inner, mw...); h == nil {
+		return nil, false, fmt.Errorf("%w: class %q: a middleware returned a nil handler", ErrConfig, cc.Name)
 	}
 	return h, true, nil
 }
