@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -278,13 +279,10 @@ func (k *orderedKeys) notInPool(entries []snapshot.ParkedEntry) []snapshot.Parke
 	if len(k.inPool) == 0 {
 		return entries
 	}
-	kept := entries[:0]
-	for _, e := range entries {
-		if _, in := k.inPool[string(e.Key)]; !in {
-			kept = append(kept, e)
-		}
-	}
-	return kept
+	return slices.DeleteFunc(entries, func(e snapshot.ParkedEntry) bool {
+		_, in := k.inPool[string(e.Key)]
+		return in
+	})
 }
 
 // left is told that the message of parked record pk, pushed by a

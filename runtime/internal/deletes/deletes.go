@@ -7,6 +7,7 @@ package deletes
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -90,13 +91,10 @@ func (d *Queue) NotDone(es []snapshot.ParkedEntry) []snapshot.ParkedEntry {
 	if len(d.undeleted) == 0 {
 		return es
 	}
-	kept := es[:0]
-	for _, e := range es {
-		if _, done := d.undeleted[string(e.Key)]; !done {
-			kept = append(kept, e)
-		}
-	}
-	return kept
+	return slices.DeleteFunc(es, func(e snapshot.ParkedEntry) bool {
+		_, done := d.undeleted[string(e.Key)]
+		return done
+	})
 }
 
 // Take returns and forgets the queued records.
