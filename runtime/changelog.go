@@ -86,6 +86,9 @@ type stateLog struct {
 	// partitions, messages re-pushed, keys blocked and saved messages of
 	// classes no longer configured.
 	restored, restoredParts, repushed, blockedKeys, unknownClass atomic.Int64
+	// followed counts the records of other instances the follow applied
+	// (follow.go).
+	followed atomic.Int64
 }
 
 // on reports whether the changelog is in use: false with

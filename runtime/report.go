@@ -17,6 +17,12 @@ type Report struct {
 	// one on a disk since lost, saved. RestoredPartitions is how many
 	// partitions' state was restored. Both are zero with LocalStateOnly.
 	Restored, RestoredPartitions int
+	// Followed is how many records other instances wrote to the
+	// changelogs of this instance's partitions while it owned them (a
+	// message scheduled, or a submitted one saved or dead-lettered,
+	// through an instance that does not own its key's partition), which
+	// this instance applied as they came. Zero with LocalStateOnly.
+	Followed int
 	// Quarantined is how many records of the state file could not be
 	// decoded at start and were moved to the quarantine bucket.
 	Quarantined int

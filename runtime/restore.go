@@ -42,6 +42,10 @@ type restorer struct {
 	// (handling.leftPool).
 	leftPool func(*item)
 	log      *slog.Logger
+	// warn logs the follow's failures with backoff (follow.go).
+	warn *logBackoff
+	// locks orders a partition's restore, follows and revocation.
+	locks partLocks
 }
 
 // restoreRetryMax bounds the wait between two tries of a partition's
@@ -91,7 +95,9 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 	if err := l.learn(ctx, topic); err != nil {
 		return err
 	}
+	unlock := rs.locks.lock(p, nil)
 	read, next, applied, err := l.restore(ctx, topic, part)
+	unlock()
 	if err != nil {
 		return fmt.Errorf("restore %s from %s: %w", p, l.client.Topic(topic), err)
 	}
@@ -133,6 +139,9 @@ func (rs *restorer) revoked(p kclient.Partition) {
 	if !l.on() {
 		return
 	}
+	// A follow of p under way ends first: what it pushed is taken back
+	// below with the rest.
+	defer rs.locks.revoke(p)()
 	l.keepCheckpoints([]kclient.Partition{p})
 	l.setOwned(p, false, 0)
 	for _, c := range rs.order {

@@ -203,6 +203,9 @@ func (s *runState) start() error {
 		"unknown_class", rep.UnknownClass, "blocked_keys", rep.BlockedKeys, "took", time.Since(started),
 		"changelog", r.clog.on())
 	s.feeds.Start(r.sched.run)
+	if r.clog.on() {
+		s.feeds.Start(r.restore.follow)
+	}
 	if len(r.classes.topics) > 0 && runCtx.Err() == nil {
 		if !r.clog.on() {
 			// With the changelog a new file is what a new pod starts

@@ -251,7 +251,7 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	r.conn = newConnection(&cfg, r.log)
 	r.restore = &restorer{clog: r.clog, state: r.state, classes: r.classes.byName, order: r.classes.order,
-		orphan: r.fail.orphan, wake: r.sched.wake, unhand: r.sched.unhand, leftPool: r.handling.leftPool, log: r.log}
+		orphan: r.fail.orphan, wake: r.sched.wake, unhand: r.sched.unhand, leftPool: r.handling.leftPool, log: r.log, warn: newLogBackoff()}
 	r.kafka = r.newConsumer()
 	return r, nil
 }

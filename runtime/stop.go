@@ -72,6 +72,7 @@ func (s *runState) stop(grace time.Duration, cause error) (*Report, error) {
 	rep.Revoked = int(r.kafka.revoked.Load())
 	rep.Restored = int(r.clog.restored.Load())
 	rep.RestoredPartitions = int(r.clog.restoredParts.Load())
+	rep.Followed = int(r.clog.followed.Load())
 	rep.Repushed += int(r.clog.repushed.Load())
 	rep.BlockedKeys += int(r.clog.blockedKeys.Load())
 	rep.UnknownClass += int(r.clog.unknownClass.Load())

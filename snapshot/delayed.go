@@ -200,6 +200,25 @@ func (tx *Tx) DelayedKeyOf(id string) (DelayedKey, bool, error) {
 	return DelayedKey(slices.Clone(k)), true, nil
 }
 
+// GetDelayed returns the delayed record under key; false when there is
+// none. A record that does not decode (or a key of the wrong shape) is
+// reported as a [*DecodeError], with true.
+func (tx *Tx) GetDelayed(key DelayedKey) (Record, bool, error) {
+	b, err := tx.bucket(BucketDelayed)
+	if err != nil {
+		return Record{}, false, tx.errorf(err, "get %s/%x", BucketDelayed, []byte(key))
+	}
+	v := b.Get(key)
+	if v == nil {
+		return Record{}, false, nil
+	}
+	e, de := decodeDelayed(key, v)
+	if de != nil {
+		return Record{}, true, de
+	}
+	return e.Record, true, nil
+}
+
 // PutDelayed replaces the delayed record under key with rec, as
 // [Tx.PutDead] does for a dead letter: an error wrapping [ErrNotFound]
 // when there is none. The key, so the due time and the ID, stays: rec's

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -34,6 +35,18 @@ func (tx *Tx) SavePending(recs ...Record) ([]uint64, error) {
 // a missing key is not an error.
 func (tx *Tx) DeletePending(keys ...uint64) error {
 	return tx.errorf(tx.deleteSeq(BucketPending, keys), "delete %d pending records", len(keys))
+}
+
+// GetPending returns the pending record with the given key; false when
+// there is none. A record that does not decode is reported as a
+// [*DecodeError], with true.
+func (tx *Tx) GetPending(key uint64) (Record, bool, error) {
+	r, ok, err := tx.getSeq(BucketPending, key)
+	var de *DecodeError
+	if err != nil && !errors.As(err, &de) {
+		return Record{}, false, tx.errorf(err, "get pending record %d", key)
+	}
+	return r, ok, err
 }
 
 // PutPending replaces the pending record under key with rec, as

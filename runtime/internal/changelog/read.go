@@ -187,6 +187,66 @@ func (c *Client) bounds(ctx context.Context, topic string, p int32) (start, end 
 	return start, end, nil
 }
 
+// Ends returns the end offsets (high watermarks) of parts of input's
+// changelog, with one ListOffsets request to each partition's leader
+// for all of that leader's partitions. A partition whose leader did not
+// answer, or answered with an error, is left out of the map; the error
+// returned names the first such failure, and is nil when every
+// partition has its end. It blocks until every leader answered or ctx
+// ended.
+func (c *Client) Ends(ctx context.Context, input string, parts []int32) (map[int32]int64, error) {
+	topic := c.Topic(input)
+	tm, err := c.meta(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("changelog: end offsets of %s: %w", topic, err)
+	}
+	byLeader := map[int32][]int32{}
+	var errs []error
+	for _, p := range parts {
+		leader, ok := tm.leaders[p]
+		if !ok {
+			errs = append(errs, fmt.Errorf("partition %d: %w", p, errNoLeader))
+			continue
+		}
+		byLeader[leader] = append(byLeader[leader], p)
+	}
+	ends := make(map[int32]int64, len(parts))
+	for leader, ps := range byLeader {
+		req := kmsg.NewPtrListOffsetsRequest()
+		req.ReplicaID = -1
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = topic
+		for _, p := range ps {
+			rp := kmsg.NewListOffsetsRequestTopicPartition()
+			rp.Partition = p
+			rp.CurrentLeaderEpoch = -1
+			rp.Timestamp = -1
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+		kresp, err := c.cl.Broker(int(leader)).Request(ctx, req)
+		if err != nil {
+			errs = append(errs, &brokerError{leader, err})
+			continue
+		}
+		for _, t := range kresp.(*kmsg.ListOffsetsResponse).Topics {
+			for _, rp := range t.Partitions {
+				if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+					errs = append(errs, fmt.Errorf("partition %d: %w", rp.Partition, err))
+					continue
+				}
+				ends[rp.Partition] = rp.Offset
+			}
+		}
+	}
+	if len(errs) > 0 {
+		// Leaders move: the next call asks the metadata again.
+		c.forget(topic)
+		return ends, fmt.Errorf("changelog: end offsets of %s: %w", topic, errors.Join(errs...))
+	}
+	return ends, nil
+}
+
 func (c *Client) listOffset(ctx context.Context, topic string, p int32, req *kmsg.ListOffsetsRequest) (int64, error) {
 	leader, _, err := c.leader(ctx, topic, p)
 	if err != nil {

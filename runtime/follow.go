@@ -1,0 +1,339 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/handoff-go/handoff/runtime/internal/changelog"
+	"github.com/handoff-go/handoff/runtime/internal/kclient"
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// Following the changelog. A partition's restore brings back what its
+// changelog holds when the partition is assigned; other instances may
+// write to it after that, while this instance owns it: a message
+// scheduled, submitted and saved at a stop, or dead-lettered through an
+// instance that does not own its key's partition (its records go to the
+// partition its key belongs to, see stateLog.route), or the late write
+// of an old owner fenced out of the group. The owner follows its
+// partitions' changelogs while it runs (follow, every followInterval),
+// applies those writes to its file as a restore would, and puts them to
+// work: its scheduler delivers the delayed messages when due, the
+// pending ones are pushed to their pools, the dead letters are listed
+// and may be requeued here, and in an ordered class a dead letter or a
+// redelivery blocks its key. Its own writes it skips: the file has them.
+
+// followInterval is how often an owner looks for other instances' writes
+// to the changelogs of its partitions: one ListOffsets request per
+// leader of each changelog topic, and a read only of a partition whose
+// changelog grew past what this instance wrote and applied.
+const followInterval = time.Second
+
+// partLocks orders the reads and applies of one partition's changelog
+// (its restore, the follow) with one another and with its revocation. A
+// revocation ends a follow of its partition under way (cancel) before it
+// waits for the lock, so that what the follow pushes it takes back.
+type partLocks struct {
+	mu    sync.Mutex
+	locks map[kclient.Partition]*sync.Mutex
+	// cancels ends each follow under way, by partition.
+	cancels map[kclient.Partition]context.CancelFunc
+}
+
+// lock locks p; cancel, when not nil, is what a revocation of p calls
+// meanwhile. The returned func unlocks it.
+func (pl *partLocks) lock(p kclient.Partition, cancel context.CancelFunc) (unlock func()) {
+	pl.mu.Lock()
+	if pl.locks == nil {
+		pl.locks, pl.cancels = map[kclient.Partition]*sync.Mutex{}, map[kclient.Partition]context.CancelFunc{}
+	}
+	m := pl.locks[p]
+	if m == nil {
+		m = &sync.Mutex{}
+		pl.locks[p] = m
+	}
+	pl.mu.Unlock()
+	m.Lock()
+	if cancel != nil {
+		pl.mu.Lock()
+		pl.cancels[p] = cancel
+		pl.mu.Unlock()
+	}
+	return func() {
+		if cancel != nil {
+			pl.mu.Lock()
+			delete(pl.cancels, p)
+			pl.mu.Unlock()
+		}
+		m.Unlock()
+	}
+}
+
+// revoke ends the follow of p under way, if any, and locks p.
+func (pl *partLocks) revoke(p kclient.Partition) (unlock func()) {
+	pl.mu.Lock()
+	if cancel := pl.cancels[p]; cancel != nil {
+		cancel()
+	}
+	pl.mu.Unlock()
+	return pl.lock(p, nil)
+}
+
+// follow applies, every followInterval until ctx ends, what other
+// instances wrote to the changelogs of the partitions this instance owns
+// since it restored them (see the comment at the top of this file). A
+// feed of the run: it ends at the quiesce, with the scheduler.
+func (rs *restorer) follow(ctx context.Context) {
+	if !rs.clog.on() {
+		return
+	}
+	t := time.NewTicker(followInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rs.followOnce(ctx)
+	}
+}
+
+// followOnce looks at every owned partition's changelog once.
+func (rs *restorer) followOnce(ctx context.Context) {
+	l := rs.clog
+	byTopic := map[string][]int32{}
+	l.mu.Lock()
+	for p := range l.owned {
+		byTopic[p.Topic] = append(byTopic[p.Topic], int32(p.Partition))
+	}
+	l.mu.Unlock()
+	for topic, parts := range byTopic {
+		ectx, cancel := context.WithTimeout(ctx, l.timeout)
+		ends, err := l.client.Ends(ectx, topic, parts)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			rs.warn.warn(rs.log, "follow/"+topic, "changelog end offsets not read; other instances' writes to it wait for the next look",
+				"topic", topic, "err", err)
+		}
+		for _, p := range parts {
+			if end, ok := ends[p]; ok && ctx.Err() == nil {
+				rs.followPartition(ctx, kclient.Partition{Topic: topic, Partition: int(p)}, end)
+			}
+		}
+	}
+}
+
+// followPartition applies the writes of other instances to p's changelog
+// from p's checkpoint up to end, if it is still owned and its changelog
+// has grown past the checkpoint.
+func (rs *restorer) followPartition(ctx context.Context, p kclient.Partition, end int64) {
+	l := rs.clog
+	cp, ok := l.checkpointOf(p)
+	if !ok || end <= cp.next {
+		return
+	}
+	// wctx ends with the run's feeds, or when p is revoked meanwhile.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	unlock := rs.locks.lock(p, cancel)
+	defer unlock()
+	cp, ok = l.checkpointOf(p)
+	from := cp.next
+	if !ok || end <= from {
+		return // revoked meanwhile, or written by this instance and acknowledged
+	}
+	rctx, rcancel := context.WithTimeout(wctx, l.timeout)
+	f, err := l.readForeign(rctx, p, from)
+	rcancel()
+	if err != nil {
+		if wctx.Err() == nil {
+			rs.warn.warn(rs.log, "follow/"+p.String(), "changelog not followed; other instances' writes to it wait for the next look",
+				"partition", p.String(), "err", err)
+		}
+		return
+	}
+	applied, err := l.applyForeign(p, f.recs)
+	if err != nil {
+		rs.warn.warn(rs.log, "follow/"+p.String(), "other instances' changelog writes not applied; tried again at the next look",
+			"partition", p.String(), "err", err)
+		return
+	}
+	l.cover(p, f.next)
+	if len(f.recs) == 0 {
+		return
+	}
+	for _, de := range applied.Bad {
+		rs.log.Error("undecodable changelog record skipped", "partition", p.String(), "err", de)
+	}
+	rep := &Report{}
+	rs.putToWork(wctx, applied, rep)
+	n := len(applied.Pending) + len(applied.Dead) + len(applied.Delayed) + len(applied.Parked)
+	l.followed.Add(int64(n))
+	l.repushed.Add(int64(rep.Repushed))
+	rs.log.Info("other instances' changelog writes applied", "partition", p.String(), "records", len(f.recs),
+		"pending", len(applied.Pending), "dead", len(applied.Dead), "delayed", len(applied.Delayed), "parked", len(applied.Parked),
+		"deleted", applied.Deleted, "repushed", rep.Repushed)
+}
+
+// putToWork does with the records a follow applied what a restore does
+// with a partition's: a dead letter or a message waiting for its
+// redelivery blocks its key in an ordered class, the pending messages
+// are pushed to their pools (held, as a restore's), and the scheduler
+// looks at the delayed ones. Parked records wait behind their key's
+// blocker, as they did where they were written.
+func (rs *restorer) putToWork(ctx context.Context, applied snapshot.Applied, rep *Report) {
+	block := func(rec snapshot.Record) {
+		if c := rs.classes[rec.Message.Class]; c != nil && c.cfg.Ordered {
+			c.keys.block(&item{m: rec.Message})
+		}
+	}
+	var pending []snapshot.Entry
+	err := rs.state.store.View(func(tx *snapshot.Tx) error {
+		for _, k := range applied.Dead {
+			if rec, ok, err := tx.GetDead(k); ok && err == nil {
+				block(rec)
+			}
+		}
+		for _, k := range applied.Delayed {
+			if rec, ok, err := tx.GetDelayed(k); ok && err == nil && rec.Reason == reasonRedelivery {
+				block(rec)
+			}
+		}
+		for _, k := range applied.Pending {
+			rec, ok, err := tx.GetPending(k)
+			if ok && err == nil {
+				pending = append(pending, snapshot.Entry{Key: k, Record: rec})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		rs.log.Error("records applied from the changelog not read back; they wait for the partition's next restore", "err", err)
+		return
+	}
+	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.orphan,
+		orphans: &orphans{}, log: rs.log, hold: rs.clog.hold, unhold: rs.clog.unhold}
+	v.orphans.collect()
+	defer v.orphans.flush(rs.log)
+	for i := range pending {
+		if pushed, err := v.repush(ctx, &pending[i], rep); err != nil || !pushed {
+			break // the rest stay in the file, for the partition's next restore
+		}
+	}
+	if len(applied.Delayed) > 0 {
+		rs.wake(time.Unix(0, 0))
+	}
+}
+
+// foreign is what a follow read of a partition's changelog: the records
+// other instances wrote (and those whose key does not parse, which the
+// apply reports), and where the read ended.
+type foreign struct {
+	recs []snapshot.ChangelogRecord
+	next int64
+}
+
+// checkpointOf returns p's checkpoint, if p is owned.
+func (l *stateLog) checkpointOf(p kclient.Partition) (checkpoint, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cp := l.ckpt[p]
+	if cp == nil || !l.owned[p] {
+		return checkpoint{}, false
+	}
+	return checkpoint{next: cp.next}, true
+}
+
+// readForeign reads p's changelog from offset from up to its end,
+// keeping the records of other files than this instance's.
+func (l *stateLog) readForeign(ctx context.Context, p kclient.Partition, from int64) (foreign, error) {
+	var own [16]byte
+	var hasOwn bool
+	if err := l.state.store.View(func(tx *snapshot.Tx) (err error) { own, hasOwn, err = tx.ChangelogFileID(); return err }); err != nil {
+		return foreign{}, err
+	}
+	var f foreign
+	next, err := l.client.Read(ctx, p.Topic, int32(p.Partition), from, func(batch []changelog.Rec) error {
+		for _, r := range batch {
+			if ck, err := snapshot.ParseChangelogKey(r.Key); err == nil && hasOwn && ck.FileID == own {
+				continue // in the file already
+			}
+			f.recs = append(f.recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value})
+		}
+		return nil
+	})
+	if err != nil {
+		return foreign{}, fmt.Errorf("read %s from %d: %w", l.client.Topic(p.Topic), from, err)
+	}
+	f.next = next
+	return f, nil
+}
+
+// applyForeign applies recs, other instances' writes to p's changelog,
+// to the state file, leaving its checkpoint of p where it is (the
+// checkpoint moves in memory, see cover, and is kept at a revocation and
+// at the stop), and gives the records of renamed classes their new names
+// as a restore does.
+func (l *stateLog) applyForeign(p kclient.Partition, recs []snapshot.ChangelogRecord) (applied snapshot.Applied, err error) {
+	if len(recs) == 0 {
+		return applied, nil
+	}
+	topic, part := p.Topic, int32(p.Partition)
+	err = l.state.store.BatchLocal(func(tx *snapshot.Tx) error {
+		kept, ok, err := tx.ChangelogCheckpoint(topic, part)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			kept = 0
+		}
+		if applied, err = tx.ApplyChangelog(topic, part, recs, kept); err != nil {
+			return err
+		}
+		return l.rename(tx, applied)
+	})
+	return applied, err
+}
+
+// cover moves p's checkpoint over what a follow read from it, up to next:
+// the other instances' writes there are applied now, and this
+// instance's own were in the file before they were sent (the state file
+// commits a write, then sends it), acknowledged or not. So a checkpoint
+// that a write with no acknowledgement (a timeout) left behind, or that
+// stopped moving (stuck), moves on. The follow holds p's lock, so p was
+// not revoked since the read.
+func (l *stateLog) cover(p kclient.Partition, next int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cp := l.ckpt[p]
+	if cp == nil {
+		return
+	}
+	if cp.stuck {
+		// The acknowledged writes it dropped are below next, or are
+		// read by the next follow.
+		cp.stuck, cp.ahead = false, nil
+	}
+	// from was the checkpoint when the read began; acknowledgements may
+	// have moved it since, never back.
+	cp.next = max(cp.next, next)
+	cp.join()
+}
+
+// join moves the checkpoint over the applied offsets past it that it
+// has reached.
+func (cp *checkpoint) join() {
+	for moved := true; moved; {
+		moved = false
+		for start, end := range cp.ahead {
+			if start <= cp.next {
+				delete(cp.ahead, start)
+				cp.next = max(cp.next, end)
+				moved = true
+			}
+		}
+	}
+}
