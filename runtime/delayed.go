@@ -120,6 +120,13 @@ func saveDelayed(tx *snapshot.Tx, due time.Time, rec snapshot.Record) error {
 // ID. Schedule writes the state file (one fsync, shared with concurrent
 // writers) before it returns; it returns [ErrNotRunning] before Run has
 // started and once the stop has begun.
+//
+// With the changelog (Config.LocalStateOnly off) and a class with topics,
+// the message belongs to the partition its key hashes to (see State that
+// outlives the pod in the package doc) and is delivered by that
+// partition's owner: this instance, or another that reads the changelog
+// write while it runs (within about a second) and delivers it when due.
+// The ID's duplicate check is this instance's.
 func (r *Runtime) Schedule(ctx context.Context, class string, m *handoff.Message, at time.Time) error {
 	c, msg, err := r.accept("schedule", class, m)
 	if err != nil {

@@ -75,6 +75,15 @@
 // changelog. The [Report] fields Restored and RestoredPartitions tell what
 // the restores brought back.
 //
+// Following: while it owns a partition, an instance reads what other
+// instances write to that partition's changelog, every second, and puts
+// it to work as a restore does. A message scheduled through an instance
+// that does not own its key's partition is so delivered when due by the
+// owner, within about a second; a submitted message that another
+// instance saved at its stop runs on the owner, and one it dead-lettered
+// is listed by the owner, which can requeue it. [Report].Followed counts
+// these records.
+//
 // Fencing: each state file writes under a random file ID of its own, so a
 // stalled former owner whose writes land late can only cause duplicates:
 // it never deletes the state the new owner wrote.
