@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+	"unicode/utf8"
 
 	"github.com/handoff-go/handoff/runtime"
 )
@@ -105,7 +106,13 @@ func (h *handler) uiPause(w http.ResponseWriter, r *http.Request) {
 	h.uiClassAction(w, r, "class-paused", func(name string) error {
 		reason := r.PostFormValue("reason")
 		if len(reason) > maxReason {
-			reason = reason[:maxReason]
+			// At a character's boundary: a character across the limit
+			// is left out whole.
+			n := maxReason
+			for n > 0 && !utf8.RuneStart(reason[n]) {
+				n--
+			}
+			reason = reason[:n]
 		}
 		return h.rt.Pause(r.Context(), name, reason)
 	})

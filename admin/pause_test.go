@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // post sends a POST with body and the headers in hdr (pairs).
@@ -187,5 +188,27 @@ func TestPauseReasonEscaped(t *testing.T) {
 	wantError(t, resp, out, http.StatusRequestEntityTooLarge, "pause body", "too large")
 	if s := b.rt.Stats()[1].Hold.State; s != "running" {
 		t.Errorf("a refused pause left orders %s", s)
+	}
+}
+
+// TestDashboardPauseReasonCutAtRune: the dashboard's pause form cuts a
+// reason longer than maxReason bytes at a character's boundary, so a
+// character of several bytes across the limit is left out whole, not cut
+// into bytes that are no UTF-8 (which the JSON API and the meta topic
+// would turn into U+FFFD).
+func TestDashboardPauseReasonCutAtRune(t *testing.T) {
+	t.Parallel()
+	b := setupClasses(t, nil, "jobs", "orders")
+	cookie := login(t, b, testToken)
+	reason := strings.Repeat("a", maxReason-1) + "é and more"
+	resp, _ := b.post("/ui/classes/orders/pause", url.Values{"reason": {reason}}.Encode(), "Cookie", cookie,
+		"Content-Type", "application/x-www-form-urlencoded", "Origin", b.srv.URL)
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("pause form: status %d", resp.StatusCode)
+	}
+	got := b.rt.Stats()[1].Hold.Reason
+	if want := strings.Repeat("a", maxReason-1); got != want {
+		t.Errorf("reason kept: %d bytes ending %q (valid UTF-8: %v), want the %d bytes before the é", len(got), got[max(0, len(got)-4):],
+			utf8.ValidString(got), len(want))
 	}
 }
