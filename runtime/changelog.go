@@ -2,13 +2,11 @@ package runtime
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,6 +87,11 @@ type stateLog struct {
 	// followed counts the records of other instances the follow applied
 	// (follow.go).
 	followed atomic.Int64
+
+	// metaNext is the meta topic's next offset to read (pausemeta.go):
+	// set by loadPauses, then read and moved by the follow's goroutine
+	// alone.
+	metaNext int64
 }
 
 // on reports whether the changelog is in use: false with
@@ -505,84 +508,6 @@ func (l *stateLog) retryResend(ctx context.Context) {
 			l.resend()
 		}
 	}
-}
-
-// pauseKey is the meta topic's key of class's pause.
-func pauseKey(class string) []byte { return []byte("pause/" + class) }
-
-// pauseValue is a pause as the meta topic keeps it.
-type pauseValue struct {
-	Reason string    `json:"reason"`
-	Since  time.Time `json:"since"`
-}
-
-// putPause keeps class's pause (nil: none) in the meta topic, for every
-// instance's next start. It blocks until the broker acknowledged it, at
-// most ChangelogTimeout.
-func (l *stateLog) putPause(ctx context.Context, class string, p *snapshot.Pause) error {
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	var v []byte
-	if p != nil {
-		var err error
-		if v, err = json.Marshal(pauseValue{Reason: p.Reason, Since: p.Since}); err != nil {
-			return err
-		}
-	}
-	return l.client.WriteMeta(ctx, pauseKey(class), v)
-}
-
-// pauses reads the pauses the meta topic keeps: those made through any
-// instance. An undecodable one is logged and skipped.
-func (l *stateLog) pauses(ctx context.Context) (map[string]snapshot.Pause, error) {
-	kv, err := l.client.ReadMeta(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]snapshot.Pause{}
-	for k, v := range kv {
-		class, ok := strings.CutPrefix(k, "pause/")
-		if !ok {
-			continue
-		}
-		var p pauseValue
-		if err := json.Unmarshal(v, &p); err != nil {
-			l.log.Error("undecodable pause in the changelog's meta topic skipped", "topic", l.client.MetaTopic(), "key", k, "err", err)
-			continue
-		}
-		out[class] = snapshot.Pause{Reason: p.Reason, Since: p.Since}
-	}
-	return out, nil
-}
-
-// loadPauses applies the pauses the meta topic keeps to classes not
-// paused already (by the state file's own), before the recovery pushes
-// anything: a class paused through one instance comes back paused on
-// every instance's next start, on a new disk too.
-func (l *stateLog) loadPauses(ctx context.Context, classes map[string]*class) error {
-	pauses, err := l.pauses(ctx)
-	if err != nil {
-		return fmt.Errorf("runtime: changelog: read pauses from %s: %w", l.client.MetaTopic(), err)
-	}
-	for name, p := range pauses {
-		c := classes[name]
-		if to, ok := l.renames[name]; ok && c == nil {
-			// A renamed class's pause is the new class's, unless that
-			// has its own (as the start moves the file's).
-			if _, own := pauses[to]; own {
-				continue
-			}
-			c = classes[to]
-		}
-		if c == nil {
-			l.log.Warn("changelog's meta topic keeps a pause of a class that is not configured; ignored", "class", name)
-			continue
-		}
-		if _, paused := c.hold.Paused(); !paused {
-			c.hold.RestorePause(p, false)
-		}
-	}
-	return nil
 }
 
 // learn makes sure topic, consumed, has its changelog topic: one that

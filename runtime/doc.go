@@ -166,7 +166,9 @@
 // backoff until a handler succeeds; then it runs at full concurrency.
 // [Runtime.Pause] and [Runtime.Resume] do the same by hand; a pause is
 // kept in the state file and, with the changelog, in the topic
-// <Group>.handoff-meta, which every instance reads at its start.
+// <Group>.handoff-meta, which every instance reads at its start and
+// follows while it runs: a pause or resume through one instance holds for
+// the whole group within about a second.
 // [ClassStats].Hold tells the state.
 //
 // # Batches

@@ -101,9 +101,14 @@ func (rs *restorer) follow(ctx context.Context) {
 	}
 }
 
-// followOnce looks at every owned partition's changelog once.
+// followOnce looks at the meta topic's pauses and at every owned
+// partition's changelog once.
 func (rs *restorer) followOnce(ctx context.Context) {
 	l := rs.clog
+	if err := l.followPauses(ctx, rs.classes); err != nil && ctx.Err() == nil {
+		rs.warn.warn(rs.log, "follow/meta", "changelog's meta topic not followed; pauses and resumes made through other instances wait for the next look",
+			"topic", l.client.MetaTopic(), "err", err)
+	}
 	byTopic := map[string][]int32{}
 	l.mu.Lock()
 	for p := range l.owned {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -167,7 +169,7 @@ func (p *publisher) write(ctx context.Context, batch []deadPublish) {
 	for i, d := range batch {
 		recs[i] = deadLetterRecord(d.c, d.rec)
 		if f := p.cfg.headersFunc; f != nil {
-			recs[i].Headers = f(&d.rec.Message, recs[i].Headers)
+			recs[i].Headers = p.headers(f, d, recs[i].Headers)
 		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, publishTimeout)
@@ -188,6 +190,22 @@ func (p *publisher) write(ctx context.Context, batch []deadPublish) {
 		}
 		p.cfg.incFunc(d.c, evUnpublished)
 	}
+}
+
+// headers returns what f, Config.PublishHeadersFunc, makes of d's
+// headers as made; those as made when f panics, with the panic logged: a
+// panic on the publisher's goroutine would end the process, and the dead
+// letter is worth publishing without what f would have added.
+func (p *publisher) headers(f func(*handoff.Message, []handoff.Header) []handoff.Header, d deadPublish, made []handoff.Header) (hs []handoff.Header) {
+	defer func() {
+		if v := recover(); v != nil {
+			hs = made
+			p.cfg.log.Error("PublishHeadersFunc panicked; the dead letter is published with the headers the runtime made",
+				"class", d.c.cfg.Name, "id", d.rec.Message.ID, "panic", v, "stack", string(debug.Stack()))
+		}
+	}()
+	// f gets a copy: what it wrote before it panicked stays out.
+	return f(&d.rec.Message, slices.Clone(made))
 }
 
 // abandon counts batch and what is still queued as unpublished.

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/handoff-go/handoff"
@@ -194,4 +196,41 @@ func headerValue(hs []handoff.Header, key string) []byte {
 		}
 	}
 	return nil
+}
+
+// TestPublishHeadersFuncPanics: a PublishHeadersFunc that panics does not
+// crash the process (it runs on the publisher's goroutine, where nothing
+// could recover it): the dead letter is published with the headers the
+// runtime made, the panic is logged, and the next dead letters are
+// published as usual.
+func TestPublishHeadersFuncPanics(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, "orders", "orders-dlq")
+	b.produceValues("orders", "k", "bad-1", "bad-2")
+	log, panicked := countLogs(t, "PublishHeadersFunc panicked; the dead letter is published with the headers the runtime made")
+	cfg := b.config(nil, nil)
+	cfg.Logger = log
+	cfg.PublishHeadersFunc = func(m *handoff.Message, hs []handoff.Header) []handoff.Header {
+		if string(m.Value) == "bad-1" {
+			panic("tracer not set up")
+		}
+		return append(hs[:len(hs):len(hs)], handoff.Header{Key: "traced", Value: []byte("yes")})
+	}
+	cfg.Classes = []Class{{Name: "orders", Topics: []string{"orders"}, DeadLetterTopic: "orders-dlq", Workers: 1,
+		Handler: func(context.Context, *handoff.Message) error { return handoff.Permanent(errors.New("cannot parse")) }}}
+	rt, wait := startNew(t, cfg)
+	waitFor(t, "both dead letters published", func() bool { return len(readRaw(t, b.broker.Addr(), "orders-dlq")) == 2 })
+	rep := shutdownAndWait(t, rt, wait)
+	for _, r := range readRaw(t, b.broker.Addr(), "orders-dlq") {
+		traced := slices.ContainsFunc(r.headers, func(h kafka.Header) bool { return h.Key == "traced" })
+		if want := string(r.value) == "bad-2"; traced != want {
+			t.Errorf("dead letter %q published with the func's header: %v, want %v", r.value, traced, want)
+		}
+	}
+	if rep.DeadLettered != 2 || rep.Published != 2 || rep.Unpublished != 0 {
+		t.Errorf("dead lettered %d, published %d, unpublished %d; want 2, 2, 0", rep.DeadLettered, rep.Published, rep.Unpublished)
+	}
+	if n := panicked.Load(); n != 1 {
+		t.Errorf("%d panics logged, want 1", n)
+	}
 }

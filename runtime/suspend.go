@@ -148,8 +148,13 @@ const (
 // place and attempt counts, and a stop saves them as usual. reason is
 // kept with the pause and shown by the admin API. Pausing a paused class
 // updates its reason. Pause returns [ErrUnknownClass], or
-// [ErrNotRunning] when the state file is not open; it blocks only for
-// the state-file write.
+// [ErrNotRunning] when the state file is not open; it blocks for the
+// state-file write and, with the changelog, for the meta topic's.
+//
+// With the changelog (Config.LocalStateOnly off) a pause is the class's
+// in the whole group: it is also written to the changelog's meta topic,
+// every running instance pauses the class within about a second, and an
+// instance that starts later starts paused, on a new disk too.
 func (r *Runtime) Pause(ctx context.Context, class, reason string) error {
 	c, store, err := holdTarget(ctx, r.classes.byName, r.state, class)
 	if err != nil {
@@ -173,7 +178,10 @@ func (r *Runtime) Pause(ctx context.Context, class, reason string) error {
 // Resume ends a pause of class, or a suspension (the operator knows the
 // dependency is back): it runs at full concurrency again and its
 // fetching resumes. Resuming a running class does nothing. Errors are as
-// for [Runtime.Pause].
+// for [Runtime.Pause]. With the changelog the resume is the group's as
+// the pause is: every running instance resumes the class within about a
+// second, and an instance down meanwhile lifts the pause its state file
+// kept from before the resume at its next start.
 func (r *Runtime) Resume(ctx context.Context, class string) error {
 	c, store, err := holdTarget(ctx, r.classes.byName, r.state, class)
 	if err != nil {

@@ -71,6 +71,13 @@ func (c *Client) ReadMeta(ctx context.Context) (map[string][]byte, error) {
 	return m, nil
 }
 
+// ReadMetaFrom reads the meta topic from offset from up to its end
+// offset, calling fn with the records of each fetch as [Client.Read]
+// does, and returns the next offset to read. It blocks as Read does.
+func (c *Client) ReadMetaFrom(ctx context.Context, from int64, fn func([]Rec) error) (next int64, err error) {
+	return c.read(ctx, c.MetaTopic(), 0, from, fn)
+}
+
 func (c *Client) read(ctx context.Context, topic string, p int32, from int64, fn func([]Rec) error) (int64, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

@@ -522,6 +522,23 @@ func (h *Hold[T]) pauseLocked(p snapshot.Pause) {
 	h.signalLocked()
 }
 
+// PauseFrom applies p, a pause made through another instance of the
+// group, to a class not paused here, and keeps it in store. It blocks
+// for the state-file write.
+func (h *Hold[T]) PauseFrom(store *snapshot.Store, p snapshot.Pause) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.paused {
+		return nil
+	}
+	if err := store.Update(func(tx *snapshot.Tx) error { return tx.PutPause(h.cfg.Class, p) }); err != nil {
+		return fmt.Errorf("runtime: pause class %q: %w", h.cfg.Class, err)
+	}
+	h.pauseLocked(p)
+	h.cfg.Log.Warn("class paused through another instance of the group", "class", h.cfg.Class, "since", p.Since, "reason", p.Reason)
+	return nil
+}
+
 // Resume ends a pause (deleting it from store) or a suspension. It
 // blocks for the state-file write.
 func (h *Hold[T]) Resume(store *snapshot.Store) error {

@@ -1,0 +1,102 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// TestPauseFollowedByOtherInstances: with the changelog, a class paused
+// through one instance's admin API is paused on every running instance
+// of the group within a few seconds, not only on that one (until the
+// others' next start), and a resume through another instance resumes it
+// on all of them.
+func TestPauseFollowedByOtherInstances(t *testing.T) {
+	t.Parallel()
+	noop := func(string) handoff.HandlerFunc { return func(context.Context, *handoff.Message) error { return nil } }
+	rtA, rtB, _ := twoOwners(t, noop, nil)
+	hold := func(rt *Runtime) ClassHold { return rt.Stats()[0].Hold }
+	if err := rtA.Pause(context.Background(), "orders", "deploy freeze"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b paused through a", func() bool { return hold(rtB).State == HoldPaused })
+	if h := hold(rtB); h.Reason != "deploy freeze" {
+		t.Errorf("b's pause reason %q, want a's", h.Reason)
+	}
+	if err := rtB.Resume(context.Background(), "orders"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a resumed through b", func() bool { return hold(rtA).State == HoldRunning })
+	if h := hold(rtB); h.State != HoldRunning {
+		t.Errorf("b after its own resume: %s", h.State)
+	}
+}
+
+// TestResumeElsewhereWinsAtRestart: a class paused through instance a,
+// then resumed through another instance while a was down, runs when a
+// starts again on its own disk: the resume is newer than the pause a's
+// state file keeps. Before, a's file kept the class paused on a alone.
+func TestResumeElsewhereWinsAtRestart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, "orders")
+	noop := func(context.Context, *handoff.Message) error { return nil }
+	state := func(rt *Runtime) string { return rt.Stats()[0].Hold.State }
+	diskA := b.state
+	rt, wait := startNew(t, b.config(noop, nil))
+	waitFor(t, "a ready", rt.Ready)
+	if err := rt.Pause(context.Background(), "orders", "deploy freeze"); err != nil {
+		t.Fatal(err)
+	}
+	stopAndWait(t, rt, wait)
+
+	b.state = diskA + ".other"
+	rt2, wait2 := startNew(t, b.config(noop, nil))
+	waitFor(t, "the other instance ready", rt2.Ready)
+	if got := state(rt2); got != HoldPaused {
+		t.Fatalf("the other instance: hold %v, want paused", got)
+	}
+	if err := rt2.Resume(context.Background(), "orders"); err != nil {
+		t.Fatal(err)
+	}
+	stopAndWait(t, rt2, wait2)
+
+	b.state = diskA
+	rt3, wait3 := startNew(t, b.config(noop, nil))
+	waitFor(t, "a ready again", rt3.Ready)
+	if got := state(rt3); got != HoldRunning {
+		t.Errorf("a on its own disk after the resume elsewhere: hold %v, want running", got)
+	}
+	stopAndWait(t, rt3, wait3)
+
+	// And the other way: a pause kept only in a's file (the CLI's
+	// offline 'handoff pause', or a pause whose changelog write failed)
+	// is newer than the resume, so a keeps it, and tells the group: an
+	// instance on a new disk starts paused.
+	store, err := snapshot.Open(diskA, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = store.Update(func(tx *snapshot.Tx) error {
+		return tx.PutPause("orders", snapshot.Pause{Reason: "offline", Since: time.Now()})
+	})
+	if err := errors.Join(err, store.Close()); err != nil {
+		t.Fatal(err)
+	}
+	rt4, wait4 := startNew(t, b.config(noop, nil))
+	waitFor(t, "a ready", rt4.Ready)
+	if got := state(rt4); got != HoldPaused {
+		t.Errorf("a with a pause in its file newer than the resume: hold %v, want paused", got)
+	}
+	stopAndWait(t, rt4, wait4)
+	b.state = diskA + ".third"
+	rt5, wait5 := startNew(t, b.config(noop, nil))
+	waitFor(t, "a third instance ready", rt5.Ready)
+	if h := rt5.Stats()[0].Hold; h.State != HoldPaused || h.Reason != "offline" {
+		t.Errorf("an instance on a new disk after a's offline pause: hold %v (%q), want paused (offline)", h.State, h.Reason)
+	}
+	stopAndWait(t, rt5, wait5)
+}
