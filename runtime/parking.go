@@ -399,18 +399,37 @@ type ParkedKey struct {
 }
 
 // ParkedKeys lists every parked key with its count, in class and key
-// order. It reads the state file and needs a running runtime.
+// order. It reads the state file and needs a running runtime. With the
+// changelog it lists only the parked messages of partitions this
+// instance owns, as DeadLetters does its dead letters (the others are
+// their owner's; their records stay in this file, unused): a key whose
+// parked messages all belong elsewhere is left out, and Count and
+// Oldest are of the owned ones.
 func (r *Runtime) ParkedKeys() ([]ParkedKey, error) {
-	if _, err := r.state.get(); err != nil {
+	st, err := r.state.get()
+	if err != nil {
 		return nil, err
 	}
 	counts, err := r.state.parkedKeys()
 	if err != nil {
 		return nil, fmt.Errorf("runtime: parked keys: %w", err)
 	}
-	out := make([]ParkedKey, len(counts))
-	for i, pc := range counts {
-		out[i] = ParkedKey{Class: pc.Class, Key: pc.Key, Count: pc.Count, Oldest: pc.Oldest}
+	out := make([]ParkedKey, 0, len(counts))
+	for _, pc := range counts {
+		pk := ParkedKey{Class: pc.Class, Key: pc.Key, Count: pc.Count, Oldest: pc.Oldest}
+		if r.clog.on() {
+			var entries []snapshot.ParkedEntry
+			err := st.View(func(tx *snapshot.Tx) (err error) { entries, _, err = tx.Parked(pc.Class, pc.Key); return err })
+			if err != nil {
+				return nil, fmt.Errorf("runtime: parked keys: %w", err)
+			}
+			entries = slices.DeleteFunc(entries, func(e snapshot.ParkedEntry) bool { return !r.clog.owns(&e.Record) })
+			if len(entries) == 0 {
+				continue
+			}
+			pk.Count, pk.Oldest = len(entries), entries[0].Record.SavedAt
+		}
+		out = append(out, pk)
 	}
 	return out, nil
 }
@@ -418,7 +437,8 @@ func (r *Runtime) ParkedKeys() ([]ParkedKey, error) {
 // Parked returns the messages parked under key in class, in the order
 // they will run once the key is released. It reads the state file and
 // needs a running runtime; records that cannot be read are left out (the
-// key's release quarantines them).
+// key's release quarantines them). With the changelog it returns only
+// those of partitions this instance owns (see ParkedKeys).
 func (r *Runtime) Parked(class string, key []byte) ([]handoff.Message, error) {
 	st, err := r.state.get()
 	if err != nil {
@@ -429,9 +449,12 @@ func (r *Runtime) Parked(class string, key []byte) ([]handoff.Message, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runtime: parked messages of class %q: %w", class, err)
 	}
-	out := make([]handoff.Message, len(entries))
-	for i, e := range entries {
-		out[i] = e.Record.Message
+	out := make([]handoff.Message, 0, len(entries))
+	for _, e := range entries {
+		if r.clog.on() && !r.clog.owns(&e.Record) {
+			continue
+		}
+		out = append(out, e.Record.Message)
 	}
 	return out, nil
 }
