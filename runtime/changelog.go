@@ -498,14 +498,20 @@ const resendInterval = time.Second
 // retryResend runs resend every resendInterval until ctx ends: a
 // background loop of the run.
 func (l *stateLog) retryResend(ctx context.Context) {
-	t := time.NewTicker(resendInterval)
+	every(ctx, resendInterval, func() { l.resend() })
+}
+
+// every calls fn every d, the first time d after its call, until ctx
+// ends: the changelog's background loops.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			l.resend()
+			fn()
 		}
 	}
 }

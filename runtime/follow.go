@@ -86,18 +86,8 @@ func (pl *partLocks) revoke(p kclient.Partition) (unlock func()) {
 // since it restored them (see the comment at the top of this file). A
 // feed of the run: it ends at the quiesce, with the scheduler.
 func (rs *restorer) follow(ctx context.Context) {
-	if !rs.clog.on() {
-		return
-	}
-	t := time.NewTicker(followInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		rs.followOnce(ctx)
+	if rs.clog.on() {
+		every(ctx, followInterval, func() { rs.followOnce(ctx) })
 	}
 }
 

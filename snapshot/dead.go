@@ -24,10 +24,16 @@ func (tx *Tx) SaveDead(recs ...Record) ([]uint64, error) {
 // none. A record that does not decode is reported as a [*DecodeError],
 // with true.
 func (tx *Tx) GetDead(key uint64) (Record, bool, error) {
-	r, ok, err := tx.getSeq(BucketDead, key)
+	return tx.getRecord(BucketDead, key, "dead letter")
+}
+
+// getRecord returns the record of bucket name (of sequence keys) under
+// key, as GetDead and GetPending do; what names it in an error.
+func (tx *Tx) getRecord(name string, key uint64, what string) (Record, bool, error) {
+	r, ok, err := tx.getSeq(name, key)
 	var de *DecodeError
 	if err != nil && !errors.As(err, &de) {
-		return Record{}, false, tx.errorf(err, "get dead letter %d", key)
+		return Record{}, false, tx.errorf(err, "get %s %d", what, key)
 	}
 	return r, ok, err
 }

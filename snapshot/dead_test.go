@@ -199,3 +199,62 @@ func TestCounts(t *testing.T) {
 		t.Fatalf("Counts = %v, %v; want %v", n, err, want)
 	}
 }
+
+// TestGetPendingAndDelayed: GetPending and GetDelayed read one record by
+// its key, report a missing one as not there, and a record that does not
+// decode as a *DecodeError with true, reading only.
+func TestGetPendingAndDelayed(t *testing.T) {
+	t.Parallel()
+	ts := setup(t)
+	recs := records(3)
+	keys, err := ts.savePending(recs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := time.Now().Add(time.Hour).UTC()
+	dl := Delayed{Due: due, Record: recs[1]}
+	if err := ts.Update(func(tx *Tx) error { _, err := tx.SaveDelayed(dl); return err }); err != nil {
+		t.Fatal(err)
+	}
+	var dk DelayedKey
+	if err := ts.View(func(tx *Tx) (err error) { dk, _, err = tx.DelayedKeyOf(recs[1].Message.ID); return err }); err != nil {
+		t.Fatal(err)
+	}
+	err = ts.View(func(tx *Tx) error {
+		r, ok, err := tx.GetPending(keys[2])
+		if err != nil || !ok {
+			t.Fatalf("GetPending(%d) = %v, %v", keys[2], ok, err)
+		}
+		requireEqualRecord(t, r, recs[2])
+		if _, ok, err := tx.GetPending(999); ok || err != nil {
+			t.Errorf("GetPending(999) = %v, %v", ok, err)
+		}
+		r, ok, err = tx.GetDelayed(dk)
+		if err != nil || !ok {
+			t.Fatalf("GetDelayed = %v, %v", ok, err)
+		}
+		requireEqualRecord(t, r, recs[1])
+		if _, ok, err := tx.GetDelayed(DelayedKeyAt(due.Add(time.Minute))); ok || err != nil {
+			t.Errorf("GetDelayed of a key with no record = %v, %v", ok, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A record that does not decode.
+	ts.rawUpdate(t, func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte(BucketPending)).Put(key8(keys[0]), []byte{1, 0xff})
+	})
+	err = ts.View(func(tx *Tx) error {
+		_, ok, err := tx.GetPending(keys[0])
+		var de *DecodeError
+		if !ok || !errors.As(err, &de) {
+			t.Errorf("GetPending of a corrupt record = %v, %v; want true and a *DecodeError", ok, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -3,7 +3,6 @@ package snapshot
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -41,12 +40,7 @@ func (tx *Tx) DeletePending(keys ...uint64) error {
 // there is none. A record that does not decode is reported as a
 // [*DecodeError], with true.
 func (tx *Tx) GetPending(key uint64) (Record, bool, error) {
-	r, ok, err := tx.getSeq(BucketPending, key)
-	var de *DecodeError
-	if err != nil && !errors.As(err, &de) {
-		return Record{}, false, tx.errorf(err, "get pending record %d", key)
-	}
-	return r, ok, err
+	return tx.getRecord(BucketPending, key, "pending record")
 }
 
 // PutPending replaces the pending record under key with rec, as
