@@ -29,8 +29,11 @@ func keyFor(prefix string, p, n int32, nth int) string {
 }
 
 // ownedPartitions returns the partitions whose state rt restored and
-// owns.
+// owns; none before its changelog is open.
 func ownedPartitions(rt *Runtime) []kclient.Partition {
+	if !rt.clog.on() {
+		return nil // open is making the maps
+	}
 	rt.clog.mu.Lock()
 	defer rt.clog.mu.Unlock()
 	var ps []kclient.Partition
@@ -302,4 +305,67 @@ func TestCoverMovesCheckpoint(t *testing.T) {
 	}
 	delete(l.ckpt, p) // revoked: nothing to move
 	l.cover(p, 50)
+}
+
+// TestScheduledAcrossRebalanceRunOnce: messages scheduled through one
+// instance for every partition, followed by their owners, then moved by a
+// rebalance (a third instance joins) before they are due, each run once:
+// only a partition's owner delivers, the old owner's copy stays unused in
+// its file, and the new owner's restore brings the schedule from the
+// changelog. Counted: scheduled 16, run 16, none twice.
+func TestScheduledAcrossRebalanceRunOnce(t *testing.T) {
+	t.Parallel()
+	const parts, n = 4, 16
+	var mu sync.Mutex
+	ranOn := map[string][]string{}
+	hFor := func(name string) handoff.HandlerFunc {
+		return func(ctx context.Context, m *handoff.Message) error {
+			if strings.HasPrefix(m.ID, "later-") {
+				mu.Lock()
+				ranOn[m.ID] = append(ranOn[m.ID], name)
+				mu.Unlock()
+			}
+			return nil
+		}
+	}
+	b := setup(t, parts, "orders")
+	rtA, waitA := b.instance("a", b.config(hFor("a"), nil))
+	waitFor(t, "a ready", rtA.Ready)
+	rtB, waitB := b.instance("b", b.config(hFor("b"), nil))
+	waitFor(t, "a and b owning two partitions each", func() bool {
+		return rtB.Ready() && len(ownedPartitions(rtA)) == 2 && len(ownedPartitions(rtB)) == 2
+	})
+	due := time.Now().Add(3 * time.Second)
+	for i := range n {
+		p := int32(i % parts)
+		m := &handoff.Message{ID: fmt.Sprintf("later-%d", i), Key: []byte(keyFor("k", p, parts, i/parts)), Value: []byte("later")}
+		if err := rtA.Schedule(context.Background(), "orders", m, due); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// b follows a's writes to its partitions within about a second.
+	waitFor(t, "b holding the schedules of its partitions", func() bool {
+		ds, _, err := rtB.Delayed("", 100)
+		return err == nil && len(ds) == n/2
+	})
+	rtC, waitC := b.instance("c", b.config(hFor("c"), nil))
+	waitFor(t, "c owning a partition", func() bool { return len(ownedPartitions(rtC)) > 0 })
+	if time.Now().After(due) {
+		t.Logf("the rebalance ended %s after the messages were due", time.Since(due))
+	}
+	waitFor(t, "every scheduled message run", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ranOn) == n
+	})
+	shutdownAndWait(t, rtC, waitC)
+	shutdownAndWait(t, rtB, waitB)
+	shutdownAndWait(t, rtA, waitA)
+	mu.Lock()
+	defer mu.Unlock()
+	for id, on := range ranOn {
+		if len(on) != 1 {
+			t.Errorf("%s ran %d times, on %v; want once", id, len(on), on)
+		}
+	}
 }
