@@ -89,9 +89,13 @@ type stateLog struct {
 	followed atomic.Int64
 
 	// metaNext is the meta topic's next offset to read (pausemeta.go):
-	// set by loadPauses, then read and moved by the follow's goroutine
-	// alone.
-	metaNext int64
+	// set by loadPauses, then moved by the follow's goroutine alone.
+	metaNext atomic.Int64
+	// pauseMu guards pauseAt, when each class's last pause or resume
+	// here, or applied here, was made (pausemeta.go); it orders
+	// Runtime.Pause and Resume with the follow's applies.
+	pauseMu sync.Mutex
+	pauseAt map[string]time.Time
 }
 
 // on reports whether the changelog is in use: false with

@@ -100,3 +100,42 @@ func TestResumeElsewhereWinsAtRestart(t *testing.T) {
 	}
 	stopAndWait(t, rt5, wait5)
 }
+
+// TestPauseThenResumeStaysResumed: a pause and a resume made one after
+// the other through one instance leave the class running on every
+// instance. The instance that made them reads its own two records back
+// and applies neither (none is newer than its own last action), where
+// applying them in turn paused the class again for as long as the
+// follow took to reach the resume.
+func TestPauseThenResumeStaysResumed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2, "orders")
+	noop := func(context.Context, *handoff.Message) error { return nil }
+	logA, repaused := countLogs(t, "class paused through another instance of the group")
+	cfgA := b.config(noop, nil)
+	cfgA.Logger = logA
+	rtA, waitA := b.instance("a", cfgA)
+	waitFor(t, "a ready", rtA.Ready)
+	rtB, waitB := b.instance("b", b.config(noop, nil))
+	waitFor(t, "b ready", rtB.Ready)
+	hold := func(rt *Runtime) string { return rt.Stats()[0].Hold.State }
+	ctx := context.Background()
+	fromA, fromB := rtA.clog.metaNext.Load(), rtB.clog.metaNext.Load()
+	if err := rtA.Pause(ctx, "orders", "a moment"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rtA.Resume(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both instances following a's pause and resume", func() bool {
+		return rtA.clog.metaNext.Load() >= fromA+2 && rtB.clog.metaNext.Load() >= fromB+2
+	})
+	if hold(rtA) != HoldRunning || hold(rtB) != HoldRunning {
+		t.Errorf("after a pause and a resume through a: a %s, b %s; want both running", hold(rtA), hold(rtB))
+	}
+	if n := repaused.Load(); n != 0 {
+		t.Errorf("a paused again by its own record %d times", n)
+	}
+	shutdownAndWait(t, rtA, waitA)
+	shutdownAndWait(t, rtB, waitB)
+}

@@ -160,17 +160,19 @@ func (r *Runtime) Pause(ctx context.Context, class, reason string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.hold.Pause(store, reason); err != nil {
+	if !r.clog.on() {
+		return c.hold.Pause(store, reason)
+	}
+	at, err := r.clog.pauseLocal(class, func() error { return c.hold.Pause(store, reason) })
+	if err != nil {
 		return err
 	}
-	if r.clog.on() {
-		p := snapshot.Pause{Reason: reason, Since: time.Now()}
-		if st, ok := c.hold.Paused(); ok {
-			p = st
-		}
-		if err := r.clog.putPause(ctx, class, &p); err != nil {
-			return fmt.Errorf("runtime: pause class %q: paused here, but not kept for the other instances: %w", class, err)
-		}
+	p := snapshot.Pause{Reason: reason, Since: at}
+	if st, ok := c.hold.Paused(); ok {
+		p = st
+	}
+	if err := r.clog.putPause(ctx, class, &p, at); err != nil {
+		return fmt.Errorf("runtime: pause class %q: paused here, but not kept for the other instances: %w", class, err)
 	}
 	return nil
 }
@@ -187,13 +189,15 @@ func (r *Runtime) Resume(ctx context.Context, class string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.hold.Resume(store); err != nil {
+	if !r.clog.on() {
+		return c.hold.Resume(store)
+	}
+	at, err := r.clog.pauseLocal(class, func() error { return c.hold.Resume(store) })
+	if err != nil {
 		return err
 	}
-	if r.clog.on() {
-		if err := r.clog.putPause(ctx, class, nil); err != nil {
-			return fmt.Errorf("runtime: resume class %q: resumed here, but the pause is still kept for the other instances: %w", class, err)
-		}
+	if err := r.clog.putPause(ctx, class, nil, at); err != nil {
+		return fmt.Errorf("runtime: resume class %q: resumed here, but the pause is still kept for the other instances: %w", class, err)
 	}
 	return nil
 }
