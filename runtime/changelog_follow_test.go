@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -368,4 +370,90 @@ func TestScheduledAcrossRebalanceRunOnce(t *testing.T) {
 			t.Errorf("%s ran %d times, on %v; want once", id, len(on), on)
 		}
 	}
+}
+
+// TestRollingDeployScheduled: messages scheduled through random
+// instances of a group of three while each instance in turn is replaced
+// by a new pod on an empty disk (a Deployment's rollout), due at random
+// times across the rollout, each run once, by whichever instance owns
+// its key's partition when it is due: the owner follows the schedules
+// others write, and a new owner restores them from the changelog.
+// Counted: scheduled 30, run 30, none twice.
+func TestRollingDeployScheduled(t *testing.T) {
+	t.Parallel()
+	const instances, parts, perStep = 3, 4, 10
+	b := setup(t, parts, "orders")
+	dir := t.TempDir()
+	var mu sync.Mutex
+	runs := map[string]int{}
+	early := 0
+	dueOf := map[string]time.Time{}
+	h := func(ctx context.Context, m *handoff.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		runs[m.ID]++
+		if time.Now().Before(dueOf[m.ID]) {
+			early++
+		}
+		return nil
+	}
+	pod := 0
+	newPod := func() (*Runtime, func() (*Report, error)) {
+		cfg := b.config(h, nil)
+		cfg.Instance = fmt.Sprintf("pod-%d", pod)
+		cfg.StatePath = filepath.Join(dir, fmt.Sprintf("pod-%d.db", pod)) // a new pod: an empty disk
+		pod++
+		rt, err := newRuntime(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rt, start(t, rt, context.Background())
+	}
+	rts := make([]*Runtime, instances)
+	waits := make([]func() (*Report, error), instances)
+	for i := range instances {
+		rts[i], waits[i] = newPod()
+		waitFor(t, "ready", rts[i].Ready)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	n := 0
+	for step := range instances {
+		for range perStep {
+			id := fmt.Sprintf("s-%03d", n)
+			n++
+			due := time.Now().Add(time.Duration(rng.IntN(1500)) * time.Millisecond)
+			mu.Lock()
+			dueOf[id] = due
+			mu.Unlock()
+			via := rts[rng.IntN(instances)]
+			m := &handoff.Message{ID: id, Key: fmt.Appendf(nil, "key-%d", rng.IntN(100)), Value: []byte(id)}
+			if err := via.Schedule(context.Background(), "orders", m, due); err != nil {
+				t.Fatal(err)
+			}
+		}
+		shutdownAndWait(t, rts[step], waits[step])
+		rts[step], waits[step] = newPod()
+		waitFor(t, "the new pod ready", rts[step].Ready)
+	}
+	waitFor(t, "every scheduled message run", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(runs) == n
+	})
+	for i := range instances {
+		shutdownAndWait(t, rts[i], waits[i])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	twice := 0
+	for id, k := range runs {
+		if k > 1 {
+			twice++
+			t.Errorf("%s ran %d times", id, k)
+		}
+	}
+	if early > 0 {
+		t.Errorf("%d runs before their due time", early)
+	}
+	t.Logf("scheduled %d through %d pods, ran %d, twice %d", n, pod, len(runs), twice)
 }
