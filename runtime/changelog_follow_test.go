@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -68,6 +69,41 @@ func twoOwners(t *testing.T, hFor func(instance string) handoff.HandlerFunc, mod
 	return rtA, rtB, stop
 }
 
+// instanceRuns records, for each message whose ID has a prefix, the
+// instances it ran on.
+type instanceRuns struct {
+	prefix string
+	mu     sync.Mutex
+	on     map[string][]string
+}
+
+func newInstanceRuns(prefix string) *instanceRuns {
+	return &instanceRuns{prefix: prefix, on: map[string][]string{}}
+}
+
+// handler returns instance name's handler: it records the run.
+func (r *instanceRuns) handler(name string) handoff.HandlerFunc {
+	return func(ctx context.Context, m *handoff.Message) error {
+		if strings.HasPrefix(m.ID, r.prefix) {
+			r.mu.Lock()
+			r.on[m.ID] = append(r.on[m.ID], name)
+			r.mu.Unlock()
+		}
+		return nil
+	}
+}
+
+// ran returns how many messages ran, and a copy of where each did.
+func (r *instanceRuns) ran() (int, map[string][]string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string][]string, len(r.on))
+	for id, on := range r.on {
+		out[id] = slices.Clone(on)
+	}
+	return len(r.on), out
+}
+
 // TestScheduleForAnotherInstancesPartition: a message scheduled through
 // an instance that does not own the partition its key belongs to is
 // delivered when due by the instance that does, once: the owner applies
@@ -77,19 +113,8 @@ func twoOwners(t *testing.T, hFor func(instance string) handoff.HandlerFunc, mod
 // delivered by it, as before; none runs twice.
 func TestScheduleForAnotherInstancesPartition(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	ranOn := map[string][]string{} // ID -> the instances it ran on
-	hFor := func(name string) handoff.HandlerFunc {
-		return func(ctx context.Context, m *handoff.Message) error {
-			if strings.HasPrefix(m.ID, "later-") {
-				mu.Lock()
-				ranOn[m.ID] = append(ranOn[m.ID], name)
-				mu.Unlock()
-			}
-			return nil
-		}
-	}
-	rtA, _, stop := twoOwners(t, hFor, nil)
+	runs := newInstanceRuns("later-")
+	rtA, _, stop := twoOwners(t, runs.handler, nil)
 	mineA := int32(ownedPartitions(rtA)[0].Partition)
 	due := time.Now().Add(time.Second)
 	want := map[string]string{} // ID -> the instance that owns its partition
@@ -107,14 +132,9 @@ func TestScheduleForAnotherInstancesPartition(t *testing.T) {
 			want[id] = owner
 		}
 	}
-	waitFor(t, "every scheduled message run", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(ranOn) == len(want)
-	})
+	waitFor(t, "every scheduled message run", func() bool { n, _ := runs.ran(); return n == len(want) })
 	stop()
-	mu.Lock()
-	defer mu.Unlock()
+	_, ranOn := runs.ran()
 	for id, owner := range want {
 		if got := ranOn[id]; len(got) != 1 || got[0] != owner {
 			t.Errorf("%s ran on %v, want once, on %s", id, got, owner)
@@ -318,18 +338,8 @@ func TestCoverMovesCheckpoint(t *testing.T) {
 func TestScheduledAcrossRebalanceRunOnce(t *testing.T) {
 	t.Parallel()
 	const parts, n = 4, 16
-	var mu sync.Mutex
-	ranOn := map[string][]string{}
-	hFor := func(name string) handoff.HandlerFunc {
-		return func(ctx context.Context, m *handoff.Message) error {
-			if strings.HasPrefix(m.ID, "later-") {
-				mu.Lock()
-				ranOn[m.ID] = append(ranOn[m.ID], name)
-				mu.Unlock()
-			}
-			return nil
-		}
-	}
+	runs := newInstanceRuns("later-")
+	hFor := runs.handler
 	b := setup(t, parts, "orders")
 	rtA, waitA := b.instance("a", b.config(hFor("a"), nil))
 	waitFor(t, "a ready", rtA.Ready)
@@ -355,16 +365,11 @@ func TestScheduledAcrossRebalanceRunOnce(t *testing.T) {
 	if time.Now().After(due) {
 		t.Logf("the rebalance ended %s after the messages were due", time.Since(due))
 	}
-	waitFor(t, "every scheduled message run", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(ranOn) == n
-	})
+	waitFor(t, "every scheduled message run", func() bool { k, _ := runs.ran(); return k == n })
 	shutdownAndWait(t, rtC, waitC)
 	shutdownAndWait(t, rtB, waitB)
 	shutdownAndWait(t, rtA, waitA)
-	mu.Lock()
-	defer mu.Unlock()
+	_, ranOn := runs.ran()
 	for id, on := range ranOn {
 		if len(on) != 1 {
 			t.Errorf("%s ran %d times, on %v; want once", id, len(on), on)
