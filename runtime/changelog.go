@@ -91,11 +91,12 @@ type stateLog struct {
 	// metaNext is the meta topic's next offset to read (pausemeta.go):
 	// set by loadPauses, then moved by the follow's goroutine alone.
 	metaNext atomic.Int64
-	// pauseMu guards pauseAt, when each class's last pause or resume
-	// here, or applied here, was made (pausemeta.go); it orders
-	// Runtime.Pause and Resume with the follow's applies.
-	pauseMu sync.Mutex
-	pauseAt map[string]time.Time
+	// pauseMu guards pauseOff, the offset in the meta topic of each
+	// class's last pause or resume written by this instance
+	// (pausemeta.go); it orders Runtime.Pause and Resume with the
+	// follow's applies.
+	pauseMu  sync.Mutex
+	pauseOff map[string]int64
 }
 
 // on reports whether the changelog is in use: false with

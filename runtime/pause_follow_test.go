@@ -139,3 +139,28 @@ func TestPauseThenResumeStaysResumed(t *testing.T) {
 	shutdownAndWait(t, rtA, waitA)
 	shutdownAndWait(t, rtB, waitB)
 }
+
+// TestResumeRightAfterAnotherInstancesPause: a resume through a made
+// right after a pause through b, before a saw the pause, wins on both:
+// the topic's order decides, and a does not apply b's pause, which its
+// own resume follows.
+func TestResumeRightAfterAnotherInstancesPause(t *testing.T) {
+	t.Parallel()
+	noop := func(string) handoff.HandlerFunc { return func(context.Context, *handoff.Message) error { return nil } }
+	rtA, rtB, _ := twoOwners(t, noop, nil)
+	hold := func(rt *Runtime) string { return rt.Stats()[0].Hold.State }
+	ctx := context.Background()
+	fromA, fromB := rtA.clog.metaNext.Load(), rtB.clog.metaNext.Load()
+	if err := rtB.Pause(ctx, "orders", "b's"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rtA.Resume(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both instances following the pause and the resume", func() bool {
+		return rtA.clog.metaNext.Load() >= fromA+2 && rtB.clog.metaNext.Load() >= fromB+2
+	})
+	if hold(rtA) != HoldRunning || hold(rtB) != HoldRunning {
+		t.Errorf("after b's pause and then a's resume: a %s, b %s; want both running", hold(rtA), hold(rtB))
+	}
+}

@@ -20,16 +20,20 @@ import (
 // class paused through one instance's admin API is paused on all of them
 // within about a second, and a resume through another resumes it.
 //
-// Each record says when it was made; an instance applies a record only
-// if it was made after the class's last pause or resume made or applied
-// there (last writer wins, by the records' clocks).
+// While running, the topic's order is the truth: the follow applies the
+// records in offset order, except a class's records at or before this
+// instance's own last write for the class (its own, and those it
+// superseded). Pause and Resume hold the class's pause lock across the
+// change here and the write, so the follow never applies an older record
+// over a change whose write is on its way.
 //
-// A resume is a record too, with its time (not a tombstone), so that the
-// newer of a resume in the topic and a pause kept only in a file wins: a
+// A resume is a record too, with its time (not a tombstone), so that at
+// a start the newer of a resume in the topic and a pause kept only in
+// the file wins, by their clocks (the file's pause has no offset): a
 // pause an instance's file keeps, from before a resume made elsewhere
-// while it was down, is lifted at its start; one made since (the CLI's
-// offline pause, or a pause whose meta write failed) is kept, and
-// written to the topic for the others.
+// while it was down, is lifted; one made since (the CLI's offline pause,
+// or a pause whose meta write failed) is kept, and written to the topic
+// for the others.
 
 // pauseKey is the meta topic's key of class's pause.
 func pauseKey(class string) []byte { return []byte("pause/" + class) }
@@ -78,9 +82,9 @@ func decodePause(k, v []byte) (string, metaPause, bool, error) {
 }
 
 // putPause keeps class's pause in the meta topic, or (p nil) its resume,
-// made at at. It blocks until the broker acknowledged it, at most
-// ChangelogTimeout.
-func (l *stateLog) putPause(ctx context.Context, class string, p *snapshot.Pause, at time.Time) error {
+// made at at, and returns the record's offset. It blocks until the
+// broker acknowledged it, at most ChangelogTimeout.
+func (l *stateLog) putPause(ctx context.Context, class string, p *snapshot.Pause, at time.Time) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	pv := pauseValue{Resumed: at}
@@ -89,7 +93,7 @@ func (l *stateLog) putPause(ctx context.Context, class string, p *snapshot.Pause
 	}
 	v, err := json.Marshal(pv)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	return l.client.WriteMeta(ctx, pauseKey(class), v)
 }
@@ -107,7 +111,7 @@ func (l *stateLog) readPauses(ctx context.Context, from int64) ([]namedPause, in
 				continue
 			}
 			if ok {
-				out = append(out, namedPause{class, mp})
+				out = append(out, namedPause{class, r.Offset, mp})
 			}
 		}
 		return nil
@@ -115,9 +119,10 @@ func (l *stateLog) readPauses(ctx context.Context, from int64) ([]namedPause, in
 	return out, next, err
 }
 
-// namedPause is a pause record of a class.
+// namedPause is a pause record of a class, at offset in the meta topic.
 type namedPause struct {
-	class string
+	class  string
+	offset int64
 	metaPause
 }
 
@@ -169,45 +174,32 @@ func (l *stateLog) loadPauses(ctx context.Context, classes map[string]*class) er
 		switch {
 		case mp.pause != nil && !paused:
 			c.hold.RestorePause(*mp.pause, false)
-			l.pauseMade(c.cfg.Name, mp.at)
-		case mp.pause != nil:
-			l.pauseMade(c.cfg.Name, latest(mp.at, local.Since))
-		case paused && mp.at.After(local.Since):
+		case mp.pause == nil && paused && mp.at.After(local.Since):
 			if err := c.hold.Resume(store); err != nil {
 				return err
 			}
-			l.pauseMade(c.cfg.Name, mp.at)
 			l.log.Warn("class's pause in the state file lifted: the class was resumed through another instance since",
 				"class", c.cfg.Name, "paused_since", local.Since, "resumed", mp.at)
-		case paused:
-			l.pauseMade(c.cfg.Name, local.Since)
+		case mp.pause == nil && paused:
 			l.publishPause(ctx, c, local)
-		default:
-			l.pauseMade(c.cfg.Name, mp.at)
 		}
 	}
 	for _, c := range classes {
 		if p, paused := c.hold.Paused(); paused && !seen[c] {
-			l.pauseMade(c.cfg.Name, p.Since)
 			l.publishPause(ctx, c, p)
 		}
 	}
 	return nil
 }
 
-// latest returns the later of a and b.
-func latest(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
 // publishPause writes class c's pause, kept only in this instance's
 // file, to the meta topic for the other instances. A failure is logged:
 // the class stays paused here.
 func (l *stateLog) publishPause(ctx context.Context, c *class, p snapshot.Pause) {
-	if err := l.putPause(ctx, c.cfg.Name, &p, p.Since); err != nil {
+	_, err := l.pauseLocal(c.cfg.Name, func() error { return nil }, func(at time.Time) (int64, error) {
+		return l.putPause(ctx, c.cfg.Name, &p, p.Since)
+	})
+	if err != nil {
 		l.log.Warn("class's pause, kept in the state file, not written to the changelog's meta topic; it holds on this instance only",
 			"class", c.cfg.Name, "err", err)
 		return
@@ -216,44 +208,40 @@ func (l *stateLog) publishPause(ctx context.Context, c *class, p snapshot.Pause)
 		"since", p.Since, "reason", p.Reason)
 }
 
-// pauseMade notes that class's last pause or resume, here or read from
-// the meta topic, was made at at: the follow applies only records made
-// later (last writer wins, by the time each record says).
-func (l *stateLog) pauseMade(class string, at time.Time) {
-	l.pauseMu.Lock()
-	defer l.pauseMu.Unlock()
-	if l.pauseAt == nil {
-		l.pauseAt = map[string]time.Time{}
-	}
-	if at.After(l.pauseAt[class]) {
-		l.pauseAt[class] = at
-	}
-}
-
-// pauseLocal runs act, Runtime.Pause's or Resume's change of class's
-// hold, and notes it made now; it returns when, for the meta topic's
-// record. The follow does not apply a record of the class meanwhile.
-func (l *stateLog) pauseLocal(class string, act func() error) (time.Time, error) {
+// pauseLocal runs act, a change of class's hold here (Runtime.Pause's or
+// Resume's), then write, its record in the meta topic, made at the time
+// it passes, under the class's pause lock, and notes the record's offset
+// as this instance's last write for the class: the follow applies none
+// of the class's records at or before it, and none meanwhile. It returns
+// act's error, or write's wrapped in errMetaWrite (the change here stays).
+func (l *stateLog) pauseLocal(class string, act func() error, write func(at time.Time) (int64, error)) (time.Time, error) {
 	l.pauseMu.Lock()
 	defer l.pauseMu.Unlock()
 	at := time.Now()
 	if err := act(); err != nil {
 		return at, err
 	}
-	if l.pauseAt == nil {
-		l.pauseAt = map[string]time.Time{}
+	off, err := write(at)
+	if err != nil {
+		return at, fmt.Errorf("%w: %w", errMetaWrite, err)
 	}
-	l.pauseAt[class] = latest(at, l.pauseAt[class])
+	if l.pauseOff == nil {
+		l.pauseOff = map[string]int64{}
+	}
+	l.pauseOff[class] = max(off, l.pauseOff[class])
 	return at, nil
 }
 
+// errMetaWrite marks a pause or resume made here whose meta topic write
+// failed.
+var errMetaWrite = errors.New("not written to the changelog's meta topic")
+
 // followPauses applies the pauses and resumes written to the meta topic
-// since the last look, in order, each only if it was made after the
-// class's last pause or resume this instance made or applied (so this
-// instance's own records, and records older than its own last action,
-// change nothing): a pause pauses the class here (kept in the state file
-// too), a resume resumes it. A tombstone, an earlier build's resume, is
-// passed over. Only the follow's goroutine calls it, after loadPauses.
+// since the last look, in offset order, but none of a class at or before
+// this instance's own last write for it: a pause pauses the class here
+// (kept in the state file too), a resume resumes it. A tombstone, an
+// earlier build's resume, is passed over. Only the follow's goroutine
+// calls it, after loadPauses.
 func (l *stateLog) followPauses(ctx context.Context, classes map[string]*class) error {
 	rctx, cancel := context.WithTimeout(ctx, l.timeout)
 	recs, next, err := l.readPauses(rctx, l.metaNext.Load())
@@ -274,9 +262,8 @@ func (l *stateLog) followPauses(ctx context.Context, classes map[string]*class) 
 			if c == nil || r.at.IsZero() {
 				continue
 			}
-			// A failed apply reads the records again at the next look;
-			// those applied already are not newer then.
-			if err := l.applyPause(store, c, r.metaPause); err != nil {
+			// A failed apply reads the records again at the next look.
+			if err := l.applyPause(store, c, r); err != nil {
 				return err
 			}
 		}
@@ -285,28 +272,23 @@ func (l *stateLog) followPauses(ctx context.Context, classes map[string]*class) 
 	return nil
 }
 
-// applyPause applies mp to class c if it was made after c's last pause
-// or resume here.
-func (l *stateLog) applyPause(store *snapshot.Store, c *class, mp metaPause) error {
+// applyPause applies r to class c unless it is at or before this
+// instance's own last write for c.
+func (l *stateLog) applyPause(store *snapshot.Store, c *class, r namedPause) error {
 	l.pauseMu.Lock()
 	defer l.pauseMu.Unlock()
-	name := c.cfg.Name
-	if !mp.at.After(l.pauseAt[name]) {
+	if own, ok := l.pauseOff[c.cfg.Name]; ok && r.offset <= own {
 		return nil
 	}
-	if l.pauseAt == nil {
-		l.pauseAt = map[string]time.Time{}
-	}
-	l.pauseAt[name] = mp.at
 	_, paused := c.hold.Paused()
 	switch {
-	case mp.pause != nil && !paused:
-		return c.hold.PauseFrom(store, *mp.pause)
-	case mp.pause == nil && paused:
+	case r.pause != nil && !paused:
+		return c.hold.PauseFrom(store, *r.pause)
+	case r.pause == nil && paused:
 		if err := c.hold.Resume(store); err != nil {
 			return err
 		}
-		l.log.Warn("class resumed through another instance of the group", "class", name)
+		l.log.Warn("class resumed through another instance of the group", "class", c.cfg.Name)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -163,18 +164,14 @@ func (r *Runtime) Pause(ctx context.Context, class, reason string) error {
 	if !r.clog.on() {
 		return c.hold.Pause(store, reason)
 	}
-	at, err := r.clog.pauseLocal(class, func() error { return c.hold.Pause(store, reason) })
-	if err != nil {
-		return err
-	}
-	p := snapshot.Pause{Reason: reason, Since: at}
-	if st, ok := c.hold.Paused(); ok {
-		p = st
-	}
-	if err := r.clog.putPause(ctx, class, &p, at); err != nil {
+	_, err = r.clog.pauseLocal(class, func() error { return c.hold.Pause(store, reason) }, func(at time.Time) (int64, error) {
+		p, _ := c.hold.Paused()
+		return r.clog.putPause(ctx, class, &p, at)
+	})
+	if errors.Is(err, errMetaWrite) {
 		return fmt.Errorf("runtime: pause class %q: paused here, but not kept for the other instances: %w", class, err)
 	}
-	return nil
+	return err
 }
 
 // Resume ends a pause of class, or a suspension (the operator knows the
@@ -192,14 +189,13 @@ func (r *Runtime) Resume(ctx context.Context, class string) error {
 	if !r.clog.on() {
 		return c.hold.Resume(store)
 	}
-	at, err := r.clog.pauseLocal(class, func() error { return c.hold.Resume(store) })
-	if err != nil {
-		return err
-	}
-	if err := r.clog.putPause(ctx, class, nil, at); err != nil {
+	_, err = r.clog.pauseLocal(class, func() error { return c.hold.Resume(store) }, func(at time.Time) (int64, error) {
+		return r.clog.putPause(ctx, class, nil, at)
+	})
+	if errors.Is(err, errMetaWrite) {
 		return fmt.Errorf("runtime: resume class %q: resumed here, but the pause is still kept for the other instances: %w", class, err)
 	}
-	return nil
+	return err
 }
 
 // holdTarget returns the class named name and the open state file, for

@@ -103,10 +103,14 @@ func (c *Client) send(recs []*Out, topic func(*Out) string) func(ctx context.Con
 // errClosed is the failure of records queued when the Client closed.
 var errClosed = errors.New("changelog: client closed")
 
-// WriteMeta writes value under key to the meta topic and waits for the
-// acknowledgement, as [Client.Send]'s wait does. A nil value is a
-// tombstone. It may overlap Send: the meta topic is apart.
-func (c *Client) WriteMeta(ctx context.Context, key, value []byte) error {
+// WriteMeta writes value under key to the meta topic, waits for the
+// acknowledgement as [Client.Send]'s wait does, and returns the record's
+// offset. A nil value is a tombstone. It may overlap Send: the meta topic
+// is apart.
+func (c *Client) WriteMeta(ctx context.Context, key, value []byte) (int64, error) {
 	o := &Out{Key: key, Value: value}
-	return c.send([]*Out{o}, func(*Out) string { return c.MetaTopic() })(ctx)
+	if err := c.send([]*Out{o}, func(*Out) string { return c.MetaTopic() })(ctx); err != nil {
+		return 0, err
+	}
+	return o.Offset, nil
 }

@@ -173,13 +173,17 @@ func TestMeta(t *testing.T) {
 	if m, err := cl.ReadMeta(ctx); err != nil || len(m) != 0 {
 		t.Fatalf("empty meta: %v, %v", m, err)
 	}
-	for _, kv := range [][2]string{{"a", "1"}, {"b", "2"}, {"a", ""}, {"c", "3"}, {"b", "22"}} {
+	for i, kv := range [][2]string{{"a", "1"}, {"b", "2"}, {"a", ""}, {"c", "3"}, {"b", "22"}} {
 		var v []byte
 		if kv[1] != "" {
 			v = []byte(kv[1])
 		}
-		if err := cl.WriteMeta(ctx, []byte(kv[0]), v); err != nil {
+		off, err := cl.WriteMeta(ctx, []byte(kv[0]), v)
+		if err != nil {
 			t.Fatal(err)
+		}
+		if off != int64(i) {
+			t.Errorf("write %d of the meta topic at offset %d, want %d", i, off, i)
 		}
 	}
 	m, err := cl.ReadMeta(ctx)
