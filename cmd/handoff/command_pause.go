@@ -27,7 +27,9 @@ start of the service comes back with the class paused (it takes and starts
 no messages; those it holds keep their place) until it is resumed through
 the admin API (POST /api/classes/CLASS/resume) or 'handoff resume'. A
 running service holds the file's lock: pause it through its admin API
-(POST /api/classes/CLASS/pause) instead.
+(POST /api/classes/CLASS/pause) instead. With the state changelog (the
+default), that start also writes the pause to the group's meta topic, so
+every instance of the group pauses the class.
 
 The class must be one the file has seen: one its service was configured
 with when it last ran on it (the runtime records its classes in the file),
@@ -129,7 +131,10 @@ func newResumeCmd() *cobra.Command {
 		Long: `Resume removes the pause of class CLASS from the state file STATE: the next
 start runs the class. A class that is not paused is left as it is. A running
 service holds the file's lock: resume the class through its admin API
-(POST /api/classes/CLASS/resume) instead.`,
+(POST /api/classes/CLASS/resume) instead. With the state changelog (the
+default), a pause made through the admin API is kept in the group's meta
+topic too, and the next start pauses the class again from there: resume
+it through the admin API of any running instance.`,
 		Args: stateArgs(1, 1, "CLASS"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			if err := sf.validate(); err != nil {
