@@ -244,8 +244,12 @@ var errMetaWrite = errors.New("not written to the changelog's meta topic")
 // calls it, after loadPauses.
 func (l *stateLog) followPauses(ctx context.Context, classes map[string]*class) error {
 	rctx, cancel := context.WithTimeout(ctx, l.timeout)
-	recs, next, err := l.readPauses(rctx, l.metaNext.Load())
-	cancel()
+	defer cancel()
+	from := l.metaNext.Load()
+	if end, err := l.client.MetaEnd(rctx); err != nil || end == from {
+		return err // nothing new (one request), or the read below would fail too
+	}
+	recs, next, err := l.readPauses(rctx, from)
 	if err != nil {
 		if errors.Is(err, changelog.ErrBeyondEnd) {
 			l.metaNext.Store(0) // the topic was made again: read it whole

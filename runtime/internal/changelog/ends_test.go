@@ -58,3 +58,24 @@ func TestEnds(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestMetaEnd: the meta topic's end offset, one request, after each
+// write.
+func TestMetaEnd(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	cl := newClient(t, c, nil)
+	ctx := timeout(t)
+	if err := cl.Ensure(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range int64(3) {
+		end, err := cl.MetaEnd(ctx)
+		if err != nil || end != i {
+			t.Fatalf("MetaEnd after %d writes = %d, %v", i, end, err)
+		}
+		if _, err := cl.WriteMeta(ctx, []byte("k"), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -202,7 +202,21 @@ func (c *Client) bounds(ctx context.Context, topic string, p int32) (start, end 
 // partition has its end. It blocks until every leader answered or ctx
 // ended.
 func (c *Client) Ends(ctx context.Context, input string, parts []int32) (map[int32]int64, error) {
-	topic := c.Topic(input)
+	return c.ends(ctx, c.Topic(input), parts)
+}
+
+// MetaEnd returns the meta topic's end offset, with one ListOffsets
+// request to its leader.
+func (c *Client) MetaEnd(ctx context.Context) (int64, error) {
+	ends, err := c.ends(ctx, c.MetaTopic(), []int32{0})
+	if err != nil {
+		return 0, err
+	}
+	return ends[0], nil
+}
+
+// ends is Ends for changelog topic topic.
+func (c *Client) ends(ctx context.Context, topic string, parts []int32) (map[int32]int64, error) {
 	tm, err := c.meta(ctx, topic)
 	if err != nil {
 		return nil, fmt.Errorf("changelog: end offsets of %s: %w", topic, err)
