@@ -206,8 +206,16 @@ func (h *handling) result(c *class) func(*item, error) {
 			c.diverted.Add(1) // the pool counts it failed; see Stats
 			c.hold.Inconclusive(it)
 		default:
-			if !h.cfg.fail.save(c, it, err) && it.src == fromSubmit {
-				h.cfg.fail.keep(c, it, err) // it has no other copy
+			if !h.cfg.fail.save(c, it, err) {
+				switch it.src {
+				case fromSubmit:
+					h.cfg.fail.keep(c, it, err) // it has no other copy
+				case fromKafka:
+					// Unsettled, Kafka delivers it again, and nothing
+					// here will settle it: a revoke must not wait for
+					// it.
+					it.abandon()
+				}
 			}
 			if it.verdict == redeliverLater {
 				it.tellOutcome(OutcomeRedelivered, err, it.extOrZero().wait)

@@ -14,7 +14,8 @@ const (
 
 // unsaved keeps the submitted messages whose dead-letter or redelivery
 // write failed. A Kafka message in that case stays unsettled (Kafka
-// delivers it again) and a re-pushed, delayed, parked or requeued one
+// delivers it again), counted abandoned so that a revoke of its
+// partition does not wait for it, and a re-pushed, delayed, parked or requeued one
 // keeps its record, but a submitted one has no other copy: it is kept
 // here and its failure saved again, with backoff, until the write
 // succeeds or the stop's snapshot, which saves what is still kept to
