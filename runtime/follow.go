@@ -126,8 +126,7 @@ func (rs *restorer) followOnce(ctx context.Context) {
 // has grown past the checkpoint.
 func (rs *restorer) followPartition(ctx context.Context, p kclient.Partition, end int64) {
 	l := rs.clog
-	cp, ok := l.checkpointOf(p)
-	if !ok || end <= cp.next {
+	if from, ok := l.checkpointOf(p); !ok || end <= from {
 		return
 	}
 	// wctx ends with the run's feeds, or when p is revoked meanwhile.
@@ -135,8 +134,7 @@ func (rs *restorer) followPartition(ctx context.Context, p kclient.Partition, en
 	defer cancel()
 	unlock := rs.locks.lock(p, cancel)
 	defer unlock()
-	cp, ok = l.checkpointOf(p)
-	from := cp.next
+	from, ok := l.checkpointOf(p)
 	if !ok || end <= from {
 		return // revoked meanwhile, or written by this instance and acknowledged
 	}
@@ -180,21 +178,18 @@ func (rs *restorer) followPartition(ctx context.Context, p kclient.Partition, en
 // looks at the delayed ones. Parked records wait behind their key's
 // blocker, as they did where they were written.
 func (rs *restorer) putToWork(ctx context.Context, applied snapshot.Applied, rep *Report) {
-	block := func(rec snapshot.Record) {
-		if c := rs.classes[rec.Message.Class]; c != nil && c.cfg.Ordered {
-			c.keys.block(&item{m: rec.Message})
-		}
-	}
+	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.orphan,
+		orphans: &orphans{}, log: rs.log, hold: rs.clog.hold, unhold: rs.clog.unhold}
 	var pending []snapshot.Entry
 	err := rs.state.store.View(func(tx *snapshot.Tx) error {
 		for _, k := range applied.Dead {
 			if rec, ok, err := tx.GetDead(k); ok && err == nil {
-				block(rec)
+				v.blockKey(rec)
 			}
 		}
 		for _, k := range applied.Delayed {
 			if rec, ok, err := tx.GetDelayed(k); ok && err == nil && rec.Reason == reasonRedelivery {
-				block(rec)
+				v.blockKey(rec)
 			}
 		}
 		for _, k := range applied.Pending {
@@ -209,8 +204,6 @@ func (rs *restorer) putToWork(ctx context.Context, applied snapshot.Applied, rep
 		rs.log.Error("records applied from the changelog not read back; they wait for the partition's next restore", "err", err)
 		return
 	}
-	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.orphan,
-		orphans: &orphans{}, log: rs.log, hold: rs.clog.hold, unhold: rs.clog.unhold}
 	v.orphans.collect()
 	defer v.orphans.flush(rs.log)
 	for i := range pending {
@@ -231,15 +224,15 @@ type foreign struct {
 	next int64
 }
 
-// checkpointOf returns p's checkpoint, if p is owned.
-func (l *stateLog) checkpointOf(p kclient.Partition) (checkpoint, bool) {
+// checkpointOf returns where p's checkpoint is, if p is owned.
+func (l *stateLog) checkpointOf(p kclient.Partition) (int64, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	cp := l.ckpt[p]
 	if cp == nil || !l.owned[p] {
-		return checkpoint{}, false
+		return 0, false
 	}
-	return checkpoint{next: cp.next}, true
+	return cp.next, true
 }
 
 // readForeign reads p's changelog from offset from up to its end,

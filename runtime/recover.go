@@ -226,13 +226,7 @@ const restorePage = 1000
 // blockSaved blocks the keys of ordered classes' dead letters and of
 // their messages waiting for a redelivery.
 func (v *recovery) blockSaved(rep *Report) error {
-	block := func(rec snapshot.Record) {
-		c := v.classes[rec.Message.Class]
-		if c == nil || !c.cfg.Ordered || !v.wants(&rec) {
-			return
-		}
-		c.keys.block(&item{m: rec.Message})
-	}
+	block := v.blockKey
 	for after := uint64(0); ; {
 		var page []snapshot.Entry
 		var next uint64
@@ -265,6 +259,17 @@ func (v *recovery) blockSaved(rep *Report) error {
 		}
 		after = page[len(page)-1].Key
 	}
+}
+
+// blockKey blocks the key of rec, a dead letter or a message waiting
+// for its redelivery, if its class is ordered and the recovery restores
+// it.
+func (v *recovery) blockKey(rec snapshot.Record) {
+	c := v.classes[rec.Message.Class]
+	if c == nil || !c.cfg.Ordered || !v.wants(&rec) {
+		return
+	}
+	c.keys.block(&item{m: rec.Message})
 }
 
 // quarantineListed moves the undecodable records a listing's err

@@ -29,7 +29,7 @@
 // its metadata, creation and config requests, or ctx ends.
 // [Client.Send] only queues; the wait func it returns blocks until
 // every record is acknowledged, [Config.Timeout] passed, or its ctx
-// ended. [Client.Read] and [Client.ReadMeta] block until they reached
+// ended. [Client.Read] and [Client.ReadMetaFrom] block until they reached
 // the end offset they found at their start, fn failed, or ctx ended.
 // [Client.WriteMeta] blocks as a Send and its wait. [Client.Close]
 // fails what is queued and does not wait for any broker.

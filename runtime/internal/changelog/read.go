@@ -51,26 +51,6 @@ func (c *Client) Read(ctx context.Context, input string, p int32, from int64, fn
 	return c.read(ctx, c.Topic(input), p, from, fn)
 }
 
-// ReadMeta reads the meta topic whole: the last value of each key, no
-// key whose last record is a tombstone. It blocks as Read does.
-func (c *Client) ReadMeta(ctx context.Context) (map[string][]byte, error) {
-	m := map[string][]byte{}
-	_, err := c.read(ctx, c.MetaTopic(), 0, 0, func(rs []Rec) error {
-		for _, r := range rs {
-			if r.Value == nil {
-				delete(m, string(r.Key))
-			} else {
-				m[string(r.Key)] = r.Value
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return m, nil
-}
-
 // ReadMetaFrom reads the meta topic from offset from up to its end
 // offset, calling fn with the records of each fetch as [Client.Read]
 // does, and returns the next offset to read. It blocks as Read does.
@@ -198,8 +178,8 @@ func (c *Client) bounds(ctx context.Context, topic string, p int32) (start, end 
 // changelog, with one ListOffsets request to each partition's leader
 // for all of that leader's partitions. A partition whose leader did not
 // answer, or answered with an error, is left out of the map; the error
-// returned names the first such failure, and is nil when every
-// partition has its end. It blocks until every leader answered or ctx
+// returned joins every such failure, and is nil when every partition
+// has its end. It blocks until every leader answered or ctx
 // ended.
 func (c *Client) Ends(ctx context.Context, input string, parts []int32) (map[int32]int64, error) {
 	return c.ends(ctx, c.Topic(input), parts)
