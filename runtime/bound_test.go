@@ -59,6 +59,9 @@ func testStopBoundedWhenBrokerHangs(t *testing.T, local bool) {
 	// Something to save: a handler past the half is running (the rest of
 	// the records may still be on their way when the half is reached).
 	waitFor(t, "a handler past the half", func() bool { return blocked.Load() > 0 })
+	// An eager session (kafka-go) starts fetching its partitions just
+	// before it publishes its generation.
+	waitFor(t, "the generation", func() bool { return rt.kafka.gen.Load() != nil })
 	// From now on the broker reads requests and never answers.
 	b.broker.Cluster().Control(func(kmsg.Request) (kmsg.Response, error, bool) {
 		b.broker.Cluster().KeepControl()
