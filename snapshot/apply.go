@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 )
 
 // ChangelogRecord is one record read from a changelog partition.
@@ -17,6 +18,12 @@ type ChangelogRecord struct {
 	Key []byte
 	// Value is the stored record; nil for a tombstone.
 	Value []byte
+	// Writer is the ID of the file that wrote the record when the
+	// changelog says it ([Change].Writer, a record header: an update or
+	// delete of a restored record, under the key of the file that
+	// created it); nil when it does not: the key's file wrote it, or
+	// another file with a version that did not say so.
+	Writer []byte
 }
 
 // Applied says what [Tx.ApplyChangelog] changed.
@@ -40,6 +47,17 @@ type Applied struct {
 type finalRecord struct {
 	rec *ChangelogRecord
 	ck  ChangelogKey // Local aliases rec.Key
+	// Of a put: when its record was saved, and the input message it
+	// holds (origin partition -1: none, a submitted or scheduled one).
+	savedAt    time.Time
+	originPart int
+	originOff  int64
+	origin     string // the origin topic
+}
+
+// writtenBy reports whether the changelog says file id wrote f.
+func (f *finalRecord) writtenBy(id *[16]byte) bool {
+	return len(f.rec.Writer) == 16 && [16]byte(f.rec.Writer) == *id
 }
 
 // insert is a record ApplyChangelog inserts under a fresh local key.
@@ -47,9 +65,9 @@ type insert struct {
 	f     *finalRecord
 	local []byte // its new local key
 	val   []byte // a copy of the value
-	// parked only: the prefix of its (class, key), its original
-	// sequence and the offset of the first insert of its file in its
-	// (class, key).
+	// pending, dead and parked: the prefix of its (class, key) (parked
+	// only), its original sequence and the offset of the first insert of
+	// its file in its (class, key).
 	prefix   []byte
 	seq      uint64
 	fileRank int64
@@ -63,27 +81,42 @@ type insert struct {
 // checkpoint moves with them.
 //
 // Per changelog key only its last record in recs counts, so the result
-// does not depend on whether the earlier ones were compacted away. Then:
+// does not depend on whether the earlier ones were compacted away. A
+// changelog key is a record's identity: the key of the file that created
+// it, which its updates keep wherever it was restored. Then:
 //
+//   - A record the changelog says this file wrote (its Writer) changes
+//     nothing: the file has it, or deleted it since.
 //   - A key of this file's own ID: a tombstone deletes the local record
 //     under its local key, if there is one (another owner finished it);
-//     a put changes nothing: the local record is newer or the same, and
-//     when there is none this file deleted it and its tombstone is on its
-//     way, so the record is not brought back.
+//     a put another file says it wrote (it restored the record and
+//     updated it) replaces the local record's value, keeping its local
+//     key; any other put changes nothing: the local record is newer or
+//     the same, and when there is none this file deleted it and its
+//     tombstone is on its way, so the record is not brought back.
 //   - A key of another file that a record of this file was restored from
 //     (mapped): a put replaces that record's value, a tombstone deletes
 //     it and its mapping.
 //   - A put of another file's key that is not mapped inserts a record
 //     under a fresh local key and maps it both ways: pending and dead
-//     letters take their bucket's next sequence numbers, in save order:
-//     by original sequence among the records of one file, files in the
-//     order of the offset of their first record in recs; a delayed record keeps its key (due time and
-//     ID), replacing a local delayed record of the same ID; a parked
-//     record takes the parked bucket's next sequence number under its
-//     (class, key), behind the local ones, in park order: by original
-//     sequence among the records of one file, files in the order of the
-//     offset of their first record of that (class, key). A tombstone of
-//     a key not mapped changes nothing.
+//     letters take their bucket's next sequence numbers, a parked record
+//     the parked bucket's next sequence number under its (class, key),
+//     behind the local ones; in both, in their order of origin (see
+//     sortSaveOrder): records of input messages of one partition by
+//     their offsets there, the others by original sequence among the
+//     records of one file, files in the order of the offset of their
+//     first record in recs, never by which file last updated them. A
+//     delayed record keeps its key (due time and ID). A tombstone of a
+//     key not mapped changes nothing.
+//   - One delayed record waits per message ID: of the records of an ID
+//     waiting here and put, the one saved first (its SavedAt, then its
+//     changelog key) stays; the others are deleted, and tombstoned in
+//     the changelog with the transaction's capture (with
+//     [Store.BatchLocal], sent by [Store.ResendUnsent]), so every
+//     instance keeps the same one. A local record that is not waiting
+//     ([Store.SetDelayedHandedOver]: its message is running or done) is
+//     replaced by a put saved after it (the ID was scheduled again) and
+//     outlives one saved before it (scheduled before the one that ran).
 //
 // A record whose key does not parse or whose value does not decode is
 // skipped and reported in Bad; nothing of it is written. It returns an
@@ -126,17 +159,27 @@ func (tx *Tx) applyChangelog(recs []ChangelogRecord) (Applied, error) {
 	ins := make([]insert, 0, len(finals))
 	for i := range finals {
 		f := &finals[i]
+		if hasOwn && f.writtenBy(&own) {
+			continue
+		}
 		name, local := f.ck.Bucket, f.ck.Local
 		b, err := tx.bucket(name)
 		if err != nil {
 			return out, err
 		}
 		if hasOwn && f.ck.FileID == own {
-			if f.rec.Value == nil && b.Get(local) != nil {
+			switch {
+			case b.Get(local) == nil:
+			case f.rec.Value == nil:
 				if err := tx.deleteLocal(name, local); err != nil {
 					return out, err
 				}
 				out.Deleted++
+			case len(f.rec.Writer) == 16:
+				if err := b.Put(local, bytes.Clone(f.rec.Value)); err != nil {
+					return out, fmt.Errorf("put %s/%x: %w", name, local, err)
+				}
+				out.add(name, local)
 			}
 			continue
 		}
@@ -192,30 +235,39 @@ func (out *Applied) lastRecords(recs []ChangelogRecord) []finalRecord {
 			continue
 		}
 		ck, err := splitChangelogKey(r.Key)
+		f := finalRecord{rec: r, ck: ck, originPart: -1}
 		if err == nil && r.Value != nil {
-			err = checkRestored(ck, r.Value, in)
+			err = checkRestored(&f, in)
 		}
 		if err != nil {
 			out.Bad = append(out.Bad, &DecodeError{Bucket: bucketChangelog, Key: bytes.Clone(r.Key), Err: err})
 			continue
 		}
-		finals = append(finals, finalRecord{rec: r, ck: ck})
+		finals = append(finals, f)
 	}
 	slices.SortStableFunc(finals, func(a, b finalRecord) int { return cmp.Compare(a.rec.Offset, b.rec.Offset) })
 	return finals
 }
 
-// checkRestored checks that v decodes as a record that may be stored
-// under ck: a delayed record's ID must be its key's.
-func checkRestored(ck ChangelogKey, v []byte, in interner) error {
-	r, err := decodeOwned(v, in) // v is only read
-	if err == nil && ck.Bucket == BucketDelayed {
-		id, _ := splitDelayedKey(ck.Local)
+// checkRestored checks that f's value decodes as a record that may be
+// stored under its key (a delayed record's ID must be its key's), and
+// sets f's savedAt and origin.
+func checkRestored(f *finalRecord, in interner) error {
+	r, err := decodeOwned(f.rec.Value, in) // the value is only read
+	if err != nil {
+		return err
+	}
+	if f.ck.Bucket == BucketDelayed {
+		id, _ := splitDelayedKey(f.ck.Local)
 		if r.Message.ID != string(id) {
-			err = fmt.Errorf("%w: delayed record ID %q is not its key's", ErrCorrupt, r.Message.ID)
+			return fmt.Errorf("%w: delayed record ID %q is not its key's", ErrCorrupt, r.Message.ID)
 		}
 	}
-	return err
+	f.savedAt = r.SavedAt
+	if o := &r.Message.Origin; o.Topic != "" && o.Partition >= 0 {
+		f.origin, f.originPart, f.originOff = o.Topic, o.Partition, o.Offset
+	}
+	return nil
 }
 
 // copyValues gives every insert a copy of its value, cut from a few
@@ -285,7 +337,7 @@ func (tx *Tx) insertRestored(ins []insert, out *Applied) error {
 		done = append(done, got...)
 	}
 	if len(by[BucketDelayed]) > 0 {
-		got, err := tx.insertDelayed(by[BucketDelayed])
+		got, err := tx.insertDelayed(by[BucketDelayed], out)
 		if err != nil {
 			return err
 		}
@@ -305,9 +357,14 @@ func (tx *Tx) insertRestored(ins []insert, out *Applied) error {
 }
 
 // sortSaveOrder sorts ins, which are in offset order and whose prefix
-// and seq are set, into the order of their original sequence numbers
-// among the records of one file, files in the order of the offset of
-// their first record, by prefix first.
+// and seq are set, into their order of origin, by prefix first: by their
+// original sequence numbers among the records of one file, files in the
+// order of the offset of their first record; then the records of input
+// messages of one partition are put in the order of their offsets there,
+// in the places that order gave them. A key's input messages so come
+// back in the order they were read whichever files created or last
+// updated their records, and a submitted message keeps its place among
+// the records of the file that saved it.
 func sortSaveOrder(ins []insert) {
 	rank := map[string]int64{}
 	var rk []byte
@@ -332,6 +389,35 @@ func sortSaveOrder(ins []insert) {
 		}
 		return cmp.Compare(a.seq, b.seq)
 	})
+	// The places of the records of each (prefix, input partition).
+	type group struct {
+		at   []int
+		recs []insert
+	}
+	var groups map[string]*group
+	for i := range ins {
+		f := ins[i].f
+		if f.originPart < 0 {
+			continue
+		}
+		if groups == nil {
+			groups = map[string]*group{}
+		}
+		rk = fmt.Appendf(append(rk[:0], ins[i].prefix...), "\x00%s\x00%d", f.origin, f.originPart)
+		g := groups[string(rk)]
+		if g == nil {
+			g = &group{}
+			groups[string(rk)] = g
+		}
+		g.at = append(g.at, i)
+		g.recs = append(g.recs, ins[i])
+	}
+	for _, g := range groups {
+		slices.SortStableFunc(g.recs, func(a, b insert) int { return cmp.Compare(a.f.originOff, b.f.originOff) })
+		for n, i := range g.at {
+			ins[i] = g.recs[n]
+		}
+	}
 }
 
 // insertSeq puts ins under the next sequence numbers of bucket name, in
@@ -362,9 +448,11 @@ func (tx *Tx) insertSeq(name string, ins []insert) ([]insert, error) {
 	return ins, b.SetSequence(seq)
 }
 
-// insertDelayed puts ins under their own keys, the last of an ID
-// winning, each replacing the local record of its ID, and indexes them.
-func (tx *Tx) insertDelayed(ins []insert) ([]insert, error) {
+// insertDelayed puts ins under their own keys, one record per ID: of an
+// ID's records in ins and the local one, the one saved first (see
+// ApplyChangelog) stays and the others are deleted and tombstoned. It
+// indexes the records it puts.
+func (tx *Tx) insertDelayed(ins []insert, out *Applied) ([]insert, error) {
 	b, err := tx.bucket(BucketDelayed)
 	if err != nil {
 		return nil, err
@@ -373,35 +461,158 @@ func (tx *Tx) insertDelayed(ins []insert) ([]insert, error) {
 	if err != nil {
 		return nil, err
 	}
-	id := func(in insert) []byte { return in.f.ck.Local[8:] }
-	// By ID, the last (by offset) of an ID first; keep that one.
+	var handed func(DelayedKey) bool
+	if h := tx.s.handedOver.Load(); h != nil {
+		handed = *h
+	}
+	id := func(in *insert) []byte { return in.f.ck.Local[8:] }
+	// By ID, the first saved of an ID first.
 	slices.SortStableFunc(ins, func(a, b insert) int {
-		if c := bytes.Compare(id(a), id(b)); c != 0 {
+		if c := bytes.Compare(id(&a), id(&b)); c != 0 {
 			return c
 		}
-		return -cmp.Compare(a.f.rec.Offset, b.f.rec.Offset)
+		return savedFirst(a.f.savedAt, a.f.rec.Key, b.f.savedAt, b.f.rec.Key)
 	})
-	ins = slices.CompactFunc(ins, func(a, b insert) bool { return bytes.Equal(id(a), id(b)) })
-	for i := range ins {
-		ins[i].local = ins[i].f.ck.Local
-		if old := ids.Get(id(ins[i])); old != nil {
-			if err := tx.deleteLocal(BucketDelayed, bytes.Clone(old)); err != nil {
+	var kept, lost []insert
+	for start := 0; start < len(ins); {
+		end := start + 1
+		for end < len(ins) && bytes.Equal(id(&ins[end]), id(&ins[start])) {
+			end++
+		}
+		group := ins[start:end]
+		start = end
+		old := ids.Get(id(&group[0]))
+		if old == nil {
+			kept, lost = append(kept, group[0]), append(lost, group[1:]...)
+			continue
+		}
+		oldKey := bytes.Clone(old)
+		local, err := tx.localDelayed(oldKey)
+		if err != nil {
+			return nil, err
+		}
+		if local == nil { // an index entry without its record: dropped
+			if err := tx.deleteLocal(BucketDelayed, oldKey); err != nil {
 				return nil, err
 			}
+			kept, lost = append(kept, group[0]), append(lost, group[1:]...)
+			continue
+		}
+		before := func(in *insert) bool {
+			return savedFirst(in.f.savedAt, in.f.rec.Key, local.savedAt, local.identity) < 0
+		}
+		if handed != nil && handed(DelayedKey(oldKey)) {
+			// Its message is running or done: the ID may be scheduled
+			// again; what was saved before it ran lost to it.
+			n := 0
+			for n < len(group) && before(&group[n]) {
+				n++
+			}
+			lost = append(lost, group[:n]...)
+			group = group[n:]
+			if len(group) == 0 {
+				continue
+			}
+		} else if !before(&group[0]) {
+			lost = append(lost, group...)
+			continue
+		}
+		if err := tx.displaceDelayed(oldKey, local.val); err != nil {
+			return nil, err
+		}
+		out.Deleted++
+		kept, lost = append(kept, group[0]), append(lost, group[1:]...)
+	}
+	for i := range lost {
+		if err := tx.tombstoneForeign(lost[i].f); err != nil {
+			return nil, err
 		}
 	}
-	for _, in := range ins { // in ID order
-		if err := ids.Put(bytes.Clone(id(in)), bytes.Clone(in.local)); err != nil {
-			return nil, fmt.Errorf("put %s/%x: %w", bucketDelayedIDs, id(in), err)
+	for i := range kept {
+		kept[i].local = kept[i].f.ck.Local
+	}
+	for _, in := range kept { // in ID order
+		if err := ids.Put(bytes.Clone(id(&in)), bytes.Clone(in.local)); err != nil {
+			return nil, fmt.Errorf("put %s/%x: %w", bucketDelayedIDs, id(&in), err)
 		}
 	}
-	slices.SortFunc(ins, func(a, b insert) int { return bytes.Compare(a.local, b.local) })
-	for _, in := range ins {
+	slices.SortFunc(kept, func(a, b insert) int { return bytes.Compare(a.local, b.local) })
+	for _, in := range kept {
 		if err := b.Put(bytes.Clone(in.local), in.val); err != nil {
 			return nil, fmt.Errorf("put %s/%x: %w", BucketDelayed, in.local, err)
 		}
 	}
-	return ins, nil
+	return kept, nil
+}
+
+// savedFirst orders two records of one ID by when they were saved, then
+// by their changelog keys: the same order on every instance.
+func savedFirst(at time.Time, key []byte, bt time.Time, bkey []byte) int {
+	if c := at.Compare(bt); c != 0 {
+		return c
+	}
+	return bytes.Compare(key, bkey)
+}
+
+// localRecord is a local delayed record that a restored one of its ID
+// meets.
+type localRecord struct {
+	val      []byte // the stored value (the file's memory)
+	savedAt  time.Time
+	identity []byte // its changelog key
+}
+
+// localDelayed returns the delayed record under key; nil when there is
+// none. A record that does not decode counts as saved at the zero time:
+// it stays, as it would without the changelog.
+func (tx *Tx) localDelayed(key []byte) (*localRecord, error) {
+	b, err := tx.bucket(BucketDelayed)
+	if err != nil {
+		return nil, err
+	}
+	v := b.Get(key)
+	if v == nil {
+		return nil, nil
+	}
+	l := &localRecord{val: v}
+	if r, err := decodeOwned(v, nil); err == nil {
+		l.savedAt = r.SavedAt
+	}
+	ck, ok, err := tx.RecordIdentity(BucketDelayed, key)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		var fid [16]byte = ck.FileID
+		l.identity = appendChangelogKey(nil, &fid, bucketCode(BucketDelayed), ck.Local)
+	}
+	return l, nil
+}
+
+// displaceDelayed deletes the local delayed record under key, whose
+// stored value is val, tombstoning its changelog key with the
+// transaction's capture.
+func (tx *Tx) displaceDelayed(key, val []byte) error {
+	if tx.cap != nil {
+		if err := tx.capDelete(BucketDelayed, key, val); err != nil {
+			return err
+		}
+	}
+	return tx.deleteLocal(BucketDelayed, key)
+}
+
+// tombstoneForeign captures a tombstone of f's changelog key, another
+// file's, written by this file: the record f put is displaced.
+func (tx *Tx) tombstoneForeign(f *finalRecord) error {
+	c := tx.cap
+	if c == nil {
+		return nil
+	}
+	r, err := decodeRecord(f.rec.Value)
+	if err != nil {
+		return nil
+	}
+	return tx.capChange(c.key(nil, 0, f.rec.Key), nil, &r, c.st.fileID[:])
 }
 
 // insertParked parks ins behind the local records of their (class, key),
@@ -468,4 +679,19 @@ func (tx *Tx) mapRestored(ins []insert) error {
 		}
 	}
 	return nil
+}
+
+// SetDelayedHandedOver tells [Tx.ApplyChangelog] which local delayed
+// records are not waiting: handed reports whether key's message was
+// handed to its class (running, or done and its record not yet deleted),
+// so that a restored record of its ID saved after it, a schedule made
+// again, replaces it. handed is called inside write transactions: it
+// must be quick and must not use the Store. nil (the default) means
+// every local delayed record is waiting.
+func (s *Store) SetDelayedHandedOver(handed func(key DelayedKey) bool) {
+	if handed == nil {
+		s.handedOver.Store(nil)
+		return
+	}
+	s.handedOver.Store(&handed)
 }

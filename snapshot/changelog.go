@@ -168,6 +168,12 @@ type Change struct {
 	Key []byte
 	// Value is the stored record as written; nil for a tombstone.
 	Value []byte
+	// Writer is the ID of the file that wrote the change when Key is
+	// another file's (the record was restored here: its identity stays
+	// the key of the file that created it); nil when Key is the writer's
+	// own. The changelog carries it along (a record header), so that a
+	// reader tells its own writes from others' (see [ChangelogRecord]).
+	Writer []byte
 }
 
 // clState is a Store's changelog capture.
@@ -201,16 +207,24 @@ func (c *capture) reset() {
 }
 
 // key returns the changelog key of local in the bucket of code of the
-// file id, cut from a chunk shared with the other keys.
+// file id (id nil: a copy of local, a whole changelog key), cut from a
+// chunk shared with the other keys.
 func (c *capture) key(id *[16]byte, code byte, local []byte) []byte {
 	n := changelogKeyHeader + len(local)
+	if id == nil {
+		n = len(local)
+	}
 	if cap(c.buf)-len(c.buf) < n {
 		// Chunks double from 256 bytes to 64 KiB: a small transaction
 		// allocates little, a big one few chunks.
 		c.buf = make([]byte, 0, max(n, min(64<<10, max(256, 2*cap(c.buf)))))
 	}
 	start := len(c.buf)
-	c.buf = appendChangelogKey(c.buf, id, code, local)
+	if id == nil {
+		c.buf = append(c.buf, local...) // local is a whole changelog key
+	} else {
+		c.buf = appendChangelogKey(c.buf, id, code, local)
+	}
 	return c.buf[start:len(c.buf):len(c.buf)]
 }
 
@@ -319,15 +333,38 @@ func (s *Store) failedSend(changes []Change, werr error) error {
 	return &ChangelogError{Path: s.path, Err: errors.Join(werr, rerr)}
 }
 
+// How capPut treats a mapping of the local key (a restored record's).
+const (
+	// mapNone: the key is fresh, never mapped.
+	mapNone = iota
+	// mapKeep: an update of the record under local: the put goes under
+	// the mapped key, the record's identity, which stays mapped.
+	mapKeep
+	// mapDrop: a new record under a key a restored record left mapped:
+	// the mapping goes and the mapped key is tombstoned.
+	mapDrop
+)
+
 // capPut captures the put of val, the encoding of rec (nil: decode val),
-// under local in bucket name. With lookup, local may be a restored
-// record's: its mapping is removed and the mapped key tombstoned (re-key
-// on first update).
-func (tx *Tx) capPut(name string, local, val []byte, rec *Record, lookup bool) error {
+// under local in bucket name; mode says what a mapping of local means.
+// An update of a restored record (mapKeep) writes under its original
+// changelog key, so it keeps its identity and its place in its key's
+// order wherever it is restored next.
+func (tx *Tx) capPut(name string, local, val []byte, rec *Record, mode int) error {
 	c := tx.cap
 	code := bucketCode(name)
 	var mapped []byte
-	if lookup {
+	switch mode {
+	case mapKeep:
+		b, err := tx.bucket(bucketChangelogKeys)
+		if err != nil {
+			return err
+		}
+		if v := b.Get(mapKey(mapLocalPrefix, []byte{code}, local)); v != nil {
+			k := c.key(nil, 0, v)
+			return tx.capChange(k, val, rec, c.st.fileID[:])
+		}
+	case mapDrop:
 		var err error
 		if mapped, err = tx.unmap(code, local); err != nil {
 			return err
@@ -345,9 +382,30 @@ func (tx *Tx) capPut(name string, local, val []byte, rec *Record, lookup bool) e
 		return nil
 	}
 	if mapped != nil {
-		c.changes = append(c.changes, Change{Topic: topic, Partition: part, Key: mapped})
+		c.changes = append(c.changes, Change{Topic: topic, Partition: part, Key: mapped, Writer: c.st.fileID[:]})
 	}
 	c.changes = append(c.changes, Change{Topic: topic, Partition: part, Key: c.key(&c.st.fileID, code, local), Value: val})
+	return nil
+}
+
+// capChange captures a put of val (nil: a tombstone) under the changelog
+// key k, routed by rec (nil: decode val), written by writer (nil: k is
+// this file's own). A record that does not decode has no route: nothing
+// is captured.
+func (tx *Tx) capChange(k, val []byte, rec *Record, writer []byte) error {
+	c := tx.cap
+	if rec == nil {
+		r, err := decodeRecord(val)
+		if err != nil {
+			return nil
+		}
+		rec = &r
+	}
+	topic, part, ok := c.st.cl.Route(rec)
+	if !ok {
+		return nil
+	}
+	c.changes = append(c.changes, Change{Topic: topic, Partition: part, Key: k, Value: val, Writer: writer})
 	return nil
 }
 
@@ -374,11 +432,11 @@ func (tx *Tx) capDelete(name string, local, old []byte) error {
 	if err != nil || !ok {
 		return err
 	}
-	k := mapped
+	k, writer := mapped, c.st.fileID[:]
 	if k == nil {
-		k = c.key(&c.st.fileID, code, local)
+		k, writer = c.key(&c.st.fileID, code, local), nil
 	}
-	c.changes = append(c.changes, Change{Topic: topic, Partition: part, Key: k})
+	c.changes = append(c.changes, Change{Topic: topic, Partition: part, Key: k, Writer: writer})
 	return nil
 }
 
@@ -488,7 +546,9 @@ func parseUnsent(v []byte) (tombstone bool, topic string, partition int32, err e
 // record's current value; a put whose record is gone is skipped (its
 // delete was captured too). A tombstone of the file's own key whose
 // record exists again sends that record instead. An entry that does not
-// parse is cleared without being sent. It blocks as Update does, and
+// parse is cleared without being sent. A put of another file's key (an
+// update of a restored record) sends the record's current value, nothing
+// when it is gone. It blocks as Update does, and
 // while it waits; a failed wait is a [*ChangelogError] and clears
 // nothing. It fails when capture is off.
 func (s *Store) ResendUnsent() (int, error) {
@@ -504,6 +564,10 @@ func (s *Store) ResendUnsent() (int, error) {
 	s.sendMu.Lock()
 	err := s.view(func(tx *Tx) error {
 		c, err := tx.cursor(bucketChangelogUnsent)
+		if err != nil {
+			return err
+		}
+		keys, err := tx.bucket(bucketChangelogKeys)
 		if err != nil {
 			return err
 		}
@@ -531,8 +595,30 @@ func (s *Store) ResendUnsent() (int, error) {
 					continue
 				}
 			}
+			var writer []byte
+			if ck.FileID != st.fileID {
+				writer = st.fileID[:]
+				if !tomb {
+					// An update of a restored record, under its
+					// original key: send its current value.
+					if ref := keys.Get(mapKey(mapChangelogPrefix, k)); len(ref) > 1 && codeBucket(ref[0]) == ck.Bucket {
+						b, err := tx.bucket(ck.Bucket)
+						if err != nil {
+							return err
+						}
+						if cur := b.Get(ref[1:]); cur != nil {
+							if r, err := decodeRecord(cur); err == nil {
+								if topic, part, ok := st.cl.Route(&r); ok {
+									changes = append(changes, Change{Topic: topic, Partition: part, Key: bytes.Clone(k), Value: bytes.Clone(cur), Writer: writer})
+								}
+							}
+						}
+					}
+					continue
+				}
+			}
 			if tomb {
-				changes = append(changes, Change{Topic: topic, Partition: part, Key: bytes.Clone(k)})
+				changes = append(changes, Change{Topic: topic, Partition: part, Key: bytes.Clone(k), Writer: writer})
 			}
 		}
 		return nil
@@ -634,4 +720,33 @@ func (tx *Tx) Checkpoints() (map[string]map[int32]int64, error) {
 		out[topic][int32(p)] = int64(binary.BigEndian.Uint64(v))
 	}
 	return out, nil
+}
+
+// RecordIdentity returns the identity of the record under local in
+// bucket name ([BucketPending], [BucketDead], [BucketDelayed] or
+// [BucketParked]): the changelog key of the file that created it, parsed
+// (a restored record's original key, which its updates here keep; else
+// this file's own ID, the bucket and local). Every instance holding the
+// record, and the changelog, know it by that key. ok is false when the
+// record is not a restored one and the file has no changelog ID
+// ([Store.SetChangelog] never ran on it). It does not check that a
+// record exists under local.
+func (tx *Tx) RecordIdentity(name string, local []byte) (id ChangelogKey, ok bool, err error) {
+	code := bucketCode(name)
+	if code == 0 {
+		return ChangelogKey{}, false, fmt.Errorf("snapshot: identity of %s/%x: bucket %q has no changelog", name, local, name)
+	}
+	b, err := tx.bucket(bucketChangelogKeys)
+	if err != nil {
+		return ChangelogKey{}, false, tx.errorf(err, "read the identity of %s/%x", name, local)
+	}
+	if v := b.Get(mapKey(mapLocalPrefix, []byte{code}, local)); v != nil {
+		id, err := ParseChangelogKey(v)
+		return id, err == nil, tx.errorf(err, "read the identity of %s/%x", name, local)
+	}
+	fid, ok, err := tx.fileID()
+	if err != nil || !ok {
+		return ChangelogKey{}, false, tx.errorf(err, "read the identity of %s/%x", name, local)
+	}
+	return ChangelogKey{FileID: fid, Bucket: name, Local: slices.Clone(local)}, true, nil
 }

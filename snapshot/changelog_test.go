@@ -529,7 +529,7 @@ func TestUpdateLocalAndResend(t *testing.T) {
 func changesToRecords(cs []Change, off int64) []ChangelogRecord {
 	out := make([]ChangelogRecord, len(cs))
 	for i, c := range cs {
-		out[i] = ChangelogRecord{Offset: off + int64(i), Key: c.Key, Value: c.Value}
+		out[i] = ChangelogRecord{Offset: off + int64(i), Key: c.Key, Value: c.Value, Writer: c.Writer}
 	}
 	return out
 }
@@ -633,7 +633,8 @@ func TestRoundTrip(t *testing.T) {
 		return nil
 	})
 	// B deletes the restored pending record: a tombstone of A's key.
-	// B replaces the dead letter: B's own key and a tombstone of A's.
+	// B replaces the dead letter: a put under A's key, the record's
+	// identity, saying B wrote it.
 	err = b.Update(func(tx *Tx) error {
 		if err := tx.DeletePending(2); err != nil {
 			return err
@@ -646,21 +647,32 @@ func TestRoundTrip(t *testing.T) {
 	gotC := describe(t, recB.all())
 	want := []change{
 		{BucketPending, idA, string(key8(1)), true},
-		{BucketDead, idA, string(key8(1)), true},
-		{BucketDead, idB, string(key8(1)), false},
+		{BucketDead, idA, string(key8(1)), false},
 	}
 	if !slices.Equal(gotC, want) {
 		t.Fatalf("B's changes\n got %+v\nwant %+v", gotC, want)
 	}
-	// The re-keyed dead letter is no longer mapped: A's late put of its
-	// old key inserts nothing over it... it is a new record of A's, but a
-	// late tombstone of A's key deletes nothing.
-	recs := []ChangelogRecord{{Offset: 200, Key: recA.all()[2].Key}}
-	if got := applyAll(t, b.Store, recs, 201); got.Deleted != 0 {
-		t.Fatalf("late tombstone deleted %d", got.Deleted)
+	for _, c := range recB.all() {
+		if !bytes.Equal(c.Writer, idB[:]) {
+			t.Fatalf("change %x: writer %x, want B's %x", c.Key, c.Writer, idB)
+		}
+	}
+	// The updated dead letter keeps its mapping: B reading its own put
+	// back changes nothing, A's late tombstone of the key (A finished or
+	// moved the message) deletes it.
+	put := recB.all()[1]
+	if got := applyAll(t, b.Store, []ChangelogRecord{{Offset: 150, Key: put.Key, Value: put.Value, Writer: put.Writer}}, 151); got.Deleted != 0 || len(got.Dead) != 0 {
+		t.Fatalf("B's own put applied: %+v", got)
 	}
 	if r, ok, _ := b.getDead(1); !ok || r.Message.ID != clRecord(7, 0).Message.ID {
-		t.Fatal("re-keyed dead letter lost")
+		t.Fatal("updated dead letter lost")
+	}
+	recs := []ChangelogRecord{{Offset: 200, Key: recA.all()[2].Key}}
+	if got := applyAll(t, b.Store, recs, 201); got.Deleted != 1 {
+		t.Fatalf("late tombstone deleted %d", got.Deleted)
+	}
+	if _, ok, _ := b.getDead(1); ok {
+		t.Fatal("the dead letter A's tombstone names is still here")
 	}
 	// A tombstone of a mapped key deletes the restored record.
 	delayedKeyA := recA.all()[3].Key
@@ -739,33 +751,90 @@ func TestApplyParkedOrder(t *testing.T) {
 	}
 }
 
+// TestApplyDelayedIDCollision: a restored delayed record meets a local
+// one of its ID. The one saved first stays, the other is deleted and
+// tombstoned in the changelog; a local record whose message is running
+// or done (handed over) gives way to a schedule saved after it only.
 func TestApplyDelayedIDCollision(t *testing.T) {
-	a, recA, _ := capStore(t)
-	r := clRecord(1, 0)
-	if _, err := a.saveDelayed(Delayed{Due: time.Unix(2e9, 0), Record: r}); err != nil {
-		t.Fatal(err)
+	early, late := time.Unix(1e9, 0), time.Unix(1e9+4, 0)
+	for _, tc := range []struct {
+		name               string
+		localSaved, aSaved time.Time
+		handed             bool
+		wantA              bool // A's record stays, the local one goes
+	}{
+		{"local first", early, late, false, false},
+		{"restored first", late, early, false, true},
+		{"handed, restored later", early, late, true, true},
+		{"handed, restored earlier", late, early, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, recA, idA := capStore(t)
+			r := clRecord(1, 0)
+			r.SavedAt = tc.aSaved
+			if _, err := a.saveDelayed(Delayed{Due: time.Unix(2e9, 0), Record: r}); err != nil {
+				t.Fatal(err)
+			}
+			b, recB, idB := capStore(t)
+			local := r
+			local.Reason, local.SavedAt = "local", tc.localSaved
+			if _, err := b.saveDelayed(Delayed{Due: time.Unix(2e9+4, 0), Record: local}); err != nil {
+				t.Fatal(err)
+			}
+			localKey := recB.all()[0].Key
+			recB.reset()
+			b.SetDelayedHandedOver(func(DelayedKey) bool { return tc.handed })
+			var got Applied
+			err := b.Update(func(tx *Tx) (err error) {
+				got, err = tx.ApplyChangelog("in", 0, changesToRecords(recA.all(), 0), 1)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			page, err := b.listDelayed(nil, 0)
+			if err != nil || len(page) != 1 {
+				t.Fatalf("delayed %+v, %v; want one", page, err)
+			}
+			wantReason, wantDue, wantTomb := "local", time.Unix(2e9+4, 0), change{BucketDelayed, idA, "", true}
+			wantTomb.local = string(recA.all()[0].Key[changelogKeyHeader:])
+			if tc.wantA {
+				wantReason, wantDue = r.Reason, time.Unix(2e9, 0)
+				wantTomb = change{BucketDelayed, idB, string(localKey[changelogKeyHeader:]), true}
+			}
+			if page[0].Record.Reason != wantReason || !page[0].Due.Equal(wantDue) {
+				t.Fatalf("kept %q due %v, want %q due %v (applied %+v)", page[0].Record.Reason, page[0].Due, wantReason, wantDue, got)
+			}
+			if tc.wantA != (len(got.Delayed) == 1 && got.Deleted == 1) {
+				t.Errorf("applied %+v", got)
+			}
+			cs := recB.all()
+			if d := describe(t, cs); len(d) != 1 || d[0] != wantTomb {
+				t.Fatalf("B's changes %+v, want the tombstone %+v", d, wantTomb)
+			}
+			if wantTomb.file == idA && !bytes.Equal(cs[0].Writer, idB[:]) {
+				t.Errorf("tombstone of A's key: writer %x, want B's", cs[0].Writer)
+			}
+			b.View(func(tx *Tx) error {
+				k, ok, _ := tx.DelayedKeyOf(r.Message.ID)
+				if !ok || !bytes.Equal(k, page[0].Key) {
+					t.Errorf("index %x, want %x", k, page[0].Key)
+				}
+				return nil
+			})
+			// A applying B's changes keeps the same one: every instance
+			// converges.
+			recA.reset()
+			applyAll(t, a.Store, changesToRecords(cs, 10), 11)
+			pa, err := a.listDelayed(nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantA != (len(pa) == 1) {
+				t.Errorf("A holds %d delayed records after B's tombstone", len(pa))
+			}
+		})
 	}
-	b := setup(t)
-	local := r
-	local.Reason = "local"
-	if _, err := b.saveDelayed(Delayed{Due: time.Unix(1e9, 0), Record: local}); err != nil {
-		t.Fatal(err)
-	}
-	got := applyAll(t, b.Store, changesToRecords(recA.all(), 0), 1)
-	if len(got.Delayed) != 1 {
-		t.Fatalf("applied %+v", got)
-	}
-	page, err := b.listDelayed(nil, 0)
-	if err != nil || len(page) != 1 || !page[0].Due.Equal(time.Unix(2e9, 0)) || page[0].Record.Reason != r.Reason {
-		t.Fatalf("delayed %+v, %v", page, err)
-	}
-	b.View(func(tx *Tx) error {
-		k, ok, _ := tx.DelayedKeyOf(r.Message.ID)
-		if !ok || !bytes.Equal(k, page[0].Key) {
-			t.Errorf("index %x, want %x", k, page[0].Key)
-		}
-		return nil
-	})
 }
 
 func TestApplyBadRecords(t *testing.T) {
@@ -915,10 +984,10 @@ func TestBatchWaitErrorReachesEveryCaller(t *testing.T) {
 	}
 }
 
-// TestRekeyRestored: an in-place put of a restored record of each bucket
-// sends it under the file's own key and tombstones the mapped key, once:
-// the next put is under the own key only.
-func TestRekeyRestored(t *testing.T) {
+// TestUpdateRestoredKeepsIdentity: an in-place put of a restored record
+// of each bucket is sent under the record's original key (its identity),
+// saying this file wrote it, and tombstones nothing, every time.
+func TestUpdateRestoredKeepsIdentity(t *testing.T) {
 	a, recA, idA := capStore(t)
 	due := time.Unix(2e9, 0)
 	err := a.Update(func(tx *Tx) error {
@@ -953,16 +1022,17 @@ func TestRekeyRestored(t *testing.T) {
 					aLocal = string(ck.Local)
 				}
 			}
-			for round, want := range [][]change{
-				{{tc.code, idA, aLocal, true}, {tc.code, idB, tc.local, false}},
-				{{tc.code, idB, tc.local, false}},
-			} {
+			for round := range 2 {
 				recB.reset()
 				if err := b.Update(tc.fn); err != nil {
 					t.Fatal(err)
 				}
+				want := []change{{tc.code, idA, aLocal, false}}
 				if got := describe(t, recB.all()); !slices.Equal(got, want) {
 					t.Fatalf("round %d\n got %+v\nwant %+v", round, got, want)
+				}
+				if w := recB.all()[0].Writer; !bytes.Equal(w, idB[:]) {
+					t.Fatalf("round %d: writer %x, want B's %x", round, w, idB)
 				}
 			}
 		})

@@ -65,7 +65,7 @@ func (tx *Tx) replace(name string, k []byte, keyText string, rec *Record) error 
 		return tx.errorf(err, "replace %s/%s", name, keyText)
 	}
 	if tx.cap != nil {
-		return tx.errorf(tx.capPut(name, k, v, rec, true), "replace %s/%s", name, keyText)
+		return tx.errorf(tx.capPut(name, k, v, rec, mapKeep), "replace %s/%s", name, keyText)
 	}
 	return nil
 }

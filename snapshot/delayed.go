@@ -178,7 +178,7 @@ func (tx *Tx) saveDelayed(items []Delayed, vals [][]byte) ([]bool, error) {
 		if tx.cap != nil {
 			// A delayed key comes back with its ID and due time: look
 			// for a mapping left by a restored record.
-			if err := tx.capPut(BucketDelayed, keys[i], vals[i], &items[i].Record, true); err != nil {
+			if err := tx.capPut(BucketDelayed, keys[i], vals[i], &items[i].Record, mapDrop); err != nil {
 				return nil, err
 			}
 		}

@@ -155,7 +155,7 @@ func (tx *Tx) park(class string, key []byte, vals [][]byte, recs []Record) error
 			if recs != nil {
 				r = &recs[i]
 			}
-			if err := tx.capPut(BucketParked, k, v, r, false); err != nil {
+			if err := tx.capPut(BucketParked, k, v, r, mapNone); err != nil {
 				return err
 			}
 		}

@@ -80,7 +80,7 @@ func (tx *Tx) renameIn(name, from, to string) (int, error) {
 			return 0, fmt.Errorf("put %x: %w", keys[i], err)
 		}
 		if tx.cap != nil {
-			if err := tx.capPut(name, keys[i], vals[i], nil, true); err != nil {
+			if err := tx.capPut(name, keys[i], vals[i], nil, mapKeep); err != nil {
 				return 0, err
 			}
 		}

@@ -122,6 +122,8 @@ type Store struct {
 	// sendMu serializes the write transactions with capture on and their
 	// Send, so that Send is called in commit order.
 	sendMu sync.Mutex
+	// handedOver is SetDelayedHandedOver's func; nil: none.
+	handedOver atomic.Pointer[func(DelayedKey) bool]
 
 	closeOnce sync.Once
 	closeErr  error
@@ -358,7 +360,7 @@ func (tx *Tx) putNew(name string, vals [][]byte, recs []Record) ([]uint64, error
 				r = &recs[i]
 			}
 			// A fresh sequence key is never mapped.
-			if err := tx.capPut(name, k[:], v, r, false); err != nil {
+			if err := tx.capPut(name, k[:], v, r, mapNone); err != nil {
 				return nil, err
 			}
 		}
