@@ -38,6 +38,10 @@ type stateLog struct {
 	// renames is Config.ClassRenames: a restore applies them to the
 	// records it brings back, as the start does to the file's.
 	renames map[string]string
+	// handed is scheduler.handedOver: a restored delayed record meets a
+	// local one of its ID that is waiting or not (see
+	// snapshot.Store.SetDelayedHandedOver).
+	handed func(snapshot.DelayedKey) bool
 
 	// consumed is every topic a class consumes; classTopic each class's
 	// first topic and parts its partition count: where a message that
@@ -253,6 +257,7 @@ func (l *stateLog) open(ctx context.Context, cfg changelog.Config, meta kclient.
 	if err := l.state.store.SetChangelog(snapshot.Changelog{Route: l.route, Send: l.send}); err != nil {
 		return fmt.Errorf("runtime: changelog: %w", err)
 	}
+	l.state.store.SetDelayedHandedOver(l.handed)
 	l.enabled.Store(true)
 	n, err := l.state.store.ResendUnsent()
 	if err != nil {
@@ -272,7 +277,7 @@ func (l *stateLog) send(changes []snapshot.Change) func() error {
 	slab := make([]changelog.Out, len(changes)) // one allocation for all of them
 	for i := range changes {
 		c := &changes[i]
-		slab[i] = changelog.Out{Input: c.Topic, Partition: c.Partition, Key: c.Key, Value: c.Value}
+		slab[i] = changelog.Out{Input: c.Topic, Partition: c.Partition, Key: c.Key, Value: c.Value, Writer: c.Writer}
 		outs[i] = &slab[i]
 	}
 	wait := l.client.Send(outs)
@@ -401,7 +406,7 @@ func (l *stateLog) restore(ctx context.Context, topic string, p int32) (read int
 	var recs []snapshot.ChangelogRecord
 	next, err = l.client.Read(ctx, topic, p, from, func(batch []changelog.Rec) error {
 		for _, r := range batch {
-			recs = append(recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value})
+			recs = append(recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value, Writer: r.Writer})
 		}
 		return nil
 	})
@@ -413,7 +418,7 @@ func (l *stateLog) restore(ctx context.Context, topic string, p int32) (read int
 		recs, from, known = recs[:0], 0, false
 		next, err = l.client.Read(ctx, topic, p, 0, func(batch []changelog.Rec) error {
 			for _, r := range batch {
-				recs = append(recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value})
+				recs = append(recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value, Writer: r.Writer})
 			}
 			return nil
 		})

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -246,10 +247,10 @@ func (l *stateLog) readForeign(ctx context.Context, p kclient.Partition, from in
 	var f foreign
 	next, err := l.client.Read(ctx, p.Topic, int32(p.Partition), from, func(batch []changelog.Rec) error {
 		for _, r := range batch {
-			if ck, err := snapshot.ParseChangelogKey(r.Key); err == nil && hasOwn && ck.FileID == own {
-				continue // in the file already
+			if hasOwn && writtenBy(r, own) {
+				continue // in the file already, or deleted since
 			}
-			f.recs = append(f.recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value})
+			f.recs = append(f.recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value, Writer: r.Writer})
 		}
 		return nil
 	})
@@ -258,6 +259,17 @@ func (l *stateLog) readForeign(ctx context.Context, p kclient.Partition, from in
 	}
 	f.next = next
 	return f, nil
+}
+
+// writtenBy reports whether the file with ID id wrote r: the writer r
+// names (an update or delete of a restored record, under the key of the
+// file that created it), else the file its key names.
+func writtenBy(r changelog.Rec, id [16]byte) bool {
+	if r.Writer != nil {
+		return bytes.Equal(r.Writer, id[:])
+	}
+	ck, err := snapshot.ParseChangelogKey(r.Key)
+	return err == nil && ck.FileID == id
 }
 
 // applyForeign applies recs, other instances' writes to p's changelog,

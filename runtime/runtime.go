@@ -174,6 +174,7 @@ func New(cfg Config) (*Runtime, error) {
 	r.sched = newScheduler(schedulerConfig{state: r.state, tally: r.tally, classes: r.classes.byName, orphan: r.fail.orphan, log: r.log,
 		owns: owns})
 	r.state.forgetDelayed = r.sched.forget
+	r.clog.handed = r.sched.handedOver
 	r.handling = &handling{cfg: handlingConfig{state: r.state, deletes: &r.deletes, tally: r.tally, fail: r.fail,
 		sched: r.sched, unhold: r.clog.unhold, log: r.log}}
 	r.fail.cfg.wake = r.sched.wake

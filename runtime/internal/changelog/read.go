@@ -34,7 +34,15 @@ var ErrBeyondEnd = errors.New("changelog: offset beyond the end of the changelog
 type Rec struct {
 	Offset     int64
 	Key, Value []byte
+	// Writer is the value of the record's WriterHeader; nil without one.
+	Writer []byte
 }
+
+// WriterHeader is the header of a changelog record written under another
+// state file's key: the ID of the file that wrote it (snapshot.Change's
+// Writer). A record without it was written by the file its key names, or
+// by a version that did not say.
+const WriterHeader = "handoff-writer"
 
 // Read reads input partition p's changelog from offset from up to the
 // end offset (high watermark) it finds at its start, calling fn with
@@ -118,7 +126,13 @@ func (c *Client) read(ctx context.Context, topic string, p int32, from int64, fn
 			if r.Offset >= end {
 				break // written after the read began
 			}
-			recs = append(recs, Rec{Offset: r.Offset, Key: r.Key, Value: r.Value})
+			rec := Rec{Offset: r.Offset, Key: r.Key, Value: r.Value}
+			for _, h := range r.Headers {
+				if h.Key == WriterHeader {
+					rec.Writer = h.Value
+				}
+			}
+			recs = append(recs, rec)
 		}
 		if len(recs) > 0 {
 			if err := fn(recs); err != nil {
