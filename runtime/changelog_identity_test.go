@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/runtime/internal/changelog"
+	"github.com/handoff-go/handoff/runtime/internal/kclient"
+	"github.com/handoff-go/handoff/snapshot"
 )
 
 // queuedIn returns the messages of class held by rt's pool (queued,
@@ -131,4 +134,123 @@ func TestChangelogUpdatedRecordKeepsOrder(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestChangelogDuplicateScheduleAcrossInstances: the same ID is
+// scheduled through the two instances of a group, first through one
+// (due in 5 s), then through the other (due in 2 s, earlier). It runs
+// once, at the first schedule's time (never early), the later schedule's
+// record is tombstoned in the changelog, and a new instance restoring
+// the partition afterwards neither lists nor runs it again.
+func TestChangelogDuplicateScheduleAcrossInstances(t *testing.T) {
+	t.Parallel()
+	for _, first := range []string{"owner", "other"} {
+		t.Run("first through the "+first, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, 2, "orders")
+			type run struct {
+				at       time.Time
+				instance string
+			}
+			var mu sync.Mutex
+			var runs []run
+			hFor := func(instance string) handoff.HandlerFunc {
+				return func(ctx context.Context, m *handoff.Message) error {
+					mu.Lock()
+					runs = append(runs, run{time.Now(), instance})
+					mu.Unlock()
+					return nil
+				}
+			}
+			cfgFor := func(instance string) Config {
+				cfg := b.config(hFor(instance), nil)
+				cfg.DrainTimeout = 200 * time.Millisecond
+				return cfg
+			}
+			rtA, waitA := b.instance("a", cfgFor("a"))
+			waitFor(t, "a ready", rtA.Ready)
+			rtB, waitB := b.instance("b", cfgFor("b"))
+			waitFor(t, "each instance owning one partition", func() bool {
+				return rtB.Ready() && len(ownedPartitions(rtA)) == 1 && len(ownedPartitions(rtB)) == 1
+			})
+			p := ownedPartitions(rtA)[0] // a owns the job's partition
+			key := keyFor("job", int32(p.Partition), 2, 0)
+			via := []*Runtime{rtA, rtB}
+			if first == "other" {
+				via[0], via[1] = rtB, rtA
+			}
+			const id = "job-1"
+			dueFirst := time.Now().Add(5 * time.Second)
+			if err := via[0].Schedule(context.Background(), "orders", &handoff.Message{ID: id, Key: []byte(key), Value: []byte("first")}, dueFirst); err != nil {
+				t.Fatal(err)
+			}
+			// The second schedule is accepted once the first is in the
+			// changelog (the scheduling instance waits for it).
+			dueSecond := time.Now().Add(2 * time.Second)
+			if err := via[1].Schedule(context.Background(), "orders", &handoff.Message{ID: id, Key: []byte(key), Value: []byte("second")}, dueSecond); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the job run", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(runs) > 0
+			})
+			mu.Lock()
+			r := runs[0]
+			mu.Unlock()
+			if r.at.Before(dueFirst) {
+				t.Errorf("the job ran at %v, %v before the first schedule's due time", r.at.Format(time.StampMilli), dueFirst.Sub(r.at))
+			}
+			if r.instance != "a" {
+				t.Errorf("the job ran on %s, want the owner a", r.instance)
+			}
+			// Both puts of the ID are tombstoned: the displaced one by the
+			// owner, the first once it ran.
+			waitFor(t, "the ID's records tombstoned in the changelog", func() bool {
+				puts, tombs := delayedWrites(t, rtA, p, id)
+				return len(puts) == 2 && len(tombs) == 2
+			})
+			shutdownAndWait(t, rtA, waitA)
+			shutdownAndWait(t, rtB, waitB)
+
+			// A new instance, on a new disk, restores both partitions.
+			rtC, waitC := b.instance("c", cfgFor("c"))
+			waitFor(t, "c owning both partitions", func() bool { return rtC.Ready() && len(ownedPartitions(rtC)) == 2 })
+			if d, _, err := rtC.Delayed("", 10); err != nil || len(d) != 0 {
+				t.Errorf("c lists %d delayed messages (%v), want none: %+v", len(d), err, d)
+			}
+			shutdownAndWait(t, rtC, waitC)
+			mu.Lock()
+			defer mu.Unlock()
+			if len(runs) != 1 {
+				t.Errorf("the job ran %d times: %+v", len(runs), runs)
+			}
+		})
+	}
+}
+
+// delayedWrites reads partition p's changelog through rt and returns
+// the changelog keys of the puts and of the tombstones of the delayed
+// records of message ID id.
+func delayedWrites(t *testing.T, rt *Runtime, p kclient.Partition, id string) (puts, tombs map[string]bool) {
+	t.Helper()
+	puts, tombs = map[string]bool{}, map[string]bool{}
+	_, err := rt.clog.client.Read(context.Background(), p.Topic, int32(p.Partition), 0, func(recs []changelog.Rec) error {
+		for _, r := range recs {
+			ck, err := snapshot.ParseChangelogKey(r.Key)
+			if err != nil || ck.Bucket != snapshot.BucketDelayed || snapshot.DelayedKey(ck.Local).ID() != id {
+				continue
+			}
+			if r.Value == nil {
+				tombs[string(r.Key)] = true
+			} else {
+				puts[string(r.Key)] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("read the changelog of %s: %v", p, err)
+	}
+	return puts, tombs
 }
