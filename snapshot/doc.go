@@ -144,25 +144,37 @@
 // Restore. [Tx.ApplyChangelog] applies one input partition's changelog
 // records, in offset order, and stores the next offset to read as that
 // partition's checkpoint in the same transaction; what it writes is not
-// captured. The last record of a changelog key wins, so compaction
-// changes nothing. A key of the file's own ID deletes the local record
-// on a tombstone and is otherwise ignored (a put never brings back a
-// record this file deleted: its tombstone is on its way). A put of
-// another file's key inserts a record under a fresh local key (pending
-// and dead letters in their original order, delayed records under their
-// own key replacing a local one of the same ID, parked records behind
-// the local ones of their (class, key) in park order) and maps it both
-// ways in changelog_keys. Later records of a mapped key replace or
-// delete the restored record.
+// captured, but for the tombstones of displaced delayed records (below).
+// The last record of a changelog key wins, so compaction changes
+// nothing. A record this file wrote ([ChangelogRecord].Writer, or its
+// own key without a writer) changes nothing, but a tombstone of its own
+// key deletes the local record. Another file's put of this file's own
+// key (an update of a record restored there) replaces the local record,
+// if there is one (a put never brings back a record this file deleted:
+// its tombstone is on its way). A put of another file's key inserts a
+// record under a fresh local key (pending and dead letters, and parked
+// records behind the local ones of their (class, key), in their order of
+// origin: input messages by their offsets, the others in their original
+// order; delayed records under their own key) and maps it both ways in
+// changelog_keys. Later records of a mapped key replace or delete the
+// restored record. One delayed record per message ID stays: the one
+// saved first, or one saved after a local record whose message is
+// running or done ([Store.SetDelayedHandedOver]); the others are deleted
+// and their keys tombstoned with the transaction's capture.
 //
-// Re-key on first update. When this file changes a restored record, the
-// change is written under the file's own key: a put in place (PutDead,
-// PutParked, PutPending, PutDelayed, RenameClass) sends the record under
-// its own key and a tombstone of the mapped key, and removes the
-// mapping; a delete sends a tombstone of the mapped key. So a stalled
-// previous owner's late tombstone of its own key finds no mapping and
-// cannot delete the new version. (A late put of it would, however, be
-// restored as a record of its own: the previous owner must be fenced.)
+// Identity. A changelog key is a record's identity
+// ([Tx.RecordIdentity]): the key of the file that created it. When this
+// file changes a restored record, the change is written under that key,
+// with this file's ID as its Writer: a put in place (PutDead, PutParked,
+// PutPending, PutDelayed, RenameClass) sends the record under the mapped
+// key, which stays mapped; a delete sends a tombstone of it and removes
+// the mapping. So the record keeps its identity and its place in its
+// key's order wherever it is restored next. A stalled previous owner's
+// late tombstone of the key deletes the record (it finished or moved the
+// message), and a late put of it replaces it, or brings it back where it
+// was deleted: a duplicate, never a loss. (Earlier versions re-keyed a
+// restored record at its first update, under the updating file's ID with
+// a tombstone of the mapped key; their changelogs restore in order too.)
 //
 // Files with changelog bookkeeping. The changelog buckets and meta keys
 // need no format feature: a build that predates them (0.2.0) ignores
