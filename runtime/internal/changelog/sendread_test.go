@@ -347,3 +347,36 @@ func TestReadsShareMetadata(t *testing.T) {
 		t.Errorf("%d reads asked for %s's metadata %d times, want once", partitions, topic, n)
 	}
 }
+
+// TestSendReadWriter: a record sent with a Writer is read back with it
+// (the header WriterHeader); one sent without has none.
+func TestSendReadWriter(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	cl := newClient(t, c, nil)
+	ctx := timeout(t)
+	if err := cl.Ensure(ctx, map[string]int32{"orders": 1}); err != nil {
+		t.Fatal(err)
+	}
+	writer := []byte("0123456789abcdef")
+	recs := []*Out{
+		{Input: "orders", Key: []byte("a"), Value: []byte("v")},
+		{Input: "orders", Key: []byte("b"), Value: []byte("v"), Writer: writer},
+		{Input: "orders", Key: []byte("c"), Writer: writer}, // a tombstone
+	}
+	if err := cl.Send(recs)(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := readAll(t, cl, "orders", 0, 0)
+	if len(got) != 3 {
+		t.Fatalf("read %d records, want 3", len(got))
+	}
+	for i, r := range got {
+		if !bytes.Equal(r.Writer, recs[i].Writer) {
+			t.Errorf("record %s: writer %q, want %q", r.Key, r.Writer, recs[i].Writer)
+		}
+	}
+	if got[2].Value != nil {
+		t.Errorf("tombstone read with value %q", got[2].Value)
+	}
+}
