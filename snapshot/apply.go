@@ -34,7 +34,8 @@ type Applied struct {
 	Dead    []uint64
 	Delayed []DelayedKey
 	Parked  []ParkedKey
-	// Deleted counts the local records removed by tombstones.
+	// Deleted counts the local records removed: by tombstones, or
+	// displaced by a restored delayed record of their message ID.
 	Deleted int
 	// Bad are the records skipped, not written: a key that does not
 	// parse, a value that does not decode as a record (or a delayed
