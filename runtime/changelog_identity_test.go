@@ -254,3 +254,30 @@ func delayedWrites(t *testing.T, rt *Runtime, p kclient.Partition, id string) (p
 	}
 	return puts, tombs
 }
+
+// TestChangelogRescheduleThroughNonOwner: a recurring job's ID is
+// scheduled through an instance that does not own its partition, runs on
+// the owner, and is scheduled again through the same instance: the
+// second schedule runs too (the scheduling instance's copy of the first
+// is not a waiting record of the ID: its partition's owner ran it).
+func TestChangelogRescheduleThroughNonOwner(t *testing.T) {
+	t.Parallel()
+	runs := newInstanceRuns("job-")
+	rtA, rtB, stop := twoOwners(t, runs.handler, nil)
+	p := int32(ownedPartitions(rtB)[0].Partition)
+	key := []byte(keyFor("k", p, 2, 0))
+	for round := range 2 {
+		m := &handoff.Message{ID: "job-1", Key: key, Value: fmt.Appendf(nil, "round %d", round)}
+		if err := rtA.Schedule(context.Background(), "orders", m, time.Now().Add(500*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, fmt.Sprintf("run %d of the job", round+1), func() bool {
+			_, on := runs.ran()
+			return len(on["job-1"]) == round+1
+		})
+	}
+	stop()
+	if _, on := runs.ran(); !slices.Equal(on["job-1"], []string{"b", "b"}) {
+		t.Errorf("the job ran on %v, want twice on its owner b", on["job-1"])
+	}
+}

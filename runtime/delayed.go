@@ -149,11 +149,32 @@ func (s *scheduler) schedule(c *class, msg handoff.Message, at time.Time) error 
 		if err != nil {
 			return err
 		}
-		if ok && s.handedOver(old) {
+		switch {
+		case ok && s.handedOver(old):
 			// Its message is in a pool, or done and its record not yet
 			// deleted: the ID is not waiting. The record goes now rather
 			// than when the message is done.
 			if err := tx.DeleteDelayed(old); err != nil {
+				return err
+			}
+			replaced = old
+		case ok && s.cfg.owns != nil:
+			// A record of a partition another instance owns is this
+			// file's stale copy: the owner ran it, or holds it waiting
+			// and keeps the schedule it saved first (see
+			// snapshot.Store.SetDelayedHandedOver). The new schedule goes
+			// to the owner, who decides.
+			rec, found, err := tx.GetDelayed(old)
+			if de := (*snapshot.DecodeError)(nil); errors.As(err, &de) {
+				break // undecodable: it stays, as before
+			}
+			if err != nil {
+				return err
+			}
+			if !found || s.cfg.owns(&rec) {
+				break
+			}
+			if err := tx.ForgetDelayed(old); err != nil {
 				return err
 			}
 			replaced = old

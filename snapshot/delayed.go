@@ -301,6 +301,19 @@ func (tx *Tx) DeleteDelayed(keys ...DelayedKey) error {
 	return tx.errorf(tx.deleteDelayed(keys), "delete %d delayed messages", len(keys))
 }
 
+// ForgetDelayed deletes the delayed record under key, with its ID index
+// entry, from this file only: nothing is captured, the changelog keeps
+// the record. It is for a stale copy of a record of a partition this
+// instance does not own, which that partition's owner runs or displaced:
+// the owner's changelog decides. Deleting a missing key is not an error.
+func (tx *Tx) ForgetDelayed(key DelayedKey) error {
+	b, err := tx.bucket(BucketDelayed)
+	if err == nil && b.Get(key) != nil {
+		err = tx.deleteLocal(BucketDelayed, key)
+	}
+	return tx.errorf(err, "forget delayed message %x", []byte(key))
+}
+
 func (tx *Tx) deleteDelayed(keys []DelayedKey) error {
 	if len(keys) == 0 {
 		return nil

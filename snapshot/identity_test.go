@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 )
 
 // keyRecord is message v<i> of one key, read from input partition 0 at
@@ -187,5 +188,38 @@ func TestRecordIdentity(t *testing.T) {
 	check(b.Store, key8(got.Pending[0]))
 	if err := b.View(func(tx *Tx) error { _, _, err := tx.RecordIdentity("meta", nil); return err }); err == nil {
 		t.Error("identity of a bucket without a changelog: no error")
+	}
+}
+
+// TestForgetDelayed: a forgotten delayed record leaves the file and its
+// ID index, and nothing is sent to the changelog.
+func TestForgetDelayed(t *testing.T) {
+	ts, rec, _ := capStore(t)
+	r := clRecord(1, 0)
+	if _, err := ts.saveDelayed(Delayed{Due: time.Unix(2e9, 0), Record: r}); err != nil {
+		t.Fatal(err)
+	}
+	key := DelayedKey(delayedKey(time.Unix(2e9, 0), r.Message.ID))
+	rec.reset()
+	if err := ts.Update(func(tx *Tx) error { return tx.ForgetDelayed(key) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.Update(func(tx *Tx) error { return tx.ForgetDelayed(key) }); err != nil {
+		t.Fatalf("forget a missing key: %v", err)
+	}
+	if n := len(rec.all()); n != 0 {
+		t.Errorf("%d changes sent, want none", n)
+	}
+	err := ts.View(func(tx *Tx) error {
+		if _, ok, _ := tx.DelayedKeyOf(r.Message.ID); ok {
+			t.Error("the ID is still indexed")
+		}
+		if _, ok, _ := tx.GetDelayed(key); ok {
+			t.Error("the record is still there")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
