@@ -584,8 +584,7 @@ func (tx *Tx) localDelayed(key []byte) (*localRecord, error) {
 		return nil, err
 	}
 	if ok {
-		var fid [16]byte = ck.FileID
-		l.identity = appendChangelogKey(nil, &fid, bucketCode(BucketDelayed), ck.Local)
+		l.identity = appendChangelogKey(nil, &ck.FileID, bucketCode(BucketDelayed), ck.Local)
 	}
 	return l, nil
 }
