@@ -101,6 +101,9 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 	if err != nil {
 		return fmt.Errorf("restore %s from %s: %w", p, l.client.Topic(topic), err)
 	}
+	if next, err = l.claim(ctx, topic, part, next); err != nil {
+		return fmt.Errorf("claim %s in %s: %w", p, l.client.Topic(topic), err)
+	}
 	for _, de := range applied.Bad {
 		rs.log.Error("undecodable changelog record skipped", "partition", p.String(), "err", de)
 	}

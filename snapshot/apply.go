@@ -131,7 +131,7 @@ func (tx *Tx) applyChangelog(recs []ChangelogRecord) (Applied, error) {
 		if err != nil {
 			return out, err
 		}
-		if hasOwn && f.ck.FileID == own {
+		if hasOwn && f.ck.FileID == own && !tx.rebuilding {
 			if f.rec.Value == nil && b.Get(local) != nil {
 				if err := tx.deleteLocal(name, local); err != nil {
 					return out, err
