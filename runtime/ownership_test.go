@@ -17,7 +17,9 @@ import (
 )
 
 // changelogTopic is the changelog topic of the bundle's input topic.
-func (b *bundle) changelogTopic(topic string) string { return b.group + "." + topic + ".handoff-changelog" }
+func (b *bundle) changelogTopic(topic string) string {
+	return b.group + "." + topic + ".handoff-changelog"
+}
 
 // changelogRecords reads every record of topic's changelog, partition by
 // partition, to its end.
