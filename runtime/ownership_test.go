@@ -389,7 +389,16 @@ func TestLocalOnlyFileJoinsChangelog(t *testing.T) {
 	waitFor(t, "a and b owning 2 partitions each", func() bool {
 		return rtA.Ready() && len(ownedPartitions(rtA)) == 2 && len(ownedPartitions(rtB)) == 2
 	})
-	waitFor(t, "the 200 saved messages run", func() bool { n, _ := runs.ran(); return n >= produced })
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		n, _ := runs.ran()
+		if n >= produced {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the %d saved messages ran", n, produced)
+		}
+		time.Sleep(5 * time.Millisecond) // the poll interval, as waitFor's
+	}
 	shutdownAndWait(t, rtA, waitA)
 	shutdownAndWait(t, rtB, waitB)
 	_, on := runs.ran()
