@@ -105,7 +105,10 @@ func (tx *Tx) SetChangelogOwner(topic string, partition int32, id [16]byte) erro
 //
 // Every local record that belongs to the partition is deleted with its
 // changelog mapping, except one with a change of its own not yet in the
-// changelog (an unsent put: [Store.ResendUnsent] sends it). Then recs are
+// changelog (an unsent change: [Store.ResendUnsent] sends it); without a
+// checkpoint for the partition (the file never restored it), records the
+// file restored from other files are left unread: they are other
+// partitions'. Then recs are
 // applied as [Tx.ApplyChangelog] applies another file's records to an
 // empty file: the file's own keys too are inserted under fresh local
 // keys and mapped, and a key with an unsent change of this file (put or
