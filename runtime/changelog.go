@@ -91,6 +91,9 @@ type stateLog struct {
 	// followed counts the records of other instances the follow applied
 	// (follow.go).
 	followed atomic.Int64
+	// rebuilt counts the partitions rebuilt from their whole changelog
+	// after a break, claimed the owner markers written (ownership.go).
+	rebuilt, claimed atomic.Int64
 
 	// metaNext is the meta topic's next offset to read (pausemeta.go):
 	// set by loadPauses, then moved by the follow's goroutine alone.
@@ -254,6 +257,10 @@ func (l *stateLog) open(ctx context.Context, cfg changelog.Config, meta kclient.
 		return fmt.Errorf("runtime: %w", err)
 	}
 	l.client = cl
+	var fresh bool
+	if err := l.state.store.View(func(tx *snapshot.Tx) (err error) { _, had, err := tx.ChangelogFileID(); fresh = !had; return err }); err != nil {
+		return fmt.Errorf("runtime: changelog: %w", err)
+	}
 	if err := l.state.store.SetChangelog(snapshot.Changelog{Route: l.route, Send: l.send}); err != nil {
 		return fmt.Errorf("runtime: changelog: %w", err)
 	}
@@ -266,7 +273,7 @@ func (l *stateLog) open(ctx context.Context, cfg changelog.Config, meta kclient.
 	if n > 0 {
 		l.log.Info("changes an earlier run saved locally written to the changelog", "changes", n)
 	}
-	return nil
+	return l.sendUnlogged(fresh)
 }
 
 // send is the state file's snapshot.Changelog.Send: it queues changes to
@@ -394,8 +401,9 @@ func (l *stateLog) bound(deadline time.Time) {
 // restore reads topic's partition p's changelog from the state file's
 // checkpoint for it (from the start when it has none: an empty disk, or
 // the partition lived elsewhere) up to its high watermark, and applies
-// it to the file, last write winning, tombstones deleting. It returns
-// how many changelog records it read.
+// it to the file, last write winning, tombstones deleting; after a break
+// (see ownership.go) it reads it from the start and rebuilds the file's
+// records of p from it. It returns how many changelog records it read.
 func (l *stateLog) restore(ctx context.Context, topic string, p int32) (read int, next int64, applied snapshot.Applied, err error) {
 	store := l.state.store
 	var from int64
@@ -403,6 +411,7 @@ func (l *stateLog) restore(ctx context.Context, topic string, p int32) (read int
 	if err := store.View(func(tx *snapshot.Tx) (err error) { from, known, err = tx.ChangelogCheckpoint(topic, p); return err }); err != nil {
 		return 0, 0, applied, err
 	}
+	hadCheckpoint := known
 	var recs []snapshot.ChangelogRecord
 	next, err = l.client.Read(ctx, topic, p, from, func(batch []changelog.Rec) error {
 		for _, r := range batch {
@@ -426,15 +435,24 @@ func (l *stateLog) restore(ctx context.Context, topic string, p int32) (read int
 	if err != nil {
 		return 0, 0, applied, err
 	}
-	if len(recs) == 0 && known && next == from {
+	recs, next, owner, err := l.ownership(ctx, topic, p, from, hadCheckpoint, recs, next)
+	if err != nil {
+		return 0, 0, applied, err
+	}
+	if len(recs) == 0 && known && next == from && !owner.rebuild && owner.latest == nil {
 		return 0, next, applied, nil // the file is where the changelog is
 	}
+	var dropped int
 	err = store.BatchLocal(func(tx *snapshot.Tx) (err error) {
-		if applied, err = tx.ApplyChangelog(topic, p, recs, next); err != nil {
+		if applied, dropped, err = l.applyOwned(tx, topic, p, recs, next, owner); err != nil {
 			return err
 		}
 		return l.rename(tx, applied)
 	})
+	if err == nil && owner.rebuild {
+		l.rebuilt.Add(1)
+		applied.Deleted += dropped
+	}
 	return len(recs), next, applied, err
 }
 

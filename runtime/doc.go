@@ -72,7 +72,18 @@
 // that survived a restart reads only the changelog written since its
 // checkpoints. The records of a partition revoked from this instance stay
 // in the file, unused; the partition's next owner has them from the
-// changelog. The [Report] fields Restored and RestoredPartitions tell what
+// changelog. An instance that begins owning a partition writes an owner
+// marker naming its file to the partition's changelog before fetching
+// it; a file assigned a partition that another file owned since (or that
+// it has no checkpoint for) does not trust its copy: the partition is
+// read from its start and its records in the file are replaced by what
+// the changelog holds, since the tombstones of what the other owner
+// finished may have expired (delete.retention.ms).
+//
+// A file written without the changelog (LocalStateOnly, or 0.2.0) sends
+// every record it holds to the changelog at its first start with it,
+// before joining the group; deletions made meanwhile cannot be sent, so
+// a message may then run twice, never be lost. The [Report] fields Restored and RestoredPartitions tell what
 // the restores brought back.
 //
 // Following: while it owns a partition, an instance reads what other

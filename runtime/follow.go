@@ -155,6 +155,9 @@ func (rs *restorer) followPartition(ctx context.Context, p kclient.Partition, en
 			"partition", p.String(), "err", err)
 		return
 	}
+	if !l.noteOwner(p, f.owner) {
+		return
+	}
 	l.cover(p, f.next)
 	if len(f.recs) == 0 {
 		return
@@ -223,6 +226,8 @@ func (rs *restorer) putToWork(ctx context.Context, applied snapshot.Applied, rep
 type foreign struct {
 	recs []snapshot.ChangelogRecord
 	next int64
+	// owner is the file the last owner marker read names (ownership.go).
+	owner *[16]byte
 }
 
 // checkpointOf returns where p's checkpoint is, if p is owned.
@@ -247,6 +252,12 @@ func (l *stateLog) readForeign(ctx context.Context, p kclient.Partition, from in
 	var f foreign
 	next, err := l.client.Read(ctx, p.Topic, int32(p.Partition), from, func(batch []changelog.Rec) error {
 		for _, r := range batch {
+			if id, ok, err := snapshot.ParseOwnerMarker(r.Key, r.Value); ok {
+				if err == nil {
+					f.owner = &id
+				}
+				continue
+			}
 			if hasOwn && writtenBy(r, own) {
 				continue // in the file already, or deleted since
 			}

@@ -83,7 +83,9 @@ func (rs *restorer) restore(ctx context.Context, p kclient.Partition, restored f
 	}
 }
 
-// once applies p's changelog to the state file, then recovers p's
+// once applies p's changelog to the state file (rebuilding p's records
+// from it after a break, ownership.go), makes this file p's owner in
+// the changelog (claim), then recovers p's
 // records as the start recovers a file: its pending records re-pushed,
 // the keys its dead letters and redeliveries block, its parked keys, and
 // its delayed records handed to the scheduler (which delivers only
@@ -100,6 +102,9 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 	unlock()
 	if err != nil {
 		return fmt.Errorf("restore %s from %s: %w", p, l.client.Topic(topic), err)
+	}
+	if next, err = l.claim(ctx, topic, part, next); err != nil {
+		return fmt.Errorf("claim %s in %s: %w", p, l.client.Topic(topic), err)
 	}
 	for _, de := range applied.Bad {
 		rs.log.Error("undecodable changelog record skipped", "partition", p.String(), "err", de)

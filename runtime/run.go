@@ -190,6 +190,13 @@ func (s *runState) start() error {
 			s.background.Start(r.clog.retryResend)
 		}
 	}
+	if r.cfg.LocalStateOnly {
+		// What this run writes reaches no changelog: a later start with
+		// it sends the file's records (stateLog.sendUnlogged).
+		if err := r.state.store.ClearChangelogComplete(); err != nil {
+			return fmt.Errorf("runtime: %w", err)
+		}
+	}
 	rec := recovery{state: r.state, classes: r.classes.byName, order: r.classes.order, orphan: r.fail.orphan, orphans: &r.fail.orphans,
 		log: r.log, strays: true}
 	if r.clog.on() {

@@ -160,7 +160,7 @@ func (tx *Tx) applyChangelog(recs []ChangelogRecord) (Applied, error) {
 	ins := make([]insert, 0, len(finals))
 	for i := range finals {
 		f := &finals[i]
-		if hasOwn && f.writtenBy(&own) {
+		if hasOwn && !tx.rebuilding && f.writtenBy(&own) {
 			continue
 		}
 		name, local := f.ck.Bucket, f.ck.Local
@@ -168,7 +168,7 @@ func (tx *Tx) applyChangelog(recs []ChangelogRecord) (Applied, error) {
 		if err != nil {
 			return out, err
 		}
-		if hasOwn && f.ck.FileID == own {
+		if hasOwn && f.ck.FileID == own && !tx.rebuilding {
 			switch {
 			case b.Get(local) == nil:
 			case f.rec.Value == nil:

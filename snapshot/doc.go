@@ -176,6 +176,24 @@
 // restored record at its first update, under the updating file's ID with
 // a tombstone of the mapped key; their changelogs restore in order too.)
 //
+// Ownership. One more key lives in every changelog partition: the owner
+// marker ([OwnerMarker], key "\x02owner", not a record key, so a build
+// that knows no markers skips it as undecodable), whose value names the
+// file that last began owning the partition. The file remembers the
+// latest marker it read or wrote per partition (meta
+// "changelog-owner/<topic>/<partition>", [Tx.ChangelogOwner]). When
+// another file owned the partition since, the runtime rebuilds it:
+// [Tx.RebuildChangelog] deletes the file's records of the partition and
+// applies the whole changelog as to an empty file (the file's own keys
+// too are inserted under fresh local keys and mapped), keeping only what
+// the file has not sent yet (changelog_unsent).
+//
+// Records the changelog never saw. A file written with capture off (the
+// runtime's LocalStateOnly, or 0.2.0) is sent whole once by
+// [Store.SendUnlogged] at its first start with the changelog, which then
+// marks it (meta "changelog-complete"); [Store.ClearChangelogComplete],
+// at a start without the changelog, removes the mark.
+//
 // Files with changelog bookkeeping. The changelog buckets and meta keys
 // need no format feature: a build that predates them (0.2.0) ignores
 // unknown buckets and meta keys and reads every record as before; it

@@ -35,11 +35,12 @@ func (tx *Tx) Meta(key string) ([]byte, bool, error) {
 
 // PutMeta stores value under key in the meta bucket. The keys of the
 // file format version and of its features, and the changelog's (the file
-// ID, the keys starting "changelog/"), are refused: this package owns
-// them.
+// ID, the keys starting "changelog/" and "changelog-owner/", the
+// complete mark), are refused: this package owns them.
 func (tx *Tx) PutMeta(key string, value []byte) error {
 	if key == metaFormatKey || strings.HasPrefix(key, metaFeaturePrefix) ||
-		key == metaFileIDKey || strings.HasPrefix(key, metaCheckpointPrefix) {
+		key == metaFileIDKey || strings.HasPrefix(key, metaCheckpointPrefix) ||
+		strings.HasPrefix(key, metaOwnerPrefix) || key == metaLoggedKey {
 		return tx.errorf(errReservedMeta, "write %s/%s", bucketMeta, key)
 	}
 	b, err := tx.bucket(bucketMeta)

@@ -30,6 +30,9 @@ type Tx struct {
 	// cap collects the changes of a write transaction with changelog
 	// capture on; nil when it is off (and in a View).
 	cap *capture
+	// rebuilding: applyChangelog treats the file's own keys as another
+	// file's (RebuildChangelog, ownership.go).
+	rebuilding bool
 }
 
 // Update runs fn in one read-write transaction and commits it, with one

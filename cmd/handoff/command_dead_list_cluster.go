@@ -58,6 +58,9 @@ func changelogDead(ctx context.Context, r *changelogReader, parts []changelogPar
 	latest := map[changelogPartition]map[string]last{}
 	var bad []changelogProblem
 	err := r.read(ctx, parts, func(p changelogPartition, rec changelogRecord) error {
+		if _, marker, _ := snapshot.ParseOwnerMarker(rec.Key, rec.Value); marker {
+			return nil // who owns the partition, not a record
+		}
 		ck, err := snapshot.ParseChangelogKey(rec.Key)
 		if err != nil {
 			bad = append(bad, changelogProblem{Topic: p.Topic, Partition: p.Partition, Offset: rec.Offset, Err: err})
