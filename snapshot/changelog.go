@@ -56,6 +56,8 @@ func bucketCode(name string) byte {
 		return 'l'
 	case BucketParked:
 		return 'k'
+	case BucketProgress:
+		return progressCode
 	}
 	return 0
 }
