@@ -119,7 +119,10 @@ func TestProgressTravels(t *testing.T) {
 
 	dst := setup(t)
 	var applied Applied
-	err := dst.Update(func(tx *Tx) (err error) { applied, err = tx.ApplyChangelog("orders", 3, recs, int64(len(recs))); return err })
+	err := dst.Update(func(tx *Tx) (err error) {
+		applied, err = tx.ApplyChangelog("orders", 3, recs, int64(len(recs)))
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
