@@ -264,3 +264,51 @@ func (b *bundle) checkSavedUncommitted(t *testing.T, want int) {
 		t.Errorf("the state file holds %d saved Kafka messages (the stop saved %d); the commit passed %d of them", n, want, past)
 	}
 }
+
+// TestLocalSavedHandledElsewhere: with local state only, an instance
+// stops under load and saves what it did not finish, uncommitted;
+// another instance, on its own file, then handles the partitions from
+// Kafka and commits past those messages. When the first restarts on its
+// file, its saved records are of messages handled elsewhere since (the
+// group committed past them, and its progress names them): it drops
+// them instead of running them a second time.
+func TestLocalSavedHandledElsewhere(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 3, "orders")
+	produced := b.produce(300)
+	local := func(cfg *Config) { cfg.LocalStateOnly = true }
+	rep, release := b.stopUnderLoadWith(nil, local)
+	release()
+	if rep.Snapshotted == 0 {
+		t.Fatalf("the stop saved nothing: %v", rep)
+	}
+	first := b.state
+	b.state = filepath.Join(t.TempDir(), "other.db")
+	b.runUntilCommitted(t, produced, func(cfg *Config) { local(cfg); cfg.Instance = "other" })
+	unique, total := b.counts()
+	if unique != produced || total != produced {
+		t.Fatalf("the other instance: handled %d unique, %d total, want %d each", unique, total, produced)
+	}
+
+	b.state = first
+	cfg := b.config(func(ctx context.Context, m *handoff.Message) error { b.record(m); return nil }, nil)
+	local(&cfg)
+	rt, err := newRuntime(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := start(t, rt, context.Background())
+	waitFor(t, "the restart ready", rt.Ready) // recovered before ready
+	rt.Shutdown(context.Background())
+	rep2, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep2.Repushed != 0 {
+		t.Errorf("the restart re-pushed %d of the %d saved messages handled elsewhere", rep2.Repushed, rep.Snapshotted)
+	}
+	if unique, total = b.counts(); total != produced {
+		t.Errorf("produced %d: handled %d times (%d duplicates)", produced, total, total-unique)
+	}
+	assertPending(t, first, 0)
+}
