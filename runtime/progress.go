@@ -213,6 +213,17 @@ func (rs *resumes) progress(p kclient.Partition) (snapshot.Progress, bool) {
 	return prog, ok
 }
 
+// dropProgress deletes the file's progress of p, which the group's
+// commit passed, from the file alone (the changelog's copy is as
+// harmless); a failure is logged.
+func (rs *resumes) dropProgress(p kclient.Partition) {
+	err := rs.state.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteProgress(p.Topic, int32(p.Partition)) })
+	if err != nil {
+		rs.log.Warn("partition's passed progress not deleted; the next assignment asks the group's offsets once more",
+			"partition", p.String(), "err", err)
+	}
+}
+
 // recoveryRun is what one recovery (the start's, or a partition's
 // restore) asks resumes: it asks the group's committed offsets once, for
 // the partitions it is made with (all of the consumed topics' at the
@@ -328,6 +339,9 @@ func (rs *resumes) begin(ctx context.Context, tr *tracker) *resumeCursor {
 		rs.forget(p, c)
 		maps.DeleteFunc(rc.saved, func(off int64, _ *savedOffset) bool { return off < c })
 		rc.progOK = hasProg && prog.Base <= c && c < prog.End
+		if hasProg && c >= prog.End {
+			rs.dropProgress(p) // passed: the next assignment asks nothing for it
+		}
 	}
 	if rc.progOK {
 		rc.prog = prog

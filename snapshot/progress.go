@@ -215,6 +215,16 @@ func (tx *Tx) Progress(topic string, partition int32) (Progress, bool, error) {
 	return p, true, nil
 }
 
+// DeleteProgress deletes the file's progress of (topic, partition), if
+// any, from the file alone: nothing is captured for the changelog.
+func (tx *Tx) DeleteProgress(topic string, partition int32) error {
+	b, err := tx.bucket(bucketMeta)
+	if err == nil {
+		err = b.Delete(progressKey(topic, partition))
+	}
+	return tx.errorf(err, "delete the progress of %s/%d", topic, partition)
+}
+
 // applyProgress stores the last progress record of recs (changelog
 // records of topic's partition, in offset order) in the meta bucket,
 // uncaptured, and returns recs without the progress records (recs

@@ -139,6 +139,16 @@ func TestProgressTravels(t *testing.T) {
 	if err := dst.View(func(tx *Tx) (err error) { _, other, err = tx.Progress("orders", 2); return err }); err != nil || other {
 		t.Fatalf("another partition has progress: %v, %v", other, err)
 	}
+	rec.reset()
+	if err := src.Update(func(tx *Tx) error { return tx.DeleteProgress("orders", 3) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.View(func(tx *Tx) (err error) { _, ok, err = tx.Progress("orders", 3); return err }); err != nil || ok {
+		t.Fatalf("progress still there after DeleteProgress: %v, %v", ok, err)
+	}
+	if sent := rec.all(); len(sent) != 0 {
+		t.Fatalf("DeleteProgress sent %d changes to the changelog, want none", len(sent))
+	}
 }
 
 // FuzzDecodeProgress: the progress decoder never panics, fails only with
