@@ -53,13 +53,17 @@ type StopPolicy int
 
 const (
 	// StopSnapshot saves them in the state file and their partitions'
-	// changelog and commits their offsets; each partition's next owner
-	// restores them and re-pushes them before its first fetch. With
-	// Config.LocalStateOnly they are re-pushed on this instance's next
-	// start instead: the state file must survive the restart (a
-	// persistent volume per instance), and a key whose partition moves to
-	// another instance meanwhile may run out of order (see
-	// docs/scaleout.md).
+	// changelog, with which later offsets are done, and does not commit
+	// them: Kafka keeps them. Each partition's next owner restores them
+	// and re-pushes them before its first fetch, then skips their fetched
+	// copies and the offsets known done (no duplicates); an owner that
+	// cannot read the saved state (an older version, a deleted changelog
+	// topic, a plain consumer) reads them again from Kafka (duplicates,
+	// never a loss). With Config.LocalStateOnly they are re-pushed on
+	// this instance's next start instead: the state file must survive the
+	// restart (a persistent volume per instance), and a key whose
+	// partition moves to another instance meanwhile may run out of order
+	// and twice (see docs/scaleout.md).
 	StopSnapshot StopPolicy = iota
 	// StopRedeliver neither saves nor settles them: the final commit stops
 	// before the first of them, and whoever owns the partition next reads

@@ -17,15 +17,21 @@
 // # Message states and the commit rule
 //
 // A fetched message is queued in its class's pool, runs, and ends done or
-// failed (a failed message is saved as a dead letter). At a stop, what has
-// not finished is saved to the pending bucket of the state file. Offsets
-// are committed per partition up to, never past, the lowest fetched offset
-// that is neither done nor saved; a message counts as saved only once the
-// bbolt transaction holding it has committed and, unless
+// failed (a failed message is saved as a dead letter). Offsets are
+// committed per partition up to, never past, the lowest fetched offset
+// that is neither done nor moved into a durable record (a dead letter, a
+// redelivery, a delayed or parked record); a record counts as durable only
+// once the bbolt transaction holding it has committed and, unless
 // Config.LocalStateOnly is set, its changelog write has been acknowledged
-// (see State that outlives the pod). So a graceful stop, or a crash at any
-// moment, loses nothing: Kafka delivers again everything past the last
-// commit.
+// (see State that outlives the pod). At a stop, what has not finished is
+// saved to the pending bucket of the state file, with each partition's
+// progress (which offsets past the commit are not done), but its offsets
+// are not committed: the saved records give the partition's next owner
+// their order and attempt counts and let it skip the work already done,
+// while Kafka keeps the messages. So a graceful stop, or a crash at any
+// moment, loses nothing, even for a next owner that cannot read the saved
+// state (an older version, a deleted changelog topic): Kafka delivers
+// again everything past the last commit.
 //
 // # State that outlives the pod
 //
@@ -142,11 +148,12 @@
 //     failed: its attempt is not counted and it runs again after the
 //     restart. One that has not returned is recorded as interrupted too.
 //  4. Snapshot: everything taken out is saved in ONE bbolt transaction,
-//     and written to the changelog within ChangelogTimeout. If the
-//     transaction fails, those offsets are not committed and Run returns
-//     an error with the count; if the changelog write fails, the
-//     snapshot's Kafka messages are taken back out of the file and their
-//     offsets are not committed (see State that outlives the pod).
+//     with each partition's progress, and written to the changelog within
+//     ChangelogTimeout. The saved Kafka messages' offsets are never
+//     committed (see the commit rule above). If the transaction fails,
+//     Run returns an error with the count; if the changelog write fails,
+//     the snapshot's Kafka messages are taken back out of the file (see
+//     State that outlives the pod).
 //  5. Commit: offsets by the rule above, at most 2s.
 //  6. Wait for the readers to close (each at most FetchMaxWait + 1s), leave
 //     the group and close the state file. Leaving finishes a group join in

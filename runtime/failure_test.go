@@ -116,8 +116,8 @@ func TestStopDuringBackoff(t *testing.T) {
 	if rep.Waiting != 1 || rep.Snapshotted != 1 || rep.DrainTimedOut {
 		t.Errorf("report: %v", rep)
 	}
-	if b.committed() != 1 {
-		t.Error("saved message's offset not committed")
+	if b.committed() != 0 {
+		t.Error("saved message's offset committed: Kafka keeps it until its re-push is done")
 	}
 	got := make(chan int, 1)
 	rt2, _ := newRuntime(b.config(func(ctx context.Context, m *handoff.Message) error { got <- m.Attempt; return nil }, nil))

@@ -26,6 +26,10 @@ type feeder struct {
 	// epoch is the runtime's start (Runtime.epoch): FirstSeen and the
 	// trackers' stamps are read from one monotonic clock since it.
 	epoch time.Time
+	// resumeFunc returns what the fetch of tr's partition may skip (its
+	// saved messages re-pushed here, the offsets its last stop knew
+	// done; progress.go), nil for nothing.
+	resumeFunc func(ctx context.Context, tr *tracker) *resumeCursor
 }
 
 // feed returns the fetch loop of a partition of topic, nil when no class
@@ -53,6 +57,10 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 	ids := kafkaIDs{prefix: tr.idPrefix}
 	var fetched uint64 // records, for the timing sample (see sample)
 	var spare []item   // the items the last batch's allocation had left (slab.rest)
+	var rc *resumeCursor
+	if f.resumeFunc != nil {
+		rc = f.resumeFunc(ctx, tr)
+	}
 	for {
 		if !f.mayFetchFunc(ctx, c) { // suspended or paused
 			return
@@ -63,6 +71,14 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 		}
 		// One clock read per batch: its records were ready together.
 		seen := int64(time.Since(f.epoch)) // Runtime.mono's clock
+		if rc != nil && rc.done(rec.Offset) {
+			rc = nil
+		}
+		if rc != nil && rc.skip(tr, rec.Offset, seen) {
+			tr.publish()
+			caughtUp = f.caughtUp(tr, rec.Offset+1 >= rec.HighWatermark, caughtUp, caughtUpCh)
+			continue
+		}
 		sl := c.slab(tr, 1+min(src.Ready(), fetchBatch-1), stamp{mono: seen, wall: f.epoch.Add(time.Duration(seen))}, spare)
 		batch = append(batch[:0], f.item(c, tr, &ids, &sl, &rec, &fetched))
 		last := rec.Offset+1 >= rec.HighWatermark
@@ -71,8 +87,14 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 			if !ok {
 				break
 			}
-			batch = append(batch, f.item(c, tr, &ids, &sl, &more, &fetched))
 			last = more.Offset+1 >= more.HighWatermark
+			if rc != nil && rc.done(more.Offset) {
+				rc = nil
+			}
+			if rc != nil && rc.skip(tr, more.Offset, seen) {
+				continue
+			}
+			batch = append(batch, f.item(c, tr, &ids, &sl, &more, &fetched))
 		}
 		sl.handOut(len(batch))
 		tr.publish() // before the pool has them: see tracker.put
@@ -92,17 +114,24 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 		if src.Ready() > 0 {
 			spare = sl.rest()
 		}
-		if last != caughtUp { // written on change only: the keeper reads it
-			caughtUp = last
-			tr.caughtUp.Store(last)
-		}
-		if last {
-			select {
-			case caughtUpCh <- struct{}{}:
-			default:
-			}
+		caughtUp = f.caughtUp(tr, last, caughtUp, caughtUpCh)
+	}
+}
+
+// caughtUp records whether the partition's last record fetched was its
+// last one (last), was reports what it recorded before, and tells the
+// keeper without blocking when it was; it returns last.
+func (f *feeder) caughtUp(tr *tracker, last, was bool, caughtUpCh chan<- struct{}) bool {
+	if last != was { // written on change only: the keeper reads it
+		tr.caughtUp.Store(last)
+	}
+	if last {
+		select {
+		case caughtUpCh <- struct{}{}:
+		default:
 		}
 	}
+	return last
 }
 
 // fetchBatch is the most records a fetch loop hands to its pool at once.

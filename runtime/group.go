@@ -432,7 +432,7 @@ func (r *Runtime) newConsumer() *consumer {
 	noWait, cancel := context.WithCancel(context.Background())
 	cancel() // MayFetch under it answers at once
 	open := func(c *class) bool { return c.hold.MayFetch(noWait) }
-	f := &feeder{mayFetchFunc: mayFetch, openFunc: open, classFunc: classFunc, epoch: r.epoch}
+	f := &feeder{mayFetchFunc: mayFetch, openFunc: open, classFunc: classFunc, epoch: r.epoch, resumeFunc: r.resumes.begin}
 	return newConsumer(consumerConfig{
 		log: r.log, logs: r.logs, metrics: r.metrics, group: cfg.Group,
 		commitInterval: cfg.CommitInterval, revokeTimeout: cfg.RevokeTimeout,

@@ -251,9 +251,11 @@ func (h *handling) leftPool(it *item) {
 		h.cfg.fail.requeues.finish(it.extOrZero().key)
 	case fromPending:
 		// A done one's hold ends once its record is deleted (run.go).
-		if x := it.extOrZero(); !x.deleting && h.cfg.unhold != nil {
+		x := it.extOrZero()
+		if !x.deleting && h.cfg.unhold != nil {
 			h.cfg.unhold(x.key)
 		}
+		x.saved.leave() // unless it is done or moved
 	}
 }
 
@@ -280,6 +282,7 @@ func (h *handling) forgetStored(c *class, it *item) {
 	case fromPending:
 		it.ext().deleting = true
 		h.cfg.deletes.Pending(it.extOrZero().key)
+		it.x.saved.finish() // its fetched copy's offset settles
 	case fromDelayed:
 		h.cfg.deletes.Delayed(it.extOrZero().delayedKey)
 	case fromParked:

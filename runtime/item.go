@@ -73,6 +73,9 @@ type itemExt struct {
 	// deleting: the message is done and its pending record's delete is
 	// queued (deletes.Queue), not written yet.
 	deleting bool
+	// saved, for a re-pushed saved Kafka message, ties the fetched copy
+	// of its offset to it (progress.go).
+	saved *savedOffset
 	// wait is set with item.verdict by the retry decision.
 	wait time.Duration
 	// release, when set, is called when the item leaves the pool: done,

@@ -37,6 +37,11 @@ type recovery struct {
 	// again. unhold ends a hold whose push failed.
 	hold   func(key uint64) bool
 	unhold func(keys ...uint64)
+	// resume, when set, learns the saved Kafka messages it re-pushes, so
+	// that the fetch does not run their fetched copies; elsewhere drops
+	// the saved ones handled elsewhere since (progress.go).
+	resume    *resumes
+	elsewhere *recoveryRun
 	// strays is whether it moves the parked records of classes gone or no
 	// longer ordered first: the start's recovery does, once.
 	strays bool
@@ -92,6 +97,11 @@ func (v *recovery) run(ctx context.Context, rep *Report) error {
 	if err != nil {
 		return fmt.Errorf("runtime: recover: %w", err)
 	}
+	if n, err := v.elsewhere.drop(v.unhold); err != nil {
+		return fmt.Errorf("runtime: recover: delete saved messages handled elsewhere: %w", err)
+	} else if n > 0 {
+		v.log.Info("saved messages handled elsewhere since they were saved dropped (the group committed past them)", "dropped", n)
+	}
 	rep.Quarantined += len(bad)
 	for _, de := range bad {
 		v.log.Error("undecodable record moved to quarantine", "err", de)
@@ -119,8 +129,15 @@ func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (
 	if v.hold != nil && !v.hold(e.Key) {
 		return true, nil // pushed by an earlier restore, and not done with here
 	}
+	if v.elsewhere.handledElsewhere(ctx, &e.Record) {
+		v.elsewhere.dropped = append(v.elsewhere.dropped, e.Key) // deleted at the end of run
+		return true, nil
+	}
 	it := fromRecord(e.Record, fromPending)
 	it.ext().key = e.Key
+	if v.resume != nil {
+		it.x.saved = v.resume.pushed(&e.Record)
+	}
 	if c.cfg.Ordered && (e.Record.Reason == snapshot.ReasonRequeued || e.Record.Reason == reasonFailed) {
 		// A dead letter requeued offline, or a submitted message whose
 		// failure's save failed (kept unsaved, it blocked its key until
@@ -132,6 +149,7 @@ func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (
 		if v.unhold != nil {
 			v.unhold(e.Key)
 		}
+		it.x.saved.leave()
 		return false, nil
 	}
 	rep.Repushed++

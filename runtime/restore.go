@@ -46,6 +46,9 @@ type restorer struct {
 	warn *logBackoff
 	// locks orders a partition's restore, follows and revocation.
 	locks partLocks
+	// resumes learns the saved Kafka messages a restore re-pushes
+	// (progress.go).
+	resumes *resumes
 }
 
 // restoreRetryMax bounds the wait between two tries of a partition's
@@ -112,6 +115,7 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 	rep := &Report{}
 	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.orphan,
 		orphans: &orphans{}, log: rs.log, want: l.routedTo(topic, part), hold: l.hold, unhold: l.unhold}
+	v.resume, v.elsewhere = rs.resumes, rs.resumes.run(func(context.Context) []kclient.Partition { return []kclient.Partition{p} })
 	l.setOwned(p, true, next)
 	restored()
 	if err := v.run(ctx, rep); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/runtime/internal/deletes"
+	"github.com/handoff-go/handoff/runtime/internal/kclient"
 	"github.com/handoff-go/handoff/runtime/internal/service"
 	"github.com/handoff-go/handoff/snapshot"
 )
@@ -202,6 +203,9 @@ func (s *runState) start() error {
 	if r.clog.on() {
 		rec.want = r.clog.unrouted
 	}
+	rec.resume, rec.elsewhere = r.resumes, r.resumes.run(func(ctx context.Context) []kclient.Partition {
+		return r.kafka.partitions(ctx, present)
+	})
 	if err := rec.run(runCtx, s.rep); err != nil {
 		return err
 	}

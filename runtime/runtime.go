@@ -13,6 +13,7 @@ import (
 	"github.com/handoff-go/handoff/pool"
 	"github.com/handoff-go/handoff/runtime/internal/deletes"
 	"github.com/handoff-go/handoff/runtime/internal/hold"
+	"github.com/handoff-go/handoff/runtime/internal/kclient"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -39,6 +40,9 @@ type Runtime struct {
 	// partition's state back from it (restore.go).
 	clog    *stateLog
 	restore *restorer
+	// resumes ties the fetched copies of re-pushed saved Kafka messages
+	// to them (progress.go).
+	resumes *resumes
 
 	// Feeds of the pools besides fetching.
 	sched    *scheduler
@@ -251,8 +255,12 @@ func New(cfg Config) (*Runtime, error) {
 		}
 	}
 	r.conn = newConnection(&cfg, r.log)
+	r.resumes = &resumes{state: r.state, log: r.log,
+		clientFunc: func() kclient.Client { return r.kafka.client },
+		consumes:   func(topic string) bool { return r.classes.byTopic[topic] != nil }}
 	r.restore = &restorer{clog: r.clog, state: r.state, classes: r.classes.byName, order: r.classes.order,
-		orphan: r.fail.orphan, wake: r.sched.wake, unhand: r.sched.unhand, leftPool: r.handling.leftPool, log: r.log, warn: newLogBackoff()}
+		orphan: r.fail.orphan, wake: r.sched.wake, unhand: r.sched.unhand, leftPool: r.handling.leftPool, log: r.log, warn: newLogBackoff(),
+		resumes: r.resumes}
 	r.kafka = r.newConsumer()
 	return r, nil
 }

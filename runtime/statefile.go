@@ -176,17 +176,20 @@ func (f *stateFile) write(run func(func(*snapshot.Tx) error) error, it *item, wh
 }
 
 // settleFunc returns what settles the item once it is saved elsewhere: a
-// Kafka offset is settled, a delayed record is gone for the scheduler. It
+// Kafka offset is settled (a re-pushed saved Kafka message's fetched
+// copy too), a delayed record is gone for the scheduler. It
 // keeps what it needs of it, not it: the item may be recycled before.
 func (f *stateFile) settleFunc(it *item) func() {
 	tr, slot := it.tracker(), it.slot
 	kafka := it.src == fromKafka
 	delayed := it.src == fromDelayed
 	key := it.extOrZero().delayedKey
+	saved := it.extOrZero().saved // a re-pushed saved Kafka message's (progress.go)
 	return func() {
 		if kafka {
 			tr.settle(slot)
 		}
+		saved.finish()
 		if delayed {
 			f.forgetDelayed(key)
 		}

@@ -259,10 +259,12 @@ func (r *Runtime) abandon(it *item) {
 
 // snapshot saves, in ONE transaction, what the hard stop took out and has
 // no record yet and the unsaved failed messages (unsaved.go), updates the records of
-// persisted messages whose attempt count moved, and deletes the records
-// of done ones. Only once it has
-// committed are the saved Kafka messages settled; if it fails, their
-// offsets are not committed and Kafka delivers them again.
+// persisted messages whose attempt count moved, deletes the records
+// of done ones, and writes each partition's progress (which offsets past
+// the commit are not done; progress.go). The saved Kafka messages are
+// never settled: their records carry their order and attempt counts and
+// spare the next owner a second run, but Kafka keeps them, uncommitted,
+// whether or not the save succeeds.
 func (s *runState) snapshot() []any {
 	r, rep := s.r, s.rep
 	s.background.Stop()
@@ -291,10 +293,16 @@ func (s *runState) snapshot() []any {
 	if r.state.beforeSnapshot != nil {
 		r.state.beforeSnapshot(r.state.store)
 	}
+	// What each partition's next owner needs to skip the done work past
+	// the commit (progress.go): the stop commits no saved Kafka message.
+	var progs []partProgress
+	if g := r.kafka.gen.Load(); g != nil {
+		progs = r.resumes.stopProgress(g.trackers(), now)
+	}
 	var recs []snapshot.Record
 	var keys []uint64
 	var fromKafka []bool // of recs
-	if len(fresh) > 0 || !del.Empty() || len(updates) > 0 || len(delayed) > 0 {
+	if len(fresh) > 0 || !del.Empty() || len(updates) > 0 || len(delayed) > 0 || len(progs) > 0 {
 		err := r.state.store.Update(func(tx *snapshot.Tx) (err error) {
 			recs, fromKafka = recs[:0], fromKafka[:0]
 			ups := updates[:len(updates):len(updates)]
@@ -329,6 +337,11 @@ func (s *runState) snapshot() []any {
 					return err
 				}
 			}
+			for _, pp := range progs {
+				if err := tx.PutProgress(pp.topic, pp.partition, pp.prog); err != nil {
+					return err
+				}
+			}
 			return nil
 		})
 		switch {
@@ -341,17 +354,15 @@ func (s *runState) snapshot() []any {
 	}
 	if s.snapErr == nil {
 		rep.Snapshotted = len(recs)
-		for _, l := range fresh {
-			l.it.settle()
-		}
-	} else {
-		// Not saved: their offsets stay unsettled for Kafka to deliver
-		// again, and nothing settles them any more. Counted abandoned, so
-		// that the revoke at the leave does not wait RevokeTimeout for
-		// them (on kafka-go, past the stop).
-		for _, l := range fresh {
-			l.it.abandon()
-		}
+	}
+	// Saved or not, the Kafka messages' offsets stay unsettled: the
+	// commit stops before the first of them, so Kafka keeps them for a
+	// next owner that cannot read what was saved (an older version, a
+	// deleted changelog, a plain consumer). Nothing settles them any
+	// more: counted abandoned, so that the revoke at the leave does not
+	// wait RevokeTimeout for them (on kafka-go, past the stop).
+	for _, l := range fresh {
+		l.it.abandon()
 	}
 	if r.clog.on() {
 		r.clog.keepCheckpoints(nil)

@@ -119,15 +119,24 @@ type insert struct {
 //     replaced by a put saved after it (the ID was scheduled again) and
 //     outlives one saved before it (scheduled before the one that ran).
 //
+// The last progress record of the partition (see [Progress]) replaces
+// the file's progress of (topic, partition).
+//
 // A record whose key does not parse or whose value does not decode is
 // skipped and reported in Bad; nothing of it is written. It returns an
 // error only when the file cannot be written; then the transaction should
 // be rolled back.
 func (tx *Tx) ApplyChangelog(topic string, partition int32, recs []ChangelogRecord, next int64) (Applied, error) {
+	var bad []*DecodeError
+	recs, err := tx.applyProgress(topic, partition, recs, &bad) // progress.go
+	if err != nil {
+		return Applied{}, tx.errorf(err, "apply the progress records of %s/%d", topic, partition)
+	}
 	out, err := tx.applyChangelog(recs)
 	if err != nil {
 		return Applied{}, tx.errorf(err, "apply %d changelog records of %s/%d", len(recs), topic, partition)
 	}
+	out.Bad = append(bad, out.Bad...)
 	if err := tx.SetChangelogCheckpoint(topic, partition, next); err != nil {
 		return Applied{}, err
 	}

@@ -56,6 +56,8 @@ func bucketCode(name string) byte {
 		return 'l'
 	case BucketParked:
 		return 'k'
+	case BucketProgress:
+		return progressCode
 	}
 	return 0
 }
@@ -71,6 +73,8 @@ func codeBucket(c byte) string {
 		return BucketDelayed
 	case 'k':
 		return BucketParked
+	case progressCode:
+		return BucketProgress
 	}
 	return ""
 }
@@ -80,14 +84,16 @@ type ChangelogKey struct {
 	// FileID is the ID of the state file that wrote the record.
 	FileID [16]byte
 	// Bucket is the record's bucket: [BucketPending], [BucketDead],
-	// [BucketDelayed] or [BucketParked].
+	// [BucketDelayed] or [BucketParked]; [BucketProgress] for a
+	// partition's progress.
 	Bucket string
 	// Local is the record's key in Bucket of that file.
 	Local []byte
 }
 
 // ParseChangelogKey parses a changelog key: a version byte (1), a bucket
-// code ('p' pending, 'd' dead, 'l' delayed, 'k' parked), the 16-byte ID
+// code ('p' pending, 'd' dead, 'l' delayed, 'k' parked, 'o' a
+// partition's progress: see [BucketProgress]), the 16-byte ID
 // of the file that wrote it and the record's key in that bucket, which
 // must have the bucket's shape. Errors wrap [ErrCorrupt]. Local is a
 // copy.
@@ -126,6 +132,11 @@ func checkLocalKey(name string, k []byte) error {
 	case BucketParked:
 		_, _, _, err := splitParkedKey(k)
 		return err
+	case BucketProgress:
+		if len(k) != 4 {
+			return fmt.Errorf("%w: %s key is %d bytes, want 4", ErrCorrupt, name, len(k))
+		}
+		return nil
 	}
 	if len(k) != 8 {
 		return fmt.Errorf("%w: %s key is %d bytes, want 8", ErrCorrupt, name, len(k))
