@@ -176,7 +176,8 @@ func (rs *restorer) followPartition(ctx context.Context, p kclient.Partition, en
 // redelivery blocks its key in an ordered class, the pending messages
 // are pushed to their pools (held, as a restore's), and the scheduler
 // looks at the delayed ones. Parked records wait behind their key's
-// blocker, as they did where they were written.
+// blocker, or are released when nothing blocks their key here
+// (releaseFollowedParked).
 func (rs *restorer) putToWork(ctx context.Context, applied snapshot.Applied, rep *Report) {
 	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.orphan,
 		orphans: &orphans{}, log: rs.log, hold: rs.clog.hold, unhold: rs.clog.unhold}
@@ -204,6 +205,7 @@ func (rs *restorer) putToWork(ctx context.Context, applied snapshot.Applied, rep
 		rs.log.Error("records applied from the changelog not read back; they wait for the partition's next restore", "err", err)
 		return
 	}
+	rs.releaseFollowedParked(applied.Parked)
 	v.orphans.collect()
 	defer v.orphans.flush(rs.log)
 	for i := range pending {
