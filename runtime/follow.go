@@ -95,6 +95,7 @@ func (rs *restorer) follow(ctx context.Context) {
 // partition's changelog once.
 func (rs *restorer) followOnce(ctx context.Context) {
 	l := rs.clog
+	rs.checkCounts(ctx, false) // every countInterval (repartition.go)
 	if err := l.followPauses(ctx, rs.classes); err != nil && ctx.Err() == nil {
 		rs.warn.warn(rs.log, "follow/meta", "changelog's meta topic not followed; pauses and resumes made through other instances wait for the next look",
 			"topic", l.client.MetaTopic(), "err", err)
@@ -148,6 +149,7 @@ func (rs *restorer) followPartition(ctx context.Context, p kclient.Partition, en
 		}
 		return
 	}
+	f.recs = dropMovedOut(f.recs, f.moved)
 	applied, err := l.applyForeign(p, f.recs)
 	if err != nil {
 		rs.warn.warn(rs.log, "follow/"+p.String(), "other instances' changelog writes not applied; tried again at the next look",
@@ -163,6 +165,7 @@ func (rs *restorer) followPartition(ctx context.Context, p kclient.Partition, en
 	}
 	rep := &Report{}
 	rs.putToWork(wctx, applied, rep)
+	rs.moveFollowed(wctx, p, f.recs)
 	n := len(applied.Pending) + len(applied.Dead) + len(applied.Delayed) + len(applied.Parked)
 	l.followed.Add(int64(n))
 	l.repushed.Add(int64(rep.Repushed))
@@ -224,6 +227,9 @@ func (rs *restorer) putToWork(ctx context.Context, applied snapshot.Applied, rep
 type foreign struct {
 	recs []snapshot.ChangelogRecord
 	next int64
+	// moved are the offsets of the moved tombstones among recs
+	// (repartition.go).
+	moved map[int64]bool
 }
 
 // checkpointOf returns where p's checkpoint is, if p is owned.
@@ -252,6 +258,12 @@ func (l *stateLog) readForeign(ctx context.Context, p kclient.Partition, from in
 				continue // in the file already
 			}
 			f.recs = append(f.recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value})
+			if r.Moved {
+				if f.moved == nil {
+					f.moved = map[int64]bool{}
+				}
+				f.moved[r.Offset] = true
+			}
 		}
 		return nil
 	})

@@ -9,8 +9,26 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
+
+// MovedHeader is the header key of a tombstone that moves its key to
+// another partition ([Out].Moved, [Rec].Moved).
+const MovedHeader = "handoff-moved"
+
+// movedHeaders are the headers of a moved tombstone; never modified.
+var movedHeaders = []kgo.RecordHeader{{Key: MovedHeader}}
+
+// isMoved reports whether hs mark a moved tombstone.
+func isMoved(hs []kgo.RecordHeader) bool {
+	for _, h := range hs {
+		if h.Key == MovedHeader {
+			return true
+		}
+	}
+	return false
+}
 
 // ErrGrowDenied is returned (wrapped, naming the topic, the permission
 // and the command that grows it beforehand) by [Client.Grow] when the

@@ -34,6 +34,10 @@ var ErrBeyondEnd = errors.New("changelog: offset beyond the end of the changelog
 type Rec struct {
 	Offset     int64
 	Key, Value []byte
+	// Moved is a tombstone written when its key moved to another
+	// partition of the changelog (the input topic gained partitions):
+	// the record lives on there, so a reader does not delete its copy.
+	Moved bool
 }
 
 // Read reads input partition p's changelog from offset from up to the
@@ -118,7 +122,7 @@ func (c *Client) read(ctx context.Context, topic string, p int32, from int64, fn
 			if r.Offset >= end {
 				break // written after the read began
 			}
-			recs = append(recs, Rec{Offset: r.Offset, Key: r.Key, Value: r.Value})
+			recs = append(recs, Rec{Offset: r.Offset, Key: r.Key, Value: r.Value, Moved: r.Value == nil && isMoved(r.Headers)})
 		}
 		if len(recs) > 0 {
 			if err := fn(recs); err != nil {

@@ -18,6 +18,9 @@ type Out struct {
 	Partition int32
 	Key       []byte
 	Value     []byte
+	// Moved marks a tombstone that moves its key to another partition
+	// (see [Rec].Moved): written with the header [MovedHeader].
+	Moved bool
 
 	// Offset is the record's offset in the changelog topic, set once the
 	// wait of its Send returned nil; untouched otherwise.
@@ -65,6 +68,9 @@ func (c *Client) send(recs []*Out, topic func(*Out) string) func(ctx context.Con
 	for i, o := range recs {
 		r := &rs[i]
 		*r = kgo.Record{Topic: topic(o), Partition: o.Partition, Key: o.Key, Value: o.Value}
+		if o.Moved {
+			r.Headers = movedHeaders
+		}
 		c.prod.Produce(rctx, r, func(r *kgo.Record, err error) {
 			offsets[i], errs[i] = r.Offset, err
 			if left.Add(-1) == 0 {
