@@ -247,6 +247,8 @@ func (l *stateLog) open(ctx context.Context, cfg changelog.Config, meta kclient.
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
+	counts = l.growChangelog(ctx, cl, counts) // repartition.go
+	l.parts.Store(&counts)
 	if err := cl.Ensure(ctx, counts); err != nil {
 		cl.Close()
 		return fmt.Errorf("runtime: %w", err)

@@ -283,8 +283,9 @@ func scheduleSpread(t *testing.T, n int, due time.Time, through ...*Runtime) map
 
 // TestAddedPartitionsAfterRestart (issue 43, case 4): messages scheduled
 // across a topic's 2 partitions; the instances stop, the input topic and
-// then (by the operator) its changelog gain a partition, and the
-// instances start again on new disks, as a Deployment's pods do. The
+// then its changelog gain a partition (by the operator, or by the
+// runtime at its start), and the instances start again on new disks, as
+// a Deployment's pods do. The
 // records whose keys route elsewhere by 3 are moved by the owners of
 // their old partitions: each message is listed by exactly the owner of
 // its key's partition, lives in that partition's changelog alone
@@ -294,6 +295,18 @@ func scheduleSpread(t *testing.T, n int, due time.Time, through ...*Runtime) map
 // listed by nobody.
 func TestAddedPartitionsAfterRestart(t *testing.T) {
 	t.Parallel()
+	for _, operator := range []bool{true, false} {
+		name := map[bool]string{true: "operator grows changelog", false: "runtime grows changelog"}[operator]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			addedPartitionsAfterRestart(t, operator)
+		})
+	}
+}
+
+// addedPartitionsAfterRestart is TestAddedPartitionsAfterRestart, the
+// changelog topic grown beforehand when operator.
+func addedPartitionsAfterRestart(t *testing.T, operator bool) {
 	runs := newInstanceRuns("later-")
 	b := setup(t, 2, "orders")
 	rtA, waitA := b.instance("a", b.config(runs.handler("a"), nil))
@@ -312,7 +325,9 @@ func TestAddedPartitionsAfterRestart(t *testing.T) {
 	}
 
 	addPartitions(t, b, "orders", 3)
-	addPartitions(t, b, clTopic, 3)
+	if operator {
+		addPartitions(t, b, clTopic, 3)
+	}
 	rtA, waitA = b.instance("a", b.config(runs.handler("a"), nil))
 	rtB, waitB = b.instance("b", b.config(runs.handler("b"), nil))
 	var once sync.Once
@@ -327,6 +342,9 @@ func TestAddedPartitionsAfterRestart(t *testing.T) {
 		return rtA.Ready() && rtB.Ready() && len(ownedPartitions(rtA))+len(ownedPartitions(rtB)) == 3
 	})
 	checkRouted(t, map[string]*Runtime{"a": rtA, "b": rtB}, keys)
+	if got := topicPartitions(t, b, clTopic); got != 3 {
+		t.Errorf("changelog topic has %d partitions, want 3", got)
+	}
 	waitFor(t, "every scheduled message run", func() bool { got, _ := runs.ran(); return got == n })
 	stop()
 	_, ranOn := runs.ran()

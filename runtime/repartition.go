@@ -70,6 +70,27 @@ type growth struct {
 	told map[string]int32
 }
 
+// growChangelog is the start's growth of the changelog topics whose
+// input topics have more partitions (counts, by input topic): it returns
+// the counts to route by, the changelog's where it could not grow it
+// (logged at Error, naming the permission and the command; the input's
+// partitions past it are not restored nor fetched until it has them).
+func (l *stateLog) growChangelog(ctx context.Context, cl *changelog.Client, counts map[string]int32) map[string]int32 {
+	have, err := cl.Grow(ctx, counts)
+	if err == nil {
+		return counts
+	}
+	eff := maps.Clone(counts)
+	for t, n := range counts {
+		if h, ok := have[t]; ok && h < n {
+			eff[t] = h
+			l.log.Error("input topic has partitions its changelog topic does not have; records stay routed by the changelog's count, and the input's partitions past it are not restored nor fetched, until the changelog topic has them",
+				"topic", t, "partitions", n, "changelog", cl.Topic(t), "changelog_partitions", h, "err", err)
+		}
+	}
+	return eff
+}
+
 // checkCounts asks the brokers for the partition counts of the input
 // topics that have changelogs, at most every countInterval unless force,
 // and routes by the new count of each that gained partitions, once its
