@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -351,6 +352,146 @@ func addedPartitionsAfterRestart(t *testing.T, operator bool) {
 	for id := range keys {
 		if got := ranOn[id]; len(got) != 1 {
 			t.Errorf("%s ran on %v, want once", id, got)
+		}
+	}
+}
+
+// blocks reports whether rt's class orders holds a block or release of
+// key.
+func blocks(rt *Runtime, key string) bool {
+	k := rt.classes.byName["orders"].keys
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.keys[key] != nil
+}
+
+// TestAddedPartitionsMoveKeyBlocks (issue 43, cases 4 and 5): in an
+// ordered class, a dead letter of a key in each partition of 2 blocks
+// its key on the partition's owner; the input topic gains a third
+// partition, to which both keys route now. The dead letters move there:
+// the new partition's owner lists them and blocks their keys, the other
+// instance holds no block of them (it dropped the one it held), and once
+// they are requeued there and run, later submits of the keys through
+// either instance run, none parks.
+func TestAddedPartitionsMoveKeyBlocks(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	runs := map[string]int{}
+	fail := map[string]bool{}
+	h := func(ctx context.Context, m *handoff.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if fail[m.ID] {
+			return handoff.Permanent(errors.New("bad input"))
+		}
+		runs[m.ID]++
+		return nil
+	}
+	ran := func(id string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return runs[id]
+	}
+	b := setup(t, 2, "orders")
+	mod := func(c *Class) { c.Ordered, c.Retry = true, RetryPolicy{MaxAttempts: 1} }
+	rtA, waitA := watchedInstance(t, b, "a", b.config(h, mod))
+	waitFor(t, "a ready", rtA.Ready)
+	rtB, waitB := watchedInstance(t, b, "b", b.config(h, mod))
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			shutdownAndWait(t, rtA, waitA)
+			shutdownAndWait(t, rtB, waitB)
+		})
+	}
+	t.Cleanup(stop)
+	rts := map[string]*Runtime{"a": rtA, "b": rtB}
+	waitFor(t, "each instance owning one partition", func() bool {
+		return rtB.Ready() && len(ownedPartitions(rtA)) == 1 && len(ownedPartitions(rtB)) == 1
+	})
+	// A key of each instance's partition of 2 that routes to 2 of 3,
+	// dead-lettered through its owner.
+	keys := map[string]string{} // instance -> key
+	for name, rt := range rts {
+		mine := int32(ownedPartitions(rt)[0].Partition)
+		for i := 0; ; i++ {
+			if k := keyFor("k", mine, 2, i); keyPartition([]byte(k), 3) == 2 {
+				keys[name] = k
+				break
+			}
+		}
+		id := "dead-" + name
+		mu.Lock()
+		fail[id] = true
+		mu.Unlock()
+		if err := rt.Submit(context.Background(), "orders", &handoff.Message{ID: id, Key: []byte(keys[name]), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, name+" blocking its dead letter's key", func() bool { return blocks(rt, keys[name]) })
+	}
+
+	addPartitions(t, b, "orders", 3)
+	var owner string
+	waitFor(t, "both instances routing by 3 and the 3 partitions owned", func() bool {
+		if routeCount(rtA, "orders") != 3 || routeCount(rtB, "orders") != 3 || len(ownedPartitions(rtA))+len(ownedPartitions(rtB)) != 3 {
+			return false
+		}
+		for name, rt := range rts {
+			if slices.Contains(ownedPartitions(rt), kclient.Partition{Topic: "orders", Partition: 2}) {
+				owner = name
+			}
+		}
+		return true
+	})
+	var dead []uint64
+	waitFor(t, "the new partition's owner listing both dead letters and blocking their keys", func() bool {
+		ds, _, err := rts[owner].DeadLetters("orders", "", 10)
+		if err != nil || len(ds) != 2 {
+			return false
+		}
+		dead = []uint64{ds[0].Key, ds[1].Key}
+		return blocks(rts[owner], keys["a"]) && blocks(rts[owner], keys["b"])
+	})
+	for name, rt := range rts {
+		if name == owner {
+			continue
+		}
+		waitFor(t, name+" dropping its blocks of the keys", func() bool { return !blocks(rt, keys["a"]) && !blocks(rt, keys["b"]) })
+		if ds, _, err := rt.DeadLetters("orders", "", 10); err != nil || len(ds) != 0 {
+			t.Errorf("%s lists %d dead letters (err %v), want none: the keys' partition is %s's", name, len(ds), err, owner)
+		}
+	}
+	mu.Lock()
+	clear(fail)
+	mu.Unlock()
+	for _, k := range dead {
+		if err := rts[owner].Requeue(context.Background(), k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the requeued dead letters run", func() bool { return ran("dead-a") == 1 && ran("dead-b") == 1 })
+	var later []string
+	for name, rt := range rts {
+		for kn, k := range keys {
+			id := fmt.Sprintf("later-%s-%s", name, kn)
+			later = append(later, id)
+			if err := rt.Submit(context.Background(), "orders", &handoff.Message{ID: id, Key: []byte(k), Value: []byte("v")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitFor(t, "the later submits of the keys run", func() bool {
+		for _, id := range later {
+			if ran(id) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	stop()
+	for _, id := range append(later, "dead-a", "dead-b") {
+		if n := ran(id); n != 1 {
+			t.Errorf("%s ran %d times, want 1", id, n)
 		}
 	}
 }

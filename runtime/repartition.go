@@ -196,6 +196,7 @@ func (rs *restorer) afterGrowth(ctx context.Context, topics []string) {
 		unlock := rs.locks.lock(p, nil)
 		if l.ownsPartition(p) {
 			rs.moveOut(ctx, p)
+			rs.rekey(p)
 		}
 		unlock()
 	}
@@ -215,6 +216,40 @@ func (rs *restorer) afterGrowth(ctx context.Context, topics []string) {
 		}
 	}
 	rs.wake(time.Unix(0, 0))
+}
+
+// rekey builds again the blocked and releasing keys of ordered classes
+// that belong to p, owned here, by the count routed by now: the keys
+// whose blockers or parked records routed to p by the old count are
+// dropped (and the parked messages their releases pushed leave the
+// pools, as at a revocation), then those of the records routing to p now
+// are blocked or released, as a restore does. A key that moved to a
+// partition of another instance is that instance's to block. The caller
+// holds p's lock.
+func (rs *restorer) rekey(p kclient.Partition) {
+	for _, c := range rs.order {
+		if c.keys == nil {
+			continue
+		}
+		dropped := c.keys.forget(p)
+		if len(dropped) == 0 {
+			continue
+		}
+		for _, it := range c.pool.Remove(func(it *item) bool { return it.src == fromParked && dropped[string(it.env().Key)] }) {
+			rs.leftPool(it)
+		}
+	}
+	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.orphan, orphans: &orphans{}, log: rs.log,
+		want: rs.clog.routedTo(p.Topic, int32(p.Partition))}
+	v.orphans.collect()
+	defer v.orphans.flush(rs.log)
+	if err := v.restoreKeys(&Report{}); err != nil {
+		rs.log.Error("keys of ordered classes not built again after the partition count changed; they wait for the partition's next restore",
+			"partition", p.String(), "err", err)
+	}
+	for c, keys := range v.released {
+		c.keys.startRestored(keys)
+	}
 }
 
 // moved is a record of a changelog partition whose key routes to another
