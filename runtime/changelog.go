@@ -49,8 +49,10 @@ type stateLog struct {
 	consumed   map[string]bool
 	classTopic map[string]string
 	// parts is replaced, never changed in place, when a topic that
-	// appeared after the start gets its changelog (learn).
+	// appeared after the start gets its changelog (learn), or gained
+	// partitions (checkCounts, repartition.go; grow is its watch).
 	parts atomic.Pointer[map[string]int32]
+	grow  growth
 	// meta answers partition counts; learnMu orders learn's calls.
 	meta    kclient.Client
 	learnMu sync.Mutex
@@ -252,6 +254,8 @@ func (l *stateLog) open(ctx context.Context, cfg changelog.Config, meta kclient.
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
+	counts = l.growChangelog(ctx, cl, counts) // repartition.go
+	l.parts.Store(&counts)
 	if err := cl.Ensure(ctx, counts); err != nil {
 		cl.Close()
 		return fmt.Errorf("runtime: %w", err)
@@ -413,9 +417,13 @@ func (l *stateLog) restore(ctx context.Context, topic string, p int32) (read int
 	}
 	hadCheckpoint := known
 	var recs []snapshot.ChangelogRecord
+	moved := map[int64]bool{} // moved tombstones (repartition.go)
 	next, err = l.client.Read(ctx, topic, p, from, func(batch []changelog.Rec) error {
 		for _, r := range batch {
 			recs = append(recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value, Writer: r.Writer})
+			if r.Moved {
+				moved[r.Offset] = true
+			}
 		}
 		return nil
 	})
@@ -425,9 +433,13 @@ func (l *stateLog) restore(ctx context.Context, topic string, p int32) (read int
 		l.log.Warn("changelog ends before the state file's checkpoint; reading it from the start", "topic", l.client.Topic(topic),
 			"partition", p, "checkpoint", from)
 		recs, from, known = recs[:0], 0, false
+		clear(moved)
 		next, err = l.client.Read(ctx, topic, p, 0, func(batch []changelog.Rec) error {
 			for _, r := range batch {
 				recs = append(recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value, Writer: r.Writer})
+				if r.Moved {
+					moved[r.Offset] = true
+				}
 			}
 			return nil
 		})
@@ -443,6 +455,7 @@ func (l *stateLog) restore(ctx context.Context, topic string, p int32) (read int
 		return 0, next, applied, nil // the file is where the changelog is
 	}
 	var dropped int
+	recs = dropMovedOut(recs, moved)
 	err = store.BatchLocal(func(tx *snapshot.Tx) (err error) {
 		if applied, dropped, err = l.applyOwned(tx, topic, p, recs, next, owner); err != nil {
 			return err

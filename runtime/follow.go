@@ -96,6 +96,7 @@ func (rs *restorer) follow(ctx context.Context) {
 // partition's changelog once.
 func (rs *restorer) followOnce(ctx context.Context) {
 	l := rs.clog
+	rs.checkCounts(ctx, false) // every countInterval (repartition.go)
 	if err := l.followPauses(ctx, rs.classes); err != nil && ctx.Err() == nil {
 		rs.warn.warn(rs.log, "follow/meta", "changelog's meta topic not followed; pauses and resumes made through other instances wait for the next look",
 			"topic", l.client.MetaTopic(), "err", err)
@@ -149,6 +150,7 @@ func (rs *restorer) followPartition(ctx context.Context, p kclient.Partition, en
 		}
 		return
 	}
+	f.recs = dropMovedOut(f.recs, f.moved)
 	applied, err := l.applyForeign(p, f.recs)
 	if err != nil {
 		rs.warn.warn(rs.log, "follow/"+p.String(), "other instances' changelog writes not applied; tried again at the next look",
@@ -167,6 +169,7 @@ func (rs *restorer) followPartition(ctx context.Context, p kclient.Partition, en
 	}
 	rep := &Report{}
 	rs.putToWork(wctx, applied, rep)
+	rs.moveFollowed(wctx, p, f.recs)
 	n := len(applied.Pending) + len(applied.Dead) + len(applied.Delayed) + len(applied.Parked)
 	l.followed.Add(int64(n))
 	l.repushed.Add(int64(rep.Repushed))
@@ -180,7 +183,8 @@ func (rs *restorer) followPartition(ctx context.Context, p kclient.Partition, en
 // redelivery blocks its key in an ordered class, the pending messages
 // are pushed to their pools (held, as a restore's), and the scheduler
 // looks at the delayed ones. Parked records wait behind their key's
-// blocker, as they did where they were written.
+// blocker, or are released when nothing blocks their key here
+// (releaseFollowedParked).
 func (rs *restorer) putToWork(ctx context.Context, applied snapshot.Applied, rep *Report) {
 	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.orphan,
 		orphans: &orphans{}, log: rs.log, hold: rs.clog.hold, unhold: rs.clog.unhold}
@@ -208,6 +212,7 @@ func (rs *restorer) putToWork(ctx context.Context, applied snapshot.Applied, rep
 		rs.log.Error("records applied from the changelog not read back; they wait for the partition's next restore", "err", err)
 		return
 	}
+	rs.releaseFollowedParked(applied.Parked)
 	v.orphans.collect()
 	defer v.orphans.flush(rs.log)
 	for i := range pending {
@@ -228,6 +233,9 @@ type foreign struct {
 	next int64
 	// owner is the file the last owner marker read names (ownership.go).
 	owner *[16]byte
+	// moved are the offsets of the moved tombstones among recs
+	// (repartition.go).
+	moved map[int64]bool
 }
 
 // checkpointOf returns where p's checkpoint is, if p is owned.
@@ -262,6 +270,12 @@ func (l *stateLog) readForeign(ctx context.Context, p kclient.Partition, from in
 				continue // in the file already, or deleted since
 			}
 			f.recs = append(f.recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value, Writer: r.Writer})
+			if r.Moved {
+				if f.moved == nil {
+					f.moved = map[int64]bool{}
+				}
+				f.moved[r.Offset] = true
+			}
 		}
 		return nil
 	})

@@ -52,7 +52,10 @@ type keysConfig struct {
 	// route names the input partition a message belongs to; false (or
 	// route nil) for none (see stateLog.routeMsg).
 	route func(m *handoff.Message) (kclient.Partition, bool)
-	log   *slog.Logger
+	// owns reports whether this instance owns a partition route named
+	// (restored here, not revoked since); nil means every one.
+	owns func(kclient.Partition) bool
+	log  *slog.Logger
 }
 
 // orderedKeys is the gate, the parking and the releases of one ordered
@@ -121,8 +124,15 @@ func (k *orderedKeys) block(it *item) {
 func (k *orderedKeys) blockHere(it *item) { k.blockAt(it, kclient.Partition{}, false) }
 
 // blockAt makes it the blocker of its key, which belongs to part when
-// routed (see forget).
+// routed (see forget). A key of a partition this instance does not own
+// is not blocked here: only a partition's owner blocks its keys, from
+// the blocker's record it follows (a block here would outlive the
+// blocker, which the owner requeues or discards, and park the key's
+// later messages for good).
 func (k *orderedKeys) blockAt(it *item, part kclient.Partition, routed bool) {
+	if routed && k.cfg.owns != nil && !k.cfg.owns(part) {
+		return
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	st := k.keys[string(it.env().Key)]

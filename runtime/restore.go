@@ -100,6 +100,10 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 	if err := l.learn(ctx, topic); err != nil {
 		return err
 	}
+	scan, err := rs.noticePartition(ctx, p) // repartition.go
+	if err != nil {
+		return err
+	}
 	unlock := rs.locks.lock(p, nil)
 	read, next, applied, err := l.restore(ctx, topic, part)
 	unlock()
@@ -122,6 +126,7 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 		l.setOwned(p, false, 0)
 		return err
 	}
+	rs.moveAfterRestore(ctx, p, scan, applied)
 	rs.wake(time.Unix(0, 0)) // its delayed records, from the start
 	n := len(applied.Pending) + len(applied.Dead) + len(applied.Delayed) + len(applied.Parked)
 	l.restored.Add(int64(n))

@@ -228,7 +228,7 @@ func New(cfg Config) (*Runtime, error) {
 		c.pool = p
 		if cc.Ordered {
 			c.keys = newOrderedKeys(keysConfig{class: cc.Name, pool: p, state: r.state, deletes: &r.deletes,
-				releases: &r.releases, counts: &c.stats, route: r.clog.partitionOf, log: r.log})
+				releases: &r.releases, counts: &c.stats, route: r.clog.partitionOf, owns: r.clog.ownsPartition, log: r.log})
 		}
 		c.hold = hold.New(hold.Config[*item]{Class: cc.Name, Policy: hold.Policy(cc.Suspend), Permanent: cc.Retry.PermanentFunc,
 			Pool: p, Log: r.log, Stopping: r.life.stopCh, Rewind: r.sched.wake, Backoff: probeBackoff})

@@ -36,6 +36,10 @@ type Rec struct {
 	Key, Value []byte
 	// Writer is the value of the record's WriterHeader; nil without one.
 	Writer []byte
+	// Moved is a tombstone written when its key moved to another
+	// partition of the changelog (the input topic gained partitions):
+	// the record lives on there, so a reader does not delete its copy.
+	Moved bool
 }
 
 // WriterHeader is the header of a changelog record written under another
@@ -126,7 +130,7 @@ func (c *Client) read(ctx context.Context, topic string, p int32, from int64, fn
 			if r.Offset >= end {
 				break // written after the read began
 			}
-			rec := Rec{Offset: r.Offset, Key: r.Key, Value: r.Value}
+			rec := Rec{Offset: r.Offset, Key: r.Key, Value: r.Value, Moved: r.Value == nil && isMoved(r.Headers)}
 			for _, h := range r.Headers {
 				if h.Key == WriterHeader {
 					rec.Writer = h.Value

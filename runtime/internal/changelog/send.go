@@ -21,6 +21,9 @@ type Out struct {
 	// Writer, when not nil, goes in the record's header WriterHeader: the
 	// ID of the state file that wrote a record under another file's key.
 	Writer []byte
+	// Moved marks a tombstone that moves its key to another partition
+	// (see [Rec].Moved): written with the header [MovedHeader].
+	Moved bool
 
 	// Offset is the record's offset in the changelog topic, set once the
 	// wait of its Send returned nil; untouched otherwise.
@@ -69,7 +72,10 @@ func (c *Client) send(recs []*Out, topic func(*Out) string) func(ctx context.Con
 		r := &rs[i]
 		*r = kgo.Record{Topic: topic(o), Partition: o.Partition, Key: o.Key, Value: o.Value}
 		if o.Writer != nil {
-			r.Headers = []kgo.RecordHeader{{Key: WriterHeader, Value: o.Writer}}
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: WriterHeader, Value: o.Writer})
+		}
+		if o.Moved {
+			r.Headers = append(r.Headers, movedHeaders...)
 		}
 		c.prod.Produce(rctx, r, func(r *kgo.Record, err error) {
 			offsets[i], errs[i] = r.Offset, err

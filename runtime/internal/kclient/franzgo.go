@@ -870,3 +870,15 @@ func QueueFill(c Client) map[Partition][2]int64 {
 	}
 	return fill
 }
+
+// RefreshPartitions makes the group's client read its topics' metadata
+// now, so that the group's leader sees a topic that gained partitions
+// and rebalances them in (kgo otherwise looks every metadata max age, 5
+// minutes). A no-op before Join made the client.
+func (f *franzGo) RefreshPartitions() {
+	select {
+	case <-f.begun:
+		f.cl.ForceMetadataRefresh()
+	default:
+	}
+}

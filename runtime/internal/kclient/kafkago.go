@@ -74,10 +74,13 @@ func (k *kafkaGo) Join(ctx context.Context, topics []string, begin BeginFunc) er
 		RebalanceTimeout:  k.cfg.RebalanceTimeout,
 		HeartbeatInterval: k.cfg.SessionTimeout / 3,
 		JoinGroupBackoff:  time.Second,
-		Timeout:           5 * time.Second,
-		Dialer:            d,
-		Logger:            k.member.logger(k.kafkaLogger(ctx, k.log, false)),
-		ErrorLogger:       k.member.logger(k.kafkaLogger(ctx, k.log, true)),
+		// The leader rebalances a topic that gained partitions in,
+		// looking every 5s (kafka-go's PartitionWatchInterval).
+		WatchPartitionChanges: true,
+		Timeout:               5 * time.Second,
+		Dialer:                d,
+		Logger:                k.member.logger(k.kafkaLogger(ctx, k.log, false)),
+		ErrorLogger:           k.member.logger(k.kafkaLogger(ctx, k.log, true)),
 	})
 	if err != nil {
 		// Validated by the runtime's New; this means kafka-go disagrees.
