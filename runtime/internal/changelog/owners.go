@@ -1,0 +1,69 @@
+package changelog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Owner returns the member of the group that input partition p of topic
+// is assigned to, named as an operator knows it (see [MemberName]); ""
+// when no member has it (the group is empty, or rebalancing). It blocks
+// for one DescribeGroups request to the group's coordinator, until ctx
+// ends.
+func (c *Client) Owner(ctx context.Context, topic string, p int32) (string, error) {
+	req := kmsg.NewPtrDescribeGroupsRequest()
+	req.Groups = []string{c.cfg.Group}
+	resp, err := req.RequestWith(ctx, c.cl)
+	if err != nil {
+		return "", fmt.Errorf("changelog: describe group %s: %w", c.cfg.Group, err)
+	}
+	for _, g := range resp.Groups {
+		if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
+			if errors.Is(err, kerr.GroupIDNotFound) {
+				continue
+			}
+			return "", fmt.Errorf("changelog: describe group %s: %w", g.Group, err)
+		}
+		for i := range g.Members {
+			m := &g.Members[i]
+			if len(m.MemberAssignment) == 0 {
+				continue
+			}
+			var a kmsg.ConsumerMemberAssignment
+			if err := a.ReadFrom(m.MemberAssignment); err != nil {
+				return "", fmt.Errorf("changelog: describe group %s: assignment of member %s: %w", g.Group, m.MemberID, err)
+			}
+			for _, t := range a.Topics {
+				if t.Topic != topic {
+					continue
+				}
+				for _, q := range t.Partitions {
+					if q == p {
+						return MemberName(m), nil
+					}
+				}
+			}
+		}
+	}
+	return "", nil
+}
+
+// MemberName names a group member as an operator knows it: its
+// group.instance.id when it has one (an instance with static
+// membership: the runtime's Config.Instance with franz-go), else its
+// client ID @ host and member ID.
+func MemberName(m *kmsg.DescribeGroupsResponseGroupMember) string {
+	if m.InstanceID != nil && *m.InstanceID != "" {
+		return *m.InstanceID
+	}
+	name := strings.TrimPrefix(m.ClientHost, "/")
+	if m.ClientID != "" {
+		name = m.ClientID + "@" + name
+	}
+	return fmt.Sprintf("%s (member %s)", name, m.MemberID)
+}
