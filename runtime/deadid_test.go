@@ -13,11 +13,9 @@ import (
 )
 
 // ownerNamed reports whether owner, a NotOwnerError's Owner, names the
-// test's instance: its Instance with franz-go (static membership), its
-// ClientID "client-<instance>" @ host with kafka-go.
-func ownerNamed(owner, instance string) bool {
-	return owner == instance || strings.HasPrefix(owner, "client-"+instance+"@")
-}
+// test's instance: its Instance, the group.instance.id with franz-go
+// (static membership), in the subscription's user data with kafka-go.
+func ownerNamed(owner, instance string) bool { return owner == instance }
 
 // deadByValue lists rt's dead letters: message value -> dead letter ID.
 func deadByValue(t *testing.T, rt *Runtime) map[string]string {
@@ -52,7 +50,7 @@ func TestDeadLetterIDAcrossInstances(t *testing.T) {
 		return handoff.Permanent(errors.New("poison"))
 	}
 	cfgA := b.config(poison, nil)
-	cfgA.Instance, cfgA.ClientID = "a", "client-a"
+	cfgA.Instance = "a"
 	rtA, waitA := startNew(t, cfgA)
 	waitFor(t, "A ready", rtA.Ready)
 	ctx := context.Background()
@@ -76,9 +74,7 @@ func TestDeadLetterIDAcrossInstances(t *testing.T) {
 	}
 	delete(ids, "p0-a")
 
-	cfgB := b.config(poison, nil)
-	cfgB.ClientID = "client-b"
-	rtB, waitB := b.instance("b", cfgB)
+	rtB, waitB := b.instance("b", b.config(poison, nil))
 	waitFor(t, "B ready", rtB.Ready)
 	var onA, onB map[string]string
 	waitFor(t, "one partition and its dead letters moved to B", func() bool {

@@ -52,9 +52,7 @@ func TestDeadLetterOfMovedPartition(t *testing.T) {
 		return true
 	})
 
-	cfgB := b.config(handler("b"), nil)
-	cfgB.ClientID = "client-b" // names B as a kafka-go group member
-	rtB, waitB := b.instance("b", cfgB)
+	rtB, waitB := b.instance("b", b.config(handler("b"), nil))
 	moved := -1
 	waitFor(t, "one partition and its dead letter moved to B", func() bool {
 		dlB, _, err := rtB.DeadLetters("", "", 10)
