@@ -161,7 +161,6 @@ func parseLimit(r *http.Request) (int, error) {
 	return n, nil
 }
 
-
 func (h *handler) apiDeadList(w http.ResponseWriter, r *http.Request) {
 	if !h.authorizeRead(w, r) {
 		return
