@@ -145,8 +145,8 @@ func (tx *Tx) findDead(id DeadID) (uint64, bool, error) {
 	}
 	if id.Local {
 		if hasOwn {
-			return 0, false, fmt.Errorf("%w: %d is a bare key; this file's dead letters are named by group-wide IDs (16 hex digits, a dash and a number, e.g. %s-%d): list them for their IDs",
-				ErrDeadID, id.Seq, hex.EncodeToString(own[:8]), id.Seq)
+			return 0, false, fmt.Errorf("%w: %d is a bare key, which may be another state file's; this file's dead letters are named by group-wide IDs (16 hex digits, a dash and a number): list them for their IDs",
+				ErrDeadID, id.Seq)
 		}
 		return id.Seq, dead.Get(seqKey(id.Seq)) != nil, nil
 	}
