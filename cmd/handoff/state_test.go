@@ -118,7 +118,7 @@ func TestLocked(t *testing.T) {
 	for _, args := range [][]string{
 		{"inspect", path},
 		{"dead", "list", path},
-		{"dead", "show", path, "1"},
+		{"dead", "show", path, before.deadID[sortedKeys(before.dead)[0]]},
 	} {
 		r := run(t, append(args, "--lock-timeout", "50ms")...)
 		if r.code != 0 || args[0] == "inspect" && !strings.Contains(r.stdout, "read from a consistent copy: a running service holds the file") {
