@@ -163,14 +163,14 @@ func (b *bundle) deadLetters() []runtime.DeadLetter {
 // poison makes n dead letters in class (values poison-0 ...) and returns
 // their keys in the order they were saved: the order their handlers
 // failed, which with several workers is not always submit order.
-func (b *bundle) poison(class string, n int) []uint64 {
+func (b *bundle) poison(class string, n int) []string {
 	b.t.Helper()
 	before := len(b.deadLetters())
 	for i := range n {
 		b.submit(class, fmt.Sprintf("key-%d", i), fmt.Sprintf("poison-%d", i))
 	}
 	waitFor(b.t, "dead letters", func() bool { return len(b.deadLetters()) == before+n })
-	var keys []uint64
+	var keys []string
 	for _, dl := range b.deadLetters()[before:] {
 		keys = append(keys, dl.Key)
 	}
@@ -359,13 +359,13 @@ func TestDeadLetterList(t *testing.T) {
 
 	// keys are in save order, not submit order (see poison): find
 	// poison-1's key.
-	var k1 uint64
+	var k1 string
 	for _, d := range b.deadLetters() {
 		if string(d.Message.Value) == "poison-1" {
 			k1 = d.Key
 		}
 	}
-	resp, body = b.do("GET", fmt.Sprintf("/api/dead/%d", k1))
+	resp, body = b.do("GET", fmt.Sprintf("/api/dead/%s", k1))
 	dl := decode[deadJSON](t, resp, body, 200)
 	if dl.Key != k1 || dl.Class != "jobs" || dl.ValueText == nil || *dl.ValueText != "poison-1" ||
 		string(dl.Value) != "poison-1" || string(dl.MessageKey) != "key-1" || dl.Attempt != 1 ||
@@ -406,7 +406,7 @@ func TestAuth(t *testing.T) {
 		b := setup(t, func(o *Options) { o.Token = "" })
 		key := b.poison("jobs", 1)[0]
 		for _, action := range []string{"requeue", "discard"} {
-			resp, body := b.do("POST", fmt.Sprintf("/api/dead/%d/%s", key, action), bearer("anything")...)
+			resp, body := b.do("POST", fmt.Sprintf("/api/dead/%s/%s", key, action), bearer("anything")...)
 			wantError(t, resp, body, 403, "no token is configured")
 		}
 		if len(b.deadLetters()) != 1 {
@@ -418,7 +418,7 @@ func TestAuth(t *testing.T) {
 		b := setup(t, nil)
 		key := b.poison("jobs", 1)[0]
 		for _, action := range []string{"requeue", "discard"} {
-			path := fmt.Sprintf("/api/dead/%d/%s", key, action)
+			path := fmt.Sprintf("/api/dead/%s/%s", key, action)
 			resp, body := b.do("POST", path)
 			wantError(t, resp, body, 401, "missing bearer token")
 			if resp.Header.Get("WWW-Authenticate") == "" {
@@ -454,7 +454,7 @@ func TestRequeue(t *testing.T) {
 	waitFor(t, "the blocking dead letter", func() bool { return len(b.deadLetters()) == 3 })
 	b.cured.Store(true)
 
-	resp, body := b.do("POST", fmt.Sprintf("/api/dead/%d/requeue", keys[0]), bearer(testToken)...)
+	resp, body := b.do("POST", fmt.Sprintf("/api/dead/%s/requeue", keys[0]), bearer(testToken)...)
 	if a := decode[actionJSON](t, resp, body, 202); a.Key != keys[0] || a.Status != "requeued" {
 		t.Errorf("requeue answer %s", body)
 	}
@@ -464,18 +464,18 @@ func TestRequeue(t *testing.T) {
 		t.Fatal("the requeued message was not handled")
 	}
 	waitFor(t, "the dead letter to go", func() bool {
-		resp, _ := b.do("GET", fmt.Sprintf("/api/dead/%d", keys[0]))
+		resp, _ := b.do("GET", fmt.Sprintf("/api/dead/%s", keys[0]))
 		return resp.StatusCode == 404
 	})
 	// The block-poison dead letter: requeue, then requeue again while it runs.
 	dls := b.deadLetters()
 	bk := dls[len(dls)-1].Key
-	resp, body = b.do("POST", fmt.Sprintf("/api/dead/%d/requeue", bk), bearer(testToken)...)
+	resp, body = b.do("POST", fmt.Sprintf("/api/dead/%s/requeue", bk), bearer(testToken)...)
 	decode[actionJSON](t, resp, body, 202)
-	resp, body = b.do("POST", fmt.Sprintf("/api/dead/%d/requeue", bk), bearer(testToken)...)
-	wantError(t, resp, body, 409, fmt.Sprintf("requeue dead letter %d", bk), "already requeued")
-	resp, body = b.do("POST", fmt.Sprintf("/api/dead/%d/discard", bk), bearer(testToken)...)
-	wantError(t, resp, body, 409, fmt.Sprintf("discard dead letter %d", bk), "already requeued")
+	resp, body = b.do("POST", fmt.Sprintf("/api/dead/%s/requeue", bk), bearer(testToken)...)
+	wantError(t, resp, body, 409, fmt.Sprintf("requeue dead letter %s", bk), "already requeued")
+	resp, body = b.do("POST", fmt.Sprintf("/api/dead/%s/discard", bk), bearer(testToken)...)
+	wantError(t, resp, body, 409, fmt.Sprintf("discard dead letter %s", bk), "already requeued")
 	b.release()
 	<-b.handled
 
@@ -485,12 +485,12 @@ func TestRequeue(t *testing.T) {
 	wantError(t, resp, body, 400, "key", `"1x"`)
 	waitFor(t, "the second requeued dead letter to go", func() bool { return len(b.deadLetters()) == 1 })
 	if dls := b.deadLetters(); dls[0].Key != keys[1] {
-		t.Errorf("dead letters left %+v, want only %d", dls, keys[1])
+		t.Errorf("dead letters left %+v, want only %s", dls, keys[1])
 	}
 
 	// The log names requests, never message contents.
 	logs := b.logs.String()
-	if !strings.Contains(logs, fmt.Sprintf(`"path":"/api/dead/%d/requeue","status":202`, keys[0])) || !strings.Contains(logs, `"took":`) {
+	if !strings.Contains(logs, fmt.Sprintf(`"path":"/api/dead/%s/requeue","status":202`, keys[0])) || !strings.Contains(logs, `"took":`) {
 		t.Errorf("requeue not logged:\n%s", logs)
 	}
 	if strings.Contains(logs, "poison-") || strings.Contains(logs, testToken) {
@@ -502,15 +502,15 @@ func TestDiscard(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	keys := b.poison("jobs", 2)
-	path := fmt.Sprintf("/api/dead/%d/discard", keys[0])
+	path := fmt.Sprintf("/api/dead/%s/discard", keys[0])
 	resp, body := b.do("POST", path, bearer(testToken)...)
 	if a := decode[actionJSON](t, resp, body, 200); a.Status != "discarded" {
 		t.Errorf("discard answer %s", body)
 	}
-	resp, body = b.do("GET", fmt.Sprintf("/api/dead/%d", keys[0]))
+	resp, body = b.do("GET", fmt.Sprintf("/api/dead/%s", keys[0]))
 	wantError(t, resp, body, 404)
 	resp, body = b.do("POST", path, bearer(testToken)...)
-	wantError(t, resp, body, 404, fmt.Sprintf("discard dead letter %d", keys[0]), "not found")
+	wantError(t, resp, body, 404, fmt.Sprintf("discard dead letter %s", keys[0]), "not found")
 	if dls := b.deadLetters(); len(dls) != 1 || dls[0].Key != keys[1] {
 		t.Errorf("dead letters left %+v", dls)
 	}
@@ -523,9 +523,9 @@ func TestMethodsAndPaths(t *testing.T) {
 	for _, c := range []struct {
 		method, path, allow string
 	}{
-		{"GET", fmt.Sprintf("/api/dead/%d/requeue", key), "POST"},
-		{"DELETE", fmt.Sprintf("/api/dead/%d", key), "GET, HEAD"},
-		{"PUT", fmt.Sprintf("/api/dead/%d/discard", key), "POST"},
+		{"GET", fmt.Sprintf("/api/dead/%s/requeue", key), "POST"},
+		{"DELETE", fmt.Sprintf("/api/dead/%s", key), "GET, HEAD"},
+		{"PUT", fmt.Sprintf("/api/dead/%s/discard", key), "POST"},
 		{"POST", "/api/classes", "GET, HEAD"},
 		{"POST", "/healthz", "GET, HEAD"},
 		{"POST", "/", "GET, HEAD"},
@@ -609,8 +609,8 @@ func TestDashboard(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
 		t.Fatalf("GET /: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
-	for _, want := range []string{`id="class-jobs"`, `id="class-orders"`, fmt.Sprintf(`id="dead-%d"`, keys[0]),
-		fmt.Sprintf(`id="requeue-%d" disabled`, keys[1]), `id="login"`, `<base href="/">`, "poisoned value"} {
+	for _, want := range []string{`id="class-jobs"`, `id="class-orders"`, fmt.Sprintf(`id="dead-%s"`, keys[0]),
+		fmt.Sprintf(`id="requeue-%s" disabled`, keys[1]), `id="login"`, `<base href="/">`, "poisoned value"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("dashboard lacks %s", want)
 		}
@@ -642,7 +642,7 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("%s: %d to %q, want a redirect with msg=%s", resp.Request.URL.Path, resp.StatusCode, resp.Header.Get("Location"), msg)
 		}
 	}
-	requeue := fmt.Sprintf("/ui/dead/%d/requeue", keys[0])
+	requeue := fmt.Sprintf("/ui/dead/%s/requeue", keys[0])
 	wantBack(form(requeue, nil, nil), "login-first")
 	wantBack(form(requeue, &http.Cookie{Name: sessionCookie, Value: "1.abc"}, nil), "login-first")
 	resp = form("/ui/login", nil, url.Values{"token": {"wrong"}})
@@ -671,8 +671,8 @@ func TestDashboard(t *testing.T) {
 	wantBack(form(requeue, session, nil), "requeued")
 	<-b.handled
 	waitFor(t, "the dead letter to go", func() bool { return len(b.deadLetters()) == 1 })
-	wantBack(form(fmt.Sprintf("/ui/dead/%d/discard", keys[1]), session, nil), "discarded")
-	wantBack(form(fmt.Sprintf("/ui/dead/%d/discard", keys[1]), session, nil), "not-found")
+	wantBack(form(fmt.Sprintf("/ui/dead/%s/discard", keys[1]), session, nil), "discarded")
+	wantBack(form(fmt.Sprintf("/ui/dead/%s/discard", keys[1]), session, nil), "not-found")
 	wantBack(form("/ui/dead/x/discard", session, nil), "bad-key")
 	if len(b.deadLetters()) != 0 {
 		t.Errorf("dead letters left: %+v", b.deadLetters())
@@ -687,7 +687,7 @@ func TestDashboard(t *testing.T) {
 	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	page = string(body)
-	for _, want := range []string{fmt.Sprintf("Dead letter %d discarded.", keys[1]), `id="no-dead"`, `id="session"`} {
+	for _, want := range []string{fmt.Sprintf("Dead letter %s discarded.", keys[1]), `id="no-dead"`, `id="session"`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("dashboard after discard lacks %s", want)
 		}
@@ -713,10 +713,10 @@ func TestDashboardNoToken(t *testing.T) {
 	key := b.poison("jobs", 1)[0]
 	_, body := b.do("GET", "/")
 	if !strings.Contains(string(body), "no admin token configured") || strings.Contains(string(body), `id="login"`) ||
-		!strings.Contains(string(body), fmt.Sprintf(`id="requeue-%d" disabled`, key)) {
+		!strings.Contains(string(body), fmt.Sprintf(`id="requeue-%s" disabled`, key)) {
 		t.Errorf("read-only dashboard:\n%s", body)
 	}
-	resp, _ := b.do("POST", fmt.Sprintf("/ui/dead/%d/requeue", key))
+	resp, _ := b.do("POST", fmt.Sprintf("/ui/dead/%s/requeue", key))
 	if resp.StatusCode != http.StatusSeeOther || !strings.Contains(resp.Header.Get("Location"), "msg=no-token") {
 		t.Errorf("requeue without a token: %d %s", resp.StatusCode, resp.Header.Get("Location"))
 	}

@@ -161,15 +161,6 @@ func parseLimit(r *http.Request) (int, error) {
 	return n, nil
 }
 
-// parseKey reads a dead letter key: a decimal uint64.
-func parseKey(s string) (uint64, error) {
-	k, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("admin: dead letter key must be a decimal number, got %q", s)
-	}
-	return k, nil
-}
-
 func (h *handler) apiDeadList(w http.ResponseWriter, r *http.Request) {
 	if !h.authorizeRead(w, r) {
 		return
@@ -201,14 +192,12 @@ func (h *handler) apiDeadGet(w http.ResponseWriter, r *http.Request) {
 	if !h.authorizeRead(w, r) {
 		return
 	}
-	key, err := parseKey(r.PathValue("key"))
+	key := r.PathValue("key")
+	ctx, cancel := context.WithTimeout(r.Context(), requeueTimeout)
+	defer cancel()
+	dl, err := h.rt.GetDeadLetter(ctx, key)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "%s", err)
-		return
-	}
-	dl, err := h.rt.GetDeadLetter(key)
-	if err != nil {
-		h.runtimeError(w, fmt.Sprintf("get dead letter %d", key), err)
+		h.runtimeError(w, fmt.Sprintf("get dead letter %s", key), err)
 		return
 	}
 	writeJSON(w, http.StatusOK, toDeadJSON(&dl))
@@ -216,7 +205,7 @@ func (h *handler) apiDeadGet(w http.ResponseWriter, r *http.Request) {
 
 // actionJSON is the body of a successful requeue or discard.
 type actionJSON struct {
-	Key    uint64 `json:"key"`
+	Key    string `json:"key"`
 	Status string `json:"status"`
 }
 
@@ -224,13 +213,9 @@ func (h *handler) apiRequeue(w http.ResponseWriter, r *http.Request) {
 	if !h.authorizeBearer(w, r) {
 		return
 	}
-	key, err := parseKey(r.PathValue("key"))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%s", err)
-		return
-	}
+	key := r.PathValue("key")
 	if err := h.requeue(r.Context(), key); err != nil {
-		h.runtimeError(w, fmt.Sprintf("requeue dead letter %d", key), err)
+		h.runtimeError(w, fmt.Sprintf("requeue dead letter %s", key), err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, actionJSON{Key: key, Status: "requeued"})
@@ -240,24 +225,30 @@ func (h *handler) apiDiscard(w http.ResponseWriter, r *http.Request) {
 	if !h.authorizeBearer(w, r) {
 		return
 	}
-	key, err := parseKey(r.PathValue("key"))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%s", err)
-		return
-	}
-	if err := h.rt.Discard(r.Context(), key); err != nil {
-		h.runtimeError(w, fmt.Sprintf("discard dead letter %d", key), err)
+	key := r.PathValue("key")
+	if err := h.discard(r.Context(), key); err != nil {
+		h.runtimeError(w, fmt.Sprintf("discard dead letter %s", key), err)
 		return
 	}
 	writeJSON(w, http.StatusOK, actionJSON{Key: key, Status: "discarded"})
 }
 
-// requeue requeues key, waiting at most requeueTimeout for room in its
-// class's pool.
-func (h *handler) requeue(ctx context.Context, key uint64) error {
+// requeue requeues the dead letter with ID key, waiting at most
+// requeueTimeout for room in its class's pool (or, for one this instance
+// does not own, for finding its owner).
+func (h *handler) requeue(ctx context.Context, key string) error {
 	ctx, cancel := context.WithTimeout(ctx, requeueTimeout)
 	defer cancel()
 	return h.rt.Requeue(ctx, key)
+}
+
+// discard discards the dead letter with ID key, waiting at most
+// requeueTimeout for finding its owner when this instance does not own
+// it.
+func (h *handler) discard(ctx context.Context, key string) error {
+	ctx, cancel := context.WithTimeout(ctx, requeueTimeout)
+	defer cancel()
+	return h.rt.Discard(ctx, key)
 }
 
 // parkedJSON is one parked key of an ordered class.
@@ -344,9 +335,11 @@ func delayedReason(e runtime.DelayedMessage) string {
 // statusOf maps a runtime error to an HTTP status.
 func statusOf(err error) int {
 	switch {
+	case errors.Is(err, runtime.ErrBadKey):
+		return http.StatusBadRequest
 	case errors.Is(err, runtime.ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, runtime.ErrRequeued), errors.Is(err, runtime.ErrUnknownClass):
+	case errors.Is(err, runtime.ErrRequeued), errors.Is(err, runtime.ErrUnknownClass), errors.Is(err, runtime.ErrNotOwner):
 		return http.StatusConflict
 	case errors.Is(err, runtime.ErrNotRunning), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable

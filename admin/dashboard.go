@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/handoff-go/handoff/runtime"
@@ -81,7 +82,7 @@ type classView struct {
 }
 
 type deadView struct {
-	Key                     uint64
+	Key                     string // the dead letter ID
 	Class, ID, MsgKey, Err  string
 	Attempts                int
 	FirstFailed, LastFailed time.Time
@@ -185,22 +186,22 @@ func (h *handler) uiLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case len(h.token) == 0 && len(h.readToken) == 0:
-		h.back(w, r, "no-token", 0)
+		h.back(w, r, "no-token", "")
 	default:
 		client := clientOf(r)
 		if _, limited := h.fails.limited(client, time.Now()); limited {
-			h.back(w, r, "too-many", 0)
+			h.back(w, r, "too-many", "")
 			return
 		}
 		role := h.roleOf(r.PostFormValue("token"))
 		if role == roleNone {
 			h.failed(r, client, "dashboard login")
-			h.back(w, r, "bad-token", 0)
+			h.back(w, r, "bad-token", "")
 			return
 		}
 		h.succeeded(client, role)
 		h.setSession(w, r, role, false)
-		h.back(w, r, "logged-in", 0)
+		h.back(w, r, "logged-in", "")
 	}
 }
 
@@ -209,39 +210,46 @@ func (h *handler) uiLogout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.setSession(w, r, roleNone, true)
-	h.back(w, r, "logged-out", 0)
+	h.back(w, r, "logged-out", "")
 }
 
 func (h *handler) uiRequeue(w http.ResponseWriter, r *http.Request) {
-	h.uiAction(w, r, "requeued", func(ctx context.Context, key uint64) error { return h.requeue(ctx, key) })
+	h.uiAction(w, r, "requeued", func(ctx context.Context, key string) error { return h.requeue(ctx, key) })
 }
 
 func (h *handler) uiDiscard(w http.ResponseWriter, r *http.Request) {
-	h.uiAction(w, r, "discarded", func(ctx context.Context, key uint64) error { return h.rt.Discard(ctx, key) })
+	h.uiAction(w, r, "discarded", func(ctx context.Context, key string) error { return h.discard(ctx, key) })
 }
 
 // uiAction runs a dashboard button's action when the session allows it
 // and sends the browser back to the dashboard with the outcome.
-func (h *handler) uiAction(w http.ResponseWriter, r *http.Request, done string, act func(context.Context, uint64) error) {
+func (h *handler) uiAction(w http.ResponseWriter, r *http.Request, done string, act func(context.Context, string) error) {
 	if !h.sameOrigin(w, r) {
 		return
 	}
 	switch {
 	case len(h.token) == 0:
-		h.back(w, r, "no-token", 0)
+		h.back(w, r, "no-token", "")
 		return
 	case !h.loggedIn(r):
-		h.back(w, r, "login-first", 0)
+		h.back(w, r, "login-first", "")
 		return
 	}
-	key, err := parseKey(r.PathValue("key"))
-	if err != nil {
-		h.back(w, r, "bad-key", 0)
+	key := r.PathValue("key")
+	if !validKey(key) {
+		h.back(w, r, "bad-key", "")
 		return
 	}
 	if err := act(r.Context(), key); err != nil {
 		code := "failed"
+		var notOwner *runtime.NotOwnerError
 		switch {
+		case errors.As(err, &notOwner):
+			v := url.Values{"msg": {"not-owner"}, "key": {key}, "owner": {notOwner.Owner}}
+			h.redirect(w, r, v)
+			return
+		case errors.Is(err, runtime.ErrBadKey):
+			code = "bad-key"
 		case errors.Is(err, runtime.ErrNotFound):
 			code = "not-found"
 		case errors.Is(err, runtime.ErrRequeued):
@@ -271,13 +279,43 @@ func (h *handler) sameOrigin(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // back redirects to the dashboard, showing the message of code (about
-// dead letter key, when not zero).
-func (h *handler) back(w http.ResponseWriter, r *http.Request, code string, key uint64) {
+// dead letter key, when not "").
+func (h *handler) back(w http.ResponseWriter, r *http.Request, code string, key string) {
 	v := url.Values{"msg": {code}}
-	if key != 0 {
-		v.Set("key", strconv.FormatUint(key, 10))
+	if key != "" {
+		v.Set("key", key)
 	}
 	h.redirect(w, r, v)
+}
+
+// ownerText is a group member's name from a query, for a flash message:
+// control characters dropped, at most 120 runes.
+func ownerText(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, s)
+	if r := []rune(s); len(r) > 120 {
+		s = string(r[:120]) + "…"
+	}
+	return s
+}
+
+// validKey reports whether s has the characters and length of a dead
+// letter ID (hex digits and a dash, or a number): what a flash message
+// may repeat. The runtime checks the form.
+func validKey(s string) bool {
+	if s == "" || len(s) > 40 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // redirect sends the browser back to the dashboard with query q (the
@@ -303,7 +341,8 @@ var flashes = map[string]struct {
 	"too-many":      {"Too many wrong tokens from this address: try again in a minute.", true, false},
 	"no-token":      {"No token is configured: requeue and discard are disabled.", true, false},
 	"login-first":   {"Log in with the admin token first.", true, false},
-	"bad-key":       {"That is not a dead letter key.", true, false},
+	"bad-key":       {"That is not a dead letter ID (16 hex digits, a dash and a number).", true, false},
+	"not-owner":     {"Dead letter %s belongs to a partition another instance owns: requeue or discard it on that instance's dashboard.", true, false},
 	"not-found":     {"Dead letter %s does not exist (handled or discarded already?).", true, false},
 	"busy":          {"Dead letter %s was requeued and has not finished yet.", true, false},
 	"unknown-class": {"Dead letter %s belongs to a class that is not configured: it cannot be requeued.", true, false},
@@ -331,10 +370,14 @@ func flash(q url.Values) (string, bool) {
 		return fmt.Sprintf(f.text, fmt.Sprintf("%q", q.Get("name"))), f.err
 	}
 	key := q.Get("key")
-	if _, err := strconv.ParseUint(key, 10, 64); err != nil {
+	if !validKey(key) {
 		key = "?"
 	}
-	return fmt.Sprintf(f.text, key), f.err
+	text := fmt.Sprintf(f.text, key)
+	if owner := q.Get("owner"); q.Get("msg") == "not-owner" && owner != "" {
+		text += fmt.Sprintf(" It is owned by %s.", ownerText(owner))
+	}
+	return text, f.err
 }
 
 // basePath returns the path the handler is mounted at, with a trailing

@@ -130,10 +130,10 @@ func (h *handler) uiClassAction(w http.ResponseWriter, r *http.Request, done str
 	}
 	switch {
 	case len(h.token) == 0:
-		h.back(w, r, "no-token", 0)
+		h.back(w, r, "no-token", "")
 		return
 	case !h.loggedIn(r):
-		h.back(w, r, "login-first", 0)
+		h.back(w, r, "login-first", "")
 		return
 	}
 	name := r.PathValue("name")

@@ -47,7 +47,7 @@ func TestReadToken(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(o *Options) { o.ReadToken = testReadToken })
 	key := b.poison("jobs", 1)[0]
-	dead := "/api/dead/" + itoa(key)
+	dead := "/api/dead/" + key
 	for _, path := range []string{"/api/dead", dead, "/api/parked", "/api/delayed"} {
 		if resp, _ := b.do("GET", path); resp.StatusCode != 401 {
 			t.Errorf("GET %s without a token: %d, want 401", path, resp.StatusCode)
@@ -76,14 +76,14 @@ func TestReadToken(t *testing.T) {
 	}
 	cookie := login(t, b, testReadToken)
 	resp, page = b.do("GET", "/", "Cookie", cookie)
-	if resp.StatusCode != 200 || !strings.Contains(string(page), `id="dead-`+itoa(key)) || !strings.Contains(string(page), "(read only)") {
+	if resp.StatusCode != 200 || !strings.Contains(string(page), `id="dead-`+key) || !strings.Contains(string(page), "(read only)") {
 		t.Fatalf("dashboard with a read session: %d\n%s", resp.StatusCode, page)
 	}
 	if resp, body := b.do("GET", dead, "Cookie", cookie); resp.StatusCode != 200 {
 		t.Errorf("API with a read session: %d %s", resp.StatusCode, body)
 	}
 	form := url.Values{}
-	req, _ := http.NewRequest("POST", b.srv.URL+"/ui/dead/"+itoa(key)+"/discard", strings.NewReader(form.Encode()))
+	req, _ := http.NewRequest("POST", b.srv.URL+"/ui/dead/"+key+"/discard", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Cookie", cookie)
 	r2, err := noRedirect.Do(req)
@@ -125,7 +125,7 @@ func TestTokenFailuresLimited(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	key := b.poison("jobs", 1)[0]
-	path := "/api/dead/" + itoa(key) + "/requeue"
+	path := "/api/dead/" + key + "/requeue"
 	h := b.srv.Config.Handler
 	send := func(client, tok string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("POST", path, nil)
@@ -198,7 +198,7 @@ func TestReadTokenKeepsFailures(t *testing.T) {
 		h.ServeHTTP(w, req)
 		return w.Header().Get("Location")
 	}
-	requeue := "/api/dead/" + itoa(key) + "/requeue"
+	requeue := "/api/dead/" + key + "/requeue"
 	limited := false
 	for i := range 3 * failLimit {
 		if i%(failLimit-1) == failLimit-2 {

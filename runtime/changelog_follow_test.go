@@ -170,7 +170,7 @@ func TestDeadLetterOfAnotherInstanceListedByOwner(t *testing.T) {
 	if err := rtA.Submit(context.Background(), "orders", m); err != nil {
 		t.Fatal(err)
 	}
-	var key uint64
+	var key string
 	waitFor(t, "b listing a's dead letter of its partition", func() bool {
 		ds, _, err := rtB.DeadLetters("orders", "", 10)
 		if err != nil || len(ds) != 1 {

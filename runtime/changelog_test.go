@@ -138,7 +138,7 @@ func TestChangelogDeadLettersTravel(t *testing.T) {
 	})
 	for _, d := range dl {
 		if err := rt2.Requeue(context.Background(), d.Key); err != nil {
-			t.Fatalf("requeue %d: %v", d.Key, err)
+			t.Fatalf("requeue %s: %v", d.Key, err)
 		}
 	}
 	waitFor(t, "everything handled", func() bool {

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -29,6 +30,10 @@ type failuresConfig struct {
 	// list: with the changelog, those of partitions restored here (and
 	// of no partition).
 	owns func(rec *snapshot.Record) bool
+	// elsewhere, when set (with the changelog), returns the
+	// *NotOwnerError of a dead letter that is not this instance's and
+	// exists in the group, and nil when it exists nowhere else.
+	elsewhere func(ctx context.Context, id snapshot.DeadID) error
 }
 
 // failures is what happens to a message that failed for good or for
@@ -111,9 +116,15 @@ func (f *failures) orphan(rec snapshot.Record, del func(tx *snapshot.Tx) error) 
 
 // DeadLetter is a message that failed for good, as the state file keeps it.
 type DeadLetter struct {
-	// Key identifies the dead letter in the state file; pass it to
-	// [Runtime.Requeue] and [Runtime.Discard].
-	Key uint64
+	// Key is the dead letter's ID, the same on every instance of the
+	// group and kept when its partition moves to another instance: the
+	// first 8 bytes of the changelog ID of the state file that wrote it,
+	// in hex, a dash and its key in that file, e.g.
+	// "3f2a9c01d4e5b6a7-12" (with LocalStateOnly, and on a file that
+	// never ran with the changelog, its key in this file: "12"). Pass it
+	// to [Runtime.Requeue], [Runtime.Discard] and
+	// [Runtime.GetDeadLetter].
+	Key string
 	// Message is the envelope; Message.Attempt counts the failed attempts.
 	Message handoff.Message
 	// Reason says why it was saved ("failed"; "unknown class" for a
@@ -127,44 +138,99 @@ type DeadLetter struct {
 	FirstFailed, LastFailed time.Time
 }
 
-func deadLetterOf(e snapshot.Entry) DeadLetter {
-	return DeadLetter{Key: e.Key, Message: e.Record.Message, Reason: e.Record.Reason, Err: e.Record.Err,
-		Redeliveries: e.Record.Redeliveries, FirstFailed: e.Record.FirstFailed, LastFailed: e.Record.SavedAt}
+func deadLetterOf(id snapshot.DeadID, rec *snapshot.Record) DeadLetter {
+	return DeadLetter{Key: id.String(), Message: rec.Message, Reason: rec.Reason, Err: rec.Err,
+		Redeliveries: rec.Redeliveries, FirstFailed: rec.FirstFailed, LastFailed: rec.SavedAt}
 }
 
+// ErrBadKey is wrapped by the error [Runtime.GetDeadLetter],
+// [Runtime.Requeue] and [Runtime.Discard] return for a key that is not a
+// dead letter's ID: not of its form, or a bare number (the form of keys
+// before IDs) in a state file that runs with the changelog, where a
+// number could name another instance's dead letter.
+var ErrBadKey = errors.New("runtime: bad dead letter key")
+
+// ErrNotOwner is wrapped by every [*NotOwnerError].
+var ErrNotOwner = errors.New("runtime: dead letter of a partition this instance does not own")
+
+// NotOwnerError is returned by [Runtime.GetDeadLetter], [Runtime.Requeue]
+// and [Runtime.Discard] (with the changelog) for a dead letter that
+// exists in the group's changelog in a partition this instance does not
+// own: only the partition's owner lists, requeues and discards it, so
+// the request was not applied. It names the partition and its owner.
+type NotOwnerError struct {
+	// Key is the dead letter's ID.
+	Key string
+	// Topic and Partition are the input partition it belongs to.
+	Topic     string
+	Partition int
+	// Owner is the group member that owns the partition: its
+	// Config.Instance with static membership (franz-go), else its client
+	// ID @ host and member ID; "" when no member does (a rebalance).
+	Owner string
+}
+
+// Error says which instance to ask.
+func (e *NotOwnerError) Error() string {
+	owner := "no instance owns it now (the group is rebalancing or empty): try again"
+	if e.Owner != "" {
+		owner = fmt.Sprintf("it is owned by instance %s: send the request there", e.Owner)
+	}
+	return fmt.Sprintf("runtime: dead letter %s belongs to topic %s partition %d, which this instance does not own; %s",
+		e.Key, e.Topic, e.Partition, owner)
+}
+
+// Unwrap returns [ErrNotOwner].
+func (e *NotOwnerError) Unwrap() error { return ErrNotOwner }
+
 // DeadLetters returns up to limit dead letters of class ("" for every
-// class) in the order they failed, starting after the cursor after (the
-// zero Cursor for the first page), and the cursor of the next page (zero
-// when there is none). It reads the state file and needs a running
-// runtime; it does not wait for handlers.
+// class) in the order they failed here, starting after the cursor after
+// (the zero Cursor for the first page), and the cursor of the next page
+// (zero when there is none). With the changelog it lists those of the
+// partitions this instance owns (and of no partition). It reads the
+// state file and needs a running runtime; it does not wait for
+// handlers. A cursor is this instance's: another instance's pages have
+// cursors of their own.
 func (r *Runtime) DeadLetters(class string, after Cursor, limit int) ([]DeadLetter, Cursor, error) {
 	return r.fail.list(class, after, limit)
 }
 
-// GetDeadLetter returns one dead letter, or an error wrapping ErrNotFound
-// (also for one of a partition that is not this instance's: see
-// DeadLetters).
-func (r *Runtime) GetDeadLetter(key uint64) (DeadLetter, error) { return r.fail.get(key) }
+// GetDeadLetter returns the dead letter with ID key. It returns an error
+// wrapping [ErrBadKey] for a key that is not an ID, a [*NotOwnerError]
+// (with the changelog) for one of a partition another instance owns,
+// and one wrapping [ErrNotFound] for one that exists nowhere. Finding
+// the owner reads the changelogs of the partitions this instance does
+// not own and asks the group's coordinator: that blocks until ctx ends.
+func (r *Runtime) GetDeadLetter(ctx context.Context, key string) (DeadLetter, error) {
+	_, dl, err := r.fail.get(ctx, key)
+	return dl, err
+}
 
-// Requeue hands a dead letter back to its class's pool with its attempt
-// and redelivery counts reset: a failure gets its class's retries and
-// redeliveries again, and a redelivery takes the dead letter's record
-// with it. Its record is removed only once it is handled; if it fails
-// for good again the record is updated. In an ordered class its key's
-// parked messages run after it succeeds. Requeue blocks while the pool is
-// full, until ctx ends. It returns an error wrapping [ErrRequeued] while
-// the same dead letter's requeue has not finished (or its discard is
-// being written), [ErrNotFound] once it is gone (a requeue of it
-// succeeded, or it was discarded), and [ErrNotRunning] once the stop has
-// begun. Concurrent and repeated Requeues of one dead letter run it once.
-func (r *Runtime) Requeue(ctx context.Context, key uint64) error { return r.fail.requeue(ctx, key) }
+// Requeue hands the dead letter with ID key back to its class's pool
+// with its attempt and redelivery counts reset: a failure gets its
+// class's retries and redeliveries again, and a redelivery takes the
+// dead letter's record with it. Its record is removed only once it is
+// handled; if it fails for good again the record is updated. In an
+// ordered class its key's parked messages run after it succeeds.
+// Requeue blocks while the pool is full, until ctx ends. It returns an
+// error wrapping [ErrRequeued] while the same dead letter's requeue has
+// not finished (or its discard is being written), [ErrNotFound] once it
+// is gone (a requeue of it succeeded, or it was discarded), and
+// [ErrNotRunning] once the stop has begun; for a key of a partition
+// another instance owns, or not an ID, the errors of
+// [Runtime.GetDeadLetter]: nothing is requeued then. Concurrent and
+// repeated Requeues of one dead letter run it once.
+func (r *Runtime) Requeue(ctx context.Context, key string) error { return r.fail.requeue(ctx, key) }
 
-// Discard deletes a dead letter. In an ordered class its key's parked
-// messages are released. It writes the state file once (one fsync) and
-// returns ctx's error without writing when ctx has ended; the write
-// itself is not interrupted. It returns an error wrapping [ErrRequeued]
-// while the dead letter's requeue has not finished.
-func (r *Runtime) Discard(ctx context.Context, key uint64) error { return r.fail.discard(ctx, key) }
+// Discard deletes the dead letter with ID key. In an ordered class its
+// key's parked messages are released. It writes the state file once
+// (one fsync) and returns ctx's error without writing when ctx has
+// ended; the write itself is not interrupted. It returns an error
+// wrapping [ErrRequeued] while the dead letter's requeue has not
+// finished, and the errors of [Runtime.GetDeadLetter] (a
+// [*NotOwnerError] for a dead letter another instance owns): nothing is
+// deleted then.
+func (r *Runtime) Discard(ctx context.Context, key string) error { return r.fail.discard(ctx, key) }
 
 // list is [Runtime.DeadLetters].
 func (f *failures) list(class string, after Cursor, limit int) ([]DeadLetter, Cursor, error) {
@@ -176,78 +242,128 @@ func (f *failures) list(class string, after Cursor, limit int) ([]DeadLetter, Cu
 	if err != nil {
 		return nil, "", err
 	}
-	var entries []snapshot.Entry
+	var out []DeadLetter
 	var next uint64
-	err = st.View(func(tx *snapshot.Tx) (err error) { entries, next, err = tx.DeadPage(class, from, limit); return err })
+	err = st.View(func(tx *snapshot.Tx) error {
+		entries, n, err := tx.DeadPage(class, from, limit)
+		if err != nil {
+			return err
+		}
+		next = n
+		out = make([]DeadLetter, 0, len(entries))
+		for i := range entries {
+			e := &entries[i]
+			if f.cfg.owns != nil && !f.cfg.owns(&e.Record) {
+				continue // its partition's owner lists it (a page may come back short)
+			}
+			id, err := tx.DeadID(e.Key)
+			if err != nil {
+				return err
+			}
+			out = append(out, deadLetterOf(id, &e.Record))
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, "", fmt.Errorf("runtime: dead letters: %w", err)
-	}
-	out := make([]DeadLetter, 0, len(entries))
-	for _, e := range entries {
-		if f.cfg.owns != nil && !f.cfg.owns(&e.Record) {
-			continue // its partition's owner lists it (a page may come back short)
-		}
-		out = append(out, deadLetterOf(e))
 	}
 	return out, deadCursor(next), nil
 }
 
-// get is [Runtime.GetDeadLetter].
-func (f *failures) get(key uint64) (DeadLetter, error) {
+// get is [Runtime.GetDeadLetter], with the dead letter's key in this
+// file.
+func (f *failures) get(ctx context.Context, key string) (uint64, DeadLetter, error) {
+	id, err := snapshot.ParseDeadID(key)
+	if err != nil {
+		return 0, DeadLetter{}, fmt.Errorf("%w: %w", ErrBadKey, err)
+	}
 	st, err := f.cfg.state.get()
 	if err != nil {
-		return DeadLetter{}, err
+		return 0, DeadLetter{}, err
 	}
-	var rec snapshot.Record
-	var ok bool
-	err = st.View(func(tx *snapshot.Tx) (err error) { rec, ok, err = tx.GetDead(key); return err })
+	var (
+		local uint64
+		rec   snapshot.Record
+		ok    bool
+	)
+	err = st.View(func(tx *snapshot.Tx) error {
+		var err error
+		if local, ok, err = tx.FindDead(id); err != nil || !ok {
+			return err
+		}
+		rec, ok, err = tx.GetDead(local)
+		return err
+	})
+	if errors.Is(err, snapshot.ErrDeadID) {
+		return 0, DeadLetter{}, fmt.Errorf("%w: %w", ErrBadKey, err)
+	}
 	if err != nil {
-		return DeadLetter{}, fmt.Errorf("runtime: dead letter %d: %w", key, err)
+		return 0, DeadLetter{}, fmt.Errorf("runtime: dead letter %s: %w", key, err)
 	}
-	if !ok {
-		return DeadLetter{}, fmt.Errorf("%w: dead letter %d", ErrNotFound, key)
+	if ok && (f.cfg.owns == nil || f.cfg.owns(&rec)) {
+		return local, deadLetterOf(id, &rec), nil
 	}
-	if f.cfg.owns != nil && !f.cfg.owns(&rec) {
-		// Its partition moved: the new owner restored it and lists,
-		// requeues and discards it; this file's copy is unused.
-		return DeadLetter{}, fmt.Errorf("%w: dead letter %d: its partition is not this instance's", ErrNotFound, key)
+	// Not here, or here in a partition that moved (the new owner
+	// restored it and lists, requeues and discards it; this file's copy
+	// is unused): with the changelog, it may be another instance's.
+	if f.cfg.elsewhere != nil {
+		if err := f.cfg.elsewhere(ctx, id); err != nil {
+			return 0, DeadLetter{}, err
+		}
 	}
-	return deadLetterOf(snapshot.Entry{Key: key, Record: rec}), nil
+	return 0, DeadLetter{}, fmt.Errorf("%w: dead letter %s", ErrNotFound, key)
+}
+
+// claim resolves key and claims its record for a requeue or a discard:
+// a requeue of it that ends now deletes its record before it lets go of
+// the claim, so what is read under the claim is not a record already
+// done. (Read first, the record could be one whose requeue succeeded in
+// between, and the message would run twice.) It reads the record again
+// under the claim and fails when key names another record of this file
+// by then. On success the caller must call f.requeues.finish(local).
+func (f *failures) claim(ctx context.Context, key string) (uint64, DeadLetter, error) {
+	local, _, err := f.get(ctx, key)
+	if err != nil {
+		return 0, DeadLetter{}, err
+	}
+	if !f.requeues.start(local) {
+		return 0, DeadLetter{}, fmt.Errorf("%w: dead letter %s", ErrRequeued, key)
+	}
+	again, dl, err := f.get(ctx, key)
+	if err == nil && again != local {
+		err = fmt.Errorf("%w: dead letter %s (it was saved again meanwhile)", ErrNotFound, key)
+	}
+	if err != nil {
+		f.requeues.finish(local)
+		return 0, DeadLetter{}, err
+	}
+	return local, dl, nil
 }
 
 // requeue is [Runtime.Requeue].
-func (f *failures) requeue(ctx context.Context, key uint64) error {
-	// Claim the dead letter before reading it: a requeue of it that ends
-	// now deletes its record before it lets go of the claim, so what is
-	// read under the claim is not a record already done. (Read first, the
-	// record could be one whose requeue succeeded in between, and the
-	// message would run twice.)
-	if !f.requeues.start(key) {
-		return fmt.Errorf("%w: dead letter %d", ErrRequeued, key)
-	}
-	dl, err := f.get(key)
+func (f *failures) requeue(ctx context.Context, key string) error {
+	local, dl, err := f.claim(ctx, key)
 	if err != nil {
-		f.requeues.finish(key)
 		return err
 	}
 	c := f.cfg.classes[dl.Message.Class]
 	if c == nil {
-		f.requeues.finish(key)
-		return fmt.Errorf("%w: dead letter %d has class %q", ErrUnknownClass, key, dl.Message.Class)
+		f.requeues.finish(local)
+		return fmt.Errorf("%w: dead letter %s has class %q", ErrUnknownClass, key, dl.Message.Class)
 	}
 	if !f.cfg.accepting.Load() {
-		f.requeues.finish(key)
+		f.requeues.finish(local)
 		return ErrNotRunning
 	}
 	m := dl.Message
 	m.Attempt = 0
-	it := &item{m: m, src: fromDead, x: &itemExt{key: key}}
+	it := &item{m: m, src: fromDead, x: &itemExt{key: local}}
 	if c.cfg.Ordered {
 		c.keys.block(it) // it is its key's blocker; it may run
 	}
 	if err := c.pool.Submit(ctx, it); err != nil {
-		f.requeues.finish(key)
-		return fmt.Errorf("runtime: requeue dead letter %d: %w", key, err)
+		f.requeues.finish(local)
+		return fmt.Errorf("runtime: requeue dead letter %s: %w", key, err)
 	}
 	f.cfg.tally.inc(c, evRequeued)
 	f.cfg.log.Info("dead letter requeued", "class", c.cfg.Name, "id", dl.Message.ID, "key", key)
@@ -255,23 +371,20 @@ func (f *failures) requeue(ctx context.Context, key uint64) error {
 }
 
 // discard is [Runtime.Discard].
-func (f *failures) discard(ctx context.Context, key uint64) error {
+func (f *failures) discard(ctx context.Context, key string) error {
 	// Claimed like a requeue, for the same reason, and so that a Requeue
 	// cannot hand the record to its pool between our read and our delete
 	// (its message would run, and its key be released under it).
-	if !f.requeues.start(key) {
-		return fmt.Errorf("%w: dead letter %d", ErrRequeued, key)
-	}
-	defer f.requeues.finish(key)
-	dl, err := f.get(key)
+	local, dl, err := f.claim(ctx, key)
 	if err != nil {
 		return err
 	}
+	defer f.requeues.finish(local)
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("runtime: discard dead letter %d: %w", key, err)
+		return fmt.Errorf("runtime: discard dead letter %s: %w", key, err)
 	}
-	if err := f.cfg.state.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(key) }); err != nil {
-		return fmt.Errorf("runtime: discard dead letter %d: %w", key, err)
+	if err := f.cfg.state.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(local) }); err != nil {
+		return fmt.Errorf("runtime: discard dead letter %s: %w", key, err)
 	}
 	c := f.cfg.classes[dl.Message.Class]
 	f.cfg.tally.inc(c, evDiscarded)

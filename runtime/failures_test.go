@@ -104,18 +104,22 @@ func TestFailuresDeadLetterRequeueDiscard(t *testing.T) {
 			b = dl
 		}
 	}
-	if !g.fail.requeues.start(a.Key) { // as if a's requeue were running
+	aLocal, _, err := g.fail.get(t.Context(), a.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.fail.requeues.start(aLocal) { // as if a's requeue were running
 		t.Fatal("claim refused")
 	}
 	if err := g.fail.requeue(t.Context(), a.Key); !errors.Is(err, ErrRequeued) {
 		t.Fatalf("requeue of a claimed dead letter: %v, want ErrRequeued", err)
 	}
-	g.fail.requeues.finish(a.Key)
+	g.fail.requeues.finish(aLocal)
 	if err := g.fail.requeue(t.Context(), a.Key); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "requeued dead letter done", func() bool { return g.tally.total(evRequeuedDone) == 1 })
-	if _, err := g.fail.get(a.Key); !errors.Is(err, ErrNotFound) {
+	if _, _, err := g.fail.get(t.Context(), a.Key); !errors.Is(err, ErrNotFound) {
 		t.Errorf("requeued and done: %v, want ErrNotFound", err)
 	}
 	if err := g.fail.discard(t.Context(), b.Key); err != nil {

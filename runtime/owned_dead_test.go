@@ -13,10 +13,11 @@ import (
 // partition that moved to another instance stays in the former owner's
 // file, unused, and that owner's DeadLetters leaves it out; the new owner
 // restored it and lists it as its own. The former owner must not requeue,
-// discard or show it by its key (a key an operator read from a page
+// discard or show it by its ID (an ID an operator read from a page
 // loaded before the rebalance): requeued there, the message would run on
 // an instance that does not own it while the new owner still holds it as
-// a dead letter, to be requeued and run again.
+// a dead letter, to be requeued and run again. It refuses, naming the
+// owner.
 func TestDeadLetterOfMovedPartition(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 2, "orders")
@@ -39,7 +40,7 @@ func TestDeadLetterOfMovedPartition(t *testing.T) {
 	cfgA := b.config(handler("a"), nil)
 	cfgA.Instance = "a"
 	rtA, waitA := startNew(t, cfgA)
-	keyOf := map[int]uint64{} // partition -> A's dead letter key
+	keyOf := map[int]string{} // partition -> the dead letter's ID
 	waitFor(t, "A's two dead letters", func() bool {
 		dls, _, err := rtA.DeadLetters("", "", 10)
 		if err != nil || len(dls) != 2 {
@@ -66,14 +67,15 @@ func TestDeadLetterOfMovedPartition(t *testing.T) {
 		return dlA[0].Message.Origin.Partition != moved
 	})
 	key := keyOf[moved]
-	if _, err := rtA.GetDeadLetter(key); !errors.Is(err, ErrNotFound) {
-		t.Errorf("A's GetDeadLetter of the moved partition's dead letter: %v, want ErrNotFound", err)
+	var ne *NotOwnerError
+	if _, err := rtA.GetDeadLetter(context.Background(), key); !errors.As(err, &ne) || !ownerNamed(ne.Owner, "b") {
+		t.Errorf("A's GetDeadLetter of the moved partition's dead letter: %v, want a NotOwnerError naming b", err)
 	}
-	if err := rtA.Requeue(context.Background(), key); !errors.Is(err, ErrNotFound) {
-		t.Errorf("A's Requeue of the moved partition's dead letter: %v, want ErrNotFound", err)
+	if err := rtA.Requeue(context.Background(), key); !errors.As(err, &ne) {
+		t.Errorf("A's Requeue of the moved partition's dead letter: %v, want a NotOwnerError", err)
 	}
-	if err := rtA.Discard(context.Background(), key); !errors.Is(err, ErrNotFound) {
-		t.Errorf("A's Discard of the moved partition's dead letter: %v, want ErrNotFound", err)
+	if err := rtA.Discard(context.Background(), key); !errors.As(err, &ne) {
+		t.Errorf("A's Discard of the moved partition's dead letter: %v, want a NotOwnerError", err)
 	}
 	shutdownAndWait(t, rtA, waitA)
 	shutdownAndWait(t, rtB, waitB)

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -102,7 +103,8 @@ func TestStopKeepsDeadLetterError(t *testing.T) {
 	}
 	wait := start(t, rt, context.Background())
 	waitFor(t, "ready", rt.Ready)
-	if err := rt.Requeue(context.Background(), keys[0]); err != nil {
+	// A file without the changelog: a dead letter's ID is its key.
+	if err := rt.Requeue(context.Background(), strconv.FormatUint(keys[0], 10)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the requeued dead letter waiting out its backoff", func() bool {

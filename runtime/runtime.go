@@ -174,7 +174,8 @@ func New(cfg Config) (*Runtime, error) {
 	// are with local state only.
 	owns := func(rec *snapshot.Record) bool { return !r.clog.on() || r.clog.owns(rec) }
 	r.fail = newFailures(failuresConfig{state: r.state, tally: r.tally, classes: r.classes.byName, accepting: &r.life.accepting,
-		publish: func(c *class, rec snapshot.Record) { r.dlq.publish(c, rec) }, log: r.log, owns: owns})
+		publish: func(c *class, rec snapshot.Record) { r.dlq.publish(c, rec) }, log: r.log, owns: owns,
+		elsewhere: r.clog.deadElsewhere})
 	r.sched = newScheduler(schedulerConfig{state: r.state, tally: r.tally, classes: r.classes.byName, orphan: r.fail.orphan, log: r.log,
 		owns: owns})
 	r.state.forgetDelayed = r.sched.forget

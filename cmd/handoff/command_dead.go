@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 
 	"github.com/spf13/cobra"
 
@@ -15,7 +16,15 @@ func newDeadCmd() *cobra.Command {
 		Short: "List, show, requeue or discard the dead letters of a stopped service's state file",
 		Long: `The dead commands work on the dead-letter bucket of a state file, offline:
 the service must be stopped (a running one holds the file's lock; use its
-admin API instead). Keys are the decimal record keys 'dead list' prints.
+admin API instead). A dead letter is named by its ID, as 'dead list' and
+the admin API print it: the first 8 bytes of the ID of the state file
+that wrote it, in hex, a dash and its key in that file
+(3f2a9c01d4e5b6a7-12). The ID is the same on every instance of the group
+and stays when the dead letter's partition moves to another instance.
+A file that never ran with the changelog (-local-state-only) has no file
+ID: its dead letters' IDs are their bare keys (12); a bare number is
+refused on a file that has one, where it could name another instance's
+dead letter.
 'dead list --brokers HOST:PORT --group GROUP' reads the dead letters of
 every instance of a group from its changelog topics on the cluster.`,
 		Args: noArgs,
@@ -68,6 +77,16 @@ func decodeErrors(err error) ([]*snapshot.DecodeError, bool) {
 		out = append(out, de)
 	}
 	return out, true
+}
+
+// deadIDOf returns the ID of the dead letter under key in tx's file,
+// as text; the key itself when the ID cannot be read.
+func deadIDOf(tx *snapshot.Tx, key uint64) string {
+	id, err := tx.DeadID(key)
+	if err != nil {
+		return fmt.Sprintf("(key %d: %v)", key, err)
+	}
+	return id.String()
 }
 
 // decodeErrorKey returns the sequence key of an undecodable record, or 0

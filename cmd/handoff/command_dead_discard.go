@@ -14,14 +14,15 @@ func newDeadDiscardCmd() *cobra.Command {
 		sel deadSelection
 	)
 	cmd := &cobra.Command{
-		Use:   "discard STATE KEY... | --all [--class C]",
+		Use:   "discard STATE ID... | --all [--class C]",
 		Short: "Delete dead letters for good",
-		Long: `Discard deletes the given dead letters (or all, or all of a class) from the
-state file STATE in one transaction. They cannot be recovered: use 'dead
-show' or 'dead list --json' first if you may need them. Dead letters that
-cannot be decoded are deleted too, by key or with --all (without --class).`,
-		Args: stateArgs(0, -1, "KEY"),
-		RunE: sel.run(&sf, "discard", true, func(cmd *cobra.Command, st *snapshot.Store, keys []uint64) error {
+		Long: `Discard deletes the dead letters with the given IDs (or all, or all of a
+class) from the state file STATE in one transaction. They cannot be
+recovered: use 'dead show' or 'dead list --json' first if you may need
+them. Dead letters that cannot be decoded are deleted too, by ID or with
+--all (without --class).`,
+		Args: stateArgs(0, -1, "ID"),
+		RunE: sel.run(&sf, "discard", true, func(cmd *cobra.Command, st *snapshot.Store, keys []uint64, _ []string) error {
 			if err := st.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(keys...) }); err != nil {
 				return err
 			}

@@ -26,10 +26,12 @@ func newDeadListCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list STATE | --brokers HOST:PORT[,...] --group GROUP",
 		Short: "List dead letters, oldest first: of a state file a page at a time, or of a group's changelog",
-		Long: `List prints the dead letters of the state file STATE in key (save) order:
-key, class, message ID, attempts, when it first and last failed, and the
-start of its error. When more remain it prints the --after value of the
-next page.
+		Long: `List prints the dead letters of the state file STATE in the order this
+file saved them: the dead letter's ID (the KEY column: the same on every
+instance of the group, see 'handoff dead'), class, message ID, attempts,
+when it first and last failed, and the start of its error. When more
+remain it prints the --after value of the next page (a position in this
+file, not an ID).
 
 With --brokers and --group instead of STATE it lists the dead letters of
 every instance of the group, from the group's changelog topics on the
@@ -38,8 +40,10 @@ those of the --topic input topics): it reads each partition to its end,
 keeps the last write of each key (a later tombstone deletes a dead
 letter), and prints the dead letters by last failure, oldest first, at
 most --limit of them, with the input topic and partition, the member of
-the group that owns that partition now ("-": nobody) and the key in the
-writer's state file. It reads only; the security flags are replay's.`,
+the group that owns that partition now ("-": nobody; a member is named by
+its instance name) and the dead letter's ID, the one the owner's admin
+API and 'dead list STATE' print. It reads only; the security flags are
+replay's.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("brokers") {
 				if len(args) > 0 {
@@ -73,23 +77,39 @@ writer's state file. It reads only; the security flags are replay's.`,
 				return err
 			}
 			return withStateReadOnly(args[0], &sf, func(st *snapshot.Store) error {
-				var page []snapshot.Entry
-				var next uint64
+				var (
+					page    []snapshot.Entry
+					ids     []string // the dead letters' IDs
+					next    uint64
+					bad     []*snapshot.DecodeError
+					badIDs  []string
+					listErr error
+				)
 				// The page comes with the decode errors of its records.
-				err := st.View(func(tx *snapshot.Tx) (err error) { page, next, err = tx.DeadPage(class, after, limit); return err })
-				var bad []*snapshot.DecodeError
-				if err != nil {
-					var ok bool
-					if bad, ok = decodeErrors(err); !ok {
-						return err
+				err := st.View(func(tx *snapshot.Tx) error {
+					page, next, listErr = tx.DeadPage(class, after, limit)
+					if listErr != nil {
+						var ok bool
+						if bad, ok = decodeErrors(listErr); !ok {
+							return listErr
+						}
+						badIDs = undecodableIDs(tx, bad)
 					}
+					ids = make([]string, len(page))
+					for i := range page {
+						ids[i] = deadIDOf(tx, page[i].Key)
+					}
+					return nil
+				})
+				if err != nil {
+					return err
 				}
 				if jsonFlag {
-					err = writeJSON(cmd.OutOrStdout(), deadPageJSON(page, next))
+					err = writeJSON(cmd.OutOrStdout(), deadPageJSON(page, ids, next))
 				} else {
-					err = printDeadList(cmd.OutOrStdout(), page, next, class)
+					err = printDeadList(cmd.OutOrStdout(), page, ids, next, class)
 				}
-				warnUndecodable(cmd.ErrOrStderr(), bad)
+				warnUndecodable(cmd.ErrOrStderr(), bad, badIDs)
 				return err
 			})
 		}),
@@ -97,13 +117,13 @@ writer's state file. It reads only; the security flags are replay's.`,
 	sf.register(cmd)
 	cf.register(cmd)
 	cmd.Flags().StringVar(&class, "class", "", "only dead letters of this message class")
-	cmd.Flags().Uint64Var(&after, "after", 0, "start after this key (the next page's value is printed at the end)")
+	cmd.Flags().Uint64Var(&after, "after", 0, "start after this position in the file (the next page's value is printed at the end)")
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many dead letters")
 	cmd.Flags().BoolVar(&jsonFlag, "json", false, "print JSON instead of a table")
 	return cmd
 }
 
-func printDeadList(w io.Writer, page []snapshot.Entry, next uint64, class string) error {
+func printDeadList(w io.Writer, page []snapshot.Entry, ids []string, next uint64, class string) error {
 	if len(page) == 0 {
 		if class != "" {
 			_, err := fmt.Fprintf(w, "no dead letters of class %q\n", class)
@@ -114,9 +134,9 @@ func printDeadList(w io.Writer, page []snapshot.Entry, next uint64, class string
 	}
 	tab := newTable(w)
 	tab.row("KEY", "CLASS", "ID", "ATTEMPTS", "FIRST FAILED", "LAST FAILED", "ERROR")
-	for _, e := range page {
+	for i, e := range page {
 		r := &e.Record
-		tab.row(e.Key, oneLine(r.Message.Class, 30), oneLine(r.Message.ID, 50),
+		tab.row(ids[i], oneLine(r.Message.Class, 30), oneLine(r.Message.ID, 50),
 			r.Message.Attempt, fmtTime(r.FirstFailed), fmtTime(r.SavedAt), oneLine(r.Err, errorWidth))
 	}
 	if err := tab.flush(); err != nil {
@@ -130,12 +150,27 @@ func printDeadList(w io.Writer, page []snapshot.Entry, next uint64, class string
 }
 
 // warnUndecodable tells about dead letters that could not be decoded and
-// so were left out.
-func warnUndecodable(w io.Writer, bad []*snapshot.DecodeError) {
-	for _, de := range bad {
-		fmt.Fprintf(w, "warning: dead letter %d cannot be decoded and is left out (only 'dead discard' can remove it): %v\n",
-			decodeErrorKey(de), de.Err)
+// so were left out, named by ids[i] (their IDs) when ids is not nil,
+// else by their keys in the file.
+func warnUndecodable(w io.Writer, bad []*snapshot.DecodeError, ids []string) {
+	for i, de := range bad {
+		name := fmt.Sprintf("under key %d", decodeErrorKey(de))
+		if i < len(ids) {
+			name = ids[i]
+		}
+		fmt.Fprintf(w, "warning: dead letter %s cannot be decoded and is left out (only 'dead discard' can remove it): %v\n",
+			name, de.Err)
 	}
+}
+
+// undecodableIDs returns the IDs of the undecodable dead letters bad of
+// tx's file, for warnUndecodable.
+func undecodableIDs(tx *snapshot.Tx, bad []*snapshot.DecodeError) []string {
+	ids := make([]string, len(bad))
+	for i, de := range bad {
+		ids[i] = deadIDOf(tx, decodeErrorKey(de))
+	}
+	return ids
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -27,9 +26,10 @@ type clusterDead struct {
 	// when none does.
 	Owner  string
 	FileID [16]byte // the writer's state file
-	// Key is the dead letter's key in the writer's state file; 0 when
-	// the changelog key does not hold one.
-	Key    uint64
+	// ID is the dead letter's ID, from its changelog key (the writer's
+	// file ID and key there): the one its owner's admin API and 'dead
+	// list STATE' print.
+	ID     snapshot.DeadID
 	Offset int64 // in the changelog partition
 	Record snapshot.Record
 }
@@ -95,11 +95,13 @@ func changelogDead(ctx context.Context, r *changelogReader, parts []changelogPar
 			if class != "" && rec.Message.Class != class {
 				continue
 			}
-			d := clusterDead{Input: p.Input, Partition: p.Partition, FileID: l.key.FileID, Offset: l.offset, Record: rec}
-			if len(l.key.Local) == 8 {
-				d.Key = binary.BigEndian.Uint64(l.key.Local)
+			id, ok := snapshot.DeadIDOf(l.key)
+			if !ok {
+				bad = append(bad, changelogProblem{Topic: p.Topic, Partition: p.Partition, Offset: l.offset,
+					Err: fmt.Errorf("%w: dead letter key of %d bytes, want 8", snapshot.ErrCorrupt, len(l.key.Local))})
+				continue
 			}
-			out = append(out, d)
+			out = append(out, clusterDead{Input: p.Input, Partition: p.Partition, FileID: l.key.FileID, ID: id, Offset: l.offset, Record: rec})
 		}
 	}
 	// Oldest first: by last failure, then where it sits.
@@ -197,7 +199,7 @@ func printClusterDead(w io.Writer, dead []clusterDead, more int, group, class st
 		if owner == "" {
 			owner = "-"
 		}
-		tab.row(oneLine(d.Input, 60), d.Partition, oneLine(owner, 40), d.Key, oneLine(r.Message.Class, 30), oneLine(r.Message.ID, 50),
+		tab.row(oneLine(d.Input, 60), d.Partition, oneLine(owner, 40), d.ID, oneLine(r.Message.Class, 30), oneLine(r.Message.ID, 50),
 			r.Message.Attempt, fmtTime(r.FirstFailed), fmtTime(r.SavedAt), oneLine(r.Err, errorWidth))
 	}
 	if err := tab.flush(); err != nil {
@@ -219,7 +221,8 @@ type clusterDeadRecordJSON struct {
 	// Owner is the group member owning the input partition; empty when
 	// none does.
 	Owner string `json:"owner"`
-	// FileID is the writer's state file (hex), where Key is its key.
+	// FileID is the writer's state file (hex), whose first 8 bytes
+	// begin Key, the dead letter ID.
 	FileID          string `json:"file_id"`
 	ChangelogOffset int64  `json:"changelog_offset"`
 }
@@ -234,7 +237,7 @@ func clusterDeadJSON(dead []clusterDead, more int) clusterDeadJSONOut {
 	out := clusterDeadJSONOut{DeadLetters: make([]clusterDeadRecordJSON, len(dead)), More: more}
 	for i := range dead {
 		d := &dead[i]
-		out.DeadLetters[i] = clusterDeadRecordJSON{recordJSON: toRecordJSON(d.Key, &d.Record), InputTopic: d.Input,
+		out.DeadLetters[i] = clusterDeadRecordJSON{recordJSON: toRecordJSON(d.ID.String(), &d.Record), InputTopic: d.Input,
 			InputPartition: d.Partition, Owner: d.Owner, FileID: hex.EncodeToString(d.FileID[:]), ChangelogOffset: d.Offset}
 	}
 	return out

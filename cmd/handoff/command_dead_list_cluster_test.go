@@ -192,6 +192,9 @@ func TestDeadListCluster(t *testing.T) {
 		&kgo.Record{Topic: changelogTopicName("other", "orders"), Partition: 0, Key: changelogKey('d', fileA, 1), Value: vals[5]},
 	)
 	args := []string{"dead", "list", "--brokers", addr, "--group", group}
+	// The dead letters' IDs: the writer's file ID's first 8 bytes and key.
+	idA := func(k int) string { return fmt.Sprintf("%s-%d", hex.EncodeToString(fileA[:8]), k) }
+	idB := func(k int) string { return fmt.Sprintf("%s-%d", hex.EncodeToString(fileB[:8]), k) }
 
 	// rows runs args and returns the table's rows split into cells.
 	rows := func(t *testing.T, args ...string) [][]string {
@@ -231,9 +234,9 @@ func TestDeadListCluster(t *testing.T) {
 
 	t.Run("no members", func(t *testing.T) {
 		check(t, rows(t, args...), [][]string{
-			row("orders", "1", "-", "1", recs[2]),
-			row("users", "0", "-", "7", recs[3]),
-			row("orders", "0", "-", "2", recs[4]),
+			row("orders", "1", "-", idB(1), recs[2]),
+			row("users", "0", "-", idB(7), recs[3]),
+			row("orders", "0", "-", idA(2), recs[4]),
 		})
 	})
 
@@ -265,9 +268,9 @@ func TestDeadListCluster(t *testing.T) {
 		// order.
 		joinGroup(t, addr, group, "inst-1", "orders")
 		check(t, rows(t, args...), [][]string{
-			row("orders", "1", "inst-1", "1", recs[2]),
-			row("users", "0", "-", "7", recs[3]),
-			row("orders", "0", "inst-1", "2", recs[4]),
+			row("orders", "1", "inst-1", idB(1), recs[2]),
+			row("users", "0", "-", idB(7), recs[3]),
+			row("orders", "0", "inst-1", idA(2), recs[4]),
 		})
 
 		r := run(t, append(args, "--json")...)
@@ -281,7 +284,7 @@ func TestDeadListCluster(t *testing.T) {
 		type got struct {
 			ID, Topic, Owner, File, Err string
 			Partition                   int32
-			Key                         uint64
+			Key                         string
 			Attempt                     int
 		}
 		var have []got
@@ -290,9 +293,9 @@ func TestDeadListCluster(t *testing.T) {
 		}
 		hexA, hexB := hex.EncodeToString(fileA[:]), hex.EncodeToString(fileB[:])
 		want := []got{
-			{"b1", "orders", "inst-1", hexB, recs[2].Err, 1, 1, 2},
-			{"u7", "users", "", hexB, recs[3].Err, 0, 7, 4},
-			{"a2", "orders", "inst-1", hexA, recs[4].Err, 0, 2, 3},
+			{"b1", "orders", "inst-1", hexB, recs[2].Err, 1, idB(1), 2},
+			{"u7", "users", "", hexB, recs[3].Err, 0, idB(7), 4},
+			{"a2", "orders", "inst-1", hexA, recs[4].Err, 0, idA(2), 3},
 		}
 		if !slices.Equal(have, want) || out.More != 0 {
 			t.Errorf("json:\n%+v more %d\nwant:\n%+v", have, out.More, want)
@@ -445,7 +448,7 @@ func TestDeadListClusterFromStore(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &cluster); r.code != 0 || err != nil || r.stderr != "" {
 		t.Fatalf("cluster: exit %d, %v: %s", r.code, err, r.stderr)
 	}
-	summary := func(d recordJSON) string { return fmt.Sprintf("%d:%s:%d:%s", d.Key, d.ID, d.Attempt, d.LastFailed) }
+	summary := func(d recordJSON) string { return fmt.Sprintf("%s:%s:%d:%s", d.Key, d.ID, d.Attempt, d.LastFailed) }
 	var fromFile, fromCluster []string
 	for _, d := range file.DeadLetters {
 		fromFile = append(fromFile, summary(d)) // key order: d2, d3

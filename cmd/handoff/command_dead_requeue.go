@@ -12,98 +12,121 @@ import (
 )
 
 // deadSelection is which dead letters requeue and discard act on: the
-// keys given, or --all (of --class).
+// IDs given, or --all (of --class).
 type deadSelection struct {
 	all   bool
 	class string
 }
 
 func (s *deadSelection) register(cmd *cobra.Command, verb string) {
-	cmd.Flags().BoolVar(&s.all, "all", false, verb+" every dead letter (of --class, if given) instead of the KEYs")
+	cmd.Flags().BoolVar(&s.all, "all", false, verb+" every dead letter (of --class, if given) instead of the IDs")
 	cmd.Flags().StringVar(&s.class, "class", "", "with --all: only dead letters of this message class")
 }
 
 // run is the RunE of requeue and discard: it checks the flags, opens the
 // state file, resolves the selection (allowBad: undecodable dead letters
-// may be selected) and calls act with the keys, unless there are none.
-func (s *deadSelection) run(sf *stateFlags, verb string, allowBad bool, act func(cmd *cobra.Command, st *snapshot.Store, keys []uint64) error) func(*cobra.Command, []string) error {
+// may be selected) and calls act with their keys in the file and their
+// IDs, unless there are none.
+func (s *deadSelection) run(sf *stateFlags, verb string, allowBad bool, act func(cmd *cobra.Command, st *snapshot.Store, keys []uint64, ids []string) error) func(*cobra.Command, []string) error {
 	return runE(func(cmd *cobra.Command, args []string) error {
 		if err := sf.validate(); err != nil {
 			return err
 		}
-		keys, err := s.parse(args[1:])
+		given, err := s.parse(args[1:])
 		if err != nil {
 			return err
 		}
 		return withState(args[0], sf, func(st *snapshot.Store) error {
-			var bad []*snapshot.DecodeError
+			var (
+				keys []uint64
+				ids  []string
+				bad  []*snapshot.DecodeError
+				// badIDs are bad's IDs.
+				badIDs []string
+			)
 			err := st.View(func(tx *snapshot.Tx) (err error) {
-				keys, bad, err = s.resolve(tx, st.Path(), keys, allowBad)
+				keys, ids, bad, err = s.resolve(tx, st.Path(), given, allowBad)
+				badIDs = undecodableIDs(tx, bad)
 				return err
 			})
 			if err != nil {
 				return err
 			}
-			warnUndecodable(cmd.ErrOrStderr(), bad)
+			warnUndecodable(cmd.ErrOrStderr(), bad, badIDs)
 			if len(keys) == 0 {
 				_, err := fmt.Fprintf(cmd.OutOrStdout(), "no %s to %s\n", s.what(), verb)
 				return err
 			}
-			return act(cmd, st, keys)
+			return act(cmd, st, keys, ids)
 		})
 	})
 }
 
 // parse checks the arguments after STATE against the flags and returns
-// the keys given, without touching the file.
-func (s *deadSelection) parse(args []string) ([]uint64, error) {
+// the IDs given, without touching the file.
+func (s *deadSelection) parse(args []string) ([]snapshot.DeadID, error) {
 	switch {
 	case s.all && len(args) > 0:
-		return nil, usagef("give KEYs or --all, not both")
+		return nil, usagef("give IDs or --all, not both")
 	case !s.all && len(args) == 0:
-		return nil, usagef("missing KEY after STATE (or --all)")
+		return nil, usagef("missing ID after STATE (or --all)")
 	case !s.all && s.class != "":
 		return nil, usagef("--class needs --all")
 	}
-	keys := make([]uint64, 0, len(args))
+	ids := make([]snapshot.DeadID, 0, len(args))
 	for _, a := range args {
-		k, err := parseKey(a)
+		id, err := parseDeadID(a)
 		if err != nil {
 			return nil, err
 		}
-		if !slices.Contains(keys, k) {
-			keys = append(keys, k)
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
 		}
 	}
-	return keys, nil
+	return ids, nil
 }
 
-// resolve returns the keys to act on: the given ones, each checked to be
-// a dead letter of the file at path that tx reads (a usage error names
-// those that are not), or all dead letters of the class. Dead letters that cannot be decoded are
-// included only when undecodable is true (discard): with the given keys
-// they are otherwise an error, with --all they are left out and
-// returned.
-func (s *deadSelection) resolve(tx *snapshot.Tx, path string, keys []uint64, undecodable bool) ([]uint64, []*snapshot.DecodeError, error) {
+// resolve returns the keys in the file at path that tx reads of the dead
+// letters to act on, and their IDs: those of the given IDs, each checked
+// to be a dead letter of the file (a usage error names those that are
+// not), or all dead letters of the class. Dead letters that cannot be
+// decoded are included only when undecodable is true (discard): with
+// the given IDs they are otherwise an error, with --all they are left
+// out and returned.
+func (s *deadSelection) resolve(tx *snapshot.Tx, path string, given []snapshot.DeadID, undecodable bool) ([]uint64, []string, []*snapshot.DecodeError, error) {
 	if !s.all {
 		var missing []string
-		for _, k := range keys {
-			_, ok, err := tx.GetDead(k)
+		keys := make([]uint64, 0, len(given))
+		ids := make([]string, 0, len(given))
+		for _, id := range given {
+			k, ok, err := tx.FindDead(id)
+			if errors.Is(err, snapshot.ErrDeadID) {
+				return nil, nil, nil, usagef("%v; nothing changed", err)
+			}
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			if ok {
+				_, ok, err = tx.GetDead(k)
+			}
 			var de *snapshot.DecodeError
 			switch {
 			case errors.As(err, &de) && undecodable:
 			case errors.As(err, &de):
-				return nil, nil, fmt.Errorf("dead letter %d in %s cannot be decoded, so it cannot be requeued (discard it): %w", k, path, err)
+				return nil, nil, nil, fmt.Errorf("dead letter %s in %s cannot be decoded, so it cannot be requeued (discard it): %w", id, path, err)
 			case err != nil:
-				return nil, nil, err
+				return nil, nil, nil, err
 			case !ok:
-				missing = append(missing, fmt.Sprint(k))
+				missing = append(missing, id.String())
+				continue
 			}
+			keys = append(keys, k)
+			ids = append(ids, id.String())
 		}
 		if len(missing) > 0 {
-			return nil, nil, usagef("no dead letter with key %s in %s; nothing changed", strings.Join(missing, ", "), path)
+			return nil, nil, nil, usagef("no dead letter with ID %s in %s; nothing changed", strings.Join(missing, ", "), path)
 		}
-		return keys, nil, nil
+		return keys, ids, nil, nil
 	}
 	var all []uint64
 	bad, err := walkDead(tx, s.class, func(page []snapshot.Entry) {
@@ -112,7 +135,7 @@ func (s *deadSelection) resolve(tx *snapshot.Tx, path string, keys []uint64, und
 		}
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if undecodable && s.class == "" {
 		for _, de := range bad {
@@ -122,7 +145,11 @@ func (s *deadSelection) resolve(tx *snapshot.Tx, path string, keys []uint64, und
 		}
 		bad = nil
 	}
-	return all, bad, nil
+	ids := make([]string, len(all))
+	for i, k := range all {
+		ids[i] = deadIDOf(tx, k)
+	}
+	return all, ids, bad, nil
 }
 
 // what names the selection for messages: "dead letters" or "dead letters
@@ -140,14 +167,14 @@ func newDeadRequeueCmd() *cobra.Command {
 		sel deadSelection
 	)
 	cmd := &cobra.Command{
-		Use:   "requeue STATE KEY... | --all [--class C]",
+		Use:   "requeue STATE ID... | --all [--class C]",
 		Short: "Move dead letters back to pending, to be handled again at the service's next start",
-		Long: `Requeue moves the given dead letters (or all, or all of a class) of the
+		Long: `Requeue moves the dead letters with the given IDs (or all, or all of a class) of the
 state file STATE to its pending bucket in one transaction, with their
 attempt count reset. The service re-pushes pending messages into their
 class's pool when it next starts, before it fetches from Kafka.`,
-		Args: stateArgs(0, -1, "KEY"),
-		RunE: sel.run(&sf, "requeue", false, func(cmd *cobra.Command, st *snapshot.Store, keys []uint64) error {
+		Args: stateArgs(0, -1, "ID"),
+		RunE: sel.run(&sf, "requeue", false, func(cmd *cobra.Command, st *snapshot.Store, keys []uint64, ids []string) error {
 			var newKeys []uint64
 			err := st.Update(func(tx *snapshot.Tx) (err error) { newKeys, err = tx.RequeueDead(keys...); return err })
 			if err != nil {
@@ -155,9 +182,9 @@ class's pool when it next starts, before it fetches from Kafka.`,
 			}
 			out := cmd.OutOrStdout()
 			if !sel.all {
-				for i, k := range keys {
+				for i, id := range ids {
 					if i < len(newKeys) {
-						fmt.Fprintf(out, "dead %d -> pending %d\n", k, newKeys[i])
+						fmt.Fprintf(out, "dead %s -> pending %d\n", id, newKeys[i])
 					}
 				}
 			}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -20,36 +19,41 @@ func newDeadShowCmd() *cobra.Command {
 		jsonFlag bool
 	)
 	cmd := &cobra.Command{
-		Use:   "show STATE KEY|ID",
+		Use:   "show STATE ID|MESSAGE-ID",
 		Short: "Show one dead letter in full: envelope, error, headers and value",
 		Long: `Show prints everything the state file STATE keeps for one dead letter,
-named by its KEY (the number dead list prints) or by its message ID
-("topic/partition/offset" for a Kafka record). A decimal number is tried
-as a KEY first, then as an ID. Keys, header values and the value are
-printed as text when they are valid UTF-8 without control characters,
-else as hex. --json prints the admin API's JSON (GET /api/dead/{key}).`,
-		Args: stateArgs(1, 1, "KEY"),
+named by its ID (as dead list prints it, e.g. 3f2a9c01d4e5b6a7-12) or by
+its message ID ("topic/partition/offset" for a Kafka record). Text of a
+dead letter ID's form is tried as one first, then as a message ID. Keys,
+header values and the value are printed as text when they are valid
+UTF-8 without control characters, else as hex. --json prints the admin
+API's JSON (GET /api/dead/{id}).`,
+		Args: stateArgs(1, 1, "ID"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			if err := sf.validate(); err != nil {
 				return err
 			}
 			return withStateReadOnly(args[0], &sf, func(st *snapshot.Store) error {
 				var (
-					key uint64
-					rec snapshot.Record
-					ok  bool
+					id    string
+					rec   snapshot.Record
+					ok    bool
+					idErr error // a bare number in a file with IDs
 				)
-				err := st.View(func(tx *snapshot.Tx) (err error) { key, rec, ok, err = findDead(tx, args[1]); return err })
+				err := st.View(func(tx *snapshot.Tx) (err error) { id, rec, ok, idErr, err = findDead(tx, args[1]); return err })
 				if err != nil {
 					return err
 				}
 				if !ok {
-					return usagef("no dead letter with key or message ID %q in %s", args[1], args[0])
+					if idErr != nil {
+						return usagef("no dead letter with message ID %q in %s, and %v", args[1], args[0], idErr)
+					}
+					return usagef("no dead letter with ID or message ID %q in %s", args[1], args[0])
 				}
 				if jsonFlag {
-					return writeJSON(cmd.OutOrStdout(), toRecordJSON(key, &rec))
+					return writeJSON(cmd.OutOrStdout(), toRecordJSON(id, &rec))
 				}
-				return printRecord(cmd.OutOrStdout(), key, &rec)
+				return printRecord(cmd.OutOrStdout(), id, &rec)
 			})
 		}),
 	}
@@ -58,35 +62,45 @@ else as hex. --json prints the admin API's JSON (GET /api/dead/{key}).`,
 	return cmd
 }
 
-// findDead returns the dead letter named by s: the one whose key s is
-// (a decimal number), else the first whose message ID is s. Undecodable
-// dead letters are passed over in the search by ID.
-func findDead(tx *snapshot.Tx, s string) (uint64, snapshot.Record, bool, error) {
-	if key, err := strconv.ParseUint(s, 10, 64); err == nil {
-		rec, ok, err := tx.GetDead(key)
-		if ok || err != nil {
-			return key, rec, ok, err
+// findDead returns the dead letter named by s and its ID: the one whose
+// dead letter ID s is, else the first whose message ID is s.
+// Undecodable dead letters are passed over in the search by message ID.
+// idErr is why s, of an ID's form, names no dead letter of this file for
+// sure (a bare number in a file with IDs).
+func findDead(tx *snapshot.Tx, s string) (id string, rec snapshot.Record, ok bool, idErr, err error) {
+	if did, perr := snapshot.ParseDeadID(s); perr == nil {
+		key, found, err := tx.FindDead(did)
+		switch {
+		case errors.Is(err, snapshot.ErrDeadID):
+			idErr = err
+		case err != nil:
+			return "", rec, false, nil, err
+		case found:
+			rec, ok, err = tx.GetDead(key)
+			if ok || err != nil {
+				return did.String(), rec, ok, nil, err
+			}
 		}
 	}
 	const pageSize = 1000
 	for after := uint64(0); ; {
 		page, next, err := tx.DeadPage("", after, pageSize)
 		if err != nil && !errors.Is(err, snapshot.ErrCorrupt) {
-			return 0, snapshot.Record{}, false, err
+			return "", snapshot.Record{}, false, idErr, err
 		}
 		for _, e := range page {
 			if e.Record.Message.ID == s {
-				return e.Key, e.Record, true, nil
+				return deadIDOf(tx, e.Key), e.Record, true, nil, nil
 			}
 		}
 		if next == 0 {
-			return 0, snapshot.Record{}, false, nil
+			return "", snapshot.Record{}, false, idErr, nil
 		}
 		after = next
 	}
 }
 
-func printRecord(w io.Writer, key uint64, r *snapshot.Record) error {
+func printRecord(w io.Writer, id string, r *snapshot.Record) error {
 	m := &r.Message
 	tab := newTable(w)
 	origin := "- (submitted in-process)"
@@ -94,7 +108,7 @@ func printRecord(w io.Writer, key uint64, r *snapshot.Record) error {
 		origin = fmt.Sprintf("topic %s, partition %d, offset %d", oneLine(m.Origin.Topic, 200), m.Origin.Partition, m.Origin.Offset)
 	}
 	rows := [][2]string{
-		{"key", fmt.Sprint(key)},
+		{"key", id},
 		{"id", oneLine(m.ID, 500)},
 		{"class", oneLine(m.Class, 200)},
 		{"origin", origin},
@@ -163,7 +177,7 @@ func safeText(s string) string {
 // API's JSON (GET /api/dead/{key}), from the same encoder.
 type recordJSON = recordjson.Dead
 
-func toRecordJSON(key uint64, r *snapshot.Record) recordJSON {
+func toRecordJSON(key string, r *snapshot.Record) recordJSON {
 	return recordjson.DeadOf(key, &r.Message, recordjson.DeadFields{Reason: r.Reason, Err: r.Err,
 		Redeliveries: r.Redeliveries, FirstFailed: r.FirstFailed, LastFailed: r.SavedAt})
 }
@@ -174,10 +188,11 @@ type deadPageJSONOut struct {
 	Next uint64 `json:"next,omitempty"`
 }
 
-func deadPageJSON(page []snapshot.Entry, next uint64) deadPageJSONOut {
+// deadPageJSON is page in JSON, ids its dead letters' IDs.
+func deadPageJSON(page []snapshot.Entry, ids []string, next uint64) deadPageJSONOut {
 	out := deadPageJSONOut{DeadLetters: make([]recordJSON, len(page)), Next: next}
 	for i := range page {
-		out.DeadLetters[i] = toRecordJSON(page[i].Key, &page[i].Record)
+		out.DeadLetters[i] = toRecordJSON(ids[i], &page[i].Record)
 	}
 	return out
 }

@@ -17,14 +17,14 @@ import (
 
 func sortedKeys(m map[uint64]snapshot.Record) []uint64 { return slices.Sorted(maps.Keys(m)) }
 
-// firstDead returns a fixture state file (see stateFile), the lowest key
-// of its dead letters and that dead letter.
-func firstDead(t *testing.T) (path string, k uint64, rec snapshot.Record) {
+// firstDead returns a fixture state file (see stateFile), the ID of the
+// dead letter with the lowest key and that dead letter.
+func firstDead(t *testing.T) (path string, id string, rec snapshot.Record) {
 	t.Helper()
 	path = stateFile(t)
 	fs := readState(t, path)
-	k = sortedKeys(fs.dead)[0]
-	return path, k, fs.dead[k]
+	k := sortedKeys(fs.dead)[0]
+	return path, fs.deadID[k], fs.dead[k]
 }
 
 func TestDeadList(t *testing.T) {
@@ -48,7 +48,7 @@ func TestDeadList(t *testing.T) {
 		for i, k := range keys {
 			rec := fs.dead[k]
 			f := strings.Fields(lines[1+i])
-			want := []string{fmt.Sprint(k), rec.Message.Class, rec.Message.ID, "1", fmtTime(rec.FirstFailed), fmtTime(rec.SavedAt), "permanent:"}
+			want := []string{fs.deadID[k], rec.Message.Class, rec.Message.ID, "1", fmtTime(rec.FirstFailed), fmtTime(rec.SavedAt), "permanent:"}
 			if len(f) < len(want) || !slices.Equal(f[:len(want)], want) {
 				t.Errorf("row %d: %q, want it to start with %q", i, lines[1+i], want)
 			}
@@ -73,9 +73,7 @@ func TestDeadList(t *testing.T) {
 				lines = lines[:len(lines)-1]
 			}
 			for _, l := range lines[1:] {
-				var k uint64
-				fmt.Sscan(l, &k)
-				seen = append(seen, k)
+				seen = append(seen, fs.keyOf[strings.Fields(l)[0]])
 			}
 			if next == "" {
 				break
@@ -103,7 +101,7 @@ func TestDeadList(t *testing.T) {
 			t.Fatalf("%d users dead letters, next %d; want %d", len(out.DeadLetters), out.Next, classes(fs.dead)["users"])
 		}
 		for _, d := range out.DeadLetters {
-			rec := fs.dead[d.Key]
+			rec := fs.dead[fs.keyOf[d.Key]]
 			if d.Class != "users" || d.ID != rec.Message.ID || string(d.Value) != string(rec.Message.Value) || d.Error != rec.Err {
 				t.Errorf("json dead letter %+v, stored %+v", d, rec)
 			}
@@ -120,12 +118,12 @@ func TestDeadShow(t *testing.T) {
 	path, k, rec := firstDead(t)
 	m := rec.Message
 
-	r := run(t, "dead", "show", path, fmt.Sprint(k))
+	r := run(t, "dead", "show", path, k)
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	for _, want := range []string{
-		fmt.Sprintf("key           %d\n", k),
+		fmt.Sprintf("key           %s\n", k),
 		"id            " + m.ID + "\n",
 		"class         " + m.Class + "\n",
 		fmt.Sprintf("origin        topic %s, partition %d, offset %d\n", m.Origin.Topic, m.Origin.Partition, m.Origin.Offset),
@@ -146,7 +144,7 @@ func TestDeadShow(t *testing.T) {
 		}
 	}
 
-	r = run(t, "dead", "show", "--json", path, fmt.Sprint(k))
+	r = run(t, "dead", "show", "--json", path, k)
 	var j recordJSON
 	if err := json.Unmarshal([]byte(r.stdout), &j); err != nil || r.code != 0 {
 		t.Fatalf("--json: %d %v\n%s", r.code, err, r.stdout)
@@ -209,7 +207,7 @@ func TestDeadRequeue(t *testing.T) {
 	keys := sortedKeys(before.dead)
 
 	// Two keys by name.
-	r := run(t, "dead", "requeue", path, fmt.Sprint(keys[0]), fmt.Sprint(keys[3]))
+	r := run(t, "dead", "requeue", path, before.deadID[keys[0]], before.deadID[keys[3]])
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
@@ -233,7 +231,7 @@ func TestDeadRequeue(t *testing.T) {
 			if p.Message.Attempt != 0 || string(p.Message.Value) != string(before.dead[k].Message.Value) {
 				t.Errorf("requeued %d as pending %d: attempt %d, value %q", k, pk, p.Message.Attempt, p.Message.Value)
 			}
-			if !strings.Contains(r.stdout, fmt.Sprintf("dead %d -> pending %d\n", k, pk)) {
+			if !strings.Contains(r.stdout, fmt.Sprintf("dead %s -> pending %d\n", before.deadID[k], pk)) {
 				t.Errorf("output does not map %d to %d:\n%s", k, pk, r.stdout)
 			}
 		}
@@ -281,7 +279,7 @@ func TestDeadDiscard(t *testing.T) {
 	before := readState(t, path)
 	keys := sortedKeys(before.dead)
 
-	r := run(t, "dead", "discard", path, fmt.Sprint(keys[1]))
+	r := run(t, "dead", "discard", path, before.deadID[keys[1]])
 	if r.code != 0 || r.stdout != "discarded 1 dead letters\n" {
 		t.Fatalf("discard one: %d %q %s", r.code, r.stdout, r.stderr)
 	}
@@ -316,9 +314,9 @@ var apiDeadFields = []string{"key", "id", "class", "message_key", "message_key_t
 func TestDeadShowJSONIsTheAPIs(t *testing.T) {
 	t.Parallel()
 	path, k, rec := firstDead(t)
-	byKey := run(t, "dead", "show", "--json", path, fmt.Sprint(k))
+	byKey := run(t, "dead", "show", "--json", path, k)
 	if byKey.code != 0 {
-		t.Fatalf("show --json %d: exit %d: %s", k, byKey.code, byKey.stderr)
+		t.Fatalf("show --json %s: exit %d: %s", k, byKey.code, byKey.stderr)
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(byKey.stdout), &fields); err != nil {

@@ -190,7 +190,7 @@ func runReplay(cmd *cobra.Command, path string, f *replayFlags) error {
 		if plan.badParked > 0 {
 			fmt.Fprintf(out, "moved %d undecodable parked records to quarantine; they are not replayed\n", plan.badParked)
 		}
-		warnUndecodable(cmd.ErrOrStderr(), plan.badDead)
+		warnUndecodable(cmd.ErrOrStderr(), plan.badDead, nil)
 		sent, runErr := sendAll(ctx, st, f, plan, newProgress(cmd.ErrOrStderr(), len(plan.items)))
 		summary := fmt.Sprintf("replayed %d of %d messages (pending %d, dead letters %d) from %s",
 			sent, len(plan.items), plan.pending, plan.dead, path)

@@ -193,6 +193,9 @@ func buildFixture(path string) (err error) {
 type fileState struct {
 	pending map[uint64]snapshot.Record
 	dead    map[uint64]snapshot.Record
+	// deadID is each dead letter's ID, by its key; keyOf the reverse.
+	deadID map[uint64]string
+	keyOf  map[string]uint64
 }
 
 func readState(t *testing.T, path string) fileState {
@@ -210,8 +213,20 @@ func readState(t *testing.T, path string) fileState {
 	for _, e := range pending {
 		fs.pending[e.Key] = e.Record
 	}
-	for _, e := range dead {
-		fs.dead[e.Key] = e.Record
+	fs.deadID, fs.keyOf = map[uint64]string{}, map[string]uint64{}
+	err = st.View(func(tx *snapshot.Tx) error {
+		for _, e := range dead {
+			fs.dead[e.Key] = e.Record
+			id, err := tx.DeadID(e.Key)
+			if err != nil {
+				return err
+			}
+			fs.deadID[e.Key], fs.keyOf[id.String()] = id.String(), e.Key
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return fs
 }

@@ -9,9 +9,9 @@
 //	handoff inspect STATE                      counts and ages per bucket and class (read-only)
 //	handoff dead list STATE                    dead letters, a page at a time (read-only)
 //	handoff dead list --brokers H --group G    every instance's dead letters, from the group's changelog
-//	handoff dead show STATE KEY|ID             one dead letter in full (read-only)
-//	handoff dead requeue STATE KEY...|--all    move dead letters to pending
-//	handoff dead discard STATE KEY...|--all    delete dead letters
+//	handoff dead show STATE ID|MESSAGE-ID      one dead letter in full (read-only)
+//	handoff dead requeue STATE ID...|--all     move dead letters to pending
+//	handoff dead discard STATE ID...|--all     delete dead letters
 //	handoff replay STATE --brokers HOST:PORT   produce saved messages to their topics
 //	handoff pause STATE CLASS [--reason TEXT]  keep a class paused across the next start
 //	handoff resume STATE CLASS                 remove a class's pause

@@ -6,7 +6,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -120,14 +119,15 @@ func quarantineBad(st *snapshot.Store, bad []*snapshot.DecodeError) error {
 	return st.Update(func(tx *snapshot.Tx) error { return tx.Quarantine(bad...) })
 }
 
-// parseKey parses a record key as printed by the commands: a decimal
-// sequence number.
-func parseKey(s string) (uint64, error) {
-	k, err := strconv.ParseUint(s, 10, 64)
-	if err != nil || k == 0 {
-		return 0, usagef("malformed key %q: want a positive decimal number, as 'dead list' prints", s)
+// parseDeadID parses a dead letter ID as the commands (and the admin
+// API) print it: 16 hex digits, a dash and a number, or a bare number
+// in a file that never ran with the changelog.
+func parseDeadID(s string) (snapshot.DeadID, error) {
+	id, err := snapshot.ParseDeadID(s)
+	if err != nil {
+		return id, usagef("malformed dead letter ID %q: want 16 hex digits, a dash and a number (e.g. 3f2a9c01d4e5b6a7-12), as 'dead list' prints", s)
 	}
-	return k, nil
+	return id, nil
 }
 
 // stateArgs returns an Args validator for commands taking STATE and then

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -29,29 +28,32 @@ func TestBadInput(t *testing.T) {
 	t.Parallel()
 	path := stateFile(t)
 	before := readState(t, path)
-	good := fmt.Sprint(sortedKeys(before.dead)[0])
+	good := before.deadID[sortedKeys(before.dead)[0]]
+	const unknown1, unknown2 = "0000000000000000-9999", "0000000000000000-8888"
 
 	for _, tc := range []struct {
 		name string
 		args []string
 		want string
 	}{
-		{"show unknown ID", []string{"dead", "show", path, "abc"}, `no dead letter with key or message ID "abc" in ` + path},
-		{"show zero key", []string{"dead", "show", path, "0"}, `no dead letter with key or message ID "0"`},
-		{"show negative key", []string{"dead", "show", path, "--", "-3"}, `no dead letter with key or message ID "-3"`},
-		{"show unknown key", []string{"dead", "show", path, "9999"}, `no dead letter with key or message ID "9999" in ` + path},
-		{"show without key", []string{"dead", "show", path}, "missing KEY after STATE"},
+		{"show unknown ID", []string{"dead", "show", path, "abc"}, `no dead letter with ID or message ID "abc" in ` + path},
+		{"show zero key", []string{"dead", "show", path, "0"}, `no dead letter with ID or message ID "0"`},
+		{"show negative key", []string{"dead", "show", path, "--", "-3"}, `no dead letter with ID or message ID "-3"`},
+		{"show unknown key", []string{"dead", "show", path, unknown1}, `no dead letter with ID or message ID "` + unknown1 + `" in ` + path},
+		{"show bare key", []string{"dead", "show", path, "9999"}, `no dead letter with message ID "9999" in ` + path},
+		{"show without key", []string{"dead", "show", path}, "missing ID after STATE"},
 		{"show two keys", []string{"dead", "show", path, "1", "2"}, `unexpected argument "2"`},
 		{"list without state", []string{"dead", "list"}, "missing STATE"},
 		{"list bad limit", []string{"dead", "list", path, "--limit", "0"}, "--limit must be > 0"},
 		{"list bad after", []string{"dead", "list", path, "--after", "x"}, `invalid argument "x" for "--after"`},
-		{"requeue nothing", []string{"dead", "requeue", path}, "missing KEY after STATE (or --all)"},
-		{"requeue keys and all", []string{"dead", "requeue", path, good, "--all"}, "give KEYs or --all, not both"},
+		{"requeue nothing", []string{"dead", "requeue", path}, "missing ID after STATE (or --all)"},
+		{"requeue keys and all", []string{"dead", "requeue", path, good, "--all"}, "give IDs or --all, not both"},
 		{"requeue class without all", []string{"dead", "requeue", path, good, "--class", "orders"}, "--class needs --all"},
-		{"requeue unknown and good key", []string{"dead", "requeue", path, good, "9999", "8888"}, "no dead letter with key 9999, 8888 in " + path + "; nothing changed"},
-		{"requeue malformed key", []string{"dead", "requeue", path, good, "1x"}, `malformed key "1x"`},
-		{"discard unknown key", []string{"dead", "discard", path, "9999", good}, "no dead letter with key 9999"},
-		{"discard nothing", []string{"dead", "discard", path}, "missing KEY after STATE (or --all)"},
+		{"requeue unknown and good key", []string{"dead", "requeue", path, good, unknown1, unknown2}, "no dead letter with ID " + unknown1 + ", " + unknown2 + " in " + path + "; nothing changed"},
+		{"requeue malformed key", []string{"dead", "requeue", path, good, "1x"}, `malformed dead letter ID "1x"`},
+		{"requeue bare key", []string{"dead", "requeue", path, "1"}, "1 is a bare key, which may be another state file's"},
+		{"discard unknown key", []string{"dead", "discard", path, unknown1, good}, "no dead letter with ID " + unknown1},
+		{"discard nothing", []string{"dead", "discard", path}, "missing ID after STATE (or --all)"},
 		{"bad lock timeout", []string{"inspect", "--lock-timeout", "0s", path}, "--lock-timeout must be > 0"},
 		{"replay without brokers", []string{"replay", path}, "--brokers is required"},
 		{"replay bad topic map", []string{"replay", path, "--brokers", "127.0.0.1:1", "--topic", "local"}, `--topic "local": want CLASS=TOPIC`},
@@ -116,7 +118,7 @@ func TestLocked(t *testing.T) {
 	for _, args := range [][]string{
 		{"inspect", path},
 		{"dead", "list", path},
-		{"dead", "show", path, "1"},
+		{"dead", "show", path, before.deadID[sortedKeys(before.dead)[0]]},
 	} {
 		r := run(t, append(args, "--lock-timeout", "50ms")...)
 		if r.code != 0 || args[0] == "inspect" && !strings.Contains(r.stdout, "read from a consistent copy: a running service holds the file") {

@@ -328,19 +328,19 @@ func (d *deployment) requeueAll() int {
 			t.Fatal(err)
 		}
 		for _, dl := range dead {
-			req, err := http.NewRequest("POST", fmt.Sprintf("%s/api/dead/%d/requeue", p.admin, dl.Key), nil)
+			req, err := http.NewRequest("POST", fmt.Sprintf("%s/api/dead/%s/requeue", p.admin, dl.Key), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			req.Header.Set("Authorization", "Bearer "+deployToken)
 			resp, err := c.Do(req)
 			if err != nil {
-				t.Fatalf("requeue %d on %s: %v", dl.Key, p.name, err)
+				t.Fatalf("requeue %s on %s: %v", dl.Key, p.name, err)
 			}
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode/100 != 2 {
-				t.Errorf("requeue of dead letter %d (%s) on %s: %s: %s", dl.Key, dl.ID, p.name, resp.Status, bytes.TrimSpace(body))
+				t.Errorf("requeue of dead letter %s (%s) on %s: %s: %s", dl.Key, dl.ID, p.name, resp.Status, bytes.TrimSpace(body))
 				continue
 			}
 			n++

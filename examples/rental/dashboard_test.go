@@ -157,7 +157,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if strings.Join(cards, ",") != "orders,users,heartbeats" {
 		t.Fatalf("class cards %q, want orders, users, heartbeats", cards)
 	}
-	disabled := value(t, ctx, "read the Requeue button", chromedp.Evaluate[bool](fmt.Sprintf(`document.querySelector("#requeue-%d").disabled`, deadKey)))
+	disabled := value(t, ctx, "read the Requeue button", chromedp.Evaluate[bool](fmt.Sprintf(`document.querySelector("#requeue-%s").disabled`, deadKey)))
 	do(t, ctx, "log in",
 		chromedp.SendKeys(chromedp.CSS("#token"), token),
 		chromedp.Submit(chromedp.CSS("#token")),
@@ -192,11 +192,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	before := cardCount(t, ctx, "#succeeded-orders")
 	svc.Cure()
 	do(t, ctx, "click Requeue",
-		chromedp.Click(chromedp.CSS(fmt.Sprintf("#requeue-%d", deadKey))),
+		chromedp.Click(chromedp.CSS(fmt.Sprintf("#requeue-%s", deadKey))),
 		chromedp.WaitVisible(chromedp.CSS("#flash")),
 	)
 	flash := value(t, ctx, "read the message", chromedp.Text(chromedp.CSS("#flash")))
-	if !strings.Contains(flash, fmt.Sprintf("Dead letter %d requeued", deadKey)) {
+	if !strings.Contains(flash, fmt.Sprintf("Dead letter %s requeued", deadKey)) {
 		t.Fatalf("flash after Requeue: %q", flash)
 	}
 	// Reload until the row is gone and the orders card counts the
@@ -204,10 +204,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	deadline = time.Now().Add(60 * time.Second)
 	for {
 		do(t, ctx, "reload", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#class-orders")))
-		gone := value(t, ctx, "look for the row", chromedp.Evaluate[bool](fmt.Sprintf(`document.querySelector("#dead-%d") === null`, deadKey)))
+		gone := value(t, ctx, "look for the row", chromedp.Evaluate[bool](fmt.Sprintf(`document.querySelector("#dead-%s") === null`, deadKey)))
 		after := cardCount(t, ctx, "#succeeded-orders")
 		if gone && after >= before+2 {
-			t.Logf("orders succeeded %d -> %d; dead letter %d gone from the page", before, after, deadKey)
+			t.Logf("orders succeeded %d -> %d; dead letter %s gone from the page", before, after, deadKey)
 			break
 		}
 		if time.Now().After(deadline) {
@@ -215,8 +215,8 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if _, err := rt.GetDeadLetter(deadKey); !errors.Is(err, runtime.ErrNotFound) {
-		t.Errorf("dead letter %d after the requeue: %v", deadKey, err)
+	if _, err := rt.GetDeadLetter(context.Background(), deadKey); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("dead letter %s after the requeue: %v", deadKey, err)
 	}
 
 	// Pause users with a reason: the card says so, a new users message

@@ -62,10 +62,11 @@ func MessageOf(m *handoff.Message) Message {
 	return j
 }
 
-// Dead is a dead letter: its state-file key, the message (Attempt counts
-// the failed attempts), why it was saved and its failures.
+// Dead is a dead letter: its ID (the same on every instance of the
+// group, see runtime.DeadLetter.Key), the message (Attempt counts the
+// failed attempts), why it was saved and its failures.
 type Dead struct {
-	Key uint64 `json:"key"`
+	Key string `json:"key"`
 	Message
 	Reason       string    `json:"reason"`
 	Error        string    `json:"error"`
@@ -81,8 +82,8 @@ type DeadFields struct {
 	FirstFailed, LastFailed time.Time
 }
 
-// DeadOf returns the JSON form of the dead letter key.
-func DeadOf(key uint64, m *handoff.Message, f DeadFields) Dead {
+// DeadOf returns the JSON form of the dead letter with ID key.
+func DeadOf(key string, m *handoff.Message, f DeadFields) Dead {
 	return Dead{Key: key, Message: MessageOf(m), Reason: f.Reason, Error: f.Err, Redeliveries: f.Redeliveries,
 		FirstFailed: f.FirstFailed, LastFailed: f.LastFailed}
 }

@@ -335,7 +335,7 @@ func healAfter(rt *runtime.Runtime, t *tally, produced int, h *Service) (deadCou
 					dc.byClass[dl.Message.Class]++
 				}
 				if err := rt.Requeue(context.Background(), dl.Key); err != nil {
-					return dc, fmt.Errorf("requeue dead letter %d: %w", dl.Key, err)
+					return dc, fmt.Errorf("requeue dead letter %s: %w", dl.Key, err)
 				}
 			}
 			return dc, nil

@@ -79,6 +79,7 @@ func (k *kafkaGo) Join(ctx context.Context, topics []string, begin BeginFunc) er
 		WatchPartitionChanges: true,
 		Timeout:               5 * time.Second,
 		Dialer:                d,
+		GroupBalancers:        memberBalancers(k.cfg.Instance),
 		Logger:                k.member.logger(k.kafkaLogger(ctx, k.log, false)),
 		ErrorLogger:           k.member.logger(k.kafkaLogger(ctx, k.log, true)),
 	})

@@ -207,7 +207,9 @@ type Config struct {
 	ClientID string
 	Group    string
 	// Instance is the static member ID (group.instance.id) of a franz-go
-	// member; empty means a dynamic member. kafka-go ignores it.
+	// member; empty means a dynamic member. A kafka-go member (always
+	// dynamic) puts it in its subscription's user data
+	// (InstanceUserData), where DescribeGroups shows it.
 	Instance                                       string
 	SessionTimeout, RebalanceTimeout, FetchMaxWait time.Duration
 	// FetchQueue is how many records a partition's source holds ahead of
