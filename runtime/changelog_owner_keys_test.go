@@ -51,7 +51,7 @@ func TestNonOwnerHoldsNoKeyBlock(t *testing.T) {
 	if err := rtA.Submit(context.Background(), "orders", &handoff.Message{ID: "sub-0", Key: key, Value: []byte("v")}); err != nil {
 		t.Fatal(err)
 	}
-	var dead uint64
+	var dead string
 	waitFor(t, "b listing the dead letter a wrote to b's partition", func() bool {
 		ds, _, err := rtB.DeadLetters("orders", "", 10)
 		if err != nil || len(ds) != 1 {

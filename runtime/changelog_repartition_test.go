@@ -443,13 +443,13 @@ func TestAddedPartitionsMoveKeyBlocks(t *testing.T) {
 		}
 		return true
 	})
-	var dead []uint64
+	var dead []string
 	waitFor(t, "the new partition's owner listing both dead letters and blocking their keys", func() bool {
 		ds, _, err := rts[owner].DeadLetters("orders", "", 10)
 		if err != nil || len(ds) != 2 {
 			return false
 		}
-		dead = []uint64{ds[0].Key, ds[1].Key}
+		dead = []string{ds[0].Key, ds[1].Key}
 		return blocks(rts[owner], keys["a"]) && blocks(rts[owner], keys["b"])
 	})
 	for name, rt := range rts {
