@@ -116,7 +116,11 @@
 // file ID is 16 random bytes SetChangelog creates once per file (meta
 // "changelog-file-id"), and the local key is the record's key in its
 // bucket ([ParseChangelogKey] parses one). The value is the stored
-// record, byte for byte; a delete is a tombstone (nil value).
+// record, byte for byte; a delete is a tombstone (nil value). Code 'o'
+// is a partition's [Progress] ([Tx.PutProgress]), under a zero file ID
+// and the partition (4 bytes big-endian) as its local key, so that the
+// latest one of a partition replaces the others whichever file wrote it;
+// [Tx.ApplyChangelog] keeps the last one it reads in the meta bucket.
 //
 // Capture. Every write method of [Tx] that puts or deletes a record of
 // those four buckets (the Save, Put and Delete methods, RequeueDead,
