@@ -102,24 +102,17 @@ func (tx *Tx) DeadID(key uint64) (DeadID, error) {
 }
 
 func (tx *Tx) deadID(key uint64) (DeadID, error) {
-	if keys := tx.tx.Bucket([]byte(bucketChangelogKeys)); keys != nil {
-		if v := keys.Get(mapKey(mapLocalPrefix, []byte{bucketCode(BucketDead)}, seqKey(key))); v != nil {
-			ck, err := splitChangelogKey(v)
-			if err != nil {
-				return DeadID{}, fmt.Errorf("changelog key of %s/%016x: %w", BucketDead, key, err)
-			}
-			if id, ok := DeadIDOf(ck); ok {
-				return id, nil
-			}
-			return DeadID{}, fmt.Errorf("%w: %s/%016x maps to a %s changelog key", ErrCorrupt, BucketDead, key, ck.Bucket)
-		}
+	ck, ok, err := tx.RecordIdentity(BucketDead, seqKey(key))
+	if err != nil {
+		return DeadID{}, err
 	}
-	own, ok, err := tx.fileID()
-	if err != nil || !ok {
-		return DeadID{Seq: key, Local: true}, err
+	if !ok {
+		return DeadID{Seq: key, Local: true}, nil // a file never on the changelog
 	}
-	id := DeadID{Seq: key}
-	copy(id.File[:], own[:])
+	id, ok := DeadIDOf(ck)
+	if !ok {
+		return DeadID{}, fmt.Errorf("%w: %s/%016x maps to a %s changelog key", ErrCorrupt, BucketDead, key, ck.Bucket)
+	}
 	return id, nil
 }
 

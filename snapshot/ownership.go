@@ -176,9 +176,20 @@ func (tx *Tx) rebuild(topic string, partition int32, recs []ChangelogRecord, bel
 			keep = append(keep, r)
 		}
 	}
+	// The partition's progress is the read's, or none: a stale local
+	// one would skip offsets by an older stop's account.
+	if err := tx.DeleteProgress(topic, partition); err != nil {
+		return Applied{}, 0, err
+	}
+	var bad []*DecodeError
+	keep, err = tx.applyProgress(topic, partition, keep, &bad)
+	if err != nil {
+		return Applied{}, 0, err
+	}
 	tx.rebuilding = true
 	defer func() { tx.rebuilding = false }()
 	applied, err := tx.applyChangelog(keep)
+	applied.Bad = append(bad, applied.Bad...)
 	return applied, dropped, err
 }
 
@@ -326,7 +337,12 @@ func (s *Store) sendAll(st *clState, fresh bool) (int, error) {
 				changes = append(changes, Change{Topic: topic, Partition: part, Key: key, Value: bytes.Clone(v)})
 			}
 		}
-		return nil
+		// The partitions' progress records (progress.go): without them
+		// the partition's next owner runs again what this file's
+		// instance did past its commit.
+		progress, err := tx.progressChanges(st)
+		changes = append(changes, progress...)
+		return err
 	})
 	if err != nil {
 		s.sendMu.Unlock()

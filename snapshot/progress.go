@@ -1,10 +1,15 @@
 package snapshot
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/handoff-go/handoff"
 )
 
 // A partition's progress: what a stop knew of the offsets of one input
@@ -279,4 +284,37 @@ func (tx *Tx) applyProgress(topic string, partition int32, recs []ChangelogRecor
 // record.
 func isProgressKey(k []byte) bool {
 	return len(k) > changelogKeyHeader && k[0] == changelogKeyVersion && k[1] == progressCode
+}
+
+// progressChanges returns the file's progress records as changelog
+// writes, each to its own partition's changelog, for the partitions of
+// topics the changelog routes to (a record of a Kafka message of the
+// partition would go there).
+func (tx *Tx) progressChanges(st *clState) ([]Change, error) {
+	c, err := tx.cursor(bucketMeta)
+	if err != nil {
+		return nil, err
+	}
+	var changes []Change
+	var zero [16]byte
+	prefix := []byte(metaProgressPrefix)
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		name := string(k[len(prefix):])
+		i := strings.LastIndexByte(name, '/')
+		if i <= 0 {
+			continue
+		}
+		part, err := strconv.ParseInt(name[i+1:], 10, 32)
+		if err != nil {
+			continue
+		}
+		probe := Record{Message: handoff.Message{Origin: handoff.Origin{Topic: name[:i], Partition: int(part)}}}
+		topic, p, ok := st.cl.Route(&probe)
+		if !ok || topic != name[:i] || p != int32(part) {
+			continue // a topic without a changelog
+		}
+		key := appendChangelogKey(nil, &zero, progressCode, progressLocal(p))
+		changes = append(changes, Change{Topic: topic, Partition: p, Key: key, Value: bytes.Clone(v)})
+	}
+	return changes, nil
 }
