@@ -213,6 +213,7 @@ func (rs *restorer) putToWork(ctx context.Context, applied snapshot.Applied, rep
 		return
 	}
 	rs.releaseFollowedParked(applied.Parked)
+	pending = rs.dropFetched(pending)
 	v.orphans.collect()
 	defer v.orphans.flush(rs.log)
 	for i := range pending {
@@ -361,4 +362,35 @@ func (cp *checkpoint) join() {
 			}
 		}
 	}
+}
+
+// dropFetched deletes the followed pending records of Kafka messages of
+// the partition this instance owns and fetches, and returns the others.
+// The commit never passes an unfinished Kafka message, so this owner's
+// fetch, which began at the group's committed offset, has delivered the
+// message or will: re-pushing its record as well would run it twice. (A
+// restore re-pushes such records before the fetch begins and links the
+// fetched copy to them; a record followed later comes from an instance
+// that saved it after this one began fetching: a fenced former owner, or
+// a file written without the changelog sending what it held.)
+func (rs *restorer) dropFetched(pending []snapshot.Entry) []snapshot.Entry {
+	var drop []uint64
+	keep := pending[:0]
+	for _, e := range pending {
+		if _, _, ok := rs.resumes.originOf(&e.Record); ok {
+			drop = append(drop, e.Key)
+			continue
+		}
+		keep = append(keep, e)
+	}
+	if len(drop) == 0 {
+		return keep
+	}
+	err := rs.state.store.Update(func(tx *snapshot.Tx) error { return tx.DeletePending(drop...) })
+	if err != nil && !isChangelogErr(err) {
+		rs.log.Error("followed saved records of fetched Kafka messages not deleted; the partition's next restore re-pushes them", "records", len(drop), "err", err)
+		return keep
+	}
+	rs.log.Info("followed saved records of Kafka messages deleted: this owner's fetch delivers them", "records", len(drop))
+	return keep
 }
