@@ -295,7 +295,13 @@ func TestBatchStopMidBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait2 := start(t, rt2, context.Background())
-	waitFor(t, "the rest handled", func() bool { u, _ := b.counts(); return u == produced })
+	// The commit passes the saved messages once the fetch has passed
+	// their offsets too (their fetched copies settle with the re-pushed
+	// ones), which can be after they were handled.
+	waitFor(t, "the rest handled and committed", func() bool {
+		u, _ := b.counts()
+		return u == produced && b.committed() == int64(produced)
+	})
 	if err := rt2.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -144,10 +144,11 @@ func deadLetterOf(id snapshot.DeadID, rec *snapshot.Record) DeadLetter {
 }
 
 // ErrBadKey is wrapped by the error [Runtime.GetDeadLetter],
-// [Runtime.Requeue] and [Runtime.Discard] return for a key that is not a
-// dead letter's ID: not of its form, or a bare number (the form of keys
-// before IDs) in a state file that runs with the changelog, where a
-// number could name another instance's dead letter.
+// [Runtime.Requeue] and [Runtime.Discard] return for a key that is not of
+// a dead letter ID's form. A bare number (the form of keys before IDs) in
+// a state file that runs with the changelog, where a number could name
+// another instance's dead letter, names none: [ErrNotFound], with the
+// ID's form in the error.
 var ErrBadKey = errors.New("runtime: bad dead letter key")
 
 // ErrNotOwner is wrapped by every [*NotOwnerError].
@@ -295,7 +296,9 @@ func (f *failures) get(ctx context.Context, key string) (uint64, DeadLetter, err
 		return err
 	})
 	if errors.Is(err, snapshot.ErrDeadID) {
-		return 0, DeadLetter{}, fmt.Errorf("%w: %w", ErrBadKey, err)
+		// A bare number of the old form on a file with IDs: it names no
+		// dead letter here (the error says the form).
+		return 0, DeadLetter{}, fmt.Errorf("%w: %w", ErrNotFound, err)
 	}
 	if err != nil {
 		return 0, DeadLetter{}, fmt.Errorf("runtime: dead letter %s: %w", key, err)

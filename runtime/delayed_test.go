@@ -250,8 +250,8 @@ func TestRequeueAndDiscard(t *testing.T) {
 	if _, err := rt.GetDeadLetter(t.Context(), "0000000000000000-12345"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("unknown key: %v", err)
 	}
-	if _, err := rt.GetDeadLetter(t.Context(), "12345"); !errors.Is(err, ErrBadKey) {
-		t.Errorf("a bare number with the changelog: %v, want ErrBadKey", err)
+	if _, err := rt.GetDeadLetter(t.Context(), "12345"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a bare number with the changelog: %v, want ErrNotFound", err)
 	}
 	// Requeue a's dead letter with the poison cured: a0, a1, a3 in order.
 	delete(poisoned, "a0")
