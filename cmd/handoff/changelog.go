@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/handoff-go/handoff/internal/groupmember"
 	"github.com/handoff-go/handoff/kafkasec"
 )
 
@@ -357,11 +357,8 @@ func (r *changelogReader) owners(ctx context.Context) (map[topicPartition]string
 // a dead letter's owner the same way (runtime/internal/changelog
 // MemberName).
 func memberName(m *kmsg.DescribeGroupsResponseGroupMember) string {
-	if m.InstanceID != nil && *m.InstanceID != "" {
-		return *m.InstanceID
-	}
-	if name, ok := bytes.CutPrefix(subscriptionUserData(m.ProtocolMetadata), []byte(instanceUserDataPrefix)); ok && len(name) > 0 {
-		return string(name)
+	if name, ok := groupmember.Instance(m); ok {
+		return name
 	}
 	host := strings.TrimPrefix(m.ClientHost, "/")
 	switch {
@@ -382,29 +379,4 @@ func brokerList(flag []string) []string {
 		}
 	}
 	return brokers
-}
-
-// instanceUserDataPrefix starts the user data in which a handoff
-// service on kafka-go names its instance (runtime/internal/kclient
-// InstanceUserData).
-const instanceUserDataPrefix = "handoff-instance:"
-
-// subscriptionUserData returns the user data of a member's subscription,
-// nil when it has none or does not decode. kafka-go writes version 1
-// without the owned partitions that version 1 adds: read as version 0,
-// which ends with the user data, when version 1 does not decode.
-func subscriptionUserData(meta []byte) []byte {
-	var sub kmsg.ConsumerMemberMetadata
-	if err := sub.ReadFrom(meta); err == nil {
-		return sub.UserData
-	}
-	if len(meta) < 2 {
-		return nil
-	}
-	v0 := bytes.Clone(meta)
-	v0[0], v0[1] = 0, 0
-	if err := sub.ReadFrom(v0); err != nil {
-		return nil
-	}
-	return sub.UserData
 }

@@ -1,7 +1,6 @@
 package changelog
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/handoff-go/handoff/runtime/internal/kclient"
+	"github.com/handoff-go/handoff/internal/groupmember"
 )
 
 // Owner returns the member of the group that input partition p of topic
@@ -60,13 +59,10 @@ func (c *Client) Owner(ctx context.Context, topic string, p int32) (string, erro
 // group.instance.id when it has one (an instance with static
 // membership: the runtime's Config.Instance with franz-go), or the
 // instance name a kafka-go member of the runtime put in its
-// subscription (kclient.InstanceUserData); else its client ID @ host
+// subscription (groupmember.UserData); else its client ID @ host
 // and member ID.
 func MemberName(m *kmsg.DescribeGroupsResponseGroupMember) string {
-	if m.InstanceID != nil && *m.InstanceID != "" {
-		return *m.InstanceID
-	}
-	if name := kclient.InstanceOfUserData(userData(m.ProtocolMetadata)); name != "" {
+	if name, ok := groupmember.Instance(m); ok {
 		return name
 	}
 	name := strings.TrimPrefix(m.ClientHost, "/")
@@ -74,24 +70,4 @@ func MemberName(m *kmsg.DescribeGroupsResponseGroupMember) string {
 		name = m.ClientID + "@" + name
 	}
 	return fmt.Sprintf("%s (member %s)", name, m.MemberID)
-}
-
-// userData returns the user data of a member's subscription, nil when
-// it has none or does not decode. kafka-go writes version 1 without the
-// owned partitions that version 1 adds: read as version 0, which ends
-// with the user data, when version 1 does not decode.
-func userData(meta []byte) []byte {
-	var sub kmsg.ConsumerMemberMetadata
-	if err := sub.ReadFrom(meta); err == nil {
-		return sub.UserData
-	}
-	if len(meta) < 2 {
-		return nil
-	}
-	v0 := bytes.Clone(meta)
-	v0[0], v0[1] = 0, 0
-	if err := sub.ReadFrom(v0); err != nil {
-		return nil
-	}
-	return sub.UserData
 }
