@@ -141,47 +141,7 @@ func (r *Runtime) Schedule(ctx context.Context, class string, m *handoff.Message
 // schedule stores msg of class c, due at at; see [Runtime.Schedule].
 func (s *scheduler) schedule(c *class, msg handoff.Message, at time.Time) error {
 	rec := snapshot.Record{Message: msg, Reason: reasonScheduled, SavedAt: time.Now()}
-	var added []bool
-	var replaced snapshot.DelayedKey
-	err := s.cfg.state.store.Batch(func(tx *snapshot.Tx) error {
-		replaced = nil
-		old, ok, err := tx.DelayedKeyOf(msg.ID)
-		if err != nil {
-			return err
-		}
-		switch {
-		case ok && s.handedOver(old):
-			// Its message is in a pool, or done and its record not yet
-			// deleted: the ID is not waiting. The record goes now rather
-			// than when the message is done.
-			if err := tx.DeleteDelayed(old); err != nil {
-				return err
-			}
-			replaced = old
-		case ok && s.cfg.owns != nil:
-			// A record of a partition another instance owns is this
-			// file's stale copy: the owner ran it, or holds it waiting
-			// and keeps the schedule it saved first (see
-			// snapshot.Store.SetDelayedHandedOver). The new schedule goes
-			// to the owner, who decides.
-			rec, found, err := tx.GetDelayed(old)
-			if de := (*snapshot.DecodeError)(nil); errors.As(err, &de) {
-				break // undecodable: it stays, as before
-			}
-			if err != nil {
-				return err
-			}
-			if !found || s.cfg.owns(&rec) {
-				break
-			}
-			if err := tx.ForgetDelayed(old); err != nil {
-				return err
-			}
-			replaced = old
-		}
-		added, err = tx.SaveDelayed(snapshot.Delayed{Due: at, Record: rec})
-		return err
-	})
+	added, replaced, err := s.cfg.state.saveSchedule(rec, at, s.handedOver, s.cfg.owns)
 	if err != nil {
 		return fmt.Errorf("runtime: schedule %s to class %q: %w", msg.ID, c.cfg.Name, err)
 	}
@@ -225,16 +185,14 @@ func (r *Runtime) Delayed(after Cursor, limit int) ([]DelayedMessage, Cursor, er
 
 // list is [Runtime.Delayed].
 func (s *scheduler) list(after Cursor, limit int) ([]DelayedMessage, Cursor, error) {
-	st, err := listing(s.cfg.state, "delayed messages", limit)
-	if err != nil {
+	if _, err := listing(s.cfg.state, "delayed messages", limit); err != nil {
 		return nil, "", err
 	}
 	from, err := after.delayedKey()
 	if err != nil {
 		return nil, "", err
 	}
-	var entries []snapshot.DelayedEntry
-	err = st.View(func(tx *snapshot.Tx) (err error) { entries, err = tx.ListDelayed(from, limit); return err })
+	entries, err := s.cfg.state.listDelayed(from, limit)
 	if err != nil {
 		return nil, "", fmt.Errorf("runtime: delayed messages: %w", err)
 	}

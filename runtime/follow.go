@@ -386,7 +386,7 @@ func (rs *restorer) dropFetched(pending []snapshot.Entry) []snapshot.Entry {
 	if len(drop) == 0 {
 		return keep
 	}
-	err := rs.state.store.Update(func(tx *snapshot.Tx) error { return tx.DeletePending(drop...) })
+	err := rs.state.deletePending(drop...)
 	if err != nil && !isChangelogErr(err) {
 		rs.log.Error("followed saved records of fetched Kafka messages not deleted; the partition's next restore re-pushes them", "records", len(drop), "err", err)
 		return keep

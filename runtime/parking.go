@@ -416,8 +416,7 @@ type ParkedKey struct {
 // parked messages all belong elsewhere is left out, and Count and
 // Oldest are of the owned ones.
 func (r *Runtime) ParkedKeys() ([]ParkedKey, error) {
-	st, err := r.state.get()
-	if err != nil {
+	if _, err := r.state.get(); err != nil {
 		return nil, err
 	}
 	counts, err := r.state.parkedKeys()
@@ -428,8 +427,7 @@ func (r *Runtime) ParkedKeys() ([]ParkedKey, error) {
 	for _, pc := range counts {
 		pk := ParkedKey{Class: pc.Class, Key: pc.Key, Count: pc.Count, Oldest: pc.Oldest}
 		if r.clog.on() {
-			var entries []snapshot.ParkedEntry
-			err := st.View(func(tx *snapshot.Tx) (err error) { entries, _, err = tx.Parked(pc.Class, pc.Key); return err })
+			entries, err := r.state.readParked(pc.Class, pc.Key)
 			if err != nil {
 				return nil, fmt.Errorf("runtime: parked keys: %w", err)
 			}
@@ -450,12 +448,10 @@ func (r *Runtime) ParkedKeys() ([]ParkedKey, error) {
 // key's release quarantines them). With the changelog it returns only
 // those of partitions this instance owns (see ParkedKeys).
 func (r *Runtime) Parked(class string, key []byte) ([]handoff.Message, error) {
-	st, err := r.state.get()
-	if err != nil {
+	if _, err := r.state.get(); err != nil {
 		return nil, err
 	}
-	var entries []snapshot.ParkedEntry
-	err = st.View(func(tx *snapshot.Tx) (err error) { entries, _, err = tx.Parked(class, key); return err })
+	entries, err := r.state.readParked(class, key)
 	if err != nil {
 		return nil, fmt.Errorf("runtime: parked messages of class %q: %w", class, err)
 	}

@@ -185,26 +185,7 @@ func (v *recovery) unparkStrays() error {
 		if err != nil {
 			return err
 		}
-		err = v.state.store.Update(func(tx *snapshot.Tx) error {
-			for _, e := range entries {
-				rec := e.Record
-				var err error
-				if c == nil {
-					rec.Reason = reasonUnknown
-					rec.Err = fmt.Sprintf("runtime: class %q is not configured", pk.Class)
-					_, err = tx.SaveDead(rec)
-				} else {
-					_, err = tx.SavePending(rec)
-				}
-				if err != nil {
-					return err
-				}
-				if err := tx.DeleteParked(e.Key); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		err = v.state.unpark(pk.Class, entries, c == nil)
 		if err != nil {
 			return err
 		}
@@ -258,9 +239,7 @@ const restorePage = 1000
 func (v *recovery) blockSaved(rep *Report) error {
 	block := v.blockKey
 	for after := uint64(0); ; {
-		var page []snapshot.Entry
-		var next uint64
-		err := v.state.store.View(func(tx *snapshot.Tx) (err error) { page, next, err = tx.DeadPage("", after, restorePage); return err })
+		page, next, err := v.state.deadRecords("", after, restorePage)
 		if err := v.quarantineListed(err, rep); err != nil {
 			return err
 		}
@@ -274,8 +253,7 @@ func (v *recovery) blockSaved(rep *Report) error {
 	}
 	var after snapshot.DelayedKey
 	for {
-		var page []snapshot.DelayedEntry
-		err := v.state.store.View(func(tx *snapshot.Tx) (err error) { page, err = tx.ListDelayed(after, restorePage); return err })
+		page, err := v.state.listDelayed(after, restorePage)
 		if err := v.quarantineListed(err, rep); err != nil {
 			return err
 		}

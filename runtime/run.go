@@ -106,7 +106,7 @@ func (s *runState) open() error {
 		return fmt.Errorf("runtime: open state file: %w", err)
 	}
 	// Whether the file is new is read before this run writes its meta.
-	if err := store.View(func(tx *snapshot.Tx) (err error) { s.newFile, err = tx.Empty(); return err }); err != nil {
+	if s.newFile, err = fileEmpty(store); err != nil {
 		return errors.Join(fmt.Errorf("runtime: open state file: %w", err), store.Close())
 	}
 	if err := checkIdentity(store, r.cfg.Group, r.cfg.Instance, r.log); err != nil {

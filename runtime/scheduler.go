@@ -149,13 +149,7 @@ func (s *scheduler) run(ctx context.Context) {
 	for {
 		from, seen := s.beginRead(cursor)
 		now := time.Now()
-		var due []snapshot.DelayedEntry
-		var next time.Time
-		var bad []*snapshot.DecodeError
-		err := s.cfg.state.store.View(func(tx *snapshot.Tx) (err error) {
-			due, next, bad, err = tx.DueDelayed(from, now, schedBatch)
-			return err
-		})
+		due, next, bad, err := s.cfg.state.dueDelayed(from, now, schedBatch)
 		if err == nil {
 			err = s.cfg.state.quarantine(bad)
 		}

@@ -219,8 +219,8 @@ func holdTarget(ctx context.Context, classes map[string]*class, state *stateFile
 // recovery pushes anything. A pause of a class no longer configured is
 // left in the file with a warning.
 func loadPauses(store *snapshot.Store, classes map[string]*class, log *slog.Logger) error {
-	var pauses map[string]snapshot.Pause
-	if err := store.View(func(tx *snapshot.Tx) (err error) { pauses, err = tx.Pauses(); return err }); err != nil {
+	pauses, err := savedPauses(store)
+	if err != nil {
 		return fmt.Errorf("runtime: read pauses: %w", err)
 	}
 	for name, p := range pauses {
