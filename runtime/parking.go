@@ -425,19 +425,14 @@ func (r *Runtime) ParkedKeys() ([]ParkedKey, error) {
 	}
 	out := make([]ParkedKey, 0, len(counts))
 	for _, pc := range counts {
-		pk := ParkedKey{Class: pc.Class, Key: pc.Key, Count: pc.Count, Oldest: pc.Oldest}
-		if r.clog.on() {
-			entries, err := r.state.readParked(pc.Class, pc.Key)
-			if err != nil {
-				return nil, fmt.Errorf("runtime: parked keys: %w", err)
-			}
-			entries = slices.DeleteFunc(entries, func(e snapshot.ParkedEntry) bool { return !r.clog.owns(&e.Record) })
-			if len(entries) == 0 {
-				continue
-			}
-			pk.Count, pk.Oldest = len(entries), entries[0].Record.SavedAt
+		n, oldest, ok, err := r.clog.ownedParked(pc)
+		if err != nil {
+			return nil, fmt.Errorf("runtime: parked keys: %w", err)
 		}
-		out = append(out, pk)
+		if !ok {
+			continue
+		}
+		out = append(out, ParkedKey{Class: pc.Class, Key: pc.Key, Count: n, Oldest: oldest})
 	}
 	return out, nil
 }
@@ -457,7 +452,7 @@ func (r *Runtime) Parked(class string, key []byte) ([]handoff.Message, error) {
 	}
 	out := make([]handoff.Message, 0, len(entries))
 	for _, e := range entries {
-		if r.clog.on() && !r.clog.owns(&e.Record) {
+		if !r.clog.mine(&e.Record) {
 			continue
 		}
 		out = append(out, e.Record.Message)

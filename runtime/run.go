@@ -200,9 +200,7 @@ func (s *runState) start() error {
 	}
 	rec := recovery{state: r.state, classes: r.classes.byName, order: r.classes.order, orphan: r.fail.orphan, orphans: &r.fail.orphans,
 		log: r.log, strays: true}
-	if r.clog.on() {
-		rec.want = r.clog.unrouted
-	}
+	rec.want = r.clog.startRecovers()
 	rec.resume, rec.elsewhere = r.resumes, r.resumes.run(func(ctx context.Context) []kclient.Partition {
 		return r.kafka.partitions(ctx, present)
 	})

@@ -269,9 +269,7 @@ func (s *runState) snapshot() []any {
 	s.background.Stop()
 	s.background.Wait()
 	s.keepUnsaved()
-	if r.clog.on() {
-		r.clog.resend() // the messages whose changelog write failed, a last time
-	}
+	r.clog.resendAtStop() // the messages whose changelog write failed, a last time
 	now := time.Now()
 	// Each message taken out is saved anew, or its record updated (see
 	// stale), or left as it is; which, a delayed one's can only tell in
@@ -324,9 +322,7 @@ func (s *runState) snapshot() []any {
 	for _, l := range fresh {
 		l.it.abandon()
 	}
-	if r.clog.on() {
-		r.clog.keepCheckpoints(nil)
-	}
+	r.clog.keepCheckpointsAtStop()
 	r.metrics.setSnapshot(rep.Snapshotted)
 	return []any{"saved", rep.Snapshotted}
 }

@@ -161,10 +161,7 @@ func (r *Runtime) Pause(ctx context.Context, class, reason string) error {
 	if err != nil {
 		return err
 	}
-	if !r.clog.on() {
-		return c.hold.Pause(store, reason)
-	}
-	_, err = r.clog.pauseLocal(class, func() error { return c.hold.Pause(store, reason) }, func(at time.Time) (int64, error) {
+	err = r.clog.pauseChange(class, func() error { return c.hold.Pause(store, reason) }, func(at time.Time) (int64, error) {
 		p, _ := c.hold.Paused()
 		return r.clog.putPause(ctx, class, &p, at)
 	})
@@ -186,10 +183,7 @@ func (r *Runtime) Resume(ctx context.Context, class string) error {
 	if err != nil {
 		return err
 	}
-	if !r.clog.on() {
-		return c.hold.Resume(store)
-	}
-	_, err = r.clog.pauseLocal(class, func() error { return c.hold.Resume(store) }, func(at time.Time) (int64, error) {
+	err = r.clog.pauseChange(class, func() error { return c.hold.Resume(store) }, func(at time.Time) (int64, error) {
 		return r.clog.putPause(ctx, class, nil, at)
 	})
 	if errors.Is(err, errMetaWrite) {
