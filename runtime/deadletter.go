@@ -72,10 +72,10 @@ func (f *failures) deadLetter(c *class, it *item, herr error) {
 	if it.src == fromDead {
 		// A requeued dead letter failed again: update it in place, so
 		// its key (and a link to it) stays.
-		if !f.cfg.state.updateInPlace(it, "update dead letter", func(tx *snapshot.Tx) error { return tx.PutDead(it.extOrZero().key, rec) }) {
+		if !f.cfg.state.updateDeadLetter(it, rec) {
 			return
 		}
-	} else if !f.cfg.state.moveTo(it, "save dead letter", func(tx *snapshot.Tx) error { _, err := tx.SaveDead(rec); return err }) {
+	} else if !f.cfg.state.saveDeadLetter(it, rec) {
 		return
 	}
 	f.deadLettered(c, it, rec, herr)

@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -26,22 +25,8 @@ func (f *failures) redeliver(c *class, it *item, herr error) {
 	now := time.Now()
 	due := now.Add(x.wait)
 	rec := it.record(reasonRedelivery, herr, now)
-	var dead snapshot.Record
-	superseded := false
-	save := func(tx *snapshot.Tx) error {
-		superseded = false
-		err := saveDelayed(tx, due, rec)
-		if !errors.Is(err, errDuplicateDelayed) {
-			return err
-		}
-		superseded = true
-		dead = rec
-		dead.Reason, dead.Redeliveries = reasonFailed, x.redeliveries-1
-		dead.Err = fmt.Sprintf("%s (no redelivery: a message with the same ID was scheduled meanwhile)", rec.Err)
-		_, err = tx.SaveDead(dead)
-		return err
-	}
-	if !f.cfg.state.moveTo(it, "save delayed redelivery", save) {
+	saved, superseded, dead := f.cfg.state.saveRedelivery(it, due, rec, x.redeliveries-1)
+	if !saved {
 		x.redeliveries--
 		return
 	}
@@ -67,27 +52,8 @@ func (f *failures) redeliver(c *class, it *item, herr error) {
 // that one delivers it when due, and this read only settles the offset.
 func (s *scheduler) deferDelivery(c *class, it *item, at time.Time) bool {
 	rec := it.record(reasonScheduled, nil, time.Now())
-	again := false
-	save := func(tx *snapshot.Tx) error {
-		again = false
-		err := saveDelayed(tx, at, rec)
-		if !errors.Is(err, errDuplicateDelayed) {
-			return err
-		}
-		// The same record waits when the ID's record is due when this
-		// one's header says (as the bucket keeps it: clamped to the
-		// years it holds to the nanosecond); another message scheduled
-		// under the ID leaves this one to run now, as before.
-		key, ok, kerr := tx.DelayedKeyOf(rec.Message.ID)
-		if kerr != nil {
-			return kerr
-		}
-		if again = ok && key.Due().Equal(snapshot.DelayedKeyAt(at).Due()); again {
-			return nil
-		}
-		return err
-	}
-	if !s.cfg.state.moveTo(it, "save delayed message", save) {
+	saved, again := s.cfg.state.saveDeferred(it, at, rec)
+	if !saved {
 		return false
 	}
 	if again {
@@ -97,18 +63,6 @@ func (s *scheduler) deferDelivery(c *class, it *item, at time.Time) bool {
 	s.cfg.tally.inc(c, evDeferred)
 	s.wake(at)
 	return true
-}
-
-// saveDelayed stores rec due at due, refusing to drop it as a duplicate.
-func saveDelayed(tx *snapshot.Tx, due time.Time, rec snapshot.Record) error {
-	added, err := tx.SaveDelayed(snapshot.Delayed{Due: due, Record: rec})
-	if err != nil {
-		return err
-	}
-	if !added[0] {
-		return fmt.Errorf("%w: %s", errDuplicateDelayed, rec.Message.ID)
-	}
-	return nil
 }
 
 // Schedule hands m to class's pool at the time at. Until then it waits in

@@ -165,7 +165,7 @@ func (l *stateLog) claim(ctx context.Context, topic string, p int32, next int64)
 // seen (snapshot.Store.SendUnlogged), before any partition's restore:
 // fresh says the file had no changelog ID before this start.
 func (l *stateLog) sendUnlogged(fresh bool) error {
-	n, err := l.state.store.SendUnlogged(fresh)
+	n, err := l.state.sendUnlogged(fresh)
 	if err != nil {
 		return fmt.Errorf("runtime: changelog: send the records written without it: %w", err)
 	}

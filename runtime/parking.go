@@ -104,7 +104,7 @@ func (k *orderedKeys) gate(it *item) bool {
 		return false
 	}
 	rec := it.record(reasonParked, nil, time.Now())
-	if !k.cfg.state.moveNow(it, "park message", func(tx *snapshot.Tx) error { return tx.Park(k.cfg.class, it.env().Key, rec) }) {
+	if !k.cfg.state.park(it, k.cfg.class, rec) {
 		return true // could not park: run it rather than lose its place
 	}
 	k.cfg.counts.inc(evParked)

@@ -74,7 +74,7 @@ func (v *recovery) run(ctx context.Context, rep *Report) error {
 	// still being read from the file.
 	var failed error
 	stopped := false
-	bad, err := v.state.store.ScanPending(func(batch []snapshot.Entry) bool {
+	bad, err := v.state.scanPending(func(batch []snapshot.Entry) bool {
 		for i := range batch {
 			if !v.wants(&batch[i].Record) {
 				continue

@@ -194,7 +194,7 @@ func (s *runState) start() error {
 	if r.cfg.LocalStateOnly {
 		// What this run writes reaches no changelog: a later start with
 		// it sends the file's records (stateLog.sendUnlogged).
-		if err := r.state.store.ClearChangelogComplete(); err != nil {
+		if err := r.state.clearChangelogComplete(); err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
 	}

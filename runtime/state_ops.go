@@ -323,3 +323,98 @@ func savedPauses(store *snapshot.Store) (map[string]snapshot.Pause, error) {
 	err := store.View(func(tx *snapshot.Tx) (err error) { pauses, err = tx.Pauses(); return err })
 	return pauses, err
 }
+
+// saveDeadLetter moves it into the dead letters as rec (moveTo).
+func (f *stateFile) saveDeadLetter(it *item, rec snapshot.Record) bool {
+	return f.moveTo(it, "save dead letter", func(tx *snapshot.Tx) error { _, err := tx.SaveDead(rec); return err })
+}
+
+// updateDeadLetter overwrites it's own dead letter, a requeued one that
+// failed again, with rec, keeping its key (updateInPlace).
+func (f *stateFile) updateDeadLetter(it *item, rec snapshot.Record) bool {
+	return f.updateInPlace(it, "update dead letter", func(tx *snapshot.Tx) error { return tx.PutDead(it.extOrZero().key, rec) })
+}
+
+// park moves it into the parked records of class under its key as rec,
+// in a write of its own (moveNow).
+func (f *stateFile) park(it *item, class string, rec snapshot.Record) bool {
+	return f.moveNow(it, "park message", func(tx *snapshot.Tx) error { return tx.Park(class, it.env().Key, rec) })
+}
+
+// saveRedelivery moves it into the delayed records as rec, due at due
+// (moveTo). When a record of its ID waits already (scheduled meanwhile),
+// it is saved as a dead letter instead, with redeliveries as its count
+// and an error that says so: superseded is true and dead is that record.
+// saved is moveTo's.
+func (f *stateFile) saveRedelivery(it *item, due time.Time, rec snapshot.Record, redeliveries int) (saved, superseded bool, dead snapshot.Record) {
+	save := func(tx *snapshot.Tx) error {
+		superseded = false
+		err := saveDelayed(tx, due, rec)
+		if !errors.Is(err, errDuplicateDelayed) {
+			return err
+		}
+		superseded = true
+		dead = rec
+		dead.Reason, dead.Redeliveries = reasonFailed, redeliveries
+		dead.Err = fmt.Sprintf("%s (no redelivery: a message with the same ID was scheduled meanwhile)", rec.Err)
+		_, err = tx.SaveDead(dead)
+		return err
+	}
+	saved = f.moveTo(it, "save delayed redelivery", save)
+	return saved, superseded, dead
+}
+
+// saveDeferred moves it, a Kafka message whose header defers it, into
+// the delayed records as rec, due at at (moveTo). again is true when the
+// same record waits already under its ID (read again): nothing is saved
+// and the offset settles. saved is moveTo's.
+func (f *stateFile) saveDeferred(it *item, at time.Time, rec snapshot.Record) (saved, again bool) {
+	save := func(tx *snapshot.Tx) error {
+		again = false
+		err := saveDelayed(tx, at, rec)
+		if !errors.Is(err, errDuplicateDelayed) {
+			return err
+		}
+		// The same record waits when the ID's record is due when this
+		// one's header says (as the bucket keeps it: clamped to the
+		// years it holds to the nanosecond); another message scheduled
+		// under the ID leaves this one to run now, as before.
+		key, ok, kerr := tx.DelayedKeyOf(rec.Message.ID)
+		if kerr != nil {
+			return kerr
+		}
+		if again = ok && key.Due().Equal(snapshot.DelayedKeyAt(at).Due()); again {
+			return nil
+		}
+		return err
+	}
+	saved = f.moveTo(it, "save delayed message", save)
+	return saved, again
+}
+
+// saveDelayed stores rec due at due, refusing to drop it as a duplicate.
+func saveDelayed(tx *snapshot.Tx, due time.Time, rec snapshot.Record) error {
+	added, err := tx.SaveDelayed(snapshot.Delayed{Due: due, Record: rec})
+	if err != nil {
+		return err
+	}
+	if !added[0] {
+		return fmt.Errorf("%w: %s", errDuplicateDelayed, rec.Message.ID)
+	}
+	return nil
+}
+
+// scanPending hands fn the pending records in batches, while it returns
+// true (snapshot.Store.ScanPending), and returns those it could not
+// decode.
+func (f *stateFile) scanPending(fn func(batch []snapshot.Entry) bool) ([]*snapshot.DecodeError, error) {
+	return f.store.ScanPending(fn)
+}
+
+// clearChangelogComplete notes that the file's writes from now on reach
+// no changelog (snapshot.Store.ClearChangelogComplete).
+func (f *stateFile) clearChangelogComplete() error { return f.store.ClearChangelogComplete() }
+
+// sendUnlogged sends the records the changelog may never have seen
+// (snapshot.Store.SendUnlogged) and returns how many.
+func (f *stateFile) sendUnlogged(fresh bool) (int, error) { return f.store.SendUnlogged(fresh) }
