@@ -120,7 +120,7 @@ func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (
 	c := v.classes[e.Record.Message.Class]
 	if c == nil {
 		key := e.Key
-		if !v.orphan(e.Record, func(tx *snapshot.Tx) error { return tx.DeletePending(key) }) {
+		if !v.orphan(e.Record, pendingDelete(key)) {
 			return false, fmt.Errorf("could not dead-letter a message of unknown class %q", e.Record.Message.Class)
 		}
 		rep.UnknownClass++

@@ -165,7 +165,7 @@ func (s *scheduler) run(ctx context.Context) {
 				continue // its partition's owner delivers it; a restore here wakes the scheduler
 			}
 			if c == nil {
-				s.cfg.orphan(e.Record, func(tx *snapshot.Tx) error { return tx.DeleteDelayed(e.Key) })
+				s.cfg.orphan(e.Record, delayedDelete(e.Key))
 				continue
 			}
 			if !s.hand(e.Key) {

@@ -27,6 +27,18 @@ func (f *stateFile) saveOrphan(rec snapshot.Record, del func(tx *snapshot.Tx) er
 	})
 }
 
+// pendingDelete is the delete of the pending record key, for a write
+// such as saveOrphan's.
+func pendingDelete(key uint64) func(tx *snapshot.Tx) error {
+	return func(tx *snapshot.Tx) error { return tx.DeletePending(key) }
+}
+
+// delayedDelete is the delete of the delayed record key, for a write
+// such as saveOrphan's.
+func delayedDelete(key snapshot.DelayedKey) func(tx *snapshot.Tx) error {
+	return func(tx *snapshot.Tx) error { return tx.DeleteDelayed(key) }
+}
+
 // deadFound is a dead letter a listing read, with its ID.
 type deadFound struct {
 	id  snapshot.DeadID
