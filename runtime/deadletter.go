@@ -72,10 +72,10 @@ func (f *failures) deadLetter(c *class, it *item, herr error) {
 	if it.src == fromDead {
 		// A requeued dead letter failed again: update it in place, so
 		// its key (and a link to it) stays.
-		if !f.cfg.state.updateInPlace(it, "update dead letter", func(tx *snapshot.Tx) error { return tx.PutDead(it.extOrZero().key, rec) }) {
+		if !f.cfg.state.updateDeadLetter(it, rec) {
 			return
 		}
-	} else if !f.cfg.state.moveTo(it, "save dead letter", func(tx *snapshot.Tx) error { _, err := tx.SaveDead(rec); return err }) {
+	} else if !f.cfg.state.saveDeadLetter(it, rec) {
 		return
 	}
 	f.deadLettered(c, it, rec, herr)
@@ -99,12 +99,7 @@ func (f *failures) orphan(rec snapshot.Record, del func(tx *snapshot.Tx) error) 
 	rec.Reason = reasonUnknown
 	rec.Err = fmt.Sprintf("runtime: class %q is not configured", rec.Message.Class)
 	rec.SavedAt = time.Now()
-	err := f.cfg.state.store.Update(func(tx *snapshot.Tx) error {
-		if _, err := tx.SaveDead(rec); err != nil {
-			return err
-		}
-		return del(tx)
-	})
+	err := f.cfg.state.saveOrphan(rec, del)
 	if err != nil {
 		f.cfg.log.Error("message of unknown class not dead-lettered", "class", rec.Message.Class, "id", rec.Message.ID, "err", err)
 		return false
@@ -235,38 +230,23 @@ func (r *Runtime) Discard(ctx context.Context, key string) error { return r.fail
 
 // list is [Runtime.DeadLetters].
 func (f *failures) list(class string, after Cursor, limit int) ([]DeadLetter, Cursor, error) {
-	st, err := listing(f.cfg.state, "dead letters", limit)
-	if err != nil {
+	if _, err := listing(f.cfg.state, "dead letters", limit); err != nil {
 		return nil, "", err
 	}
 	from, err := after.deadKey()
 	if err != nil {
 		return nil, "", err
 	}
-	var out []DeadLetter
-	var next uint64
-	err = st.View(func(tx *snapshot.Tx) error {
-		entries, n, err := tx.DeadPage(class, from, limit)
-		if err != nil {
-			return err
-		}
-		next = n
-		out = make([]DeadLetter, 0, len(entries))
-		for i := range entries {
-			e := &entries[i]
-			if f.cfg.owns != nil && !f.cfg.owns(&e.Record) {
-				continue // its partition's owner lists it (a page may come back short)
-			}
-			id, err := tx.DeadID(e.Key)
-			if err != nil {
-				return err
-			}
-			out = append(out, deadLetterOf(id, &e.Record))
-		}
-		return nil
+	found, next, err := f.cfg.state.deadPage(class, from, limit, func(rec *snapshot.Record) bool {
+		// Another partition's owner lists it (a page may come back short).
+		return f.cfg.owns == nil || f.cfg.owns(rec)
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("runtime: dead letters: %w", err)
+	}
+	out := make([]DeadLetter, 0, len(found))
+	for i := range found {
+		out = append(out, deadLetterOf(found[i].id, &found[i].rec))
 	}
 	return out, deadCursor(next), nil
 }
@@ -278,23 +258,10 @@ func (f *failures) get(ctx context.Context, key string) (uint64, DeadLetter, err
 	if err != nil {
 		return 0, DeadLetter{}, fmt.Errorf("%w: %w", ErrBadKey, err)
 	}
-	st, err := f.cfg.state.get()
-	if err != nil {
+	if _, err := f.cfg.state.get(); err != nil {
 		return 0, DeadLetter{}, err
 	}
-	var (
-		local uint64
-		rec   snapshot.Record
-		ok    bool
-	)
-	err = st.View(func(tx *snapshot.Tx) error {
-		var err error
-		if local, ok, err = tx.FindDead(id); err != nil || !ok {
-			return err
-		}
-		rec, ok, err = tx.GetDead(local)
-		return err
-	})
+	local, rec, ok, err := f.cfg.state.findDead(id)
 	if errors.Is(err, snapshot.ErrDeadID) {
 		// A bare number of the old form on a file with IDs: it names no
 		// dead letter here (the error says the form).
@@ -386,7 +353,7 @@ func (f *failures) discard(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("runtime: discard dead letter %s: %w", key, err)
 	}
-	if err := f.cfg.state.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(local) }); err != nil {
+	if err := f.cfg.state.deleteDead(local); err != nil {
 		return fmt.Errorf("runtime: discard dead letter %s: %w", key, err)
 	}
 	c := f.cfg.classes[dl.Message.Class]

@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -26,22 +25,8 @@ func (f *failures) redeliver(c *class, it *item, herr error) {
 	now := time.Now()
 	due := now.Add(x.wait)
 	rec := it.record(reasonRedelivery, herr, now)
-	var dead snapshot.Record
-	superseded := false
-	save := func(tx *snapshot.Tx) error {
-		superseded = false
-		err := saveDelayed(tx, due, rec)
-		if !errors.Is(err, errDuplicateDelayed) {
-			return err
-		}
-		superseded = true
-		dead = rec
-		dead.Reason, dead.Redeliveries = reasonFailed, x.redeliveries-1
-		dead.Err = fmt.Sprintf("%s (no redelivery: a message with the same ID was scheduled meanwhile)", rec.Err)
-		_, err = tx.SaveDead(dead)
-		return err
-	}
-	if !f.cfg.state.moveTo(it, "save delayed redelivery", save) {
+	saved, superseded, dead := f.cfg.state.saveRedelivery(it, due, rec, x.redeliveries-1)
+	if !saved {
 		x.redeliveries--
 		return
 	}
@@ -67,27 +52,8 @@ func (f *failures) redeliver(c *class, it *item, herr error) {
 // that one delivers it when due, and this read only settles the offset.
 func (s *scheduler) deferDelivery(c *class, it *item, at time.Time) bool {
 	rec := it.record(reasonScheduled, nil, time.Now())
-	again := false
-	save := func(tx *snapshot.Tx) error {
-		again = false
-		err := saveDelayed(tx, at, rec)
-		if !errors.Is(err, errDuplicateDelayed) {
-			return err
-		}
-		// The same record waits when the ID's record is due when this
-		// one's header says (as the bucket keeps it: clamped to the
-		// years it holds to the nanosecond); another message scheduled
-		// under the ID leaves this one to run now, as before.
-		key, ok, kerr := tx.DelayedKeyOf(rec.Message.ID)
-		if kerr != nil {
-			return kerr
-		}
-		if again = ok && key.Due().Equal(snapshot.DelayedKeyAt(at).Due()); again {
-			return nil
-		}
-		return err
-	}
-	if !s.cfg.state.moveTo(it, "save delayed message", save) {
+	saved, again := s.cfg.state.saveDeferred(it, at, rec)
+	if !saved {
 		return false
 	}
 	if again {
@@ -97,18 +63,6 @@ func (s *scheduler) deferDelivery(c *class, it *item, at time.Time) bool {
 	s.cfg.tally.inc(c, evDeferred)
 	s.wake(at)
 	return true
-}
-
-// saveDelayed stores rec due at due, refusing to drop it as a duplicate.
-func saveDelayed(tx *snapshot.Tx, due time.Time, rec snapshot.Record) error {
-	added, err := tx.SaveDelayed(snapshot.Delayed{Due: due, Record: rec})
-	if err != nil {
-		return err
-	}
-	if !added[0] {
-		return fmt.Errorf("%w: %s", errDuplicateDelayed, rec.Message.ID)
-	}
-	return nil
 }
 
 // Schedule hands m to class's pool at the time at. Until then it waits in
@@ -141,47 +95,7 @@ func (r *Runtime) Schedule(ctx context.Context, class string, m *handoff.Message
 // schedule stores msg of class c, due at at; see [Runtime.Schedule].
 func (s *scheduler) schedule(c *class, msg handoff.Message, at time.Time) error {
 	rec := snapshot.Record{Message: msg, Reason: reasonScheduled, SavedAt: time.Now()}
-	var added []bool
-	var replaced snapshot.DelayedKey
-	err := s.cfg.state.store.Batch(func(tx *snapshot.Tx) error {
-		replaced = nil
-		old, ok, err := tx.DelayedKeyOf(msg.ID)
-		if err != nil {
-			return err
-		}
-		switch {
-		case ok && s.handedOver(old):
-			// Its message is in a pool, or done and its record not yet
-			// deleted: the ID is not waiting. The record goes now rather
-			// than when the message is done.
-			if err := tx.DeleteDelayed(old); err != nil {
-				return err
-			}
-			replaced = old
-		case ok && s.cfg.owns != nil:
-			// A record of a partition another instance owns is this
-			// file's stale copy: the owner ran it, or holds it waiting
-			// and keeps the schedule it saved first (see
-			// snapshot.Store.SetDelayedHandedOver). The new schedule goes
-			// to the owner, who decides.
-			rec, found, err := tx.GetDelayed(old)
-			if de := (*snapshot.DecodeError)(nil); errors.As(err, &de) {
-				break // undecodable: it stays, as before
-			}
-			if err != nil {
-				return err
-			}
-			if !found || s.cfg.owns(&rec) {
-				break
-			}
-			if err := tx.ForgetDelayed(old); err != nil {
-				return err
-			}
-			replaced = old
-		}
-		added, err = tx.SaveDelayed(snapshot.Delayed{Due: at, Record: rec})
-		return err
-	})
+	added, replaced, err := s.cfg.state.saveSchedule(rec, at, s.handedOver, s.cfg.owns)
 	if err != nil {
 		return fmt.Errorf("runtime: schedule %s to class %q: %w", msg.ID, c.cfg.Name, err)
 	}
@@ -225,16 +139,14 @@ func (r *Runtime) Delayed(after Cursor, limit int) ([]DelayedMessage, Cursor, er
 
 // list is [Runtime.Delayed].
 func (s *scheduler) list(after Cursor, limit int) ([]DelayedMessage, Cursor, error) {
-	st, err := listing(s.cfg.state, "delayed messages", limit)
-	if err != nil {
+	if _, err := listing(s.cfg.state, "delayed messages", limit); err != nil {
 		return nil, "", err
 	}
 	from, err := after.delayedKey()
 	if err != nil {
 		return nil, "", err
 	}
-	var entries []snapshot.DelayedEntry
-	err = st.View(func(tx *snapshot.Tx) (err error) { entries, err = tx.ListDelayed(from, limit); return err })
+	entries, err := s.cfg.state.listDelayed(from, limit)
 	if err != nil {
 		return nil, "", fmt.Errorf("runtime: delayed messages: %w", err)
 	}

@@ -188,26 +188,7 @@ func (rs *restorer) followPartition(ctx context.Context, p kclient.Partition, en
 func (rs *restorer) putToWork(ctx context.Context, applied snapshot.Applied, rep *Report) {
 	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.orphan,
 		orphans: &orphans{}, log: rs.log, hold: rs.clog.hold, unhold: rs.clog.unhold}
-	var pending []snapshot.Entry
-	err := rs.state.store.View(func(tx *snapshot.Tx) error {
-		for _, k := range applied.Dead {
-			if rec, ok, err := tx.GetDead(k); ok && err == nil {
-				v.blockKey(rec)
-			}
-		}
-		for _, k := range applied.Delayed {
-			if rec, ok, err := tx.GetDelayed(k); ok && err == nil && rec.Reason == reasonRedelivery {
-				v.blockKey(rec)
-			}
-		}
-		for _, k := range applied.Pending {
-			rec, ok, err := tx.GetPending(k)
-			if ok && err == nil {
-				pending = append(pending, snapshot.Entry{Key: k, Record: rec})
-			}
-		}
-		return nil
-	})
+	pending, err := rs.state.readApplied(applied, v.blockKey)
 	if err != nil {
 		rs.log.Error("records applied from the changelog not read back; they wait for the partition's next restore", "err", err)
 		return
@@ -253,9 +234,8 @@ func (l *stateLog) checkpointOf(p kclient.Partition) (int64, bool) {
 // readForeign reads p's changelog from offset from up to its end,
 // keeping the records of other files than this instance's.
 func (l *stateLog) readForeign(ctx context.Context, p kclient.Partition, from int64) (foreign, error) {
-	var own [16]byte
-	var hasOwn bool
-	if err := l.state.store.View(func(tx *snapshot.Tx) (err error) { own, hasOwn, err = tx.ChangelogFileID(); return err }); err != nil {
+	own, hasOwn, err := l.state.fileID()
+	if err != nil {
 		return foreign{}, err
 	}
 	var f foreign
@@ -307,21 +287,7 @@ func (l *stateLog) applyForeign(p kclient.Partition, recs []snapshot.ChangelogRe
 	if len(recs) == 0 {
 		return applied, nil
 	}
-	topic, part := p.Topic, int32(p.Partition)
-	err = l.state.store.BatchLocal(func(tx *snapshot.Tx) error {
-		kept, ok, err := tx.ChangelogCheckpoint(topic, part)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			kept = 0
-		}
-		if applied, err = tx.ApplyChangelog(topic, part, recs, kept); err != nil {
-			return err
-		}
-		return l.rename(tx, applied)
-	})
-	return applied, err
+	return l.applyFollowed(p.Topic, int32(p.Partition), recs)
 }
 
 // cover moves p's checkpoint over what a follow read from it, up to next:
@@ -386,7 +352,7 @@ func (rs *restorer) dropFetched(pending []snapshot.Entry) []snapshot.Entry {
 	if len(drop) == 0 {
 		return keep
 	}
-	err := rs.state.store.Update(func(tx *snapshot.Tx) error { return tx.DeletePending(drop...) })
+	err := rs.state.deletePending(drop...)
 	if err != nil && !isChangelogErr(err) {
 		rs.log.Error("followed saved records of fetched Kafka messages not deleted; the partition's next restore re-pushes them", "records", len(drop), "err", err)
 		return keep

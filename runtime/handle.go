@@ -8,7 +8,6 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/runtime/internal/deletes"
-	"github.com/handoff-go/handoff/snapshot"
 )
 
 // The pool calls three functions per message, all made here for each
@@ -288,18 +287,13 @@ func (h *handling) forgetStored(c *class, it *item) {
 	case fromParked:
 		const op = "delete done parked message"
 		state := h.cfg.state
-		err := state.store.Batch(func(tx *snapshot.Tx) error {
-			if err := state.testWriteErr(op, it); err != nil {
-				return err
-			}
-			return tx.DeleteParked(it.extOrZero().parkedKey)
-		})
+		err := state.deleteDoneParked(op, it)
 		if err != nil {
 			h.cfg.deletes.Parked(it.extOrZero().parkedKey)
 		}
 		state.logErr(op, it, err)
 	case fromDead:
-		h.cfg.state.logErr("delete requeued dead letter", it, h.cfg.state.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(it.extOrZero().key) }))
+		h.cfg.state.logErr("delete requeued dead letter", it, h.cfg.state.deleteDead(it.extOrZero().key))
 		h.cfg.tally.inc(c, evRequeuedDone)
 	}
 }

@@ -13,8 +13,7 @@ import (
 // line of a retired instance knows whether its file must be kept or
 // replayed.
 func (f *stateFile) kept() slog.Attr {
-	var counts map[string]int
-	err := f.store.View(func(tx *snapshot.Tx) (err error) { counts, err = tx.Counts(); return err })
+	counts, err := f.counts()
 	if err != nil {
 		return slog.Group("state_file", "path", f.store.Path(), "err", err)
 	}

@@ -209,12 +209,10 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 // Collect reports nothing while the state file is not open.
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	st, err := c.state.get()
-	if err != nil {
+	if _, err := c.state.get(); err != nil {
 		return
 	}
-	var counts map[string]int
-	err = st.View(func(tx *snapshot.Tx) (err error) { counts, err = tx.Counts(); return err })
+	counts, err := c.state.counts()
 	if err != nil {
 		return
 	}

@@ -65,15 +65,7 @@ func (l *stateLog) broken(topic string, p int32, hadCheckpoint bool, latest *[16
 	if !hadCheckpoint {
 		return true, nil
 	}
-	var own, owner [16]byte
-	var hasOwn, remembered bool
-	err := l.state.store.View(func(tx *snapshot.Tx) (err error) {
-		if own, hasOwn, err = tx.ChangelogFileID(); err != nil {
-			return err
-		}
-		owner, remembered, err = tx.ChangelogOwner(topic, p)
-		return err
-	})
+	own, hasOwn, owner, remembered, err := l.state.owner(topic, p)
 	if err != nil {
 		return false, err
 	}
@@ -139,15 +131,7 @@ func (l *stateLog) applyOwned(tx *snapshot.Tx, topic string, p int32, recs []sna
 // the marker landed at next. The marker may overlap the state file's
 // writes: its place among them does not matter.
 func (l *stateLog) claim(ctx context.Context, topic string, p int32, next int64) (int64, error) {
-	var own, owner [16]byte
-	var hasOwn, known bool
-	err := l.state.store.View(func(tx *snapshot.Tx) (err error) {
-		if own, hasOwn, err = tx.ChangelogFileID(); err != nil {
-			return err
-		}
-		owner, known, err = tx.ChangelogOwner(topic, p)
-		return err
-	})
+	own, hasOwn, owner, known, err := l.state.owner(topic, p)
 	if err != nil {
 		return next, err
 	}
@@ -167,7 +151,7 @@ func (l *stateLog) claim(ctx context.Context, topic string, p int32, next int64)
 	if err := wait(wctx); err != nil {
 		return next, fmt.Errorf("write the owner marker: %w", err)
 	}
-	if err := l.state.store.BatchLocal(func(tx *snapshot.Tx) error { return tx.SetChangelogOwner(topic, p, own) }); err != nil {
+	if err := l.state.setOwner(topic, p, own); err != nil {
 		return next, err
 	}
 	l.claimed.Add(1)
@@ -181,7 +165,7 @@ func (l *stateLog) claim(ctx context.Context, topic string, p int32, next int64)
 // seen (snapshot.Store.SendUnlogged), before any partition's restore:
 // fresh says the file had no changelog ID before this start.
 func (l *stateLog) sendUnlogged(fresh bool) error {
-	n, err := l.state.store.SendUnlogged(fresh)
+	n, err := l.state.sendUnlogged(fresh)
 	if err != nil {
 		return fmt.Errorf("runtime: changelog: send the records written without it: %w", err)
 	}
@@ -201,13 +185,7 @@ func (l *stateLog) noteOwner(p kclient.Partition, owner *[16]byte) bool {
 	if owner == nil {
 		return true
 	}
-	var own [16]byte
-	err := l.state.store.BatchLocal(func(tx *snapshot.Tx) (err error) {
-		if own, _, err = tx.ChangelogFileID(); err != nil {
-			return err
-		}
-		return tx.SetChangelogOwner(p.Topic, int32(p.Partition), *owner)
-	})
+	own, err := l.state.noteOwner(p.Topic, int32(p.Partition), *owner)
 	if err != nil {
 		l.log.Warn("owner marker not remembered; read again at the next look", "partition", p.String(), "err", err)
 		return false

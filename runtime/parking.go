@@ -104,7 +104,7 @@ func (k *orderedKeys) gate(it *item) bool {
 		return false
 	}
 	rec := it.record(reasonParked, nil, time.Now())
-	if !k.cfg.state.moveNow(it, "park message", func(tx *snapshot.Tx) error { return tx.Park(k.cfg.class, it.env().Key, rec) }) {
+	if !k.cfg.state.park(it, k.cfg.class, rec) {
 		return true // could not park: run it rather than lose its place
 	}
 	k.cfg.counts.inc(evParked)
@@ -416,8 +416,7 @@ type ParkedKey struct {
 // parked messages all belong elsewhere is left out, and Count and
 // Oldest are of the owned ones.
 func (r *Runtime) ParkedKeys() ([]ParkedKey, error) {
-	st, err := r.state.get()
-	if err != nil {
+	if _, err := r.state.get(); err != nil {
 		return nil, err
 	}
 	counts, err := r.state.parkedKeys()
@@ -426,20 +425,14 @@ func (r *Runtime) ParkedKeys() ([]ParkedKey, error) {
 	}
 	out := make([]ParkedKey, 0, len(counts))
 	for _, pc := range counts {
-		pk := ParkedKey{Class: pc.Class, Key: pc.Key, Count: pc.Count, Oldest: pc.Oldest}
-		if r.clog.on() {
-			var entries []snapshot.ParkedEntry
-			err := st.View(func(tx *snapshot.Tx) (err error) { entries, _, err = tx.Parked(pc.Class, pc.Key); return err })
-			if err != nil {
-				return nil, fmt.Errorf("runtime: parked keys: %w", err)
-			}
-			entries = slices.DeleteFunc(entries, func(e snapshot.ParkedEntry) bool { return !r.clog.owns(&e.Record) })
-			if len(entries) == 0 {
-				continue
-			}
-			pk.Count, pk.Oldest = len(entries), entries[0].Record.SavedAt
+		n, oldest, ok, err := r.clog.ownedParked(pc)
+		if err != nil {
+			return nil, fmt.Errorf("runtime: parked keys: %w", err)
 		}
-		out = append(out, pk)
+		if !ok {
+			continue
+		}
+		out = append(out, ParkedKey{Class: pc.Class, Key: pc.Key, Count: n, Oldest: oldest})
 	}
 	return out, nil
 }
@@ -450,18 +443,16 @@ func (r *Runtime) ParkedKeys() ([]ParkedKey, error) {
 // key's release quarantines them). With the changelog it returns only
 // those of partitions this instance owns (see ParkedKeys).
 func (r *Runtime) Parked(class string, key []byte) ([]handoff.Message, error) {
-	st, err := r.state.get()
-	if err != nil {
+	if _, err := r.state.get(); err != nil {
 		return nil, err
 	}
-	var entries []snapshot.ParkedEntry
-	err = st.View(func(tx *snapshot.Tx) (err error) { entries, _, err = tx.Parked(class, key); return err })
+	entries, err := r.state.readParked(class, key)
 	if err != nil {
 		return nil, fmt.Errorf("runtime: parked messages of class %q: %w", class, err)
 	}
 	out := make([]handoff.Message, 0, len(entries))
 	for _, e := range entries {
-		if r.clog.on() && !r.clog.owns(&e.Record) {
+		if !r.clog.mine(&e.Record) {
 			continue
 		}
 		out = append(out, e.Record.Message)

@@ -199,12 +199,7 @@ func (rs *resumes) committed(ctx context.Context, ps []kclient.Partition) map[kc
 
 // progress returns the progress the state file holds of p.
 func (rs *resumes) progress(p kclient.Partition) (snapshot.Progress, bool) {
-	var prog snapshot.Progress
-	var ok bool
-	err := rs.state.store.View(func(tx *snapshot.Tx) (err error) {
-		prog, ok, err = tx.Progress(p.Topic, int32(p.Partition))
-		return err
-	})
+	prog, ok, err := rs.state.progress(p.Topic, int32(p.Partition))
 	if err != nil {
 		rs.log.Warn("partition's progress not read; its fetch runs what the last stop may have done (duplicates possible)",
 			"partition", p.String(), "err", err)
@@ -217,7 +212,7 @@ func (rs *resumes) progress(p kclient.Partition) (snapshot.Progress, bool) {
 // commit passed, from the file alone (the changelog's copy is as
 // harmless); a failure is logged.
 func (rs *resumes) dropProgress(p kclient.Partition) {
-	err := rs.state.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteProgress(p.Topic, int32(p.Partition)) })
+	err := rs.state.deleteProgress(p.Topic, int32(p.Partition))
 	if err != nil {
 		rs.log.Warn("partition's passed progress not deleted; the next assignment asks the group's offsets once more",
 			"partition", p.String(), "err", err)
@@ -288,7 +283,7 @@ func (v *recoveryRun) drop(unhold func(keys ...uint64)) (int, error) {
 	}
 	keys := v.dropped
 	v.dropped = nil
-	err := v.rs.state.store.Update(func(tx *snapshot.Tx) error { return tx.DeletePending(keys...) })
+	err := v.rs.state.deletePending(keys...)
 	if err != nil && !isChangelogErr(err) {
 		return 0, err
 	}

@@ -74,7 +74,7 @@ func (v *recovery) run(ctx context.Context, rep *Report) error {
 	// still being read from the file.
 	var failed error
 	stopped := false
-	bad, err := v.state.store.ScanPending(func(batch []snapshot.Entry) bool {
+	bad, err := v.state.scanPending(func(batch []snapshot.Entry) bool {
 		for i := range batch {
 			if !v.wants(&batch[i].Record) {
 				continue
@@ -120,7 +120,7 @@ func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (
 	c := v.classes[e.Record.Message.Class]
 	if c == nil {
 		key := e.Key
-		if !v.orphan(e.Record, func(tx *snapshot.Tx) error { return tx.DeletePending(key) }) {
+		if !v.orphan(e.Record, pendingDelete(key)) {
 			return false, fmt.Errorf("could not dead-letter a message of unknown class %q", e.Record.Message.Class)
 		}
 		rep.UnknownClass++
@@ -185,26 +185,7 @@ func (v *recovery) unparkStrays() error {
 		if err != nil {
 			return err
 		}
-		err = v.state.store.Update(func(tx *snapshot.Tx) error {
-			for _, e := range entries {
-				rec := e.Record
-				var err error
-				if c == nil {
-					rec.Reason = reasonUnknown
-					rec.Err = fmt.Sprintf("runtime: class %q is not configured", pk.Class)
-					_, err = tx.SaveDead(rec)
-				} else {
-					_, err = tx.SavePending(rec)
-				}
-				if err != nil {
-					return err
-				}
-				if err := tx.DeleteParked(e.Key); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		err = v.state.unpark(pk.Class, entries, c == nil)
 		if err != nil {
 			return err
 		}
@@ -258,9 +239,7 @@ const restorePage = 1000
 func (v *recovery) blockSaved(rep *Report) error {
 	block := v.blockKey
 	for after := uint64(0); ; {
-		var page []snapshot.Entry
-		var next uint64
-		err := v.state.store.View(func(tx *snapshot.Tx) (err error) { page, next, err = tx.DeadPage("", after, restorePage); return err })
+		page, next, err := v.state.deadRecords("", after, restorePage)
 		if err := v.quarantineListed(err, rep); err != nil {
 			return err
 		}
@@ -274,8 +253,7 @@ func (v *recovery) blockSaved(rep *Report) error {
 	}
 	var after snapshot.DelayedKey
 	for {
-		var page []snapshot.DelayedEntry
-		err := v.state.store.View(func(tx *snapshot.Tx) (err error) { page, err = tx.ListDelayed(after, restorePage); return err })
+		page, err := v.state.listDelayed(after, restorePage)
 		if err := v.quarantineListed(err, rep); err != nil {
 			return err
 		}

@@ -50,17 +50,7 @@ func renameClasses(store *snapshot.Store, renames map[string]string, log *slog.L
 		return nil
 	}
 	began := time.Now()
-	renamed := map[string]map[string]int{}
-	err := store.Update(func(tx *snapshot.Tx) error {
-		for _, from := range slices.Sorted(maps.Keys(renames)) {
-			counts, err := tx.RenameClass(from, renames[from])
-			if err != nil {
-				return err
-			}
-			renamed[from] = counts
-		}
-		return nil
-	})
+	renamed, err := renameInFile(store, renames)
 	if err != nil {
 		return fmt.Errorf("runtime: rename classes in the state file: %w", err)
 	}

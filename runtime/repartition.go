@@ -350,9 +350,7 @@ func (rs *restorer) sendMoves(p kclient.Partition, recs map[string]moved) error 
 // markRouted records in the state file that p's changelog was read whole
 // and its records moved by count n.
 func (rs *restorer) markRouted(p kclient.Partition, n int32) {
-	err := rs.state.store.UpdateLocal(func(tx *snapshot.Tx) error {
-		return tx.PutMeta(routedKey(p), []byte(strconv.Itoa(int(n))))
-	})
+	err := rs.state.setRoutedBy(p, n)
 	if err != nil {
 		rs.log.Warn("partition count of the last move not kept; the next restore of the partition reads its changelog whole again",
 			"partition", p.String(), "err", err)
@@ -367,17 +365,7 @@ func routedKey(p kclient.Partition) string {
 // routedBy returns the partition count by which p's changelog was last
 // read whole here; 0 when never.
 func (rs *restorer) routedBy(p kclient.Partition) int32 {
-	var n int32
-	_ = rs.state.store.View(func(tx *snapshot.Tx) error {
-		v, ok, err := tx.Meta(routedKey(p))
-		if err != nil || !ok {
-			return err
-		}
-		m, err := strconv.Atoi(string(v))
-		n = int32(m)
-		return err
-	})
-	return n
+	return rs.state.routedBy(p)
 }
 
 // noticePartition is the start of a restore of p: a partition past the
@@ -395,11 +383,7 @@ func (rs *restorer) noticePartition(ctx context.Context, p kclient.Partition) (s
 				p, l.client.Topic(p.Topic), n, l.client.Topic(p.Topic), l.client.Topic(p.Topic), p.Partition+1)
 		}
 	}
-	var known bool
-	err = rs.state.store.View(func(tx *snapshot.Tx) (err error) {
-		_, known, err = tx.ChangelogCheckpoint(p.Topic, int32(p.Partition))
-		return err
-	})
+	known, err := rs.state.hasCheckpoint(p.Topic, int32(p.Partition))
 	if err != nil {
 		return false, err
 	}
@@ -434,18 +418,7 @@ func (l *stateLog) misrouted(p kclient.Partition, applied snapshot.Applied) bool
 			found = found || routed && t == p.Topic && int(q) != p.Partition
 		}
 	}
-	_ = l.state.store.View(func(tx *snapshot.Tx) error {
-		for _, k := range applied.Pending {
-			other(tx.GetPending(k))
-		}
-		for _, k := range applied.Dead {
-			other(tx.GetDead(k))
-		}
-		for _, k := range applied.Delayed {
-			other(tx.GetDelayed(k))
-		}
-		return nil
-	})
+	l.state.eachApplied(applied, other)
 	return found
 }
 

@@ -106,7 +106,7 @@ func (s *runState) open() error {
 		return fmt.Errorf("runtime: open state file: %w", err)
 	}
 	// Whether the file is new is read before this run writes its meta.
-	if err := store.View(func(tx *snapshot.Tx) (err error) { s.newFile, err = tx.Empty(); return err }); err != nil {
+	if s.newFile, err = fileEmpty(store); err != nil {
 		return errors.Join(fmt.Errorf("runtime: open state file: %w", err), store.Close())
 	}
 	if err := checkIdentity(store, r.cfg.Group, r.cfg.Instance, r.log); err != nil {
@@ -194,15 +194,13 @@ func (s *runState) start() error {
 	if r.cfg.LocalStateOnly {
 		// What this run writes reaches no changelog: a later start with
 		// it sends the file's records (stateLog.sendUnlogged).
-		if err := r.state.store.ClearChangelogComplete(); err != nil {
+		if err := r.state.clearChangelogComplete(); err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
 	}
 	rec := recovery{state: r.state, classes: r.classes.byName, order: r.classes.order, orphan: r.fail.orphan, orphans: &r.fail.orphans,
 		log: r.log, strays: true}
-	if r.clog.on() {
-		rec.want = r.clog.unrouted
-	}
+	rec.want = r.clog.startRecovers()
 	rec.resume, rec.elsewhere = r.resumes, r.resumes.run(func(ctx context.Context) []kclient.Partition {
 		return r.kafka.partitions(ctx, present)
 	})

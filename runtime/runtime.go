@@ -172,7 +172,7 @@ func New(cfg Config) (*Runtime, error) {
 	r.clog = &stateLog{log: r.log, state: r.state, timeout: cfg.ChangelogTimeout, renames: cfg.ClassRenames}
 	// owns says whether a stored record is this instance's to use: all
 	// are with local state only.
-	owns := func(rec *snapshot.Record) bool { return !r.clog.on() || r.clog.owns(rec) }
+	owns := func(rec *snapshot.Record) bool { return r.clog.mine(rec) }
 	r.fail = newFailures(failuresConfig{state: r.state, tally: r.tally, classes: r.classes.byName, accepting: &r.life.accepting,
 		publish: func(c *class, rec snapshot.Record) { r.dlq.publish(c, rec) }, log: r.log, owns: owns,
 		elsewhere: r.clog.deadElsewhere})

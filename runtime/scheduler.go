@@ -149,13 +149,7 @@ func (s *scheduler) run(ctx context.Context) {
 	for {
 		from, seen := s.beginRead(cursor)
 		now := time.Now()
-		var due []snapshot.DelayedEntry
-		var next time.Time
-		var bad []*snapshot.DecodeError
-		err := s.cfg.state.store.View(func(tx *snapshot.Tx) (err error) {
-			due, next, bad, err = tx.DueDelayed(from, now, schedBatch)
-			return err
-		})
+		due, next, bad, err := s.cfg.state.dueDelayed(from, now, schedBatch)
 		if err == nil {
 			err = s.cfg.state.quarantine(bad)
 		}
@@ -171,7 +165,7 @@ func (s *scheduler) run(ctx context.Context) {
 				continue // its partition's owner delivers it; a restore here wakes the scheduler
 			}
 			if c == nil {
-				s.cfg.orphan(e.Record, func(tx *snapshot.Tx) error { return tx.DeleteDelayed(e.Key) })
+				s.cfg.orphan(e.Record, delayedDelete(e.Key))
 				continue
 			}
 			if !s.hand(e.Key) {

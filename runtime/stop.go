@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -270,9 +269,7 @@ func (s *runState) snapshot() []any {
 	s.background.Stop()
 	s.background.Wait()
 	s.keepUnsaved()
-	if r.clog.on() {
-		r.clog.resend() // the messages whose changelog write failed, a last time
-	}
+	r.clog.resendAtStop() // the messages whose changelog write failed, a last time
 	now := time.Now()
 	// Each message taken out is saved anew, or its record updated (see
 	// stale), or left as it is; which, a delayed one's can only tell in
@@ -303,47 +300,8 @@ func (s *runState) snapshot() []any {
 	var keys []uint64
 	var fromKafka []bool // of recs
 	if len(fresh) > 0 || !del.Empty() || len(updates) > 0 || len(delayed) > 0 || len(progs) > 0 {
-		err := r.state.store.Update(func(tx *snapshot.Tx) (err error) {
-			recs, fromKafka = recs[:0], fromKafka[:0]
-			ups := updates[:len(updates):len(updates)]
-			for _, l := range fresh {
-				recs = append(recs, l.it.record(l.reason, l.err, now))
-				fromKafka = append(fromKafka, l.it.isKafka())
-			}
-			for _, l := range delayed {
-				// Schedule replaces the record of an ID whose message is
-				// in a pool (a recurring job rescheduling itself): then
-				// the message has no record left and is saved anew.
-				key, ok, err := tx.DelayedKeyOf(l.it.env().ID)
-				if err != nil {
-					return err
-				}
-				switch {
-				case !ok || !bytes.Equal(key, l.it.extOrZero().delayedKey):
-					recs = append(recs, l.it.record(l.reason, l.err, now))
-					fromKafka = append(fromKafka, false)
-				case l.stale():
-					ups = append(ups, l)
-				}
-			}
-			if keys, err = tx.SavePending(recs...); err != nil {
-				return err
-			}
-			if err := del.Delete(tx); err != nil {
-				return err
-			}
-			for _, l := range ups {
-				if err := l.it.putSource(tx, l.it.update(l.reason, now)); err != nil {
-					return err
-				}
-			}
-			for _, pp := range progs {
-				if err := tx.PutProgress(pp.topic, pp.partition, pp.prog); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		var err error
+		recs, keys, fromKafka, err = r.state.writeSnapshot(fresh, delayed, updates, del, progs, now)
 		switch {
 		case err != nil && isChangelogErr(err):
 			s.snapErr = s.takeBack(recs, keys, fromKafka, err)
@@ -364,9 +322,7 @@ func (s *runState) snapshot() []any {
 	for _, l := range fresh {
 		l.it.abandon()
 	}
-	if r.clog.on() {
-		r.clog.keepCheckpoints(nil)
-	}
+	r.clog.keepCheckpointsAtStop()
 	r.metrics.setSnapshot(rep.Snapshotted)
 	return []any{"saved", rep.Snapshotted}
 }
@@ -390,7 +346,7 @@ func (s *runState) takeBack(recs []snapshot.Record, keys []uint64, fromKafka []b
 	kept := len(recs) - len(back)
 	var backErr error
 	if len(back) > 0 {
-		backErr = r.state.store.UpdateLocal(func(tx *snapshot.Tx) error { return tx.DeletePending(back...) })
+		backErr = r.state.deletePendingLocal(back...)
 	}
 	r.log.Error("snapshot not written to the changelog; its Kafka messages are not committed and Kafka will deliver them again",
 		"phase", "snapshot", "messages", len(recs), "taken_back", len(back), "kept_for_next_start", kept, "err", err)

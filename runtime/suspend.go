@@ -161,10 +161,7 @@ func (r *Runtime) Pause(ctx context.Context, class, reason string) error {
 	if err != nil {
 		return err
 	}
-	if !r.clog.on() {
-		return c.hold.Pause(store, reason)
-	}
-	_, err = r.clog.pauseLocal(class, func() error { return c.hold.Pause(store, reason) }, func(at time.Time) (int64, error) {
+	err = r.clog.pauseChange(class, func() error { return c.hold.Pause(store, reason) }, func(at time.Time) (int64, error) {
 		p, _ := c.hold.Paused()
 		return r.clog.putPause(ctx, class, &p, at)
 	})
@@ -186,10 +183,7 @@ func (r *Runtime) Resume(ctx context.Context, class string) error {
 	if err != nil {
 		return err
 	}
-	if !r.clog.on() {
-		return c.hold.Resume(store)
-	}
-	_, err = r.clog.pauseLocal(class, func() error { return c.hold.Resume(store) }, func(at time.Time) (int64, error) {
+	err = r.clog.pauseChange(class, func() error { return c.hold.Resume(store) }, func(at time.Time) (int64, error) {
 		return r.clog.putPause(ctx, class, nil, at)
 	})
 	if errors.Is(err, errMetaWrite) {
@@ -219,8 +213,8 @@ func holdTarget(ctx context.Context, classes map[string]*class, state *stateFile
 // recovery pushes anything. A pause of a class no longer configured is
 // left in the file with a warning.
 func loadPauses(store *snapshot.Store, classes map[string]*class, log *slog.Logger) error {
-	var pauses map[string]snapshot.Pause
-	if err := store.View(func(tx *snapshot.Tx) (err error) { pauses, err = tx.Pauses(); return err }); err != nil {
+	pauses, err := savedPauses(store)
+	if err != nil {
 		return fmt.Errorf("runtime: read pauses: %w", err)
 	}
 	for name, p := range pauses {
