@@ -147,7 +147,8 @@ func TestAddedPartitionsMoveRecords(t *testing.T) {
 	})
 
 	const n = 24
-	keys := scheduleSpread(t, n, time.Now().Add(20*time.Second), rtA, rtB)
+	due := time.Now().Add(dueIn)
+	keys := scheduleSpread(t, n, due, rtA, rtB)
 
 	addPartitions(t, b, "orders", 3)
 	waitFor(t, "both instances routing by 3 and the 3 partitions owned", func() bool {
@@ -158,8 +159,8 @@ func TestAddedPartitionsMoveRecords(t *testing.T) {
 		t.Fatalf("changelog topic has %d partitions, want 3", got)
 	}
 
-	checkRouted(t, rts, keys)
-	waitFor(t, "every scheduled message run", func() bool { got, _ := runs.ran(); return got == n })
+	checkRouted(t, rts, keys, due)
+	waitRan(t, runs, n, due)
 	stop()
 	_, ranOn := runs.ran()
 	for id := range keys {
@@ -169,12 +170,34 @@ func TestAddedPartitionsMoveRecords(t *testing.T) {
 	}
 }
 
+// dueIn is how far ahead the tests of added partitions schedule their
+// messages: time for the instances to learn the new count, grow the
+// changelog, move the records and rebalance on a loaded machine (the
+// listings are checked before the messages come due).
+const dueIn = 40 * time.Second
+
+// waitRan waits until n scheduled messages ran, due at due, for at most
+// 20 s past it.
+func waitRan(t *testing.T, runs *instanceRuns, n int, due time.Time) {
+	t.Helper()
+	for deadline := due.Add(20 * time.Second); ; {
+		if got, _ := runs.ran(); got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			got, _ := runs.ran()
+			t.Fatalf("%d of %d scheduled messages ran, 20s after they were due", got, n)
+		}
+		time.Sleep(10 * time.Millisecond) // the poll interval, not a wait for an event
+	}
+}
+
 // checkRouted checks, before the messages keys lists (ID -> key) are
 // due, that each is listed (Runtime.Delayed) by exactly the instance of
 // rts that owns its key's partition of 3, and is live in that
 // partition's changelog alone; one whose key routed elsewhere by 2 is
 // tombstoned in its old partition.
-func checkRouted(t *testing.T, rts map[string]*Runtime, keys map[string]string) {
+func checkRouted(t *testing.T, rts map[string]*Runtime, keys map[string]string, due time.Time) {
 	t.Helper()
 	var rtA *Runtime
 	for _, rt := range rts {
@@ -214,19 +237,48 @@ func checkRouted(t *testing.T, rts map[string]*Runtime, keys map[string]string) 
 		}
 		return true
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	// The listings must settle before the messages come due (then they
+	// run and leave them).
+	deadline := due.Add(-time.Second)
 	for !listedRight() {
 		if time.Now().After(deadline) {
-			t.Fatalf("listings (ID -> instances) %v; want each once, by the owner of its key's partition", lastListed)
+			t.Fatalf("listings (ID -> instances) %v a second before the messages are due; want each once, by the owner of its key's partition", lastListed)
 		}
 		time.Sleep(10 * time.Millisecond) // the poll interval, not a wait for an event
 	}
 
 	// The changelog: each record in the partition its key routes to by 3,
-	// and a record that moved tombstoned in its old partition.
+	// and a record that moved tombstoned in its old partition. The owner
+	// of an old partition moves its records after it learned the count,
+	// which may be after the listings are right (an instance that owns
+	// both partitions lists a record from its file before it moved it in
+	// the changelog), so the changelog is read until it is right or the
+	// messages come due.
+	var wrong []string
+	for {
+		wrong = misplaced(t, rtA, keys)
+		if len(wrong) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // the poll interval, not a wait for an event
+	}
+	for _, w := range wrong {
+		t.Error(w)
+	}
+}
+
+// misplaced returns what is wrong with where keys' records (ID -> key)
+// are in topic orders' changelog of 3 partitions: each must be live in
+// the partition its key routes to by 3 alone, and a record that moved
+// from its partition of 2 tombstoned there.
+func misplaced(t *testing.T, rt *Runtime, keys map[string]string) []string {
+	t.Helper()
 	state := map[int32]map[string][]byte{}
 	for p := range int32(3) {
-		state[p] = changelogState(t, rtA, "orders", p)
+		state[p] = changelogState(t, rt, "orders", p)
 	}
 	liveIn := func(id string) (parts []int32, ckey string) {
 		for p, recs := range state {
@@ -241,20 +293,22 @@ func checkRouted(t *testing.T, rts map[string]*Runtime, keys map[string]string) 
 		}
 		return parts, ckey
 	}
+	var wrong []string
 	for id, key := range keys {
 		was, now := keyPartition([]byte(key), 2), keyPartition([]byte(key), 3)
 		parts, ckey := liveIn(id)
 		if len(parts) != 1 || parts[0] != now {
-			t.Errorf("%s (key %s, partition %d of 2, %d of 3) is live in changelog partitions %v, want only %d", id, key, was, now, parts, now)
+			wrong = append(wrong, fmt.Sprintf("%s (key %s, partition %d of 2, %d of 3) is live in changelog partitions %v, want only %d", id, key, was, now, parts, now))
 			continue
 		}
 		if was != now {
 			if v, ok := state[was][ckey]; !ok || v != nil {
-				t.Errorf("%s moved from partition %d to %d: its key's last record in %d is not a tombstone (present %v)", id, was, now, was, ok)
+				wrong = append(wrong, fmt.Sprintf("%s moved from partition %d to %d: its key's last record in %d is not a tombstone (present %v)", id, was, now, was, ok))
 			}
 		}
 	}
-
+	slices.Sort(wrong)
+	return wrong
 }
 
 // scheduleSpread schedules n messages "later-<i>" of keys "k-<i>" due at
@@ -317,7 +371,8 @@ func addedPartitionsAfterRestart(t *testing.T, operator bool) {
 		return rtB.Ready() && len(ownedPartitions(rtA)) == 1 && len(ownedPartitions(rtB)) == 1
 	})
 	const n = 24
-	keys := scheduleSpread(t, n, time.Now().Add(20*time.Second), rtA, rtB)
+	due := time.Now().Add(dueIn)
+	keys := scheduleSpread(t, n, due, rtA, rtB)
 	clTopic := rtA.clog.client.Topic("orders")
 	shutdownAndWait(t, rtA, waitA)
 	shutdownAndWait(t, rtB, waitB)
@@ -342,11 +397,11 @@ func addedPartitionsAfterRestart(t *testing.T, operator bool) {
 	waitFor(t, "the 3 partitions owned", func() bool {
 		return rtA.Ready() && rtB.Ready() && len(ownedPartitions(rtA))+len(ownedPartitions(rtB)) == 3
 	})
-	checkRouted(t, map[string]*Runtime{"a": rtA, "b": rtB}, keys)
+	checkRouted(t, map[string]*Runtime{"a": rtA, "b": rtB}, keys, due)
 	if got := topicPartitions(t, b, clTopic); got != 3 {
 		t.Errorf("changelog topic has %d partitions, want 3", got)
 	}
-	waitFor(t, "every scheduled message run", func() bool { got, _ := runs.ran(); return got == n })
+	waitRan(t, runs, n, due)
 	stop()
 	_, ranOn := runs.ran()
 	for id := range keys {
