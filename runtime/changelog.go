@@ -420,7 +420,7 @@ func (l *stateLog) restore(ctx context.Context, topic string, p int32) (read int
 	moved := map[int64]bool{} // moved tombstones (repartition.go)
 	next, err = l.client.Read(ctx, topic, p, from, func(batch []changelog.Rec) error {
 		for _, r := range batch {
-			recs = append(recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value, Writer: r.Writer})
+			recs = append(recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value, Writer: r.Writer, Moved: r.MovedIn})
 			if r.Moved {
 				moved[r.Offset] = true
 			}
@@ -436,7 +436,7 @@ func (l *stateLog) restore(ctx context.Context, topic string, p int32) (read int
 		clear(moved)
 		next, err = l.client.Read(ctx, topic, p, 0, func(batch []changelog.Rec) error {
 			for _, r := range batch {
-				recs = append(recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value, Writer: r.Writer})
+				recs = append(recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value, Writer: r.Writer, Moved: r.MovedIn})
 				if r.Moved {
 					moved[r.Offset] = true
 				}

@@ -250,7 +250,7 @@ func (l *stateLog) readForeign(ctx context.Context, p kclient.Partition, from in
 			if hasOwn && writtenBy(r, own) {
 				continue // in the file already, or deleted since
 			}
-			f.recs = append(f.recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value, Writer: r.Writer})
+			f.recs = append(f.recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value, Writer: r.Writer, Moved: r.MovedIn})
 			if r.Moved {
 				if f.moved == nil {
 					f.moved = map[int64]bool{}

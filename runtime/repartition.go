@@ -329,11 +329,18 @@ func (rs *restorer) sendMoves(p kclient.Partition, recs map[string]moved) error 
 		return nil
 	}
 	l := rs.clog
+	var writer []byte
+	if id, ok, err := rs.state.fileID(); err == nil && ok {
+		writer = id[:]
+	}
 	puts := make([]*changelog.Out, 0, len(recs))
 	tombs := make([]*changelog.Out, 0, len(recs))
 	for _, k := range slices.Sorted(maps.Keys(recs)) {
 		m := recs[k]
-		puts = append(puts, &changelog.Out{Input: p.Topic, Partition: m.to, Key: m.key, Value: m.value})
+		// The put says it is a move, and who moved it: the instance that
+		// created the record may have dropped its copy (a rebuild of the
+		// new partition before the move reached it) and must take it back.
+		puts = append(puts, &changelog.Out{Input: p.Topic, Partition: m.to, Key: m.key, Value: m.value, Moved: true, Writer: writer})
 		tombs = append(tombs, &changelog.Out{Input: p.Topic, Partition: int32(p.Partition), Key: m.key, Moved: true})
 	}
 	for _, outs := range [][]*changelog.Out{puts, tombs} {

@@ -24,6 +24,12 @@ type ChangelogRecord struct {
 	// created it); nil when it does not: the key's file wrote it, or
 	// another file with a version that did not say so.
 	Writer []byte
+	// Moved says the record is the put of a move from another partition
+	// of the changelog (its input topic gained partitions): a put of one
+	// of this file's own keys that the file does not hold (it dropped it
+	// rebuilding this partition before the move reached it) is inserted,
+	// where another file's put of an own key only replaces a copy held.
+	Moved bool
 }
 
 // Applied says what [Tx.ApplyChangelog] changed.
@@ -177,7 +183,7 @@ func (tx *Tx) applyChangelog(recs []ChangelogRecord) (Applied, error) {
 		if err != nil {
 			return out, err
 		}
-		if hasOwn && f.ck.FileID == own && !tx.rebuilding {
+		if hasOwn && f.ck.FileID == own && !tx.rebuilding && !(f.rec.Moved && f.rec.Value != nil && b.Get(local) == nil) {
 			switch {
 			case b.Get(local) == nil:
 			case f.rec.Value == nil:

@@ -223,3 +223,41 @@ func TestForgetDelayed(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMovedOwnRecordTakenBack: a file that dropped one of its own
+// records (a rebuild of the partition its key routes to now, before the
+// record's move from its old partition reached that one) takes it back
+// from the move's put, which names another writer and says it is a move;
+// another writer's put of an own key it does not hold, not a move, is
+// still not inserted (a late write of a record the file finished).
+func TestMovedOwnRecordTakenBack(t *testing.T) {
+	a, recA, _ := capStore(t)
+	keys, err := a.savePending(keyRecord(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := recA.all()[0]
+	if err := a.UpdateLocal(func(tx *Tx) error { return tx.DeletePending(keys...) }); err != nil {
+		t.Fatal(err)
+	}
+	mover := bytes.Repeat([]byte{7}, 16)
+	late := ChangelogRecord{Offset: 1, Key: put.Key, Value: put.Value, Writer: mover}
+	if got := applyAll(t, a.Store, []ChangelogRecord{late}, 2); len(got.Pending) != 0 {
+		t.Fatalf("another writer's put of an own key not held, not a move: %+v, want nothing inserted", got)
+	}
+	moved := ChangelogRecord{Offset: 2, Key: put.Key, Value: put.Value, Writer: mover, Moved: true}
+	got := applyAll(t, a.Store, []ChangelogRecord{moved}, 3)
+	if len(got.Pending) != 1 {
+		t.Fatalf("the move's put: %+v, want the record back", got)
+	}
+	err = a.View(func(tx *Tx) error {
+		id, ok, err := tx.RecordIdentity(BucketPending, key8(got.Pending[0]))
+		if err != nil || !ok || !bytes.Equal(appendChangelogKey(nil, &id.FileID, bucketCode(id.Bucket), id.Local), put.Key) {
+			t.Errorf("identity of the record taken back: %+v %v %v, want its own changelog key", id, ok, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

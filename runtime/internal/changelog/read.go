@@ -40,6 +40,8 @@ type Rec struct {
 	// partition of the changelog (the input topic gained partitions):
 	// the record lives on there, so a reader does not delete its copy.
 	Moved bool
+	// MovedIn is the put of such a move in the record's new partition.
+	MovedIn bool
 }
 
 // WriterHeader is the header of a changelog record written under another
@@ -130,7 +132,7 @@ func (c *Client) read(ctx context.Context, topic string, p int32, from int64, fn
 			if r.Offset >= end {
 				break // written after the read began
 			}
-			rec := Rec{Offset: r.Offset, Key: r.Key, Value: r.Value, Moved: r.Value == nil && isMoved(r.Headers)}
+			rec := Rec{Offset: r.Offset, Key: r.Key, Value: r.Value, Moved: r.Value == nil && isMoved(r.Headers), MovedIn: r.Value != nil && isMoved(r.Headers)}
 			for _, h := range r.Headers {
 				if h.Key == WriterHeader {
 					rec.Writer = h.Value

@@ -21,8 +21,9 @@ type Out struct {
 	// Writer, when not nil, goes in the record's header WriterHeader: the
 	// ID of the state file that wrote a record under another file's key.
 	Writer []byte
-	// Moved marks a tombstone that moves its key to another partition
-	// (see [Rec].Moved): written with the header [MovedHeader].
+	// Moved marks a write of a move of its key to another partition
+	// (the tombstone in the old partition, [Rec].Moved, and the put in
+	// the new one, [Rec].MovedIn): written with the header [MovedHeader].
 	Moved bool
 
 	// Offset is the record's offset in the changelog topic, set once the
