@@ -97,6 +97,9 @@ func (h restoreLog) take() []map[string]slog.Value {
 type clStop struct {
 	rep      *Report
 	restores []map[string]slog.Value
+	// ready and first are how long after Run's call the runtime was
+	// Ready and its class's handler was first called.
+	ready, first time.Duration
 }
 
 // clRun runs a runtime of group on state with one class on topic whose 8
@@ -106,6 +109,8 @@ type clStop struct {
 func clRun(b *testing.B, addrs []string, group, topic, state string, n int, local bool) clStop {
 	b.Helper()
 	logs := newRestoreLog()
+	var first atomic.Int64
+	start := time.Now()
 	cfg := Config{
 		Brokers: addrs, Group: group, StatePath: state, LocalStateOnly: local,
 		CommitInterval: 100 * time.Millisecond, FetchMaxWait: 100 * time.Millisecond,
@@ -113,6 +118,7 @@ func clRun(b *testing.B, addrs []string, group, topic, state string, n int, loca
 		Logger: slog.New(logs),
 		Classes: []Class{{Name: "c", Topics: []string{topic}, Workers: 8, QueueSize: n,
 			Handler: func(ctx context.Context, _ *handoff.Message) error {
+				first.CompareAndSwap(0, int64(time.Since(start)))
 				<-ctx.Done()
 				return context.Cause(ctx)
 			}}},
@@ -130,10 +136,14 @@ func clRun(b *testing.B, addrs []string, group, topic, state string, n int, loca
 		}
 		ran <- rep
 	}()
-	deadline := time.Now().Add(2 * time.Minute)
+	var ready time.Duration
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
+		if ready == 0 && rt.Ready() {
+			ready = time.Since(start)
+		}
 		s := rt.classes.order[0].pool.Stats()
-		if s.Running+s.Queued >= n {
+		if ready != 0 && s.Running+s.Queued >= n && (n == 0 || first.Load() != 0) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -141,14 +151,14 @@ func clRun(b *testing.B, addrs []string, group, topic, state string, n int, loca
 			<-ran
 			b.Fatalf("pool holds %d of %d", s.Running+s.Queued, n)
 		}
-		time.Sleep(5 * time.Millisecond) // polls the fetch, not a wait for an event
+		time.Sleep(time.Millisecond) // polls the start and the fetch, not a wait for an event
 	}
 	cancel()
 	rep := <-ran
 	if rep == nil {
 		b.Fatal("no report")
 	}
-	return clStop{rep: rep, restores: logs.take()}
+	return clStop{rep: rep, restores: logs.take(), ready: ready, first: time.Duration(first.Load())}
 }
 
 // BenchmarkChangelogStop100k fills a pool with 100k messages of 1 KiB
