@@ -223,22 +223,38 @@ func BenchmarkChangelogStop100k(b *testing.B) {
 				s3.restores[0]["took"].Duration(), r3, s3.rep.Repushed)
 		}
 	}
+	runRounds(b, &rounds, round)
+	reportSpreads(b, []spreadMetric{{"local_snapshot_s", local}, {"changelog_snapshot_s", changelog}, {"restore_s", restore}})
+	b.ReportMetric(float64(slices.Max(restoredRead)), "restore_records")
+	b.ReportMetric(float64(slices.Max(secondRead)), "second_restore_records")
+}
+
+// runRounds runs round for every iteration of b.Loop, and then until
+// *rounds (which round counts) reaches clRounds.
+func runRounds(b *testing.B, rounds *int, round func()) {
 	for b.Loop() {
 		round()
 	}
-	for rounds < clRounds {
+	for *rounds < clRounds {
 		round()
 	}
-	for _, x := range []struct {
-		unit string
-		ds   []time.Duration
-	}{{"local_snapshot_s", local}, {"changelog_snapshot_s", changelog}, {"restore_s", restore}} {
+}
+
+// spreadMetric is one benchmark figure: its unit and its durations over
+// the rounds.
+type spreadMetric struct {
+	unit string
+	ds   []time.Duration
+}
+
+// reportSpreads reports each figure's median as a metric and logs its
+// least, median and greatest.
+func reportSpreads(b *testing.B, ms []spreadMetric) {
+	for _, x := range ms {
 		lo, med, hi := spread(x.ds)
 		b.ReportMetric(med.Seconds(), x.unit)
 		b.Logf("%s: min %.3f median %.3f max %.3f", x.unit, lo.Seconds(), med.Seconds(), hi.Seconds())
 	}
-	b.ReportMetric(float64(slices.Max(restoredRead)), "restore_records")
-	b.ReportMetric(float64(slices.Max(secondRead)), "second_restore_records")
 }
 
 // spread returns the least, the median and the greatest of ds.
@@ -313,12 +329,7 @@ func BenchmarkChangelogDeadLetters(b *testing.B) {
 		}
 		rounds++
 	}
-	for b.Loop() {
-		round()
-	}
-	for rounds < clRounds {
-		round()
-	}
+	runRounds(b, &rounds, round)
 	for _, lo := range []bool{true, false} {
 		var ns, allocs []float64
 		for _, f := range figs[lo] {

@@ -44,19 +44,7 @@ func BenchmarkRestoreReady100k(b *testing.B) {
 		newReady, newFirst = append(newReady, nb.ready), append(newFirst, nb.first)
 		breakReady, breakFirst = append(breakReady, ab.ready), append(breakFirst, ab.first)
 	}
-	for b.Loop() {
-		round()
-	}
-	for rounds < clRounds {
-		round()
-	}
-	for _, x := range []struct {
-		unit string
-		ds   []time.Duration
-	}{{"new_disk_ready_s", newReady}, {"new_disk_first_s", newFirst}, {"after_break_ready_s", breakReady}, {"after_break_first_s", breakFirst}} {
-		lo, med, hi := spread(x.ds)
-		b.ReportMetric(med.Seconds(), x.unit)
-		b.Logf("%s: min %.3f median %.3f max %.3f", x.unit, lo.Seconds(), med.Seconds(), hi.Seconds())
-	}
+	runRounds(b, &rounds, round)
+	reportSpreads(b, []spreadMetric{{"new_disk_ready_s", newReady}, {"new_disk_first_s", newFirst}, {"after_break_ready_s", breakReady}, {"after_break_first_s", breakFirst}})
 	b.ReportMetric(0, "ns/op")
 }
