@@ -126,12 +126,6 @@ func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (
 		rep.UnknownClass++
 		return true, nil
 	}
-	if ctx.Err() != nil {
-		// The stop, or the partition's revocation: nothing more is
-		// pushed (a pool with room would still take it, to run on a
-		// partition this instance no longer owns).
-		return false, nil
-	}
 	if v.hold != nil && !v.hold(e.Key) {
 		return true, nil // pushed by an earlier restore, and not done with here
 	}
@@ -139,7 +133,11 @@ func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (
 		v.elsewhere.dropped = append(v.elsewhere.dropped, e.Key) // deleted at the end of run
 		return true, nil
 	}
-	if ctx.Err() != nil { // ended while the committed offsets were asked
+	if ctx.Err() != nil {
+		// The stop, or the partition's revocation (also while the
+		// committed offsets were asked): nothing more is pushed (a pool
+		// with room would still take it, to run on a partition this
+		// instance no longer owns).
 		if v.unhold != nil {
 			v.unhold(e.Key)
 		}
