@@ -1,8 +1,8 @@
 // Package runtime is handoff's orchestrator: the main loop of a
 // Kafka-consuming service. Each message class gets its own bounded pool;
-// Kafka is read through a kafka-go consumer group, one reader per assigned
-// partition; offsets are committed only for messages that are done or
-// saved; a stop drains for a bounded time and saves the rest to a bbolt
+// Kafka is read through a consumer group, with franz-go (the default) or
+// kafka-go (see Choosing a Kafka client); offsets are committed only for
+// messages that are done or saved; a stop drains for a bounded time and saves the rest to a bbolt
 // state file that the next start re-pushes first.
 //
 // The package name shadows the standard library's runtime; import it with
@@ -163,7 +163,7 @@
 //     queued for a DeadLetterTopic get what is then left of it to be
 //     published (the state file has them either way).
 //
-// Every call into kafka-go that can block during the stop is bounded, so a
+// Every call into the Kafka client that can block during the stop is bounded, so a
 // stop ends within its budget, DrainTimeout + HardStopGrace + FetchMaxWait
 // + 4s (the snapshot, the commit, the reader closes, the leave), even when
 // the broker stops answering. That sum, with ChangelogTimeout for the
@@ -256,9 +256,11 @@
 // # Connecting to a secured cluster
 //
 // Config.TLS, Config.SASL and Config.ClientID apply to every connection
-// the runtime makes. PLAIN and SCRAM come from kafka-go
+// the runtime makes, on either client. PLAIN and SCRAM are kafka-go's
+// sasl.Mechanism implementations
 // ([github.com/handoff-go/handoff/kafkasec.Mechanism] builds them by
-// name); any other sasl.Mechanism plugs in, such as the Amazon MSK IAM
+// name); the runtime's own dialer performs the handshake for either
+// client. Any other sasl.Mechanism plugs in, such as the Amazon MSK IAM
 // signer of github.com/segmentio/kafka-go/sasl/aws_msk_iam_v2 with TLS on.
 // Before the recovery and the join, [Runtime.Run] connects to a bootstrap
 // broker: a refused TLS handshake or SASL authentication ends it with a

@@ -37,6 +37,22 @@
 //	-sasl-password-file FILE        SASL password (else the environment variable KAFKA_SASL_PASSWORD)
 //	-outage CLASS:START:DURATION    from START after the start, for DURATION, every attempt of CLASS fails recoverably
 //	                                (a simulated database outage; repeatable)
+//	-stop-policy snapshot|redeliver what the stop does with unfinished Kafka messages: save them (snapshot, the
+//	                                default) or leave them to the partition's next owner (redeliver)
+//	-client franz-go|kafka-go       Kafka client library (default franz-go: cooperative rebalancing, and static
+//	                                membership with -instance)
+//	-instance NAME                  this instance's name, stable across restarts and unique in the group (a
+//	                                StatefulSet pod's name); with franz-go the static group.instance.id; empty
+//	                                means the hostname
+//
+// Topics: the service consumes orders, users and heartbeats, which must
+// exist (a missing one is a start failure). Unless -local-state-only is
+// set, each has a compacted state changelog, <group>.orders.handoff-changelog
+// and so on, with as many partitions as its input topic; the service
+// creates a missing one at start where the ACLs allow (topic create and
+// describe-configs), else the start fails naming the topic to create.
+// The group's dead letters stay in the state (list them with -admin or
+// `handoff dead list`); rental publishes none to a dead-letter topic.
 //
 // Exit status: 0 after a clean stop; 1 when the stop could not save or
 // commit safely; 2 for bad flags or a start failure (the service started
