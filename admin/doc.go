@@ -16,20 +16,27 @@
 //	GET  /metrics                      Options.Gatherer in the Prometheus text format
 //	GET  /api/classes                  per-class stats
 //	GET  /api/dead?class=&after=&limit= dead letters, paged (read token)
-//	GET  /api/dead/{key}               one dead letter (read token)
+//	GET  /api/dead/{key}               one dead letter, by its group-wide ID (read token)
 //	POST /api/dead/{key}/requeue       hand a dead letter back to its class (token)
 //	POST /api/dead/{key}/discard       delete a dead letter (token)
+//	POST /api/classes/{name}/pause     stop a class taking messages, on every instance, until resumed; body {"reason": "..."} (token)
+//	POST /api/classes/{name}/resume    end a class's pause or suspension (token)
 //	GET  /api/parked                   parked keys of ordered classes (read token)
 //	GET  /api/delayed?after=&limit=    delayed messages, in due order (read token)
 //	GET  /                             the dashboard
 //	POST /ui/login, /ui/logout         the dashboard's session
 //	POST /ui/dead/{key}/requeue        the dashboard's buttons (session)
 //	POST /ui/dead/{key}/discard
+//	POST /ui/classes/{name}/pause      (form field reason)
+//	POST /ui/classes/{name}/resume
 //
 // Errors are JSON objects {"error": "..."} naming what failed, with the
 // status saying why: 400 malformed input, 401 a missing or wrong token,
-// 403 no token configured, 404 no such dead letter or path, 405 a wrong
-// method (with Allow), 409 a dead letter that is already requeued, 429 a
+// 403 no token configured, 404 no such dead letter, class or path, 405 a
+// wrong method (with Allow), 409 a dead letter that is already requeued,
+// of a class the service no longer has, or whose partition another
+// instance owns (the error names the owner), 413 a pause body over 1 KiB,
+// 429 a
 // client over its limit of wrong tokens (with Retry-After), 503 a
 // runtime that is not running.
 //
