@@ -26,9 +26,10 @@ type DecoderFunc[T any] func(m *Message) (T, error)
 func (f DecoderFunc[T]) Decode(m *Message) (T, error) { return f(m) }
 
 // JSON decodes a message's value as JSON into a T with encoding/json.
-// The zero value is ready to use. An empty value (a Kafka tombstone)
-// does not decode: give the class a [DecoderFunc] that checks for it if
-// your topic has them.
+// The zero value is ready to use. A value with no bytes does not decode,
+// whether it is a tombstone (a null value, nil Value) or a zero-length
+// value (empty, non-nil Value): give the class a [DecoderFunc] that checks
+// for them if your topic has them (m.Value == nil is a tombstone).
 type JSON[T any] struct {
 	// DisallowUnknownFields makes a value with a field that T lacks fail
 	// to decode (json.Decoder.DisallowUnknownFields).

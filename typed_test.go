@@ -29,7 +29,8 @@ func TestJSON(t *testing.T) {
 		{"strict valid", ` {"id":"a"} `, true, order{ID: "a"}, ""},
 		{"trailing data", `{"id":"a"} {}`, false, order{}, "invalid character"},
 		{"trailing data strict", `{"id":"a"}}`, true, order{}, "after the top-level value"},
-		{"empty (tombstone)", ``, false, order{}, "unexpected end of JSON input"},
+		{"zero-length value", ``, false, order{}, "unexpected end of JSON input"},
+		{"zero-length value strict", ``, true, order{}, "EOF"},
 		{"wrong type", `{"cents":"5"}`, false, order{}, "cannot unmarshal string"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -43,6 +44,11 @@ func TestJSON(t *testing.T) {
 				t.Fatalf("decoded %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+	for _, strict := range []bool{false, true} {
+		if _, err := (handoff.JSON[order]{DisallowUnknownFields: strict}).Decode(&handoff.Message{Value: nil}); err == nil {
+			t.Errorf("a tombstone (nil Value) decoded with DisallowUnknownFields=%v, want an error", strict)
+		}
 	}
 }
 

@@ -23,6 +23,12 @@ const (
 // persisted delayed redeliveries (RedeliveryDelay, doubling each time), and
 // after those it becomes a dead letter. A permanent failure becomes a dead
 // letter at once.
+//
+// Each redelivery is one attempt, with no retries in place after it: a
+// message that keeps failing recoverably is handled MaxAttempts +
+// Redeliveries times before it becomes a dead letter (3 attempts and 2
+// redeliveries make 5 handler calls), and the dead letter's attempt count
+// says so.
 type RetryPolicy struct {
 	// MaxAttempts bounds the attempts in place, the first included. Zero
 	// means 3; 1 means no retry in place.
