@@ -176,7 +176,7 @@ func (s *runState) drain() []any {
 		left.Running += st.Running
 	}
 	leftAttrs := []any{"unstarted", left.Queued, "waiting", left.Waiting, "running", left.Running}
-	if rep.DrainTimedOut {
+	if rep.DrainTimedOut && !s.startFailed { // a failed start skips its drain
 		r.log.Warn("drain ended with work left", append([]any{"phase", "drain", "drained", rep.Drained}, leftAttrs...)...)
 	}
 	return append([]any{"drained", rep.Drained}, leftAttrs...)
