@@ -276,6 +276,7 @@ func TestDeadLetterOfOldRecordPublished(t *testing.T) {
 			if !r.time.Equal(old) {
 				t.Errorf("the dead letter of the hour-old record is published with timestamp %s, want the record's %s", r.time, old)
 			}
+			t.Logf("dead letter of a record %s old published at offset %d of orders-dlq with timestamp %s", time.Since(old).Round(time.Second), r.offset, r.time)
 		case "bad-new":
 			if d := time.Since(r.time); d < 0 || d > 10*time.Minute {
 				t.Errorf("the dead letter of the fresh record is published with timestamp %s", r.time)
