@@ -397,6 +397,15 @@ type Class struct {
 	// class is also published to, with headers naming its origin, attempts
 	// and error (see [HeaderOriginTopic]). The state file keeps the dead
 	// letter either way.
+	//
+	// The published record carries the original record's timestamp as its
+	// own Kafka timestamp (the time of the dead letter for a message that
+	// has none, such as a submitted one), however old it is; no header
+	// repeats it. The topic's retention.ms therefore counts from the
+	// original record's time: a dead letter older than the retention may
+	// be deleted soon after it is published. A topic with
+	// message.timestamp.type=LogAppendTime stamps the publish time instead.
+	// Empty means no publishing.
 	DeadLetterTopic string
 
 	// RecycleMessages lets the runtime reuse the envelopes of the class's

@@ -1,6 +1,9 @@
 package runtime
 
-import "errors"
+import (
+	"errors"
+	"strings"
+)
 
 // Errors returned by the runtime. Match them with [errors.Is]; the
 // returned errors wrap them with what was being done.
@@ -75,9 +78,10 @@ var (
 )
 
 // startError is the error of a failed start: it matches [ErrStart] and
-// reads, and unwraps, as its cause.
+// reads, and unwraps, as its cause, on one line (errors.Join puts a
+// newline between joined errors, which a log line would show as "\n").
 type startError struct{ err error }
 
-func (e startError) Error() string        { return e.err.Error() }
+func (e startError) Error() string        { return strings.ReplaceAll(e.err.Error(), "\n", "; ") }
 func (e startError) Unwrap() error        { return e.err }
 func (e startError) Is(target error) bool { return target == ErrStart }

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
 	"github.com/handoff-go/handoff/snapshot"
 )
@@ -232,5 +233,56 @@ func TestPublishHeadersFuncPanics(t *testing.T) {
 	}
 	if n := panicked.Load(); n != 1 {
 		t.Errorf("%d panics logged, want 1", n)
+	}
+}
+
+// TestDeadLetterOfOldRecordPublished: a dead letter of a record an hour
+// old is published to its DeadLetterTopic, as one of a fresh record is,
+// and the published record keeps the original record's timestamp as its
+// Kafka timestamp. (franz-go's RecordDeliveryTimeout is measured from a
+// record's timestamp: with it, such a dead letter failed at once as
+// timed out.)
+func TestDeadLetterOfOldRecordPublished(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, "orders", "orders-dlq")
+	old := time.Now().Add(-time.Hour).Truncate(time.Millisecond).UTC()
+	w := b.writer()
+	err := w.WriteMessages(context.Background(),
+		kafka.Message{Topic: "orders", Key: []byte("k"), Value: []byte("bad-old"), Time: old},
+		kafka.Message{Topic: "orders", Key: []byte("k"), Value: []byte("bad-new")})
+	devbroker.CloseWriter(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config(nil, nil)
+	cfg.Classes = []Class{{Name: "orders", Topics: []string{"orders"}, DeadLetterTopic: "orders-dlq", Workers: 1,
+		Handler: func(context.Context, *handoff.Message) error { return handoff.Permanent(errors.New("cannot parse")) }}}
+	rt, wait := startNew(t, cfg)
+	waitFor(t, "both publishes to end", func() bool {
+		return rt.tally.total(evPublished)+rt.tally.total(evUnpublished) == 2
+	})
+	rep := shutdownAndWait(t, rt, wait)
+	if rep.DeadLettered != 2 || rep.Published != 2 || rep.Unpublished != 0 {
+		t.Errorf("dead lettered %d, published %d, unpublished %d; want 2, 2, 0", rep.DeadLettered, rep.Published, rep.Unpublished)
+	}
+	assertCount(t, b.state, snapshot.BucketDead, 2)
+	recs := readRaw(t, b.broker.Addr(), "orders-dlq")
+	if len(recs) != 2 {
+		t.Fatalf("the dead-letter topic holds %d records, want 2", len(recs))
+	}
+	for _, r := range recs {
+		switch string(r.value) {
+		case "bad-old":
+			if !r.time.Equal(old) {
+				t.Errorf("the dead letter of the hour-old record is published with timestamp %s, want the record's %s", r.time, old)
+			}
+			t.Logf("dead letter of a record %s old published at offset %d of orders-dlq with timestamp %s", time.Since(old).Round(time.Second), r.offset, r.time)
+		case "bad-new":
+			if d := time.Since(r.time); d < 0 || d > 10*time.Minute {
+				t.Errorf("the dead letter of the fresh record is published with timestamp %s", r.time)
+			}
+		default:
+			t.Errorf("unexpected dead letter %q", r.value)
+		}
 	}
 }

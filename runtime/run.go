@@ -31,7 +31,12 @@ import (
 // their count.
 //
 // A start that fails before fetching (the state file, the brokers, the
-// topics, the recovery) returns an error matching [ErrStart].
+// topics, the recovery) returns an error matching [ErrStart], on one line
+// (several causes, such as two classes without topics, are joined with
+// "; "). Run does not log that error: its caller reports it, once. What
+// the start had begun is stopped by the stop's phases, logged at Debug
+// (at Info, as one line, when they handled or saved messages), and the
+// Report counts only what that teardown did: no run happened.
 //
 // Run installs no signal handler; see [HandleSignals]. It may be called
 // once; a second call returns [ErrRunTwice].
@@ -56,8 +61,9 @@ func (r *Runtime) Run(ctx context.Context) (rep *Report, err error) {
 		// which are still in the state file, and submitted ones, which
 		// the stop saves. The drain is skipped.
 		r.life.skipDrain()
-		_, stopErr := s.stop(0, err)
-		return s.rep, errors.Join(startError{err}, stopErr)
+		s.startFailed = true
+		_, stopErr := s.stop(0, ErrStopping)
+		return s.rep, startError{errors.Join(err, stopErr)}
 	}
 	<-r.life.stopCh
 	return s.stop(r.cfg.HardStopGrace, ErrStopping)
@@ -93,6 +99,10 @@ type runState struct {
 	// newFile is whether the state file was new when open opened it
 	// (empty: no record, no meta; see newfile.go).
 	newFile bool
+	// startFailed is set when the stop tears down a start that failed:
+	// no run happened, and its error is Run's to return, not the stop's
+	// to log.
+	startFailed bool
 	// Errors of the stop's phases, joined into Run's.
 	snapErr, commitErr, closeErr error
 }

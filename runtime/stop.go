@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -48,7 +49,8 @@ func (c *Config) changelogOn() bool {
 // stop runs the stop's phases in the order of docs/design.md and returns
 // the report with every phase's error joined. Handlers still running at
 // the hard stop get their context cancelled with cause and grace to
-// return. A start whose recovery failed is torn down by the same phases.
+// return. A start that failed is torn down by the same phases, logged
+// at Debug (see end).
 func (s *runState) stop(grace time.Duration, cause error) (*Report, error) {
 	r, rep := s.r, s.rep
 	begin := time.Now()
@@ -58,7 +60,7 @@ func (s *runState) stop(grace time.Duration, cause error) (*Report, error) {
 	r.clog.bound(s.deadline.Add(-commitTimeout - leaveTimeout))
 	r.ready.started.Store(false)
 	r.life.accepting.Store(false)
-	r.log.Info("stop begins")
+	r.log.Log(context.Background(), s.phaseLevel(), "stop begins")
 
 	s.phase("quiesce", &rep.Quiesce, s.quiesce)
 	s.phase("drain", &rep.Drain, s.drain)
@@ -76,10 +78,39 @@ func (s *runState) stop(grace time.Duration, cause error) (*Report, error) {
 	rep.BlockedKeys += int(r.clog.blockedKeys.Load())
 	rep.UnknownClass += int(r.clog.unknownClass.Load())
 	rep.Stop = time.Since(begin)
+	s.end()
+	return rep, errors.Join(s.snapErr, s.commitErr, s.closeErr)
+}
+
+// end logs the stop's last line: "stop complete" with the report's
+// counts after a run. After a failed start no run happened and the
+// caller reports Run's error: the teardown's line says what it stopped,
+// at Info only when it handled or saved messages (messages the recovery
+// re-pushed before the start failed), else at Debug.
+func (s *runState) end() {
+	r, rep := s.r, s.rep
+	if s.startFailed {
+		level := slog.LevelDebug
+		if rep.Repushed > 0 || rep.Snapshotted > 0 || r.tally.handled() > 0 {
+			level = slog.LevelInfo
+		}
+		r.log.Log(context.Background(), level, "stopped what the failed start had begun",
+			"repushed", rep.Repushed, "succeeded", rep.Succeeded, "dead_lettered", rep.DeadLettered,
+			"interrupted", rep.Interrupted, "snapshotted", rep.Snapshotted, "took", rep.Stop, s.kept)
+		return
+	}
 	r.log.Info("stop complete", "drained", rep.Drained, "snapshotted", rep.Snapshotted, "unstarted", rep.Unstarted,
 		"interrupted", rep.Interrupted, "stragglers", rep.Stragglers, "succeeded", rep.Succeeded,
 		"dead_lettered", rep.DeadLettered, "retried", rep.Retried, "repushed", rep.Repushed, "took", rep.Stop, s.kept)
-	return rep, errors.Join(s.snapErr, s.commitErr, s.closeErr)
+}
+
+// phaseLevel is the level of the stop's lines for each phase: Info, Debug
+// when the stop tears down a failed start.
+func (s *runState) phaseLevel() slog.Level {
+	if s.startFailed {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
 }
 
 // phase runs one phase of the stop: it times fn, records the duration in
@@ -90,7 +121,7 @@ func (s *runState) phase(name string, d *time.Duration, fn func() []any) {
 	attrs := fn()
 	*d = time.Since(start)
 	s.r.metrics.setPhase(name, *d)
-	s.r.log.Info("stop phase done", append([]any{"phase", name, "took", *d}, attrs...)...)
+	s.r.log.Log(context.Background(), s.phaseLevel(), "stop phase done", append([]any{"phase", name, "took", *d}, attrs...)...)
 }
 
 // quiesce stops everything that feeds the pools: fetching (the partition
@@ -110,7 +141,10 @@ func (s *runState) quiesce() []any {
 
 // drain lets the pools work until they are empty, DrainTimeout passes or
 // the rest of the drain is skipped (a second signal, Shutdown's context,
-// Close).
+// Close). Its line counts what it left in the pools for the hard stop:
+// unstarted (queued, also behind a busy key or in a suspended class),
+// waiting out a backoff that ends after the drain, and running. A drain
+// that did not run out of time may leave the first two.
 func (s *runState) drain() []any {
 	r, rep := s.r, s.rep
 	before := r.tally.handled()
@@ -134,10 +168,18 @@ func (s *runState) drain() []any {
 	}
 	drains.Wait()
 	rep.Drained = r.tally.handled() - before
-	if rep.DrainTimedOut {
-		r.log.Warn("drain ended with work left", "phase", "drain", "drained", rep.Drained)
+	var left pool.Stats
+	for _, c := range r.classes.order {
+		st := c.pool.Stats()
+		left.Queued += st.Queued
+		left.Waiting += st.Waiting
+		left.Running += st.Running
 	}
-	return []any{"drained", rep.Drained, "work_left", rep.DrainTimedOut}
+	leftAttrs := []any{"unstarted", left.Queued, "waiting", left.Waiting, "running", left.Running}
+	if rep.DrainTimedOut && !s.startFailed { // a failed start skips its drain
+		r.log.Warn("drain ended with work left", append([]any{"phase", "drain", "drained", rep.Drained}, leftAttrs...)...)
+	}
+	return append([]any{"drained", rep.Drained}, leftAttrs...)
 }
 
 // leftover is a message the hard stop took out of its pool, or a held

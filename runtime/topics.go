@@ -84,8 +84,9 @@ func (k *consumer) checkTopics(ctx context.Context) ([]string, error) {
 	}
 }
 
-// judgeTopics logs each missing topic and returns the topics that exist,
-// with a *TopicError for each class that has none of its topics.
+// judgeTopics returns the topics that exist, with a *TopicError for each
+// class that has none of its topics. Only when no class has (the start
+// goes on) does it log each missing topic: the class runs without it.
 func (k *consumer) judgeTopics(missing map[string]bool) ([]string, error) {
 	var errs []error
 	for _, c := range k.cfg.classes {
@@ -93,7 +94,6 @@ func (k *consumer) judgeTopics(missing map[string]bool) ([]string, error) {
 		for _, t := range c.Topics {
 			if missing[t] {
 				n++
-				k.cfg.log.Warn("topic does not exist; its class runs without it and the runtime is not ready", "topic", t, "class", c.Name)
 			}
 		}
 		if n > 0 && n == len(c.Topics) {
@@ -101,7 +101,17 @@ func (k *consumer) judgeTopics(missing map[string]bool) ([]string, error) {
 		}
 	}
 	present := slices.DeleteFunc(slices.Clone(k.cfg.topics), func(t string) bool { return missing[t] })
-	return present, errors.Join(errs...)
+	if len(errs) > 0 {
+		return present, errors.Join(errs...)
+	}
+	for _, c := range k.cfg.classes {
+		for _, t := range c.Topics {
+			if missing[t] {
+				k.cfg.log.Warn("topic does not exist; its class runs without it and the runtime is not ready", "topic", t, "class", c.Name)
+			}
+		}
+	}
+	return present, nil
 }
 
 // missingTopics returns the configured topics the brokers do not know,

@@ -59,7 +59,7 @@
 // nothing: the state file is locked by another process, corrupt,
 // unwritable or of another group, no topic of a class exists, or the
 // brokers refused the connection), logged as "start failed" with the
-// error. A TLS handshake or SASL authentication the brokers refuse is a
+// error on one line, and no report. A TLS handshake or SASL authentication the brokers refuse is a
 // start failure: one line on stderr names the broker, the mechanism and
 // the user (never the password), within seconds.
 package main
@@ -194,7 +194,7 @@ type serviceConfig struct {
 }
 
 // serve runs the service until a signal and prints the stop report as
-// one JSON line on stdout.
+// one JSON line on stdout; after a start failure, only the error.
 func serve(log *slog.Logger, sc serviceConfig) int {
 	h, err := rental.New(rental.Options{Work: sc.work, WorkJitter: sc.workJitter, EffectsPath: sc.effects, FailRate: sc.failRate,
 		Outages: sc.outages})
@@ -248,7 +248,9 @@ func serve(log *slog.Logger, sc serviceConfig) int {
 	down.Go(stopAdmin)
 	down.Go(stopProbes)
 	down.Wait()
-	if rep != nil {
+	if rep != nil && !errors.Is(err, runtime.ErrStart) {
+		// A failed start ran nothing to report: its error is printed
+		// below, once.
 		line, _ := json.Marshal(rep)
 		fmt.Printf("report %s\n", line)
 	}

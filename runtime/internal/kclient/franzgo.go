@@ -785,7 +785,10 @@ func (l *franzLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 // its own (the group member's closes at the leave, before the publisher
 // has finished), acks from all in-sync replicas, records placed as
 // kafka-go's Hash balancer places them (kgo's Sarama-compatible hasher
-// over FNV-1a).
+// over FNV-1a). A write is bounded by its context alone: kgo's
+// RecordDeliveryTimeout counts from a record's Timestamp, which is the
+// original record's, so it would fail at once every dead letter of a
+// record older than the timeout.
 type franzWriter struct{ cl *kgo.Client }
 
 func newFranzWriter(cfg Config, dial func(context.Context, string, string) (net.Conn, error)) (*franzWriter, error) {
@@ -806,7 +809,8 @@ func newFranzWriter(cfg Config, dial func(context.Context, string, string) (net.
 		// letter.
 		kgo.DisableIdempotentWrite(),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(fnv1a))),
-		kgo.RecordDeliveryTimeout(PublishTimeout),
+		// No RecordDeliveryTimeout: Write's context bounds the write
+		// (non-idempotent, a request in flight ends with it too).
 		kgo.ProducerLinger(0),
 		kgo.DisableClientMetrics(),
 		kgo.WithLogger(&franzLogger{cfg: &cfg, log: cfg.Log.With("client", FranzGo), ctx: context.Background()}),
@@ -830,10 +834,15 @@ func (f *franzWriter) Write(ctx context.Context, recs []OutRecord) []error {
 		}
 		rs[i] = rec
 	}
-	res := f.cl.ProduceSync(ctx, rs...)
+	// ProduceSync's results come in the order the records ended, not in
+	// the order given.
+	at := make(map[*kgo.Record]int, len(rs))
+	for i, r := range rs {
+		at[r] = i
+	}
 	errs := make([]error, len(recs))
-	for i := range res {
-		errs[i] = res[i].Err
+	for _, r := range f.cl.ProduceSync(ctx, rs...) {
+		errs[at[r.Record]] = r.Err
 	}
 	return errs
 }
