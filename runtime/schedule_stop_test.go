@@ -242,7 +242,7 @@ func TestStopRefusalNotAnOutage(t *testing.T) {
 	release := make(chan struct{})
 	var rt atomic.Pointer[Runtime]
 	var mu sync.Mutex
-	done := map[string]int{}    // job ID -> times its audit record was submitted
+	done := map[string]int{}     // job ID -> times its audit record was submitted
 	attempts := map[string]int{} // job ID -> the highest Message.Attempt seen
 	var failed atomic.Int64
 	logger, suspensions := countLogs(t, suspendedLog)
