@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -111,11 +112,27 @@ func (bl *billing) counts() (charged, charges, sent, sends int) {
 // stop has begun: they are accepted and saved (in the state file and
 // the changelog), so the drain finishes every charge, no failure counts
 // toward the outage detector (no suspension), and after the restart
-// each receipt is sent once and no customer is charged twice. Counted:
-// produced, charged, receipts scheduled (during the stop too) and sent,
-// committed.
+// each receipt is sent once and no customer is charged twice: on the
+// same disk, and on a new one (the receipts come back from the
+// changelog). Counted: produced, charged, receipts scheduled (during the
+// stop too) and sent, committed.
 func TestScheduleDuringStop(t *testing.T) {
 	t.Parallel()
+	for _, newDisk := range []bool{false, true} {
+		name := "same disk"
+		if newDisk {
+			name = "new disk"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			scheduleDuringStop(t, newDisk)
+		})
+	}
+}
+
+// scheduleDuringStop is TestScheduleDuringStop, restarting on a new
+// state file when newDisk is set.
+func scheduleDuringStop(t *testing.T, newDisk bool) {
 	b := setup(t, 2, "billing", "receipts")
 	const produced, free, workers, queue = 60, 10, 4, 32
 	const inFlight = workers + queue
@@ -200,6 +217,10 @@ func TestScheduleDuringStop(t *testing.T) {
 
 	// The restart: the receipts saved during the stop are sent, the
 	// rest of the invoices charged, each once.
+	if newDisk {
+		b.state = filepath.Join(t.TempDir(), "new.db")
+		cfg.StatePath = b.state
+	}
 	rt2, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -223,6 +244,9 @@ func TestScheduleDuringStop(t *testing.T) {
 	}
 	if suspensions.Load() != 0 {
 		t.Errorf("%d suspensions", suspensions.Load())
+	}
+	if newDisk && rep2.Restored < inFlight {
+		t.Errorf("restored %d records from the changelog, want at least the %d receipts saved during the stop", rep2.Restored, inFlight)
 	}
 	assertCount(t, b.state, snapshot.BucketDelayed, 0)
 	assertCount(t, b.state, snapshot.BucketPending, 0)
