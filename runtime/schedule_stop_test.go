@@ -179,7 +179,7 @@ func scheduleDuringStop(t *testing.T, newDisk bool) {
 		return rt.Ready() && sent == free && s.Running == workers && s.Queued == queue
 	})
 	cancel() // what signal.NotifyContext does at SIGTERM
-	waitFor(t, "the stop begun", func() bool { return !rt.Ready() })
+	waitFor(t, "the stop begun", func() bool { return !rt.Ready() && !rt.life.accepting.Load() })
 	bl.stopping.Store(true)
 	close(bl.release)
 	rep, err := wait()
@@ -307,7 +307,7 @@ func TestStopRefusalNotAnOutage(t *testing.T) {
 	waitFor(t, "2 jobs running, 12 queued", func() bool { s := p.Stats(); return s.Running == workers && s.Queued == jobs-workers })
 	stopped := make(chan struct{})
 	go func() { r1.Shutdown(context.Background()); close(stopped) }()
-	waitFor(t, "the stop begun", func() bool { return !r1.Ready() })
+	waitFor(t, "the stop begun", func() bool { return !r1.Ready() && !r1.life.accepting.Load() })
 	close(release)
 	rep, err := wait()
 	<-stopped
