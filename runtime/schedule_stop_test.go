@@ -347,3 +347,83 @@ func TestStopRefusalNotAnOutage(t *testing.T) {
 	assertCount(t, state, snapshot.BucketPending, 0)
 	assertCount(t, state, snapshot.BucketDead, 0)
 }
+
+// TestScheduleStopWindow: during the stop, Schedule (here from outside
+// any handler) saves its message, due now for a time not after now, while
+// Submit is refused; from the stop's snapshot on Schedule returns
+// ErrNotRunning. After the restart each saved message runs once.
+func TestScheduleStopWindow(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir() + "/s.db"
+	release := make(chan struct{})
+	var mu sync.Mutex
+	handled := map[string]int{}
+	cfg := Config{StatePath: state, DrainTimeout: 3 * time.Second, HardStopGrace: time.Second, Logger: testLogger(t),
+		Classes: []Class{{Name: "mail", Workers: 1, QueueSize: 4, Handler: func(ctx context.Context, m *handoff.Message) error {
+			if m.ID == "block" {
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				}
+			}
+			mu.Lock()
+			handled[m.ID]++
+			mu.Unlock()
+			return nil
+		}}}}
+	rt, err := newRuntime(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var atSnapshot error
+	rt.state.beforeSnapshot = func(*snapshot.Store) {
+		atSnapshot = rt.Schedule(context.Background(), "mail", &handoff.Message{ID: "at-snapshot"}, time.Now())
+	}
+	wait := start(t, rt, context.Background())
+	waitFor(t, "running", rt.Ready)
+	if err := rt.Submit(context.Background(), "mail", &handoff.Message{ID: "block"}); err != nil {
+		t.Fatal(err)
+	}
+	p := rt.classes.byName["mail"].pool
+	waitFor(t, "block running", func() bool { return p.Stats().Running == 1 })
+	stopped := make(chan struct{})
+	go func() { rt.Shutdown(context.Background()); close(stopped) }()
+	waitFor(t, "the stop begun", func() bool { return !rt.Ready() && !rt.life.accepting.Load() })
+	if err := rt.Submit(context.Background(), "mail", &handoff.Message{ID: "submitted"}); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("Submit during the stop: %v, want ErrNotRunning", err)
+	}
+	for id, at := range map[string]time.Time{"past": time.Now().Add(-time.Minute), "now": time.Now(), "later": time.Now().Add(50 * time.Millisecond)} {
+		if err := rt.Schedule(context.Background(), "mail", &handoff.Message{ID: id}, at); err != nil {
+			t.Errorf("Schedule %s during the stop: %v", id, err)
+		}
+	}
+	if err := rt.Schedule(context.Background(), "nope", &handoff.Message{ID: "x"}, time.Now()); !errors.Is(err, ErrUnknownClass) {
+		t.Errorf("Schedule to an unknown class during the stop: %v, want ErrUnknownClass", err)
+	}
+	close(release)
+	rep, err := wait()
+	<-stopped
+	if err != nil {
+		t.Fatalf("first Run: %v", err)
+	}
+	if !errors.Is(atSnapshot, ErrNotRunning) {
+		t.Errorf("Schedule at the snapshot: %v, want ErrNotRunning", atSnapshot)
+	}
+	if rep.Scheduled != 3 || rep.Drained != 1 {
+		t.Errorf("scheduled %d, drained %d; want 3 scheduled during the stop, block drained", rep.Scheduled, rep.Drained)
+	}
+	assertCount(t, state, snapshot.BucketDelayed, 3)
+
+	rt2, wait2 := startNew(t, cfg)
+	waitFor(t, "the scheduled messages handled", func() bool { mu.Lock(); defer mu.Unlock(); return len(handled) == 4 })
+	stopAndWait(t, rt2, wait2)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range []string{"block", "past", "now", "later"} {
+		if handled[id] != 1 {
+			t.Errorf("%s handled %d times, want once (all: %v)", id, handled[id], handled)
+		}
+	}
+	assertCount(t, state, snapshot.BucketDelayed, 0)
+}
