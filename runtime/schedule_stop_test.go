@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -426,4 +427,41 @@ func TestScheduleStopWindow(t *testing.T) {
 		}
 	}
 	assertCount(t, state, snapshot.BucketDelayed, 0)
+}
+
+// TestAdmissionCloseWaits: close refuses new calls at once and returns
+// only once the calls admitted before it have left; before open nothing
+// is admitted.
+func TestAdmissionCloseWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var a admission
+		if a.enter() {
+			t.Fatal("admitted before open")
+		}
+		a.open()
+		if !a.enter() {
+			t.Fatal("not admitted once open")
+		}
+		closed := make(chan struct{})
+		go func() { a.close(); close(closed) }()
+		synctest.Wait()
+		select {
+		case <-closed:
+			t.Fatal("close returned with a call under way")
+		default:
+		}
+		if a.enter() {
+			t.Error("admitted while closing")
+		}
+		a.leave()
+		synctest.Wait()
+		select {
+		case <-closed:
+		default:
+			t.Fatal("close did not return once the call left")
+		}
+		if a.enter() {
+			t.Error("admitted after close")
+		}
+	})
 }
