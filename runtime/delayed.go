@@ -84,9 +84,10 @@ func (s *scheduler) deferDelivery(c *class, it *item, at time.Time) bool {
 // message scheduled then is saved, with its due time (now, when at is not
 // after now: no pool takes messages any more), as a delayed message like
 // any other, and runs when due after the restart, at this instance or
-// at its key's partition's next owner. Schedule returns [ErrNotRunning] before Run has started and from the stop's
-// snapshot on; a handler still running then is interrupted anyway, and
-// runs again after the restart.
+// at its key's partition's next owner. Schedule returns [ErrNotRunning]
+// before Run has started and from the stop's snapshot on; a handler
+// still running then is interrupted anyway, and runs again after the
+// restart.
 //
 // With the changelog (Config.LocalStateOnly off) and a class with topics,
 // the message belongs to the partition its key hashes to (see State that

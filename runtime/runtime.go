@@ -81,8 +81,9 @@ type lifecycle struct {
 	skipCh   chan struct{} // closed when the rest of the drain is to be skipped
 	done     chan struct{} // closed when Run returns
 	err      error         // what Run returned; set before done closes
-	// accepting lets Submit, Schedule and Requeue in: from the start of
-	// Run to the start of its stop.
+	// accepting lets Submit and Requeue in, and Schedule hand a message
+	// due now to its pool: from the start of Run to the start of its
+	// stop.
 	accepting atomic.Bool
 	// stopping is set when the stop begins: from then on a handler's
 	// ErrNotRunning is the stop's refusal (handling.stopRefused).
