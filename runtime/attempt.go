@@ -59,9 +59,12 @@ const (
 	// the message is saved as a dead letter.
 	OutcomeDeadLettered
 	// OutcomeInterrupted: the hard stop cancelled the attempt (it returned
-	// an error after the cancel, or did not return within HardStopGrace).
-	// The attempt is not counted and the message runs again: after the
-	// restart, or at the partition's next owner.
+	// an error after the cancel, or did not return within HardStopGrace),
+	// or the attempt failed on the stop's refusal ([ErrNotRunning], from
+	// a Submit or Requeue once the stop had begun). The attempt is not
+	// counted, nor seen as a dependency outage (SuspendPolicy), and the
+	// message runs again: after the restart, or at the partition's next
+	// owner.
 	OutcomeInterrupted
 	// OutcomeHeld: the attempt failed while its class is suspended (a
 	// dependency outage, see SuspendPolicy) or paused, or its failure

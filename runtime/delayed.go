@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -67,13 +68,26 @@ func (s *scheduler) deferDelivery(c *class, it *item, at time.Time) bool {
 
 // Schedule hands m to class's pool at the time at. Until then it waits in
 // the state file, so a restart loses none. A time not after now means now
-// (as [Runtime.Submit], and it blocks as Submit does). m.ID is required; a
-// second message with the ID of one still waiting is ignored, but an ID
-// whose message has been handed to its pool (it runs, or is done) may be
-// scheduled again: a handler may schedule its own next run under its own
-// ID. Schedule writes the state file (one fsync, shared with concurrent
-// writers) before it returns; it returns [ErrNotRunning] before Run has
-// started and once the stop has begun.
+// (as [Runtime.Submit], and it blocks as Submit does, while the pool is
+// full, until ctx ends). m.ID is required; a second message with the ID
+// of one still waiting is ignored, but an ID whose message has been
+// handed to its pool (it runs, or is done) may be scheduled again: a
+// handler may schedule its own next run under its own ID. Schedule
+// writes the state file (one fsync, shared with concurrent writers), and
+// with the changelog waits for its write to the changelog, before it
+// returns.
+//
+// During the stop Schedule still takes messages, from the moment the
+// stop begins (when Submit starts returning [ErrNotRunning]) through the
+// drain and the hard stop, until the stop's snapshot, which waits for the
+// calls under way. So a handler's follow-up work survives the stop: a
+// message scheduled then is saved, with its due time (now, when at is not
+// after now: no pool takes messages any more), as a delayed message like
+// any other, and runs when due after the restart, at this instance or
+// at its key's partition's next owner. Schedule returns [ErrNotRunning]
+// before Run has started and from the stop's snapshot on; a handler
+// still running then is interrupted anyway, and runs again after the
+// restart.
 //
 // With the changelog (Config.LocalStateOnly off) and a class with topics,
 // the message belongs to the partition its key hashes to (see State that
@@ -82,12 +96,23 @@ func (s *scheduler) deferDelivery(c *class, it *item, at time.Time) bool {
 // write while it runs (within about a second) and delivers it when due.
 // The ID's duplicate check is this instance's.
 func (r *Runtime) Schedule(ctx context.Context, class string, m *handoff.Message, at time.Time) error {
-	c, msg, err := r.accept("schedule", class, m)
+	if !r.life.schedules.enter() {
+		return ErrNotRunning
+	}
+	defer r.life.schedules.leave()
+	c, msg, err := r.check("schedule", class, m)
 	if err != nil {
 		return err
 	}
-	if !at.After(time.Now()) {
-		return r.Submit(ctx, class, m)
+	if now := time.Now(); !at.After(now) {
+		if r.life.accepting.Load() {
+			err := r.submit(ctx, c, msg)
+			if !errors.Is(err, ErrNotRunning) {
+				return err
+			}
+			// The stop began meanwhile: saved for the next start.
+		}
+		at = now
 	}
 	return r.sched.schedule(c, msg, at)
 }

@@ -138,7 +138,13 @@
 // the stop, whose phases are logged and timed in the [Report]:
 //
 //  1. Quiesce: [Runtime.Ready] turns false, fetching stops (the partition
-//     readers close in the background, joined in step 6).
+//     readers close in the background, joined in step 6), [Runtime.Submit]
+//     and [Runtime.Requeue] return [ErrNotRunning]. [Runtime.Schedule]
+//     still saves its message, until step 4, so a handler's follow-up
+//     work survives the stop: it runs after the restart. A handler that
+//     fails on the stop's ErrNotRunning is not seen as an outage and its
+//     attempt is not counted: it is saved, and runs again after the
+//     restart.
 //  2. Drain: pools keep working until empty or DrainTimeout, waiting for
 //     the retries in place due before then. A second signal (see
 //     [HandleSignals]) or Shutdown's context ending skips the rest.

@@ -12,8 +12,11 @@ var (
 	ErrConfig = errors.New("runtime: invalid config")
 	// ErrNotRunning is returned by [Runtime.Submit], [Runtime.Schedule],
 	// [Runtime.Requeue] and the state-file methods before [Runtime.Run]
-	// has started and once the stop has begun (Submit, Schedule, Requeue)
-	// or the state file is closed (the others).
+	// has started, and then once the stop has begun (Submit, Requeue),
+	// once the stop's snapshot has begun (Schedule, which saves its
+	// message during the stop until then) or once the state file is
+	// closed (the others). A handler that fails with it during the stop
+	// is not counted as failing (see [OutcomeInterrupted]).
 	ErrNotRunning = errors.New("runtime: not running")
 	// ErrRunTwice is returned by a second call of [Runtime.Run]: a stopped
 	// runtime is not reused.

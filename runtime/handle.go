@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/handoff-go/handoff"
@@ -24,7 +26,9 @@ type handlingConfig struct {
 	// unhold ends the restore's hold of a re-pushed pending record
 	// (stateLog.unhold).
 	unhold func(keys ...uint64)
-	log    *slog.Logger
+	// stopping is set when the stop begins (lifecycle.stopping).
+	stopping *atomic.Bool
+	log      *slog.Logger
 }
 
 // handling makes every pool's Handler, RetryFunc and ResultFunc: the
@@ -169,6 +173,17 @@ func (h *handling) retry(c *class) func(*item, error) (time.Duration, bool) {
 		if divertedResult(it, err) {
 			return 0, false
 		}
+		if h.stopRefused(err) {
+			// Not the class's dependency, and not the message: neither
+			// the outage detection nor its attempts count it. It waits
+			// for the hard stop, which saves it (the drain does not wait
+			// for it: it would fail again), and runs again after the
+			// restart.
+			it.tellOutcome(OutcomeInterrupted, err, 0)
+			h.cfg.log.Debug("handler failed on the stop's refusal; saved for the restart", "class", c.cfg.Name,
+				"id", it.env().ID, "attempt", it.env().Attempt, "err", err)
+			return untilStopped, true
+		}
 		if c.hold.Failed(it, err) {
 			it.tellOutcome(OutcomeHeld, err, 0)
 			return 0, true // not counted; it waits in the held pool
@@ -189,6 +204,20 @@ func (h *handling) retry(c *class) func(*item, error) (time.Duration, bool) {
 		}
 		return 0, false
 	}
+}
+
+// untilStopped is the retry wait of a message whose attempt the stop
+// refused: longer than any stop, so the drain does not wait for it and
+// the hard stop takes it out of its pool.
+const untilStopped = time.Duration(math.MaxInt64 / 4)
+
+// stopRefused reports whether err, a failed attempt's error, is the
+// stop's refusal of what the handler asked for ([ErrNotRunning] from
+// Submit or Requeue once the stop has begun), whatever wraps it
+// (handoff.Permanent too): a failure the stop caused, not one of the
+// message or of a dependency.
+func (h *handling) stopRefused(err error) bool {
+	return h.cfg.stopping != nil && h.cfg.stopping.Load() && errors.Is(err, ErrNotRunning)
 }
 
 // result is every pool's ResultFunc: done messages are settled, failed

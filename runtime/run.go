@@ -172,6 +172,7 @@ func (s *runState) start() error {
 	r.releases.open()
 	r.openDLQ()
 	r.life.accepting.Store(true)
+	r.life.schedules.open()
 
 	if err := r.conn.checkBrokers(runCtx, len(r.classes.topics) > 0, r.dlq != nil); err != nil {
 		return err

@@ -81,9 +81,55 @@ type lifecycle struct {
 	skipCh   chan struct{} // closed when the rest of the drain is to be skipped
 	done     chan struct{} // closed when Run returns
 	err      error         // what Run returned; set before done closes
-	// accepting lets Submit, Schedule and Requeue in: from the start of
-	// Run to the start of its stop.
+	// accepting lets Submit and Requeue in, and Schedule hand a message
+	// due now to its pool: from the start of Run to the start of its
+	// stop.
 	accepting atomic.Bool
+	// stopping is set when the stop begins: from then on a handler's
+	// ErrNotRunning is the stop's refusal (handling.stopRefused).
+	stopping atomic.Bool
+	// schedules admits Schedule: from the start of Run to the stop's
+	// snapshot, which waits for the calls under way (a Schedule during
+	// the stop saves its message for the next start).
+	schedules admission
+}
+
+// admission admits the calls of an API from open to close, and lets
+// close wait for those under way.
+type admission struct {
+	mu     sync.Mutex
+	isOpen bool
+	busy   sync.WaitGroup
+}
+
+// open admits calls.
+func (a *admission) open() {
+	a.mu.Lock()
+	a.isOpen = true
+	a.mu.Unlock()
+}
+
+// enter reports whether a call is admitted; an admitted call calls leave
+// when it ends.
+func (a *admission) enter() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.isOpen {
+		return false
+	}
+	a.busy.Add(1)
+	return true
+}
+
+// leave ends a call enter admitted.
+func (a *admission) leave() { a.busy.Done() }
+
+// close admits no more calls and waits for those admitted to leave.
+func (a *admission) close() {
+	a.mu.Lock()
+	a.isOpen = false
+	a.mu.Unlock()
+	a.busy.Wait()
 }
 
 // readiness is what Ready reports: started (recovered, not stopping),
@@ -181,7 +227,7 @@ func New(cfg Config) (*Runtime, error) {
 	r.state.forgetDelayed = r.sched.forget
 	r.clog.handed = r.sched.handedOver
 	r.handling = &handling{cfg: handlingConfig{state: r.state, deletes: &r.deletes, tally: r.tally, fail: r.fail,
-		sched: r.sched, unhold: r.clog.unhold, log: r.log}}
+		sched: r.sched, unhold: r.clog.unhold, stopping: &r.life.stopping, log: r.log}}
 	r.fail.cfg.wake = r.sched.wake
 	var errs []error
 	for _, cc := range cfg.Classes {
@@ -309,27 +355,40 @@ func (r *Runtime) DrainTimeout() time.Duration { return r.cfg.DrainTimeout }
 // should be stable (the state file keeps it across restarts); m.Class is
 // set to class. The message is handled, or saved to the state file at the
 // stop and handled after the restart. Submit returns [ErrNotRunning]
-// before Run has started and once the stop has begun.
+// before Run has started and once the stop has begun: a handler whose
+// follow-up work must survive the stop uses [Runtime.Schedule], which
+// saves it during the stop.
 func (r *Runtime) Submit(ctx context.Context, class string, m *handoff.Message) error {
 	c, msg, err := r.accept("submit", class, m)
 	if err != nil {
 		return err
 	}
+	return r.submit(ctx, c, msg)
+}
+
+// submit hands msg, checked by accept, to c's pool; see [Runtime.Submit].
+func (r *Runtime) submit(ctx context.Context, c *class, msg handoff.Message) error {
 	if err := c.pool.Submit(ctx, &item{m: msg, src: fromSubmit}); err != nil {
 		if errors.Is(err, pool.ErrStopped) {
 			return ErrNotRunning
 		}
-		return fmt.Errorf("runtime: submit to class %q: %w", class, err)
+		return fmt.Errorf("runtime: submit to class %q: %w", c.cfg.Name, err)
 	}
 	return nil
 }
 
-// accept checks a message handed in by Submit or Schedule and returns its
-// class and a copy with Class and FirstSeen set.
+// accept checks a message handed in by Submit or Schedule while the
+// runtime accepts them (from the start of Run to the start of its stop)
+// and returns its class and a copy with Class and FirstSeen set.
 func (r *Runtime) accept(verb, class string, m *handoff.Message) (*class, handoff.Message, error) {
 	if !r.life.accepting.Load() {
 		return nil, handoff.Message{}, ErrNotRunning
 	}
+	return r.check(verb, class, m)
+}
+
+// check is accept without the look at whether the runtime accepts.
+func (r *Runtime) check(verb, class string, m *handoff.Message) (*class, handoff.Message, error) {
 	c := r.classes.byName[class]
 	if c == nil {
 		return nil, handoff.Message{}, fmt.Errorf("%w: %q", ErrUnknownClass, class)

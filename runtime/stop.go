@@ -60,6 +60,7 @@ func (s *runState) stop(grace time.Duration, cause error) (*Report, error) {
 	r.clog.bound(s.deadline.Add(-commitTimeout - leaveTimeout))
 	r.ready.started.Store(false)
 	r.life.accepting.Store(false)
+	r.life.stopping.Store(true)
 	r.log.Log(context.Background(), s.phaseLevel(), "stop begins")
 
 	s.phase("quiesce", &rep.Quiesce, s.quiesce)
@@ -308,6 +309,10 @@ func (r *Runtime) abandon(it *item) {
 // whether or not the save succeeds.
 func (s *runState) snapshot() []any {
 	r, rep := s.r, s.rep
+	// The Schedule calls of the stop end here: those under way finish
+	// their writes first (they are resent with the rest below when
+	// their changelog write failed).
+	r.life.schedules.close()
 	s.background.Stop()
 	s.background.Wait()
 	s.keepUnsaved()

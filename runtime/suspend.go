@@ -51,7 +51,9 @@ const (
 // at the latest when a fourth message fails, so at most three messages of
 // a one-worker class become dead letters before it. A handler that knows its
 // dependency is down can say so with [handoff.Unavailable]: that suspends
-// the class at once.
+// the class at once. A failure whose error is [ErrNotRunning] once the
+// stop has begun (a Submit the stop refused) is the stop's, not a
+// dependency's: it counts toward nothing (see [OutcomeInterrupted]).
 //
 // Failures that tripped the rule, and every failure while the class is
 // suspended, count toward no MaxAttempts: they never make redeliveries or
