@@ -123,6 +123,9 @@ func exportedSeries(t *testing.T) map[string]family {
 			names[mf.GetName()+suffix] = f
 		}
 	}
+	// up is Prometheus' own series of every target it scrapes: 1 after
+	// a good scrape, 0 after a failed one (the process is down).
+	names["up"] = family{}
 	if len(names) < 20 || names["handoff_messages_total"] == nil || names["handoff_build_info"] == nil {
 		t.Fatalf("the runtime's registry gave %d names: %v", len(names), slices.Sorted(maps.Keys(names)))
 	}

@@ -42,7 +42,8 @@ func TestAlertRules(t *testing.T) {
 		"HandoffNotReady", "HandoffConsumerLagGrowing", "HandoffOldestUnsettledTooOld", "HandoffDeadLetters",
 		"HandoffStateRecordsGrowing", "HandoffClassPaused", "HandoffClassSuspended", "HandoffDrainOverBudget",
 		"HandoffCommitFailures", "HandoffKafkaAuthErrors", "HandoffDeadLetterPublishFailures",
-		"HandoffStateFileNewWithCommits",
+		"HandoffStateFileNewWithCommits", "HandoffInstanceDown", "HandoffAbsent", "HandoffRestarting",
+		"HandoffFetchErrors", "HandoffStateWriteFailures",
 	} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s", want)

@@ -521,6 +521,7 @@ func (l *stateLog) resend() bool {
 		l.waitMu.Lock()
 		l.waiting = append(waiting, l.waiting...)
 		l.waitMu.Unlock()
+		l.state.writeFails[toChangelog].Add(1)
 		l.log.Warn("changelog still not written; the messages saved meanwhile stay uncommitted", "messages", len(waiting), "err", err)
 		return false
 	}

@@ -3,12 +3,8 @@ package runtime
 import (
 	"context"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/handoff-go/handoff"
 )
@@ -24,42 +20,8 @@ func TestChangelogUnsentDeletesResent(t *testing.T) {
 	b := setup(t, 1, "orders")
 	produced := b.produceValues("orders", "k", "a", "b", "c", "d", "e")
 
-	// refuse, while set, answers every Produce to the changelog topic
-	// with an authorization error: the writes fail at once.
-	var refuse atomic.Bool
-	var refused atomic.Int64
-	cl := b.group + ".orders.handoff-changelog"
-	b.broker.Cluster().ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		b.broker.Cluster().KeepControl()
-		if !refuse.Load() {
-			return nil, nil, false
-		}
-		preq := req.(*kmsg.ProduceRequest)
-		id := b.broker.Cluster().TopicInfo(cl)
-		mine := false
-		for _, tp := range preq.Topics {
-			if tp.Topic == cl || (id != nil && tp.TopicID == id.TopicID) {
-				mine = true
-			}
-		}
-		if !mine {
-			return nil, nil, false
-		}
-		refused.Add(1)
-		resp := preq.ResponseKind().(*kmsg.ProduceResponse)
-		for _, tp := range preq.Topics {
-			rt := kmsg.NewProduceResponseTopic()
-			rt.Topic, rt.TopicID = tp.Topic, tp.TopicID
-			for _, pp := range tp.Partitions {
-				rp := kmsg.NewProduceResponseTopicPartition()
-				rp.Partition = pp.Partition
-				rp.ErrorCode = kerr.TopicAuthorizationFailed.Code
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
-		return resp, nil, true
-	})
+	// refuse, while set, makes every write to the changelog fail at once.
+	refuse, refused := refuseChangelogWrites(b, "orders")
 	cfg := func(h handoff.HandlerFunc) Config {
 		cfg := b.config(h, func(c *Class) { c.Workers = 1 })
 		cfg.DrainTimeout = 50 * time.Millisecond

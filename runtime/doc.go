@@ -313,6 +313,10 @@
 //   - handoff_rebalances_total, handoff_commit_failures_total,
 //     handoff_fetch_errors_total{topic} and
 //     handoff_dead_letter_publish_failures_total{class}.
+//   - handoff_state_write_failures_total{target}: writes of the state that
+//     failed, to the state file (target="file": a full, lost or read-only
+//     disk) or, after the file committed, to its changelog
+//     (target="changelog"). The log says what each one left uncommitted.
 //   - handoff_ready: 1 while [Runtime.Ready]; handoff_start_time_seconds:
 //     when [New] ran, the start of every counter.
 //   - handoff_build_info{version,go_version,client}: always 1, labelled

@@ -353,6 +353,9 @@ func (rs *restorer) dropFetched(pending []snapshot.Entry) []snapshot.Entry {
 		return keep
 	}
 	err := rs.state.deletePending(drop...)
+	if err != nil {
+		rs.state.writeFailed(err)
+	}
 	if err != nil && !isChangelogErr(err) {
 		rs.log.Error("followed saved records of fetched Kafka messages not deleted; the partition's next restore re-pushes them", "records", len(drop), "err", err)
 		return keep

@@ -124,6 +124,12 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 			ConstLabels: prometheus.Labels{"step": step},
 		}, func() float64 { return float64(r.conn.authErrs[i].Load()) }))
 	}
+	for i, target := range writeTargetNames {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "handoff_state_write_failures_total", Help: "Writes of the state that failed, by target: the state file (a full or lost disk), or its changelog topic after the file committed. The message behind a failed write stays uncommitted or runs again after a restart; the log says which.",
+			ConstLabels: prometheus.Labels{"target": target},
+		}, func() float64 { return float64(r.state.writeFails[i].Load()) }))
+	}
 	for _, c := range r.classes.order {
 		labels := prometheus.Labels{"class": c.cfg.Name}
 		for o := range numEvents {

@@ -200,6 +200,7 @@ func (l *stateLog) publishPause(ctx context.Context, c *class, p snapshot.Pause)
 		return l.putPause(ctx, c.cfg.Name, &p, p.Since)
 	})
 	if err != nil {
+		l.state.writeFails[toChangelog].Add(1)
 		l.log.Warn("class's pause, kept in the state file, not written to the changelog's meta topic; it holds on this instance only",
 			"class", c.cfg.Name, "err", err)
 		return

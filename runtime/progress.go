@@ -214,6 +214,7 @@ func (rs *resumes) progress(p kclient.Partition) (snapshot.Progress, bool) {
 func (rs *resumes) dropProgress(p kclient.Partition) {
 	err := rs.state.deleteProgress(p.Topic, int32(p.Partition))
 	if err != nil {
+		rs.state.writeFailed(err)
 		rs.log.Warn("partition's passed progress not deleted; the next assignment asks the group's offsets once more",
 			"partition", p.String(), "err", err)
 	}

@@ -162,7 +162,7 @@ func (s *runState) start() error {
 		r.deletes.Run(ctx, r.state.store, r.log, alive.beat, func(d deletes.Records) {
 			r.sched.forget(d.Delayed...)
 			r.clog.unhold(d.Pending...)
-		})
+		}, r.state.writeFailed)
 	})
 	watch := drainWatch{stats: r.Stats, metrics: r.metrics, log: r.log, drainTimeout: r.cfg.DrainTimeout, alive: &r.alive}
 	s.background.Start(watch.run)

@@ -35,6 +35,30 @@ type stateFile struct {
 	// beforeSnapshot, when set by a test, runs just before the stop's
 	// snapshot transaction.
 	beforeSnapshot func(*snapshot.Store)
+	// writeFails counts the writes that failed, per target
+	// (handoff_state_write_failures_total).
+	writeFails [numWriteTargets]atomic.Int64
+}
+
+// writeTarget is where a state write failed: the file or its changelog.
+type writeTarget int
+
+const (
+	toFile writeTarget = iota
+	toChangelog
+	numWriteTargets
+)
+
+var writeTargetNames = [numWriteTargets]string{"file", "changelog"}
+
+// writeFailed counts a write that failed: to the file, or (committed to
+// the file) to the changelog when err says so.
+func (f *stateFile) writeFailed(err error) {
+	if isChangelogErr(err) {
+		f.writeFails[toChangelog].Add(1)
+		return
+	}
+	f.writeFails[toFile].Add(1)
 }
 
 // opened is what a component gets from New: set to the file by Run.
@@ -154,6 +178,9 @@ func (f *stateFile) write(run func(func(*snapshot.Tx) error) error, it *item, wh
 		}
 		return save(tx)
 	})
+	if err != nil {
+		f.writeFailed(err)
+	}
 	if err != nil && isChangelogErr(err) && f.awaitChangelog != nil {
 		// Saved to the file but not to the changelog: the message is
 		// kept, and settled once the changelog has the write.
@@ -207,6 +234,7 @@ func (f *stateFile) testWriteErr(op string, it *item) error {
 
 func (f *stateFile) logErr(what string, it *item, err error) {
 	if err != nil {
+		f.writeFailed(err)
 		f.log.Error("state file write failed; the message may run again after a restart", "op", what,
 			"class", it.env().Class, "id", it.env().ID, "err", err)
 	}

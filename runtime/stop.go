@@ -349,6 +349,9 @@ func (s *runState) snapshot() []any {
 	if len(fresh) > 0 || !del.Empty() || len(updates) > 0 || len(delayed) > 0 || len(progs) > 0 {
 		var err error
 		recs, keys, fromKafka, err = r.state.writeSnapshot(fresh, delayed, updates, del, progs, now)
+		if err != nil {
+			r.state.writeFailed(err)
+		}
 		switch {
 		case err != nil && isChangelogErr(err):
 			s.snapErr = s.takeBack(recs, keys, fromKafka, err)

@@ -117,11 +117,11 @@ func (d *Queue) putBack(failed Records) {
 
 // Run deletes the queued records every Interval until ctx ends, and
 // tells deleted which were, once their transaction has committed. It
-// blocks until ctx ends; a failed delete is logged and its records are
-// queued again, before the newer ones. It calls beat on every turn, so
+// blocks until ctx ends; a failed delete is logged, passed to failed and
+// its records are queued again, before the newer ones. It calls beat on every turn, so
 // that a write that never returns (a hung disk) shows as a loop that
 // stopped turning.
-func (d *Queue) Run(ctx context.Context, store *snapshot.Store, log *slog.Logger, beat func(), deleted func(Records)) {
+func (d *Queue) Run(ctx context.Context, store *snapshot.Store, log *slog.Logger, beat func(), deleted func(Records), failed func(error)) {
 	t := time.NewTicker(Interval)
 	defer t.Stop()
 	for {
@@ -138,6 +138,7 @@ func (d *Queue) Run(ctx context.Context, store *snapshot.Store, log *slog.Logger
 		if err := store.Update(batch.Delete); err != nil {
 			log.Error("records of done messages not deleted; they will run again", "pending", len(batch.Pending),
 				"delayed", len(batch.Delayed), "parked", len(batch.Parked), "err", err)
+			failed(err)
 			d.putBack(batch)
 			continue
 		}

@@ -71,7 +71,7 @@ func TestDeletesBatch(t *testing.T) {
 				mu.Lock()
 				batches = append(batches, b)
 				mu.Unlock()
-			})
+			}, func(err error) { t.Errorf("delete failed: %v", err) })
 		})
 		d.Pending(pending[0])
 		d.Pending(pending[1])
