@@ -317,7 +317,10 @@
 //   - handoff_stop_phase_duration_seconds{phase} and
 //     handoff_snapshot_messages: the phases of the last stop (quiesce,
 //     drain, hard_stop, snapshot, commit, leave) and how many messages it
-//     saved.
+//     saved. The stop sets them, so only a process that keeps serving its
+//     metrics after Run returns shows them to a scrape; a service that
+//     exits then has the same figures in the stop's log lines ("stop
+//     phase done", "stop complete") and in the [Report].
 //   - handoff_state_records{bucket}: records in the state file's pending,
 //     dead, parked and delayed buckets, counted at each scrape.
 //   - handoff_state_file_new_with_commits: 1 when this run started on a
