@@ -309,6 +309,12 @@
 //     failed, to the state file (target="file": a full, lost or read-only
 //     disk) or, after the file committed, to its changelog
 //     (target="changelog"). The log says what each one left uncommitted.
+//   - handoff_state_file_lost_total: times the state file was found
+//     deleted or replaced while running (checked every second and at the
+//     stop's end). A deleted file is written back at once from the one
+//     the runtime has open, and the runtime goes on with it: nothing is
+//     lost. A file another process put at the path is left alone, and the
+//     runtime is not ready until the path holds its file again.
 //   - handoff_ready: 1 while [Runtime.Ready]; handoff_start_time_seconds:
 //     when [New] ran, the start of every counter.
 //   - handoff_build_info{version,go_version,client}: always 1, labelled
