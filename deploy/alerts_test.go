@@ -101,6 +101,10 @@ handoff_drain_timeout_seconds{job="rental", instance="a"} 30+0x30`, 15 * time.Mi
 			{"a full disk", `handoff_state_write_failures_total{job="rental", instance="a", target="file"} 0+0x5 3+0x10`, 8 * time.Minute, true},
 			{"none", `handoff_state_write_failures_total{job="rental", instance="a", target="file"} 0+0x20`, 8 * time.Minute, false},
 		},
+		"HandoffStateFileLost": {
+			{"the file deleted", `handoff_state_file_lost_total{job="rental", instance="a"} 0+0x5 1+0x10`, 7 * time.Minute, true},
+			{"never", `handoff_state_file_lost_total{job="rental", instance="a"} 0+0x20`, 7 * time.Minute, false},
+		},
 		"HandoffKafkaAuthErrors": {
 			{"rotated credentials", `handoff_kafka_auth_errors_total{job="rental", instance="a", step="sasl"} 0+0x5 4+0x10`, 7 * time.Minute, true},
 			{"none", `handoff_kafka_auth_errors_total{job="rental", instance="a", step="sasl"} 0+0x20`, 7 * time.Minute, false},

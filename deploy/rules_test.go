@@ -43,7 +43,7 @@ func TestAlertRules(t *testing.T) {
 		"HandoffStateRecordsGrowing", "HandoffClassPaused", "HandoffClassSuspended", "HandoffDrainOverBudget",
 		"HandoffCommitFailures", "HandoffKafkaAuthErrors", "HandoffDeadLetterPublishFailures",
 		"HandoffStateFileNewWithCommits", "HandoffInstanceDown", "HandoffAbsent", "HandoffRestarting",
-		"HandoffFetchErrors", "HandoffStateWriteFailures",
+		"HandoffFetchErrors", "HandoffStateWriteFailures", "HandoffStateFileLost",
 	} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s", want)

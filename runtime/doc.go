@@ -317,6 +317,12 @@
 //     failed, to the state file (target="file": a full, lost or read-only
 //     disk) or, after the file committed, to its changelog
 //     (target="changelog"). The log says what each one left uncommitted.
+//   - handoff_state_file_lost_total: times the state file was found
+//     deleted or replaced while running (checked every second and at the
+//     stop's end). A deleted file is written back at once from the one
+//     the runtime has open, and the runtime goes on with it: nothing is
+//     lost. A file another process put at the path is left alone, and the
+//     runtime is not ready until the path holds its file again.
 //   - handoff_ready: 1 while [Runtime.Ready]; handoff_start_time_seconds:
 //     when [New] ran, the start of every counter.
 //   - handoff_build_info{version,go_version,client}: always 1, labelled
@@ -325,7 +331,10 @@
 //   - handoff_stop_phase_duration_seconds{phase} and
 //     handoff_snapshot_messages: the phases of the last stop (quiesce,
 //     drain, hard_stop, snapshot, commit, leave) and how many messages it
-//     saved.
+//     saved. The stop sets them, so only a process that keeps serving its
+//     metrics after Run returns shows them to a scrape; a service that
+//     exits then has the same figures in the stop's log lines ("stop
+//     phase done", "stop complete") and in the [Report].
 //   - handoff_state_records{bucket}: records in the state file's pending,
 //     dead, parked and delayed buckets, counted at each scrape.
 //   - handoff_state_file_new_with_commits: 1 when this run started on a

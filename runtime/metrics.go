@@ -124,6 +124,9 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 			ConstLabels: prometheus.Labels{"step": step},
 		}, func() float64 { return float64(r.conn.authErrs[i].Load()) }))
 	}
+	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "handoff_state_file_lost_total", Help: "Times the state file was found deleted or replaced while running; a deleted one is written back from the open file at once (see the log).",
+	}, func() float64 { return float64(r.state.lost.Load()) }))
 	for i, target := range writeTargetNames {
 		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "handoff_state_write_failures_total", Help: "Writes of the state that failed, by target: the state file (a full or lost disk), or its changelog topic after the file committed. The message behind a failed write stays uncommitted or runs again after a restart; the log says which.",

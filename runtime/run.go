@@ -164,6 +164,11 @@ func (s *runState) start() error {
 			r.clog.unhold(d.Pending...)
 		}, r.state.writeFailed)
 	})
+	s.background.Start(func(ctx context.Context) {
+		alive := r.alive.start("state file watch", watchInterval)
+		defer alive.end()
+		r.state.watch(ctx, alive.beat)
+	})
 	watch := drainWatch{stats: r.Stats, metrics: r.metrics, log: r.log, drainTimeout: r.cfg.DrainTimeout, alive: &r.alive}
 	s.background.Start(watch.run)
 	s.background.Start(r.fail.retryUnsaved)

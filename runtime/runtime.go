@@ -331,7 +331,7 @@ func (r *Runtime) mono() int64 { return int64(time.Since(r.epoch)) }
 // a load balancer can stop sending work. Without topics, recovered and
 // not stopping is enough.
 func (r *Runtime) Ready() bool {
-	return r.ready.started.Load() && (len(r.classes.topics) == 0 ||
+	return r.ready.started.Load() && !r.state.replaced.Load() && (len(r.classes.topics) == 0 ||
 		r.ready.joined.Load() && r.ready.topicsOK.Load() && r.ready.settled.Load())
 }
 

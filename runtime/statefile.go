@@ -1,11 +1,13 @@
 package runtime
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/handoff-go/handoff/snapshot"
 )
@@ -38,6 +40,64 @@ type stateFile struct {
 	// writeFails counts the writes that failed, per target
 	// (handoff_state_write_failures_total).
 	writeFails [numWriteTargets]atomic.Int64
+	// lost counts the times the file was found deleted or replaced
+	// while open (handoff_state_file_lost_total); replaced is set while
+	// another file holds its path (not ready).
+	lost     atomic.Int64
+	replaced atomic.Bool
+}
+
+// watchInterval is how often a running runtime checks that its state
+// file is still at its path.
+const watchInterval = time.Second
+
+// watch checks every watchInterval until ctx ends that the state file is
+// still at its path, and puts it back when it is not (checkGone). It
+// blocks until ctx ends.
+func (f *stateFile) watch(ctx context.Context, beat func()) {
+	t := time.NewTicker(watchInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		beat()
+		f.checkGone()
+	}
+}
+
+// checkGone puts the state file back at its path when it was deleted
+// while open, loudly: whatever deleted it (an operator, a cleanup of the
+// volume) would otherwise take the stop's snapshot, the dead letters and
+// every other record with it at the next start. Another file at the path
+// is left alone, logged, and makes the runtime not ready.
+func (f *stateFile) checkGone() {
+	gone, err := f.store.FileGone()
+	if err != nil {
+		f.log.Warn("state file not checked", "path", f.store.Path(), "err", err)
+		return
+	}
+	if !gone {
+		f.replaced.Store(false)
+		return
+	}
+	if f.replaced.Load() {
+		return // logged when found
+	}
+	f.lost.Add(1)
+	err = f.store.Recreate()
+	switch {
+	case errors.Is(err, snapshot.ErrFileReplaced):
+		f.replaced.Store(true)
+		f.log.Error("state file replaced by another file while running; this process keeps writing to its own, which the next start will not find: stop it and put the right file back",
+			"path", f.store.Path(), "err", err)
+	case err != nil:
+		f.log.Error("state file deleted while running, and not written back; retrying every second", "path", f.store.Path(), "err", err)
+	default:
+		f.log.Error("state file deleted while running; written back from the open file, nothing lost", "path", f.store.Path())
+	}
 }
 
 // writeTarget is where a state write failed: the file or its changelog.
@@ -69,6 +129,7 @@ func (f *stateFile) opened(store *snapshot.Store) {
 
 // close closes the file; the admin API may no longer use it.
 func (f *stateFile) close() error {
+	f.checkGone() // a file deleted since the last check gets the stop's snapshot too
 	f.open.Store(false)
 	return f.store.Close()
 }

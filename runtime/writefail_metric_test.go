@@ -103,7 +103,7 @@ func refuseChangelogWrites(b *bundle, topic string) (refuse *atomic.Bool, refuse
 }
 
 // counterValue returns the value of counter name's series whose label
-// is value.
+// is value, or of its only series when label is "".
 func counterValue(t *testing.T, reg prometheus.Gatherer, name, label, value string) (float64, bool) {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -115,6 +115,9 @@ func counterValue(t *testing.T, reg prometheus.Gatherer, name, label, value stri
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			if label == "" {
+				return m.GetCounter().GetValue(), true
+			}
 			for _, l := range m.GetLabel() {
 				if l.GetName() == label && l.GetValue() == value {
 					return m.GetCounter().GetValue(), true

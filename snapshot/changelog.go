@@ -495,7 +495,7 @@ func (tx *Tx) unmap(code byte, local []byte) ([]byte, error) {
 func (s *Store) UpdateLocal(fn func(tx *Tx) error) error {
 	st := s.lockCapture()
 	cp := st.newCapture(true)
-	err := s.public(s.db.Update, "update", cp, fn)
+	err := s.public((*bolt.DB).Update, "update", cp, fn)
 	return s.sendCaptured(st, cp, err)
 }
 

@@ -105,8 +105,16 @@ type Options struct {
 // Store is one open state file. All methods are safe for concurrent use:
 // bbolt runs one write transaction at a time and readers alongside it.
 type Store struct {
+	// dbMu guards db, which Recreate replaces; every transaction holds
+	// it for reading.
+	dbMu sync.RWMutex
 	db   *bolt.DB
 	path string
+	// opened is the file db has open, as Open found it at path (nil for
+	// a read-only store): FileGone compares path with it.
+	opened os.FileInfo
+	// opts are Open's, for Recreate.
+	opts Options
 	// copied is the temporary copy a ReadOnly Open reads, removed by
 	// Close; empty when it reads path itself.
 	copied string
@@ -196,8 +204,11 @@ func openFile(path string, opts Options) (st *Store, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: open %s: %w", path, err)
 	}
-	st = &Store{db: db, path: path}
+	st = &Store{db: db, path: path, opts: opts}
 	st.localGroup.local = true
+	if st.opened, err = os.Stat(path); err != nil {
+		return nil, errors.Join(fmt.Errorf("snapshot: open %s: %w", path, err), db.Close())
+	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		if opts.Existing && tx.Bucket([]byte(bucketMeta)) == nil {
 			return fmt.Errorf("%w: no %s bucket", ErrNotState, bucketMeta)
@@ -243,6 +254,8 @@ func (s *Store) Path() string { return s.path }
 // first. The error joins everything that failed.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.dbMu.Lock()
+		defer s.dbMu.Unlock()
 		var errs []error
 		if s.db.NoSync {
 			if err := s.db.Sync(); err != nil {

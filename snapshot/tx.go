@@ -51,7 +51,7 @@ type Tx struct {
 func (s *Store) Update(fn func(tx *Tx) error) error {
 	st := s.lockCapture()
 	cp := st.newCapture(false)
-	err := s.public(s.db.Update, "update", cp, fn)
+	err := s.public((*bolt.DB).Update, "update", cp, fn)
 	return s.sendCaptured(st, cp, err)
 }
 
@@ -123,7 +123,7 @@ func (s *Store) commitGroup(calls []*groupCall, local bool) {
 	for len(calls) > 0 {
 		failed := -1
 		cp := st.newCapture(local)
-		err := s.public(s.db.Update, "update", cp, func(tx *Tx) error {
+		err := s.public((*bolt.DB).Update, "update", cp, func(tx *Tx) error {
 			for i, c := range calls {
 				if err := c.fn(tx); err != nil {
 					failed = i
@@ -151,7 +151,7 @@ func (s *Store) commitGroup(calls []*groupCall, local bool) {
 // View runs fn in a read-only transaction. It does not block writers,
 // nor is it blocked by them. It returns fn's error unchanged.
 func (s *Store) View(fn func(tx *Tx) error) error {
-	return s.public(s.db.View, "read", nil, fn)
+	return s.public((*bolt.DB).View, "read", nil, fn)
 }
 
 // public runs fn for Update and View: fn's own error comes back
@@ -159,10 +159,12 @@ func (s *Store) View(fn func(tx *Tx) error) error {
 // name. cp, when not nil, collects the changes of the transaction (its
 // changes are reset first: a Batch may run again); a local capture
 // records them in the unsent bucket before the commit.
-func (s *Store) public(method func(func(*bolt.Tx) error) error, verb string, cp *capture, fn func(tx *Tx) error) (err error) {
+func (s *Store) public(method func(*bolt.DB, func(*bolt.Tx) error) error, verb string, cp *capture, fn func(tx *Tx) error) (err error) {
 	defer s.damaged(&err)
 	var fnFailed bool
-	err = method(func(btx *bolt.Tx) error {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	err = method(s.db, func(btx *bolt.Tx) error {
 		cp.reset()
 		tx := &Tx{tx: btx, s: s, cap: cp}
 		err := fn(tx)
@@ -183,6 +185,8 @@ func (s *Store) public(method func(func(*bolt.Tx) error) error, verb string, cp 
 // doing.
 func (s *Store) view(fn func(tx *Tx) error) (err error) {
 	defer s.damaged(&err)
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
 	return s.db.View(func(btx *bolt.Tx) error { return fn(&Tx{tx: btx, s: s}) })
 }
 
@@ -190,6 +194,8 @@ func (s *Store) view(fn func(tx *Tx) error) (err error) {
 // with a damaged page an error as in view.
 func (s *Store) boltUpdate(fn func(btx *bolt.Tx) error) (err error) {
 	defer s.damaged(&err)
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
 	return s.db.Update(fn)
 }
 
