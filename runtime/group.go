@@ -213,7 +213,7 @@ type generation struct {
 	finalReq chan chan error
 	ended    chan struct{} // closed when the keeper returns
 	// caughtUp is how a fetch loop tells the keeper its partition caught
-	// up with the high watermark; see Keep.
+	// up with its end (kclient.Record.End); see Keep.
 	caughtUp chan struct{}
 	// final is set by the stop's final commit: the keeper commits nothing
 	// else and applies no change after it.
