@@ -542,14 +542,14 @@ func (k *kafkaGo) fetch(ctx context.Context, p Partition, offset int64, maxBytes
 	}
 	resp := m.(*fetchAPI.Response)
 	if resp.ErrorCode != 0 {
-		return fetched{}, kafka.Error(resp.ErrorCode)
+		return fetched{}, fmt.Errorf("fetch %s at %d: %w", p, offset, kafka.Error(resp.ErrorCode))
 	}
 	if len(resp.Topics) == 0 || len(resp.Topics[0].Partitions) == 0 {
 		return fetched{}, fmt.Errorf("fetch %s at %d: the answer has no partition", p, offset)
 	}
 	rp := &resp.Topics[0].Partitions[0]
 	if rp.ErrorCode != 0 {
-		return fetched{}, kafka.Error(rp.ErrorCode)
+		return fetched{}, fmt.Errorf("fetch %s at %d: %w", p, offset, kafka.Error(rp.ErrorCode))
 	}
 	f := fetched{records: rp.RecordSet.Records, end: rp.HighWatermark}
 	if k.cfg.ReadCommitted {
