@@ -256,10 +256,10 @@ type Config struct {
 
 	// CommitInterval is how often done offsets are committed while
 	// running. Offsets are also committed at every stop, and as soon as
-	// the partitions that caught up with their end (see IsolationLevel) have all
-	// they fetched settled (10 such commits a second on average, one per
-	// partition at once): after a burst the commit follows its last
-	// message within milliseconds. Zero means 1s.
+	// the partitions that caught up with their end (see IsolationLevel)
+	// have all they fetched settled (10 such commits a second on average,
+	// one per partition at once): after a burst the commit follows its
+	// last message within milliseconds. Zero means 1s.
 	CommitInterval time.Duration
 
 	// SessionTimeout is the consumer group session timeout: how long the
