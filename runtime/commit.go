@@ -11,7 +11,9 @@ import (
 // flow stops; the stop's final commit goes through it too.
 
 // Keep commits every CommitInterval, and sooner once the flow stops:
-// when a partition has caught up with its high watermark and everything
+// when a partition has caught up with its end (its last stable offset,
+// or high watermark with ReadUncommitted; a transaction's marker counts
+// as its record) and everything
 // fetched from the caught-up partitions is settled, it commits at once
 // (paced by a commitPacer: 10 such commits a second), so after a burst
 // the commit follows the last message within milliseconds rather than up

@@ -46,6 +46,34 @@ const (
 	StartLast
 )
 
+// IsolationLevel says which records of transactional producers the
+// runtime reads (Kafka's isolation.level).
+type IsolationLevel int
+
+const (
+	// ReadCommitted reads a transaction's records only once it
+	// committed, and never those of an aborted transaction: a
+	// partition is read up to its last stable offset, so an open
+	// transaction holds back what was written after its first record,
+	// until it ends.
+	ReadCommitted IsolationLevel = iota
+	// ReadUncommitted reads every record as soon as it is written, those
+	// of open and aborted transactions included.
+	ReadUncommitted
+)
+
+// String returns "read_committed" or "read_uncommitted", as Kafka's
+// isolation.level spells them.
+func (l IsolationLevel) String() string {
+	switch l {
+	case ReadCommitted:
+		return "read_committed"
+	case ReadUncommitted:
+		return "read_uncommitted"
+	}
+	return fmt.Sprintf("IsolationLevel(%d)", int(l))
+}
+
 // StopPolicy says what a class's stop does with the Kafka messages it has
 // not finished: unstarted, waiting out a retry backoff, or interrupted by
 // the hard stop.
@@ -228,10 +256,10 @@ type Config struct {
 
 	// CommitInterval is how often done offsets are committed while
 	// running. Offsets are also committed at every stop, and as soon as
-	// the partitions that caught up with their high watermark have all
-	// they fetched settled (10 such commits a second on average, one per
-	// partition at once): after a burst the commit follows its last
-	// message within milliseconds. Zero means 1s.
+	// the partitions that caught up with their end (see IsolationLevel)
+	// have all they fetched settled (10 such commits a second on average,
+	// one per partition at once): after a burst the commit follows its
+	// last message within milliseconds. Zero means 1s.
 	CommitInterval time.Duration
 
 	// SessionTimeout is the consumer group session timeout: how long the
@@ -248,6 +276,21 @@ type Config struct {
 	// StartOffset is where the group starts on a partition that has no
 	// committed offset. Zero means StartFirst.
 	StartOffset StartOffset
+
+	// IsolationLevel says which records of transactional producers reach
+	// the handlers. [ReadCommitted] hands them a transaction's records
+	// once it committed and never an aborted transaction's (a producer
+	// took those back); the price is that a transaction left open holds
+	// back its partition's later records until it ends (at the latest
+	// its producer's transaction timeout). [ReadUncommitted] hands them
+	// every record at once, aborted ones included. Either way the markers
+	// that end transactions reach no handler, and the commit, the lag and
+	// the commit made once a partition caught up go past them; the lag
+	// counts to the partition's last stable offset under ReadCommitted,
+	// to its high watermark under ReadUncommitted. Producers without
+	// transactions are read the same under both. Zero means
+	// ReadCommitted.
+	IsolationLevel IsolationLevel
 
 	// FetchMaxWait bounds how long a fetch request waits on the broker for
 	// new records. A partition reader's end is waited for at most this
@@ -508,6 +551,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.StartOffset != StartFirst && cfg.StartOffset != StartLast {
 		bad("unknown StartOffset %d", cfg.StartOffset)
+	}
+	if cfg.IsolationLevel != ReadCommitted && cfg.IsolationLevel != ReadUncommitted {
+		bad("unknown IsolationLevel %s (want %s or %s)", cfg.IsolationLevel, ReadCommitted, ReadUncommitted)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

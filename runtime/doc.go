@@ -304,10 +304,11 @@
 //     running work would take to drain (running handlers counted by the
 //     time they have run so far), and 1 when that exceeds DrainTimeout
 //     (checked once a second; a warning is logged then).
-//   - handoff_consumer_lag_messages{topic,partition}: high watermark minus
-//     the group's committed offset of each partition this instance holds,
-//     asked of the brokers every CommitInterval; a partition's series is
-//     removed when it leaves this instance (rebalance, stop).
+//   - handoff_consumer_lag_messages{topic,partition}: last stable offset
+//     (high watermark with ReadUncommitted) minus the group's committed
+//     offset of each partition this instance holds, asked of the brokers
+//     every CommitInterval; a partition's series is removed when it
+//     leaves this instance (rebalance, stop).
 //   - handoff_oldest_unsettled_age_seconds{class}: age of the class's
 //     oldest fetched message that is neither done nor saved.
 //   - handoff_rebalances_total, handoff_commit_failures_total,

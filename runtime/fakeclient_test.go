@@ -51,7 +51,7 @@ func newFakeClient(partitions int, perPartition int, hwm int64) *fakeClient {
 	for p := range partitions {
 		part := kclient.Partition{Topic: "orders", Partition: p}
 		for o := range perPartition {
-			f.records[part] = append(f.records[part], kclient.Record{Offset: int64(o), HighWatermark: hwm,
+			f.records[part] = append(f.records[part], kclient.Record{Offset: int64(o), End: hwm,
 				Key: []byte(fmt.Sprintf("k%d", o)), Value: []byte(fmt.Sprintf("v%d/%d", p, o))})
 		}
 	}
@@ -256,7 +256,7 @@ func fakeConsumerConfig(f *fakeClient, joined *atomic.Bool, giveBack func(func(*
 						return
 					}
 					tr.settle(tr.add(rec.Offset, 0))
-					if rec.Offset+1 >= rec.HighWatermark {
+					if rec.Offset+1 >= rec.End {
 						tr.caughtUp.Store(true)
 						select {
 						case caughtUp <- struct{}{}:

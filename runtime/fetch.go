@@ -74,24 +74,24 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 		if rc != nil && rc.done(rec.Offset) {
 			rc = nil
 		}
-		if rc != nil && rc.skip(tr, rec.Offset, seen) {
+		if pass(tr, rc, &rec, seen) {
 			tr.publish()
-			caughtUp = f.caughtUp(tr, rec.Offset+1 >= rec.HighWatermark, caughtUp, caughtUpCh)
+			caughtUp = f.caughtUp(tr, rec.Offset+1 >= rec.End, caughtUp, caughtUpCh)
 			continue
 		}
 		sl := c.slab(tr, 1+min(src.Ready(), fetchBatch-1), stamp{mono: seen, wall: f.epoch.Add(time.Duration(seen))}, spare)
 		batch = append(batch[:0], f.item(c, tr, &ids, &sl, &rec, &fetched))
-		last := rec.Offset+1 >= rec.HighWatermark
+		last := rec.Offset+1 >= rec.End
 		for sl.left() && src.Ready() > 0 && f.openFunc(c) {
 			more, ok := src.Next(ctx)
 			if !ok {
 				break
 			}
-			last = more.Offset+1 >= more.HighWatermark
+			last = more.Offset+1 >= more.End
 			if rc != nil && rc.done(more.Offset) {
 				rc = nil
 			}
-			if rc != nil && rc.skip(tr, more.Offset, seen) {
+			if pass(tr, rc, &more, seen) {
 				continue
 			}
 			batch = append(batch, f.item(c, tr, &ids, &sl, &more, &fetched))
@@ -116,6 +116,19 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 		}
 		caughtUp = f.caughtUp(tr, last, caughtUp, caughtUpCh)
 	}
+}
+
+// pass puts rec, fetched at seen, in tr without handing it to the pool,
+// and reports so, when it is a transaction's marker (settled at once:
+// there is nothing to handle, and the commit goes past it) or an offset
+// the resume cursor rc skips (see resumeCursor.skip); otherwise it does
+// nothing and reports false.
+func pass(tr *tracker, rc *resumeCursor, rec *kclient.Record, seen int64) bool {
+	if rec.Marker {
+		tr.settle(tr.put(rec.Offset, seen))
+		return true
+	}
+	return rc != nil && rc.skip(tr, rec.Offset, seen)
 }
 
 // caughtUp records whether the partition's last record fetched was its

@@ -213,7 +213,7 @@ type generation struct {
 	finalReq chan chan error
 	ended    chan struct{} // closed when the keeper returns
 	// caughtUp is how a fetch loop tells the keeper its partition caught
-	// up with the high watermark; see Keep.
+	// up with its end (kclient.Record.End); see Keep.
 	caughtUp chan struct{}
 	// final is set by the stop's final commit: the keeper commits nothing
 	// else and applies no change after it.
@@ -442,7 +442,8 @@ func (r *Runtime) newConsumer() *consumer {
 			Client: string(cfg.Client), Brokers: cfg.Brokers, ClientID: cfg.ClientID, Group: cfg.Group,
 			Instance: cfg.staticID, SessionTimeout: cfg.SessionTimeout, RebalanceTimeout: cfg.RebalanceTimeout,
 			FetchMaxWait: cfg.FetchMaxWait, FetchQueue: cfg.FetchQueue, StartLast: cfg.StartOffset == StartLast,
-			DialFunc: r.conn.clientDial(), Log: r.log, WarnFunc: r.logs.warn, FetchErrorFunc: r.metrics.fetchError,
+			ReadCommitted: cfg.IsolationLevel == ReadCommitted, DialFunc: r.conn.clientDial(),
+			Log: r.log, WarnFunc: r.logs.warn, FetchErrorFunc: r.metrics.fetchError,
 		},
 		feedFunc:     f.feed,
 		classFunc:    classFunc,

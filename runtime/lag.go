@@ -9,8 +9,9 @@ import (
 )
 
 // Consumer lag as operators read it: for each partition this instance
-// holds, the messages between the partition's high watermark and the
-// group's committed offset, sampled from the broker (through the client's
+// holds, the messages between the partition's end (its last stable
+// offset with ReadCommitted, its high watermark with ReadUncommitted) and
+// the group's committed offset, sampled from the broker (through the client's
 // Offsets) every CommitInterval whether or not commits move; and, per
 // class, the age of the oldest message fetched and not settled.
 
@@ -40,9 +41,9 @@ func (g *generation) sampleLag(ctx context.Context) {
 	}
 }
 
-// sampleLagOnce asks the partitions' leaders for their first and last
-// offsets and sets each partition's lag: the high watermark minus the
-// committed offset or, while the group has committed none, minus where
+// sampleLagOnce asks the partitions' leaders for their first offsets and
+// their ends and sets each partition's lag: the end minus the committed
+// offset or, while the group has committed none, minus where
 // reading starts (the first offset with StartFirst; with StartLast the
 // lag counts from the first fetched record, none fetched counts 0).
 //

@@ -87,7 +87,7 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 			Name: "handoff_snapshot_messages", Help: "Messages saved to the state file by the last stop.",
 		}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "handoff_consumer_lag_messages", Help: "Messages between the partition's high watermark and the group's committed offset, for the partitions this instance holds; sampled every CommitInterval.",
+			Name: "handoff_consumer_lag_messages", Help: "Messages between the partition's end (last stable offset; high watermark with ReadUncommitted) and the group's committed offset, for the partitions this instance holds; sampled every CommitInterval.",
 		}, []string{"topic", "partition"}),
 		rebalances: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "handoff_rebalances_total", Help: "Consumer group generations of this instance that ended in a rebalance.",

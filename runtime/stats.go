@@ -18,8 +18,9 @@ type ClassStats struct {
 	// class without running, which are not failures.
 	Succeeded, Failed, Retried, Parked uint64
 	// Partitions is how many partitions of the class's topics this
-	// instance fetches now. Lag is their consumer lag (high watermark
-	// minus the group's committed offset, summed), as last sampled; -1
+	// instance fetches now. Lag is their consumer lag (last stable offset,
+	// or high watermark with ReadUncommitted, minus the group's committed
+	// offset, summed), as last sampled; -1
 	// before the first sample. OldestUnsettled is the age, in seconds,
 	// of the oldest Kafka message fetched and neither done nor saved
 	// (zero when none).

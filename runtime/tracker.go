@@ -51,7 +51,9 @@ type tracker struct {
 	committed int64
 
 	// caughtUp is whether the last record fetched was the partition's
-	// last one (its offset + 1 was the high watermark).
+	// last one (its offset + 1 was the partition's end, kclient.Record.End:
+	// the last stable offset with ReadCommitted, else the high
+	// watermark). A transaction's marker counts as a record here.
 	caughtUp atomic.Bool
 	// lag is the partition's consumer lag as last sampled (lag.go), -1
 	// before.

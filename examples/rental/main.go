@@ -19,6 +19,8 @@
 //	-local-state-only               keep state in the state file only, no changelog topic: the state
 //	                                directory must survive restarts (default false: the changelog is on)
 //	-drain-timeout DURATION         bounded drain at stop (default 30s)
+//	-isolation LEVEL                read_committed (default: no record of an aborted or open transaction)
+//	                                or read_uncommitted (every record)
 //	-work DURATION                  simulated work per message, per batch for heartbeats (default 0)
 //	-work-jitter DURATION           each message's work drawn uniformly from [work-D, work+D], clamped at 0 (default 0)
 //	-effects PATH                   append "<topic> <partition> <offset> <key>" per handled message
@@ -112,6 +114,8 @@ func run(args []string) int {
 	fs.Var(&outages, "outage", "from START after the service started (`CLASS:START:DURATION`), for DURATION, every handler attempt of CLASS fails recoverably (a simulated database outage, e.g. orders:5s:20s); repeatable")
 	var stopPolicy stopPolicyFlag
 	fs.Var(&stopPolicy, "stop-policy", "what the stop does with unfinished Kafka messages: snapshot (save them) or redeliver (leave them to the partition's next owner)")
+	var isolation isolationFlag
+	fs.Var(&isolation, "isolation", "which records of transactional producers are handled: `read_committed` (the default: committed transactions' only, once committed) or read_uncommitted (every record)")
 	var client clientFlag
 	fs.Var(&client, "client", "Kafka client library: `franz-go` (the default: static membership with -instance, cooperative rebalancing) or kafka-go")
 	var ops opsFlags
@@ -156,7 +160,7 @@ func run(args []string) int {
 		admin: *adminAddr, adminToken: token, adminReadToken: readToken, probes: ops.probes, renames: ops.renames,
 		stopPolicy: stopPolicy.p, outages: outages,
 		tls: tlsConfig, sasl: mech,
-		client: client.c, instance: *instance,
+		client: client.c, instance: *instance, isolation: isolation.l,
 	})
 }
 
@@ -191,6 +195,8 @@ type serviceConfig struct {
 
 	client   runtime.Client // "" means franz-go
 	instance string         // "" means the hostname
+	// isolation is runtime.Config.IsolationLevel; zero is read_committed.
+	isolation runtime.IsolationLevel
 }
 
 // serve runs the service until a signal and prints the stop report as
@@ -220,6 +226,7 @@ func serve(log *slog.Logger, sc serviceConfig) int {
 		Client:         sc.client,
 		Instance:       sc.instance,
 		ClassRenames:   sc.renames,
+		IsolationLevel: sc.isolation,
 	})
 	if err != nil {
 		log.Error("bad configuration", "err", err)

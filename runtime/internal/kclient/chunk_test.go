@@ -44,7 +44,7 @@ func TestChunkedSource(t *testing.T) {
 	chunks := make(chan []Record, 4)
 	src := &kafkaGoSource{chunks: chunks, out: chunkOut{chunks: chunks, free: make(chan []Record, 6), size: 3}}
 	ctx := context.Background()
-	next, _, err := sendRecords(ctx, &kafka.FetchResponse{Records: kafka.NewRecordReader(recs...), HighWatermark: 15}, 7, src.out, new(recordBytes))
+	next, _, err := sendRecords(ctx, fetched{records: kafka.NewRecordReader(recs...), end: 15}, 7, src.out, new(recordBytes))
 	if err != nil || next != 15 {
 		t.Fatalf("sendRecords: offset %d, %v; want 15, nil", next, err)
 	}
@@ -57,7 +57,7 @@ func TestChunkedSource(t *testing.T) {
 			t.Errorf("before offset %d: Ready %d, want %d", off, got, wantReady[i])
 		}
 		r, ok := src.Next(ctx)
-		if !ok || r.Offset != off || string(r.Value) != fmt.Sprint("v", off) || r.HighWatermark != 15 {
+		if !ok || r.Offset != off || string(r.Value) != fmt.Sprint("v", off) || r.End != 15 {
 			t.Fatalf("Next: %+v, %v; want offset %d", r, ok, off)
 		}
 		if off == 10 { // the first chunk is back, cleared
@@ -159,9 +159,9 @@ func TestReadKeyValue(t *testing.T) {
 func TestEmptyFetchMakesNoChunk(t *testing.T) {
 	chunks := make(chan []Record, 1)
 	out := chunkOut{chunks: chunks, free: make(chan []Record, 3), size: 64}
-	resp := &kafka.FetchResponse{HighWatermark: 7}
+	resp := fetched{end: 7}
 	n := testing.AllocsPerRun(100, func() {
-		resp.Records = emptyRecords{}
+		resp.records = emptyRecords{}
 		next, _, err := sendRecords(context.Background(), resp, 7, out, new(recordBytes))
 		if err != nil || next != 7 {
 			t.Fatalf("sendRecords: %d, %v; want 7, nil", next, err)

@@ -127,6 +127,13 @@ func (f *franzGo) Join(ctx context.Context, topics []string, begin BeginFunc) er
 		// Each batch's records are decoded into a slice that comes back
 		// once Next has handed them all on (recordSlices).
 		kgo.WithPools(&recordSlices{}),
+		// A transaction's marker comes as a record, which the queue hands
+		// on as a Marker: the commit goes past it, and a partition that
+		// ends with one is caught up.
+		kgo.KeepControlRecords(),
+	}
+	if cfg.ReadCommitted {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	}
 	if cfg.Instance != "" {
 		opts = append(opts, kgo.InstanceID(cfg.Instance))
@@ -263,7 +270,11 @@ func (f *franzGo) pollLoop(ctx context.Context) {
 			if len(p.Records) == 0 {
 				return
 			}
-			if q := f.queues[Partition{p.Topic, int(p.Partition)}]; q != nil && q.put(p.Records, p.HighWatermark) {
+			end := p.HighWatermark
+			if f.cfg.ReadCommitted {
+				end = p.LastStableOffset
+			}
+			if q := f.queues[Partition{p.Topic, int(p.Partition)}]; q != nil && q.put(p.Records, end) {
 				full = append(full, q)
 			}
 		})
@@ -410,7 +421,7 @@ func (f *franzGo) Partitions(ctx context.Context, topics []string) ([]Partition,
 }
 
 // Offsets asks the partitions' leaders for their first offsets and their
-// high watermarks (two ListOffsets, each sent to the leaders by kgo).
+// ends (two ListOffsets, each sent to the leaders by kgo).
 func (f *franzGo) Offsets(ctx context.Context, ps []Partition) (map[Partition]Range, error) {
 	first, err := f.listOffsets(ctx, ps, -2)
 	if err != nil {
@@ -482,11 +493,14 @@ func groupByTopic(ps []Partition) (topics []string, parts [][]int32) {
 }
 
 // listOffsets returns the offset at timestamp (-2: the first, -1: the
-// high watermark) of each of ps that answered without an error. It fails
+// end, see Range) of each of ps that answered without an error. It fails
 // only when no leader answered.
 func (f *franzGo) listOffsets(ctx context.Context, ps []Partition, timestamp int64) (map[Partition]int64, error) {
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.ReplicaID = -1
+	if f.cfg.ReadCommitted {
+		req.IsolationLevel = 1 // -1 answers the last stable offset
+	}
 	topics, parts := groupByTopic(ps)
 	for i, t := range topics {
 		rt := kmsg.NewListOffsetsRequestTopic()
@@ -585,7 +599,7 @@ type franzQueue struct {
 
 	mu      sync.Mutex
 	recs    []*kgo.Record
-	hwm     int64
+	end     int64         // the partition's end (Record.End) in the last fetch put
 	paused  atomic.Bool   // set and cleared under mu, with the pause or resume
 	dropped bool          // the partition is gone: next ends
 	wake    chan struct{} // signalled by put and drop
@@ -594,7 +608,7 @@ type franzQueue struct {
 	// the records and bytes Next handed on that buffered and bytes do not
 	// count off yet (see handOn).
 	taken        []*kgo.Record
-	takenHW      int64
+	takenEnd     int64
 	pendN, pendB int64
 }
 
@@ -611,15 +625,16 @@ func newFranzQueue(f *franzGo, topic string, p int32) *franzQueue {
 		wake: make(chan struct{}, 1), room: make(chan struct{}, 1)}
 }
 
-// put appends a fetch's records and reports whether the queue is full.
-func (q *franzQueue) put(recs []*kgo.Record, hwm int64) (full bool) {
+// put appends a fetch's records, end the partition's end (Record.End)
+// in it, and reports whether the queue is full.
+func (q *franzQueue) put(recs []*kgo.Record, end int64) (full bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.dropped {
 		return false
 	}
 	q.recs = append(q.recs, recs...)
-	q.hwm = hwm
+	q.end = end
 	n := 0
 	for _, r := range recs {
 		n += len(r.Key) + len(r.Value)
@@ -690,7 +705,7 @@ func (q *franzQueue) Next(ctx context.Context) (Record, bool) {
 			q.mu.Unlock()
 			return Record{}, false
 		}
-		q.taken, q.recs, q.takenHW = q.recs, nil, q.hwm
+		q.taken, q.recs, q.takenEnd = q.recs, nil, q.end
 		q.mu.Unlock()
 		if len(q.taken) > 0 {
 			break
@@ -712,7 +727,12 @@ func (q *franzQueue) Next(ctx context.Context) (Record, bool) {
 	if q.pendN == handOnEvery || len(q.taken) == 0 {
 		q.handOn()
 	}
-	fr := Record{Offset: rec.Offset, HighWatermark: q.takenHW, Time: recordTime(rec.Timestamp), Key: rec.Key, Value: rec.Value}
+	if rec.Attrs.IsControl() {
+		fr := Record{Offset: rec.Offset, End: q.takenEnd, Marker: true}
+		rec.Recycle() // clears rec
+		return fr, true
+	}
+	fr := Record{Offset: rec.Offset, End: q.takenEnd, Time: recordTime(rec.Timestamp), Key: rec.Key, Value: rec.Value}
 	if len(rec.Headers) > 0 {
 		fr.Headers = make([]handoff.Header, len(rec.Headers))
 		for i, h := range rec.Headers {

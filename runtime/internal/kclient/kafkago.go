@@ -1,6 +1,7 @@
 package kclient
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
+	fetchAPI "github.com/segmentio/kafka-go/protocol/fetch"
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/runtime/internal/wait"
@@ -383,23 +385,13 @@ func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chunkOut, l
 			// the next lookup would be skipped. It is looked up once.
 			offset, err = k.startOffset(ctx, a.Partition, offset)
 		}
-		var resp *kafka.FetchResponse
+		var f fetched
 		if err == nil {
-			resp, err = k.fetches.Fetch(ctx, &kafka.FetchRequest{
-				Topic:     a.Topic,
-				Partition: a.Partition.Partition,
-				Offset:    offset,
-				MinBytes:  1,
-				MaxBytes:  int64(size.maxBytes),
-				MaxWait:   k.cfg.FetchMaxWait,
-			})
-		}
-		if err == nil && resp.Error != nil {
-			err = resp.Error
+			f, err = k.fetch(ctx, a.Partition, offset, size.maxBytes)
 		}
 		if err == nil {
 			var read fetchRead
-			offset, read, err = sendRecords(ctx, resp, offset, out, &rb)
+			offset, read, err = sendRecords(ctx, f, offset, out, &rb)
 			size.learn(read)
 		}
 		if err == nil {
@@ -430,9 +422,9 @@ func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chunkOut, l
 
 // startOffset returns the offset that kafka-go's FirstOffset or
 // LastOffset (offset) stands for in p now, asked of its leader through
-// the partition readers' client.
+// the partition readers' client: LastOffset is p's end (see Range).
 func (k *kafkaGo) startOffset(ctx context.Context, p Partition, offset int64) (int64, error) {
-	offs, errs, err := listOffsets(ctx, k.fetches, []Partition{p})
+	offs, errs, err := k.listOffsets(ctx, k.fetches, []Partition{p})
 	if err != nil {
 		return offset, err
 	}
@@ -503,26 +495,130 @@ func (f *fetchSize) learn(r fetchRead) {
 	f.maxBytes = int(min(max(want, minFetchBytes), 4*int64(f.maxBytes), FetchMaxBytes))
 }
 
-// sendRecords sends the records of resp from offset on to out, in
-// chunks of up to out.size and the last one at the response's end, and
-// returns the offset after the last one sent and what it read. Their keys
-// and values are copied into rb's blocks. A batch may start before the
-// offset asked for: its earlier records are skipped. Control batches
-// (transaction markers) are skipped by kafka-go's record stream.
-func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, out chunkOut, rb *recordBytes) (int64, fetchRead, error) {
-	var read fetchRead
-	// The offset after the last control batch, which the record stream
-	// skips: a fetch that ends with one (a transaction's marker) goes on
-	// past it, not at it again.
-	afterControl := int64(-1)
-	if st, ok := resp.Records.(*protocol.RecordStream); ok {
-		read.batches = len(st.Records)
-		for _, r := range st.Records {
-			if cb, ok := r.(*protocol.ControlBatch); ok {
-				afterControl = max(afterControl, controlEnd(cb))
-			}
-		}
+// fetched is one fetch response of a partition reader.
+type fetched struct {
+	// records are the response's record batches; nil for none.
+	records protocol.RecordReader
+	// end is the partition's end in the response (Record.End).
+	end int64
+	// aborted is the response's aborted transactions (with
+	// ReadCommitted; nil without): the batches to leave out.
+	aborted []fetchAPI.ResponseTransaction
+}
+
+// fetch fetches p from offset, asking for up to maxBytes (at least its
+// first batch comes whole), at the client's isolation level. It is
+// kafka-go's Client.Fetch (on the same client, so it goes to the
+// partition's leader) without its answer's loss: Client.Fetch drops the
+// aborted transactions of the response, without which a read_committed
+// reader cannot tell an aborted transaction's records from a committed
+// one's (the broker returns both below the last stable offset).
+func (k *kafkaGo) fetch(ctx context.Context, p Partition, offset int64, maxBytes int) (fetched, error) {
+	level := kafka.ReadUncommitted
+	if k.cfg.ReadCommitted {
+		level = kafka.ReadCommitted
 	}
+	m, err := k.fetches.Transport.RoundTrip(ctx, k.fetches.Addr, &fetchAPI.Request{
+		ReplicaID:      -1,
+		MaxWaitTime:    int32(k.cfg.FetchMaxWait.Milliseconds()),
+		MinBytes:       1,
+		MaxBytes:       int32(maxBytes),
+		IsolationLevel: int8(level),
+		SessionID:      -1,
+		SessionEpoch:   -1,
+		Topics: []fetchAPI.RequestTopic{{
+			Topic: p.Topic,
+			Partitions: []fetchAPI.RequestPartition{{
+				Partition:          int32(p.Partition),
+				CurrentLeaderEpoch: -1,
+				FetchOffset:        offset,
+				LogStartOffset:     -1,
+				PartitionMaxBytes:  int32(maxBytes),
+			}},
+		}},
+	})
+	if err != nil {
+		return fetched{}, fmt.Errorf("fetch %s at %d: %w", p, offset, err)
+	}
+	resp := m.(*fetchAPI.Response)
+	if resp.ErrorCode != 0 {
+		return fetched{}, fmt.Errorf("fetch %s at %d: %w", p, offset, kafka.Error(resp.ErrorCode))
+	}
+	if len(resp.Topics) == 0 || len(resp.Topics[0].Partitions) == 0 {
+		return fetched{}, fmt.Errorf("fetch %s at %d: the answer has no partition", p, offset)
+	}
+	rp := &resp.Topics[0].Partitions[0]
+	if rp.ErrorCode != 0 {
+		return fetched{}, fmt.Errorf("fetch %s at %d: %w", p, offset, kafka.Error(rp.ErrorCode))
+	}
+	f := fetched{records: rp.RecordSet.Records, end: rp.HighWatermark}
+	if k.cfg.ReadCommitted {
+		f.end, f.aborted = rp.LastStableOffset, rp.AbortedTransactions
+	}
+	return f, nil
+}
+
+// abortedTxns leaves out the batches of aborted transactions of one
+// fetch response, as Kafka's own consumer does: the response names each
+// aborted transaction its records overlap by producer and first offset;
+// a transactional batch is left out when its producer's aborted
+// transaction began at or before it and the transaction's marker has not
+// come yet.
+type abortedTxns struct {
+	pending []fetchAPI.ResponseTransaction // by first offset, not begun yet
+	open    map[int64]bool                 // producers in an aborted transaction
+}
+
+// newAbortedTxns returns the abortedTxns of a response's aborted
+// transactions; it allocates nothing for none.
+func newAbortedTxns(aborted []fetchAPI.ResponseTransaction) abortedTxns {
+	if len(aborted) == 0 {
+		return abortedTxns{}
+	}
+	pending := slices.Clone(aborted)
+	slices.SortFunc(pending, func(a, b fetchAPI.ResponseTransaction) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
+	return abortedTxns{pending: pending, open: map[int64]bool{}}
+}
+
+// aborts reports whether the transactional batch of producer at base is
+// one of an aborted transaction.
+func (a *abortedTxns) aborts(producer, base int64) bool {
+	for len(a.pending) > 0 && a.pending[0].FirstOffset <= base {
+		a.open[a.pending[0].ProducerID] = true
+		a.pending = a.pending[1:]
+	}
+	return a.open[producer] // false in a nil map
+}
+
+// ended notes the marker of producer's transaction: what producer writes
+// after it is another transaction's.
+func (a *abortedTxns) ended(producer int64) { delete(a.open, producer) }
+
+// sendRecords sends the records of f from offset on to out, in chunks
+// of up to out.size and the last one at the response's end, and returns
+// the offset to fetch next and what it read. Their keys and values are
+// copied into rb's blocks. A batch may start before the offset asked
+// for: its earlier records are skipped. A control batch (a transaction's
+// marker) is sent as one Record with Marker set, at its offset; the
+// batches of aborted transactions (f.aborted) are left out, and the next
+// fetch starts past them.
+func sendRecords(ctx context.Context, f fetched, offset int64, out chunkOut, rb *recordBytes) (int64, fetchRead, error) {
+	var read fetchRead
+	var one [1]protocol.RecordReader
+	var batches []protocol.RecordReader
+	switch st := f.records.(type) {
+	case nil:
+	case *protocol.RecordStream:
+		batches = st.Records
+		read.batches = len(st.Records)
+	default: // not a stream of batches: one batch, of no transaction
+		one[0] = st
+		batches = one[:]
+	}
+	aborted := newAbortedTxns(f.aborted)
+	// after is the offset after the last record left out, which no
+	// record sent covers when the response ends with it.
+	after := int64(-1)
 	var chunk []Record // made at its first record: an empty fetch makes none
 	send := func() error {
 		if len(chunk) == 0 {
@@ -537,48 +633,89 @@ func sendRecords(ctx context.Context, resp *kafka.FetchResponse, offset int64, o
 		chunk = nil
 		return nil
 	}
-	for {
-		rec, err := resp.Records.ReadRecord()
-		if errors.Is(err, io.EOF) {
-			err := send()
-			if err == nil && afterControl > offset {
-				offset = afterControl
-			}
-			return offset, read, err
-		}
-		if err != nil {
-			// What was read before it goes on; the fetch is tried again
-			// from the offset after it.
-			serr := send()
-			return offset, read, errors.Join(serr, fmt.Errorf("decode records: %w", err))
-		}
-		read.records++
-		if rec.Offset < offset && offset >= 0 {
-			read.bytes += closeBytes(rec.Key, rec.Value) // their pages go back to kafka-go's pool
-			continue
-		}
-		fr := Record{Offset: rec.Offset, HighWatermark: resp.HighWatermark, Time: recordTime(rec.Time)}
-		fr.Key, fr.Value, err = readKeyValue(rec.Key, rec.Value, rb)
-		read.bytes += int64(len(fr.Key) + len(fr.Value))
-		if err != nil {
-			serr := send()
-			return offset, read, errors.Join(serr, fmt.Errorf("read record at offset %d: %w", rec.Offset, err))
-		}
-		if len(rec.Headers) > 0 {
-			// kafka-go decodes each header value into a slice of its own.
-			fr.Headers = make([]handoff.Header, len(rec.Headers))
-			for i, h := range rec.Headers {
-				fr.Headers[i] = handoff.Header{Key: h.Key, Value: h.Value}
-			}
-		}
+	add := func(fr Record) error {
 		if chunk == nil {
 			chunk = out.make()
 		}
 		if chunk = append(chunk, fr); len(chunk) == out.size {
-			if err := send(); err != nil {
+			return send()
+		}
+		return nil
+	}
+	for _, batch := range batches {
+		switch b := batch.(type) {
+		case *protocol.ControlBatch:
+			aborted.ended(b.ProducerID)
+			if end := controlEnd(b); end > offset {
+				if err := add(Record{Offset: end - 1, End: f.end, Marker: true}); err != nil {
+					return offset, read, err
+				}
+			}
+			continue
+		case *protocol.RecordBatch:
+			if b.Attributes.Transactional() && aborted.aborts(b.ProducerID, b.BaseOffset) {
+				n, size, end := leaveOut(b)
+				read.records += n
+				read.bytes += size
+				after = max(after, end)
+				continue
+			}
+		}
+		for {
+			rec, err := batch.ReadRecord()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				// What was read before it goes on; the fetch is tried
+				// again from the offset after it.
+				serr := send()
+				return offset, read, errors.Join(serr, fmt.Errorf("decode records: %w", err))
+			}
+			read.records++
+			if rec.Offset < offset && offset >= 0 {
+				read.bytes += closeBytes(rec.Key, rec.Value) // their pages go back to kafka-go's pool
+				continue
+			}
+			fr := Record{Offset: rec.Offset, End: f.end, Time: recordTime(rec.Time)}
+			fr.Key, fr.Value, err = readKeyValue(rec.Key, rec.Value, rb)
+			read.bytes += int64(len(fr.Key) + len(fr.Value))
+			if err != nil {
+				serr := send()
+				return offset, read, errors.Join(serr, fmt.Errorf("read record at offset %d: %w", rec.Offset, err))
+			}
+			if len(rec.Headers) > 0 {
+				// kafka-go decodes each header value into a slice of its own.
+				fr.Headers = make([]handoff.Header, len(rec.Headers))
+				for i, h := range rec.Headers {
+					fr.Headers[i] = handoff.Header{Key: h.Key, Value: h.Value}
+				}
+			}
+			if err := add(fr); err != nil {
 				return offset, read, err
 			}
 		}
+	}
+	err := send()
+	if err == nil && after > offset {
+		offset = after
+	}
+	return offset, read, err
+}
+
+// leaveOut reads (and closes) the records of batch b, which nothing
+// else reads, and returns how many there were, their keys' and values'
+// bytes and the offset after the last one (-1 when it has none).
+func leaveOut(b *protocol.RecordBatch) (n int, size, end int64) {
+	end = -1
+	for {
+		rec, err := b.ReadRecord()
+		if err != nil {
+			return n, size, end
+		}
+		n++
+		size += closeBytes(rec.Key, rec.Value)
+		end = max(end, rec.Offset+1)
 	}
 }
 
@@ -677,17 +814,21 @@ func (k *kafkaGo) Missing(ctx context.Context, topics []string) (map[string]bool
 	return missingOf(topics, answers, kafka.UnknownTopicOrPartition)
 }
 
-// Offsets asks the partitions' leaders for their first and last offsets.
+// Offsets asks the partitions' leaders for their first offsets and their
+// ends.
 func (k *kafkaGo) Offsets(ctx context.Context, ps []Partition) (map[Partition]Range, error) {
-	offs, _, err := listOffsets(ctx, k.commits, ps)
+	offs, _, err := k.listOffsets(ctx, k.commits, ps)
 	return offs, err
 }
 
-// listOffsets asks the leaders of ps for their first and last offsets
-// through cl: the ranges of the partitions that answered, and the errors
-// of those that did not.
-func listOffsets(ctx context.Context, cl *kafka.Client, ps []Partition) (map[Partition]Range, map[Partition]error, error) {
+// listOffsets asks the leaders of ps for their first offsets and their
+// ends (see Range) through cl: the ranges of the partitions that
+// answered, and the errors of those that did not.
+func (k *kafkaGo) listOffsets(ctx context.Context, cl *kafka.Client, ps []Partition) (map[Partition]Range, map[Partition]error, error) {
 	req := &kafka.ListOffsetsRequest{Addr: cl.Addr, Topics: map[string][]kafka.OffsetRequest{}}
+	if k.cfg.ReadCommitted {
+		req.IsolationLevel = kafka.ReadCommitted // the last offset is the last stable one
+	}
 	for _, p := range ps {
 		req.Topics[p.Topic] = append(req.Topics[p.Topic], kafka.FirstOffsetOf(p.Partition), kafka.LastOffsetOf(p.Partition))
 	}

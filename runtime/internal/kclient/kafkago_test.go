@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -159,9 +161,16 @@ func startBroker(t *testing.T) *devbroker.Broker {
 // hands over.
 func readFrom(t *testing.T, ctx context.Context, b *devbroker.Broker, offset int64, maxWait time.Duration) <-chan []Record {
 	t.Helper()
+	return readFromAt(t, ctx, b, offset, maxWait, false)
+}
+
+// readFromAt is readFrom at an isolation level: read_committed when
+// readCommitted is set, else read_uncommitted.
+func readFromAt(t *testing.T, ctx context.Context, b *devbroker.Broker, offset int64, maxWait time.Duration, readCommitted bool) <-chan []Record {
+	t.Helper()
 	tr := &kafka.Transport{}
 	cl := &kafka.Client{Addr: kafka.TCP(b.Addr()), Transport: tr}
-	k := &kafkaGo{fetches: cl, cfg: Config{FetchMaxWait: maxWait, WarnFunc: warnNow, FetchErrorFunc: func(string) {}}}
+	k := &kafkaGo{fetches: cl, cfg: Config{FetchMaxWait: maxWait, WarnFunc: warnNow, FetchErrorFunc: func(string) {}, ReadCommitted: readCommitted}}
 	chunks, out := newChunkOut(100)
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -406,4 +415,75 @@ func TestControlBatchPassed(t *testing.T) {
 		}
 	}
 	t.Fatalf("fetched the commit marker's offset %d times; want the reader past it", atMarker)
+}
+
+// TestInterleavedTransactions: two transactional producers write to one
+// partition in turn (offsets 0..3: p1-a, p2-a, p1-b, p2-b); the first
+// aborts (marker 4), the second commits (marker 5). A read_committed
+// kafka-go reader hands over p2-a and p2-b, and both markers as marker
+// records, nothing of the aborted transaction (the broker returns its
+// batches too, and names it among the response's aborted transactions);
+// a read_uncommitted one hands over all four records and both markers.
+// Every record's End is the partition's end, 6.
+func TestInterleavedTransactions(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	producer := func(id string) *kgo.Client {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.TransactionalID(id), kgo.DefaultProduceTopic("t"), kgo.ProducerLinger(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	p1, p2 := producer("p1"), producer("p2")
+	for _, w := range []struct {
+		cl *kgo.Client
+		v  string
+	}{{p1, "p1-a"}, {p2, "p2-a"}, {p1, "p1-b"}, {p2, "p2-b"}} {
+		if err := w.cl.ProduceSync(ctx, &kgo.Record{Value: []byte(w.v)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p1.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	if err := p2.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		readCommitted bool
+		want          []string // value, or "marker", by offset
+	}{
+		{true, []string{"1 p2-a", "3 p2-b", "4 marker", "5 marker"}},
+		{false, []string{"0 p1-a", "1 p2-a", "2 p1-b", "3 p2-b", "4 marker", "5 marker"}},
+	} {
+		chunks := readFromAt(t, ctx, b, 0, 100*time.Millisecond, tc.readCommitted)
+		var got []string
+		for len(got) < len(tc.want) {
+			select {
+			case c := <-chunks:
+				for _, r := range c {
+					if r.End != 6 {
+						t.Errorf("read_committed %v: record at %d has End %d, want 6", tc.readCommitted, r.Offset, r.End)
+					}
+					v := string(r.Value)
+					if r.Marker {
+						v = "marker"
+					}
+					got = append(got, fmt.Sprint(r.Offset, " ", v))
+				}
+			case <-ctx.Done():
+				t.Fatalf("read_committed %v: read %q, want %q", tc.readCommitted, got, tc.want)
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("read_committed %v: read %q, want %q", tc.readCommitted, got, tc.want)
+		}
+	}
 }

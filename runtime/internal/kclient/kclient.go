@@ -64,9 +64,16 @@ type Assigned struct {
 // client's fetch buffer or owned by the client's record).
 type Record struct {
 	Offset int64
-	// HighWatermark is the partition's high watermark in the fetch
-	// response the record came with.
-	HighWatermark int64
+	// End is the end of the partition as this client reads it, in the
+	// fetch response the record came with: its last stable offset with
+	// ReadCommitted, its high watermark without. A record at End - 1 is
+	// the last one there is to read for now.
+	End int64
+	// Marker says the record is a transaction's marker (a control
+	// record), not a message: it has no time, key, value or headers, and
+	// is read only so that the reading and the commit can go past its
+	// offset.
+	Marker bool
 	// Time is the record's timestamp in UTC; zero for a record without
 	// one.
 	Time       time.Time
@@ -82,7 +89,9 @@ type OutRecord struct {
 	Time       time.Time // zero: the produce time
 }
 
-// Range is a partition's first offset and its high watermark.
+// Range is a partition's first offset and its end as the client reads
+// it: the last stable offset with ReadCommitted, the high watermark
+// without.
 type Range struct {
 	First, Last int64
 }
@@ -167,7 +176,7 @@ type Client interface {
 	// Missing returns which of topics the brokers do not know. It blocks
 	// until they answer or ctx ends.
 	Missing(ctx context.Context, topics []string) (map[string]bool, error)
-	// Offsets returns the first offset and the high watermark of each of
+	// Offsets returns the first offset and the end (see Range) of each of
 	// ps that the brokers answered for. It blocks until they answer or
 	// ctx ends.
 	Offsets(ctx context.Context, ps []Partition) (map[Partition]Range, error)
@@ -218,6 +227,13 @@ type Config struct {
 	// StartLast says a partition with no committed offset starts at its
 	// end; false: at its start.
 	StartLast bool
+	// ReadCommitted reads transactional records only once their
+	// transaction committed, never those of an aborted one, and a
+	// partition only up to its last stable offset (where its oldest open
+	// transaction begins); false reads every record up to the high
+	// watermark. Either way the markers that end transactions come as
+	// Records with Marker set.
+	ReadCommitted bool
 	// DialFunc, when set (TLS or SASL configured), makes every connection of
 	// the client; nil lets the client dial by itself.
 	DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
