@@ -243,6 +243,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("Cache-Control", "no-store")
+	// Bound on w, not sw: past the bound, MaxBytesReader tells the
+	// server (through w) to close the connection after the answer
+	// instead of reading the rest of the body.
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
 	h.serve(sw, r)
 	status := sw.status
 	if status == 0 {
@@ -266,7 +270,6 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, "admin: request body of %d bytes: at most %d", r.ContentLength, MaxBodyBytes)
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
 	if h.preLogin != nil && !probePaths[r.URL.Path] && !h.authenticated(r) {
 		select {
 		case h.preLogin <- struct{}{}:
