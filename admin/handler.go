@@ -34,8 +34,11 @@ type Options struct {
 	// show messages: /api/dead, /api/dead/{key}, /api/parked,
 	// /api/delayed, and the dashboard's dead letters, parked keys and
 	// delayed messages (a login with it makes a read-only session).
-	// Probes, metrics and /api/classes stay open. Empty means reading
-	// needs no token: then bind the handler to a trusted interface only.
+	// Probes, metrics and /api/classes stay open, but /api/classes and
+	// the dashboard show the classes' hold reasons and last handler
+	// errors (text that can carry message data) only with it. Empty
+	// means reading needs no token: then bind the handler to a trusted
+	// interface only.
 	ReadToken string
 
 	// Gatherer is served on /metrics, usually the prometheus.Registry
