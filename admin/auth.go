@@ -156,9 +156,9 @@ func (h *handler) authenticated(r *http.Request) bool {
 // loggedIn reports whether r carries a valid admin session.
 func (h *handler) loggedIn(r *http.Request) bool { return h.session(r) == roleAdmin }
 
-// setSession starts a session of role and sets its cookie, or, with
-// clear, ends r's session (if any) and removes the cookie; the cookie
-// is scoped to the path the handler is mounted at.
+// setSession ends r's session (if any), then starts a session of role
+// and sets its cookie, or, with clear, removes the cookie; the cookie is
+// scoped to the path the handler is mounted at.
 func (h *handler) setSession(w http.ResponseWriter, r *http.Request, role string, clear bool) {
 	c := &http.Cookie{
 		Name:     sessionCookie,
@@ -167,10 +167,10 @@ func (h *handler) setSession(w http.ResponseWriter, r *http.Request, role string
 		Secure:   r.TLS != nil,
 		SameSite: http.SameSiteStrictMode,
 	}
+	if old, err := r.Cookie(sessionCookie); err == nil {
+		h.sessions.revoke(old.Value)
+	}
 	if clear {
-		if old, err := r.Cookie(sessionCookie); err == nil {
-			h.sessions.revoke(old.Value)
-		}
 		c.MaxAge = -1
 	} else {
 		c.Value = h.sessions.start(role, time.Now())
