@@ -116,11 +116,25 @@ func toClassJSON(cs runtime.ClassStats) classJSON {
 	return c
 }
 
+// apiClasses serves /api/classes: to anyone, but with Options.ReadToken
+// set the holds' reasons and last errors only with it (or the admin
+// token, or a session); a wrong bearer token is refused as on the
+// endpoints that need one.
 func (h *handler) apiClasses(w http.ResponseWriter, r *http.Request) {
+	full := len(h.readToken) == 0 || h.session(r) != roleNone
+	if !full && r.Header.Get("Authorization") != "" {
+		if !h.bearer(w, r, roleRead) {
+			return
+		}
+		full = true
+	}
 	stats := h.rt.Stats()
 	out := classesJSON{instanceJSON: h.instance(), Classes: make([]classJSON, len(stats))}
 	for i, cs := range stats {
 		out.Classes[i] = toClassJSON(cs)
+		if !full {
+			out.Classes[i].Hold = out.Classes[i].Hold.redacted()
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }

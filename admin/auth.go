@@ -1,13 +1,14 @@
 package admin
 
 import (
-	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
+	"encoding/base64"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -128,54 +129,36 @@ func (h *handler) tooMany(w http.ResponseWriter, r *http.Request, client string,
 	writeError(w, http.StatusTooManyRequests, "admin: too many wrong tokens from %s: try again in %ds", client, secs)
 }
 
-// sessionValue is the cookie value of a login of role at issued: the
-// time, the role and an HMAC of both keyed by that role's token, so the
-// cookie never holds the token and stops working when the token changes.
-func (h *handler) sessionValue(issued int64, role string) string {
-	ts := strconv.FormatInt(issued, 10)
-	key := h.token
-	if role == roleRead {
-		key = h.readToken
-	}
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte("handoff admin session\x00" + role + "\x00" + ts))
-	return ts + "." + role + "." + hex.EncodeToString(mac.Sum(nil))
-}
-
-// session returns the role of r's valid, unexpired session cookie, or
-// roleNone.
+// session returns the role of r's session cookie when it names a live
+// session of this handler, else roleNone.
 func (h *handler) session(r *http.Request) string {
 	c, err := r.Cookie(sessionCookie)
 	if err != nil {
 		return roleNone
 	}
-	ts, rest, ok := strings.Cut(c.Value, ".")
-	if !ok {
-		return roleNone
-	}
-	role, _, ok := strings.Cut(rest, ".")
-	if !ok || (role == roleAdmin && len(h.token) == 0) || (role == roleRead && len(h.readToken) == 0) || (role != roleAdmin && role != roleRead) {
-		return roleNone
-	}
-	issued, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil {
-		return roleNone
-	}
-	age := time.Since(time.Unix(issued, 0))
-	if age < -time.Minute || age > sessionTTL {
-		return roleNone
-	}
-	if subtle.ConstantTimeCompare([]byte(c.Value), []byte(h.sessionValue(issued, role))) != 1 {
+	role := h.sessions.lookup(c.Value, time.Now())
+	if (role == roleAdmin && len(h.token) == 0) || (role == roleRead && len(h.readToken) == 0) {
 		return roleNone
 	}
 	return role
 }
 
+// authenticated reports whether r carries a live session or a bearer
+// token of either role. It counts no failure: the endpoint does.
+func (h *handler) authenticated(r *http.Request) bool {
+	if h.session(r) != roleNone {
+		return true
+	}
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	return ok && strings.EqualFold(scheme, "Bearer") && h.roleOf(strings.TrimSpace(tok)) != roleNone
+}
+
 // loggedIn reports whether r carries a valid admin session.
 func (h *handler) loggedIn(r *http.Request) bool { return h.session(r) == roleAdmin }
 
-// setSession sets (or, with clear, removes) the session cookie, scoped to
-// the path the handler is mounted at.
+// setSession ends r's session (if any), then starts a session of role
+// and sets its cookie, or, with clear, removes the cookie; the cookie is
+// scoped to the path the handler is mounted at.
 func (h *handler) setSession(w http.ResponseWriter, r *http.Request, role string, clear bool) {
 	c := &http.Cookie{
 		Name:     sessionCookie,
@@ -184,11 +167,87 @@ func (h *handler) setSession(w http.ResponseWriter, r *http.Request, role string
 		Secure:   r.TLS != nil,
 		SameSite: http.SameSiteStrictMode,
 	}
+	if old, err := r.Cookie(sessionCookie); err == nil {
+		h.sessions.revoke(old.Value)
+	}
 	if clear {
 		c.MaxAge = -1
 	} else {
-		c.Value = h.sessionValue(time.Now().Unix(), role)
+		c.Value = h.sessions.start(role, time.Now())
 		c.MaxAge = int(sessionTTL / time.Second)
 	}
 	http.SetCookie(w, c)
+}
+
+// maxSessions bounds the live sessions a handler keeps: past it, a login
+// ends the session that would expire first (only a right token logs in).
+const maxSessions = 1000
+
+// sessionStore holds the dashboard's sessions in memory: a cookie is a
+// random ID that names one until it expires (sessionTTL after the login)
+// or its logout ends it, and only in the handler that issued it (a
+// restart ends every session). IDs are kept hashed, so a lookup's timing
+// says nothing about them. Safe for concurrent use; the zero value is
+// ready.
+type sessionStore struct {
+	mu   sync.Mutex
+	live map[[sha256.Size]byte]liveSession
+}
+
+type liveSession struct {
+	role    string
+	expires time.Time
+}
+
+// start begins a session of role at now and returns its cookie value.
+func (s *sessionStore) start(role string, now time.Time) string {
+	id := make([]byte, 32)
+	rand.Read(id)
+	value := base64.RawURLEncoding.EncodeToString(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.live == nil {
+		s.live = map[[sha256.Size]byte]liveSession{}
+	}
+	if len(s.live) >= maxSessions {
+		var first [sha256.Size]byte
+		var firstExp time.Time
+		for k, v := range s.live {
+			if !v.expires.After(now) {
+				delete(s.live, k)
+			} else if firstExp.IsZero() || v.expires.Before(firstExp) {
+				first, firstExp = k, v.expires
+			}
+		}
+		if len(s.live) >= maxSessions {
+			delete(s.live, first)
+		}
+	}
+	s.live[sha256.Sum256([]byte(value))] = liveSession{role: role, expires: now.Add(sessionTTL)}
+	return value
+}
+
+// lookup returns the role of the live session value names at now, or
+// roleNone.
+func (s *sessionStore) lookup(value string, now time.Time) string {
+	k := sha256.Sum256([]byte(value))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.live[k]
+	if !ok {
+		return roleNone
+	}
+	if !v.expires.After(now) {
+		delete(s.live, k)
+		return roleNone
+	}
+	return v.role
+}
+
+// revoke ends the session value names, if it is live.
+func (s *sessionStore) revoke(value string) {
+	k := sha256.Sum256([]byte(value))
+	s.mu.Lock()
+	delete(s.live, k)
+	s.mu.Unlock()
 }

@@ -108,16 +108,18 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 		DeadClass:       q.Get("class"),
 	}
 	p.Flash, p.FlashErr = flash(q)
+	p.LoggedIn = p.Session == roleAdmin
+	p.CanRead = len(h.readToken) == 0 || p.Session != roleNone
 	for _, cs := range h.rt.Stats() {
 		cv := classView{classJSON: toClassJSON(cs)}
+		if !p.CanRead {
+			cv.Hold = cv.Hold.redacted()
+		}
 		if p.DrainTimeoutSeconds > 0 {
 			cv.BudgetFill = cs.DrainEstimate / p.DrainTimeoutSeconds
 		}
 		p.Classes = append(p.Classes, cv)
 	}
-
-	p.LoggedIn = p.Session == roleAdmin
-	p.CanRead = len(h.readToken) == 0 || p.Session != roleNone
 	if !p.CanRead {
 		h.render(w, p)
 		return
@@ -181,7 +183,7 @@ func (h *handler) render(w http.ResponseWriter, p page) {
 }
 
 func (h *handler) uiLogin(w http.ResponseWriter, r *http.Request) {
-	if !h.sameOrigin(w, r) {
+	if !h.sameOrigin(w, r) || !h.parseForm(w, r) {
 		return
 	}
 	switch {

@@ -14,7 +14,7 @@
 //	GET  /livez, /healthz              200 while the runtime's loops turn (Runtime.Alive), else 503 naming the stuck ones
 //	GET  /readyz                       200 while Runtime.Ready, else 503
 //	GET  /metrics                      Options.Gatherer in the Prometheus text format
-//	GET  /api/classes                  per-class stats
+//	GET  /api/classes                  per-class stats (holds' reasons and errors: read token)
 //	GET  /api/dead?class=&after=&limit= dead letters, paged (read token)
 //	GET  /api/dead/{key}               one dead letter, by its group-wide ID (read token)
 //	POST /api/dead/{key}/requeue       hand a dead letter back to its class (token)
@@ -35,10 +35,11 @@
 // 403 no token configured, 404 no such dead letter, class or path, 405 a
 // wrong method (with Allow), 409 a dead letter that is already requeued,
 // of a class the service no longer has, or whose partition another
-// instance owns (the error names the owner), 413 a pause body over 1 KiB,
-// 429 a
-// client over its limit of wrong tokens (with Retry-After), 503 a
-// runtime that is not running.
+// instance owns (the error names the owner), 413 a body over
+// [MaxBodyBytes] (or a pause body over 1 KiB), 429 a client over its
+// limit of wrong tokens (with Retry-After), 503 a runtime that is not
+// running, or too many requests without a token or session at once
+// (Options.MaxPreLogin, with Retry-After).
 //
 // # Message bytes in JSON
 //
@@ -59,15 +60,30 @@
 // "Authorization: Bearer <token>"; without one it answers 401, with a wrong
 // one 401, and when Options.Token is empty 403: mutating is then disabled.
 // The dashboard has a login form that sets an HttpOnly, SameSite=Strict
-// session cookie (an HMAC of the token and the login time, valid for 12
-// hours, so the token itself is never stored in the browser); its form
-// posts are also checked against cross-origin requests with
-// [http.CrossOriginProtection]. Tokens are compared in constant time.
+// session cookie: a random ID of a session the handler keeps in memory
+// for 12 hours, so the token itself is never stored in the browser,
+// logout ends the session on the server (a copied cookie stops working)
+// and a restart ends them all. Its form posts are also checked against
+// cross-origin requests with [http.CrossOriginProtection]. Tokens are
+// compared in constant time. With Options.ReadToken set, /api/classes
+// and the dashboard leave out the holds' reasons and last handler errors
+// (text that can carry message data) without it.
 //
 // Wrong tokens (API or login form) are logged at Warn with the client's
 // address; after 10 from one address within a minute of its first, that
 // address's token attempts get 429 until the minute ends (a proxy in
-// front makes every client one address: limit there as well).
+// front makes every client one address: limit there as well). Past
+// 10,000 tracked addresses the oldest is forgotten, so every address is
+// limited.
+//
+// # Limits
+//
+// Every request body is bounded by [MaxBodyBytes] (413 past it, unread
+// when Content-Length says so). [Serve] sets read, write and idle
+// timeouts (Options.ReadTimeout, WriteTimeout, IdleTimeout; defaults
+// [DefaultReadTimeout], [DefaultWriteTimeout], [DefaultIdleTimeout]),
+// and at most Options.MaxPreLogin ([DefaultMaxPreLogin]) requests
+// without a valid token or session are served at once.
 //
 // # Logging
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net/http"
 	"slices"
 	"strings"
@@ -33,8 +34,11 @@ type Options struct {
 	// show messages: /api/dead, /api/dead/{key}, /api/parked,
 	// /api/delayed, and the dashboard's dead letters, parked keys and
 	// delayed messages (a login with it makes a read-only session).
-	// Probes, metrics and /api/classes stay open. Empty means reading
-	// needs no token: then bind the handler to a trusted interface only.
+	// Probes, metrics and /api/classes stay open, but /api/classes and
+	// the dashboard show the classes' hold reasons and last handler
+	// errors (text that can carry message data) only with it. Empty
+	// means reading needs no token: then bind the handler to a trusted
+	// interface only.
 	ReadToken string
 
 	// Gatherer is served on /metrics, usually the prometheus.Registry
@@ -50,6 +54,23 @@ type Options struct {
 	// reload while an input field has the focus). Zero means 5s; negative
 	// means never.
 	Refresh time.Duration
+
+	// ReadTimeout, WriteTimeout and IdleTimeout are the http.Server's
+	// timeouts when [Serve] serves this handler: how long a request may
+	// take to arrive, its body included (bodies are at most
+	// [MaxBodyBytes]); how long from the end of its headers to the end
+	// of its answer; how long a kept-alive connection may sit idle. A
+	// connection past one is closed. Zero means [DefaultReadTimeout],
+	// [DefaultWriteTimeout], [DefaultIdleTimeout]; negative means none.
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+
+	// MaxPreLogin bounds the requests without a valid token or session
+	// (the login form's posts, and the pages and API reads that need no
+	// token) that the handler serves at once; more are answered 503 with
+	// Retry-After. Requests with a valid bearer token or dashboard
+	// session, and the probes and /metrics, are never counted or
+	// refused. Zero means [DefaultMaxPreLogin]; negative means no bound.
+	MaxPreLogin int
 }
 
 // handler serves the admin endpoints of one runtime.
@@ -60,6 +81,13 @@ type handler struct {
 	readToken []byte
 	// fails limits failed token attempts per client (limit.go).
 	fails failLimiter
+	// sessions are the dashboard's logins (auth.go).
+	sessions sessionStore
+	// preLogin holds a slot per request without a valid token or
+	// session being served; nil means no bound.
+	preLogin chan struct{}
+	// timeouts are Options' server timeouts, for Serve.
+	timeouts serverTimeouts
 	// probesOnly: serve the probes and metrics only (NewProbeHandler).
 	probesOnly bool
 	// metricsH serves /metrics; nil without a Gatherer.
@@ -83,9 +111,11 @@ func NewHandler(rt *runtime.Runtime, opts Options) (http.Handler, error) {
 // /livez, /healthz, /readyz and /metrics (opts.Gatherer), none of which
 // shows a message or needs a token. Serve it on an address the kubelet
 // and Prometheus reach, and [NewHandler]'s on a trusted one (or behind
-// a ReadToken). Only opts.Gatherer and opts.Logger are used.
+// a ReadToken). Only opts.Gatherer, opts.Logger and the timeouts are
+// used.
 func NewProbeHandler(rt *runtime.Runtime, opts Options) (http.Handler, error) {
-	return newHandler(rt, Options{Gatherer: opts.Gatherer, Logger: opts.Logger}, true)
+	return newHandler(rt, Options{Gatherer: opts.Gatherer, Logger: opts.Logger,
+		ReadTimeout: opts.ReadTimeout, WriteTimeout: opts.WriteTimeout, IdleTimeout: opts.IdleTimeout}, true)
 }
 
 func newHandler(rt *runtime.Runtime, opts Options, probesOnly bool) (http.Handler, error) {
@@ -114,6 +144,14 @@ func newHandler(rt *runtime.Runtime, opts Options, probesOnly bool) (http.Handle
 		mux:        http.NewServeMux(),
 		csrf:       http.NewCrossOriginProtection(),
 		probesOnly: probesOnly,
+		timeouts:   serverTimeouts{read: opts.ReadTimeout, write: opts.WriteTimeout, idle: opts.IdleTimeout},
+	}
+	switch {
+	case probesOnly || opts.MaxPreLogin < 0:
+	case opts.MaxPreLogin == 0:
+		h.preLogin = make(chan struct{}, DefaultMaxPreLogin)
+	default:
+		h.preLogin = make(chan struct{}, opts.MaxPreLogin)
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -199,14 +237,20 @@ func (h *handler) register(table []route) {
 	})
 }
 
-// ServeHTTP logs the request and hands it to the mux.
+// ServeHTTP bounds the request's body and the requests without a valid
+// token or session served at once, hands the request to the mux and
+// logs it.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	began := time.Now()
 	sw := &statusWriter{ResponseWriter: w}
 	hd := w.Header()
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("Cache-Control", "no-store")
-	h.mux.ServeHTTP(sw, r)
+	// Bound on w, not sw: past the bound, MaxBytesReader tells the
+	// server (through w) to close the connection after the answer
+	// instead of reading the rest of the body.
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	h.serve(sw, r)
 	status := sw.status
 	if status == 0 {
 		status = http.StatusOK
@@ -220,6 +264,52 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.log.LogAttrs(r.Context(), level, "request", slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.Int("status", status), slog.Duration("took", time.Since(began)))
+}
+
+// serve is ServeHTTP but for the log.
+func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength > MaxBodyBytes {
+		w.Header().Set("Connection", "close") // the body is not read
+		writeError(w, http.StatusRequestEntityTooLarge, "admin: request body of %d bytes: at most %d", r.ContentLength, MaxBodyBytes)
+		return
+	}
+	if h.preLogin != nil && !probePaths[r.URL.Path] && !h.authenticated(r) {
+		select {
+		case h.preLogin <- struct{}{}:
+			defer func() { <-h.preLogin }()
+		default:
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "admin: %d requests without a token or session are in progress already: try again, or send a token", cap(h.preLogin))
+			return
+		}
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// probePaths are the endpoints that the pre-login bound never refuses:
+// the kubelet and Prometheus send no token.
+var probePaths = map[string]bool{"/livez": true, "/healthz": true, "/readyz": true, "/metrics": true}
+
+// parseForm reads r's form (URL-encoded or multipart; the body is at
+// most MaxBodyBytes, held in memory). On failure it answers 413 for a
+// body over the bound, 400 for a malformed one, and returns false.
+func (h *handler) parseForm(w http.ResponseWriter, r *http.Request) bool {
+	var err error
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" {
+		err = r.ParseMultipartForm(MaxBodyBytes)
+	} else {
+		err = r.ParseForm()
+	}
+	var tooBig *http.MaxBytesError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, "admin: form of more than %d bytes", tooBig.Limit)
+	default:
+		writeError(w, http.StatusBadRequest, "admin: read the form: %v", err)
+	}
+	return false
 }
 
 // statusWriter remembers the status written through it.

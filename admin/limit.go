@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"container/list"
 	"net"
 	"net/http"
 	"sync"
@@ -15,9 +16,11 @@ import (
 const (
 	failLimit  = 10
 	failWindow = time.Minute
-	// failClients bounds the clients tracked at once; past it, expired
-	// windows are dropped, then new clients are not tracked (and so not
-	// limited) until some expire.
+	// failClients bounds the clients tracked at once; past it, the client
+	// whose window began first is forgotten for the new one, so clients
+	// are limited however many there are (an attacker that spreads its
+	// guesses over more than failClients addresses gets failLimit a
+	// window from each: bind the admin API to a trusted interface).
 	failClients = 10000
 )
 
@@ -32,16 +35,21 @@ func clientOf(r *http.Request) string {
 	return host
 }
 
-// failLimiter counts failed token attempts per client in fixed windows.
-// It is safe for concurrent use; the zero value is ready.
+// failLimiter counts failed token attempts per client in fixed windows,
+// for at most failClients clients. It is safe for concurrent use; the
+// zero value is ready.
 type failLimiter struct {
 	mu      sync.Mutex
-	clients map[string]*failCount
+	clients map[string]*list.Element // of *failCount, in order
+	// order holds the clients' counts by the start of their windows, the
+	// oldest first.
+	order list.List
 }
 
 type failCount struct {
-	since time.Time // the window's first failure
-	n     int
+	client string
+	since  time.Time // the window's first failure
+	n      int
 }
 
 // limited reports whether client is over its limit at now, and for how
@@ -49,14 +57,14 @@ type failCount struct {
 func (l *failLimiter) limited(client string, now time.Time) (time.Duration, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := l.clients[client]
-	if c == nil || c.n < failLimit {
+	e := l.clients[client]
+	if e == nil || e.Value.(*failCount).n < failLimit {
 		return 0, false
 	}
-	if left := c.since.Add(failWindow).Sub(now); left > 0 {
+	if left := e.Value.(*failCount).since.Add(failWindow).Sub(now); left > 0 {
 		return left, true
 	}
-	delete(l.clients, client)
+	l.forget(e)
 	return 0, false
 }
 
@@ -65,27 +73,22 @@ func (l *failLimiter) limited(client string, now time.Time) (time.Duration, bool
 func (l *failLimiter) failed(client string, now time.Time) (int, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := l.clients[client]
-	if c != nil && now.Sub(c.since) >= failWindow {
-		c = nil
+	e := l.clients[client]
+	if e != nil && now.Sub(e.Value.(*failCount).since) >= failWindow {
+		l.forget(e)
+		e = nil
 	}
-	if c == nil {
+	if e == nil {
 		if l.clients == nil {
-			l.clients = map[string]*failCount{}
+			l.clients = map[string]*list.Element{}
 		}
-		if len(l.clients) >= failClients {
-			for k, v := range l.clients {
-				if now.Sub(v.since) >= failWindow {
-					delete(l.clients, k)
-				}
-			}
-			if len(l.clients) >= failClients {
-				return 1, false
-			}
+		for len(l.clients) >= failClients {
+			l.forget(l.order.Front())
 		}
-		c = &failCount{since: now}
-		l.clients[client] = c
+		e = l.order.PushBack(&failCount{client: client, since: now})
+		l.clients[client] = e
 	}
+	c := e.Value.(*failCount)
 	c.n++
 	return c.n, c.n == failLimit
 }
@@ -93,6 +96,21 @@ func (l *failLimiter) failed(client string, now time.Time) (int, bool) {
 // succeeded forgets client's failures.
 func (l *failLimiter) succeeded(client string) {
 	l.mu.Lock()
-	delete(l.clients, client)
+	if e := l.clients[client]; e != nil {
+		l.forget(e)
+	}
 	l.mu.Unlock()
+}
+
+// forget drops e's client; l.mu is held.
+func (l *failLimiter) forget(e *list.Element) {
+	delete(l.clients, e.Value.(*failCount).client)
+	l.order.Remove(e)
+}
+
+// tracked returns how many clients l tracks.
+func (l *failLimiter) tracked() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.clients)
 }

@@ -27,6 +27,8 @@ type holdJSON struct {
 	// Since is when the suspension or pause began; absent while running.
 	Since time.Time `json:"since,omitzero"`
 	// Reason is the pause's reason, or what tripped the suspension.
+	// Reason and LastError are absent without the read token (or the
+	// admin token, or a session) when Options.ReadToken is set.
 	Reason string `json:"reason,omitempty"`
 	// LastError is the last handler error of the current (or last)
 	// suspension.
@@ -39,6 +41,14 @@ type holdJSON struct {
 func toHoldJSON(h runtime.ClassHold) holdJSON {
 	return holdJSON{State: h.State, Since: h.Since, Reason: h.Reason, LastError: h.LastError, Probes: h.Probes,
 		Suspensions: h.Suspensions, SuspendedSeconds: h.SuspendedSeconds}
+}
+
+// redacted returns h without its reason and last error, whose text can
+// carry message data: what a reader without the read token sees when
+// one is configured.
+func (h holdJSON) redacted() holdJSON {
+	h.Reason, h.LastError = "", ""
+	return h
 }
 
 // pauseJSON is the optional body of POST /api/classes/{name}/pause.
@@ -134,6 +144,9 @@ func (h *handler) uiClassAction(w http.ResponseWriter, r *http.Request, done str
 		return
 	case !h.loggedIn(r):
 		h.back(w, r, "login-first", "")
+		return
+	}
+	if !h.parseForm(w, r) {
 		return
 	}
 	name := r.PathValue("name")

@@ -16,9 +16,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	klabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/handoff-go/handoff"
@@ -37,6 +39,7 @@ type objects struct {
 	workloads []workload
 	services  []*corev1.Service
 	pdbs      []*policyv1.PodDisruptionBudget
+	netpols   []*networkingv1.NetworkPolicy
 }
 
 // workload is a Deployment or a StatefulSet: what the checks need of it.
@@ -95,6 +98,10 @@ func decodeManifests(t *testing.T) objects {
 				var p policyv1.PodDisruptionBudget
 				strict(&p)
 				o.pdbs = append(o.pdbs, &p)
+			case "networking.k8s.io/v1 NetworkPolicy":
+				var p networkingv1.NetworkPolicy
+				strict(&p)
+				o.netpols = append(o.netpols, &p)
 			default:
 				t.Errorf("%s: unexpected %s %s", where, tm.APIVersion, tm.Kind)
 			}
@@ -280,6 +287,7 @@ func checkWorkload(t *testing.T, w workload, flags map[string]bool, o objects) {
 	if !mounted {
 		t.Errorf("%s: -state=%q is on no volume", w.file, args["state"])
 	}
+	checkHardening(t, w, c)
 	inst, static := args["instance"]
 	switch w.kind {
 	case "Deployment":
@@ -299,6 +307,96 @@ func checkWorkload(t *testing.T, w workload, flags map[string]bool, o objects) {
 		}
 		if !fromPod {
 			t.Errorf("%s: POD_NAME is not set from metadata.name", w.file)
+		}
+	}
+}
+
+// checkHardening: the pod mounts no service account token, every
+// emptyDir has a size limit, the container has CPU and memory requests
+// and a memory limit at least its request, and GOMEMLIMIT is the memory
+// limit in bytes (the downward API, divisor 1: Go reads a plain number as
+// bytes).
+func checkHardening(t *testing.T, w workload, c corev1.Container) {
+	spec := w.template.Spec
+	if a := spec.AutomountServiceAccountToken; a == nil || *a {
+		t.Errorf("%s: automountServiceAccountToken is not false: the pod needs no Kubernetes API token", w.file)
+	}
+	for _, v := range spec.Volumes {
+		if v.EmptyDir != nil && (v.EmptyDir.SizeLimit == nil || v.EmptyDir.SizeLimit.IsZero()) {
+			t.Errorf("%s: emptyDir %q has no sizeLimit: a runaway state file would fill the node's disk", w.file, v.Name)
+		}
+	}
+	req, lim := c.Resources.Requests, c.Resources.Limits
+	if req.Cpu().IsZero() || req.Memory().IsZero() || lim.Memory().IsZero() || lim.Memory().Cmp(*req.Memory()) < 0 {
+		t.Errorf("%s: resources %v: want CPU and memory requests and a memory limit at least the request", w.file, c.Resources)
+	}
+	var gomem *corev1.EnvVar
+	for i, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" {
+			gomem = &c.Env[i]
+		}
+	}
+	switch {
+	case gomem == nil:
+		t.Errorf("%s: no GOMEMLIMIT: the Go runtime does not know the container's memory limit", w.file)
+	case gomem.ValueFrom == nil || gomem.ValueFrom.ResourceFieldRef == nil:
+		t.Errorf("%s: GOMEMLIMIT is not from the downward API's resourceFieldRef: %+v", w.file, gomem)
+	default:
+		ref := gomem.ValueFrom.ResourceFieldRef
+		if ref.Resource != "limits.memory" || (ref.ContainerName != "" && ref.ContainerName != c.Name) ||
+			(!ref.Divisor.IsZero() && ref.Divisor.Value() != 1) {
+			t.Errorf("%s: GOMEMLIMIT from %+v: want limits.memory of container %s in bytes (divisor 1)", w.file, ref, c.Name)
+		}
+	}
+}
+
+// TestNetworkPolicy: a NetworkPolicy isolates rental's pods for ingress
+// and lets in only TCP to the probes port (the one -probes listens on,
+// which the Service names for Prometheus), from pods it selects, never
+// from everywhere; no rule opens the admin port or all ports.
+func TestNetworkPolicy(t *testing.T) {
+	o := decodeManifests(t)
+	if len(o.netpols) != 1 {
+		t.Fatalf("%d NetworkPolicies, want 1", len(o.netpols))
+	}
+	np := o.netpols[0]
+	if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+		t.Errorf("NetworkPolicy %s: policyTypes %v lack Ingress", np.Name, np.Spec.PolicyTypes)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range o.workloads {
+		if sel.Empty() || !sel.Matches(klabels.Set(w.template.Labels)) {
+			t.Errorf("NetworkPolicy %s does not select the pods of %s (or selects every pod)", np.Name, w.file)
+		}
+		c := w.template.Spec.Containers[0]
+		ports := map[string]int32{}
+		for _, p := range c.Ports {
+			ports[p.Name] = p.ContainerPort
+		}
+		for i, r := range np.Spec.Ingress {
+			if len(r.From) == 0 || len(r.Ports) == 0 {
+				t.Errorf("NetworkPolicy %s rule %d: from anywhere or to every port", np.Name, i)
+			}
+			for _, f := range r.From {
+				if f.IPBlock != nil || (f.PodSelector == nil && f.NamespaceSelector == nil) {
+					t.Errorf("NetworkPolicy %s rule %d: a peer %+v that is not a selection of pods", np.Name, i, f)
+				}
+			}
+			for _, p := range r.Ports {
+				var port int32
+				if p.Port != nil {
+					port = p.Port.IntVal
+					if p.Port.Type == intstr.String {
+						port = ports[p.Port.StrVal]
+					}
+				}
+				if port == 0 || port != ports["probes"] || p.EndPort != nil {
+					t.Errorf("NetworkPolicy %s rule %d opens port %v of %s: only the probes port (%d)", np.Name, i, p.Port, w.file, ports["probes"])
+				}
+			}
 		}
 	}
 }
