@@ -179,7 +179,10 @@ func newHeldMember(t *testing.T, b *bundle) *heldMember {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(cl.Close)
+	t.Cleanup(func() {
+		cl.AllowRebalance() // a test that failed while holding it: the close waits for the rebalance
+		cl.Close()
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req := kmsg.NewPtrCreateTopicsRequest()
