@@ -325,22 +325,35 @@ func pauseFull(full []*franzQueue) {
 // stop's final commit, failed for its whole length although the broker
 // accepts a commit in the current generation until the join is answered
 // (PreparingRebalance). A commit that meets the short moment between the
-// join's answer and the sync (REBALANCE_IN_PROGRESS), or that the new
-// generation overtook (ILLEGAL_GENERATION while franz-go already holds a
-// newer one), is sent again in the generation franz-go holds then, every
-// commitRetry. Bounded by CommitTimeout. Only the keeper commits, one
-// commit at a time, so commits stay in order.
+// join's answer and the sync (REBALANCE_IN_PROGRESS), or that the join's
+// new generation overtook (ILLEGAL_GENERATION: franz-go holds the new
+// generation by then, or within staleTries retries), is sent again in the
+// generation franz-go holds then, every commitRetry. Bounded by
+// CommitTimeout. Only the keeper commits, one commit at a time, so
+// commits stay in order.
 func (f *franzGo) Commit(offsets map[string]map[int]int64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), CommitTimeout)
 	defer cancel()
 	var retry *time.Timer
+	stale := 0 // ILLEGAL_GENERATION refusals in a row with no newer generation
 	for {
 		member, gen := f.cl.GroupMetadata()
 		if member == "" {
 			return errors.New("kclient: commit: not a member of the group yet")
 		}
-		again, err := f.commitIn(ctx, member, gen, offsets)
-		if !again {
+		refused, err := f.commitIn(ctx, member, gen, offsets)
+		switch refused {
+		case refusedRebalance:
+			stale = 0
+		case refusedGeneration:
+			if _, now := f.cl.GroupMetadata(); now != gen {
+				stale = 0
+				break
+			}
+			if stale++; stale > staleTries {
+				return err // the member lost its generation
+			}
+		default:
 			return err
 		}
 		if retry == nil {
@@ -352,19 +365,41 @@ func (f *franzGo) Commit(offsets map[string]map[int]int64) error {
 		select {
 		case <-retry.C:
 		case <-ctx.Done():
-			return fmt.Errorf("%w (retried for %s)", err, CommitTimeout)
+			return fmt.Errorf("%w (sent again for %s)", err, CommitTimeout)
 		}
 	}
 }
 
 // commitRetry is how long Commit waits before it sends again a commit
-// refused during a rebalance's sync.
-const commitRetry = 50 * time.Millisecond
+// refused during a rebalance; staleTries is how many times it sends again
+// one refused ILLEGAL_GENERATION while franz-go still holds that
+// generation (the join's answer may be on its way).
+const (
+	commitRetry = 50 * time.Millisecond
+	staleTries  = 3
+)
+
+// A commit refusal that Commit may answer by sending the commit again.
+const (
+	refusedNot        = iota // accepted, or refused for good
+	refusedRebalance         // REBALANCE_IN_PROGRESS: between the join's answer and the sync
+	refusedGeneration        // ILLEGAL_GENERATION: a newer generation, or the member fenced
+)
+
+// refusalOf returns which refusal a partition's commit error is.
+func refusalOf(err error) int {
+	switch {
+	case errors.Is(err, kerr.RebalanceInProgress):
+		return refusedRebalance
+	case errors.Is(err, kerr.IllegalGeneration):
+		return refusedGeneration
+	}
+	return refusedNot
+}
 
 // commitIn sends one OffsetCommit of offsets as member in generation gen
-// and returns its error; again says the refusal is one of a rebalance's
-// sync (see Commit), so the commit may be sent again.
-func (f *franzGo) commitIn(ctx context.Context, member string, gen int32, offsets map[string]map[int]int64) (again bool, err error) {
+// and returns its error, and which refusal it was (see Commit).
+func (f *franzGo) commitIn(ctx context.Context, member string, gen int32, offsets map[string]map[int]int64) (refused int, err error) {
 	req := kmsg.NewPtrOffsetCommitRequest()
 	req.Group = f.cfg.Group
 	req.MemberID = member
@@ -386,32 +421,30 @@ func (f *franzGo) commitIn(ctx context.Context, member string, gen int32, offset
 	}
 	resp, err := req.RequestWith(ctx, f.cl)
 	if err != nil {
-		return false, err
+		return refusedNot, err
 	}
 	var errs []error
-	again = true
 	for _, t := range resp.Topics {
 		for _, p := range t.Partitions {
 			perr := kerr.ErrorForCode(p.ErrorCode)
 			if perr == nil {
 				continue
 			}
-			errs = append(errs, fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, perr))
-			switch {
-			case errors.Is(perr, kerr.RebalanceInProgress):
-			case errors.Is(perr, kerr.IllegalGeneration):
-				if _, now := f.cl.GroupMetadata(); now == gen {
-					again = false // the member lost its generation
-				}
-			default:
-				again = false
+			// A refusal of the group's is the same for every
+			// partition: a mix, like any other error, is not sent
+			// again.
+			r := refusalOf(perr)
+			if len(errs) > 0 && r != refused {
+				r = refusedNot
 			}
+			refused = r
+			errs = append(errs, fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, perr))
 		}
 	}
 	if len(errs) == 0 {
-		return false, nil
+		return refusedNot, nil
 	}
-	return again, fmt.Errorf("generation %d: %w", gen, errors.Join(errs...))
+	return refused, fmt.Errorf("generation %d: %w", gen, errors.Join(errs...))
 }
 
 // Close ends the membership within leaveWait, then closes the clients
