@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/runtime/internal/wait"
@@ -109,6 +110,9 @@ func (f *franzGo) Join(ctx context.Context, topics []string, begin BeginFunc) er
 		kgo.HeartbeatInterval(cfg.SessionTimeout / 3),
 		kgo.ConsumeResetOffset(reset),
 		kgo.DisableAutoCommit(),
+		// Commit makes its OffsetCommit requests itself, by topic name:
+		// version 9 at most (10 names topics by ID only).
+		kgo.MaxVersions(commitVersions()),
 		// A rebalance waits for the poll loop to hand out what it polled:
 		// no record of a revoked partition reaches a queue after the
 		// revocation.
@@ -163,6 +167,16 @@ func (f *franzGo) Join(ctx context.Context, topics []string, begin BeginFunc) er
 }
 
 func (f *franzGo) Wait() { f.poll.Wait() }
+
+// commitVersions is the member client's request versions: franz-go's
+// own (kversion.Stable), with OffsetCommit at most version 9.
+func commitVersions() *kversion.Versions {
+	v := kversion.Stable()
+	if top, ok := v.LookupMaxKeyVersion(int16(kmsg.OffsetCommit)); ok && top > 9 {
+		v.SetMaxKeyVersion(int16(kmsg.OffsetCommit), 9)
+	}
+	return v
+}
 
 // The session: franz-go's membership for the client's life.
 
@@ -310,35 +324,138 @@ func pauseFull(full []*franzQueue) {
 	}
 }
 
-// Commit commits offsets in the member's current generation; franz-go
-// sends its generation and member ID, so the broker fences a member that
-// lost them. Bounded by CommitTimeout.
+// Commit commits offsets in the member's current generation: it sends
+// the member ID and generation franz-go holds (GroupMetadata), and the
+// broker refuses a member that lost them. It makes the OffsetCommit
+// itself rather than through kgo's CommitOffsetsSync, which holds every
+// commit until a join and sync in progress are done: a join lasts until
+// every member has rejoined (each notices the rebalance at its next
+// heartbeat, SessionTimeout/3 later, or once its revoke's handlers
+// returned), often longer than CommitTimeout, so the commits of a member
+// that keeps its partitions through a cooperative rebalance, and a
+// stop's final commit, failed for its whole length although the broker
+// accepts a commit in the current generation until the join is answered
+// (PreparingRebalance). A commit that meets the short moment between the
+// join's answer and the sync (REBALANCE_IN_PROGRESS), or that the join's
+// new generation overtook (ILLEGAL_GENERATION: franz-go holds the new
+// generation by then, or within staleTries retries), is sent again in the
+// generation franz-go holds then, every commitRetry. Bounded by
+// CommitTimeout. Only the keeper commits, one commit at a time, so
+// commits stay in order.
 func (f *franzGo) Commit(offsets map[string]map[int]int64) error {
-	req := make(map[string]map[int32]kgo.EpochOffset, len(offsets))
-	for topic, parts := range offsets {
-		m := make(map[int32]kgo.EpochOffset, len(parts))
-		for p, off := range parts {
-			m[int32(p)] = kgo.EpochOffset{Epoch: -1, Offset: off}
-		}
-		req[topic] = m
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), CommitTimeout)
 	defer cancel()
-	var errs []error
-	f.cl.CommitOffsetsSync(ctx, req, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-		if err != nil {
-			errs = append(errs, err)
-			return
+	var retry *time.Timer
+	stale := 0 // ILLEGAL_GENERATION refusals in a row with no newer generation
+	for {
+		member, gen := f.cl.GroupMetadata()
+		if member == "" {
+			return errors.New("kclient: commit: not a member of the group yet")
 		}
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-					errs = append(errs, fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, err))
-				}
+		refused, err := f.commitIn(ctx, member, gen, offsets)
+		switch refused {
+		case refusedRebalance:
+			stale = 0
+		case refusedGeneration:
+			if _, now := f.cl.GroupMetadata(); now != gen {
+				stale = 0
+				break
 			}
+			if stale++; stale > staleTries {
+				return err // the member lost its generation
+			}
+		default:
+			return err
 		}
-	})
-	return errors.Join(errs...)
+		if retry == nil {
+			retry = time.NewTimer(commitRetry)
+			defer retry.Stop()
+		} else {
+			retry.Reset(commitRetry)
+		}
+		select {
+		case <-retry.C:
+		case <-ctx.Done():
+			return fmt.Errorf("%w (sent again for %s)", err, CommitTimeout)
+		}
+	}
+}
+
+// commitRetry is how long Commit waits before it sends again a commit
+// refused during a rebalance; staleTries is how many times it sends again
+// one refused ILLEGAL_GENERATION while franz-go still holds that
+// generation (the join's answer may be on its way).
+const (
+	commitRetry = 50 * time.Millisecond
+	staleTries  = 3
+)
+
+// A commit refusal that Commit may answer by sending the commit again.
+const (
+	refusedNot        = iota // accepted, or refused for good
+	refusedRebalance         // REBALANCE_IN_PROGRESS: between the join's answer and the sync
+	refusedGeneration        // ILLEGAL_GENERATION: a newer generation, or the member fenced
+)
+
+// refusalOf returns which refusal a partition's commit error is.
+func refusalOf(err error) int {
+	switch {
+	case errors.Is(err, kerr.RebalanceInProgress):
+		return refusedRebalance
+	case errors.Is(err, kerr.IllegalGeneration):
+		return refusedGeneration
+	}
+	return refusedNot
+}
+
+// commitIn sends one OffsetCommit of offsets as member in generation gen
+// and returns its error, and which refusal it was (see Commit).
+func (f *franzGo) commitIn(ctx context.Context, member string, gen int32, offsets map[string]map[int]int64) (refused int, err error) {
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group = f.cfg.Group
+	req.MemberID = member
+	req.Generation = gen
+	if f.cfg.Instance != "" {
+		req.InstanceID = kmsg.StringPtr(f.cfg.Instance)
+	}
+	for topic, parts := range offsets {
+		rt := kmsg.NewOffsetCommitRequestTopic()
+		rt.Topic = topic
+		for p, off := range parts {
+			rp := kmsg.NewOffsetCommitRequestTopicPartition()
+			rp.Partition = int32(p)
+			rp.Offset = off
+			rp.LeaderEpoch = -1
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, f.cl)
+	if err != nil {
+		return refusedNot, err
+	}
+	var errs []error
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			perr := kerr.ErrorForCode(p.ErrorCode)
+			if perr == nil {
+				continue
+			}
+			// A refusal of the group's is the same for every
+			// partition: a mix, like any other error, is not sent
+			// again.
+			r := refusalOf(perr)
+			if len(errs) > 0 && r != refused {
+				r = refusedNot
+			}
+			refused = r
+			errs = append(errs, fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, perr))
+		}
+	}
+	if len(errs) == 0 {
+		return refusedNot, nil
+	}
+	return refused, fmt.Errorf("generation %d: %w", gen, errors.Join(errs...))
 }
 
 // Close ends the membership within leaveWait, then closes the clients
