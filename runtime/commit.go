@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/handoff-go/handoff/runtime/internal/kclient"
 )
 
 // Commits: the keeper goroutine of each generation commits what its
@@ -247,6 +249,12 @@ func (k *consumer) finalCommit() error {
 	}
 	select {
 	case err := <-reply:
+		if kclient.Fenced(err) {
+			// The group ended the generation during the stop (a
+			// rebalance it overlapped): as when the session's end
+			// came first.
+			return fmt.Errorf("%w: %w", errGenerationEnded, err)
+		}
 		return err
 	case <-timer.C:
 		return fmt.Errorf("runtime: final commit did not finish in %s", commitTimeout)

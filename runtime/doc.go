@@ -160,7 +160,11 @@
 //     Run returns an error with the count; if the changelog write fails,
 //     the snapshot's Kafka messages are taken back out of the file (see
 //     State that outlives the pod).
-//  5. Commit: offsets by the rule above, at most 2s.
+//  5. Commit: offsets by the rule above, at most 2s. A commit the group
+//     refuses because a rebalance the stop overlapped ended the
+//     generation (the member fenced) is no failure: the partitions' new
+//     owners read again what was settled since the last commit, so the
+//     stop is clean, with a warning.
 //  6. Wait for the readers to close (each at most FetchMaxWait + 1s), leave
 //     the group and close the state file. Leaving finishes a group join in
 //     flight first (a member that exits with its join pending is given

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
 )
@@ -27,7 +29,10 @@ type fakeClient struct {
 	// the stop commit.
 	hwm         int64
 	failCommits atomic.Bool
-	hangClose   bool
+	// fenceCommits makes commits fail as a broker fences a member whose
+	// generation ended (UNKNOWN_MEMBER_ID).
+	fenceCommits atomic.Bool
+	hangClose    bool
 	// cooperative makes the session cooperative: its partitions come
 	// with the test's calls of keeper.Assign and keeper.Revoke, as
 	// franz-go's callbacks make them.
@@ -158,6 +163,9 @@ func (s *fakeSession) Commit(offsets map[string]map[int]int64) error {
 	f.commits++
 	if f.failCommits.Load() {
 		return errors.New("fake: the coordinator is gone")
+	}
+	if f.fenceCommits.Load() {
+		return fmt.Errorf("fake: orders/0: %w", kerr.UnknownMemberID)
 	}
 	for topic, parts := range offsets {
 		for p, off := range parts {
@@ -407,6 +415,27 @@ func TestStopFinalCommitFails(t *testing.T) {
 		t.Errorf("given back %d, want the blocked message", rep.GivenBack)
 	}
 	t.Logf("stop took %s (%d commits tried)", took, tries)
+}
+
+// TestStopFinalCommitFenced: a final commit the group refuses because it
+// fenced the member (its generation ended during the stop: a rebalance
+// the stop overlapped) loses nothing, since the partitions' new owners
+// read again what was settled since the last commit; the stop is clean,
+// as kafka-go's generation that ended during the stop already was. On
+// franz-go it made the stop ErrCommit (rental exiting 1).
+func TestStopFinalCommitFenced(t *testing.T) {
+	t.Parallel()
+	f := newFakeClient(2, 10, 1000)
+	rep, err, _ := fakeStop(t, f, func() { f.fenceCommits.Store(true) })
+	if err != nil {
+		t.Fatalf("Run: %v, want a clean stop", err)
+	}
+	if committed, tries := f.commitsMade(); len(committed) != 0 || tries == 0 {
+		t.Errorf("committed %v in %d tries through a fenced member", committed, tries)
+	}
+	if rep.GivenBack != 1 {
+		t.Errorf("given back %d, want the blocked message", rep.GivenBack)
+	}
 }
 
 // TestStopLeaveHangs: a member whose leave never returns. The final

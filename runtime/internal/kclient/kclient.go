@@ -20,6 +20,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"github.com/handoff-go/handoff"
 )
 
@@ -314,4 +317,19 @@ func recordTime(t time.Time) time.Time {
 		return time.Time{}
 	}
 	return t.UTC()
+}
+
+// Fenced reports whether err, a commit's error, says the group fenced
+// the member: its generation ended (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID)
+// or another member took its static instance ID (FENCED_INSTANCE_ID), in
+// either client's words. What it did not commit is the partitions' new
+// owners' to read again.
+func Fenced(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, kerr.IllegalGeneration) || errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.FencedInstanceID) {
+		return true
+	}
+	return errors.Is(err, kafka.IllegalGeneration) || errors.Is(err, kafka.UnknownMemberId) || errors.Is(err, kafka.FencedInstanceID)
 }
