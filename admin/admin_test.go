@@ -282,6 +282,13 @@ func TestProbes(t *testing.T) {
 	// The state file is closed: the dead-letter API says so.
 	resp, body = b.do("GET", "/api/dead")
 	wantError(t, resp, body, 503, "list dead letters", "not running")
+	// A probe's 503 is the probe's answer, normal during a rollout: no
+	// ERROR line for it (the runtime logs why it is not ready).
+	for line := range strings.Lines(b.logs.String()) {
+		if strings.Contains(line, `"path":"/readyz"`) && !strings.Contains(line, `"level":"DEBUG"`) {
+			t.Errorf("a /readyz request logged above Debug: %s", line)
+		}
+	}
 }
 
 func TestMetrics(t *testing.T) {

@@ -47,7 +47,10 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 
 	// Logger receives one record per request: method, path, status and
-	// duration. Nil means discard.
+	// duration; at Debug for the probes and /metrics whatever they
+	// answer, and for other reads that succeed; at Info for writes and
+	// client errors; at Warn for a 503, at Error for another 5xx. Nil
+	// means discard.
 	Logger *slog.Logger
 
 	// Refresh is how often the dashboard reloads itself (it skips a
@@ -257,6 +260,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	level := slog.LevelDebug
 	switch {
+	case probePaths[r.URL.Path]:
+		// A probe's 503 is its answer (not ready during a rollout, a
+		// loop stuck: the runtime logs why), not a failed request.
+	case status == http.StatusServiceUnavailable:
+		level = slog.LevelWarn // not running, or too many requests at once
 	case status >= 500:
 		level = slog.LevelError
 	case status >= 400 || (r.Method != http.MethodGet && r.Method != http.MethodHead):
