@@ -36,7 +36,9 @@ func lagSeries(t *testing.T, reg prometheus.Gatherer, name string) map[string]fl
 	return out
 }
 
-func gaugeValue(t *testing.T, reg prometheus.Gatherer, name, label, value string) (float64, bool) {
+// metricValue returns the value of gauge or counter name's series whose
+// label is value, or of its only series when label is "".
+func metricValue(t *testing.T, reg prometheus.Gatherer, name, label, value string) (float64, bool) {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -47,10 +49,12 @@ func gaugeValue(t *testing.T, reg prometheus.Gatherer, name, label, value string
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			match := label == ""
 			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetGauge().GetValue(), true
-				}
+				match = match || l.GetName() == label && l.GetValue() == value
+			}
+			if match {
+				return m.GetGauge().GetValue() + m.GetCounter().GetValue(), true
 			}
 		}
 	}
@@ -116,7 +120,7 @@ func testConsumerLag(t *testing.T, okFirst int64) {
 		return len(lag) == 2 && (committed > 0) == (okFirst > 0) && int64(sum) == int64(produced)-committed
 	})
 	t.Logf("produced %d, committed %d, lag %v", produced, committed, lag)
-	if age, ok := gaugeValue(t, reg, "handoff_oldest_unsettled_age_seconds", "class", "lag"); !ok || age <= 0 {
+	if age, ok := metricValue(t, reg, "handoff_oldest_unsettled_age_seconds", "class", "lag"); !ok || age <= 0 {
 		t.Errorf("oldest unsettled age = %v (present %v), want > 0 with hung handlers", age, ok)
 	}
 

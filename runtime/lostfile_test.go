@@ -42,7 +42,7 @@ func TestStateFileDeletedWhileRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the file written back", func() bool { return recreated.Load() == 1 })
-	if v, _ := counterValue(t, reg, "handoff_state_file_lost_total", "", ""); v != 1 {
+	if v, _ := metricValue(t, reg, "handoff_state_file_lost_total", "", ""); v != 1 {
 		t.Errorf("handoff_state_file_lost_total = %v, want 1", v)
 	}
 	b.produce(after)

@@ -40,7 +40,7 @@ func TestStateWriteFailuresCounted(t *testing.T) {
 	wait := start(t, rt, context.Background())
 	waitFor(t, "ready", rt.Ready)
 	failures := func(target string) float64 {
-		v, _ := counterValue(t, reg, "handoff_state_write_failures_total", "target", target)
+		v, _ := metricValue(t, reg, "handoff_state_write_failures_total", "target", target)
 		return v
 	}
 	if f, c := failures("file"), failures("changelog"); f != 0 || c != 0 {
@@ -100,30 +100,4 @@ func refuseChangelogWrites(b *bundle, topic string) (refuse *atomic.Bool, refuse
 		return resp, nil, true
 	})
 	return refuse, refused
-}
-
-// counterValue returns the value of counter name's series whose label
-// is value, or of its only series when label is "".
-func counterValue(t *testing.T, reg prometheus.Gatherer, name, label, value string) (float64, bool) {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if label == "" {
-				return m.GetCounter().GetValue(), true
-			}
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetCounter().GetValue(), true
-				}
-			}
-		}
-	}
-	return 0, false
 }
