@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/internal/testio"
 )
 
 // TestStopWhileMemberJoins: instance A stops while member C joins the
@@ -33,7 +34,7 @@ func TestStopWhileMemberJoins(t *testing.T) {
 	const first, during = 100, 200 // per topic: before C joins, while it joins
 	b := setup(t, 4, "orders")
 	cluster := b.broker.Cluster()
-	held := newHeldMember(t, b)
+	held := testio.JoinHeldMember(t, b.broker.Addrs(), b.group, kgo.SessionTimeout(6*time.Second))
 
 	var byA atomic.Int64
 	cfgA := b.config(func(_ context.Context, m *handoff.Message) error {
@@ -61,7 +62,7 @@ func TestStopWhileMemberJoins(t *testing.T) {
 	waitFor(t, "A handled the first messages", func() bool { return byA.Load() == int64(produced) })
 	var membersA []string // A's member ID
 	for _, m := range cluster.GroupInfo(b.group).Members {
-		if m.MemberID != held.memberID() {
+		if m.MemberID != held.MemberID() {
 			membersA = append(membersA, m.MemberID)
 		}
 	}
@@ -81,7 +82,7 @@ func TestStopWhileMemberJoins(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	held.hold()
+	held.Hold()
 	rtC, waitC := b.instance("c", b.config(func(_ context.Context, m *handoff.Message) error { b.record(m); return nil }, nil))
 	waitFor(t, "A rejoined, the rebalance waiting for S", func() bool {
 		mu.Lock()
@@ -114,7 +115,7 @@ func TestStopWhileMemberJoins(t *testing.T) {
 		case <-doneA:
 		case <-time.After(commitTimeout + 500*time.Millisecond):
 		}
-		held.release()
+		held.Release()
 	}()
 	repA, errA := waitA()
 	close(doneA)
@@ -146,73 +147,6 @@ func TestStopWhileMemberJoins(t *testing.T) {
 		t.Errorf("handled %d distinct messages of %d", unique, produced)
 	}
 }
-
-// heldMember is a plain franz-go member of a test's group (on a topic of
-// its own, so it takes none of the runtime's partitions) whose rebalances
-// the test holds: while held, it does not rejoin, and the group stays in
-// PreparingRebalance.
-type heldMember struct {
-	cl *kgo.Client
-}
-
-// newHeldMember creates the topic "held" (one partition) and joins the
-// bundle's group on it; it returns once the member has its assignment.
-// The test's cleanup closes it.
-func newHeldMember(t *testing.T, b *bundle) *heldMember {
-	t.Helper()
-	assigned := make(chan struct{})
-	var once sync.Once
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(b.broker.Addrs()...),
-		kgo.ConsumerGroup(b.group),
-		kgo.ConsumeTopics("held"),
-		// The protocols the runtime's members offer: cooperative with
-		// franz-go runtimes, range (eager) with kafka-go ones.
-		kgo.Balancers(kgo.CooperativeStickyBalancer(), kgo.RangeBalancer()),
-		kgo.SessionTimeout(6*time.Second),
-		kgo.RebalanceTimeout(30*time.Second),
-		kgo.DisableAutoCommit(),
-		kgo.BlockRebalanceOnPoll(),
-		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { once.Do(func() { close(assigned) }) }),
-		kgo.DisableClientMetrics(),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cl.AllowRebalance() // a test that failed while holding it: the close waits for the rebalance
-		cl.Close()
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req := kmsg.NewPtrCreateTopicsRequest()
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "held", 1, 1
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil || resp.Topics[0].ErrorCode != 0 {
-		t.Fatalf("create topic held: %v %+v", err, resp)
-	}
-	waitClosed(t, assigned, func() string { return "the held member was not assigned its partition" })
-	return &heldMember{cl: cl}
-}
-
-// memberID is the member's ID in the group.
-func (h *heldMember) memberID() string {
-	id, _ := h.cl.GroupMetadata()
-	return id
-}
-
-// hold blocks the member's rebalances: a poll (with a done context, so
-// it returns at once) counts until release.
-func (h *heldMember) hold() {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	h.cl.PollFetches(ctx)
-}
-
-// release lets the member rejoin.
-func (h *heldMember) release() { h.cl.AllowRebalance() }
 
 // phaseWatch is a slog handler that calls done when the stop logs the
 // end of phase.

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/handoff-go/handoff/internal/testio"
@@ -39,7 +38,7 @@ func TestProcessStopDuringRebalance(t *testing.T) {
 		return []string{"-brokers", broker.Addr(), "-group", group, "-state", filepath.Join(dir, fmt.Sprintf("state-%d.db", i)),
 			"-drain-timeout", "50ms", "-work", "2ms", "-effects", effects, "-stop-policy", "redeliver"}
 	}
-	slow := joinSlowMember(t, broker.Addrs(), group)
+	slow := testio.JoinHeldMember(t, broker.Addrs(), group)
 
 	ctx, stopProducing := context.WithCancel(context.Background())
 	defer stopProducing()
@@ -58,7 +57,7 @@ func TestProcessStopDuringRebalance(t *testing.T) {
 		}
 		before = before[:0]
 		for _, m := range gi.Members {
-			if m.MemberID != slow.memberID() {
+			if m.MemberID != slow.MemberID() {
 				before = append(before, m.MemberID)
 			}
 		}
@@ -75,7 +74,7 @@ func TestProcessStopDuringRebalance(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	slow.hold()
+	slow.Hold()
 	procs = append(procs, startService(t, bin, args(2)...))
 	waitUntil(t, "instances 0 and 1 rejoined, the rebalance waiting for the slow member", func() bool {
 		mu.Lock()
@@ -94,7 +93,7 @@ func TestProcessStopDuringRebalance(t *testing.T) {
 
 	procs[0].cmd.Process.Signal(syscall.SIGTERM)
 	// The rebalance lasts 3s more: longer than a commit may take.
-	release := time.AfterFunc(3*time.Second, slow.release)
+	release := time.AfterFunc(3*time.Second, slow.Release)
 	defer release.Stop()
 	code := procs[0].wait(t)
 	rep := procs[0].report(t)
@@ -121,71 +120,6 @@ func TestProcessStopDuringRebalance(t *testing.T) {
 		t.Errorf("%d duplicates, want tens at most", dup)
 	}
 }
-
-// slowMember is a plain franz-go member of a group, on a topic of its
-// own, whose rebalances the test holds: while held, it does not rejoin,
-// and the group stays in PreparingRebalance.
-type slowMember struct{ cl *kgo.Client }
-
-// joinSlowMember creates the topic "held" and joins group on it; it
-// returns once the member has its assignment. The test's cleanup closes
-// it.
-func joinSlowMember(t *testing.T, addrs []string, group string) *slowMember {
-	t.Helper()
-	assigned := make(chan struct{})
-	var once sync.Once
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(addrs...),
-		kgo.ConsumerGroup(group),
-		kgo.ConsumeTopics("held"),
-		// rental's protocols: cooperative on franz-go, range with
-		// kafka-go.
-		kgo.Balancers(kgo.CooperativeStickyBalancer(), kgo.RangeBalancer()),
-		kgo.RebalanceTimeout(30*time.Second),
-		kgo.DisableAutoCommit(),
-		kgo.BlockRebalanceOnPoll(),
-		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) { once.Do(func() { close(assigned) }) }),
-		kgo.DisableClientMetrics(),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cl.AllowRebalance() // a test that failed while holding it: the close waits for the rebalance
-		cl.Close()
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req := kmsg.NewPtrCreateTopicsRequest()
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "held", 1, 1
-	req.Topics = append(req.Topics, rt)
-	if resp, err := req.RequestWith(ctx, cl); err != nil || resp.Topics[0].ErrorCode != 0 {
-		t.Fatalf("create topic held: %v %+v", err, resp)
-	}
-	select {
-	case <-assigned:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the slow member was not assigned its partition")
-	}
-	return &slowMember{cl: cl}
-}
-
-func (s *slowMember) memberID() string {
-	id, _ := s.cl.GroupMetadata()
-	return id
-}
-
-// hold blocks the member's rebalances: a poll (with a done context, so
-// it returns at once) counts until release.
-func (s *slowMember) hold() {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	s.cl.PollFetches(ctx)
-}
-
-// release lets the member rejoin.
-func (s *slowMember) release() { s.cl.AllowRebalance() }
 
 // waitUntil polls cond every 10ms until it holds, failing the test after
 // a minute. It waits on the broker and the processes, not on a timer.
