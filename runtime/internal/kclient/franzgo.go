@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,11 +64,14 @@ type franzGo struct {
 	// queueBytes is each queue's share of QueuesBytes (see
 	// queueBytesFor), set with queues.
 	queueBytes atomic.Int64
+	// gone is, per topic, when its last UNKNOWN_TOPIC_ID check began
+	// (topicGone); under mu.
+	gone map[string]time.Time
 }
 
 func newFranzGo(cfg Config) (*franzGo, error) {
 	f := &franzGo{cfg: cfg, log: cfg.Log.With("client", FranzGo), queues: map[Partition]*franzQueue{},
-		begun: make(chan struct{}), kept: make(chan struct{})}
+		gone: map[string]time.Time{}, begun: make(chan struct{}), kept: make(chan struct{})}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
@@ -119,7 +123,7 @@ func (f *franzGo) Join(ctx context.Context, topics []string, begin BeginFunc) er
 		kgo.FetchMaxWait(cfg.FetchMaxWait),
 		kgo.FetchMaxBytes(franzFetchMaxBytes),
 		kgo.FetchMaxPartitionBytes(FetchMaxBytes),
-		kgo.WithLogger(&franzLogger{cfg: cfg, log: f.log, ctx: ctx}),
+		kgo.WithLogger(&franzLogger{cfg: cfg, log: f.log, ctx: ctx, recreated: f.topicGone}),
 		// The runtime's metrics are Prometheus'; no client telemetry
 		// (KIP-714) to the brokers, whose final push would add a second
 		// to a close against a broker that does not answer.
@@ -262,7 +266,11 @@ func (f *franzGo) pollLoop(ctx context.Context) {
 				return
 			}
 			f.cfg.FetchErrorFunc(topic)
+			f.cfg.FetchFunc(Partition{topic, int(p)}, err)
 			f.cfg.WarnFunc(f.cfg.Log, "fetch failed", "fetch failed; franz-go retries", "topic", topic, "partition", p, "err", err)
+			if errors.Is(err, kerr.UnknownTopicID) {
+				f.topicGone(ctx, topic)
+			}
 		})
 		var full []*franzQueue
 		f.mu.Lock()
@@ -270,6 +278,7 @@ func (f *franzGo) pollLoop(ctx context.Context) {
 			if len(p.Records) == 0 {
 				return
 			}
+			f.cfg.FetchFunc(Partition{p.Topic, int(p.Partition)}, nil)
 			end := p.HighWatermark
 			if f.cfg.ReadCommitted {
 				end = p.LastStableOffset
@@ -282,6 +291,73 @@ func (f *franzGo) pollLoop(ctx context.Context) {
 		pauseFull(full)
 		f.cl.AllowRebalance()
 	}
+}
+
+// goneCheckEvery is the least time between two checks of a topic whose
+// fetches fail with UNKNOWN_TOPIC_ID (topicGone).
+const goneCheckEvery = 5 * time.Second
+
+// topicGone is called when a fetch of topic failed with
+// UNKNOWN_TOPIC_ID: the brokers no longer know the topic ID the member
+// fetches (franz-go has retried it already); or when franz-go logged
+// that its metadata has a new ID for the topic. A topic deleted and created
+// again under its name has a new ID, which franz-go's fetch cursors never
+// take up: they fail for good. So the brokers are asked, at most every
+// goneCheckEvery and in the background, whether the name exists. If it
+// does, the topic was recreated: it is purged from the member and added
+// back, which revokes its partitions (their offsets of the old topic are
+// not committed: franz-go refuses them) and assigns them again, to start
+// from the group's committed offset of the new topic or, without one,
+// from the start offset; one that is past the new log's end is reset the
+// same way. If it does not, an ERROR says so; the partitions' fetches
+// keep failing (and the runtime's stuck signal shows them) until the
+// topic is created again.
+func (f *franzGo) topicGone(ctx context.Context, topic string) {
+	f.mu.Lock()
+	if last, ok := f.gone[topic]; ok && time.Since(last) < goneCheckEvery {
+		f.mu.Unlock()
+		return
+	}
+	f.gone[topic] = time.Now()
+	f.mu.Unlock()
+	f.poll.Go(func() { f.checkGone(ctx, topic) })
+}
+
+// checkGone is topicGone's check of topic, bounded by CommitTimeout.
+func (f *franzGo) checkGone(ctx context.Context, topic string) {
+	select {
+	case <-f.begun: // f.cl is set
+	case <-ctx.Done():
+		return
+	}
+	mctx, cancel := context.WithTimeout(ctx, CommitTimeout)
+	resp, err := f.metadata(mctx, []string{topic})
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		f.cfg.WarnFunc(f.log, "recreated check", "fetches fail with UNKNOWN_TOPIC_ID and the brokers did not answer whether the topic exists; asking again at the next failure",
+			"topic", topic, "err", err)
+		return
+	}
+	for _, t := range resp.Topics {
+		if t.Topic == nil || *t.Topic != topic {
+			continue
+		}
+		if t.ErrorCode == 0 && len(t.Partitions) > 0 {
+			f.log.Warn("topic deleted and created again on the brokers (its name has a new topic ID, which franz-go does not take up: fetches of the old one fail with UNKNOWN_TOPIC_ID): its partitions are revoked and assigned again, starting from the group's committed offsets of the new topic or, without them, from the start offset; the old topic's uncommitted offsets are not committed",
+				"topic", topic, "topic_id", fmt.Sprintf("%x", t.TopicID), "partitions", len(t.Partitions))
+			f.cl.PurgeTopicsFromClient(topic)
+			f.cl.AddConsumeTopics(topic)
+			return
+		}
+		f.log.Error("topic no longer exists on the brokers (fetches fail with UNKNOWN_TOPIC_ID, the metadata answers "+kerr.ErrorForCode(t.ErrorCode).Error()+"): its partitions are not fetched until it is created again",
+			"topic", topic)
+		return
+	}
+	f.log.Error("topic no longer exists on the brokers (fetches fail with UNKNOWN_TOPIC_ID, the metadata does not list it): its partitions are not fetched until it is created again",
+		"topic", topic)
 }
 
 // pauseFull pauses the partitions of the queues in full that are still
@@ -784,6 +860,9 @@ type franzLogger struct {
 	cfg *Config
 	log *slog.Logger
 	ctx context.Context // the fetching's: once it ended, errors are routine
+	// recreated, when set, is told of a topic franz-go found deleted and
+	// created again (a new topic ID under its name): franzGo.topicGone.
+	recreated func(ctx context.Context, topic string)
 }
 
 func (l *franzLogger) Level() kgo.LogLevel {
@@ -799,6 +878,15 @@ func (l *franzLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 		return
 	}
 	l.cfg.WarnFunc(l.log, "franz-go: "+msg, "franz-go: "+msg, keyvals...)
+	if l.recreated != nil && strings.Contains(msg, "deleted and recreated") {
+		for i := 0; i+1 < len(keyvals); i += 2 {
+			if k, _ := keyvals[i].(string); k == "topic" {
+				if topic, ok := keyvals[i+1].(string); ok {
+					l.recreated(l.ctx, topic)
+				}
+			}
+		}
+	}
 }
 
 // franzWriter is the dead-letter writer on franz-go: a producer client of
