@@ -267,6 +267,11 @@ func (f *franzGo) pollLoop(ctx context.Context) {
 			}
 			f.cfg.FetchErrorFunc(topic)
 			f.cfg.FetchFunc(Partition{topic, int(p)}, err)
+			f.mu.Lock()
+			if q := f.queues[Partition{topic, int(p)}]; q != nil {
+				q.backOff()
+			}
+			f.mu.Unlock()
 			f.cfg.WarnFunc(f.cfg.Log, "fetch failed", "fetch failed; franz-go retries", "topic", topic, "partition", p, "err", err)
 			if errors.Is(err, kerr.UnknownTopicID) {
 				f.topicGone(ctx, topic)
@@ -675,10 +680,16 @@ type franzQueue struct {
 
 	mu      sync.Mutex
 	recs    []*kgo.Record
-	end     int64         // the partition's end (Record.End) in the last fetch put
-	paused  atomic.Bool   // set and cleared under mu, with the pause or resume
-	dropped bool          // the partition is gone: next ends
-	wake    chan struct{} // signalled by put and drop
+	end     int64       // the partition's end (Record.End) in the last fetch put
+	paused  atomic.Bool // set and cleared under mu, with the pause or resume
+	dropped bool        // the partition is gone: next ends
+	// backingOff says the partition is paused after a failed fetch
+	// until retry fires (backOff); wait is the current wait, 0 after
+	// a fetch that brought records.
+	backingOff bool
+	wait       time.Duration
+	retry      *time.Timer
+	wake       chan struct{} // signalled by put and drop
 
 	// The fetch loop's own: the records it took and not yet returned, and
 	// the records and bytes Next handed on that buffered and bytes do not
@@ -711,6 +722,7 @@ func (q *franzQueue) put(recs []*kgo.Record, end int64) (full bool) {
 	}
 	q.recs = append(q.recs, recs...)
 	q.end = end
+	q.wait = 0
 	n := 0
 	for _, r := range recs {
 		n += len(r.Key) + len(r.Value)
@@ -748,7 +760,8 @@ func (q *franzQueue) pauseIfFull() {
 	q.f.cl.PauseFetchPartitions(map[string][]int32{q.topic: {q.partition}})
 }
 
-// resume resumes the partition's fetching if it is paused.
+// resume resumes the partition's fetching if it is paused, unless it
+// backs off after a failed fetch (its retry resumes it).
 func (q *franzQueue) resume() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -756,15 +769,57 @@ func (q *franzQueue) resume() {
 		return
 	}
 	q.paused.Store(false)
-	q.f.cl.ResumeFetchPartitions(map[string][]int32{q.topic: {q.partition}})
+	if !q.backingOff {
+		q.f.cl.ResumeFetchPartitions(map[string][]int32{q.topic: {q.partition}})
+	}
 }
 
-// drop ends the queue and reports whether its partition was paused.
+// backOff pauses the partition's fetching after a failed fetch, for a
+// wait that doubles from fetchBackoffMin to fetchBackoffMax while its
+// fetches fail (as kafka-go's partition readers wait): franz-go fetches
+// a partition again as soon as the poll loop took the error, so a broker
+// that answers a partition's fetch with an error at once (an unknown
+// topic ID, a storage error) had it fetched thousands of times a second.
+// A backoff under way is left as it is.
+func (q *franzQueue) backOff() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dropped || q.backingOff {
+		return
+	}
+	q.wait = min(max(2*q.wait, fetchBackoffMin), fetchBackoffMax)
+	q.backingOff = true
+	if !q.paused.Load() {
+		q.f.cl.PauseFetchPartitions(map[string][]int32{q.topic: {q.partition}})
+	}
+	q.retry = time.AfterFunc(q.wait, q.endBackOff)
+}
+
+// endBackOff ends backOff's wait: the partition fetches again, unless
+// its queue is full (paused; its fetch loop resumes it).
+func (q *franzQueue) endBackOff() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dropped || !q.backingOff {
+		return
+	}
+	q.backingOff = false
+	if !q.paused.Load() {
+		q.f.cl.ResumeFetchPartitions(map[string][]int32{q.topic: {q.partition}})
+	}
+}
+
+// drop ends the queue and reports whether its partition was paused
+// (queue full, or backing off).
 func (q *franzQueue) drop() (paused bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.dropped, q.recs = true, nil
-	paused = q.paused.Swap(false)
+	paused = q.paused.Swap(false) || q.backingOff
+	if q.retry != nil {
+		q.retry.Stop()
+	}
+	q.backingOff = false
 	select {
 	case q.wake <- struct{}{}:
 	default:
