@@ -73,7 +73,7 @@ func (rs *restorer) restore(ctx context.Context, p kclient.Partition, restored f
 	for {
 		err := rs.once(ctx, p, restored)
 		if err == nil {
-			rs.stuck.succeeded(p)
+			rs.stuck.restored(p)
 			return true
 		}
 		if ctx.Err() != nil {

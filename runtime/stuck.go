@@ -41,12 +41,12 @@ type stuckParts struct {
 // failing is one partition's episode of failures.
 type failing struct {
 	since, last time.Time
-	what        string // "fetch" or "restore from the changelog"
-	err         error
-	// sticky says only a success or the partition's end closes the
-	// episode (a restore, which retries up to restoreRetryMax apart);
-	// a fetch episode also closes after fetchErrorGap without a failure.
-	sticky bool
+	// what is whatFetch or whatRestore. Only a success or the
+	// partition's end closes a restore episode (its retries are up to
+	// restoreRetryMax apart); a fetch episode also closes after
+	// fetchErrorGap without a failure.
+	what   string
+	err    error
 	logged bool // the ERROR said it is stuck
 }
 
@@ -75,34 +75,44 @@ func (s *stuckParts) disown(p kclient.Partition) {
 	}
 }
 
+// What an episode is of.
+const (
+	whatFetch   = "fetch"
+	whatRestore = "restore from the changelog"
+)
+
 // fetched is the clients' FetchFunc: err nil closes p's fetch episode,
-// an error opens or extends it.
+// an error opens or extends it. A restore episode is left as it is: a
+// kafka-go reader fetches ahead while the restore waits.
 func (s *stuckParts) fetched(p kclient.Partition, err error) {
 	if err == nil {
 		if s.failingN.Load() == 0 {
 			return
 		}
-		s.succeeded(p)
+		s.succeeded(p, whatFetch)
 		return
 	}
-	s.failed(p, "fetch", false, err)
+	s.failed(p, whatFetch, err)
 }
 
-// restoreFailed extends p's episode with a failed restore.
+// restoreFailed opens or extends p's restore episode.
 func (s *stuckParts) restoreFailed(p kclient.Partition, err error) {
-	s.failed(p, "restore from the changelog", true, err)
+	s.failed(p, whatRestore, err)
 }
 
-// succeeded closes p's episode, if any.
-func (s *stuckParts) succeeded(p kclient.Partition) {
+// restored closes p's restore episode, if any.
+func (s *stuckParts) restored(p kclient.Partition) { s.succeeded(p, whatRestore) }
+
+// succeeded closes p's episode of what, if any.
+func (s *stuckParts) succeeded(p kclient.Partition, what string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if f := s.failing[p]; f != nil {
+	if f := s.failing[p]; f != nil && f.what == what {
 		s.closeLocked(p, f, "its "+f.what+" succeeded")
 	}
 }
 
-func (s *stuckParts) failed(p kclient.Partition, what string, sticky bool, err error) {
+func (s *stuckParts) failed(p kclient.Partition, what string, err error) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -110,6 +120,9 @@ func (s *stuckParts) failed(p kclient.Partition, what string, sticky bool, err e
 		return
 	}
 	f := s.failing[p]
+	if f != nil && f.what == whatRestore && what != whatRestore {
+		return // the restore's episode goes on until the restore succeeds
+	}
 	if f != nil && s.lapsed(f, now) {
 		s.closeLocked(p, f, "its "+f.what+" stopped failing")
 		f = nil
@@ -119,14 +132,14 @@ func (s *stuckParts) failed(p kclient.Partition, what string, sticky bool, err e
 		s.failing[p] = f
 		s.failingN.Store(int32(len(s.failing)))
 	}
-	f.last, f.what, f.err, f.sticky = now, what, err, sticky
+	f.last, f.what, f.err = now, what, err
 	s.logLocked(p, f, now)
 }
 
 // lapsed reports whether f's episode ended by itself: a fetch episode
 // with no failure for fetchErrorGap.
 func (s *stuckParts) lapsed(f *failing, now time.Time) bool {
-	return !f.sticky && now.Sub(f.last) > fetchErrorGap
+	return f.what == whatFetch && now.Sub(f.last) > fetchErrorGap
 }
 
 // logLocked logs at ERROR, once per episode, that p is stuck.

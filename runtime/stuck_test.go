@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -143,4 +144,82 @@ func plainGauge(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 		}
 	}
 	return -1
+}
+
+// TestPartitionStuckInRestore: the changelog's bounds cannot be read, so
+// the assigned partition's state is not restored and it is never
+// fetched. Before, nothing but the restore's ERROR at each retry said so:
+// no metric, and a later rebalance's restore left the runtime ready. Now,
+// past StuckAfter, handoff_stuck_partitions is 1, one ERROR says the
+// partition is stuck in its restore, and once the changelog answers
+// again the partition is restored, ready, and its messages handled.
+func TestPartitionStuckInRestore(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, "orders")
+	reg := prometheus.NewRegistry()
+	log, stuckLines := countLogs(t, "partition stuck: its restore from the changelog has failed for longer than StuckAfter with no success since; the instance is not ready until it succeeds")
+	cfg := b.config(func(_ context.Context, m *handoff.Message) error {
+		b.record(m)
+		return nil
+	}, nil)
+	cfg.Registerer = reg
+	cfg.Logger = log
+	cfg.StuckAfter = time.Second
+	c := b.broker.Cluster()
+	var failing atomic.Bool
+	failing.Store(true)
+	c.ControlKey(int16(kmsg.ListOffsets), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kr.(*kmsg.ListOffsetsRequest)
+		if !failing.Load() || len(req.Topics) == 0 || !strings.HasSuffix(req.Topics[0].Topic, ".orders.handoff-changelog") {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewListOffsetsResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewListOffsetsResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.UnknownServerError.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	const n = 6
+	b.produce(n)
+	rt, err := newRuntime(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := start(t, rt, context.Background())
+	waitFor(t, "the partition stuck in its restore", func() bool { return plainGauge(t, reg, "handoff_stuck_partitions") == 1 })
+	if s, ok := gaugeValue(t, reg, "handoff_partition_stuck_seconds", "topic", "orders"); !ok || s < cfg.StuckAfter.Seconds() {
+		t.Errorf("handoff_partition_stuck_seconds{topic=\"orders\"} = %v (present %v), want at least %v", s, ok, cfg.StuckAfter.Seconds())
+	}
+	waitFor(t, "the stuck ERROR", func() bool { return stuckLines.Load() > 0 })
+	if rt.Ready() {
+		t.Error("ready with the partition stuck in its restore")
+	}
+	if u, _ := b.counts(); u != 0 {
+		t.Errorf("%d messages handled before the partition's restore, want 0", u)
+	}
+	failing.Store(false)
+	waitFor(t, "ready", rt.Ready)
+	waitFor(t, "the messages handled", func() bool { u, _ := b.counts(); return u == n })
+	if got := plainGauge(t, reg, "handoff_stuck_partitions"); got != 0 {
+		t.Errorf("handoff_stuck_partitions = %v after the restore, want 0", got)
+	}
+	if got := stuckLines.Load(); got != 1 {
+		t.Errorf("%d stuck ERROR lines, want 1", got)
+	}
+	rt.Shutdown(context.Background())
+	if _, err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.committed(); got != n {
+		t.Errorf("committed %d, want %d", got, n)
+	}
 }
