@@ -64,14 +64,16 @@ type franzGo struct {
 	// queueBytes is each queue's share of QueuesBytes (see
 	// queueBytesFor), set with queues.
 	queueBytes atomic.Int64
-	// gone is, per topic, when its last UNKNOWN_TOPIC_ID check began
-	// (topicGone); under mu.
-	gone map[string]time.Time
+	// gone is, per topic, when its next UNKNOWN_TOPIC_ID check may begin
+	// (topicGone), and goneSaid the topics whose absence the last check
+	// logged; under mu.
+	gone     map[string]time.Time
+	goneSaid map[string]bool
 }
 
 func newFranzGo(cfg Config) (*franzGo, error) {
 	f := &franzGo{cfg: cfg, log: cfg.Log.With("client", FranzGo), queues: map[Partition]*franzQueue{},
-		gone: map[string]time.Time{}, begun: make(chan struct{}), kept: make(chan struct{})}
+		gone: map[string]time.Time{}, goneSaid: map[string]bool{}, begun: make(chan struct{}), kept: make(chan struct{})}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
@@ -298,9 +300,13 @@ func (f *franzGo) pollLoop(ctx context.Context) {
 	}
 }
 
-// goneCheckEvery is the least time between two checks of a topic whose
-// fetches fail with UNKNOWN_TOPIC_ID (topicGone).
-const goneCheckEvery = 5 * time.Second
+// The least time between two checks of a topic whose fetches fail with
+// UNKNOWN_TOPIC_ID (topicGone), and between a purge of it and the next
+// check: a purge is a rebalance of the topic.
+const (
+	goneCheckEvery = 5 * time.Second
+	goneAfterPurge = 30 * time.Second
+)
 
 // topicGone is called when a fetch of topic failed with
 // UNKNOWN_TOPIC_ID: the brokers no longer know the topic ID the member
@@ -319,11 +325,11 @@ const goneCheckEvery = 5 * time.Second
 // topic is created again.
 func (f *franzGo) topicGone(ctx context.Context, topic string) {
 	f.mu.Lock()
-	if last, ok := f.gone[topic]; ok && time.Since(last) < goneCheckEvery {
+	if next, ok := f.gone[topic]; ok && time.Now().Before(next) {
 		f.mu.Unlock()
 		return
 	}
-	f.gone[topic] = time.Now()
+	f.gone[topic] = time.Now().Add(goneCheckEvery)
 	f.mu.Unlock()
 	f.poll.Go(func() { f.checkGone(ctx, topic) })
 }
@@ -353,16 +359,31 @@ func (f *franzGo) checkGone(ctx context.Context, topic string) {
 		if t.ErrorCode == 0 && len(t.Partitions) > 0 {
 			f.log.Warn("topic deleted and created again on the brokers (its name has a new topic ID, which franz-go does not take up: fetches of the old one fail with UNKNOWN_TOPIC_ID): its partitions are revoked and assigned again, starting from the group's committed offsets of the new topic or, without them, from the start offset; the old topic's uncommitted offsets are not committed",
 				"topic", topic, "topic_id", fmt.Sprintf("%x", t.TopicID), "partitions", len(t.Partitions))
+			f.mu.Lock()
+			f.gone[topic] = time.Now().Add(goneAfterPurge)
+			delete(f.goneSaid, topic)
+			f.mu.Unlock()
 			f.cl.PurgeTopicsFromClient(topic)
 			f.cl.AddConsumeTopics(topic)
 			return
 		}
-		f.log.Error("topic no longer exists on the brokers (fetches fail with UNKNOWN_TOPIC_ID, the metadata answers "+kerr.ErrorForCode(t.ErrorCode).Error()+"): its partitions are not fetched until it is created again",
-			"topic", topic)
+		f.saidGone(topic, "the metadata answers "+kerr.ErrorForCode(t.ErrorCode).Error())
 		return
 	}
-	f.log.Error("topic no longer exists on the brokers (fetches fail with UNKNOWN_TOPIC_ID, the metadata does not list it): its partitions are not fetched until it is created again",
-		"topic", topic)
+	f.saidGone(topic, "the metadata does not list it")
+}
+
+// saidGone logs at ERROR, once until the topic is back, that topic no
+// longer exists, as the metadata said (why).
+func (f *franzGo) saidGone(topic, why string) {
+	f.mu.Lock()
+	said := f.goneSaid[topic]
+	f.goneSaid[topic] = true
+	f.mu.Unlock()
+	if !said {
+		f.log.Error("topic no longer exists on the brokers (fetches fail with UNKNOWN_TOPIC_ID, "+why+"): its partitions are not fetched until it is created again",
+			"topic", topic)
+	}
 }
 
 // pauseFull pauses the partitions of the queues in full that are still
@@ -1016,7 +1037,8 @@ func (f *franzWriter) Close() error {
 }
 
 // PausedPartitions returns the partitions whose fetching a franz-go
-// client paused because their queues were full, by topic; nil for
+// client paused because their queues were full, or while they back off
+// after a failed fetch, by topic; nil for
 // another client or before Join. For diagnostics and tests.
 func PausedPartitions(c Client) map[string][]int32 {
 	f, ok := c.(*franzGo)
