@@ -324,6 +324,9 @@ const (
 // keep failing (and the runtime's stuck signal shows them) until the
 // topic is created again.
 func (f *franzGo) topicGone(ctx context.Context, topic string) {
+	if ctx.Err() != nil { // the poll loop ends: Wait may be under way
+		return
+	}
 	f.mu.Lock()
 	if next, ok := f.gone[topic]; ok && time.Now().Before(next) {
 		f.mu.Unlock()
