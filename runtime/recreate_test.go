@@ -4,6 +4,11 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/handoff-go/handoff"
 )
@@ -73,5 +78,69 @@ func TestTopicRecreatedWhileConsuming(t *testing.T) {
 	}
 	if got := b.committed(); got != after {
 		t.Errorf("committed %d after the stop, want the new topic's %d", got, after)
+	}
+}
+
+// TestCommittedOffsetPastTheEnd: the group's committed offset is past
+// the partition's end when the runtime starts (a topic created again
+// while no instance ran, its offsets kept by name). The partition is
+// read from StartOffset, a WARN names the partition, the offset and
+// where it resumes, and the new log's offsets are committed. Before,
+// kafka-go handled the messages and committed none (its tracker began
+// at the old offset, above them), and neither client said so above
+// Info.
+func TestCommittedOffsetPastTheEnd(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, "orders")
+	const n = 5
+	b.produce(n)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.broker.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group, req.Generation = b.group, -1
+	rt := kmsg.NewOffsetCommitRequestTopic()
+	rt.Topic, rt.TopicID = "orders", b.broker.Cluster().TopicInfo("orders").TopicID
+	rp := kmsg.NewOffsetCommitRequestTopicPartition()
+	rp.Partition, rp.Offset = 0, 50
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	resp, err := req.RequestWith(ctx, cl)
+	cancel()
+	cl.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.committed(); got != 50 {
+		t.Fatalf("committed %d before the start, want 50", got)
+	}
+
+	log, warned := countLogs(t, "fetch offset out of range (the log was deleted past it, truncated, or the topic was created again); resetting")
+	cfg := b.config(func(_ context.Context, m *handoff.Message) error {
+		b.record(m)
+		return nil
+	}, nil)
+	cfg.Logger = log
+	r, err := newRuntime(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := start(t, r, context.Background())
+	waitFor(t, "the messages handled", func() bool { u, _ := b.counts(); return u == n })
+	waitFor(t, "the new log's offsets committed", func() bool { return b.committed() == n })
+	r.Shutdown(context.Background())
+	if _, err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := warned.Load(); got != 1 {
+		t.Errorf("%d out-of-range WARN lines, want 1", got)
+	}
+	if _, total := b.counts(); total != n {
+		t.Errorf("%d handlings, want %d", total, n)
 	}
 }

@@ -103,6 +103,7 @@ func newTracker(topic string, partition int, start int64) *tracker {
 	if start >= 0 {
 		t.end = start
 		t.committed = start
+		t.lastPut = start - 1 // a first offset below start is a rewind
 	}
 	return t
 }

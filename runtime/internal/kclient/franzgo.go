@@ -125,7 +125,7 @@ func (f *franzGo) Join(ctx context.Context, topics []string, begin BeginFunc) er
 		kgo.FetchMaxWait(cfg.FetchMaxWait),
 		kgo.FetchMaxBytes(franzFetchMaxBytes),
 		kgo.FetchMaxPartitionBytes(FetchMaxBytes),
-		kgo.WithLogger(&franzLogger{cfg: cfg, log: f.log, ctx: ctx, recreated: f.topicGone}),
+		kgo.WithLogger(&franzLogger{cfg: cfg, log: f.log, ctx: ctx, recreated: f.topicGone, outOfRange: f.outOfRange}),
 		// The runtime's metrics are Prometheus'; no client telemetry
 		// (KIP-714) to the brokers, whose final push would add a second
 		// to a close against a broker that does not answer.
@@ -387,6 +387,29 @@ func (f *franzGo) saidGone(topic, why string) {
 		f.log.Error("topic no longer exists on the brokers (fetches fail with UNKNOWN_TOPIC_ID, "+why+"): its partitions are not fetched until it is created again",
 			"topic", topic)
 	}
+}
+
+// outOfRange logs at Warn that p's fetch at offset was answered
+// OFFSET_OUT_OF_RANGE, which franz-go resets per ConsumeResetOffset (the
+// start offset), with p's log range as the brokers tell it now, asked in
+// the background (franz-go calls its logger on its own goroutines).
+func (f *franzGo) outOfRange(ctx context.Context, p Partition, offset int64) {
+	to := "the log's start (StartOffset first)"
+	if f.cfg.StartLast {
+		to = "the log's end (StartOffset last)"
+	}
+	f.poll.Go(func() {
+		args := []any{"topic", p.Topic, "partition", p.Partition, "offset", offset, "reset_to", to}
+		octx, cancel := context.WithTimeout(ctx, CommitTimeout)
+		rs, err := f.Offsets(octx, []Partition{p})
+		cancel()
+		if r, ok := rs[p]; ok && err == nil {
+			args = append(args, "log_start", r.First, "log_end", r.Last)
+		} else if err != nil {
+			args = append(args, "log_range_err", err)
+		}
+		f.log.Warn("fetch offset out of range (the log was deleted past it, truncated, or the topic was created again); resetting", args...)
+	})
 }
 
 // pauseFull pauses the partitions of the queues in full that are still
@@ -942,16 +965,39 @@ type franzLogger struct {
 	// recreated, when set, is told of a topic franz-go found deleted and
 	// created again (a new topic ID under its name): franzGo.topicGone.
 	recreated func(ctx context.Context, topic string)
+	// outOfRange, when set, is told of a partition whose fetch offset
+	// was out of range, which franz-go resets (franzGo.outOfRange).
+	outOfRange func(ctx context.Context, p Partition, offset int64)
 }
 
+// Level is Info, for franz-go's out-of-range resets (logged at Info on a
+// partition's first fetch); its other Info lines go to Debug.
 func (l *franzLogger) Level() kgo.LogLevel {
 	if l.log.Enabled(context.Background(), slog.LevelDebug) {
 		return kgo.LogLevelDebug
 	}
-	return kgo.LogLevelWarn
+	return kgo.LogLevelInfo
 }
 
 func (l *franzLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	if l.outOfRange != nil && level <= kgo.LogLevelInfo && l.ctx.Err() == nil && strings.Contains(msg, "OFFSET_OUT_OF_RANGE") {
+		var p Partition
+		offset := int64(-1)
+		for i := 0; i+1 < len(keyvals); i += 2 {
+			switch k, _ := keyvals[i].(string); k {
+			case "topic":
+				p.Topic, _ = keyvals[i+1].(string)
+			case "partition":
+				v, _ := keyvals[i+1].(int32)
+				p.Partition = int(v)
+			case "prior_offset":
+				offset, _ = keyvals[i+1].(int64)
+			}
+		}
+		l.log.Debug("franz-go: "+msg, keyvals...)
+		l.outOfRange(l.ctx, p, offset)
+		return
+	}
 	if level > kgo.LogLevelWarn || l.ctx.Err() != nil {
 		l.log.Debug("franz-go: "+msg, keyvals...)
 		return
