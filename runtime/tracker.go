@@ -39,7 +39,8 @@ type tracker struct {
 	// published or not; the fetch loop's only.
 	tail  *segment
 	tailN int32
-	// lastPut is the last offset put, -1 before; the fetch loop's only.
+	// lastPut is the last offset put; before the first, one below the
+	// start offset (-1 without one). The fetch loop's only.
 	lastPut int64
 
 	mu   sync.Mutex
