@@ -12,7 +12,7 @@
 // # Endpoints
 //
 //	GET  /livez, /healthz              200 while the runtime's loops turn (Runtime.Alive), else 503 naming the stuck ones
-//	GET  /readyz                       200 while Runtime.Ready, else 503
+//	GET  /readyz                       200 while Runtime.Ready, else 503 (a stuck partition included)
 //	GET  /metrics                      Options.Gatherer in the Prometheus text format
 //	GET  /api/classes                  per-class stats (holds' reasons and errors: read token)
 //	GET  /api/dead?class=&after=&limit= dead letters, paged (read token)

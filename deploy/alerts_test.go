@@ -97,6 +97,10 @@ handoff_drain_timeout_seconds{job="rental", instance="a"} 30+0x30`, 15 * time.Mi
 			{"errors that do not stop", `handoff_fetch_errors_total{job="rental", instance="a", topic="orders"} 0+60x60`, 30 * time.Minute, true},
 			{"a burst at a leader move", `handoff_fetch_errors_total{job="rental", instance="a", topic="orders"} 0+0x5 50+0x60`, 30 * time.Minute, false},
 		},
+		"HandoffPartitionStuck": {
+			{"stuck for 5 minutes", `handoff_stuck_partitions{job="rental", instance="a"} 0+0x3 1+0x10`, 8 * time.Minute, true},
+			{"stuck for a minute", `handoff_stuck_partitions{job="rental", instance="a"} 0+0x3 1 0+0x10`, 8 * time.Minute, false},
+		},
 		"HandoffStateWriteFailures": {
 			{"a full disk", `handoff_state_write_failures_total{job="rental", instance="a", target="file"} 0+0x5 3+0x10`, 8 * time.Minute, true},
 			{"none", `handoff_state_write_failures_total{job="rental", instance="a", target="file"} 0+0x20`, 8 * time.Minute, false},

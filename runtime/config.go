@@ -25,6 +25,7 @@ const (
 	DefaultLockTimeout      = time.Second
 	DefaultChangelogTimeout = 10 * time.Second
 	DefaultRevokeTimeout    = 5 * time.Second
+	DefaultStuckAfter       = time.Minute
 	DefaultFetchMaxWait     = 500 * time.Millisecond
 	DefaultFetchQueue       = 1000
 	DefaultWorkers          = 8
@@ -201,6 +202,14 @@ type Config struct {
 	// partition's next owner reads them again). It must be less than
 	// RebalanceTimeout. Zero means 5s.
 	RevokeTimeout time.Duration
+
+	// StuckAfter is how long a partition this instance owns may fail to
+	// be fetched, or its state to be restored from the changelog before
+	// its first fetch, with no success in between, before it counts as
+	// stuck: the runtime is not ready while one is (Runtime.Ready),
+	// handoff_partition_stuck_seconds shows it and an ERROR names it and
+	// its last error, once per episode. Zero means 1m.
+	StuckAfter time.Duration
 
 	// StatePath is the bbolt state file that holds the shutdown snapshot,
 	// the dead letters and the parked, delayed and redelivered messages.
@@ -512,6 +521,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		{"LockTimeout", &cfg.LockTimeout, DefaultLockTimeout},
 		{"RevokeTimeout", &cfg.RevokeTimeout, DefaultRevokeTimeout},
 		{"ChangelogTimeout", &cfg.ChangelogTimeout, DefaultChangelogTimeout},
+		{"StuckAfter", &cfg.StuckAfter, DefaultStuckAfter},
 	}
 	for _, d := range durations {
 		switch {

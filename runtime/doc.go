@@ -124,7 +124,11 @@
 // checks that every configured topic exists (see [Class.WaitForTopics])
 // and joins the consumer group; [Runtime.Ready] is true once all of that
 // is done and the first generation has arrived (with the changelog, and
-// its partitions have read their changelogs). With the changelog, the
+// its partitions have read their changelogs), and false again while a
+// partition it owns is stuck: its fetch, or its restore before the first
+// fetch, has failed for longer than Config.StuckAfter (1 minute by
+// default) with no success since, which one ERROR per episode names with
+// its error. With the changelog, the
 // saved Kafka messages of a partition are re-pushed when the partition is
 // assigned, after its restore and before its first fetch (see State that
 // outlives the pod). A saved record is deleted only when its
@@ -328,6 +332,12 @@
 //     the runtime has open, and the runtime goes on with it: nothing is
 //     lost. A file another process put at the path is left alone, and the
 //     runtime is not ready until the path holds its file again.
+//   - handoff_stuck_partitions: the partitions this instance owns that are
+//     stuck (their fetch, or restore from the changelog before the first
+//     fetch, has failed for longer than Config.StuckAfter with no success
+//     since; the runtime is not ready while there is one), and
+//     handoff_partition_stuck_seconds{topic,partition}: how long each
+//     stuck one has failed (only stuck partitions have a series).
 //   - handoff_ready: 1 while [Runtime.Ready]; handoff_start_time_seconds:
 //     when [New] ran, the start of every counter.
 //   - handoff_build_info{version,go_version,client}: always 1, labelled

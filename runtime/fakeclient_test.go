@@ -279,6 +279,7 @@ func fakeConsumerConfig(f *fakeClient, joined *atomic.Bool, giveBack func(func(*
 		monoFunc:     func() int64 { return 0 },
 		joinedFunc:   func() { joined.Store(true) },
 		alive:        new(liveness),
+		stuck:        newStuckParts(time.Minute, slog.New(slog.DiscardHandler)),
 	}
 }
 

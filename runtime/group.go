@@ -71,6 +71,9 @@ type consumerConfig struct {
 	// alive is the runtime's liveness (alive.go): each keeper beats in
 	// it.
 	alive *liveness
+	// stuck learns the partitions' fetch loops beginning and ending
+	// (stuck.go); the client tells it of each fetch (kclient.FetchFunc).
+	stuck *stuckParts
 	// restoreFunc, when set (the changelog is on), brings an assigned
 	// partition's state back before its fetch loop starts; false when
 	// ctx ended first. It calls restored once the state is in the file
@@ -281,9 +284,11 @@ func (g *generation) add(ps []kclient.Assigned) {
 			if restore != nil {
 				g.cfg.restoring.beginRestore() // before the goroutine: no instant of readiness in between
 			}
+			g.cfg.stuck.own(p.Partition)
 			go func() {
 				defer g.running.Done()
 				defer close(fl.done)
+				defer g.cfg.stuck.disown(p.Partition)
 				if restore != nil {
 					var once sync.Once
 					restored := func() { once.Do(g.cfg.restoring.restored) }
@@ -444,6 +449,7 @@ func (r *Runtime) newConsumer() *consumer {
 			FetchMaxWait: cfg.FetchMaxWait, FetchQueue: cfg.FetchQueue, StartLast: cfg.StartOffset == StartLast,
 			ReadCommitted: cfg.IsolationLevel == ReadCommitted, DialFunc: r.conn.clientDial(),
 			Log: r.log, WarnFunc: r.logs.warn, FetchErrorFunc: r.metrics.fetchError,
+			FetchFunc: r.stuck.fetched,
 		},
 		feedFunc:     f.feed,
 		classFunc:    classFunc,
@@ -451,6 +457,7 @@ func (r *Runtime) newConsumer() *consumer {
 		monoFunc:     r.mono,
 		joinedFunc:   r.ready.join,
 		alive:        &r.alive,
+		stuck:        r.stuck,
 		restoreFunc:  r.restore.restore,
 		revokedFunc:  r.restore.revoked,
 		restoring:    &r.ready,

@@ -116,6 +116,7 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_start_time_seconds", Help: "When the runtime was made, in Unix seconds: the counters count since then."},
 			func() float64 { return float64(r.epoch.UnixNano()) / 1e9 }),
 		newStateCollector(r.state),
+		newStuckCollector(r.stuck),
 		newBuildInfo(r.cfg),
 	}
 	for i, step := range connSteps {

@@ -49,6 +49,9 @@ type restorer struct {
 	// resumes learns the saved Kafka messages a restore re-pushes
 	// (progress.go).
 	resumes *resumes
+	// stuck learns each failed restore and the one that succeeds
+	// (stuck.go).
+	stuck *stuckParts
 }
 
 // restoreRetryMax bounds the wait between two tries of a partition's
@@ -70,11 +73,13 @@ func (rs *restorer) restore(ctx context.Context, p kclient.Partition, restored f
 	for {
 		err := rs.once(ctx, p, restored)
 		if err == nil {
+			rs.stuck.restored(p)
 			return true
 		}
 		if ctx.Err() != nil {
 			return false
 		}
+		rs.stuck.restoreFailed(p, err)
 		rs.log.Error("partition state not restored from the changelog; its fetching waits", "partition", p.String(),
 			"err", err, "retry_in", wait)
 		select {

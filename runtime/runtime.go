@@ -31,6 +31,9 @@ type Runtime struct {
 
 	life  lifecycle
 	ready readiness // see Ready
+	// stuck is the owned partitions whose fetch or restore fails
+	// (stuck.go): not ready while one is stuck.
+	stuck *stuckParts
 
 	// The state file, open from the start of Run to the end of its stop.
 	state   *stateFile
@@ -290,6 +293,7 @@ func New(cfg Config) (*Runtime, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	r.stuck = newStuckParts(cfg.StuckAfter, r.log)
 	m, err := newMetrics(cfg.Registerer, r)
 	if err != nil {
 		return nil, fmt.Errorf("runtime: register metrics: %w", err)
@@ -307,7 +311,7 @@ func New(cfg Config) (*Runtime, error) {
 		consumes:   func(topic string) bool { return r.classes.byTopic[topic] != nil }}
 	r.restore = &restorer{clog: r.clog, state: r.state, classes: r.classes.byName, order: r.classes.order,
 		orphan: r.fail.orphan, wake: r.sched.wake, unhand: r.sched.unhand, leftPool: r.handling.leftPool, log: r.log, warn: newLogBackoff(),
-		resumes: r.resumes}
+		resumes: r.resumes, stuck: r.stuck}
 	r.kafka = r.newConsumer()
 	return r, nil
 }
@@ -326,13 +330,15 @@ func (r *Runtime) mono() int64 { return int64(time.Since(r.epoch)) }
 // Ready reports whether the runtime has recovered its state file, found
 // every configured topic on the brokers, received its first consumer
 // group generation and read the state of its partitions from the
-// changelog (it stays ready through later rebalances and their restores)
-// and is not stopping: false the moment a stop begins, so
+// changelog (it stays ready through later rebalances and their restores),
+// has no stuck partition (one it owns whose fetch, or restore before its
+// first fetch, has failed for longer than Config.StuckAfter with no
+// success since) and is not stopping: false the moment a stop begins, so
 // a load balancer can stop sending work. Without topics, recovered and
 // not stopping is enough.
 func (r *Runtime) Ready() bool {
 	return r.ready.started.Load() && !r.state.replaced.Load() && (len(r.classes.topics) == 0 ||
-		r.ready.joined.Load() && r.ready.topicsOK.Load() && r.ready.settled.Load())
+		r.ready.joined.Load() && r.ready.topicsOK.Load() && r.ready.settled.Load() && !r.stuck.any())
 }
 
 // Group returns the consumer group ID, Config.Group.

@@ -26,6 +26,7 @@ func TestConfigValidation(t *testing.T) {
 		},
 		DrainTimeout: -time.Second,
 		FetchQueue:   -1,
+		StuckAfter:   -time.Minute,
 	})
 	if !errors.Is(err, ErrConfig) {
 		t.Fatalf("want ErrConfig, got %v", err)
@@ -34,7 +35,7 @@ func TestConfigValidation(t *testing.T) {
 		"StatePath is required", `class "a" is defined twice`, `class "a": Workers must be > 0, got -1`,
 		`class "a": QueueSize must be > 0, got -2`, `class "a" has no Handler`, `topic "t1" belongs to both class "a" and class "a"`,
 		"class 2 has no Name", "empty topic name", "Brokers is required", "Group is required", "DrainTimeout must not be negative",
-		"FetchQueue must not be negative, got -1",
+		"FetchQueue must not be negative, got -1", "StuckAfter must not be negative, got -1m0s",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not say %q:\n%v", want, err)
@@ -45,7 +46,8 @@ func TestConfigValidation(t *testing.T) {
 		t.Fatalf("a Submit-only runtime needs no brokers: %v", err)
 	}
 	if rt.cfg.DrainTimeout != DefaultDrainTimeout || rt.cfg.Classes[0].Workers != DefaultWorkers ||
-		rt.cfg.Classes[0].QueueSize != DefaultQueueFactor*DefaultWorkers || rt.cfg.FetchQueue != DefaultFetchQueue {
+		rt.cfg.Classes[0].QueueSize != DefaultQueueFactor*DefaultWorkers || rt.cfg.FetchQueue != DefaultFetchQueue ||
+		rt.cfg.StuckAfter != DefaultStuckAfter {
 		t.Errorf("defaults not applied: %+v", rt.cfg)
 	}
 }

@@ -39,6 +39,9 @@ type tracker struct {
 	// published or not; the fetch loop's only.
 	tail  *segment
 	tailN int32
+	// lastPut is the last offset put; before the first, one below the
+	// start offset (-1 without one). The fetch loop's only.
+	lastPut int64
 
 	mu   sync.Mutex
 	head *segment // first segment with a slot not known settled
@@ -93,7 +96,7 @@ type slot struct {
 
 func newTracker(topic string, partition int, start int64) *tracker {
 	s := new(segment)
-	t := &tracker{topic: topic, partition: partition, idPrefix: kafkaIDPrefix(topic, partition), tail: s, head: s, end: -1, committed: -1}
+	t := &tracker{topic: topic, partition: partition, idPrefix: kafkaIDPrefix(topic, partition), tail: s, head: s, end: -1, committed: -1, lastPut: -1}
 	t.shared.tr = t
 	t.first.Store(-1)
 	t.lag.Store(-1)
@@ -101,6 +104,7 @@ func newTracker(topic string, partition int, start int64) *tracker {
 	if start >= 0 {
 		t.end = start
 		t.committed = start
+		t.lastPut = start - 1 // a first offset below start is a rewind
 	}
 	return t
 }
@@ -118,6 +122,10 @@ func (t *tracker) partitionName() kclient.Partition {
 // the batch on: an offset not published is neither counted unsettled
 // nor in the commit point, which stops before it.
 func (t *tracker) put(offset, seen int64) slot {
+	if offset <= t.lastPut {
+		t.rewind()
+	}
+	t.lastPut = offset
 	s, i := t.tail, t.tailN
 	if i == 0 && s == t.head && t.first.Load() < 0 {
 		t.first.Store(offset)
@@ -139,6 +147,18 @@ func (t *tracker) put(offset, seen int64) slot {
 	s.seen[i] = seen
 	t.tailN = i + 1
 	return slot{seg: s, i: i}
+}
+
+// rewind forgets the last commit when the fetch went back to an offset
+// at or before one it had fetched: the client reset an offset out of
+// range to the log's start (the topic was deleted and created again, or
+// its log truncated). The commit point then follows the new offsets,
+// which are below the old commit; kept, it would hold every commit back
+// until the new log passed the old one.
+func (t *tracker) rewind() {
+	t.mu.Lock()
+	t.committed = -1
+	t.mu.Unlock()
 }
 
 // publish makes the slots put so far visible to the committer: one atomic

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,11 +65,16 @@ type franzGo struct {
 	// queueBytes is each queue's share of QueuesBytes (see
 	// queueBytesFor), set with queues.
 	queueBytes atomic.Int64
+	// gone is, per topic, when its next UNKNOWN_TOPIC_ID check may begin
+	// (topicGone), and goneSaid the topics whose absence the last check
+	// logged; under mu.
+	gone     map[string]time.Time
+	goneSaid map[string]bool
 }
 
 func newFranzGo(cfg Config) (*franzGo, error) {
 	f := &franzGo{cfg: cfg, log: cfg.Log.With("client", FranzGo), queues: map[Partition]*franzQueue{},
-		begun: make(chan struct{}), kept: make(chan struct{})}
+		gone: map[string]time.Time{}, goneSaid: map[string]bool{}, begun: make(chan struct{}), kept: make(chan struct{})}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
@@ -123,7 +129,7 @@ func (f *franzGo) Join(ctx context.Context, topics []string, begin BeginFunc) er
 		kgo.FetchMaxWait(cfg.FetchMaxWait),
 		kgo.FetchMaxBytes(franzFetchMaxBytes),
 		kgo.FetchMaxPartitionBytes(FetchMaxBytes),
-		kgo.WithLogger(&franzLogger{cfg: cfg, log: f.log, ctx: ctx}),
+		kgo.WithLogger(&franzLogger{cfg: cfg, log: f.log, ctx: ctx, recreated: f.topicGone, outOfRange: f.outOfRange}),
 		// The runtime's metrics are Prometheus'; no client telemetry
 		// (KIP-714) to the brokers, whose final push would add a second
 		// to a close against a broker that does not answer.
@@ -276,7 +282,16 @@ func (f *franzGo) pollLoop(ctx context.Context) {
 				return
 			}
 			f.cfg.FetchErrorFunc(topic)
+			f.cfg.FetchFunc(Partition{topic, int(p)}, err)
+			f.mu.Lock()
+			if q := f.queues[Partition{topic, int(p)}]; q != nil {
+				q.backOff()
+			}
+			f.mu.Unlock()
 			f.cfg.WarnFunc(f.cfg.Log, "fetch failed", "fetch failed; franz-go retries", "topic", topic, "partition", p, "err", err)
+			if errors.Is(err, kerr.UnknownTopicID) {
+				f.topicGone(ctx, topic)
+			}
 		})
 		var full []*franzQueue
 		f.mu.Lock()
@@ -284,6 +299,7 @@ func (f *franzGo) pollLoop(ctx context.Context) {
 			if len(p.Records) == 0 {
 				return
 			}
+			f.cfg.FetchFunc(Partition{p.Topic, int(p.Partition)}, nil)
 			end := p.HighWatermark
 			if f.cfg.ReadCommitted {
 				end = p.LastStableOffset
@@ -296,6 +312,118 @@ func (f *franzGo) pollLoop(ctx context.Context) {
 		pauseFull(full)
 		f.cl.AllowRebalance()
 	}
+}
+
+// The least time between two checks of a topic whose fetches fail with
+// UNKNOWN_TOPIC_ID (topicGone), and between a purge of it and the next
+// check: a purge is a rebalance of the topic.
+const (
+	goneCheckEvery = 5 * time.Second
+	goneAfterPurge = 30 * time.Second
+)
+
+// topicGone is called when a fetch of topic failed with
+// UNKNOWN_TOPIC_ID: the brokers no longer know the topic ID the member
+// fetches (franz-go has retried it already); or when franz-go logged
+// that its metadata has a new ID for the topic. A topic deleted and created
+// again under its name has a new ID, which franz-go's fetch cursors never
+// take up: they fail for good. So the brokers are asked, at most every
+// goneCheckEvery and in the background, whether the name exists. If it
+// does, the topic was recreated: it is purged from the member and added
+// back, which revokes its partitions (their offsets of the old topic are
+// not committed: franz-go refuses them) and assigns them again, to start
+// from the group's committed offset of the new topic or, without one,
+// from the start offset; one that is past the new log's end is reset the
+// same way. If it does not, an ERROR says so; the partitions' fetches
+// keep failing (and the runtime's stuck signal shows them) until the
+// topic is created again.
+func (f *franzGo) topicGone(ctx context.Context, topic string) {
+	if ctx.Err() != nil { // the poll loop ends: Wait may be under way
+		return
+	}
+	f.mu.Lock()
+	if next, ok := f.gone[topic]; ok && time.Now().Before(next) {
+		f.mu.Unlock()
+		return
+	}
+	f.gone[topic] = time.Now().Add(goneCheckEvery)
+	f.mu.Unlock()
+	f.poll.Go(func() { f.checkGone(ctx, topic) })
+}
+
+// checkGone is topicGone's check of topic, bounded by CommitTimeout.
+func (f *franzGo) checkGone(ctx context.Context, topic string) {
+	select {
+	case <-f.begun: // f.cl is set
+	case <-ctx.Done():
+		return
+	}
+	mctx, cancel := context.WithTimeout(ctx, CommitTimeout)
+	resp, err := f.metadata(mctx, []string{topic})
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		f.cfg.WarnFunc(f.log, "recreated check", "fetches fail with UNKNOWN_TOPIC_ID and the brokers did not answer whether the topic exists; asking again at the next failure",
+			"topic", topic, "err", err)
+		return
+	}
+	for _, t := range resp.Topics {
+		if t.Topic == nil || *t.Topic != topic {
+			continue
+		}
+		if t.ErrorCode == 0 && len(t.Partitions) > 0 {
+			f.log.Warn("topic deleted and created again on the brokers (its name has a new topic ID, which franz-go does not take up: fetches of the old one fail with UNKNOWN_TOPIC_ID): its partitions are revoked and assigned again, starting from the group's committed offsets of the new topic or, without them, from the start offset; the old topic's uncommitted offsets are not committed",
+				"topic", topic, "topic_id", fmt.Sprintf("%x", t.TopicID), "partitions", len(t.Partitions))
+			f.mu.Lock()
+			f.gone[topic] = time.Now().Add(goneAfterPurge)
+			delete(f.goneSaid, topic)
+			f.mu.Unlock()
+			f.cl.PurgeTopicsFromClient(topic)
+			f.cl.AddConsumeTopics(topic)
+			return
+		}
+		f.saidGone(topic, "the metadata answers "+kerr.ErrorForCode(t.ErrorCode).Error())
+		return
+	}
+	f.saidGone(topic, "the metadata does not list it")
+}
+
+// saidGone logs at ERROR, once until the topic is back, that topic no
+// longer exists, as the metadata said (why).
+func (f *franzGo) saidGone(topic, why string) {
+	f.mu.Lock()
+	said := f.goneSaid[topic]
+	f.goneSaid[topic] = true
+	f.mu.Unlock()
+	if !said {
+		f.log.Error("topic no longer exists on the brokers (fetches fail with UNKNOWN_TOPIC_ID, "+why+"): its partitions are not fetched until it is created again",
+			"topic", topic)
+	}
+}
+
+// outOfRange logs at Warn that p's fetch at offset was answered
+// OFFSET_OUT_OF_RANGE, which franz-go resets per ConsumeResetOffset (the
+// start offset), with p's log range as the brokers tell it now, asked in
+// the background (franz-go calls its logger on its own goroutines).
+func (f *franzGo) outOfRange(ctx context.Context, p Partition, offset int64) {
+	to := "the log's start (StartOffset first)"
+	if f.cfg.StartLast {
+		to = "the log's end (StartOffset last)"
+	}
+	f.poll.Go(func() {
+		args := []any{"topic", p.Topic, "partition", p.Partition, "offset", offset, "reset_to", to}
+		octx, cancel := context.WithTimeout(ctx, CommitTimeout)
+		rs, err := f.Offsets(octx, []Partition{p})
+		cancel()
+		if r, ok := rs[p]; ok && err == nil {
+			args = append(args, "log_start", r.First, "log_end", r.Last)
+		} else if err != nil {
+			args = append(args, "log_range_err", err)
+		}
+		f.log.Warn("fetch offset out of range (the log was deleted past it, truncated, or the topic was created again); resetting", args...)
+	})
 }
 
 // pauseFull pauses the partitions of the queues in full that are still
@@ -716,10 +844,16 @@ type franzQueue struct {
 
 	mu      sync.Mutex
 	recs    []*kgo.Record
-	end     int64         // the partition's end (Record.End) in the last fetch put
-	paused  atomic.Bool   // set and cleared under mu, with the pause or resume
-	dropped bool          // the partition is gone: next ends
-	wake    chan struct{} // signalled by put and drop
+	end     int64       // the partition's end (Record.End) in the last fetch put
+	paused  atomic.Bool // set and cleared under mu, with the pause or resume
+	dropped bool        // the partition is gone: next ends
+	// backingOff says the partition is paused after a failed fetch
+	// until retry fires (backOff); wait is the current wait, 0 after
+	// a fetch that brought records.
+	backingOff bool
+	wait       time.Duration
+	retry      *time.Timer
+	wake       chan struct{} // signalled by put and drop
 
 	// The fetch loop's own: the records it took and not yet returned, and
 	// the records and bytes Next handed on that buffered and bytes do not
@@ -752,6 +886,7 @@ func (q *franzQueue) put(recs []*kgo.Record, end int64) (full bool) {
 	}
 	q.recs = append(q.recs, recs...)
 	q.end = end
+	q.wait = 0
 	n := 0
 	for _, r := range recs {
 		n += len(r.Key) + len(r.Value)
@@ -789,7 +924,8 @@ func (q *franzQueue) pauseIfFull() {
 	q.f.cl.PauseFetchPartitions(map[string][]int32{q.topic: {q.partition}})
 }
 
-// resume resumes the partition's fetching if it is paused.
+// resume resumes the partition's fetching if it is paused, unless it
+// backs off after a failed fetch (its retry resumes it).
 func (q *franzQueue) resume() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -797,15 +933,57 @@ func (q *franzQueue) resume() {
 		return
 	}
 	q.paused.Store(false)
-	q.f.cl.ResumeFetchPartitions(map[string][]int32{q.topic: {q.partition}})
+	if !q.backingOff {
+		q.f.cl.ResumeFetchPartitions(map[string][]int32{q.topic: {q.partition}})
+	}
 }
 
-// drop ends the queue and reports whether its partition was paused.
+// backOff pauses the partition's fetching after a failed fetch, for a
+// wait that doubles from fetchBackoffMin to fetchBackoffMax while its
+// fetches fail (as kafka-go's partition readers wait): franz-go fetches
+// a partition again as soon as the poll loop took the error, so a broker
+// that answers a partition's fetch with an error at once (an unknown
+// topic ID, a storage error) had it fetched thousands of times a second.
+// A backoff under way is left as it is.
+func (q *franzQueue) backOff() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dropped || q.backingOff {
+		return
+	}
+	q.wait = min(max(2*q.wait, fetchBackoffMin), fetchBackoffMax)
+	q.backingOff = true
+	if !q.paused.Load() {
+		q.f.cl.PauseFetchPartitions(map[string][]int32{q.topic: {q.partition}})
+	}
+	q.retry = time.AfterFunc(q.wait, q.endBackOff)
+}
+
+// endBackOff ends backOff's wait: the partition fetches again, unless
+// its queue is full (paused; its fetch loop resumes it).
+func (q *franzQueue) endBackOff() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dropped || !q.backingOff {
+		return
+	}
+	q.backingOff = false
+	if !q.paused.Load() {
+		q.f.cl.ResumeFetchPartitions(map[string][]int32{q.topic: {q.partition}})
+	}
+}
+
+// drop ends the queue and reports whether its partition was paused
+// (queue full, or backing off).
 func (q *franzQueue) drop() (paused bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.dropped, q.recs = true, nil
-	paused = q.paused.Swap(false)
+	paused = q.paused.Swap(false) || q.backingOff
+	if q.retry != nil {
+		q.retry.Stop()
+	}
+	q.backingOff = false
 	select {
 	case q.wake <- struct{}{}:
 	default:
@@ -901,21 +1079,56 @@ type franzLogger struct {
 	cfg *Config
 	log *slog.Logger
 	ctx context.Context // the fetching's: once it ended, errors are routine
+	// recreated, when set, is told of a topic franz-go found deleted and
+	// created again (a new topic ID under its name): franzGo.topicGone.
+	recreated func(ctx context.Context, topic string)
+	// outOfRange, when set, is told of a partition whose fetch offset
+	// was out of range, which franz-go resets (franzGo.outOfRange).
+	outOfRange func(ctx context.Context, p Partition, offset int64)
 }
 
+// Level is Info, for franz-go's out-of-range resets (logged at Info on a
+// partition's first fetch); its other Info lines go to Debug.
 func (l *franzLogger) Level() kgo.LogLevel {
 	if l.log.Enabled(context.Background(), slog.LevelDebug) {
 		return kgo.LogLevelDebug
 	}
-	return kgo.LogLevelWarn
+	return kgo.LogLevelInfo
 }
 
 func (l *franzLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	if l.outOfRange != nil && level <= kgo.LogLevelInfo && l.ctx.Err() == nil && strings.Contains(msg, "OFFSET_OUT_OF_RANGE") {
+		var p Partition
+		offset := int64(-1)
+		for i := 0; i+1 < len(keyvals); i += 2 {
+			switch k, _ := keyvals[i].(string); k {
+			case "topic":
+				p.Topic, _ = keyvals[i+1].(string)
+			case "partition":
+				v, _ := keyvals[i+1].(int32)
+				p.Partition = int(v)
+			case "prior_offset":
+				offset, _ = keyvals[i+1].(int64)
+			}
+		}
+		l.log.Debug("franz-go: "+msg, keyvals...)
+		l.outOfRange(l.ctx, p, offset)
+		return
+	}
 	if level > kgo.LogLevelWarn || l.ctx.Err() != nil {
 		l.log.Debug("franz-go: "+msg, keyvals...)
 		return
 	}
 	l.cfg.WarnFunc(l.log, "franz-go: "+msg, "franz-go: "+msg, keyvals...)
+	if l.recreated != nil && strings.Contains(msg, "deleted and recreated") {
+		for i := 0; i+1 < len(keyvals); i += 2 {
+			if k, _ := keyvals[i].(string); k == "topic" {
+				if topic, ok := keyvals[i+1].(string); ok {
+					l.recreated(l.ctx, topic)
+				}
+			}
+		}
+	}
 }
 
 // franzWriter is the dead-letter writer on franz-go: a producer client of
@@ -990,7 +1203,8 @@ func (f *franzWriter) Close() error {
 }
 
 // PausedPartitions returns the partitions whose fetching a franz-go
-// client paused because their queues were full, by topic; nil for
+// client paused because their queues were full, or while they back off
+// after a failed fetch, by topic; nil for
 // another client or before Join. For diagnostics and tests.
 func PausedPartitions(c Client) map[string][]int32 {
 	f, ok := c.(*franzGo)

@@ -395,6 +395,7 @@ func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chunkOut, l
 			size.learn(read)
 		}
 		if err == nil {
+			k.cfg.FetchFunc(a.Partition, nil)
 			backoff = fetchBackoffMin
 			continue
 		}
@@ -402,22 +403,50 @@ func (k *kafkaGo) readPartition(ctx context.Context, a Assigned, out chunkOut, l
 			return
 		}
 		k.cfg.FetchErrorFunc(a.Topic)
-		k.cfg.WarnFunc(log, "fetch failed", "fetch failed; retrying", "offset", offset, "err", err, "wait", backoff)
+		k.cfg.FetchFunc(a.Partition, err)
 		if errors.Is(err, kafka.OffsetOutOfRange) {
 			// The offset is no longer in the log (retention deleted it,
-			// or the log was truncated): go on from where a partition
-			// without a committed offset starts, as franz-go's
+			// the log was truncated, or the topic was deleted and
+			// created again, its log starting over): go on from where a
+			// partition without a committed offset starts, as franz-go's
 			// ConsumeResetOffset does. Retrying it would never succeed.
-			offset = kafka.FirstOffset
+			reset := kafka.FirstOffset
 			if k.cfg.StartLast {
-				offset = kafka.LastOffset
+				reset = kafka.LastOffset
 			}
+			k.outOfRange(ctx, a.Partition, offset, reset, log)
+			offset = reset
+		} else {
+			k.cfg.WarnFunc(log, "fetch failed", "fetch failed; retrying", "offset", offset, "err", err, "wait", backoff)
 		}
 		if !wait.Sleep(ctx, backoff) {
 			return
 		}
 		backoff = min(2*backoff, fetchBackoffMax)
 	}
+}
+
+// outOfRange logs at Warn that p's fetch at offset was answered
+// OFFSET_OUT_OF_RANGE, with p's log range as its leader tells it now, and
+// where the fetch goes on (reset: kafka-go's FirstOffset or LastOffset).
+func (k *kafkaGo) outOfRange(ctx context.Context, p Partition, offset, reset int64, log *slog.Logger) {
+	to := "the log's start (StartOffset first)"
+	if reset == kafka.LastOffset {
+		to = "the log's end (StartOffset last)"
+	}
+	args := []any{"offset", offset, "reset_to", to}
+	ctx, cancel := context.WithTimeout(ctx, CommitTimeout)
+	offs, errs, err := k.listOffsets(ctx, k.fetches, []Partition{p})
+	cancel()
+	if err == nil {
+		err = errs[p]
+	}
+	if r, ok := offs[p]; ok && err == nil {
+		args = append(args, "log_start", r.First, "log_end", r.Last)
+	} else if err != nil {
+		args = append(args, "log_range_err", err)
+	}
+	log.Warn("fetch offset out of range (the log was deleted past it, truncated, or the topic was created again); resetting", args...)
 }
 
 // startOffset returns the offset that kafka-go's FirstOffset or

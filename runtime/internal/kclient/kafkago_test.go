@@ -170,7 +170,7 @@ func readFromAt(t *testing.T, ctx context.Context, b *devbroker.Broker, offset i
 	t.Helper()
 	tr := &kafka.Transport{}
 	cl := &kafka.Client{Addr: kafka.TCP(b.Addr()), Transport: tr}
-	k := &kafkaGo{fetches: cl, cfg: Config{FetchMaxWait: maxWait, WarnFunc: warnNow, FetchErrorFunc: func(string) {}, ReadCommitted: readCommitted}}
+	k := &kafkaGo{fetches: cl, cfg: Config{FetchMaxWait: maxWait, WarnFunc: warnNow, FetchErrorFunc: func(string) {}, FetchFunc: func(Partition, error) {}, ReadCommitted: readCommitted}}
 	chunks, out := newChunkOut(100)
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})

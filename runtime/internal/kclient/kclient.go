@@ -247,6 +247,11 @@ type Config struct {
 	WarnFunc func(log *slog.Logger, key, msg string, args ...any)
 	// FetchErrorFunc counts a failed fetch of topic.
 	FetchErrorFunc func(topic string)
+	// FetchFunc is told how a fetch of partition p went: err nil for a
+	// fetch that succeeded (kafka-go: every one, empty or not; franz-go,
+	// which hands on no empty fetch: one that brought records), the
+	// error of one that failed. It does not block.
+	FetchFunc func(p Partition, err error)
 }
 
 // New returns the client cfg.Client names. It makes no connection yet;

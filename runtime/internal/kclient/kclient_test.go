@@ -28,7 +28,7 @@ func TestMetadataAndProduce(t *testing.T) {
 			defer b.Close()
 			cfg := Config{Client: name, Brokers: b.Addrs(), ClientID: "test", Group: "g",
 				SessionTimeout: 6 * time.Second, RebalanceTimeout: 6 * time.Second, FetchMaxWait: 100 * time.Millisecond,
-				FetchQueue: 10, Log: slog.New(slog.DiscardHandler), WarnFunc: warnNow, FetchErrorFunc: func(string) {}}
+				FetchQueue: 10, Log: slog.New(slog.DiscardHandler), WarnFunc: warnNow, FetchErrorFunc: func(string) {}, FetchFunc: func(Partition, error) {}}
 			cl, err := New(cfg)
 			if err != nil {
 				t.Fatal(err)
