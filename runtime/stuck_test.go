@@ -86,7 +86,7 @@ func TestPartitionStuck(t *testing.T) {
 	failFetches(b.broker.Cluster(), "orders", kerr.UnknownServerError.Code, &failing)
 	b.produce(during)
 	errs := func() float64 {
-		v, _ := counterValue(t, reg, "handoff_fetch_errors_total", "topic", "orders")
+		v, _ := metricValue(t, reg, "handoff_fetch_errors_total", "topic", "orders")
 		return v
 	}
 	waitFor(t, "the first failed fetch", func() bool { return errs() > 0 })
@@ -99,7 +99,7 @@ func TestPartitionStuck(t *testing.T) {
 	if n := plainGauge(t, reg, "handoff_stuck_partitions"); n != 1 {
 		t.Errorf("handoff_stuck_partitions = %v, want 1", n)
 	}
-	if s, ok := gaugeValue(t, reg, "handoff_partition_stuck_seconds", "partition", "0"); !ok || s < cfg.StuckAfter.Seconds() {
+	if s, ok := metricValue(t, reg, "handoff_partition_stuck_seconds", "partition", "0"); !ok || s < cfg.StuckAfter.Seconds() {
 		t.Errorf("handoff_partition_stuck_seconds{partition=\"0\"} = %v (present %v), want at least %v", s, ok, cfg.StuckAfter.Seconds())
 	}
 	if n := stuckLines.Load(); n != 1 {
@@ -114,7 +114,7 @@ func TestPartitionStuck(t *testing.T) {
 	if n := plainGauge(t, reg, "handoff_stuck_partitions"); n != 0 {
 		t.Errorf("handoff_stuck_partitions = %v after the fetches succeeded, want 0", n)
 	}
-	if _, ok := gaugeValue(t, reg, "handoff_partition_stuck_seconds", "partition", "0"); ok {
+	if _, ok := metricValue(t, reg, "handoff_partition_stuck_seconds", "partition", "0"); ok {
 		t.Error("handoff_partition_stuck_seconds still has the partition's series")
 	}
 	waitFor(t, "the messages produced meanwhile handled", func() bool { u, _ := b.counts(); return u == before+during })
@@ -196,7 +196,7 @@ func TestPartitionStuckInRestore(t *testing.T) {
 	}
 	wait := start(t, rt, context.Background())
 	waitFor(t, "the partition stuck in its restore", func() bool { return plainGauge(t, reg, "handoff_stuck_partitions") == 1 })
-	if s, ok := gaugeValue(t, reg, "handoff_partition_stuck_seconds", "topic", "orders"); !ok || s < cfg.StuckAfter.Seconds() {
+	if s, ok := metricValue(t, reg, "handoff_partition_stuck_seconds", "topic", "orders"); !ok || s < cfg.StuckAfter.Seconds() {
 		t.Errorf("handoff_partition_stuck_seconds{topic=\"orders\"} = %v (present %v), want at least %v", s, ok, cfg.StuckAfter.Seconds())
 	}
 	waitFor(t, "the stuck ERROR", func() bool { return stuckLines.Load() > 0 })
