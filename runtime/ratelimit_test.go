@@ -126,16 +126,20 @@ func (b *bundle) produceTopic(topic string, n int) int {
 // until DrainTimeout, and the hard stop saves the messages still
 // waiting for their tokens as unstarted (none interrupted, as none
 // started). Nothing is lost: a second run, unlimited, handles the rest,
-// each message once, and the group commits every offset.
+// each message once, and the group commits every offset; the second run,
+// limited to 50/s, keeps to it from its start, the saved messages it
+// re-pushes first included.
 func TestClassRateLimitStop(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 2, "slow")
 	produced := b.produceTopic("slow", 150)
 	var run1, run2 atomic.Int64
+	var pace2 paceLog
 	second := atomic.Bool{}
 	cfg := b.config(func(ctx context.Context, m *handoff.Message) error {
 		b.record(m)
 		if second.Load() {
+			pace2.note()
 			run2.Add(1)
 		} else {
 			run1.Add(1)
@@ -170,7 +174,7 @@ func TestClassRateLimitStop(t *testing.T) {
 	b.checkSavedUncommitted(t, rep1.Snapshotted)
 
 	second.Store(true)
-	cfg.Classes[0].RateLimit = RateLimit{}
+	cfg.Classes[0].RateLimit = RateLimit{PerSecond: 50}
 	rt2, wait2 := startNew(t, cfg)
 	waitFor(t, "the rest handled and committed", func() bool {
 		u, _ := b.counts()
@@ -179,8 +183,10 @@ func TestClassRateLimitStop(t *testing.T) {
 	rep2 := shutdownAndWait(t, rt2, wait2)
 	unique, total := b.counts()
 	committed := b.committed()
-	t.Logf("produced %d; run 1: handled %d, saved %d; run 2: re-pushed %d, handled %d; committed %d",
-		produced, run1.Load(), rep1.Snapshotted, rep2.Repushed, run2.Load(), committed)
+	rate2, span2 := pace2.rate(1)
+	t.Logf("produced %d; run 1: handled %d, saved %d; run 2: re-pushed %d, handled %d in %s, %.1f/s (limit 50/s); committed %d",
+		produced, run1.Load(), rep1.Snapshotted, rep2.Repushed, run2.Load(), span2.Round(time.Millisecond), rate2, committed)
+	pace2.checkLimit(t, 50, 1)
 	if unique != produced || total != produced {
 		t.Errorf("handled %d messages %d times, want each of %d once", unique, total, produced)
 	}
