@@ -291,3 +291,70 @@ func TestClassRateLimitConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestClassRateLimitBatch: a batch class's limit counts messages, not
+// calls, whether its pool makes the batches (each message starts with
+// its call) or its middleware puts each message into the batcher (each
+// starts in its middleware, its call up to MaxWait later): 300 messages at 100/s with bursts of 10 take
+// about 3s, and no call holds more than the burst when the pool makes
+// the batches.
+func TestClassRateLimitBatch(t *testing.T) {
+	t.Parallel()
+	for _, mw := range []bool{false, true} {
+		name := "pool batches"
+		if mw {
+			name = "middleware"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			const perSecond, burst, n = 100, 10, 300
+			b := setup(t, 2, "beats")
+			b.produceTopic("beats", n)
+			var msgs paceLog
+			var biggest atomic.Int64
+			cfg := b.config(nil, func(c *Class) {
+				c.Handler = nil
+				c.BatchHandler = func(ctx context.Context, ms []*handoff.Message) error {
+					for _, m := range ms {
+						if !mw {
+							msgs.note()
+						}
+						b.record(m)
+					}
+					for {
+						old := biggest.Load()
+						if int64(len(ms)) <= old || biggest.CompareAndSwap(old, int64(len(ms))) {
+							break
+						}
+					}
+					return nil
+				}
+				c.MaxBatch, c.MaxWait, c.Workers, c.QueueSize = 50, 20*time.Millisecond, 2, 100
+				c.RateLimit = RateLimit{PerSecond: perSecond, Burst: burst}
+				if mw {
+					// A message starts in its middleware, before it joins a
+					// batch: the batch's call comes up to MaxWait later.
+					c.Middleware = []handoff.Middleware{func(next handoff.HandlerFunc) handoff.HandlerFunc {
+						return func(ctx context.Context, m *handoff.Message) error { msgs.note(); return next(ctx, m) }
+					}}
+				}
+			})
+			rt, wait := startNew(t, cfg)
+			waitFor(t, "every message handled", func() bool { u, _ := b.counts(); return u == n })
+			shutdownAndWait(t, rt, wait)
+			got, span := msgs.rate(burst)
+			t.Logf("%d messages in %s, %.1f/s (limit %d/s, burst %d); largest call %d", n, span.Round(time.Millisecond), got,
+				perSecond, burst, biggest.Load())
+			msgs.checkLimit(t, perSecond, burst)
+			if got < 0.75*perSecond {
+				t.Errorf("%.1f/s, far below the limit of %d/s", got, perSecond)
+			}
+			if !mw && biggest.Load() > burst {
+				t.Errorf("a call of %d messages; the burst is %d", biggest.Load(), burst)
+			}
+			if unique, total := b.counts(); unique != n || total != n {
+				t.Errorf("handled %d messages %d times, want each of %d once", unique, total, n)
+			}
+		})
+	}
+}
