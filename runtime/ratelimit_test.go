@@ -15,6 +15,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/devbroker"
+	"github.com/handoff-go/handoff/pool"
 )
 
 // paceLog records when each handler call of a class began.
@@ -356,5 +357,26 @@ func TestClassRateLimitBatch(t *testing.T) {
 				t.Errorf("handled %d messages %d times, want each of %d once", unique, total, n)
 			}
 		})
+	}
+}
+
+// TestDrainEstimateRateLimit: the drain estimate of a limited class
+// drains at most at its limit: 4 workers of 10ms handlers would drain
+// 400 a second, a limit of 20/s makes 100 queued take 5s.
+func TestDrainEstimateRateLimit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		limit    float64
+		rate     float64
+		est      float64
+		overBy3s bool
+	}{{0, 400, 0.25, false}, {20, 20, 5, true}} {
+		c := &class{cfg: Class{Workers: 4, RateLimit: RateLimit{PerSecond: tc.limit}}}
+		c.svc.observe(10 * time.Millisecond)
+		est, rate, over := c.drainEstimate(pool.Stats{Queued: 100}, 0, 0, 3*time.Second)
+		if math.Abs(rate-tc.rate) > 1e-6 || math.Abs(est-tc.est) > 1e-6 || over != tc.overBy3s {
+			t.Errorf("limit %v/s: estimate %.3fs at %.1f/s (over %v), want %.3fs at %.1f/s (over %v)",
+				tc.limit, est, rate, over, tc.est, tc.rate, tc.overBy3s)
+		}
 	}
 }
