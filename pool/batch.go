@@ -175,8 +175,18 @@ func (p *Pool[T]) workBatches(now int64) {
 		if p.maxWait > 0 {
 			now = p.clock() // the loop may have waited
 		}
+		n := p.maxBatch
+		if p.limiter != nil {
+			var ok bool
+			if n, now, ok = p.paceLocked(n, now); !ok {
+				p.putBufLocked(b)
+				p.loopExitLocked()
+				p.mu.Unlock()
+				return
+			}
+		}
 		dispatch := 0
-		for len(b.es) < p.maxBatch {
+		for len(b.es) < n {
 			e := p.startOneLocked(now)
 			if e == nil {
 				break

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 )
 
@@ -102,6 +103,25 @@ type Config[T any] struct {
 	// Nil means every error is reported to ResultFunc.
 	RetryFunc func(v T, err error) (after time.Duration, retry bool)
 
+	// Rate, above zero, bounds how fast the pool starts items: Rate a
+	// second on average, across all its workers, with bursts of up to
+	// Burst (a token bucket, golang.org/x/time/rate). A worker that finds
+	// an item ready waits for its token before it takes the item, holding
+	// its worker slot and not the pool's lock: the item stays queued
+	// meanwhile, so it counts against QueueSize (Submit blocks once the
+	// queue is full), [Pool.Stop] hands it back as unstarted, [Pool.Remove]
+	// takes it and [Pool.Drain] waits for it. The wait ends when Stop
+	// begins; it is not part of the item's running time (see
+	// [Pool.RunningTimes]). Every start takes a token, a retry's next
+	// attempt too; with BatchHandler every item of a call takes one, so a
+	// call holds at most Burst items. Zero means no limit, at no cost per
+	// item; negative, NaN or infinite is an error.
+	Rate float64
+
+	// Burst is how many items may start at once after a pause at Rate
+	// (the bucket's size). It must be > 0 with Rate, and zero without it.
+	Burst int
+
 	// Logger receives the pool's logs, with "component"="pool" and
 	// "class"=Name added. Nil discards them.
 	Logger *slog.Logger
@@ -142,6 +162,14 @@ func (cfg *Config[T]) validate() error {
 	}
 	if cfg.MaxWait < 0 {
 		bad("MaxWait must not be negative, got %s", cfg.MaxWait)
+	}
+	switch {
+	case cfg.Rate < 0 || math.IsNaN(cfg.Rate) || math.IsInf(cfg.Rate, 0):
+		bad("Rate must be a finite number >= 0, got %v", cfg.Rate)
+	case cfg.Rate > 0 && cfg.Burst <= 0:
+		bad("Burst must be > 0 with Rate, got %d", cfg.Burst)
+	case cfg.Rate == 0 && cfg.Burst != 0:
+		bad("Burst needs Rate")
 	}
 	return errors.Join(errs...)
 }

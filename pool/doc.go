@@ -49,6 +49,16 @@
 // Ordered pool its key's next item becomes ready. A call holds at most
 // one item per key, since only a key's first item is ready.
 //
+// # Rate
+//
+// With [Config.Rate] the pool starts at most Rate items a second across
+// its workers, in bursts of up to [Config.Burst] (a token bucket from
+// golang.org/x/time/rate). A worker waits for its token before it takes
+// a ready item, so the item stays queued: it counts against QueueSize
+// (Submit pushes back), Stop hands it back as unstarted and ends the
+// wait at once. Every start takes a token, retries too; with a
+// BatchHandler each item of a call takes one.
+//
 // # Ordering
 //
 // With [Config.Ordered], items with the same key run one at a time in

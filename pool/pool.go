@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/alitto/pond/v2"
+	"golang.org/x/time/rate"
 
 	"github.com/handoff-go/handoff"
 )
@@ -93,6 +94,12 @@ type Pool[T any] struct {
 	drainBy int64
 	// hold is set by Hold; see hold.go.
 	hold holdState
+	// limiter paces the starts (Config.Rate); nil without a limit. paced
+	// counts the ready items the worker loops waiting for their tokens
+	// will take (see paceLocked).
+	limiter *rate.Limiter
+	burst   int
+	paced   int
 
 	// epoch is the origin of the pool's clock (see clock).
 	epoch time.Time
@@ -142,6 +149,10 @@ func New[T any](cfg Config[T]) (*Pool[T], error) {
 		epoch:   time.Now(),
 	}
 	p.workFn = p.work
+	if cfg.Rate > 0 {
+		p.limiter = rate.NewLimiter(rate.Limit(cfg.Rate), cfg.Burst)
+		p.burst = cfg.Burst
+	}
 	p.workCtx, p.cancel = context.WithCancelCause(context.Background())
 	if cfg.Ordered {
 		p.keys = make(map[uint64]*entry[T])
@@ -335,6 +346,14 @@ func (p *Pool[T]) work() {
 		return
 	}
 	for {
+		if p.limiter != nil {
+			var ok bool
+			if _, now, ok = p.paceLocked(1, now); !ok {
+				p.loopExitLocked()
+				p.mu.Unlock()
+				return
+			}
+		}
 		e, dispatch := p.startLocked(now)
 		if e == nil {
 			p.loopExitLocked()

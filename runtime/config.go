@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"time"
 
@@ -403,6 +404,11 @@ type Class struct {
 	// BatchHandler); negative is an error.
 	QueueSize int
 
+	// RateLimit bounds how fast the class's handlers start messages,
+	// across all its workers: see [RateLimit]. The zero value means no
+	// limit, at no cost per message.
+	RateLimit RateLimit
+
 	// Ordered makes messages with the same key run one at a time, in
 	// offset (or submission) order; different keys still run in parallel.
 	// When a message of an ordered class becomes a dead letter, or waits
@@ -492,6 +498,53 @@ type Class struct {
 	// puts the message it is given into a batch (see the package doc,
 	// under Batches). Nil means none.
 	Middleware []handoff.Middleware
+}
+
+// RateLimit bounds how fast a class's handlers start messages: PerSecond
+// on average, across all the class's workers, with bursts of up to Burst
+// after a pause (a token bucket: golang.org/x/time/rate). Every start of
+// a handler takes a token: a fetched message, a submitted one, a
+// redelivered or re-pushed one, a requeued dead letter (one by one or in
+// bulk), and each retry in place. In a BatchHandler class every message
+// of a batch takes one, so the limit counts messages, not calls, and a
+// batch holds at most Burst messages.
+//
+// What blocks: a worker with a message ready waits for its token before
+// it takes the message, holding its worker; the message stays queued
+// meanwhile, so the class's queue fills and the fetching of this class's
+// topics waits (its backpressure, see QueueSize), and no other class's.
+// A Submit or Requeue to the class waits for room as with any full
+// queue. The wait is not handler time: Timeout, the handler-time metrics
+// and the drain estimate's mean do not count it (the estimate's rate is
+// at most PerSecond). The drain goes on at the limit; at the hard stop a
+// message still waiting for its token is saved as unstarted, as any
+// message still queued.
+type RateLimit struct {
+	// PerSecond is how many messages may start a second, on average.
+	// Zero means no limit; negative, NaN or infinite is an error.
+	PerSecond float64
+
+	// Burst is how many messages may start at once after a pause. Zero
+	// means 1 (a steady pace), or MaxBatch for a BatchHandler class (so a
+	// full batch can start); negative, or set without PerSecond, is an
+	// error.
+	Burst int
+}
+
+// withDefaults fills Burst and reports the limit's problems with bad,
+// naming class.
+func (l *RateLimit) withDefaults(class string, maxBatch int, bad func(string, ...any)) {
+	if l.PerSecond < 0 || math.IsNaN(l.PerSecond) || math.IsInf(l.PerSecond, 0) {
+		bad("class %q: RateLimit.PerSecond must be a finite number >= 0 (zero means no limit), got %v", class, l.PerSecond)
+	}
+	switch {
+	case l.Burst < 0:
+		bad("class %q: RateLimit.Burst must not be negative, got %d", class, l.Burst)
+	case l.Burst > 0 && l.PerSecond == 0:
+		bad("class %q: RateLimit.Burst (%d) needs RateLimit.PerSecond", class, l.Burst)
+	case l.Burst == 0 && l.PerSecond > 0:
+		l.Burst = max(1, maxBatch)
+	}
 }
 
 // withDefaults returns a copy of cfg with zero fields filled, and every
@@ -674,6 +727,7 @@ func (c *Class) withDefaults(haveBrokers bool, bad func(string, ...any)) {
 	} else if c.QueueSize == 0 {
 		c.QueueSize = DefaultQueueFactor * c.Workers
 	}
+	c.RateLimit.withDefaults(c.Name, c.MaxBatch, bad)
 	c.Retry.validate(c.Name, bad)
 	c.Retry.withDefaults()
 	c.Suspend.validate(c.Name, bad)

@@ -203,6 +203,18 @@
 // the whole group within about a second.
 // [ClassStats].Hold tells the state.
 //
+// # Rate limits
+//
+// [Class].RateLimit bounds how fast a class's handlers start messages,
+// across its workers: every start takes a token (fetched, submitted,
+// re-pushed, redelivered or requeued messages, and retries in place; in
+// a batch class each message of a batch). A worker waits for its token
+// holding its worker, the message still queued, so a limited class's
+// queue fills and its own fetching waits, not another class's. The wait
+// is not handler time. The drain goes on at the limit; the hard stop ends
+// the waits at once and saves the waiting messages as unstarted. The zero
+// value means no limit. See [RateLimit].
+//
 // # Batches
 //
 // A class with a BatchHandler instead of a Handler gets up to MaxBatch

@@ -91,7 +91,8 @@ func (c *class) meanTime(running int, runningFor time.Duration) float64 {
 // mean / Workers (mean from meanTime). A handler that has run for t so
 // far is taken to need at least t more, so the estimate is never less
 // than the longest running handler's time: a hang is over budget within
-// one DrainTimeout, whatever the other handlers do. An ordered class
+// one DrainTimeout, whatever the other handlers do. A class with a
+// RateLimit drains at most at its PerSecond. An ordered class
 // whose work sits on few keys drains slower than this: it assumes every
 // worker can be busy.
 func (c *class) drainEstimate(ps pool.Stats, runningFor, longest, drainTimeout time.Duration) (est, rate float64, over bool) {
@@ -100,6 +101,9 @@ func (c *class) drainEstimate(ps pool.Stats, runningFor, longest, drainTimeout t
 		return 0, 0, false
 	}
 	rate = float64(c.cfg.Workers) / mean
+	if l := c.cfg.RateLimit.PerSecond; l > 0 {
+		rate = min(rate, l) // the limit's wait is not handler time
+	}
 	if n := ps.Queued + ps.Running; n > 0 {
 		est = max(float64(n)/rate, longest.Seconds())
 	}

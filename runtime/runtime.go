@@ -255,6 +255,8 @@ func New(cfg Config) (*Runtime, error) {
 			Handler:    r.handling.handler(c),
 			RetryFunc:  r.handling.retry(c),
 			ResultFunc: r.handling.result(c),
+			Rate:       cc.RateLimit.PerSecond, // zero: none
+			Burst:      cc.RateLimit.Burst,
 			Logger:     cfg.Logger,
 		}
 		if cc.BatchHandler != nil {

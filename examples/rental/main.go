@@ -43,6 +43,8 @@
 //	                                default) or leave them to the partition's next owner (redeliver)
 //	-client franz-go|kafka-go       Kafka client library (default franz-go: cooperative rebalancing, and static
 //	                                membership with -instance)
+//	-rate-limit CLASS=N[,CLASS=N]   start at most N messages a second of CLASS (runtime.Class.RateLimit), across
+//	                                its workers; its fetch alone waits meanwhile (default: no limit)
 //	-instance NAME                  this instance's name, stable across restarts and unique in the group (a
 //	                                StatefulSet pod's name); with franz-go the static group.instance.id; empty
 //	                                means the hostname
@@ -118,6 +120,8 @@ func run(args []string) int {
 	fs.Var(&isolation, "isolation", "which records of transactional producers are handled: `read_committed` (the default: committed transactions' only, once committed) or read_uncommitted (every record)")
 	var client clientFlag
 	fs.Var(&client, "client", "Kafka client library: `franz-go` (the default: static membership with -instance, cooperative rebalancing) or kafka-go")
+	var rateLimits rateLimitFlag
+	fs.Var(&rateLimits, "rate-limit", "start at most N messages a second of each class named (`CLASS=N[,CLASS=N]`, e.g. orders=50,users=20), across its workers; the class's own fetch waits meanwhile, no other's; none when not given")
 	var ops opsFlags
 	ops.add(fs)
 	instance := fs.String("instance", "", "this instance's `NAME`, stable across restarts and unique in the group (the state file records it; with -client franz-go it is the static group.instance.id); empty means the hostname")
@@ -135,6 +139,10 @@ func run(args []string) int {
 		}
 		if ops.probes != "" {
 			fmt.Fprintln(os.Stderr, "rental: -probes needs service mode (-brokers)")
+			return 2
+		}
+		if len(rateLimits) > 0 {
+			fmt.Fprintln(os.Stderr, "rental: -rate-limit needs service mode (-brokers)")
 			return 2
 		}
 		if sec.TLSOn() || sec.Mechanism != "" {
@@ -158,7 +166,7 @@ func run(args []string) int {
 		brokers: strings.Split(*brokers, ","), group: *group, state: *state, localOnly: *localOnly,
 		drain: *drain, work: *work, workJitter: *workJitter, effects: *effects, failRate: *failRate,
 		admin: *adminAddr, adminToken: token, adminReadToken: readToken, probes: ops.probes, renames: ops.renames,
-		stopPolicy: stopPolicy.p, outages: outages,
+		stopPolicy: stopPolicy.p, outages: outages, rateLimits: rateLimits,
 		tls: tlsConfig, sasl: mech,
 		client: client.c, instance: *instance, isolation: isolation.l,
 	})
@@ -187,6 +195,8 @@ type serviceConfig struct {
 
 	stopPolicy runtime.StopPolicy
 	outages    []rental.Outage
+	// rateLimits is each limited class's messages a second.
+	rateLimits rateLimitFlag
 
 	// tls and sasl secure the connections to the brokers; nil means
 	// plaintext, no SASL.
@@ -210,6 +220,11 @@ func serve(log *slog.Logger, sc serviceConfig) int {
 	}
 	defer h.Close()
 	defer logOutages(log, h, sc.outages)()
+	classes, err := withRateLimits(withStopPolicy(h.Classes(), sc.stopPolicy), sc.rateLimits)
+	if err != nil {
+		log.Error("bad options", "err", err)
+		return 2
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	rt, err := runtime.New(runtime.Config{
@@ -218,7 +233,7 @@ func serve(log *slog.Logger, sc serviceConfig) int {
 		StatePath:      sc.state,
 		LocalStateOnly: sc.localOnly,
 		DrainTimeout:   sc.drain,
-		Classes:        withStopPolicy(h.Classes(), sc.stopPolicy),
+		Classes:        classes,
 		Logger:         log,
 		Registerer:     reg,
 		TLS:            sc.tls,
