@@ -273,7 +273,7 @@ func TestClassRateLimitConfig(t *testing.T) {
 		{RateLimit{PerSecond: 5, Burst: -1}, `class "orders": RateLimit.Burst must not be negative, got -1`},
 		{RateLimit{Burst: 3}, `class "orders": RateLimit.Burst (3) needs RateLimit.PerSecond`},
 	} {
-		_, err := New(Config{StatePath: t.TempDir() + "/s.db", Classes: []Class{{Name: "orders", Handler: h, RateLimit: tc.limit}}})
+		_, err := newRuntime(Config{StatePath: t.TempDir() + "/s.db", Classes: []Class{{Name: "orders", Handler: h, RateLimit: tc.limit}}})
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("RateLimit %+v: New error %v, want %q", tc.limit, err, tc.want)
 		}
