@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,12 +19,12 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/handoff-go/handoff"
 )
 
-// previous is the build of the version before this one: the tree of the
-// commit before the one that last changed handoff.Version (a release
-// changes it in one commit, so that commit starts this version and its
-// parent is the last of the previous one), extracted from git and built.
+// previous is the build of the version before this one (see
+// previousCommit), extracted from git and built.
 type previous struct {
 	commit, bin string
 	skip        string // why there is none
@@ -46,13 +47,19 @@ var previousRental = sync.OnceValue(func() previous {
 		out, err := exec.Command(git, append([]string{"-C", repo}, args...)...).Output()
 		return strings.TrimSpace(string(out)), err
 	}
-	started, err := run("log", "-1", "--format=%H", "-G", "^const Version = ", "--", "version.go")
-	if err != nil || started == "" {
-		return previous{skip: "no commit in this history sets handoff.Version: no previous version to roll back to"}
+	changelog, err := os.ReadFile(filepath.Join(repo, "CHANGELOG.md"))
+	if err != nil {
+		return previous{err: err}
 	}
-	prev, err := run("rev-parse", "--verify", "--quiet", started+"^")
+	want, err := previousCommit(string(changelog), handoff.Version, func() (string, error) {
+		return run("log", "-1", "--format=%H", "-G", "^const Version = ", "--", "version.go")
+	})
+	if err != nil {
+		return previous{err: err}
+	}
+	prev, err := run("rev-parse", "--verify", "--quiet", want+"^{commit}")
 	if err != nil || prev == "" {
-		return previous{skip: "the history stops at " + started + " (a shallow clone?): the previous version's commit is not here"}
+		return previous{skip: "commit " + want + " of the previous version is not in this history (a shallow clone?)"}
 	}
 	dir, err := os.MkdirTemp("", "rental-previous-")
 	if err != nil {
@@ -259,4 +266,72 @@ func refuseNewer(t *testing.T, bin, broker, path string) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// previousCommit returns the commit of the version before this one, to
+// roll back to, from CHANGELOG.md's text and version, this build's
+// handoff.Version. A release changes handoff.Version in one commit (its
+// tree is the release), turns the Unreleased entry into the release's and
+// writes into the entry of the release before it the commit that one
+// shipped ("Last commit: HASH."). So while the CHANGELOG's first entry is
+// version's own (the tree is the release), the previous version is the
+// commit its entry below names; once an Unreleased entry is back on top,
+// it is version itself, the commit that last changed handoff.Version,
+// which lastVersionChange returns.
+func previousCommit(changelog, version string, lastVersionChange func() (string, error)) (string, error) {
+	headings := regexp.MustCompile(`(?m)^## (\S+)`).FindAllStringSubmatchIndex(changelog, -1)
+	if len(headings) == 0 {
+		return "", errors.New("CHANGELOG.md has no version entry")
+	}
+	first := changelog[headings[0][2]:headings[0][3]]
+	switch {
+	case first == "Unreleased":
+		c, err := lastVersionChange()
+		if err != nil || c == "" {
+			return "", fmt.Errorf("no commit sets handoff.Version %s (%v)", version, err)
+		}
+		return c, nil
+	case first != version:
+		return "", fmt.Errorf("CHANGELOG.md's first entry is %s, not Unreleased nor this build's version %s", first, version)
+	case len(headings) < 2:
+		return "", fmt.Errorf("CHANGELOG.md has no entry before %s", version)
+	}
+	end := len(changelog)
+	if len(headings) > 2 {
+		end = headings[2][0]
+	}
+	below := changelog[headings[1][0]:end]
+	m := regexp.MustCompile(`Last commit: ([0-9a-f]{7,40})`).FindStringSubmatch(below)
+	if m == nil {
+		return "", fmt.Errorf("CHANGELOG.md's entry %s names no \"Last commit: HASH\": the release of %s must write the commit it shipped", changelog[headings[1][2]:headings[1][3]], version)
+	}
+	return m[1], nil
+}
+
+// TestPreviousCommit: the rollback tests find the previous version in
+// CHANGELOG.md while the tree is a release, and take the release commit
+// itself once work toward the next one is under Unreleased.
+func TestPreviousCommit(t *testing.T) {
+	last := func() (string, error) { return "abc1234", nil }
+	for _, tc := range []struct {
+		name, changelog, version, want, err string
+	}{
+		{"a release", "# Changelog\n\n## 0.3.0\n\n- x\n\n## 0.2.0\n\nLast commit: f238c0d.\n\n- y\n\n## 0.1.0\n\nLast commit: 62855fb.\n", "0.3.0", "f238c0d", ""},
+		{"work after a release", "## Unreleased\n\n- z\n\n## 0.3.0\n\n## 0.2.0\n\nLast commit: f238c0d.\n", "0.3.0", "abc1234", ""},
+		{"the entry below names none", "## 0.3.0\n\n## 0.2.0\n\n- y\n\n## 0.1.0\n\nLast commit: 62855fb.\n", "0.3.0", "", "names no"},
+		{"a version the changelog does not start with", "## 0.2.0\n\nLast commit: f238c0d.\n", "0.3.0", "", "not Unreleased"},
+	} {
+		got, err := previousCommit(tc.changelog, tc.version, last)
+		if got != tc.want || (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%s: %q, %v; want %q, an error with %q", tc.name, got, err, tc.want, tc.err)
+		}
+	}
+	// This tree's own CHANGELOG.md names a commit to roll back to.
+	b, err := os.ReadFile("../../CHANGELOG.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := previousCommit(string(b), handoff.Version, last); err != nil {
+		t.Error(err)
+	}
 }
