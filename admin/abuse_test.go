@@ -212,11 +212,15 @@ func TestPreLoginCapped(t *testing.T) {
 		fmt.Fprintf(c, "POST /ui/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\n")
 		held = append(held, c)
 	}
-	var resp *http.Response
-	waitFor(t, "the pre-login requests to be held", func() bool {
-		resp, _ = b.do("GET", "/api/classes")
-		return resp.StatusCode == http.StatusServiceUnavailable
-	})
+	// Wait until both hold their slots before asking anything: a probe
+	// without a token takes a slot too, and one that came between them
+	// would have the second held request refused instead.
+	h := b.srv.Config.Handler.(*handler)
+	waitFor(t, "the pre-login requests to be held", func() bool { return len(h.preLogin) == capN })
+	resp, _ := b.do("GET", "/api/classes")
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("GET /api/classes without a token while %d pre-login requests are held: %d, want 503", capN, resp.StatusCode)
+	}
 	if resp.Header.Get("Retry-After") == "" {
 		t.Error("503 without Retry-After")
 	}
