@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -49,17 +50,23 @@ type TestingM interface{ Run() int }
 
 // BothClients returns m with a Run that runs the package's tests for
 // every client: with [ClientEnv] set, for that client only (m.Run);
-// unset, for kafka-go (m.Run), then for franz-go by running the test
+// unset, for kafka-go (m.Run) and for franz-go by running the test
 // binary again (its own path and arguments, so -run, -v, -count, -json
-// and the rest apply to both runs) with ClientEnv=franz-go, its output
-// streamed to this process's. Run's exit code is non-zero when either
-// run failed. Each run starts with a line "=== client NAME", so that a
-// failure can be told to belong to its client.
+// and the rest apply to both runs) with ClientEnv=franz-go. The franz-go
+// run starts with the kafka-go one and runs beside it (most of the tests
+// wait on brokers and timers, so two runs take little more than one);
+// its output is kept in a temporary file and printed after the first
+// run's. It runs after the first instead, its output streamed, for
+// benchmarks, profiles, traces and -test.failfast, and with SerialEnv
+// set. Run's exit code is non-zero when either run failed. Each run
+// starts with a line "=== client NAME", so that a failure can be told to
+// belong to its client.
 //
 // The second run is skipped when it could only repeat the first or
 // would be wrong to repeat: -test.list, -test.fuzz, and -test.failfast
-// after a failure. Its -test.timeout is what is left of the first's, and
-// its profiles and coverage profile (-test.coverprofile, cpuprofile,
+// after a failure. Run after the first, its -test.timeout is what is
+// left of the first's (beside it, the first's own), and its profiles
+// and coverage profile (-test.coverprofile, cpuprofile,
 // memprofile, blockprofile, mutexprofile, trace) are written to the
 // same names with ".franz-go" added, so the first run's are kept. Its
 // test log (what the tests read, which go test's cache is keyed with) is
@@ -76,26 +83,65 @@ func (b bothClients) Run() int {
 	start := time.Now()
 	client := Client()
 	_, set := os.LookupEnv(ClientEnv)
-	fmt.Printf("=== client %s\n", client)
+	if set || skipSecond(0) {
+		fmt.Printf("=== client %s\n", client)
+		code := b.m.Run()
+		appendTestLog(flagValue("test.testlogfile"), []byte("getenv "+ClientEnv+"\n"))
+		return code
+	}
+	// The franz-go run starts now, beside this one, unless the runs
+	// must not overlap; its output, kept in a file meanwhile, follows
+	// this run's.
+	serial := !concurrentOK()
+	var second *exec.Cmd
+	var out *os.File
+	startSecond := func(took time.Duration) error {
+		second = exec.Command(os.Args[0], secondRun(os.Args[1:], took)...)
+		second.Env = append(os.Environ(), ClientEnv+"="+FranzGo)
+		second.Stdin, second.Stdout, second.Stderr = os.Stdin, os.Stdout, os.Stderr
+		if !serial {
+			var err error
+			if out, err = os.CreateTemp("", "handoff-test-"+FranzGo+"-*.out"); err != nil {
+				return err
+			}
+			second.Stdout, second.Stderr = out, out
+		}
+		return second.Start()
+	}
+	var startErr error
+	if !serial {
+		startErr = startSecond(0)
+	}
+	fmt.Printf("=== client %s\n", KafkaGo)
 	code := b.m.Run()
 	// go test's cache must know that the runs depend on ClientEnv, which
 	// was read before the test log was open (m.Run opens it).
 	testLog := flagValue("test.testlogfile")
 	appendTestLog(testLog, []byte("getenv "+ClientEnv+"\n"))
-	if set || skipSecond(code) {
-		return code
+	if serial {
+		if skipSecond(code) {
+			return code
+		}
+		startErr = startSecond(time.Since(start))
 	}
-	cmd := exec.Command(os.Args[0], secondRun(os.Args[1:], time.Since(start))...)
-	cmd.Env = append(os.Environ(), ClientEnv+"="+FranzGo)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	first, second := "ok", "ok"
+	first, secondResult := "ok", "ok"
 	if code != 0 {
 		first = "FAIL"
 	}
-	if err := cmd.Run(); err != nil {
-		second = "FAIL"
+	err := startErr
+	if err == nil {
+		err = second.Wait()
+	}
+	if out != nil {
+		out.Seek(0, io.SeekStart)
+		io.Copy(os.Stdout, out)
+		out.Close()
+		os.Remove(out.Name())
+	}
+	if err != nil {
+		secondResult = "FAIL"
 		if _, ok := err.(*exec.ExitError); !ok {
-			second = fmt.Sprintf("FAIL (could not run the test binary again: %v)", err)
+			secondResult = fmt.Sprintf("FAIL (could not run the test binary again: %v)", err)
 		}
 		code = max(code, 1)
 	}
@@ -108,9 +154,29 @@ func (b bothClients) Run() int {
 	if code != 0 {
 		// The first run's FAIL line is far above the second run's
 		// output: say which client failed.
-		fmt.Printf("=== clients: %s %s, %s %s\n", KafkaGo, first, FranzGo, second)
+		fmt.Printf("=== clients: %s %s, %s %s\n", KafkaGo, first, FranzGo, secondResult)
 	}
 	return code
+}
+
+// SerialEnv, set to any value, makes [BothClients] run the franz-go run
+// after the kafka-go one instead of beside it.
+const SerialEnv = "HANDOFF_TEST_SERIAL"
+
+// concurrentOK reports whether the two runs may overlap: not for
+// benchmarks (each would slow the other's figures), -test.failfast (the
+// second run is skipped after a failure of the first), profiles and
+// traces (they would measure both), nor with SerialEnv set.
+func concurrentOK() bool {
+	if _, set := os.LookupEnv(SerialEnv); set {
+		return false
+	}
+	for _, name := range []string{"test.bench", "test.failfast", "test.cpuprofile", "test.memprofile", "test.blockprofile", "test.mutexprofile", "test.trace"} {
+		if v := flagValue(name); v != "" && v != "false" {
+			return false
+		}
+	}
+	return true
 }
 
 // testLogMagic starts the test log, the list of the environment

@@ -1,6 +1,7 @@
 package testio
 
 import (
+	"flag"
 	"slices"
 	"testing"
 	"time"
@@ -24,5 +25,29 @@ func TestSecondRun(t *testing.T) {
 	}
 	if got := secondRun([]string{"-test.timeout=0s"}, time.Minute); !slices.Equal(got, []string{"-test.timeout=0s"}) {
 		t.Errorf("no timeout: %q", got)
+	}
+}
+
+// TestConcurrentOK: the franz-go run goes beside the kafka-go one except
+// for benchmarks, -failfast, profiles and traces, and with SerialEnv.
+func TestConcurrentOK(t *testing.T) {
+	if !concurrentOK() {
+		t.Fatalf("a plain test run (%s unset, no benchmark, profile or -failfast) is not concurrent", SerialEnv)
+	}
+	for _, f := range []struct{ name, value string }{
+		{"test.bench", "."}, {"test.failfast", "true"}, {"test.cpuprofile", "cpu.out"}, {"test.trace", "trace.out"},
+	} {
+		old := flag.Lookup(f.name).Value.String()
+		if err := flag.Set(f.name, f.value); err != nil {
+			t.Fatal(err)
+		}
+		if concurrentOK() {
+			t.Errorf("-%s=%s: concurrent", f.name, f.value)
+		}
+		flag.Set(f.name, old)
+	}
+	t.Setenv(SerialEnv, "1")
+	if concurrentOK() {
+		t.Errorf("%s set: concurrent", SerialEnv)
 	}
 }
