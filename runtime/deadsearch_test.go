@@ -129,7 +129,9 @@ func TestFindDeadLettersFilters(t *testing.T) {
 		{"until", DeadFilter{Until: g.t0.Add(10*time.Minute + 30*time.Second)}, func(i int, _ *snapshot.Record) bool { return i < 10 }},
 		{"first", DeadFilter{FirstSince: g.t0.Add(30 * time.Minute), FirstUntil: g.t0.Add(time.Hour)}, func(i int, _ *snapshot.Record) bool { return i >= 30 && i < 39 }},
 		{"combined", DeadFilter{Class: "mail", Topic: "a", Partition: &two, ErrorContains: "bad", Since: g.t0.Add(time.Minute), Until: g.t0.Add(35 * time.Minute)},
-			func(i int, _ *snapshot.Record) bool { return i%2 == 0 && i%3 != 1 && i%4 == 2 && i%6 != 0 && i >= 1 && i < 35 }},
+			func(i int, _ *snapshot.Record) bool {
+				return i%2 == 0 && i%3 != 1 && i%4 == 2 && i%6 != 0 && i >= 1 && i < 35
+			}},
 		{"nothing", DeadFilter{Class: "mail", Key: []byte("nope")}, func(int, *snapshot.Record) bool { return false }},
 	}
 	for _, tc := range cases {
