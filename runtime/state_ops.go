@@ -73,65 +73,17 @@ func (f *stateFile) deadPage(class string, from uint64, limit int, keep func(*sn
 	return out, next, err
 }
 
-// deadSearchChunk is how many dead letters deadSearch decodes at a time.
-const deadSearchChunk = 512
-
-// deadSearch reads, in one read, every dead letter of class (every
-// class's for "") and counts in total those match accepts; it returns
-// with their IDs up to limit of them: oldest first, those with keys
-// above from (0: from the start), or (newest) newest first, those with
-// keys below from (0: from the end). next is the key to pass as from for
-// the next page, 0 past the last. Memory holds a page and a chunk of
-// records. The caller has checked that the file is open (get).
+// deadSearch reads every dead letter of class (every class's for "")
+// and returns with their IDs a page of those match accepts and the count
+// of them all, in one read ([snapshot.Tx.DeadSearch]). The caller has
+// checked that the file is open (get).
 func (f *stateFile) deadSearch(class string, from uint64, newest bool, limit int, match func(*snapshot.Record) bool) (out []deadFound, next uint64, total int, err error) {
 	err = f.store.View(func(tx *snapshot.Tx) error {
-		var (
-			page  []snapshot.Entry // oldest first; newest: the last limit below from
-			after uint64
-			past  int // matches beyond the page in its order
-			ring  int
-		)
-		for {
-			entries, n, err := tx.DeadPage(class, after, deadSearchChunk)
-			if err != nil {
-				return err
-			}
-			for i := range entries {
-				e := &entries[i]
-				if !match(&e.Record) {
-					continue
-				}
-				total++
-				switch {
-				case !newest && e.Key > from:
-					if len(page) < limit {
-						page = append(page, *e)
-					} else {
-						past++
-					}
-				case newest && (from == 0 || e.Key < from):
-					// page is a ring of the last limit: ring is its oldest.
-					if len(page) < limit {
-						page = append(page, *e)
-					} else {
-						past++
-						page[ring] = *e
-						ring = (ring + 1) % limit
-					}
-				}
-			}
-			if n == 0 {
-				break
-			}
-			after = n
+		page, n, t, err := tx.DeadSearch(class, match, from, newest, limit)
+		if err != nil {
+			return err
 		}
-		if newest {
-			page = append(page[ring:], page[:ring]...)
-			slices.Reverse(page)
-		}
-		if past > 0 && len(page) > 0 {
-			next = page[len(page)-1].Key
-		}
+		next, total = n, t
 		out = make([]deadFound, 0, len(page))
 		for i := range page {
 			id, err := tx.DeadID(page[i].Key)
