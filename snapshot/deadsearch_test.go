@@ -41,7 +41,10 @@ func TestDeadSearch(t *testing.T) {
 					next  uint64
 					total int
 				)
-				err := ts.View(func(tx *Tx) (err error) { page, next, total, err = tx.DeadSearch("orders", match, from, newest, limit); return err })
+				err := ts.View(func(tx *Tx) (err error) {
+					page, next, total, err = tx.DeadSearch("orders", match, from, newest, limit)
+					return err
+				})
 				if err != nil || total != len(want) || len(page) > limit {
 					t.Fatalf("newest %v limit %d: page %d, total %d, %v", newest, limit, len(page), total, err)
 				}
