@@ -2,7 +2,9 @@ package admin
 
 import (
 	"fmt"
+	"html"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -122,8 +124,9 @@ func TestDeadLetterSearch(t *testing.T) {
 }
 
 // TestDashboardDeadSearch: the dashboard's search form keeps the search,
-// shows its matches, newest first when asked, and their count; a bad
-// parameter shows its error instead of the table.
+// shows its matches, newest first when asked, and their count; its next
+// page link keeps the search; a bad parameter shows its error instead of
+// the table.
 func TestDashboardDeadSearch(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -163,6 +166,27 @@ func TestDashboardDeadSearch(t *testing.T) {
 	if page := string(body); resp.StatusCode != 200 || !strings.Contains(page, `id="no-dead">No dead letters match.`) {
 		t.Errorf("search with no match: %d %s", resp.StatusCode, body)
 	}
+	// Over a page (pageDead): the next page link keeps the search.
+	more := b.poison("jobs", pageDead)
+	resp, body = b.do("GET", "/?class=jobs&order=newest")
+	m := regexp.MustCompile(`href="([^"]*)" id="dead-next"`).FindSubmatch(body)
+	if resp.StatusCode != 200 || m == nil || !strings.Contains(string(body), fmt.Sprintf(`id="dead-total">%d matches`, 3+pageDead)) {
+		t.Fatalf("a search over a page: %d, link %q", resp.StatusCode, m)
+	}
+	next := html.UnescapeString(string(m[1]))
+	if !strings.Contains(next, "class=jobs") || !strings.Contains(next, "order=newest") || !strings.Contains(next, "after=") {
+		t.Errorf("next page link %q drops the search", next)
+	}
+	resp, body = b.do("GET", "/"+next)
+	page = string(body)
+	if resp.StatusCode != 200 || strings.Contains(page, `id="dead-next"`) || strings.Contains(page, `id="dead-`+more[len(more)-1]+`"`) ||
+		!strings.Contains(page, `id="dead-`+jobs[0]+`"`) || strings.Contains(page, `id="dead-`+orders[0]+`"`) {
+		t.Errorf("the next page of newest jobs should hold the oldest jobs only: %d %s", resp.StatusCode, body)
+	}
+	if got := strings.Count(page, `<tr id="dead-`); got != 3 {
+		t.Errorf("next page has %d rows, want 3", got)
+	}
+
 	resp, body = b.do("GET", "/?since=monday")
 	if page := string(body); resp.StatusCode != 200 || !strings.Contains(page, `id="dead-error"`) || !strings.Contains(page, "since must be an RFC 3339 time") {
 		t.Errorf("bad since: %d %s", resp.StatusCode, body)
