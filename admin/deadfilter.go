@@ -72,8 +72,9 @@ func parseDeadFilter(q url.Values) (runtime.DeadFilter, error) {
 	return f, nil
 }
 
-// deadFilterQuery is the query of f's search (parameters in q that
-// parseDeadFilter reads, kept as given), for links to its next page.
+// deadFilterQuery returns the search parameters of q (those
+// parseDeadFilter reads, as given; empty ones left out), for the
+// dashboard's form and its next page link.
 func deadFilterQuery(q url.Values) url.Values {
 	out := url.Values{}
 	for _, p := range deadFilterParams {
