@@ -43,7 +43,9 @@ and --partition (where the message was read from; a submitted message
 has no topic and partition 0), --key (the message key's exact text),
 --error-contains (a substring of the last error), --min-attempts,
 --since and --until (RFC 3339; the last failure: since <= last failed <
-until). --newest lists the newest first. On a state file, --topic is
+until), --first-since and --first-until (the same on the first failure;
+a dead letter with none matches neither). --newest lists the newest
+first. On a state file, --topic is
 the origin topic (give it once).
 
 With --brokers and --group instead of STATE it lists the dead letters of

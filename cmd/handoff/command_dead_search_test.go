@@ -64,6 +64,8 @@ func TestDeadListSearch(t *testing.T) {
 		{[]string{"--min-attempts", "2"}, func(r *snapshot.Record) bool { return r.Message.Attempt >= 2 }},
 		{[]string{"--since", mid.Format(time.RFC3339Nano)}, func(r *snapshot.Record) bool { return !r.SavedAt.Before(mid) }},
 		{[]string{"--until", mid.Format(time.RFC3339Nano)}, func(r *snapshot.Record) bool { return r.SavedAt.Before(mid) }},
+		{[]string{"--first-until", mid.Format(time.RFC3339Nano)}, func(r *snapshot.Record) bool { return !r.FirstFailed.IsZero() && r.FirstFailed.Before(mid) }},
+		{[]string{"--first-since", mid.Format(time.RFC3339Nano)}, func(r *snapshot.Record) bool { return !r.FirstFailed.Before(mid) }},
 		{[]string{"--class", "orders", "--partition", "0", "--error-contains", "poison"}, func(r *snapshot.Record) bool {
 			return r.Message.Class == "orders" && r.Message.Origin.Partition == 0 && strings.Contains(r.Err, "poison")
 		}},
@@ -87,7 +89,7 @@ func TestDeadListSearch(t *testing.T) {
 			}
 		}
 	}
-	if mid.IsZero() || len(pick(cases[3].keep)) == 0 || len(pick(cases[10].keep)) == 0 || len(pick(cases[7].keep)) == len(keys) {
+	if mid.IsZero() || len(pick(cases[3].keep)) == 0 || len(pick(cases[12].keep)) == 0 || len(pick(cases[7].keep)) == len(keys) {
 		t.Fatalf("the fixture does not tell the cases apart (mid %v)", mid)
 	}
 
@@ -127,6 +129,7 @@ func TestDeadListSearch(t *testing.T) {
 		{[]string{"--min-attempts", "-1"}},
 		{[]string{"--since", "yesterday"}},
 		{[]string{"--until", "2026-13-01"}},
+		{[]string{"--first-since", "x"}},
 		{[]string{"--topic", "a", "--topic", "b"}},
 	} {
 		r := run(t, append([]string{"dead", "list", path}, c.args...)...)

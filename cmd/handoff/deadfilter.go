@@ -17,12 +17,15 @@ type deadFilterFlags struct {
 	errorContains string
 	minAttempts   int
 	since, until  string
+	firstSince    string
+	firstUntil    string
 	newest        bool
 }
 
 // searchFlagNames are the flags of a search (besides --class): with
 // one, 'dead list STATE' prints the count of the matches.
-var searchFlagNames = []string{"topic", "partition", "key", "error-contains", "min-attempts", "since", "until", "newest"}
+var searchFlagNames = []string{"topic", "partition", "key", "error-contains", "min-attempts", "since", "until",
+	"first-since", "first-until", "newest"}
 
 func (f *deadFilterFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
@@ -32,6 +35,8 @@ func (f *deadFilterFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.minAttempts, "min-attempts", 0, "only dead letters with at least this many failed attempts")
 	fl.StringVar(&f.since, "since", "", "only dead letters that last failed at or after this time (RFC 3339, e.g. 2026-12-07T10:00:00Z)")
 	fl.StringVar(&f.until, "until", "", "only dead letters that last failed before this time (RFC 3339)")
+	fl.StringVar(&f.firstSince, "first-since", "", "only dead letters that first failed at or after this time (RFC 3339)")
+	fl.StringVar(&f.firstUntil, "first-until", "", "only dead letters that first failed before this time (RFC 3339)")
 	fl.BoolVar(&f.newest, "newest", false, "list the newest first")
 }
 
@@ -55,7 +60,8 @@ func (f *deadFilterFlags) filter(cmd *cobra.Command, class, topic string) (runti
 	for _, t := range []struct {
 		name, s string
 		to      *time.Time
-	}{{"since", f.since, &out.Since}, {"until", f.until, &out.Until}} {
+	}{{"since", f.since, &out.Since}, {"until", f.until, &out.Until},
+		{"first-since", f.firstSince, &out.FirstSince}, {"first-until", f.firstUntil, &out.FirstUntil}} {
 		if t.s == "" {
 			continue
 		}
