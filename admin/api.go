@@ -160,6 +160,8 @@ type deadPageJSON struct {
 	// Next is the after of the next page (an opaque cursor); absent on
 	// the last.
 	Next runtime.Cursor `json:"next,omitempty"`
+	// Total counts the dead letters the search selects, on every page.
+	Total int `json:"total"`
 }
 
 // parseLimit reads the limit parameter: defaultLimit when absent.
@@ -186,7 +188,12 @@ func (h *handler) apiDeadList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%s", err)
 		return
 	}
-	dls, next, err := h.rt.DeadLetters(q.Get("class"), after, limit)
+	filter, err := parseDeadFilter(q)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%s", err)
+		return
+	}
+	dls, next, total, err := h.rt.FindDeadLetters(filter, after, limit)
 	if errors.Is(err, runtime.ErrBadCursor) {
 		writeError(w, http.StatusBadRequest, "admin: after must be the next of an earlier page: %v", err)
 		return
@@ -195,7 +202,7 @@ func (h *handler) apiDeadList(w http.ResponseWriter, r *http.Request) {
 		h.runtimeError(w, "list dead letters", err)
 		return
 	}
-	out := deadPageJSON{DeadLetters: make([]deadJSON, len(dls)), Next: next}
+	out := deadPageJSON{DeadLetters: make([]deadJSON, len(dls)), Next: next, Total: total}
 	for i := range dls {
 		out.DeadLetters[i] = toDeadJSON(&dls[i])
 	}

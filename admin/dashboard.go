@@ -66,6 +66,12 @@ type page struct {
 	Dead      []deadView
 	DeadNext  runtime.Cursor
 	DeadErr   string
+	// DeadQ is the dead letter search as given (the form's values);
+	// DeadTotal counts its matches on every page; DeadNextHref is the
+	// link to the next page, the search kept.
+	DeadQ        url.Values
+	DeadTotal    int
+	DeadNextHref template.URL
 
 	Parked    []parkedJSON
 	ParkedErr string
@@ -125,16 +131,29 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.DeadAfter = runtime.Cursor(q.Get("after"))
-	dls, next, err := h.rt.DeadLetters(p.DeadClass, p.DeadAfter, pageDead)
-	if errors.Is(err, runtime.ErrBadCursor) {
-		p.Flash, p.FlashErr = fmt.Sprintf("Ignored a bad after parameter %q: it must be the cursor of a dead-letter page.", p.DeadAfter), true
-		p.DeadAfter = ""
-		dls, next, err = h.rt.DeadLetters(p.DeadClass, "", pageDead)
+	p.DeadQ = deadFilterQuery(q)
+	filter, err := parseDeadFilter(q)
+	var (
+		dls  []runtime.DeadLetter
+		next runtime.Cursor
+	)
+	if err == nil {
+		dls, next, p.DeadTotal, err = h.rt.FindDeadLetters(filter, p.DeadAfter, pageDead)
+		if errors.Is(err, runtime.ErrBadCursor) {
+			p.Flash, p.FlashErr = fmt.Sprintf("Ignored a bad after parameter %q: it must be the cursor of a dead-letter page.", p.DeadAfter), true
+			p.DeadAfter = ""
+			dls, next, p.DeadTotal, err = h.rt.FindDeadLetters(filter, "", pageDead)
+		}
 	}
 	if err != nil {
 		p.DeadErr = errText(err)
 	} else {
 		p.DeadNext = next
+		if next != "" {
+			nq := deadFilterQuery(q)
+			nq.Set("after", string(next))
+			p.DeadNextHref = template.URL("?" + nq.Encode())
+		}
 		for _, dl := range dls {
 			p.Dead = append(p.Dead, deadView{
 				Key: dl.Key, Class: dl.Message.Class, ID: dl.Message.ID, MsgKey: printable(dl.Message.Key), Err: dl.Err,

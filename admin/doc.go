@@ -15,7 +15,9 @@
 //	GET  /readyz                       200 while Runtime.Ready, else 503 (a stuck partition included)
 //	GET  /metrics                      Options.Gatherer in the Prometheus text format
 //	GET  /api/classes                  per-class stats (holds' reasons and errors: read token)
-//	GET  /api/dead?class=&after=&limit= dead letters, paged (read token)
+//	GET  /api/dead?class=&after=&limit= dead letters, searched and paged, with the count of matches (read token);
+//	                                   also topic, partition, key, key_b64, error, min_attempts,
+//	                                   since, until, first_since, first_until (RFC 3339), order=oldest|newest
 //	GET  /api/dead/{key}               one dead letter, by its group-wide ID (read token)
 //	POST /api/dead/{key}/requeue       hand a dead letter back to its class (token)
 //	POST /api/dead/{key}/discard       delete a dead letter (token)

@@ -19,8 +19,9 @@ type Cursor string
 
 // Cursor kinds: the first byte of a cursor's text.
 const (
-	cursorDead    = 'd'
-	cursorDelayed = 'w'
+	cursorDead       = 'd'
+	cursorDeadNewest = 'n' // of a newest-first dead letter search
+	cursorDelayed    = 'w'
 )
 
 func makeCursor(kind byte, raw []byte) Cursor {
@@ -52,13 +53,30 @@ func deadCursor(key uint64) Cursor {
 	return makeCursor(cursorDead, binary.BigEndian.AppendUint64(nil, key))
 }
 
-func (c Cursor) deadKey() (uint64, error) {
-	b, err := c.raw(cursorDead, "dead letters")
+// deadNewestCursor is the cursor before dead letter key in a
+// newest-first search; zero for key 0 (no next page).
+func deadNewestCursor(key uint64) Cursor {
+	if key == 0 {
+		return ""
+	}
+	return makeCursor(cursorDeadNewest, binary.BigEndian.AppendUint64(nil, key))
+}
+
+func (c Cursor) deadKey() (uint64, error) { return c.deadKeyIn(false) }
+
+// deadKeyIn returns the dead letter key of a cursor of an oldest-first
+// (or, newest, a newest-first) listing; 0 for the zero cursor.
+func (c Cursor) deadKeyIn(newest bool) (uint64, error) {
+	kind, what := byte(cursorDead), "dead letters"
+	if newest {
+		kind, what = cursorDeadNewest, "dead letters, newest first"
+	}
+	b, err := c.raw(kind, what)
 	if err != nil || b == nil {
 		return 0, err
 	}
 	if len(b) != 8 {
-		return 0, fmt.Errorf("%w: %q is not a cursor of dead letters", ErrBadCursor, string(c))
+		return 0, fmt.Errorf("%w: %q is not a cursor of %s", ErrBadCursor, string(c), what)
 	}
 	return binary.BigEndian.Uint64(b), nil
 }

@@ -66,6 +66,30 @@ func TestDeadLetterOfMovedPartition(t *testing.T) {
 		moved = dlB[0].Message.Origin.Partition
 		return dlA[0].Message.Origin.Partition != moved
 	})
+	// A search counts and lists only what the instance owns: the moved
+	// dead letter on B, the other on A, both orders.
+	for _, newest := range []bool{false, true} {
+		for _, c := range []struct {
+			rt     *Runtime
+			filter DeadFilter
+			want   string // the ID found, "" none
+		}{
+			{rtA, DeadFilter{}, keyOf[1-moved]},
+			{rtA, DeadFilter{Partition: &moved}, ""},
+			{rtB, DeadFilter{Partition: &moved, Topic: "orders", ErrorContains: "poison"}, keyOf[moved]},
+			{rtB, DeadFilter{ErrorContains: "not the error"}, ""},
+		} {
+			c.filter.Newest = newest
+			page, next, total, err := c.rt.FindDeadLetters(c.filter, "", 10)
+			want := 0
+			if c.want != "" {
+				want = 1
+			}
+			if err != nil || total != want || len(page) != want || next != "" || want == 1 && page[0].Key != c.want {
+				t.Errorf("search %+v: %v, total %d, next %q, %v; want %q", c.filter, page, total, next, err, c.want)
+			}
+		}
+	}
 	key := keyOf[moved]
 	var ne *NotOwnerError
 	if _, err := rtA.GetDeadLetter(context.Background(), key); !errors.As(err, &ne) || !ownerNamed(ne.Owner, "b") {

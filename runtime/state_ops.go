@@ -73,6 +73,30 @@ func (f *stateFile) deadPage(class string, from uint64, limit int, keep func(*sn
 	return out, next, err
 }
 
+// deadSearch reads every dead letter of class (every class's for "")
+// and returns with their IDs a page of those match accepts and the count
+// of them all, in one read ([snapshot.Tx.DeadSearch]). The caller has
+// checked that the file is open (get).
+func (f *stateFile) deadSearch(class string, from uint64, newest bool, limit int, match func(*snapshot.Record) bool) (out []deadFound, next uint64, total int, err error) {
+	err = f.store.View(func(tx *snapshot.Tx) error {
+		page, n, t, err := tx.DeadSearch(class, match, from, newest, limit)
+		if err != nil {
+			return err
+		}
+		next, total = n, t
+		out = make([]deadFound, 0, len(page))
+		for i := range page {
+			id, err := tx.DeadID(page[i].Key)
+			if err != nil {
+				return err
+			}
+			out = append(out, deadFound{id: id, rec: page[i].Record})
+		}
+		return nil
+	})
+	return out, next, total, err
+}
+
 // deadRecords reads a page of class's dead letters after from (every
 // class's for ""); next is 0 past the last page. Undecodable records
 // come back in err as [*snapshot.DecodeError]s (decodeErrors).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -128,6 +129,74 @@ func (tx *Tx) DeadPage(class string, after uint64, limit int) ([]Entry, uint64, 
 		page = append(page, e)
 	}
 	return page, next, errors.Join(bad...)
+}
+
+// deadSearchChunk is how many dead letters DeadSearch decodes at a time.
+const deadSearchChunk = 512
+
+// DeadSearch reads every dead letter of class (every class's for ""),
+// counts in total those match accepts, and returns up to limit of them:
+// oldest first (key order, the order they were saved), those with keys
+// above from (0: from the start); or, newest, newest first, those with
+// keys below from (0: from the end). next is the from of the next page
+// in the same order: 0 past the last. It walks the whole bucket (the
+// class's records only are decoded) whatever the page, to count total;
+// memory holds a page and a chunk of records. match must not keep the
+// record. A dead letter that cannot be decoded is left out and err joins
+// a [*DecodeError] for each, as [Tx.DeadPage] does; the rest is returned
+// with it. A limit below 1 returns no page, only total.
+func (tx *Tx) DeadSearch(class string, match func(*Record) bool, from uint64, newest bool, limit int) (page []Entry, next uint64, total int, err error) {
+	var (
+		after uint64
+		past  int // matches beyond the page, in its order
+		ring  int // newest: page is a ring of the last limit, ring its oldest
+		bad   []error
+	)
+	for {
+		entries, n, err := tx.DeadPage(class, after, deadSearchChunk)
+		if err != nil {
+			var de *DecodeError
+			if !errors.As(err, &de) {
+				return nil, 0, 0, err
+			}
+			bad = append(bad, err)
+		}
+		for i := range entries {
+			e := &entries[i]
+			if !match(&e.Record) {
+				continue
+			}
+			total++
+			switch {
+			case !newest && e.Key > from:
+				if len(page) < limit {
+					page = append(page, *e)
+				} else {
+					past++
+				}
+			case newest && (from == 0 || e.Key < from) && limit > 0:
+				if len(page) < limit {
+					page = append(page, *e)
+				} else {
+					past++
+					page[ring] = *e
+					ring = (ring + 1) % limit
+				}
+			}
+		}
+		if n == 0 {
+			break
+		}
+		after = n
+	}
+	if newest {
+		page = append(page[ring:], page[:ring]...)
+		slices.Reverse(page)
+	}
+	if past > 0 && len(page) > 0 {
+		next = page[len(page)-1].Key
+	}
+	return page, next, total, errors.Join(bad...)
 }
 
 // recordClass returns the class of the encoded record b, read without

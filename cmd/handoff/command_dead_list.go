@@ -22,16 +22,31 @@ func newDeadListCmd() *cobra.Command {
 		after    uint64
 		limit    int
 		jsonFlag bool
+		ff       deadFilterFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "list STATE | --brokers HOST:PORT[,...] --group GROUP",
-		Short: "List dead letters, oldest first: of a state file a page at a time, or of a group's changelog",
+		Short: "List or search dead letters, oldest or newest first: of a state file a page at a time, or of a group's changelog",
 		Long: `List prints the dead letters of the state file STATE in the order this
 file saved them: the dead letter's ID (the KEY column: the same on every
 instance of the group, see 'handoff dead'), class, message ID, attempts,
 when it first and last failed, and the start of its error. When more
 remain it prints the --after value of the next page (a position in this
-file, not an ID).
+file, not an ID; with --newest, the page goes on below it). With a
+search flag other than --class it prints, after the table, how many
+dead letters match in all ("N matches"; --json always has it as
+"total"): counting them reads every dead letter of --class, or of every
+class, in the file.
+
+The search flags narrow the listing (they are and-ed): --class, --topic
+and --partition (where the message was read from; a submitted message
+has no topic and partition 0), --key (the message key's exact text),
+--error-contains (a substring of the last error), --min-attempts,
+--since and --until (RFC 3339; the last failure: since <= last failed <
+until), --first-since and --first-until (the same on the first failure;
+a dead letter with none matches neither). --newest lists the newest
+first. On a state file, --topic is
+the origin topic (give it once).
 
 With --brokers and --group instead of STATE it lists the dead letters of
 every instance of the group, from the group's changelog topics on the
@@ -42,8 +57,9 @@ letter), and prints the dead letters by last failure, oldest first, at
 most --limit of them, with the input topic and partition, the member of
 the group that owns that partition now ("-": nobody; a member is named by
 its instance name) and the dead letter's ID, the one the owner's admin
-API and 'dead list STATE' print. It reads only; the security flags are
-replay's.`,
+API and 'dead list STATE' print. The search flags apply to them too
+(--topic picks the changelogs to read, the input topics; --newest lists
+the last failed first). It reads only; the security flags are replay's.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("brokers") {
 				if len(args) > 0 {
@@ -60,16 +76,27 @@ replay's.`,
 			if limit <= 0 {
 				return usagef("--limit must be > 0, got %d", limit)
 			}
+			topic := ""
+			if !cmd.Flags().Changed("brokers") && len(cf.topics) > 0 {
+				if len(cf.topics) > 1 {
+					return usagef("--topic: give it once for a state file (got %d)", len(cf.topics))
+				}
+				topic = cf.topics[0]
+			}
+			filter, err := ff.filter(cmd, class, topic)
+			if err != nil {
+				return err
+			}
 			if cmd.Flags().Changed("brokers") {
 				for _, name := range []string{"after", "lock-timeout"} {
 					if cmd.Flags().Changed(name) {
 						return usagef("--%s is for a state file: not with --brokers", name)
 					}
 				}
-				return listClusterDead(cmd, &cf, class, limit, jsonFlag)
+				return listClusterDead(cmd, &cf, &filter, limit, jsonFlag)
 			}
 			for _, name := range clusterFlagNames {
-				if cmd.Flags().Changed(name) {
+				if name != "topic" && cmd.Flags().Changed(name) {
 					return usagef("--%s needs --brokers", name)
 				}
 			}
@@ -81,13 +108,14 @@ replay's.`,
 					page    []snapshot.Entry
 					ids     []string // the dead letters' IDs
 					next    uint64
+					total   int
 					bad     []*snapshot.DecodeError
 					badIDs  []string
 					listErr error
 				)
 				// The page comes with the decode errors of its records.
 				err := st.View(func(tx *snapshot.Tx) error {
-					page, next, listErr = tx.DeadPage(class, after, limit)
+					page, next, total, listErr = tx.DeadSearch(class, recordMatch(&filter), after, filter.Newest, limit)
 					if listErr != nil {
 						var ok bool
 						if bad, ok = decodeErrors(listErr); !ok {
@@ -105,9 +133,17 @@ replay's.`,
 					return err
 				}
 				if jsonFlag {
-					err = writeJSON(cmd.OutOrStdout(), deadPageJSON(page, ids, next))
+					out := deadPageJSON(page, ids, next)
+					out.Total = &total
+					err = writeJSON(cmd.OutOrStdout(), out)
 				} else {
-					err = printDeadList(cmd.OutOrStdout(), page, ids, next, class)
+					count := -1 // not printed: the listing of before the search
+					for _, name := range searchFlagNames {
+						if cmd.Flags().Changed(name) {
+							count = total
+						}
+					}
+					err = printDeadList(cmd.OutOrStdout(), page, ids, next, class, count)
 				}
 				warnUndecodable(cmd.ErrOrStderr(), bad, badIDs)
 				return err
@@ -120,10 +156,17 @@ replay's.`,
 	cmd.Flags().Uint64Var(&after, "after", 0, "start after this position in the file (the next page's value is printed at the end)")
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many dead letters")
 	cmd.Flags().BoolVar(&jsonFlag, "json", false, "print JSON instead of a table")
+	ff.register(cmd)
 	return cmd
 }
 
-func printDeadList(w io.Writer, page []snapshot.Entry, ids []string, next uint64, class string) error {
+// printDeadList prints a page of dead letters and, when total (the
+// count of the matches on every page) is not negative, the count.
+func printDeadList(w io.Writer, page []snapshot.Entry, ids []string, next uint64, class string, total int) error {
+	if len(page) == 0 && total > 0 {
+		_, err := fmt.Fprintf(w, "no more dead letters after --after (%d in all)\n", total)
+		return err
+	}
 	if len(page) == 0 {
 		if class != "" {
 			_, err := fmt.Fprintf(w, "no dead letters of class %q\n", class)
@@ -141,6 +184,15 @@ func printDeadList(w io.Writer, page []snapshot.Entry, ids []string, next uint64
 	}
 	if err := tab.flush(); err != nil {
 		return err
+	}
+	if total >= 0 {
+		matches := "matches"
+		if total == 1 {
+			matches = "match"
+		}
+		if _, err := fmt.Fprintf(w, "%d %s\n", total, matches); err != nil {
+			return err
+		}
 	}
 	if next != 0 {
 		_, err := fmt.Fprintf(w, "more: --after %d\n", next)

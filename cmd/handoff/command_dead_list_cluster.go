@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/handoff-go/handoff/runtime"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -124,8 +125,9 @@ func changelogDead(ctx context.Context, r *changelogReader, parts []changelogPar
 }
 
 // listClusterDead is 'dead list --brokers': the dead letters of the
-// group's changelog, at most limit of them.
-func listClusterDead(cmd *cobra.Command, f *clusterFlags, class string, limit int, jsonOut bool) error {
+// group's changelog that filter selects, at most limit of them.
+func listClusterDead(cmd *cobra.Command, f *clusterFlags, filter *runtime.DeadFilter, limit int, jsonOut bool) error {
+	class := filter.Class
 	d, err := f.dialer("handoff-dead-list")
 	if err != nil {
 		return err
@@ -150,6 +152,11 @@ func listClusterDead(cmd *cobra.Command, f *clusterFlags, class string, limit in
 	owners, err := r.owners(ctx)
 	if err != nil {
 		return withCause(ctx, err)
+	}
+	match := recordMatch(filter)
+	dead = slices.DeleteFunc(dead, func(d clusterDead) bool { return !match(&d.Record) })
+	if filter.Newest {
+		slices.Reverse(dead)
 	}
 	for i := range dead {
 		dead[i].Owner = owners[topicPartition{dead[i].Input, dead[i].Partition}]

@@ -240,6 +240,23 @@ func TestDeadListCluster(t *testing.T) {
 		})
 	})
 
+	t.Run("search", func(t *testing.T) {
+		since := t0.Add(4 * time.Minute).Format(time.RFC3339)
+		for _, c := range []struct {
+			flags []string
+			want  [][]string
+		}{
+			{[]string{"--newest"}, [][]string{row("orders", "0", "-", idA(2), recs[4]), row("users", "0", "-", idB(7), recs[3]), row("orders", "1", "-", idB(1), recs[2])}},
+			{[]string{"--error-contains", "again"}, [][]string{row("orders", "0", "-", idA(2), recs[4])}},
+			{[]string{"--min-attempts", "3"}, [][]string{row("users", "0", "-", idB(7), recs[3]), row("orders", "0", "-", idA(2), recs[4])}},
+			{[]string{"--since", since}, [][]string{row("users", "0", "-", idB(7), recs[3]), row("orders", "0", "-", idA(2), recs[4])}},
+			{[]string{"--until", since}, [][]string{row("orders", "1", "-", idB(1), recs[2])}},
+			{[]string{"--key", "k-b1", "--class", "orders"}, [][]string{row("orders", "1", "-", idB(1), recs[2])}},
+		} {
+			check(t, rows(t, append(slices.Clone(args), c.flags...)...), c.want)
+		}
+	})
+
 	t.Run("topic, class and limit", func(t *testing.T) {
 		r := run(t, append(args, "--topic", "users")...)
 		if r.code != 0 || strings.Contains(r.stdout, "orders") || !strings.Contains(r.stdout, "u7") {

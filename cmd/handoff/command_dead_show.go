@@ -186,6 +186,9 @@ type deadPageJSONOut struct {
 	DeadLetters []recordJSON `json:"dead_letters"`
 	// Next is the --after value of the next page; absent on the last.
 	Next uint64 `json:"next,omitempty"`
+	// Total counts the dead letters the search selects, on every page
+	// ('dead list' only).
+	Total *int `json:"total,omitempty"`
 }
 
 // deadPageJSON is page in JSON, ids its dead letters' IDs.
