@@ -176,6 +176,11 @@ func (s *runState) start() error {
 	s.stopFetch = stopFetch
 	r.releases.open()
 	r.openDLQ()
+	s.background.Start(func(ctx context.Context) {
+		alive := r.alive.start("dead-letter retention", r.retainEvery)
+		defer alive.end()
+		r.retain.run(ctx, r.retainEvery, alive.beat)
+	})
 	r.life.accepting.Store(true)
 	r.life.schedules.open()
 

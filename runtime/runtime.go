@@ -61,6 +61,10 @@ type Runtime struct {
 	conn  *connection
 
 	alive liveness    // the loops that beat; see alive.go
+	// retain is the dead-letter retention (retention.go); retainEvery
+	// how often it turns (retainInterval; shorter in tests).
+	retain      *retention
+	retainEvery time.Duration
 	tally *tally      // event counts
 	logs  *logBackoff // repeated failures' lines
 }
@@ -296,6 +300,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	r.stuck = newStuckParts(cfg.StuckAfter, r.log)
+	r.retain, r.retainEvery = newRetention(r), retainInterval
 	m, err := newMetrics(cfg.Registerer, r)
 	if err != nil {
 		return nil, fmt.Errorf("runtime: register metrics: %w", err)
