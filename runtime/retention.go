@@ -46,9 +46,11 @@ type retention struct {
 
 func newRetention(r *Runtime) *retention {
 	return &retention{state: r.state, fail: r.fail, classes: r.classes.order,
-		owns:    func(rec *snapshot.Record) bool { return r.clog.mine(rec) },
-		publish: func(ctx context.Context, c *class, rec snapshot.Record, reason string) error { return r.dlq.publishNow(ctx, c, rec, reason) },
-		oldest: make([]atomic.Int64, len(r.classes.order)),
+		owns: func(rec *snapshot.Record) bool { return r.clog.mine(rec) },
+		publish: func(ctx context.Context, c *class, rec snapshot.Record, reason string) error {
+			return r.dlq.publishNow(ctx, c, rec, reason)
+		},
+		oldest:  make([]atomic.Int64, len(r.classes.order)),
 		dropped: make([][2]atomic.Uint64, len(r.classes.order))}
 }
 

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,13 @@ const retentionTurn = 50 * time.Millisecond
 // records the others; mod adjusts the class. It returns the runtime, its
 // registry and the wait for Run.
 func retentionRun(t *testing.T, b *bundle, statePath string, mod func(*Class)) (*Runtime, *prometheus.Registry, func() (*Report, error)) {
+	t.Helper()
+	return retentionRunWith(t, b, statePath, mod, nil)
+}
+
+// retentionRunWith is retentionRun with before called on the runtime
+// before it runs.
+func retentionRunWith(t *testing.T, b *bundle, statePath string, mod func(*Class), before func(*Runtime)) (*Runtime, *prometheus.Registry, func() (*Report, error)) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg := b.config(nil, nil)
@@ -46,6 +54,9 @@ func retentionRun(t *testing.T, b *bundle, statePath string, mod func(*Class)) (
 		t.Fatal(err)
 	}
 	rt.retainEvery = retentionTurn
+	if before != nil {
+		before(rt)
+	}
 	return rt, reg, start(t, rt, context.Background())
 }
 
@@ -61,6 +72,21 @@ func deadValues(t *testing.T, rt *Runtime) []string {
 		out[i] = string(dl.Message.Value)
 	}
 	return out
+}
+
+// listed reports whether rt's dead letters' values are want; false
+// too before rt runs.
+func listed(rt *Runtime, want []string) bool {
+	dls, _, err := rt.DeadLetters("", "", 1000)
+	if err != nil || len(dls) != len(want) {
+		return false
+	}
+	for i, dl := range dls {
+		if string(dl.Message.Value) != want[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // droppedOnDLQ returns the values of the records of topic that carry
@@ -155,7 +181,7 @@ func TestDeadLetterRetentionCount(t *testing.T) {
 	produced := b.produceValues("orders", "k", values...)
 	want := values[5:]
 	waitFor(t, "the oldest dead letters dropped for their count", func() bool {
-		return rt.retain.dropped[0][1].Load() == 5 && slices.Equal(deadValues(t, rt), want)
+		return rt.retain.dropped[0][1].Load() == 5 && listed(rt, want)
 	})
 	waitTurns(t, rt, 2)
 	if got := deadValues(t, rt); !slices.Equal(got, want) {
@@ -183,7 +209,7 @@ func TestDeadLettersKeptWithoutBound(t *testing.T) {
 	rt, reg, wait := retentionRun(t, b, b.state, nil)
 	before := time.Now()
 	produced := b.produceValues("orders", "k", "bad0", "bad1", "bad2", "bad3")
-	waitFor(t, "every message dead-lettered", func() bool { return len(deadValues(t, rt)) == produced })
+	waitFor(t, "every message dead-lettered", func() bool { return listed(rt, []string{"bad0", "bad1", "bad2", "bad3"}) })
 	waitTurns(t, rt, 5)
 	dls, _, err := rt.DeadLetters("", "", 10)
 	if err != nil {
@@ -252,4 +278,50 @@ func TestDeadLetterRetentionConfig(t *testing.T) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
+}
+
+// TestDeadLetterRetentionKeepsUnpublished checks that a dead letter
+// beyond its retention whose publish to the DeadLetterTopic fails stays
+// in the state, and is dropped at a later turn once its publish
+// succeeds.
+func TestDeadLetterRetentionKeepsUnpublished(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, "orders", "orders-dlq")
+	var failing atomic.Bool
+	failing.Store(true)
+	var refused atomic.Int64
+	rt, _, wait := retentionRunWith(t, b, b.state, func(c *Class) {
+		c.DeadLetterTopic = "orders-dlq"
+		c.DeadLetterRetention = 100 * time.Millisecond
+	}, func(rt *Runtime) {
+		publish := rt.retain.publish
+		rt.retain.publish = func(ctx context.Context, c *class, rec snapshot.Record, reason string) error {
+			if failing.Load() {
+				refused.Add(1)
+				return errors.New("broker refused the write (test)")
+			}
+			return publish(ctx, c, rec, reason)
+		}
+	})
+	produced := b.produceValues("orders", "k", "bad0", "bad1")
+	waitFor(t, "the publishes of both dead letters beyond their retention refused at a few turns", func() bool {
+		return refused.Load() >= 6 && listed(rt, []string{"bad0", "bad1"})
+	})
+	waitTurns(t, rt, 2)
+	if got := deadValues(t, rt); !slices.Equal(got, []string{"bad0", "bad1"}) {
+		t.Errorf("dead letters whose publish failed: %v listed, want both kept", got)
+	}
+	if n := rt.retain.dropped[0][0].Load(); n != 0 {
+		t.Errorf("%d dead letters dropped unpublished", n)
+	}
+	failing.Store(false)
+	waitFor(t, "the dead letters dropped once published", func() bool { return listed(rt, nil) })
+	rep := shutdownAndWait(t, rt, wait)
+	dropped, onTopic := droppedOnDLQ(t, b, "orders-dlq", dropAge)
+	t.Logf("produced %d, dead-lettered %d, publishes refused %d, dropped %d, published as dropped %d (topic holds %d)",
+		produced, rep.DeadLettered, refused.Load(), rt.retain.dropped[0][0].Load(), len(dropped), onTopic)
+	if !slices.Equal(dropped, []string{"bad0", "bad1"}) || rt.retain.dropped[0][0].Load() != 2 {
+		t.Errorf("dropped %d, on the DLQ topic as dropped %v; want 2, [bad0 bad1]", rt.retain.dropped[0][0].Load(), dropped)
+	}
+	assertCount(t, b.state, snapshot.BucketDead, 0)
 }

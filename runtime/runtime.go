@@ -61,12 +61,13 @@ type Runtime struct {
 	conn  *connection
 
 	alive liveness    // the loops that beat; see alive.go
+	tally *tally      // event counts
+	logs  *logBackoff // repeated failures' lines
+
 	// retain is the dead-letter retention (retention.go); retainEvery
 	// how often it turns (retainInterval; shorter in tests).
 	retain      *retention
 	retainEvery time.Duration
-	tally *tally      // event counts
-	logs  *logBackoff // repeated failures' lines
 }
 
 // classSet is the configured classes, by name, in config order (for
