@@ -64,8 +64,9 @@ func (t *retention) oldestAge(c *class, now time.Time) time.Duration {
 	return max(now.Sub(time.Unix(0, ns)), 0)
 }
 
-// run turns at once and then every interval until ctx ends, calling beat
-// each turn.
+// run turns at once and then every interval until ctx ends (the start
+// of the stop ends it: a drop releases parked messages, which the stop
+// no longer takes), calling beat each turn.
 func (t *retention) run(ctx context.Context, interval time.Duration, beat func()) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -75,7 +76,7 @@ func (t *retention) run(ctx context.Context, interval time.Duration, beat func()
 			if ctx.Err() != nil {
 				return
 			}
-			t.turn(ctx, c, time.Now())
+			t.turn(ctx, c, time.Now(), beat)
 		}
 		t.turns.Add(1)
 		select {
@@ -87,8 +88,10 @@ func (t *retention) run(ctx context.Context, interval time.Duration, beat func()
 }
 
 // turn drops class c's dead letters beyond its bounds at now and samples
-// its oldest.
-func (t *retention) turn(ctx context.Context, c *class, now time.Time) {
+// its oldest, calling beat after each batch of drops. A batch whose
+// publish failed ends the class's turn: the broker is unlikely to take
+// the next one, and each waits for the publish timeout.
+func (t *retention) turn(ctx context.Context, c *class, now time.Time, beat func()) {
 	if _, err := t.state.get(); err != nil {
 		return // not open (yet, or any more): nothing to read
 	}
@@ -112,10 +115,15 @@ func (t *retention) turn(ctx context.Context, c *class, now time.Time) {
 	gone := map[uint64]bool{}
 	for len(due) > 0 && ctx.Err() == nil {
 		n := min(len(due), publishBatch)
-		for k, ok := range t.drop(ctx, c, due[:n], reasons[:n]) {
-			gone[k] = ok
+		dropped, failed := t.drop(ctx, c, due[:n], reasons[:n])
+		for k := range dropped {
+			gone[k] = true
 		}
 		due, reasons = due[n:], reasons[n:]
+		beat()
+		if failed {
+			break
+		}
 	}
 	oldest := int64(0)
 	for _, d := range all {
@@ -131,8 +139,9 @@ func (t *retention) turn(ctx context.Context, c *class, now time.Time) {
 // claims each (one being requeued or discarded is left alone), reads it
 // again, publishes those of a class with a DeadLetterTopic (one whose
 // publish fails stays), deletes the rest in one write, releases their
-// keys in an ordered class, and returns the keys it deleted.
-func (t *retention) drop(ctx context.Context, c *class, due []deadTime, reasons []string) map[uint64]bool {
+// keys in an ordered class, and returns the keys it deleted and whether
+// a publish or the delete failed.
+func (t *retention) drop(ctx context.Context, c *class, due []deadTime, reasons []string) (gone map[uint64]bool, failed bool) {
 	type claimed struct {
 		key    uint64
 		id     snapshot.DeadID
@@ -167,19 +176,38 @@ func (t *retention) drop(ctx context.Context, c *class, due []deadTime, reasons 
 			go func(h claimed, res chan error) { res <- t.publish(ctx, c, h.rec, h.reason) }(held[i], results[i])
 		}
 		kept := held[:0:0]
+		var firstErr error
 		for i, h := range held {
 			if err := <-results[i]; err != nil {
-				t.fail.cfg.log.Error("dead letter beyond its class's retention not dropped: its publish failed; tried again at the next turn",
-					"class", c.cfg.Name, "id", h.rec.Message.ID, "key", h.id.String(), "reason", h.reason, "topic", c.cfg.DeadLetterTopic, "err", err)
+				firstErr = cmp.Or(firstErr, err)
 				t.fail.requeues.finish(h.key)
 				continue
 			}
 			kept = append(kept, h)
 		}
+		if firstErr != nil {
+			failed = true
+			t.fail.cfg.log.Error("dead letters beyond their class's retention not dropped: their publish failed; tried again at the next turn",
+				"class", c.cfg.Name, "count", len(held)-len(kept), "topic", c.cfg.DeadLetterTopic, "err", firstErr)
+		}
 		held = kept
 	}
+	// The publishes took time: what moved to another owner meanwhile is
+	// that owner's now, and a stop begun leaves the rest for the next run.
+	if ctx.Err() != nil {
+		return nil, failed
+	}
+	mine := held[:0:0]
+	for _, h := range held {
+		if t.owns(&h.rec) {
+			mine = append(mine, h)
+		} else {
+			t.fail.requeues.finish(h.key)
+		}
+	}
+	held = mine
 	if len(held) == 0 {
-		return nil
+		return nil, failed
 	}
 	keys := make([]uint64, len(held))
 	for i, h := range held {
@@ -188,9 +216,9 @@ func (t *retention) drop(ctx context.Context, c *class, due []deadTime, reasons 
 	if err := t.state.deleteDeads(keys); err != nil {
 		t.fail.cfg.log.Error("dead letters beyond their class's retention not dropped: the state write failed; tried again at the next turn",
 			"class", c.cfg.Name, "count", len(keys), "err", fmt.Errorf("runtime: drop dead letters: %w", err))
-		return nil
+		return nil, true
 	}
-	gone := make(map[uint64]bool, len(held))
+	gone = make(map[uint64]bool, len(held))
 	for _, h := range held {
 		gone[h.key] = true
 		r := 0
@@ -202,5 +230,5 @@ func (t *retention) drop(ctx context.Context, c *class, due []deadTime, reasons 
 			"key", h.id.String(), "reason", h.reason, "saved", h.rec.SavedAt, "published", c.cfg.DeadLetterTopic != "")
 		t.fail.removed(c, &h.rec.Message)
 	}
-	return gone
+	return gone, failed
 }
