@@ -325,3 +325,64 @@ func TestDeadLetterRetentionKeepsUnpublished(t *testing.T) {
 	}
 	assertCount(t, b.state, snapshot.BucketDead, 0)
 }
+
+// TestDeadLetterRetentionOwnerOnly checks that an instance bounds only
+// the dead letters of the partitions it owns: the copies a partition that
+// moved left in its file are neither counted nor dropped, and the new
+// owner keeps them.
+func TestDeadLetterRetentionOwnerOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2, "orders")
+	failing := func(_ context.Context, m *handoff.Message) error {
+		return handoff.Permanent(errors.New("cannot parse"))
+	}
+	for p := range 2 {
+		b.produceValues("orders", keyOn(p, 2), fmt.Sprintf("p%d-0", p), fmt.Sprintf("p%d-1", p))
+	}
+	regA := prometheus.NewRegistry()
+	cfgA := b.config(failing, func(c *Class) { c.Workers = 1; c.MaxDeadLetters = 4 })
+	cfgA.Instance, cfgA.Registerer = "a", regA
+	rtA, err := newRuntime(cfgA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rtA.retainEvery = retentionTurn
+	waitA := start(t, rtA, context.Background())
+	waitFor(t, "A's four dead letters", func() bool { dls, _, err := rtA.DeadLetters("", "", 10); return err == nil && len(dls) == 4 })
+
+	rtB, waitB := b.instance("b", b.config(failing, func(c *Class) { c.Workers = 1 }))
+	moved := -1
+	waitFor(t, "one partition and its dead letters moved to B, the other A's alone", func() bool {
+		dlB, _, err := rtB.DeadLetters("", "", 10)
+		if err != nil || len(dlB) != 2 || dlB[0].Message.Origin.Partition != dlB[1].Message.Origin.Partition {
+			return false
+		}
+		moved = dlB[0].Message.Origin.Partition
+		dlA, _, err := rtA.DeadLetters("", "", 10)
+		return err == nil && len(dlA) == 2 && dlA[0].Message.Origin.Partition == 1-moved
+	})
+	kept := 1 - moved
+	// A owns 2 + 3 = 5 dead letters (and keeps 2 copies of the moved
+	// partition): the bound of 4 drops 1, the oldest of its own.
+	b.produceValues("orders", keyOn(kept, 2), "n0", "n1", "n2")
+	want := []string{fmt.Sprintf("p%d-1", kept), "n0", "n1", "n2"}
+	waitFor(t, "A's oldest own dead letter dropped", func() bool { return listed(rtA, want) })
+	waitTurns(t, rtA, 3)
+	if got := deadValues(t, rtA); !slices.Equal(got, want) {
+		t.Errorf("A lists %v, want %v", got, want)
+	}
+	wantB := []string{fmt.Sprintf("p%d-0", moved), fmt.Sprintf("p%d-1", moved)}
+	if got := deadValues(t, rtB); !slices.Equal(got, wantB) {
+		t.Errorf("B lists %v, want the moved partition's %v", got, wantB)
+	}
+	dropped, _ := metricValue(t, regA, "handoff_dead_letters_dropped_total", "reason", dropCount)
+	repB := shutdownAndWait(t, rtB, waitB)
+	repA := shutdownAndWait(t, rtA, waitA)
+	t.Logf("produced 7, dead-lettered by A %d and B %d, dropped by A %v (moved partition %d)", repA.DeadLettered, repB.DeadLettered, dropped, moved)
+	if dropped != 1 {
+		t.Errorf("A dropped %v dead letters, want 1 (its own oldest)", dropped)
+	}
+	if repA.DeadLettered+repB.DeadLettered != 7 {
+		t.Errorf("dead-lettered %d by A and %d by B, want 7 in all", repA.DeadLettered, repB.DeadLettered)
+	}
+}
