@@ -117,6 +117,15 @@ handoff_drain_timeout_seconds{job="rental", instance="a"} 30+0x30`, 15 * time.Mi
 			{"a failed publish", `handoff_dead_letter_publish_failures_total{job="rental", instance="a", class="orders"} 0+0x5 1+0x10`, 8 * time.Minute, true},
 			{"none", `handoff_dead_letter_publish_failures_total{job="rental", instance="a", class="orders"} 0+0x20`, 8 * time.Minute, false},
 		},
+		"HandoffDeadLettersAging": {
+			{"a dead letter a day old", `handoff_dead_letter_oldest_age_seconds{job="rental", instance="a", class="orders"} 86000+60x40`, 35 * time.Minute, true},
+			{"dead letters an hour old", `handoff_dead_letter_oldest_age_seconds{job="rental", instance="a", class="orders"} 3600+60x40`, 35 * time.Minute, false},
+			{"none", `handoff_dead_letter_oldest_age_seconds{job="rental", instance="a", class="orders"} 0+0x40`, 35 * time.Minute, false},
+		},
+		"HandoffDeadLettersDropped": {
+			{"dropped for their age", `handoff_dead_letters_dropped_total{job="rental", instance="a", class="orders", reason="age"} 0+0x5 3+0x10`, 8 * time.Minute, true},
+			{"none", `handoff_dead_letters_dropped_total{job="rental", instance="a", class="orders", reason="age"} 0+0x20`, 8 * time.Minute, false},
+		},
 		"HandoffStateFileNewWithCommits": {
 			{"a lost disk", `handoff_state_file_new_with_commits{job="rental", instance="a"} 1+0x10`, 5 * time.Minute, true},
 			{"a surviving file", `handoff_state_file_new_with_commits{job="rental", instance="a"} 0+0x10`, 5 * time.Minute, false},

@@ -44,6 +44,7 @@ func TestAlertRules(t *testing.T) {
 		"HandoffCommitFailures", "HandoffKafkaAuthErrors", "HandoffDeadLetterPublishFailures",
 		"HandoffStateFileNewWithCommits", "HandoffInstanceDown", "HandoffAbsent", "HandoffRestarting",
 		"HandoffFetchErrors", "HandoffStateWriteFailures", "HandoffStateFileLost",
+		"HandoffDeadLettersAging", "HandoffDeadLettersDropped",
 	} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s", want)

@@ -95,7 +95,8 @@ func (l *liveness) stale(now time.Time) error {
 
 // Alive reports whether the runtime's loops are turning: it returns an
 // error wrapping [ErrNotAlive] that names every loop (the drain-budget
-// watcher, the state file deleter, a generation's committer) that has
+// watcher, the state file deleter, the dead-letter retention, a
+// generation's committer) that has
 // not turned within its window (10 of its intervals, at least 30s), and nil otherwise. Before
 // Run, once a stop has begun (the stop is bounded by its own budget) and
 // after Run returned it is nil. It does not block and is safe for

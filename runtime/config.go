@@ -466,6 +466,23 @@ type Class struct {
 	// Empty means no publishing.
 	DeadLetterTopic string
 
+	// DeadLetterRetention, if positive, bounds how long the class's dead
+	// letters are kept: one saved (or failed again) longer ago than this
+	// is dropped from the state (the file and its changelog), by the
+	// instance that owns its partition only. MaxDeadLetters, if positive,
+	// bounds how many are kept per instance (of the partitions it owns):
+	// past it the oldest are dropped, the newest MaxDeadLetters stay.
+	// The bounds are enforced at the start and every 30 seconds. A dead
+	// letter dropped is first published to DeadLetterTopic when the class
+	// has one, and stays until that publish succeeds (it is tried again
+	// at the next turn); it is logged and counted in
+	// handoff_dead_letters_dropped_total. In an ordered class, dropping a
+	// dead letter releases its key's parked messages, as
+	// [Runtime.Discard] does. A dead letter being requeued is not
+	// dropped. Zero (both) means no bound: nothing is ever dropped.
+	DeadLetterRetention time.Duration
+	MaxDeadLetters      int
+
 	// RecycleMessages lets the runtime reuse the envelopes of the class's
 	// fetched messages: the *handoff.Message a handler (or a batch
 	// handler, or middleware) is handed is written again with a later
@@ -737,6 +754,12 @@ func (c *Class) withDefaults(haveBrokers bool, bad func(string, ...any)) {
 	}
 	if c.Timeout < 0 {
 		bad("class %q: Timeout must not be negative, got %s", c.Name, c.Timeout)
+	}
+	if c.DeadLetterRetention < 0 {
+		bad("class %q: DeadLetterRetention must not be negative, got %s", c.Name, c.DeadLetterRetention)
+	}
+	if c.MaxDeadLetters < 0 {
+		bad("class %q: MaxDeadLetters must not be negative, got %d", c.Name, c.MaxDeadLetters)
 	}
 	if c.DeadLetterTopic != "" && !haveBrokers {
 		bad("class %q: DeadLetterTopic needs Brokers", c.Name)

@@ -359,10 +359,17 @@ func (f *failures) discard(ctx context.Context, key string) error {
 	c := f.cfg.classes[dl.Message.Class]
 	f.cfg.tally.inc(c, evDiscarded)
 	f.cfg.log.Info("dead letter discarded", "class", dl.Message.Class, "id", dl.Message.ID, "key", key)
-	if c != nil && c.cfg.Ordered {
-		c.keys.unblock(dl.Message.Key, dl.Message.ID)
-	}
+	f.removed(c, &dl.Message)
 	return nil
+}
+
+// removed is what follows the delete of dead letter m of class c (nil
+// for a class not configured) by a discard or the retention: in an
+// ordered class its key's parked messages are released.
+func (f *failures) removed(c *class, m *handoff.Message) {
+	if c != nil && c.cfg.Ordered {
+		c.keys.unblock(m.Key, m.ID)
+	}
 }
 
 // requeues are the dead letters claimed by a Requeue or a Discard: a

@@ -334,6 +334,12 @@
 //   - handoff_rebalances_total, handoff_commit_failures_total,
 //     handoff_fetch_errors_total{topic} and
 //     handoff_dead_letter_publish_failures_total{class}.
+//   - handoff_dead_letter_oldest_age_seconds{class}: age of the class's
+//     oldest dead letter of the partitions this instance owns (since it
+//     was saved or last failed), sampled every 30s; 0 when none.
+//   - handoff_dead_letters_dropped_total{class,reason}: dead letters the
+//     class's bound dropped from the state, reason="age"
+//     (Class.DeadLetterRetention) or "count" (Class.MaxDeadLetters).
 //   - handoff_state_write_failures_total{target}: writes of the state that
 //     failed, to the state file (target="file": a full, lost or read-only
 //     disk) or, after the file committed, to its changelog

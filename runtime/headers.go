@@ -25,6 +25,11 @@ const (
 	HeaderError           = "handoff-error"
 	HeaderClass           = "handoff-class"
 	HeaderID              = "handoff-id"
+	// HeaderDropped is on a dead letter published as the class's
+	// retention drops it from the state (Class.DeadLetterRetention,
+	// Class.MaxDeadLetters): "age" or "count". The same dead letter may
+	// have been published without it when it failed.
+	HeaderDropped = "handoff-dead-letter-dropped"
 )
 
 // deliverAt returns the time the message's HeaderDeliverAt asks for, and

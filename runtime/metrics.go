@@ -157,6 +157,16 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 				ConstLabels: labels},
 				func() float64 { return r.kafka.oldestUnsettled(c).Seconds() }),
 		)
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_dead_letter_oldest_age_seconds",
+			Help:        "Age of the class's oldest dead letter of the partitions this instance owns (since it was saved or last failed), sampled every 30s; 0 when none.",
+			ConstLabels: labels},
+			func() float64 { return r.retain.oldestAge(c, time.Now()).Seconds() }))
+		for i, reason := range []string{dropAge, dropCount} {
+			cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "handoff_dead_letters_dropped_total",
+				Help:        "Dead letters the class's retention dropped from the state (published to its DeadLetterTopic first when it has one), by reason: age (DeadLetterRetention) or count (MaxDeadLetters).",
+				ConstLabels: prometheus.Labels{"class": c.cfg.Name, "reason": reason}},
+				func() float64 { return float64(r.retain.dropped[c.index][i].Load()) }))
+		}
 		cs = append(cs, c.hold.Collectors(labels)...)
 		var obs [numCallEnds]prometheus.Observer
 		for o := range numCallEnds {

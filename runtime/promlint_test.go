@@ -66,7 +66,7 @@ func TestMetricsLint(t *testing.T) {
 		"handoff_dead_letter_publish_failures_total", "handoff_state_records", "handoff_consumer_lag_messages",
 		"handoff_oldest_unsettled_age_seconds", "handoff_drain_estimate_seconds", "handoff_drain_over_budget",
 		"handoff_ready", "handoff_start_time_seconds", "handoff_pool_queued", "handoff_build_info", "handoff_drain_timeout_seconds",
-		"handoff_state_write_failures_total",
+		"handoff_state_write_failures_total", "handoff_dead_letter_oldest_age_seconds", "handoff_dead_letters_dropped_total",
 	} {
 		if !slices.Contains(names, want) {
 			t.Errorf("metric %s not registered", want)

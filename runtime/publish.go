@@ -80,6 +80,9 @@ func (p *publisher) start() {
 type deadPublish struct {
 	c   *class
 	rec snapshot.Record
+	// done, when set (a dead letter the retention drops, publishNow),
+	// gets the write's result instead of it being counted.
+	done chan error
 }
 
 // openDLQ starts the dead-letter publisher when a class has a
@@ -116,7 +119,7 @@ func (p *publisher) publish(c *class, rec snapshot.Record) {
 		return
 	}
 	select {
-	case p.queue <- deadPublish{c, rec}:
+	case p.queue <- deadPublish{c: c, rec: rec}:
 		p.dropping.Store(false)
 	default:
 		p.cfg.incFunc(c, evUnpublished)
@@ -124,6 +127,31 @@ func (p *publisher) publish(c *class, rec snapshot.Record) {
 			p.cfg.log.Warn("dead-letter publish queue full; dead letters are not published until it empties, they stay in the state file",
 				"class", c.cfg.Name, "id", rec.Message.ID, "topic", c.cfg.DeadLetterTopic, "queue", publishQueue)
 		}
+	}
+}
+
+// publishNow publishes a dead letter of class c that the retention
+// drops for reason, with the header [HeaderDropped], and returns the
+// write's result (nil once the broker acknowledged it). It blocks while
+// the queue is full and for the write, until ctx ends. A nil publisher
+// (its writer could not be made) publishes nothing and returns an
+// error.
+func (p *publisher) publishNow(ctx context.Context, c *class, rec snapshot.Record, reason string) error {
+	if p == nil {
+		return errors.New("runtime: no dead-letter writer (see the start's log)")
+	}
+	done := make(chan error, 1)
+	rec.Message.Headers = append(slices.Clip(rec.Message.Headers), handoff.Header{Key: HeaderDropped, Value: []byte(reason)})
+	select {
+	case p.queue <- deadPublish{c: c, rec: rec, done: done}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -177,6 +205,13 @@ func (p *publisher) write(ctx context.Context, batch []deadPublish) {
 	cancel()
 	for i, d := range batch {
 		e := errs[i]
+		if d.done != nil {
+			if e != nil && ctx.Err() == nil {
+				p.cfg.metrics.publishFailed(d.c.index)
+			}
+			d.done <- e
+			continue
+		}
 		if e == nil {
 			p.cfg.incFunc(d.c, evPublished)
 			continue
@@ -212,6 +247,10 @@ func (p *publisher) headers(f func(*handoff.Message, []handoff.Header) []handoff
 func (p *publisher) abandon(batch []deadPublish) {
 	for {
 		for _, d := range batch {
+			if d.done != nil {
+				d.done <- errAbandoned
+				continue
+			}
 			p.cfg.incFunc(d.c, evUnpublished)
 			p.abandoned++
 		}

@@ -176,6 +176,20 @@ func (s *runState) start() error {
 	s.stopFetch = stopFetch
 	r.releases.open()
 	r.openDLQ()
+	s.background.Start(func(ctx context.Context) {
+		alive := r.alive.start("dead-letter retention", r.retainEvery)
+		defer alive.end()
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-r.life.stopCh:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		r.retain.run(ctx, r.retainEvery, alive.beat)
+	})
 	r.life.accepting.Store(true)
 	r.life.schedules.open()
 

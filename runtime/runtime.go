@@ -63,6 +63,11 @@ type Runtime struct {
 	alive liveness    // the loops that beat; see alive.go
 	tally *tally      // event counts
 	logs  *logBackoff // repeated failures' lines
+
+	// retain is the dead-letter retention (retention.go); retainEvery
+	// how often it turns (retainInterval; shorter in tests).
+	retain      *retention
+	retainEvery time.Duration
 }
 
 // classSet is the configured classes, by name, in config order (for
@@ -296,6 +301,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	r.stuck = newStuckParts(cfg.StuckAfter, r.log)
+	r.retain, r.retainEvery = newRetention(r), retainInterval
 	m, err := newMetrics(cfg.Registerer, r)
 	if err != nil {
 		return nil, fmt.Errorf("runtime: register metrics: %w", err)

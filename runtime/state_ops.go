@@ -126,6 +126,63 @@ func (f *stateFile) deleteDead(local uint64) error {
 	return f.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(local) })
 }
 
+// deadTime is a dead letter's key in this file and when it was saved
+// (or failed again).
+type deadTime struct {
+	key   uint64
+	saved time.Time
+}
+
+// deadTimes returns the key and save time of each of class's dead
+// letters that keep accepts, in key order, read in one transaction in
+// pages of deadTimesPage. Undecodable records are left out (the
+// listings report them). The caller has checked that the file is open
+// (get).
+func (f *stateFile) deadTimes(class string, keep func(*snapshot.Record) bool) (out []deadTime, err error) {
+	err = f.store.View(func(tx *snapshot.Tx) error {
+		for after := uint64(0); ; {
+			page, next, err := tx.DeadPage(class, after, deadTimesPage)
+			if _, err := decodeErrors(err); err != nil {
+				return err
+			}
+			for i := range page {
+				if keep(&page[i].Record) {
+					out = append(out, deadTime{key: page[i].Key, saved: page[i].Record.SavedAt})
+				}
+			}
+			if next == 0 {
+				return nil
+			}
+			after = next
+		}
+	})
+	return out, err
+}
+
+// deadTimesPage is how many dead letters deadTimes decodes at once.
+const deadTimesPage = 1000
+
+// getDead returns the dead letter with key local in this file and its
+// ID; ok is false when the file has none. The caller has checked that
+// the file is open (get).
+func (f *stateFile) getDead(local uint64) (id snapshot.DeadID, rec snapshot.Record, ok bool, err error) {
+	err = f.store.View(func(tx *snapshot.Tx) error {
+		var err error
+		if rec, ok, err = tx.GetDead(local); err != nil || !ok {
+			return err
+		}
+		id, err = tx.DeadID(local)
+		return err
+	})
+	return id, rec, ok, err
+}
+
+// deleteDeads deletes the dead letters with keys locals in this file, in
+// one write of its own (a tombstone each in the changelog).
+func (f *stateFile) deleteDeads(locals []uint64) error {
+	return f.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(locals...) })
+}
+
 // deleteDoneParked deletes the record of it, a done parked message, in a
 // shared write (op names it for beforeWrite).
 func (f *stateFile) deleteDoneParked(op string, it *item) error {
