@@ -213,7 +213,7 @@ func (t *retention) drop(ctx context.Context, c *class, due []deadTime, reasons 
 	for i, h := range held {
 		keys[i] = h.key
 	}
-	if err := t.state.deleteDeads(keys); err != nil {
+	if err := t.state.deleteDead(keys...); err != nil {
 		t.fail.cfg.log.Error("dead letters beyond their class's retention not dropped: the state write failed; tried again at the next turn",
 			"class", c.cfg.Name, "count", len(keys), "err", fmt.Errorf("runtime: drop dead letters: %w", err))
 		return nil, true

@@ -120,10 +120,10 @@ func (f *stateFile) findDead(id snapshot.DeadID) (local uint64, rec snapshot.Rec
 	return local, rec, ok, err
 }
 
-// deleteDead deletes the dead letter with key local in this file, in a
-// write of its own.
-func (f *stateFile) deleteDead(local uint64) error {
-	return f.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(local) })
+// deleteDead deletes the dead letters with keys locals in this file, in
+// one write of its own (a tombstone each in the changelog).
+func (f *stateFile) deleteDead(locals ...uint64) error {
+	return f.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(locals...) })
 }
 
 // deadTime is a dead letter's key in this file and when it was saved
@@ -175,12 +175,6 @@ func (f *stateFile) getDead(local uint64) (id snapshot.DeadID, rec snapshot.Reco
 		return err
 	})
 	return id, rec, ok, err
-}
-
-// deleteDeads deletes the dead letters with keys locals in this file, in
-// one write of its own (a tombstone each in the changelog).
-func (f *stateFile) deleteDeads(locals []uint64) error {
-	return f.store.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(locals...) })
 }
 
 // deleteDoneParked deletes the record of it, a done parked message, in a
