@@ -61,16 +61,7 @@ func failFetches(c *kfake.Cluster, topic string, errCode int16, on *atomic.Bool)
 // meanwhile are handled.
 func TestPartitionStuck(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1, "orders")
-	reg := prometheus.NewRegistry()
-	log, stuckLines := countLogs(t, "partition stuck: its fetch has failed for longer than StuckAfter with no success since; the instance is not ready until it succeeds")
-	cfg := b.config(func(_ context.Context, m *handoff.Message) error {
-		b.record(m)
-		return nil
-	}, nil)
-	cfg.Registerer = reg
-	cfg.Logger = log
-	cfg.StuckAfter = time.Second
+	b, cfg, reg, stuckLines := stuckSetup(t, "fetch has failed")
 	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -155,16 +146,7 @@ func plainGauge(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 // again the partition is restored, ready, and its messages handled.
 func TestPartitionStuckInRestore(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1, "orders")
-	reg := prometheus.NewRegistry()
-	log, stuckLines := countLogs(t, "partition stuck: its restore from the changelog has failed for longer than StuckAfter with no success since; the instance is not ready until it succeeds")
-	cfg := b.config(func(_ context.Context, m *handoff.Message) error {
-		b.record(m)
-		return nil
-	}, nil)
-	cfg.Registerer = reg
-	cfg.Logger = log
-	cfg.StuckAfter = time.Second
+	b, cfg, reg, stuckLines := stuckSetup(t, "restore from the changelog has failed")
 	c := b.broker.Cluster()
 	var failing atomic.Bool
 	failing.Store(true)
@@ -222,4 +204,23 @@ func TestPartitionStuckInRestore(t *testing.T) {
 	if got := b.committed(); got != n {
 		t.Errorf("committed %d, want %d", got, n)
 	}
+}
+
+// stuckSetup is the start of the stuck tests: a broker with topic orders
+// of one partition, a config whose handler records each message, with
+// StuckAfter 1s and a registry, and the count of the ERROR lines saying
+// a partition is stuck because its what ("fetch has failed") did.
+func stuckSetup(t *testing.T, what string) (*bundle, Config, *prometheus.Registry, *atomic.Int64) {
+	t.Helper()
+	b := setup(t, 1, "orders")
+	reg := prometheus.NewRegistry()
+	log, stuckLines := countLogs(t, "partition stuck: its "+what+" for longer than StuckAfter with no success since; the instance is not ready until it succeeds")
+	cfg := b.config(func(_ context.Context, m *handoff.Message) error {
+		b.record(m)
+		return nil
+	}, nil)
+	cfg.Registerer = reg
+	cfg.Logger = log
+	cfg.StuckAfter = time.Second
+	return b, cfg, reg, stuckLines
 }
