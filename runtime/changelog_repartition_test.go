@@ -74,6 +74,29 @@ func topicPartitions(t *testing.T, b *bundle, topic string) int {
 	return 0
 }
 
+// twoInstances starts watched instances "a" (until it is ready) and then
+// "b" of b's group on its 2 partitions, each with the config cfg gives
+// for its name, and waits until each owns one partition. stop shuts both
+// down and waits for their runs, once; the test's cleanup calls it too.
+func twoInstances(t *testing.T, b *bundle, cfg func(name string) Config) (rtA, rtB *Runtime, stop func()) {
+	t.Helper()
+	rtA, waitA := watchedInstance(t, b, "a", cfg("a"))
+	waitFor(t, "a ready", rtA.Ready)
+	rtB, waitB := watchedInstance(t, b, "b", cfg("b"))
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			shutdownAndWait(t, rtA, waitA)
+			shutdownAndWait(t, rtB, waitB)
+		})
+	}
+	t.Cleanup(stop)
+	waitFor(t, "each instance owning one partition", func() bool {
+		return rtB.Ready() && len(ownedPartitions(rtA)) == 1 && len(ownedPartitions(rtB)) == 1
+	})
+	return rtA, rtB, stop
+}
+
 // watchedInstance starts instance name of the bundle, looking at the
 // input topics' partition counts every 100ms (not countInterval).
 func watchedInstance(t *testing.T, b *bundle, name string, cfg Config) (*Runtime, func() (*Report, error)) {
@@ -130,21 +153,8 @@ func TestAddedPartitionsMoveRecords(t *testing.T) {
 	t.Parallel()
 	runs := newInstanceRuns("later-")
 	b := setup(t, 2, "orders")
-	rtA, waitA := watchedInstance(t, b, "a", b.config(runs.handler("a"), nil))
-	waitFor(t, "a ready", rtA.Ready)
-	rtB, waitB := watchedInstance(t, b, "b", b.config(runs.handler("b"), nil))
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			shutdownAndWait(t, rtA, waitA)
-			shutdownAndWait(t, rtB, waitB)
-		})
-	}
-	t.Cleanup(stop)
+	rtA, rtB, stop := twoInstances(t, b, func(name string) Config { return b.config(runs.handler(name), nil) })
 	rts := map[string]*Runtime{"a": rtA, "b": rtB}
-	waitFor(t, "each instance owning one partition", func() bool {
-		return rtB.Ready() && len(ownedPartitions(rtA)) == 1 && len(ownedPartitions(rtB)) == 1
-	})
 
 	const n = 24
 	due := time.Now().Add(dueIn)
@@ -449,21 +459,8 @@ func TestAddedPartitionsMoveKeyBlocks(t *testing.T) {
 	}
 	b := setup(t, 2, "orders")
 	mod := func(c *Class) { c.Ordered, c.Retry = true, RetryPolicy{MaxAttempts: 1} }
-	rtA, waitA := watchedInstance(t, b, "a", b.config(h, mod))
-	waitFor(t, "a ready", rtA.Ready)
-	rtB, waitB := watchedInstance(t, b, "b", b.config(h, mod))
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			shutdownAndWait(t, rtA, waitA)
-			shutdownAndWait(t, rtB, waitB)
-		})
-	}
-	t.Cleanup(stop)
+	rtA, rtB, stop := twoInstances(t, b, func(string) Config { return b.config(h, mod) })
 	rts := map[string]*Runtime{"a": rtA, "b": rtB}
-	waitFor(t, "each instance owning one partition", func() bool {
-		return rtB.Ready() && len(ownedPartitions(rtA)) == 1 && len(ownedPartitions(rtB)) == 1
-	})
 	// A key of each instance's partition of 2 that routes to 2 of 3,
 	// dead-lettered through its owner.
 	keys := map[string]string{} // instance -> key
