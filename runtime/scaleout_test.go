@@ -34,7 +34,15 @@ func TestStopRedeliver(t *testing.T) {
 	}
 
 	release()
-	rep2 := b.runUntil(int64(produced)-committed, redeliver)
+	// The next run reads again from the commit, and skips what the
+	// stop's progress record says was handled past it: the rest once
+	// each. (The commit passes no handled message only where every
+	// offset before it is done: a partition whose first message was a
+	// waiting one keeps its commit at 0, and before the progress record
+	// skipped them its handled messages ran twice. Expecting that made
+	// this test fail whenever the commit fell short of the handled,
+	// 4 of 36 runs under load.)
+	rep2 := b.runUntil(int64(produced-handled1), redeliver)
 	if rep2.Repushed != 0 {
 		t.Errorf("re-pushed %d", rep2.Repushed)
 	}
@@ -42,8 +50,8 @@ func TestStopRedeliver(t *testing.T) {
 	if unique != produced {
 		t.Errorf("produced %d, handled %d unique: lost %d", produced, unique, produced-unique)
 	}
-	if dup := total - unique; dup != handled1-int(committed) {
-		t.Errorf("duplicates %d, want handled-before-stop %d - committed %d", dup, handled1, committed)
+	if dup := total - unique; dup != 0 {
+		t.Errorf("duplicates %d (handled before the stop %d, committed %d), want 0", dup, handled1, committed)
 	}
 	if got := b.committed(); got != int64(produced) {
 		t.Errorf("committed %d, want %d", got, produced)
