@@ -132,6 +132,21 @@ const (
 	ClientFranzGo Client = "franz-go"
 )
 
+// GroupProtocol names the consumer group protocol a [Runtime] joins its
+// group with.
+type GroupProtocol string
+
+const (
+	// GroupProtocolClassic is the classic protocol (JoinGroup, SyncGroup,
+	// Heartbeat): the members assign the partitions, the default.
+	GroupProtocolClassic GroupProtocol = "classic"
+	// GroupProtocolConsumer is the consumer group protocol of KIP-848
+	// (ConsumerGroupHeartbeat): the broker's group coordinator assigns
+	// the partitions. [ClientFranzGo] only; it needs Kafka 4.0 or later
+	// brokers with the protocol enabled.
+	GroupProtocolConsumer GroupProtocol = "consumer"
+)
+
 // Config configures a [Runtime]. [New] copies it, fills the defaults and
 // reports every problem at once.
 type Config struct {
@@ -165,6 +180,36 @@ type Config struct {
 	// rebalances cooperatively and supports static membership. Set
 	// [ClientKafkaGo] to keep kafka-go; both pass the same tests.
 	Client Client
+
+	// GroupProtocol is the consumer group protocol the member joins
+	// with. Empty means [GroupProtocolClassic]: the members assign the
+	// partitions (cooperative-sticky on [ClientFranzGo], range or round
+	// robin on [ClientKafkaGo]) and every member takes part in each
+	// rebalance. [GroupProtocolConsumer] joins with the next-generation
+	// protocol of KIP-848: the broker assigns the partitions (its uniform
+	// assignor) and moves them member by member through the heartbeats,
+	// so a member that joins or leaves stops nobody else's fetching
+	// and there is no group-wide barrier for a slow member to hold up.
+	// Revocations, commits, the stop's final commit and the leave work as
+	// under the classic protocol: a revoked partition's handlers are
+	// waited for (RevokeTimeout) and its offsets committed before the
+	// broker moves it, and a commit goes in the member's current epoch.
+	// Under it the broker, not the member, sets the session timeout and
+	// the heartbeat interval (group.consumer.session.timeout.ms and
+	// group.consumer.heartbeat.interval.ms, 45s and 5s by default):
+	// SessionTimeout is not sent, RebalanceTimeout is (how long the
+	// member has to give a revoked partition back). It needs
+	// [ClientFranzGo] ([New] refuses it with [ClientKafkaGo], which has no
+	// support for it) and brokers of Kafka 4.0 or later with the consumer
+	// protocol enabled (group.coordinator.rebalance.protocols includes
+	// consumer, the default from 4.0); the start fails, naming the
+	// option, against brokers that do not serve it. The group must not
+	// have classic members meanwhile, except as the brokers allow for an
+	// upgrade (Kafka's group.consumer.migration.policy): move every
+	// instance at once, or as a rolling restart on brokers that convert
+	// the group. Tested on the embedded broker's (kfake's)
+	// implementation of the protocol.
+	GroupProtocol GroupProtocol
 
 	// ClientID is the client ID of every request, as the brokers' logs
 	// and quotas see it. Empty means "handoff".
@@ -618,6 +663,17 @@ func (cfg Config) withDefaults() (Config, error) {
 	case ClientKafkaGo, ClientFranzGo:
 	default:
 		bad("unknown Client %q (want %q or %q)", cfg.Client, ClientKafkaGo, ClientFranzGo)
+	}
+	switch cfg.GroupProtocol {
+	case "":
+		cfg.GroupProtocol = GroupProtocolClassic
+	case GroupProtocolClassic:
+	case GroupProtocolConsumer:
+		if cfg.Client == ClientKafkaGo {
+			bad("GroupProtocol %q needs Client %q: %s joins with the classic protocol only", cfg.GroupProtocol, ClientFranzGo, ClientKafkaGo)
+		}
+	default:
+		bad("unknown GroupProtocol %q (want %q or %q)", cfg.GroupProtocol, GroupProtocolClassic, GroupProtocolConsumer)
 	}
 	// A static member is named by an Instance the user chose: two
 	// processes on one host must not share the hostname's.
