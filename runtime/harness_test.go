@@ -49,7 +49,7 @@ type bundle struct {
 
 func setup(t *testing.T, partitions int, topics ...string) *bundle {
 	t.Helper()
-	b, err := devbroker.Start(devbroker.Config{Topics: topics, Partitions: partitions})
+	b, err := devbroker.Start(devbroker.Config{Topics: topics, Partitions: partitions, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

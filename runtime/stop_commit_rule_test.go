@@ -173,8 +173,13 @@ func (b *bundle) readPlain(t *testing.T) map[string]bool {
 	for topic := range b.topics {
 		topics = append(topics, topic)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.broker.Addrs()...), kgo.ConsumerGroup(b.group), kgo.ConsumeTopics(topics...),
-		kgo.DisableAutoCommit(), kgo.FetchMaxWait(100*time.Millisecond), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	opts := []kgo.Opt{kgo.SeedBrokers(b.broker.Addrs()...), kgo.ConsumerGroup(b.group), kgo.ConsumeTopics(topics...),
+		kgo.DisableAutoCommit(), kgo.FetchMaxWait(100 * time.Millisecond), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
+	if b.protocol == GroupProtocolConsumer {
+		// A group of the consumer protocol takes no classic member.
+		opts = append(opts, kgo.ServerSideBalancer())
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
