@@ -85,6 +85,17 @@ func setupProtocol(t *testing.T, p GroupProtocol, partitions int, topics ...stri
 	return b
 }
 
+// classicOnly skips a test of the classic protocol's join (JoinGroup,
+// SyncGroup, a group in PreparingRebalance) when this run's group
+// protocol is the consumer one (testio.ProtocolEnv): it has no such
+// join. why says what the test checks.
+func classicOnly(t *testing.T, why string) {
+	t.Helper()
+	if p := testio.Protocol(); p != testio.Classic {
+		t.Skipf("classic group protocol only (this run's is %s): %s", p, why)
+	}
+}
+
 // forEachProtocol runs test as a parallel subtest per group protocol of
 // this run's client (testio.Protocols): classic and consumer (KIP-848)
 // on franz-go, classic on kafka-go.

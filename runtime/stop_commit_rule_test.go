@@ -34,12 +34,19 @@ import (
 // Counts: produced = handled before the stop + saved + what was neither
 // (given back, never accepted); committed after the stop <= produced -
 // saved.
+//
+// It runs once per group protocol (forEachProtocol); under the consumer
+// protocol (KIP-848) the plain consumer is one of it too.
 func TestStopCommitsNoSavedMessage(t *testing.T) {
 	t.Parallel()
+	forEachProtocol(t, testStopCommitsNoSavedMessage)
+}
+
+func testStopCommitsNoSavedMessage(t *testing.T, p GroupProtocol) {
 	for _, next := range []string{"plain", "changelog", "nochangelog", "local"} {
 		t.Run(next, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, 3, "orders")
+			b := setupProtocol(t, p, 3, "orders")
 			produced := b.produce(300)
 			localFirst := next == "local"
 			rep, release := b.stopUnderLoadWith(nil, func(cfg *Config) { cfg.LocalStateOnly = localFirst })
