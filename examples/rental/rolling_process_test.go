@@ -106,6 +106,14 @@ func rollingDeploy(t *testing.T, bin, policy, protocol string) {
 			t.Errorf("final stop of instance %d: exit %d\n%s", i, code, p.stderrText())
 		}
 	}
+	for i, p := range procs {
+		if want := "group_protocol=" + protocol; !strings.Contains(p.stderrText(), want) {
+			t.Errorf("instance %d's log does not say %s", i, want)
+		}
+		if strings.Contains(p.stderrText(), "joined with the classic protocol") {
+			t.Errorf("instance %d fell back to the classic protocol", i)
+		}
+	}
 	st := effectStats(t, effects)
 	t.Logf("policy %s, group protocol %s: produced %d, handled %d unique, lost %d, duplicates %d, per-key order inversions %d (5 rolling restarts, 1 kill, 3 instances)",
 		policy, protocol, n, st.unique, n-st.unique, st.lines-st.unique, st.inversions)
