@@ -184,30 +184,29 @@ type Config struct {
 	// GroupProtocol is the consumer group protocol the member joins
 	// with. Empty means [GroupProtocolClassic]: the members assign the
 	// partitions (cooperative-sticky on [ClientFranzGo], range or round
-	// robin on [ClientKafkaGo]) and every member takes part in each
-	// rebalance. [GroupProtocolConsumer] joins with the next-generation
-	// protocol of KIP-848: the broker assigns the partitions (its uniform
-	// assignor) and moves them member by member through the heartbeats,
-	// so a member that joins or leaves stops nobody else's fetching
-	// and there is no group-wide barrier for a slow member to hold up.
-	// Revocations, commits, the stop's final commit and the leave work as
-	// under the classic protocol: a revoked partition's handlers are
-	// waited for (RevokeTimeout) and its offsets committed before the
-	// broker moves it, and a commit goes in the member's current epoch.
-	// Under it the broker, not the member, sets the session timeout and
-	// the heartbeat interval (group.consumer.session.timeout.ms and
+	// robin on [ClientKafkaGo]) in group-wide rebalances.
+	// [GroupProtocolConsumer] joins with the protocol of KIP-848: the
+	// broker assigns (its uniform assignor) and moves partitions one
+	// member at a time through the heartbeats, so there is no group-wide
+	// join for a slow member to hold up. The runtime behaves the same
+	// under both: a revoked partition's running handlers are waited for
+	// (RevokeTimeout) and its offsets committed before the broker hands
+	// it on, commits go in the member's current epoch, and the stop
+	// commits and leaves as it does under the classic protocol (a static
+	// member, Instance set, keeps its partitions for its restart until
+	// the broker's session timeout). The broker sets the session timeout
+	// and the heartbeat interval (group.consumer.session.timeout.ms and
 	// group.consumer.heartbeat.interval.ms, 45s and 5s by default):
-	// SessionTimeout is not sent, RebalanceTimeout is (how long the
-	// member has to give a revoked partition back). It needs
-	// [ClientFranzGo] ([New] refuses it with [ClientKafkaGo], which has no
-	// support for it) and brokers of Kafka 4.0 or later with the consumer
-	// protocol enabled (group.coordinator.rebalance.protocols includes
-	// consumer, the default from 4.0); the start fails, naming the
-	// option, against brokers that do not serve it. The group must not
-	// have classic members meanwhile, except as the brokers allow for an
-	// upgrade (Kafka's group.consumer.migration.policy): move every
-	// instance at once, or as a rolling restart on brokers that convert
-	// the group. Tested on the embedded broker's (kfake's)
+	// SessionTimeout is not sent; RebalanceTimeout is (how long the member
+	// has to give a revoked partition back). It needs [ClientFranzGo]
+	// ([New] refuses it with [ClientKafkaGo], which does not have it) and
+	// Kafka 4.0 or later brokers with the protocol enabled
+	// (group.coordinator.rebalance.protocols includes consumer); against
+	// brokers that do not serve it the start fails naming the option. Move
+	// a group from one protocol to the other with all its instances
+	// stopped: a group of classic members converting during a rolling
+	// restart is up to the brokers (group.consumer.migration.policy) and
+	// untested here. Tested against the embedded broker's (kfake's)
 	// implementation of the protocol.
 	GroupProtocol GroupProtocol
 
