@@ -179,3 +179,50 @@ func TestConsumerProtocolRefused(t *testing.T) {
 	}
 	cl.Wait()
 }
+
+// TestConsumerProtocolFallbackLogged: brokers that list
+// ConsumerGroupHeartbeat version 1 but answer it UNSUPPORTED_VERSION (the
+// protocol is not enabled) make kgo join with the classic protocol; the
+// member works, and says so at Error, naming the option.
+func TestConsumerProtocolFallbackLogged(t *testing.T) {
+	t.Parallel()
+	b, err := devbroker.Start(devbroker.Config{Topics: []string{"orders"}, Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	cluster := b.Cluster()
+	cluster.ControlKey(int16(kmsg.ConsumerGroupHeartbeat), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		resp := kreq.ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
+		resp.Version = kreq.GetVersion()
+		resp.ErrorCode = kerr.UnsupportedVersion.Code
+		return resp, nil, true
+	})
+	var logs testio.SyncBuffer
+	cfg := Config{Client: FranzGo, Consumer: true, Brokers: b.Addrs(), ClientID: "test", Group: "g",
+		SessionTimeout: 6 * time.Second, RebalanceTimeout: 6 * time.Second, FetchMaxWait: 100 * time.Millisecond,
+		FetchQueue: 10, Log: slog.New(slog.NewTextHandler(&logs, nil)), WarnFunc: warnNow, FetchErrorFunc: func(string) {}}
+	cl, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close(time.Now().Add(time.Second))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	k := &commitKeeper{assigned: make(chan struct{}, 1)}
+	if err := cl.Join(ctx, []string{"orders"}, func(_ context.Context, s Session) Keeper { k.s = s; return k }); err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Wait()
+	defer cancel()
+	select {
+	case <-k.assigned:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no assignment after the fallback to the classic protocol")
+	}
+	out := logs.String()
+	if !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "GroupProtocol consumer") || !strings.Contains(out, "joined with the classic protocol") {
+		t.Errorf("the fallback to the classic protocol was not logged at Error naming the option:\n%s", out)
+	}
+}
