@@ -92,8 +92,8 @@ func TestStaleGenerationNeverCommits(t *testing.T) {
 	forEachProtocol(t, testStaleGenerationNeverCommits)
 }
 
-func testStaleGenerationNeverCommits(t *testing.T, p GroupProtocol) {
-	b := setupProtocol(t, p, 2, "orders")
+func testStaleGenerationNeverCommits(t *testing.T, proto GroupProtocol) {
+	b := setupProtocol(t, proto, 2, "orders")
 	produced := b.produce(200)
 	release := make(chan struct{})
 	var staleMu sync.Mutex

@@ -48,13 +48,13 @@ func TestRollingDeploy(t *testing.T) {
 	}
 }
 
-func testRollingDeploy(t *testing.T, p GroupProtocol, policy StopPolicy, local bool) {
+func testRollingDeploy(t *testing.T, proto GroupProtocol, policy StopPolicy, local bool) {
 	const (
 		instances = 3
 		total     = 6000
 		keys      = 50
 	)
-	b := setupProtocol(t, p, 6, "orders")
+	b := setupProtocol(t, proto, 6, "orders")
 	dir := t.TempDir()
 
 	var mu sync.Mutex

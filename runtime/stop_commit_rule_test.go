@@ -42,11 +42,11 @@ func TestStopCommitsNoSavedMessage(t *testing.T) {
 	forEachProtocol(t, testStopCommitsNoSavedMessage)
 }
 
-func testStopCommitsNoSavedMessage(t *testing.T, p GroupProtocol) {
+func testStopCommitsNoSavedMessage(t *testing.T, proto GroupProtocol) {
 	for _, next := range []string{"plain", "changelog", "nochangelog", "local"} {
 		t.Run(next, func(t *testing.T) {
 			t.Parallel()
-			b := setupProtocol(t, p, 3, "orders")
+			b := setupProtocol(t, proto, 3, "orders")
 			produced := b.produce(300)
 			localFirst := next == "local"
 			rep, release := b.stopUnderLoadWith(nil, func(cfg *Config) { cfg.LocalStateOnly = localFirst })

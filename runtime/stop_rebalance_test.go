@@ -29,9 +29,9 @@ func TestStopRedeliverRebalance(t *testing.T) {
 	forEachProtocol(t, testStopRedeliverRebalance)
 }
 
-func testStopRedeliverRebalance(t *testing.T, p GroupProtocol) {
+func testStopRedeliverRebalance(t *testing.T, proto GroupProtocol) {
 	const handledByA = 40
-	b := setupProtocol(t, p, 2, "orders")
+	b := setupProtocol(t, proto, 2, "orders")
 	produced := b.produce(200)
 
 	var mu sync.Mutex
