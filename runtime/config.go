@@ -182,7 +182,7 @@ type Config struct {
 	Client Client
 
 	// GroupProtocol is the consumer group protocol the member joins
-	// with. Empty means [GroupProtocolClassic]: the members assign the
+	// with. Under [GroupProtocolClassic] the members assign the
 	// partitions (cooperative-sticky on [ClientFranzGo], range or round
 	// robin on [ClientKafkaGo]) in group-wide rebalances.
 	// [GroupProtocolConsumer] joins with the protocol of KIP-848: the
@@ -207,7 +207,7 @@ type Config struct {
 	// stopped: a group of classic members converting during a rolling
 	// restart is up to the brokers (group.consumer.migration.policy) and
 	// untested here. Tested against the embedded broker's (kfake's)
-	// implementation of the protocol.
+	// implementation of the protocol. Empty means [GroupProtocolClassic].
 	GroupProtocol GroupProtocol
 
 	// ClientID is the client ID of every request, as the brokers' logs
