@@ -634,8 +634,10 @@ func (f *franzGo) commitIn(ctx context.Context, member string, gen int32, offset
 // Close ends the membership within leaveWait, then closes the clients
 // and ends the keeper. A static member does not leave the group (its
 // restart within SessionTimeout takes its partitions back without a
-// rebalance); a dynamic one sends LeaveGroup, after a join in flight if
-// there is one. kgo's Close waits for the leave without a bound, so the
+// rebalance; under the consumer protocol kgo's leave is the heartbeat of
+// epoch -2, which keeps them for it until the broker's session timeout);
+// a dynamic one sends LeaveGroup (epoch -1 under the consumer protocol),
+// after a join in flight if there is one. kgo's Close waits for the leave without a bound, so the
 // leave is made first with the wait as its deadline, after which Close is
 // immediate.
 func (f *franzGo) Close(deadline time.Time) {
