@@ -132,6 +132,21 @@ const (
 	ClientFranzGo Client = "franz-go"
 )
 
+// GroupProtocol names the consumer group protocol a [Runtime] joins its
+// group with.
+type GroupProtocol string
+
+const (
+	// GroupProtocolClassic is the classic protocol (JoinGroup, SyncGroup,
+	// Heartbeat): the members assign the partitions, the default.
+	GroupProtocolClassic GroupProtocol = "classic"
+	// GroupProtocolConsumer is the consumer group protocol of KIP-848
+	// (ConsumerGroupHeartbeat): the broker's group coordinator assigns
+	// the partitions. [ClientFranzGo] only; it needs Kafka 4.0 or later
+	// brokers with the protocol enabled.
+	GroupProtocolConsumer GroupProtocol = "consumer"
+)
+
 // Config configures a [Runtime]. [New] copies it, fills the defaults and
 // reports every problem at once.
 type Config struct {
@@ -165,6 +180,35 @@ type Config struct {
 	// rebalances cooperatively and supports static membership. Set
 	// [ClientKafkaGo] to keep kafka-go; both pass the same tests.
 	Client Client
+
+	// GroupProtocol is the consumer group protocol the member joins
+	// with. Under [GroupProtocolClassic] the members assign the
+	// partitions (cooperative-sticky on [ClientFranzGo], range or round
+	// robin on [ClientKafkaGo]) in group-wide rebalances.
+	// [GroupProtocolConsumer] joins with the protocol of KIP-848: the
+	// broker assigns (its uniform assignor) and moves partitions one
+	// member at a time through the heartbeats, so there is no group-wide
+	// join for a slow member to hold up. The runtime behaves the same
+	// under both: a revoked partition's running handlers are waited for
+	// (RevokeTimeout) and its offsets committed before the broker hands
+	// it on, commits go in the member's current epoch, and the stop
+	// commits and leaves as it does under the classic protocol (a static
+	// member, Instance set, keeps its partitions for its restart until
+	// the broker's session timeout). The broker sets the session timeout
+	// and the heartbeat interval (group.consumer.session.timeout.ms and
+	// group.consumer.heartbeat.interval.ms, 45s and 5s by default):
+	// SessionTimeout is not sent; RebalanceTimeout is (how long the member
+	// has to give a revoked partition back). It needs [ClientFranzGo]
+	// ([New] refuses it with [ClientKafkaGo], which does not have it) and
+	// Kafka 4.0 or later brokers with the protocol enabled
+	// (group.coordinator.rebalance.protocols includes consumer); against
+	// brokers that do not serve it the start fails naming the option. Move
+	// a group from one protocol to the other with all its instances
+	// stopped: a group of classic members converting during a rolling
+	// restart is up to the brokers (group.consumer.migration.policy) and
+	// untested here. Tested against the embedded broker's (kfake's)
+	// implementation of the protocol. Empty means [GroupProtocolClassic].
+	GroupProtocol GroupProtocol
 
 	// ClientID is the client ID of every request, as the brokers' logs
 	// and quotas see it. Empty means "handoff".
@@ -618,6 +662,17 @@ func (cfg Config) withDefaults() (Config, error) {
 	case ClientKafkaGo, ClientFranzGo:
 	default:
 		bad("unknown Client %q (want %q or %q)", cfg.Client, ClientKafkaGo, ClientFranzGo)
+	}
+	switch cfg.GroupProtocol {
+	case "":
+		cfg.GroupProtocol = GroupProtocolClassic
+	case GroupProtocolClassic:
+	case GroupProtocolConsumer:
+		if cfg.Client == ClientKafkaGo {
+			bad("GroupProtocol %q needs Client %q: %s joins with the classic protocol only", cfg.GroupProtocol, ClientFranzGo, ClientKafkaGo)
+		}
+	default:
+		bad("unknown GroupProtocol %q (want %q or %q)", cfg.GroupProtocol, GroupProtocolClassic, GroupProtocolConsumer)
 	}
 	// A static member is named by an Instance the user chose: two
 	// processes on one host must not share the hostname's.

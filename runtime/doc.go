@@ -413,6 +413,21 @@
 // can move from kafka-go to franz-go by a rolling restart (franz-go also
 // offers kafka-go's range assignor until the last kafka-go member is gone).
 //
+// [Config.GroupProtocol] set to [GroupProtocolConsumer] makes the franz-go
+// member join with the consumer group protocol of KIP-848: the broker
+// assigns the partitions and moves them one member at a time through the
+// heartbeats, with no group-wide join for a slow member to hold up. The
+// runtime's side is the same: a revoked partition's handlers are waited
+// for and its offsets committed (in the member's epoch) before the broker
+// hands it on, and the stop commits and leaves as under the classic
+// protocol. It needs Kafka 4.0 or later brokers with the protocol enabled
+// (the start fails, naming the option, against brokers that do not serve
+// it), and kafka-go does not have it ([New] refuses it). The broker sets
+// the session timeout and heartbeat interval then
+// (group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms),
+// not SessionTimeout. The rebalance and stop tests run on it against the
+// embedded broker's (kfake's) implementation of the protocol.
+//
 // # Middleware
 //
 // Config.Middleware (every class) and Class.Middleware (one class) wrap

@@ -18,9 +18,18 @@ import (
 // an instance that does not own it while the new owner still holds it as
 // a dead letter, to be requeued and run again. It refuses, naming the
 // owner.
+//
+// It runs once per group protocol (forEachProtocol): under the consumer
+// protocol (KIP-848) the owner comes from ConsumerGroupDescribe (before,
+// DescribeGroups found no member and the former owner answered "no
+// instance owns it now").
 func TestDeadLetterOfMovedPartition(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 2, "orders")
+	forEachProtocol(t, testDeadLetterOfMovedPartition)
+}
+
+func testDeadLetterOfMovedPartition(t *testing.T, proto GroupProtocol) {
+	b := setupProtocol(t, proto, 2, "orders")
 	for p := range 2 {
 		b.produceValues("orders", keyOn(p, 2), "poison")
 	}

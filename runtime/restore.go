@@ -16,7 +16,7 @@ import (
 // the connections (dial: TLS, SASL) and the client ID of the consumer's.
 func (c *Config) changelogConfig(dial func(context.Context, string, string) (net.Conn, error), log *slog.Logger) changelog.Config {
 	return changelog.Config{
-		Brokers: c.Brokers, ClientID: c.ClientID, Group: c.Group, DialFunc: dial,
+		Brokers: c.Brokers, ClientID: c.ClientID, Group: c.Group, ConsumerProtocol: c.GroupProtocol == GroupProtocolConsumer, DialFunc: dial,
 		Replication: c.ChangelogReplication, Timeout: c.ChangelogTimeout, Log: log,
 	}
 }

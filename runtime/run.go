@@ -261,6 +261,7 @@ func (s *runState) start() error {
 		return nil // a stop was requested: never ready
 	}
 	r.ready.started.Store(true)
-	r.log.Info("running", "classes", len(r.classes.order), "topics", len(r.classes.topics), "group", r.cfg.Group, "instance", r.cfg.Instance, "version", handoff.Version)
+	r.log.Info("running", "classes", len(r.classes.order), "topics", len(r.classes.topics), "group", r.cfg.Group, "instance", r.cfg.Instance,
+		"group_protocol", r.cfg.GroupProtocol, "version", handoff.Version)
 	return nil
 }

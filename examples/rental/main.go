@@ -48,6 +48,9 @@
 //	-instance NAME                  this instance's name, stable across restarts and unique in the group (a
 //	                                StatefulSet pod's name); with franz-go the static group.instance.id; empty
 //	                                means the hostname
+//	-group-protocol classic|consumer
+//	                                consumer group protocol (default classic); consumer is KIP-848's, the broker
+//	                                assigning: franz-go only, Kafka 4.0+ brokers with it enabled
 //
 // Topics: the service consumes orders, users and heartbeats, which must
 // exist (a missing one is a start failure). Unless -local-state-only is
@@ -124,6 +127,8 @@ func run(args []string) int {
 	fs.Var(&rateLimits, "rate-limit", "start at most N messages a second of each class named (`CLASS=N[,CLASS=N]`, e.g. orders=50,users=20), across its workers; the class's own fetch waits meanwhile, no other's; none when not given")
 	var ops opsFlags
 	ops.add(fs)
+	var groupProtocol groupProtocolFlag
+	fs.Var(&groupProtocol, "group-protocol", "consumer group protocol: `classic` (the default: the members assign) or consumer (KIP-848: the broker assigns; -client franz-go and Kafka 4.0+ brokers with it enabled)")
 	instance := fs.String("instance", "", "this instance's `NAME`, stable across restarts and unique in the group (the state file records it; with -client franz-go it is the static group.instance.id); empty means the hostname")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -169,6 +174,7 @@ func run(args []string) int {
 		stopPolicy: stopPolicy.p, outages: outages, rateLimits: rateLimits,
 		tls: tlsConfig, sasl: mech,
 		client: client.c, instance: *instance, isolation: isolation.l,
+		groupProtocol: groupProtocol.p,
 	})
 }
 
@@ -207,6 +213,8 @@ type serviceConfig struct {
 	instance string         // "" means the hostname
 	// isolation is runtime.Config.IsolationLevel; zero is read_committed.
 	isolation runtime.IsolationLevel
+	// groupProtocol is runtime.Config.GroupProtocol; "" means classic.
+	groupProtocol runtime.GroupProtocol
 }
 
 // serve runs the service until a signal and prints the stop report as
@@ -242,6 +250,7 @@ func serve(log *slog.Logger, sc serviceConfig) int {
 		Instance:       sc.instance,
 		ClassRenames:   sc.renames,
 		IsolationLevel: sc.isolation,
+		GroupProtocol:  sc.groupProtocol,
 	})
 	if err != nil {
 		log.Error("bad configuration", "err", err)
