@@ -53,7 +53,7 @@ func (r *Runtime) Stats() []ClassStats {
 	for i, c := range r.classes.order {
 		ps := c.pool.Stats()
 		cs := ClassStats{
-			Name: c.cfg.Name, Topics: append([]string(nil), c.cfg.Topics...), Ordered: c.cfg.Ordered,
+			Name: c.cfg.Name, Topics: append([]string(nil), c.cfg.topicsOf()...), Ordered: c.cfg.Ordered,
 			Workers: c.cfg.Workers, QueueSize: c.cfg.QueueSize,
 			Queued: ps.Queued, Waiting: ps.Waiting, Running: ps.Running,
 			Succeeded: ps.Succeeded, Retried: ps.Retried, Parked: c.count(evParked),
