@@ -93,7 +93,7 @@ type shareFeed struct {
 	client *kclient.Share
 	log    *slog.Logger
 	// limit is the group's delivery limit (Prepare).
-	limit int
+	limit atomic.Int64
 
 	mu sync.Mutex
 	// held is the last poll's records; left counts those not acked.
@@ -210,7 +210,7 @@ func (sh *shareHeld) deadLettering(rec *snapshot.Record) {
 
 // atLimit reports whether the broker would archive the record if it were
 // released: its delivery count reached the group's limit.
-func (sh *shareHeld) atLimit() bool { return sh.rec.DeliveryCount >= sh.feed.limit }
+func (sh *shareHeld) atLimit() bool { return int64(sh.rec.DeliveryCount) >= sh.feed.limit.Load() }
 
 // start makes the member's client, checks its topics and the group's
 // configs (Prepare), then starts the poll loop under fetchCtx and the
@@ -231,7 +231,7 @@ func (f *shareFeed) start(runCtx, fetchCtx context.Context) error {
 		}
 		f.log.Warn("share class waits for its topics", "missing", missing)
 	}
-	f.limit = limit
+	f.limit.Store(int64(limit))
 	renewCtx, stop := context.WithCancel(context.Background())
 	f.stopRenew = stop
 	f.renewWG.Go(func() { f.renew(renewCtx) })
@@ -493,3 +493,29 @@ func (r *Runtime) hasShare() bool {
 
 // isShare reports whether the message is a share class's record.
 func (it *item) isShare() bool { return it.src == fromShare }
+
+// ShareStats counts a share class's acknowledgements since
+// [Runtime.Started] (see Class.ShareGroup).
+type ShareStats struct {
+	// Group is the class's share group.
+	Group string
+	// DeliveryLimit is the group's delivery limit, as the start read it.
+	DeliveryLimit int
+	// Accepted counts records done (or saved for a delayed delivery),
+	// Rejected records saved as dead letters, Released records handed
+	// back to the group (at the stop, or when their save failed).
+	Accepted, Rejected, Released uint64
+	// Renewed counts lock renewals the brokers confirmed, AckErrors
+	// partitions' acknowledgements the brokers refused or that could not
+	// be sent (their records are delivered again after their locks).
+	Renewed, AckErrors uint64
+}
+
+// stats returns the feed's counts; zero for nil.
+func (f *shareFeed) stats() ShareStats {
+	if f == nil {
+		return ShareStats{}
+	}
+	return ShareStats{Group: f.cfg.Group, DeliveryLimit: int(f.limit.Load()), Accepted: f.accepted.Load(), Rejected: f.rejected.Load(),
+		Released: f.released.Load(), Renewed: f.renewed.Load(), AckErrors: f.ackErrors.Load()}
+}

@@ -44,6 +44,9 @@ type ClassStats struct {
 	OverBudget bool
 	// Hold says whether the class is suspended by an outage or paused.
 	Hold ClassHold
+	// Share is a share class's acknowledgements (see Class.ShareGroup);
+	// zero for another class.
+	Share ShareStats
 }
 
 // Stats returns every class's stats, in configuration order. Safe for
@@ -67,6 +70,7 @@ func (r *Runtime) Stats() []ClassStats {
 		cs.DrainEstimate, cs.Rate, cs.OverBudget = c.drainEstimate(ps, runningFor, longest, r.cfg.DrainTimeout)
 		cs.LongestRunning = longest.Seconds()
 		cs.Hold = ClassHold(c.hold.Stats())
+		cs.Share = c.share.stats() // share.go
 		out[i] = cs
 	}
 	return out

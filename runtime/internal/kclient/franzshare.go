@@ -172,7 +172,10 @@ func (s *Share) Prepare(ctx context.Context) (missing []string, limit int, err e
 			return missing, n, nil
 		}
 	}
-	brokerCfg, err := s.describe(ctx, kmsg.ConfigResourceTypeBroker, "")
+	if len(mresp.Brokers) == 0 {
+		return missing, limit, nil
+	}
+	brokerCfg, err := s.describe(ctx, kmsg.ConfigResourceTypeBroker, strconv.Itoa(int(mresp.Brokers[0].NodeID)))
 	if err == nil {
 		if n, err := strconv.Atoi(brokerCfg["group.share.delivery.count.limit"].value); err == nil && n > 0 {
 			limit = n
@@ -188,22 +191,14 @@ type configValue struct {
 	set   bool
 }
 
-// describe returns the configs of a resource; a broker's name empty
-// means any broker.
+// describe returns the configs of a resource (a broker's name is its
+// node ID).
 func (s *Share) describe(ctx context.Context, typ kmsg.ConfigResourceType, name string) (map[string]configValue, error) {
 	req := kmsg.NewPtrDescribeConfigsRequest()
 	r := kmsg.NewDescribeConfigsRequestResource()
 	r.ResourceType, r.ResourceName = typ, name
 	req.Resources = append(req.Resources, r)
-	var resp *kmsg.DescribeConfigsResponse
-	var err error
-	if typ == kmsg.ConfigResourceTypeBroker && name == "" {
-		var any kmsg.Response
-		any, err = s.cl.Request(ctx, req)
-		resp, _ = any.(*kmsg.DescribeConfigsResponse)
-	} else {
-		resp, err = req.RequestWith(ctx, s.cl)
-	}
+	resp, err := req.RequestWith(ctx, s.cl)
 	if err != nil {
 		return nil, err
 	}
