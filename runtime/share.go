@@ -104,9 +104,11 @@ type shareFeed struct {
 
 	// loops joins the poll loop (ends with the fetching) and renew
 	// (ends at close).
-	poll        sync.WaitGroup
-	renewWG     sync.WaitGroup
-	stopRenew   context.CancelFunc
+	poll      sync.WaitGroup
+	renewWG   sync.WaitGroup
+	stopRenew context.CancelFunc
+	// unsubmitted counts the records the poll loop released at its end.
+	unsubmitted atomic.Int64
 	accepted    atomic.Uint64
 	released    atomic.Uint64
 	rejected    atomic.Uint64
@@ -256,9 +258,7 @@ func (f *shareFeed) run(ctx context.Context) {
 		}
 		recs, err := f.client.Poll(ctx)
 		if ctx.Err() != nil {
-			for _, it := range f.hold(recs) {
-				it.x.share.ack(shareRelease) // none reached the pool
-			}
+			f.releaseUnsubmitted(f.hold(recs)) // none reached the pool
 			return
 		}
 		if err != nil {
@@ -306,11 +306,13 @@ func (f *shareFeed) hold(recs []*kclient.ShareRecord) []*item {
 	return its
 }
 
-// releaseUnsubmitted releases records the pool never took.
+// releaseUnsubmitted releases records the pool never took, at the end of
+// the poll loop, and counts them in unsubmitted.
 func (f *shareFeed) releaseUnsubmitted(its []*item) {
 	for _, it := range its {
 		it.x.share.ack(shareRelease)
 	}
+	f.unsubmitted.Add(int64(len(its)))
 }
 
 // waitSettled waits until the last poll's records are all settled, or
@@ -440,9 +442,10 @@ func (r *Runtime) shareStart(runCtx, fetchCtx context.Context) error {
 }
 
 // shareQuiesce waits for the share classes' poll loops, which end with
-// the fetching, and releases the records they hold that have not started
-// (never failed here: those waiting out a backoff stay for the drain).
-// It returns how many it released.
+// the fetching (releasing the records the pool had not taken), and
+// releases the records the pools hold that have not started (never
+// failed here: those waiting out a backoff stay for the drain). It
+// returns how many were released.
 func (r *Runtime) shareQuiesce() int {
 	n := 0
 	for _, c := range r.classes.order {
@@ -450,6 +453,7 @@ func (r *Runtime) shareQuiesce() int {
 			continue
 		}
 		c.share.poll.Wait()
+		n += int(c.share.unsubmitted.Load())
 		if c.pool == nil {
 			continue
 		}

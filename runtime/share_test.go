@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/snapshot"
 )
 
 // The share-class tests run on franz-go alone: kafka-go has no share
@@ -233,4 +236,332 @@ func TestShareStopUnderLoad(t *testing.T) {
 			}
 		})
 	}
+}
+
+// valueCalls counts a handler's calls per record value (successful or
+// not).
+type valueCalls struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *valueCalls) add(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[id]++
+	return c.n[id]
+}
+
+func (c *valueCalls) of(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[id]
+}
+
+// idOf keeps the ID of each record value the handler saw.
+type idOf struct {
+	mu  sync.Mutex
+	ids map[string]string
+}
+
+func (x *idOf) note(m *handoff.Message) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.ids == nil {
+		x.ids = map[string]string{}
+	}
+	x.ids[string(m.Value)] = m.ID
+}
+
+func (x *idOf) get(v string) string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.ids[v]
+}
+
+// TestShareHandlerLongerThanLock: a handler that runs three times the
+// record's lock is not delivered again to the other member: its lock is
+// renewed while it runs (and while the records behind it wait).
+func TestShareHandlerLongerThanLock(t *testing.T) {
+	shareOnly(t)
+	b := setup(t, 1, "jobs")
+	const lock = time.Second
+	b.shareBroker(lock, 5)
+	var c valueCalls
+	n := b.produceValues("jobs", "k", "slow", "a", "b", "c")
+	cfg := b.shareConfig(func(_ context.Context, m *handoff.Message) error {
+		c.add(string(m.Value))
+		if string(m.Value) == "slow" {
+			time.Sleep(3 * lock) // the work, longer than the lock
+		}
+		b.record(m)
+		return nil
+	}, func(c *Class) { c.Workers, c.QueueSize = 2, 4 })
+	rtA, waitA := b.instance("a", cfg)
+	rtB, waitB := b.instance("b", cfg)
+	waitFor(t, "every record handled", func() bool { u, _ := b.counts(); return u == n })
+	for _, rt := range []*Runtime{rtA, rtB} {
+		cancelStop(t, rt)
+	}
+	for _, w := range []func() (*Report, error){waitA, waitB} {
+		if _, err := w(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	renewed := rtA.Stats()[0].Share.Renewed + rtB.Stats()[0].Share.Renewed
+	u, total := b.counts()
+	t.Logf("records %d handled %d, %d times; slow called %d times; renewals %d", n, u, total, c.of("slow"), renewed)
+	if c.of("slow") != 1 || total != n {
+		t.Fatalf("slow handler called %d times, records handled %d times; want 1 and %d", c.of("slow"), total, n)
+	}
+	if renewed == 0 {
+		t.Fatal("no lock renewed")
+	}
+}
+
+// TestSharePermanentFailure: a record whose handler fails for good
+// becomes a dead letter (in the state file and on DeadLetterTopic, with
+// the broker's delivery count in its headers), is rejected, and is never
+// delivered again, to this member or another.
+func TestSharePermanentFailure(t *testing.T) {
+	shareOnly(t)
+	b := setup(t, 2, "jobs")
+	b.shareBroker(2*time.Second, 5)
+	if err := b.broker.Cluster().CreateTopic("jobs-dead", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	var c valueCalls
+	var ids idOf
+	n := b.produce(20)
+	h := func(_ context.Context, m *handoff.Message) error {
+		c.add(string(m.Value))
+		ids.note(m)
+		if string(m.Value) == "jobs-7" {
+			return handoff.Permanent(errors.New("bad record"))
+		}
+		b.record(m)
+		return nil
+	}
+	cfg := b.shareConfig(h, func(c *Class) { c.DeadLetterTopic = "jobs-dead" })
+	rt, wait := b.instance("a", cfg)
+	waitFor(t, "the others handled and the dead letter published", func() bool {
+		u, _ := b.counts()
+		return u == n-1 && rt.Stats()[0].Share.Rejected == 1
+	})
+	cancelStop(t, rt)
+	rep, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := fileDead(t, rt)
+	if len(dead) != 1 {
+		t.Fatalf("%d dead letters in the state file; want 1", len(dead))
+	}
+	if got := headerOf(dead[0].Message.Headers, HeaderDeliveryCount); got != "1" || dead[0].Message.ID != ids.get("jobs-7") {
+		t.Fatalf("dead letter %s has %s %q; want %s and \"1\"", dead[0].Message.ID, HeaderDeliveryCount, got, ids.get("jobs-7"))
+	}
+	if rep.DeadLettered != 1 || rep.Published != 1 {
+		t.Fatalf("report: dead_lettered %d published %d; want 1 and 1", rep.DeadLettered, rep.Published)
+	}
+	pub := readTopic(t, b, "jobs-dead", 1)
+	if got := kgoHeader(pub[0], HeaderDeliveryCount); got != "1" {
+		t.Fatalf("published dead letter's %s is %q; want \"1\"", HeaderDeliveryCount, got)
+	}
+	// Another member joins; a record produced now reaches it. The
+	// rejected record does not: the broker archived it.
+	b.mu.Lock()
+	b.handled = map[string]int{}
+	b.mu.Unlock()
+	rt2, wait2 := b.instance("b", cfg)
+	b.produceValues("jobs", "k", "marker")
+	waitFor(t, "the marker handled", func() bool { return c.of("marker") == 1 })
+	cancelStop(t, rt2)
+	if _, err := wait2(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("bad record called %d times; stats %+v", c.of("jobs-7"), rt.Stats()[0].Share)
+	if c.of("jobs-7") != 1 {
+		t.Fatalf("bad record called %d times; want 1", c.of("jobs-7"))
+	}
+	if u, total := b.counts(); u != 1 || total != 1 {
+		t.Fatalf("the second member handled %d records (%d times); want only the marker", u, total)
+	}
+}
+
+// TestShareDeliveryLimit: a record whose handler never succeeds (retried
+// in place without end) is released by each stop; at the group's
+// delivery limit the stop makes it a dead letter, with the delivery
+// count, instead of a release the broker would archive unseen.
+func TestShareDeliveryLimit(t *testing.T) {
+	shareOnly(t)
+	b := setup(t, 1, "jobs")
+	b.shareBroker(5*time.Second, 2)
+	var c valueCalls
+	b.produceValues("jobs", "k", "poison")
+	cfg := b.shareConfig(func(_ context.Context, m *handoff.Message) error {
+		c.add(string(m.Value))
+		if string(m.Value) == "poison" {
+			return errors.New("still failing")
+		}
+		b.record(m)
+		return nil
+	}, func(c *Class) {
+		c.Retry = RetryPolicy{MaxAttempts: 1 << 30, InitialBackoff: 20 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
+		c.Suspend = SuspendPolicy{After: -1} // one record failing is no outage
+	})
+	cfg.DrainTimeout = 200 * time.Millisecond
+	run := func(name string, wantDelivery int) *Report {
+		t.Helper()
+		rt, wait := b.instance(name, cfg)
+		before := c.of("poison")
+		waitFor(t, name+" retrying the record", func() bool { return c.of("poison") >= before+3 })
+		cancelStop(t, rt)
+		rep, err := wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: calls %d, share_released %d, dead_lettered %d, stats %+v", name, c.of("poison"), rep.ShareReleased, rep.DeadLettered, rt.Stats()[0].Share)
+		if rt.Stats()[0].Share.DeliveryLimit != 2 {
+			t.Fatalf("delivery limit read as %d; want 2", rt.Stats()[0].Share.DeliveryLimit)
+		}
+		dead := fileDead(t, rt)
+		if wantDelivery == 0 {
+			if rep.ShareReleased != 1 || rep.DeadLettered != 0 || len(dead) != 0 {
+				t.Fatalf("%s: released %d, dead-lettered %d (%d in the file); want 1, 0, 0", name, rep.ShareReleased, rep.DeadLettered, len(dead))
+			}
+			return rep
+		}
+		if rep.ShareReleased != 0 || rep.DeadLettered != 1 || len(dead) != 1 {
+			t.Fatalf("%s: released %d, dead-lettered %d (%d in the file); want 0, 1, 1", name, rep.ShareReleased, rep.DeadLettered, len(dead))
+		}
+		if got := headerOf(dead[0].Message.Headers, HeaderDeliveryCount); got != strconv.Itoa(wantDelivery) {
+			t.Fatalf("dead letter's delivery count %q; want %d", got, wantDelivery)
+		}
+		if rt.Stats()[0].Share.Rejected != 1 {
+			t.Fatalf("rejected %d; want 1", rt.Stats()[0].Share.Rejected)
+		}
+		return rep
+	}
+	run("a", 0) // delivery 1: released
+	run("b", 2) // delivery 2, the limit: a dead letter
+	// The record is gone from the group: a third member gets only what
+	// is produced now.
+	called := c.of("poison")
+	rt, wait := b.instance("c", cfg)
+	b.produceValues("jobs", "k", "marker")
+	waitFor(t, "the marker handled", func() bool { return c.of("marker") == 1 })
+	cancelStop(t, rt)
+	if _, err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if c.of("poison") != called {
+		t.Fatalf("the dead-lettered record was delivered again (%d calls, %d before)", c.of("poison"), called)
+	}
+}
+
+// TestShareOutage: a dependency outage suspends the share class (no
+// dead letter); the stop releases what it holds, and a later member
+// handles every record once the dependency is back: nothing lost.
+func TestShareOutage(t *testing.T) {
+	shareOnly(t)
+	b := setup(t, 2, "jobs")
+	b.shareBroker(3*time.Second, 5)
+	n := b.produce(60)
+	var down atomic.Bool
+	down.Store(true)
+	cfg := b.shareConfig(func(_ context.Context, m *handoff.Message) error {
+		if down.Load() {
+			return handoff.Unavailable(errors.New("database down"))
+		}
+		b.record(m)
+		return nil
+	}, func(c *Class) { c.Workers, c.QueueSize = 2, 8 })
+	cfg.DrainTimeout = 300 * time.Millisecond
+	rt, wait := b.instance("a", cfg)
+	waitFor(t, "the class suspended", func() bool { return rt.Stats()[0].Hold.State == "suspended" })
+	held := rt.Stats()[0]
+	cancelStop(t, rt)
+	rep, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := fileDead(t, rt)
+	t.Logf("suspended with %d queued, %d waiting; stop: share_released %d dead_lettered %d snapshotted %d", held.Queued, held.Waiting, rep.ShareReleased, rep.DeadLettered, rep.Snapshotted)
+	if rep.DeadLettered != 0 || len(dead) != 0 || rep.Snapshotted != 0 {
+		t.Fatalf("outage made %d dead letters (%d in the file), snapshotted %d; want none", rep.DeadLettered, len(dead), rep.Snapshotted)
+	}
+	if rep.ShareReleased == 0 || uint64(rep.ShareReleased) != rt.Stats()[0].Share.Released {
+		t.Fatalf("stop released %d (stats %d); want every held record", rep.ShareReleased, rt.Stats()[0].Share.Released)
+	}
+	down.Store(false)
+	rt2, wait2 := b.instance("b", cfg)
+	waitFor(t, "every record handled", func() bool { u, _ := b.counts(); return u == n })
+	cancelStop(t, rt2)
+	if _, err := wait2(); err != nil {
+		t.Fatal(err)
+	}
+	if u, total := b.counts(); u != n || total != n {
+		t.Fatalf("handled %d of %d, %d times; want each once", u, n, total)
+	}
+}
+
+// fileDead returns the dead letters in the state file of rt, which has
+// stopped.
+func fileDead(t *testing.T, rt *Runtime) []snapshot.Record {
+	t.Helper()
+	st, err := snapshot.Open(rt.cfg.StatePath, snapshot.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var out []snapshot.Record
+	for _, e := range deadLetters(t, st) {
+		out = append(out, e.Record)
+	}
+	return out
+}
+
+// headerOf returns the value of the last header named key, "" if none.
+func headerOf(hs []handoff.Header, key string) string {
+	v := ""
+	for _, h := range hs {
+		if h.Key == key {
+			v = string(h.Value)
+		}
+	}
+	return v
+}
+
+// kgoHeader returns the value of r's header key, "" if none.
+func kgoHeader(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// readTopic reads the first n records of topic from its start.
+func readTopic(t *testing.T, b *bundle, topic string, n int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.broker.Addrs()...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("read %d of %d records of %s: %v", len(out), n, topic, err)
+		}
+		out = append(out, fs.Records()...)
+	}
+	return out
 }
