@@ -322,6 +322,11 @@ func New(cfg Config) (*Runtime, error) {
 			c.share = r.newShareFeed(c)
 		}
 	}
+	if cfg.Registerer != nil && r.hasShare() {
+		if err := cfg.Registerer.Register(newShareCollector(r)); err != nil {
+			return nil, fmt.Errorf("runtime: register metrics: %w", err)
+		}
+	}
 	r.resumes = &resumes{state: r.state, log: r.log,
 		clientFunc: func() kclient.Client { return r.kafka.client },
 		consumes:   func(topic string) bool { return r.classes.byTopic[topic] != nil }}

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
 	"github.com/handoff-go/handoff/snapshot"
@@ -522,4 +524,45 @@ func (f *shareFeed) stats() ShareStats {
 	}
 	return ShareStats{Group: f.cfg.Group, DeliveryLimit: int(f.limit.Load()), Accepted: f.accepted.Load(), Rejected: f.rejected.Load(),
 		Released: f.released.Load(), Renewed: f.renewed.Load(), AckErrors: f.ackErrors.Load()}
+}
+
+// shareCollector exports the share classes' acknowledgements
+// (ShareStats) as Prometheus counters.
+type shareCollector struct {
+	r                    *Runtime
+	acks, renews, ackErr *prometheus.Desc
+}
+
+func newShareCollector(r *Runtime) *shareCollector {
+	return &shareCollector{r: r,
+		acks: prometheus.NewDesc("handoff_share_acks_total",
+			"Records of a share class acknowledged to its share group, by acknowledgement: accepted (done, or saved for a delayed delivery), rejected (saved as dead letters), released (handed back: at the stop, or when their save failed).",
+			[]string{"class", "ack"}, nil),
+		renews: prometheus.NewDesc("handoff_share_renewals_total",
+			"Lock renewals of a share class's records that the brokers confirmed.", []string{"class"}, nil),
+		ackErr: prometheus.NewDesc("handoff_share_ack_errors_total",
+			"Partitions' acknowledgements of a share class that the brokers refused or that could not be sent; their records are delivered again after their locks.",
+			[]string{"class"}, nil),
+	}
+}
+
+func (sc *shareCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- sc.acks
+	ch <- sc.renews
+	ch <- sc.ackErr
+}
+
+func (sc *shareCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range sc.r.classes.order {
+		if c.share == nil {
+			continue
+		}
+		st := c.share.stats()
+		name := c.cfg.Name
+		ch <- prometheus.MustNewConstMetric(sc.acks, prometheus.CounterValue, float64(st.Accepted), name, "accepted")
+		ch <- prometheus.MustNewConstMetric(sc.acks, prometheus.CounterValue, float64(st.Rejected), name, "rejected")
+		ch <- prometheus.MustNewConstMetric(sc.acks, prometheus.CounterValue, float64(st.Released), name, "released")
+		ch <- prometheus.MustNewConstMetric(sc.renews, prometheus.CounterValue, float64(st.Renewed), name)
+		ch <- prometheus.MustNewConstMetric(sc.ackErr, prometheus.CounterValue, float64(st.AckErrors), name)
+	}
 }

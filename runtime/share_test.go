@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -139,6 +141,8 @@ func TestShareSmoke(t *testing.T) {
 	b.shareBroker(5*time.Second, 5)
 	n := b.produce(200)
 	cfg := b.shareConfig(func(_ context.Context, m *handoff.Message) error { b.record(m); return nil }, nil)
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
 	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +159,33 @@ func TestShareSmoke(t *testing.T) {
 	t.Logf("produced %d handled %d (total %d) accepted %d report %s", n, u, total, st.Accepted, rep)
 	if total != n || st.Accepted != uint64(n) {
 		t.Fatalf("handled %d times (%d records), accepted %d; want %d each", total, u, st.Accepted, n)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	accepted := -1.0
+	for _, mf := range mfs {
+		if mf.GetName() != "handoff_share_acks_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "ack" && l.GetValue() == "accepted" {
+					accepted = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if accepted != float64(n) {
+		t.Fatalf("handoff_share_acks_total{ack=\"accepted\"} = %v; want %d", accepted, n)
 	}
 }
 
