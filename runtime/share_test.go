@@ -596,3 +596,95 @@ func readTopic(t *testing.T, b *bundle, topic string, n int) []*kgo.Record {
 	}
 	return out
 }
+
+// TestShareKill: a member that dies without acknowledging or leaving
+// (its connections cut, its handlers hung: a kill -9's equivalent) loses
+// nothing: the records it held come back to the other member after
+// their locks (or its session) ran out. Duplicates are allowed: what it
+// finished was never acknowledged.
+func TestShareKill(t *testing.T) {
+	shareOnly(t)
+	b := setup(t, 2, "jobs")
+	b.shareBroker(2*time.Second, 5)
+	cluster := b.broker.Cluster()
+	var mu sync.Mutex
+	members := map[string]bool{} // the doomed member's IDs, seen before the other starts
+	var watching, killed atomic.Bool
+	watching.Store(true)
+	cluster.ControlKey(int16(kmsg.ShareGroupHeartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if watching.Load() {
+			mu.Lock()
+			members[req.(*kmsg.ShareGroupHeartbeatRequest).MemberID] = true
+			mu.Unlock()
+		}
+		return nil, nil, false
+	})
+	doomed := func(id string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return killed.Load() && members[id]
+	}
+	cluster.Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
+		var id string
+		switch r := req.(type) {
+		case *kmsg.ShareGroupHeartbeatRequest:
+			id = r.MemberID
+		case *kmsg.ShareFetchRequest:
+			id = deref(r.MemberID)
+		case *kmsg.ShareAcknowledgeRequest:
+			id = deref(r.MemberID)
+		default:
+			return nil, nil, false
+		}
+		if !doomed(id) {
+			return nil, nil, false
+		}
+		cluster.KeepControl()
+		return nil, errors.New("member killed"), true // the connection closes
+	})
+	n := b.produce(400)
+	hang := make(chan struct{})
+	var byK atomic.Int64
+	cfgK := b.shareConfig(func(ctx context.Context, m *handoff.Message) error {
+		if killed.Load() {
+			<-hang // hung: the process is gone
+			return errors.New("killed")
+		}
+		time.Sleep(time.Millisecond)
+		b.record(m)
+		byK.Add(1)
+		return nil
+	}, func(c *Class) { c.Workers, c.QueueSize = 4, 16 })
+	cfgK.DrainTimeout, cfgK.HardStopGrace = time.Second, time.Second
+	rtK, waitK := b.instance("k", cfgK)
+	waitFor(t, "the doomed member handling", func() bool { return byK.Load() >= 50 })
+	killed.Store(true)
+	watching.Store(false)
+	atKill, _ := b.counts()
+	cfgS := b.shareConfig(func(_ context.Context, m *handoff.Message) error { b.record(m); return nil }, nil)
+	rtS, waitS := b.instance("s", cfgS)
+	waitFor(t, "every record handled", func() bool { u, _ := b.counts(); return u == n })
+	close(hang)
+	if err := rtK.Close(); err != nil {
+		t.Logf("the killed member's Close: %v", err)
+	}
+	if _, err := waitK(); err != nil {
+		t.Logf("the killed member's Run: %v", err)
+	}
+	cancelStop(t, rtS)
+	if _, err := waitS(); err != nil {
+		t.Fatal(err)
+	}
+	u, total := b.counts()
+	t.Logf("produced %d; handled %d at the kill; in all %d records handled %d times (lost %d, duplicates %d)", n, atKill, u, total, n-u, total-u)
+	if u != n {
+		t.Fatalf("lost %d records", n-u)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
