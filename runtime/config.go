@@ -479,8 +479,8 @@ type Class struct {
 	// file alone, as a class without topics' do), StopPolicy (nothing is
 	// snapshotted: the stop releases what did not finish), delayed
 	// redeliveries (Retry.Redeliveries is refused: the broker redelivers
-	// a released record at once), batch handlers and the kafka-go
-	// client (refused). See the package doc, Share classes.
+	// a released record at once) and the kafka-go client (refused). See
+	// the package doc, Share classes.
 	//
 	// The start sets the group's share.auto.offset.reset to earliest
 	// when StartOffset is StartFirst and the group has no value set.

@@ -53,9 +53,6 @@ func (cfg *Config) checkShare(bad func(string, ...any)) {
 		if c.Ordered {
 			bad("class %q: ShareGroup and Ordered do not go together: a share group hands a key's records to any member, in no order", c.Name)
 		}
-		if c.BatchHandler != nil {
-			bad("class %q: ShareGroup does not support BatchHandler yet", c.Name)
-		}
 		if c.Retry.Redeliveries > 0 {
 			bad("class %q: ShareGroup does not support Retry.Redeliveries: a share record handed back is redelivered by the broker at once, with no delay (retry in place with MaxAttempts instead)", c.Name)
 		}

@@ -112,10 +112,6 @@ func TestShareRefusals(t *testing.T) {
 		{"kafka-go", func(c *Config) { c.Client = ClientKafkaGo }, "kafka-go has no share groups"},
 		{"no topics", func(c *Config) { c.Classes[0].Topics = nil }, "needs Topics"},
 		{"redeliveries", func(c *Config) { c.Classes[0].Retry.Redeliveries = 2 }, "Retry.Redeliveries"},
-		{"batch", func(c *Config) {
-			c.Classes[0].Handler = nil
-			c.Classes[0].BatchHandler = func(context.Context, []*handoff.Message) error { return nil }
-		}, "BatchHandler"},
 		{"group's ID", func(c *Config) { c.Classes[0].ShareGroup = "g" }, "consumer group's ID"},
 		{"same group", func(c *Config) {
 			c.Classes = append(c.Classes, Class{Name: "more", Topics: []string{"more"}, Handler: h, ShareGroup: "g.jobs"})
@@ -209,7 +205,8 @@ func TestShareStopUnderLoad(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		partitions int
-	}{{"fewer members than partitions", 4}, {"more members than partitions", 2}} {
+		batch      bool
+	}{{"fewer members than partitions", 4, false}, {"more members than partitions", 2, false}, {"batch handler", 2, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t, tc.partitions, "jobs")
 			b.shareBroker(5*time.Second, 5)
@@ -218,7 +215,19 @@ func TestShareStopUnderLoad(t *testing.T) {
 				time.Sleep(time.Millisecond) // the work
 				b.record(m)
 				return nil
-			}, func(c *Class) { c.Workers, c.QueueSize = 4, 16 })
+			}, func(c *Class) {
+				c.Workers, c.QueueSize = 4, 16
+				if tc.batch {
+					h := c.Handler
+					c.Handler, c.MaxBatch = nil, 8
+					c.BatchHandler = func(ctx context.Context, ms []*handoff.Message) error {
+						for _, m := range ms {
+							_ = h(ctx, m)
+						}
+						return nil
+					}
+				}
+			})
 			var rts []*Runtime
 			var waits []func() (*Report, error)
 			for i := range 3 {
