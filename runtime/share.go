@@ -260,8 +260,8 @@ func (f *shareFeed) run(ctx context.Context) {
 			f.releaseUnsubmitted(f.hold(recs)) // none reached the pool
 			return
 		}
-		if err != nil {
-			f.log.Warn("share fetch failed", "err", err)
+		if err != nil && f.cfg.WarnFunc != nil {
+			f.cfg.WarnFunc(f.log, "share fetch "+f.cfg.Group, "share fetch failed", "err", err)
 		}
 		if len(recs) == 0 {
 			continue
@@ -417,7 +417,9 @@ func (f *shareFeed) close(ctx context.Context) error {
 	if f.client == nil {
 		return nil
 	}
-	f.stopRenew()
+	if f.stopRenew != nil { // nil when the start failed before the renewals
+		f.stopRenew()
+	}
 	f.renewWG.Wait()
 	ferr := f.client.Flush(ctx)
 	cerr := f.client.Close(ctx)

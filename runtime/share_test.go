@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -696,4 +697,25 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// TestShareMissingTopic: a share class none of whose topics exists
+// fails the start with a TopicError naming it (the consumer group's
+// classes do the same), and the teardown of that start ends cleanly.
+func TestShareMissingTopic(t *testing.T) {
+	shareOnly(t)
+	b := setup(t, 1, "jobs")
+	cfg := b.shareConfig(func(context.Context, *handoff.Message) error { return nil }, nil)
+	cfg.Classes[0].Topics = []string{"nope"}
+	rt, err := newRuntime(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = rt.Run(ctx)
+	te, ok := errors.AsType[*TopicError](err)
+	if !errors.Is(err, ErrStart) || !ok || te.Class != "jobs" || !slices.Equal(te.Topics, []string{"nope"}) {
+		t.Fatalf("Run: %v; want a start error with the TopicError of class jobs, topic nope", err)
+	}
 }
