@@ -240,7 +240,7 @@ func (h *handling) result(c *class) func(*item, error) {
 					h.cfg.fail.keep(c, it, err) // it has no other copy
 				case fromShare:
 					// Not saved: the broker delivers it again.
-					it.x.share.ack(shareRelease)
+					it.x.share.unsaved(h.cfg.log)
 				case fromKafka:
 					// Unsettled, Kafka delivers it again, and nothing
 					// here will settle it: a revoke must not wait for

@@ -200,6 +200,18 @@ func (sh *shareHeld) saved() {
 	sh.ack(st)
 }
 
+// unsaved releases a record whose dead letter could not be saved: the
+// broker delivers it again, or, at the delivery limit, archives it, which
+// is logged at Error since nothing keeps it then.
+func (sh *shareHeld) unsaved(log *slog.Logger) {
+	if sh.atLimit() {
+		log.Error("share record released at its delivery limit after its dead letter could not be saved; the broker archives it",
+			"class", sh.feed.c.cfg.Name, "topic", sh.rec.Topic, "partition", sh.rec.Partition, "offset", sh.rec.Offset,
+			"delivery_count", sh.rec.DeliveryCount)
+	}
+	sh.ack(shareRelease)
+}
+
 // deadLettering marks the record to be rejected once its dead letter rec
 // is saved, and sets rec's HeaderDeliveryCount.
 func (sh *shareHeld) deadLettering(rec *snapshot.Record) {
