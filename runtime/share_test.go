@@ -14,11 +14,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -717,5 +719,48 @@ func TestShareMissingTopic(t *testing.T) {
 	te, ok := errors.AsType[*TopicError](err)
 	if !errors.Is(err, ErrStart) || !ok || te.Class != "jobs" || !slices.Equal(te.Topics, []string{"nope"}) {
 		t.Fatalf("Run: %v; want a start error with the TopicError of class jobs, topic nope", err)
+	}
+}
+
+// TestShareDeliverAt: a share record whose HeaderDeliverAt is in the
+// future is kept in the state file (accepted at once: the broker is done
+// with it) and handled when due, once; one due now runs at once.
+func TestShareDeliverAt(t *testing.T) {
+	shareOnly(t)
+	b := setup(t, 1, "jobs")
+	b.shareBroker(5*time.Second, 5)
+	due := time.Now().Add(1500 * time.Millisecond)
+	w := b.writer()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := w.WriteMessages(ctx,
+		kafka.Message{Topic: "jobs", Key: []byte("k"), Value: []byte("later"),
+			Headers: []kafka.Header{{Key: HeaderDeliverAt, Value: []byte(due.Format(time.RFC3339Nano))}}},
+		kafka.Message{Topic: "jobs", Key: []byte("k"), Value: []byte("now")})
+	devbroker.CloseWriter(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at sync.Map
+	cfg := b.shareConfig(func(_ context.Context, m *handoff.Message) error {
+		at.Store(string(m.Value), time.Now())
+		b.record(m)
+		return nil
+	}, nil)
+	rt, wait := b.instance("a", cfg)
+	waitFor(t, "both handled", func() bool { u, _ := b.counts(); return u == 2 })
+	cancelStop(t, rt)
+	rep, err := wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	later, _ := at.Load("later")
+	st := rt.Stats()[0].Share
+	t.Logf("deferred %d, delivered %d, accepted %d; later handled %s after its due time", rep.Deferred, rep.Delivered, st.Accepted, later.(time.Time).Sub(due))
+	if later.(time.Time).Before(due) {
+		t.Fatalf("the deferred record ran %s before its due time", due.Sub(later.(time.Time)))
+	}
+	if _, total := b.counts(); total != 2 || rep.Deferred != 1 || st.Accepted != 2 {
+		t.Fatalf("handled %d times, deferred %d, accepted %d; want 2, 1, 2", total, rep.Deferred, st.Accepted)
 	}
 }
