@@ -764,3 +764,48 @@ func TestShareDeliverAt(t *testing.T) {
 		t.Fatalf("handled %d times, deferred %d, accepted %d; want 2, 1, 2", total, rep.Deferred, st.Accepted)
 	}
 }
+
+// TestShareBackoffRenewed: a record waiting out retry backoffs longer
+// than its lock keeps its lock (renewed while it waits): the other member
+// never gets it, and it succeeds on its third attempt, where it failed.
+func TestShareBackoffRenewed(t *testing.T) {
+	shareOnly(t)
+	b := setup(t, 1, "jobs")
+	const lock = time.Second
+	b.shareBroker(lock, 5)
+	b.produceValues("jobs", "k", "flaky")
+	var onA, onB atomic.Int64
+	mod := func(c *Class) {
+		c.Retry = RetryPolicy{MaxAttempts: 5, InitialBackoff: 3 * lock, MaxBackoff: 3 * lock}
+		c.Suspend = SuspendPolicy{After: -1}
+	}
+	cfgA := b.shareConfig(func(_ context.Context, m *handoff.Message) error {
+		if onA.Add(1) < 3 {
+			return errors.New("not yet")
+		}
+		b.record(m)
+		return nil
+	}, mod)
+	cfgB := b.shareConfig(func(_ context.Context, m *handoff.Message) error {
+		onB.Add(1)
+		b.record(m)
+		return nil
+	}, mod)
+	rtA, waitA := b.instance("a", cfgA)
+	waitFor(t, "the first attempt failed", func() bool { return onA.Load() >= 1 })
+	rtB, waitB := b.instance("b", cfgB)
+	waitFor(t, "the record handled", func() bool { u, _ := b.counts(); return u == 1 })
+	for _, rt := range []*Runtime{rtA, rtB} {
+		cancelStop(t, rt)
+	}
+	for _, w := range []func() (*Report, error){waitA, waitB} {
+		if _, err := w(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	renewed := rtA.Stats()[0].Share.Renewed
+	t.Logf("attempts on a %d, on b %d; renewals on a %d", onA.Load(), onB.Load(), renewed)
+	if onA.Load() != 3 || onB.Load() != 0 || renewed == 0 {
+		t.Fatalf("attempts on a %d, on b %d, renewals %d; want 3, 0 and some", onA.Load(), onB.Load(), renewed)
+	}
+}
