@@ -355,8 +355,13 @@ const (
 	renewEveryMax = time.Second
 )
 
+// renewAfterMax bounds how long a held record goes without a renewal,
+// whatever its lock: below franz-go's ConnIdleTimeout (30s), past which
+// an idle connection closes and the broker releases what it holds.
+const renewAfterMax = 10 * time.Second
+
 // renew renews, until ctx ends, the lock of every held record not acked
-// whose lock is past its first half, and waits for the brokers' answers
+// whose lock is past its first half (or 10s old), and waits for the brokers' answers
 // (acks are otherwise sent within a second) before it counts the lock
 // renewed from when it asked.
 func (f *shareFeed) renew(ctx context.Context) {
@@ -377,7 +382,7 @@ func (f *shareFeed) renew(ctx context.Context) {
 				continue
 			}
 			every = min(every, max(renewEveryMin, sh.lock/8))
-			if now.UnixNano() >= sh.deadline.Load()-int64(sh.lock/2) {
+			if now.UnixNano() >= sh.deadline.Load()-int64(sh.lock)+int64(min(sh.lock/2, renewAfterMax)) {
 				due = append(due, sh)
 			}
 		}
