@@ -809,3 +809,51 @@ func TestShareBackoffRenewed(t *testing.T) {
 		t.Fatalf("attempts on a %d, on b %d, renewals %d; want 3, 0 and some", onA.Load(), onB.Load(), renewed)
 	}
 }
+
+// TestShareHardStop: handlers still running at the end of the drain are
+// interrupted and their records released with the unstarted ones and
+// those waiting out a backoff (nothing snapshotted); another member then
+// handles every record: none lost, none handled twice (an interrupted
+// handler succeeded nowhere).
+func TestShareHardStop(t *testing.T) {
+	shareOnly(t)
+	b := setup(t, 2, "jobs")
+	b.shareBroker(5*time.Second, 5)
+	n := b.produce(40)
+	cfgA := b.shareConfig(func(ctx context.Context, m *handoff.Message) error {
+		if m.Origin.Offset%5 == 1 {
+			return errors.New("retry later") // waits out a long backoff
+		}
+		<-ctx.Done() // runs until the hard stop
+		return ctx.Err()
+	}, func(c *Class) {
+		c.Workers, c.QueueSize = 3, 6
+		c.Retry = RetryPolicy{MaxAttempts: 5, InitialBackoff: time.Minute, MaxBackoff: time.Minute}
+		c.Suspend = SuspendPolicy{After: -1}
+	})
+	cfgA.DrainTimeout, cfgA.HardStopGrace = 200*time.Millisecond, time.Second
+	rtA, waitA := b.instance("a", cfgA)
+	waitFor(t, "a's workers all busy", func() bool { return rtA.Stats()[0].Running == 3 })
+	cancelStop(t, rtA)
+	rep, err := waitA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := rtA.Stats()[0].Share
+	t.Logf("a's stop: interrupted %d, waiting %d, unstarted %d, share_released %d, snapshotted %d; released %d accepted %d",
+		rep.Interrupted, rep.Waiting, rep.Unstarted, rep.ShareReleased, rep.Snapshotted, st.Released, st.Accepted)
+	if rep.Interrupted != 3 || rep.Snapshotted != 0 || uint64(rep.ShareReleased) != st.Released || st.Accepted != 0 {
+		t.Fatalf("interrupted %d, snapshotted %d, released %d (stats %d), accepted %d; want 3, 0, all held, 0",
+			rep.Interrupted, rep.Snapshotted, rep.ShareReleased, st.Released, st.Accepted)
+	}
+	cfgB := b.shareConfig(func(_ context.Context, m *handoff.Message) error { b.record(m); return nil }, nil)
+	rtB, waitB := b.instance("b", cfgB)
+	waitFor(t, "every record handled", func() bool { u, _ := b.counts(); return u == n })
+	cancelStop(t, rtB)
+	if _, err := waitB(); err != nil {
+		t.Fatal(err)
+	}
+	if u, total := b.counts(); u != n || total != n {
+		t.Fatalf("handled %d of %d, %d times", u, n, total)
+	}
+}
