@@ -466,7 +466,10 @@ type Class struct {
 	// record it holds, running, queued or waiting out a backoff), retries
 	// in place, dead letters (the state file and DeadLetterTopic, with
 	// the broker's delivery count in the HeaderDeliveryCount header),
-	// suspension and pause, middleware, metrics, Submit and Schedule. A
+	// suspension, middleware, metrics, Submit and Schedule; a pause
+	// releases what has not started and, once what runs is done, leaves
+	// the share group until the resume (a member that stays without
+	// polling would starve the partitions the group assigned it). A
 	// record is accepted once it is done or saved elsewhere (a delayed
 	// delivery its HeaderDeliverAt asks for), rejected once its dead
 	// letter is saved, and released when it cannot finish here (the

@@ -404,7 +404,9 @@
 // poll accepts what the last one left unacknowledged, and a record
 // fetched ahead would wait under a lock that nothing renews. Every
 // record it holds (queued, running, waiting out a backoff, suspended)
-// has its lock renewed from half its duration on. A record is accepted
+// has its lock renewed from half its duration on (at least every 10s). A
+// paused share class releases what has not started and, once what runs
+// is done, leaves its share group until the resume. A record is accepted
 // when it is done or saved for a delayed delivery, rejected once its
 // dead letter is saved (its [HeaderDeliveryCount] is the broker's
 // delivery count), released when its save fails.

@@ -87,12 +87,19 @@ func (c *Class) topicsOf() []string {
 // room when it is empty; every record it holds, queued, running or
 // waiting out a backoff, has its lock renewed before it ends.
 type shareFeed struct {
-	c      *class
-	cfg    kclient.ShareConfig
-	client *kclient.Share
+	c   *class
+	cfg kclient.ShareConfig
+	// client is the member, nil while a pause keeps the class out of the
+	// group (see pauseLeave).
+	client atomic.Pointer[kclient.Share]
 	log    *slog.Logger
 	// limit is the group's delivery limit (Prepare).
 	limit atomic.Int64
+	// fail saves a record the member hands back at its delivery limit
+	// as a dead letter; leftPool ends an item's ties to the pool it was
+	// taken out of (handling.leftPool).
+	fail     *failures
+	leftPool func(*item)
 
 	mu sync.Mutex
 	// held is the last poll's records; left counts those not acked.
@@ -153,6 +160,7 @@ func (r *Runtime) newShareFeed(c *class) *shareFeed {
 				"topic", topic, "partition", partition, "err", err)
 		},
 	}, r.log)
+	f.fail, f.leftPool = r.fail, r.handling.leftPool
 	return f
 }
 
@@ -166,7 +174,7 @@ func (sh *shareHeld) ack(st kclient.AckStatus) {
 	if f.testHookAck != nil {
 		f.testHookAck(st, sh)
 	}
-	f.client.Ack(sh.rec, st)
+	f.client.Load().Ack(sh.rec, st)
 	switch st {
 	case shareAccept:
 		f.accepted.Add(1)
@@ -233,7 +241,7 @@ func (f *shareFeed) start(runCtx, fetchCtx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("runtime: class %q: %w", f.c.cfg.Name, err)
 	}
-	f.client = cl
+	f.client.Store(cl)
 	missing, limit, err := cl.Prepare(runCtx)
 	if err != nil {
 		return fmt.Errorf("runtime: class %q: %w", f.c.cfg.Name, err)
@@ -261,13 +269,19 @@ func (f *shareFeed) start(runCtx, fetchCtx context.Context) error {
 func (f *shareFeed) run(ctx context.Context) {
 	c := f.c
 	for {
+		if _, paused := c.hold.Paused(); paused {
+			if !f.pauseLeave(ctx) {
+				return
+			}
+			continue
+		}
 		if !c.hold.MayFetch(ctx) {
 			return
 		}
 		if !f.waitSettled(ctx) {
 			return
 		}
-		recs, err := f.client.Poll(ctx)
+		recs, err := f.client.Load().Poll(ctx)
 		if ctx.Err() != nil {
 			f.releaseUnsubmitted(f.hold(recs)) // none reached the pool
 			return
@@ -316,6 +330,40 @@ func (f *shareFeed) hold(recs []*kclient.ShareRecord) []*item {
 	f.mu.Unlock()
 	return its
 }
+
+// pauseLeave takes a paused class out of its share group: once what it
+// holds is settled (the unstarted records released, see renew; the
+// running ones finished), the member leaves, releasing what its client
+// fetched and nobody polled (a share group assigns its partitions to its
+// members: a member that stays without polling starves them). At the
+// resume it joins again with a new client. It returns false when ctx
+// ended first (the stop), the member left or not.
+func (f *shareFeed) pauseLeave(ctx context.Context) bool {
+	f.releaseUnstarted(true)
+	if !f.waitSettled(ctx) {
+		return false
+	}
+	cl := f.client.Swap(nil)
+	lctx, cancel := context.WithTimeout(ctx, shareLeaveTimeout)
+	err := cl.Close(lctx)
+	cancel()
+	f.log.Info("share class paused: left its share group until the resume", "err", err)
+	if !f.c.hold.MayFetch(ctx) {
+		return false
+	}
+	cl, err = kclient.NewShare(f.cfg)
+	if err != nil {
+		f.log.Error("share class resumed but its member could not be made; it stays out of its share group", "err", err)
+		<-ctx.Done()
+		return false
+	}
+	f.client.Store(cl)
+	f.log.Info("share class resumed: joined its share group again")
+	return true
+}
+
+// shareLeaveTimeout bounds a paused share class's leave of its group.
+const shareLeaveTimeout = 5 * time.Second
 
 // releaseUnsubmitted releases records the pool never took, at the end of
 // the poll loop, and counts them in unsubmitted.
@@ -374,6 +422,14 @@ func (f *shareFeed) renew(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if _, paused := f.c.hold.Paused(); paused {
+			// A pause may last: what has not started goes to the
+			// other members (a poll under way when it began brought
+			// records too), and the poll loop leaves the group.
+			if n := f.releaseUnstarted(true); n > 0 {
+				f.log.Info("share class paused; its unstarted records released to the group", "released", n)
+			}
+		}
 		now := time.Now()
 		var due []*shareHeld
 		f.mu.Lock()
@@ -387,12 +443,12 @@ func (f *shareFeed) renew(ctx context.Context) {
 			}
 		}
 		f.mu.Unlock()
-		if len(due) > 0 {
+		if cl := f.client.Load(); len(due) > 0 && cl != nil {
 			for _, sh := range due {
-				f.client.Ack(sh.rec, kclient.AckRenew)
+				cl.Ack(sh.rec, kclient.AckRenew)
 			}
 			fctx, cancel := context.WithTimeout(ctx, due[0].lock/4)
-			err := f.client.Flush(fctx)
+			err := cl.Flush(fctx)
 			cancel()
 			if err == nil {
 				for _, sh := range due {
@@ -411,7 +467,7 @@ func (f *shareFeed) renew(ctx context.Context) {
 // for another member, or, at the group's delivery limit, where a release
 // would archive it unseen, saved as a dead letter (then rejected); it
 // returns whether it released it.
-func (f *shareFeed) giveBack(r *Runtime, it *item) bool {
+func (f *shareFeed) giveBack(it *item) bool {
 	sh := it.x.share
 	if sh.acked.Load() {
 		return false
@@ -419,7 +475,7 @@ func (f *shareFeed) giveBack(r *Runtime, it *item) bool {
 	if sh.atLimit() {
 		err := fmt.Errorf("runtime: share record at its group's delivery limit (%d deliveries) not finished by the stop; a release would archive it", sh.rec.DeliveryCount)
 		it.verdict = deadLetter
-		if r.fail.save(f.c, it, err) {
+		if f.fail.save(f.c, it, err) {
 			return false
 		}
 	}
@@ -431,15 +487,16 @@ func (f *shareFeed) giveBack(r *Runtime, it *item) bool {
 // leaves the share group (what the last poll left unacknowledged is
 // released) within ctx.
 func (f *shareFeed) close(ctx context.Context) error {
-	if f.client == nil {
+	cl := f.client.Load()
+	if cl == nil {
 		return nil
 	}
 	if f.stopRenew != nil { // nil when the start failed before the renewals
 		f.stopRenew()
 	}
 	f.renewWG.Wait()
-	ferr := f.client.Flush(ctx)
-	cerr := f.client.Close(ctx)
+	ferr := cl.Flush(ctx)
+	cerr := cl.Close(ctx)
 	if errors.Is(cerr, context.DeadlineExceeded) || errors.Is(cerr, context.Canceled) {
 		cerr = fmt.Errorf("leave share group %s: %w", f.cfg.Group, cerr)
 	}
@@ -475,12 +532,22 @@ func (r *Runtime) shareQuiesce() int {
 		if c.pool == nil {
 			continue
 		}
-		for _, it := range c.pool.Remove(func(it *item) bool { return it.src == fromShare && it.env().Attempt == 0 }) {
-			c.hold.Uncount(it)
-			r.handling.leftPool(it)
-			if c.share.giveBack(r, it) {
-				n++
-			}
+		n += c.share.releaseUnstarted(false)
+	}
+	return n
+}
+
+// releaseUnstarted takes the class's share records that have not
+// started out of its pool and hands them back (giveBack): with all, every
+// one; without, those that never failed here (one waiting out a backoff
+// stays). It returns how many it released.
+func (f *shareFeed) releaseUnstarted(all bool) int {
+	n := 0
+	for _, it := range f.c.pool.Remove(func(it *item) bool { return it.src == fromShare && (all || it.env().Attempt == 0) }) {
+		f.c.hold.Uncount(it)
+		f.leftPool(it)
+		if f.giveBack(it) {
+			n++
 		}
 	}
 	return n
@@ -492,7 +559,7 @@ func (r *Runtime) shareQuiesce() int {
 // (duplicates, never a loss).
 func (r *Runtime) shareClose(deadline time.Time) {
 	for _, c := range r.classes.order {
-		if c.share == nil || c.share.client == nil {
+		if c.share == nil || c.share.client.Load() == nil {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), max(leaveTimeout, time.Until(deadline)))

@@ -857,3 +857,51 @@ func TestShareHardStop(t *testing.T) {
 		t.Fatalf("handled %d of %d, %d times", u, n, total)
 	}
 }
+
+// TestSharePause: a paused share class polls no more (what it holds is
+// finished): the records produced meanwhile all go to another member;
+// once resumed it takes records again.
+func TestSharePause(t *testing.T) {
+	shareOnly(t)
+	b := setup(t, 2, "jobs")
+	b.shareBroker(2*time.Second, 5)
+	b.produceValues("jobs", "k", "first")
+	var onA atomic.Int64
+	cfgA := b.shareConfig(func(_ context.Context, m *handoff.Message) error { onA.Add(1); b.record(m); return nil }, nil)
+	rtA, waitA := b.instance("a", cfgA)
+	waitFor(t, "a handling", func() bool { return onA.Load() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rtA.Pause(ctx, "jobs", "test"); err != nil {
+		t.Fatal(err)
+	}
+	cfgB := b.shareConfig(func(_ context.Context, m *handoff.Message) error { b.record(m); return nil }, nil)
+	rtB, waitB := b.instance("b", cfgB)
+	n := 1 + b.produce(30)
+	deadline := time.Now().Add(20 * time.Second)
+	for u, _ := b.counts(); u < n; u, _ = b.counts() {
+		if time.Now().After(deadline) {
+			t.Fatalf("handled %d of %d during the pause; a: %+v %+v; b: %+v %+v", u, n, rtA.Stats()[0].Share, rtA.Stats()[0].Hold, rtB.Stats()[0].Share, rtB.Stats()[0])
+		}
+		time.Sleep(10 * time.Millisecond) // the poll interval
+	}
+	if got := onA.Load(); got != 1 {
+		t.Fatalf("the paused member handled %d records; want only the first", got)
+	}
+	cancelStop(t, rtB)
+	if _, err := waitB(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rtA.Resume(ctx, "jobs"); err != nil {
+		t.Fatal(err)
+	}
+	b.produceValues("jobs", "k", "after")
+	waitFor(t, "a handling again", func() bool { return onA.Load() == 2 })
+	cancelStop(t, rtA)
+	if _, err := waitA(); err != nil {
+		t.Fatal(err)
+	}
+	if u, total := b.counts(); u != n+1 || total != n+1 {
+		t.Fatalf("handled %d of %d, %d times", u, n+1, total)
+	}
+}

@@ -225,7 +225,7 @@ func (s *runState) hardStop(grace time.Duration, cause error) []any {
 			// Nothing of a share class is saved: the broker has it.
 			giveBack := func(it *item) {
 				r.handling.leftPool(it)
-				if sf.giveBack(r, it) {
+				if sf.giveBack(it) {
 					rep.ShareReleased++
 				}
 			}
