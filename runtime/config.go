@@ -495,6 +495,45 @@ type Class struct {
 	// the class's topics exists, [Runtime.Run] returns a [TopicError].
 	WaitForTopics bool
 
+	// ShareGroup, if set, makes the class a share class: its Topics are
+	// consumed through this Kafka share group (KIP-932, Queues for
+	// Kafka; Kafka 4.2+, franz-go only) instead of the consumer group.
+	// The broker hands each record to one member under a time lock,
+	// whatever the partition, so a share class scales past its topics'
+	// partition count. Every instance with the class joins the group.
+	// The name is the group's ID, distinct from Group and from every
+	// other class's ShareGroup (a common choice is Group + "." + Name).
+	//
+	// What carries over: the class's bounded pool and its backpressure
+	// (the member polls once its last poll's records are all settled, at
+	// most QueueSize + Workers records, and renews the lock of every
+	// record it holds, running, queued or waiting out a backoff), retries
+	// in place, dead letters (the state file and DeadLetterTopic, with
+	// the broker's delivery count in the HeaderDeliveryCount header),
+	// suspension, middleware, metrics, Submit and Schedule; a pause
+	// releases what has not started and, once what runs is done, leaves
+	// the share group until the resume (a member that stays without
+	// polling would starve the partitions the group assigned it). A
+	// record is accepted once it is done or saved elsewhere (a delayed
+	// delivery its HeaderDeliverAt asks for), rejected once its dead
+	// letter is saved, and released when it cannot finish here (the
+	// stop, a failed save). A record at the group's delivery limit that
+	// the stop would release is saved as a dead letter instead, since
+	// the broker would archive it silently.
+	//
+	// What does not: per-key order (Ordered is refused), the changelog
+	// (the class's dead letters and delayed records stay in the state
+	// file alone, as a class without topics' do), StopPolicy (nothing is
+	// snapshotted: the stop releases what did not finish), delayed
+	// redeliveries (Retry.Redeliveries is refused: the broker redelivers
+	// a released record at once) and the kafka-go client (refused). See
+	// the package doc, Share classes.
+	//
+	// The start sets the group's share.auto.offset.reset to earliest
+	// when StartOffset is StartFirst and the group has no value set.
+	// Empty means a consumer-group class.
+	ShareGroup string
+
 	// DeadLetterTopic, if set, is a Kafka topic each dead letter of this
 	// class is also published to, with headers naming its origin, attempts
 	// and error (see [HeaderOriginTopic]). The state file keeps the dead
@@ -559,6 +598,11 @@ type Class struct {
 	// puts the message it is given into a batch (see the package doc,
 	// under Batches). Nil means none.
 	Middleware []handoff.Middleware
+
+	// shareTopics are a share class's Topics, moved here by New so that
+	// the consumer group, the changelog and the topic check see a class
+	// without topics.
+	shareTopics []string
 }
 
 // RateLimit bounds how fast a class's handlers start messages: PerSecond
@@ -697,6 +741,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	cfg.Middleware = append([]handoff.Middleware(nil), cfg.Middleware...)
 	checkMiddleware(cfg.Middleware, "", bad)
 	anyTopic := cfg.checkClasses(bad)
+	cfg.checkShare(bad) // share.go
 	cfg.checkRenames(bad)
 	if anyTopic {
 		if len(cfg.Brokers) == 0 {

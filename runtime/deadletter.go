@@ -69,6 +69,9 @@ func (f *failures) save(c *class, it *item, err error) bool {
 // class, parks its key.
 func (f *failures) deadLetter(c *class, it *item, herr error) {
 	rec := it.record(reasonFailed, herr, time.Now())
+	if it.src == fromShare {
+		it.x.share.deadLettering(&rec) // share.go
+	}
 	if it.src == fromDead {
 		// A requeued dead letter failed again: update it in place, so
 		// its key (and a link to it) stays.

@@ -383,6 +383,50 @@
 //     handoff_class_suspensions_total{class}; and
 //     handoff_class_suspended_seconds{class} (the current suspension so
 //     far, 0 when none) and handoff_class_suspended_seconds_total{class}.
+//   - handoff_share_acks_total{class,ack}: records of a share class
+//     accepted, rejected (dead letters) or released to its share group;
+//     handoff_share_renewals_total{class} and
+//     handoff_share_ack_errors_total{class}. Only with share classes.
+//
+// # Share classes
+//
+// A class with [Class.ShareGroup] consumes its topics through a Kafka
+// share group (KIP-932, Queues for Kafka; Kafka 4.2 or later, franz-go
+// only) instead of the consumer group: the broker hands each record to
+// one member under a time lock, whatever its partition, so the class
+// scales past its topics' partition count, and the records an instance
+// did not finish go back to the broker at once for the other members.
+// It was tested against the embedded broker's implementation of the
+// protocol (franz-go's kfake), not against Apache Kafka itself.
+//
+// Its member polls one batch at a time, of at most QueueSize + Workers
+// records, and only once every record of its last poll is settled: a
+// poll accepts what the last one left unacknowledged, and a record
+// fetched ahead would wait under a lock that nothing renews. Every
+// record it holds (queued, running, waiting out a backoff, suspended)
+// has its lock renewed from half its duration on (at least every 10s). A
+// paused share class releases what has not started and, once what runs
+// is done, leaves its share group until the resume. A record is accepted
+// when it is done or saved for a delayed delivery, rejected once its
+// dead letter is saved (its [HeaderDeliveryCount] is the broker's
+// delivery count), released when its save fails.
+//
+// It gives no order (Ordered is refused), no delayed redeliveries of
+// the Retry policy (refused: a released record is redelivered at once),
+// and its dead letters and delayed records (HeaderDeliverAt, Schedule)
+// stay in the state file alone, as a class without topics' do: no
+// changelog, since no instance owns a partition of a share group.
+//
+// Its stop: the quiesce ends the polling and releases the records not
+// started; the drain runs on, renewing the locks of the records still
+// held and accepting what finishes; the hard stop releases what is left
+// (unstarted, waiting, interrupted) instead of saving it; then the
+// acknowledgements are flushed and the member leaves the group. Nothing
+// is snapshotted; [Report].ShareReleased counts the releases. A record
+// at the group's delivery limit (share.delivery.count.limit) that the
+// stop would release is saved as a dead letter instead: the broker
+// would archive it unseen. The delivery count is not the attempt count:
+// each stop that releases a record adds a delivery.
 //
 // # Rebalances
 //

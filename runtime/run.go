@@ -193,7 +193,7 @@ func (s *runState) start() error {
 	r.life.accepting.Store(true)
 	r.life.schedules.open()
 
-	if err := r.conn.checkBrokers(runCtx, len(r.classes.topics) > 0, r.dlq != nil); err != nil {
+	if err := r.conn.checkBrokers(runCtx, len(r.classes.topics) > 0 || r.hasShare(), r.dlq != nil); err != nil {
 		return err
 	}
 	// With topics the client comes first: the changelog needs the
@@ -255,6 +255,11 @@ func (s *runState) start() error {
 			if err := r.kafka.join(fetchCtx, present); err != nil {
 				return fmt.Errorf("runtime: %w", err)
 			}
+		}
+	}
+	if r.hasShare() && runCtx.Err() == nil {
+		if err := r.shareStart(runCtx, fetchCtx); err != nil { // share.go
+			return err
 		}
 	}
 	if runCtx.Err() != nil {

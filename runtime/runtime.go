@@ -204,6 +204,9 @@ type class struct {
 	// slabs is the class's free list of recycled slabs when it recycles
 	// its messages (Class.RecycleMessages); nil otherwise.
 	slabs *freeSlabs
+	// share is a share class's member of its share group (share.go);
+	// nil for another class.
+	share *shareFeed
 }
 
 // New validates cfg and returns a Runtime ready to [Runtime.Run]. Every
@@ -314,6 +317,16 @@ func New(cfg Config) (*Runtime, error) {
 		}
 	}
 	r.conn = newConnection(&cfg, r.log)
+	for _, c := range r.classes.order {
+		if c.cfg.ShareGroup != "" {
+			c.share = r.newShareFeed(c)
+		}
+	}
+	if cfg.Registerer != nil && r.hasShare() {
+		if err := cfg.Registerer.Register(newShareCollector(r)); err != nil {
+			return nil, fmt.Errorf("runtime: register metrics: %w", err)
+		}
+	}
 	r.resumes = &resumes{state: r.state, log: r.log,
 		clientFunc: func() kclient.Client { return r.kafka.client },
 		consumes:   func(topic string) bool { return r.classes.byTopic[topic] != nil }}

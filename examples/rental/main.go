@@ -45,6 +45,9 @@
 //	                                membership with -instance)
 //	-rate-limit CLASS=N[,CLASS=N]   start at most N messages a second of CLASS (runtime.Class.RateLimit), across
 //	                                its workers; its fetch alone waits meanwhile (default: no limit)
+//	-share CLASS[,CLASS]            run those classes on Kafka share groups, <group>.<class> (Kafka 4.2+,
+//	                                franz-go): each record goes to one instance whatever the partition count;
+//	                                the class retries in place only; orders (ordered) cannot
 //	-instance NAME                  this instance's name, stable across restarts and unique in the group (a
 //	                                StatefulSet pod's name); with franz-go the static group.instance.id; empty
 //	                                means the hostname
@@ -125,6 +128,8 @@ func run(args []string) int {
 	fs.Var(&client, "client", "Kafka client library: `franz-go` (the default: static membership with -instance, cooperative rebalancing) or kafka-go")
 	var rateLimits rateLimitFlag
 	fs.Var(&rateLimits, "rate-limit", "start at most N messages a second of each class named (`CLASS=N[,CLASS=N]`, e.g. orders=50,users=20), across its workers; the class's own fetch waits meanwhile, no other's; none when not given")
+	var share shareFlag
+	fs.Var(&share, "share", "run the classes named (`CLASS[,CLASS]`, e.g. heartbeats,users) on Kafka share groups <group>.<class> (Kafka 4.2+, franz-go): each record goes to one instance whatever the partition count; a shared class retries in place only; orders, ordered, cannot")
 	var ops opsFlags
 	ops.add(fs)
 	var groupProtocol groupProtocolFlag
@@ -150,6 +155,10 @@ func run(args []string) int {
 			fmt.Fprintln(os.Stderr, "rental: -rate-limit needs service mode (-brokers)")
 			return 2
 		}
+		if len(share) > 0 {
+			fmt.Fprintln(os.Stderr, "rental: -share needs service mode (-brokers)")
+			return 2
+		}
 		if sec.TLSOn() || sec.Mechanism != "" {
 			fmt.Fprintln(os.Stderr, "rental: -tls-* and -sasl-* need service mode (-brokers)")
 			return 2
@@ -171,7 +180,7 @@ func run(args []string) int {
 		brokers: strings.Split(*brokers, ","), group: *group, state: *state, localOnly: *localOnly,
 		drain: *drain, work: *work, workJitter: *workJitter, effects: *effects, failRate: *failRate,
 		admin: *adminAddr, adminToken: token, adminReadToken: readToken, probes: ops.probes, renames: ops.renames,
-		stopPolicy: stopPolicy.p, outages: outages, rateLimits: rateLimits,
+		stopPolicy: stopPolicy.p, outages: outages, rateLimits: rateLimits, share: share,
 		tls: tlsConfig, sasl: mech,
 		client: client.c, instance: *instance, isolation: isolation.l,
 		groupProtocol: groupProtocol.p,
@@ -203,6 +212,8 @@ type serviceConfig struct {
 	outages    []rental.Outage
 	// rateLimits is each limited class's messages a second.
 	rateLimits rateLimitFlag
+	// share names the classes run on share groups.
+	share shareFlag
 
 	// tls and sasl secure the connections to the brokers; nil means
 	// plaintext, no SASL.
@@ -229,6 +240,9 @@ func serve(log *slog.Logger, sc serviceConfig) int {
 	defer h.Close()
 	defer logOutages(log, h, sc.outages)()
 	classes, err := withRateLimits(withStopPolicy(h.Classes(), sc.stopPolicy), sc.rateLimits)
+	if err == nil {
+		classes, err = withShare(classes, sc.group, sc.share)
+	}
 	if err != nil {
 		log.Error("bad options", "err", err)
 		return 2
