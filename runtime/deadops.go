@@ -640,7 +640,9 @@ func (o *deadOps) status(id string) (DeadOpStatus, error) {
 	p := deadop.Sum(req, e.cancel, statuses)
 	st.Done, st.Failed, st.FailedAgain, st.Left, st.Skipped, st.Unreported = p.Done, p.Failed, p.FailedAgain, p.Left, p.Skipped, p.Unreported
 	st.Owners = statuses
-	running := len(statuses) == 0 && time.Since(e.first) < opSettle+opStartGrace
+	// Nobody reported yet: the owners begin at StartAt, and write their
+	// first status then.
+	running := len(statuses) == 0 && time.Since(latest(req.At, req.StartAt)) < opSettle+opStartGrace
 	for _, s := range statuses {
 		running = running || s.State == deadop.Running
 	}
@@ -746,8 +748,8 @@ func (o *deadOps) work(ctx context.Context, id string, e *opEntry, gen int64) {
 		case errors.Is(err, ErrNotOwner):
 			ps.update(func(st *deadop.Status) { st.Left-- }) // its partition moved: its next owner does it
 			continue
-		case errors.Is(err, ErrNotRunning), ctx.Err() != nil:
-			stopped = true
+		case err != nil && (errors.Is(err, ErrNotRunning) || ctx.Err() != nil):
+			stopped = true // not acted on: the next owner does it
 		}
 		if stopped {
 			break
@@ -934,9 +936,13 @@ func (o *deadOps) share(e *opEntry, mine deadop.Status) rate.Limit {
 // carries the counts.
 func (o *deadOps) writeStatus(ctx context.Context, req *deadop.Request, st deadop.Status) {
 	st.At = time.Now().UTC()
-	if err := o.write(ctx, deadop.Record{Kind: deadop.KindStatus, Op: req.ID, Instance: o.r.cfg.Instance, Status: &st}); err != nil && ctx.Err() == nil {
-		o.r.logs.warn(o.r.log, "deadop/status", "dead-letter operation's progress not written; the next write carries it",
-			"op", req.ID, "err", err)
+	rec := deadop.Record{Kind: deadop.KindStatus, Op: req.ID, Instance: o.r.cfg.Instance, Status: &st}
+	if err := o.write(ctx, rec); err != nil {
+		o.apply(rec) // this instance's next part carries its counts on
+		if ctx.Err() == nil {
+			o.r.logs.warn(o.r.log, "deadop/status", "dead-letter operation's progress not written; the next write carries it",
+				"op", req.ID, "err", err)
+		}
 	}
 }
 
