@@ -1058,8 +1058,11 @@ func (r *Runtime) viaOwner(ctx context.Context, action, key string, ne *NotOwner
 	ctx, cancel := r.groupCtx(ctx)
 	defer cancel()
 	g, err := r.GetGroupDeadLetter(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		return err // gone since: nothing to ask
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (it was not asked of the owner: %w)", ne, err)
 	}
 	req := &deadop.Request{ID: newOpID(), Action: action, IDs: []string{key}, Via: r.cfg.Instance, At: time.Now().UTC()}
 	if g.LastFailed.After(req.At) {

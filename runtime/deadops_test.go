@@ -518,3 +518,49 @@ func TestDeadOpsPrune(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadOpsOwnerSilent: a Requeue through a non-owner whose owner does
+// not answer before ctx ends returns the NotOwnerError naming the owner,
+// and cancels the request it wrote, so the owner does not act on it
+// later. A stopped static franz-go member stays the partition's owner
+// until its session times out: that is the silent owner here (a
+// kafka-go member leaves the group at its stop, and its partition
+// moves).
+func TestDeadOpsOwnerSilent(t *testing.T) {
+	if testClient() != ClientFranzGo {
+		t.Skip("a stopped kafka-go member leaves the group: its partition has a new owner at once")
+	}
+	t.Parallel()
+	b := setup(t, 2, "orders")
+	h := newOpsHandler()
+	nodes := startNodes(t, b, h.handle, "a", "b")
+	produceOn(b, 2, "poison", 1)
+	a := nodes[0].rt
+	waitFor(t, "the two dead letters", func() bool { return groupCount(t, a, DeadFilter{}) == 2 })
+	page, _, _, err := a.GroupDeadLetters(context.Background(), DeadFilter{}, "", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key string
+	for _, g := range page {
+		if g.Owner == "b" {
+			key = g.Key
+		}
+	}
+	if key == "" {
+		t.Fatalf("no dead letter of b's: %+v", page)
+	}
+	shutdownAndWait(t, nodes[1].rt, nodes[1].wait)
+	nodes[1].rt = nil
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err = a.Requeue(ctx, key)
+	ne, ok := errors.AsType[*NotOwnerError](err)
+	if !ok || ne.Owner != "b" || !strings.Contains(err.Error(), "cancelled") {
+		t.Fatalf("Requeue through a, its owner b stopped: %v; want a NotOwnerError naming b, saying the request was cancelled", err)
+	}
+	ops, _ := a.DeadOps(context.Background())
+	if len(ops) != 1 || ops[0].State != DeadOpCanceled || ops[0].Matched != 1 {
+		t.Errorf("a shows %+v, want the one cancelled single requeue", ops)
+	}
+}
