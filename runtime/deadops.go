@@ -452,8 +452,10 @@ func (o *deadOps) write(ctx context.Context, rec deadop.Record) error {
 // operation's status, and [Runtime.DeadOpStatus] follows it. A dry run
 // returns the count and a sample and writes nothing. A selection of no
 // dead letter is an error wrapping [ErrNotFound], one of more than
-// deadop.MaxIDs without a Limit is refused. Without the changelog this
-// instance carries out the whole operation on its own dead letters.
+// deadop.MaxIDs without a Limit is refused. Resolving holds up to twice
+// the selection's dead letters in memory (at most 2×MaxIDs). Without the
+// changelog this instance carries out the whole operation on its own
+// dead letters.
 //
 // What is guaranteed: an owner acts only on the IDs it owns that are
 // dead letters and last failed no later than the request (so a requeued
