@@ -164,6 +164,14 @@ type deadPageJSON struct {
 	Total int `json:"total"`
 }
 
+// groupDeadPageJSON is the body of GET /api/dead of the group's dead
+// letters (the default scope).
+type groupDeadPageJSON struct {
+	DeadLetters []groupDeadJSON `json:"dead_letters"`
+	Next        runtime.Cursor  `json:"next,omitempty"`
+	Total       int             `json:"total"`
+}
+
 // parseLimit reads the limit parameter: defaultLimit when absent.
 func parseLimit(r *http.Request) (int, error) {
 	s := r.URL.Query().Get("limit")
@@ -177,6 +185,9 @@ func parseLimit(r *http.Request) (int, error) {
 	return n, nil
 }
 
+// apiDeadList serves GET /api/dead: the group's dead letters, each with
+// its owner (scope=group, the default), or those of this instance's
+// state file (scope=local).
 func (h *handler) apiDeadList(w http.ResponseWriter, r *http.Request) {
 	if !h.authorizeRead(w, r) {
 		return
@@ -193,18 +204,46 @@ func (h *handler) apiDeadList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%s", err)
 		return
 	}
-	dls, next, total, err := h.rt.FindDeadLetters(filter, after, limit)
+	var (
+		out  any
+		next runtime.Cursor
+	)
+	switch scope := q.Get("scope"); scope {
+	case "", "group":
+		ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
+		defer cancel()
+		var (
+			dls   []runtime.GroupDeadLetter
+			total int
+		)
+		dls, next, total, err = h.rt.GroupDeadLetters(ctx, filter, after, limit)
+		page := groupDeadPageJSON{DeadLetters: make([]groupDeadJSON, len(dls)), Next: next, Total: total}
+		for i := range dls {
+			page.DeadLetters[i] = toGroupDeadJSON(&dls[i])
+		}
+		out = page
+	case "local":
+		var (
+			dls   []runtime.DeadLetter
+			total int
+		)
+		dls, next, total, err = h.rt.FindDeadLetters(filter, after, limit)
+		page := deadPageJSON{DeadLetters: make([]deadJSON, len(dls)), Next: next, Total: total}
+		for i := range dls {
+			page.DeadLetters[i] = toDeadJSON(&dls[i])
+		}
+		out = page
+	default:
+		writeError(w, http.StatusBadRequest, "admin: scope must be group or local, got %q", scope)
+		return
+	}
 	if errors.Is(err, runtime.ErrBadCursor) {
-		writeError(w, http.StatusBadRequest, "admin: after must be the next of an earlier page: %v", err)
+		writeError(w, http.StatusBadRequest, "admin: after must be the next of an earlier page of the same scope: %v", err)
 		return
 	}
 	if err != nil {
-		h.runtimeError(w, "list dead letters", err)
+		h.opError(w, "list dead letters", err)
 		return
-	}
-	out := deadPageJSON{DeadLetters: make([]deadJSON, len(dls)), Next: next, Total: total}
-	for i := range dls {
-		out.DeadLetters[i] = toDeadJSON(&dls[i])
 	}
 	writeJSON(w, http.StatusOK, out)
 }
