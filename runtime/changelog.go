@@ -106,6 +106,10 @@ type stateLog struct {
 	// follow's applies.
 	pauseMu  sync.Mutex
 	pauseOff map[string]int64
+
+	// views is what the changelogs of the partitions this instance does
+	// not own hold of dead letters, for the group's listing (deadgroup.go).
+	views deadViews
 }
 
 // on reports whether the changelog is in use: false with
