@@ -255,12 +255,12 @@ func (h *handler) apiDeadGet(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	ctx, cancel := context.WithTimeout(r.Context(), requeueTimeout)
 	defer cancel()
-	dl, err := h.rt.GetDeadLetter(ctx, key)
+	dl, err := h.rt.GetGroupDeadLetter(ctx, key)
 	if err != nil {
 		h.runtimeError(w, fmt.Sprintf("get dead letter %s", key), err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toDeadJSON(&dl))
+	writeJSON(w, http.StatusOK, toGroupDeadJSON(&dl))
 }
 
 // actionJSON is the body of a successful requeue or discard.

@@ -194,18 +194,19 @@ func jsonValues(body []byte) (url.Values, error) {
 	return v, nil
 }
 
-// groupDeadJSON is a dead letter of the group's listing: the dead
-// letter's JSON, its input partition (-1 for a message of no partition)
-// and the instance that owns that partition ("" when none does now), as
-// `handoff dead list --brokers --json` names them.
+// groupDeadJSON is a dead letter of the group: the dead letter's JSON,
+// the input partition whose changelog holds it ("" and -1 for one of no
+// partition) and the instance that owns that partition ("" when none
+// does now), as `handoff dead list --brokers --json` names them.
 type groupDeadJSON struct {
 	deadJSON
+	InputTopic     string `json:"input_topic"`
 	InputPartition int32  `json:"input_partition"`
 	Owner          string `json:"owner"`
 }
 
 func toGroupDeadJSON(dl *runtime.GroupDeadLetter) groupDeadJSON {
-	return groupDeadJSON{deadJSON: toDeadJSON(&dl.DeadLetter), InputPartition: dl.Partition, Owner: dl.Owner}
+	return groupDeadJSON{deadJSON: toDeadJSON(&dl.DeadLetter), InputTopic: dl.Topic, InputPartition: dl.Partition, Owner: dl.Owner}
 }
 
 // opJSON is a dead-letter operation: GET /api/dead/ops/{id}, an entry of
