@@ -479,3 +479,94 @@ func TestBulkRequestsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestDashboardGroupBulk: the dashboard lists the group's dead letters
+// with their owners; its bulk panel's dry run of a search shows the
+// count and a sample and changes nothing; the requeue it offers needs an
+// admin session, starts the operation of the search at the rate given
+// and shows its progress and, in the recent operations, who started it;
+// a discard of more than one without confirm is refused.
+func TestDashboardGroupBulk(t *testing.T) {
+	g := groupSetup(t)
+	g.poison(0, 6)
+	resp, body := g.a.send(t, "GET", "/", "")
+	page := string(body)
+	if resp.StatusCode != 200 || !strings.Contains(page, "<th>Owner</th>") || !strings.Contains(page, `id="bulk-form"`) ||
+		!strings.Contains(page, `id="no-ops"`) {
+		t.Fatalf("dashboard: %d\n%s", resp.StatusCode, body)
+	}
+	for _, name := range []string{"a", "b"} {
+		if !strings.Contains(page, `<td class="owner" title="partition 0">`+name+`</td>`) &&
+			!strings.Contains(page, `<td class="owner" title="partition 1">`+name+`</td>`) {
+			t.Errorf("the dashboard of a shows no dead letter owned by %s", name)
+		}
+	}
+
+	resp, body = g.a.send(t, "GET", "/?error=poisoned&bulk=requeue&rate=5&limit=4", "")
+	page = string(body)
+	for _, want := range []string{`id="preview-count"><b class="num">4</b> dead letters would be requeued at 5/s (limit 4)`,
+		`id="preview-sample"`, `<input type="hidden" name="error" value="poisoned">`, `<input type="hidden" name="rate" value="5">`,
+		`id="bulk-go" disabled>Requeue 4 now`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("dry run on the dashboard lacks %s", want)
+		}
+	}
+	if n := strings.Count(page, "<tr><td class=\"mono\">"); n < 4 {
+		t.Errorf("dry run sample: %d rows, want 4", n)
+	}
+	if n := len(g.local(g.a)) + len(g.local(g.b)); n != 6 {
+		t.Fatalf("after the dashboard's dry run, %d dead letters, want 6", n)
+	}
+	resp, body = g.a.send(t, "GET", "/?bulk=requeue&rate=fast", "")
+	if page := string(body); !strings.Contains(page, `id="preview-error"`) || !strings.Contains(page, "rate must be") {
+		t.Errorf("dry run with a bad rate: %s", body)
+	}
+
+	form := "error=poisoned&rate=5&limit=4"
+	resp, _ = g.a.send(t, "POST", "/ui/dead/requeue", form)
+	if loc := resp.Header.Get("Location"); !strings.Contains(loc, "msg=login-first") {
+		t.Errorf("bulk requeue without a session: redirect %q, want login-first", loc)
+	}
+	cookie := loginAt(t, g.a.srv.URL, testToken)
+	resp, _ = g.a.send(t, "POST", "/ui/dead/discard", "error=poisoned", "Cookie", cookie)
+	if loc := resp.Header.Get("Location"); !strings.Contains(loc, "msg=confirm-first") || !strings.Contains(loc, "error=poisoned") {
+		t.Errorf("bulk discard of 6 without confirm: redirect %q, want confirm-first keeping the search", loc)
+	}
+	g.cured.Store(true)
+	resp, _ = g.a.send(t, "POST", "/ui/dead/requeue", form, "Cookie", cookie)
+	loc, err := url.Parse(resp.Header.Get("Location"))
+	if err != nil || resp.StatusCode != http.StatusSeeOther || loc.Query().Get("msg") != "op-started" || loc.Query().Get("op") == "" ||
+		loc.Query().Get("error") != "poisoned" {
+		t.Fatalf("bulk requeue: %d, redirect %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	id := loc.Query().Get("op")
+	op := g.b.waitOp(t, id)
+	if op.Done != 4 || op.Rate != 5 || op.Limit != 4 {
+		t.Errorf("the dashboard's requeue: %+v", op)
+	}
+	resp, body = g.b.send(t, "GET", "/?"+loc.RawQuery, "Cookie", cookie)
+	page = string(body)
+	for _, want := range []string{`id="op-state">done<`, `id="op-done">4<`, `id="op-left">0<`, `id="op-` + id + `"`, "<td>127.0.0.1</td><td>a</td>"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the operation on b's dashboard lacks %s", want)
+		}
+	}
+}
+
+// loginAt logs in to the dashboard at base with token and returns the
+// session cookie.
+func loginAt(t *testing.T, base, token string) string {
+	t.Helper()
+	resp, err := noRedirect.PostForm(base+"/ui/login", url.Values{"token": {token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, c := range resp.Cookies() {
+		if c.Name == sessionCookie && c.Value != "" {
+			return c.Name + "=" + c.Value
+		}
+	}
+	t.Fatalf("login at %s set no session", base)
+	return ""
+}
