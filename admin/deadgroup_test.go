@@ -551,6 +551,29 @@ func TestDashboardGroupBulk(t *testing.T) {
 			t.Errorf("the operation on b's dashboard lacks %s", want)
 		}
 	}
+
+	// The 2 left, slowly: the panel has a Cancel button while it runs,
+	// and shows who cancelled.
+	resp, _ = g.a.send(t, "POST", "/ui/dead/requeue", "rate=0.2", "Cookie", cookie)
+	loc, err = url.Parse(resp.Header.Get("Location"))
+	if err != nil || loc.Query().Get("op") == "" {
+		t.Fatalf("slow requeue: %d, redirect %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	id = loc.Query().Get("op")
+	resp, body = g.a.send(t, "GET", "/?"+loc.RawQuery, "Cookie", cookie)
+	if page := string(body); !strings.Contains(page, `id="op-cancel"`) || !strings.Contains(page, `action="ui/dead/ops/`+url.PathEscape(id)+`/cancel"`) {
+		t.Fatalf("the running operation's panel has no Cancel button:\n%s", body)
+	}
+	resp, _ = g.b.send(t, "POST", "/ui/dead/ops/"+url.PathEscape(id)+"/cancel", "", "Cookie", loginAt(t, g.b.srv.URL, testToken))
+	if loc := resp.Header.Get("Location"); !strings.Contains(loc, "msg=op-canceled") {
+		t.Fatalf("cancel on b's dashboard: %d, redirect %q", resp.StatusCode, loc)
+	}
+	g.a.waitOp(t, id)
+	resp, body = g.a.send(t, "GET", "/?op="+url.QueryEscape(id), "")
+	if page := string(body); !strings.Contains(page, `id="op-state">canceled<`) || !strings.Contains(page, "canceled by 127.0.0.1") ||
+		strings.Contains(page, `id="op-cancel"`) {
+		t.Errorf("the canceled operation's panel:\n%s", body)
+	}
 }
 
 // loginAt logs in to the dashboard at base with token and returns the
@@ -567,6 +590,6 @@ func loginAt(t *testing.T, base, token string) string {
 			return c.Name + "=" + c.Value
 		}
 	}
-	t.Fatalf("login at %s set no session", base)
+	t.Fatalf("login at %s with %q set no session (redirect %q)", base, token, resp.Header.Get("Location"))
 	return ""
 }
