@@ -441,10 +441,17 @@ func (h *handler) uiBulk(w http.ResponseWriter, r *http.Request, action string) 
 	}
 	req.op.DryRun, req.op.Who = false, who(r)
 	st, err := h.startOp(r.Context(), req)
-	var unconfirmed *unconfirmedError
+	var (
+		unconfirmed *unconfirmedError
+		tooMany     *tooManyError
+	)
 	switch {
 	case errors.As(err, &unconfirmed):
 		back.Set("msg", "confirm-first")
+	case errors.As(err, &tooMany):
+		back.Set("msg", "op-too-many")
+	case errors.Is(err, runtime.ErrNotFound):
+		back.Set("msg", "op-empty")
 	case errors.Is(err, runtime.ErrNotRunning):
 		back.Set("msg", "not-running")
 	case err != nil:
@@ -569,6 +576,8 @@ var flashes = map[string]struct {
 	"op-unknown":    {"There is no such operation (only recent ones are kept).", true, false},
 	"op-failed":     {"The operation could not be started or canceled; the service log says why.", true, false},
 	"bad-bulk":      {"The bulk operation's parameters are not valid: rate is dead letters per second (0: no limit), limit a count (0: all).", true, false},
+	"op-too-many":   {fmt.Sprintf("The search matches more than the %d dead letters one operation takes: set a limit (the oldest first) or narrow it.", deadop.MaxIDs), true, false},
+	"op-empty":      {"No dead letter matches the search any more: nothing was started.", true, false},
 	"confirm-first": {"A discard of more than one dead letter must be confirmed: run the dry run, then confirm.", true, false},
 
 	"class-paused":  {"Class %s paused: it takes and starts no messages until resumed, across restarts too.", false, true},

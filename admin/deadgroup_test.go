@@ -353,11 +353,15 @@ func TestGroupBulkRequeue(t *testing.T) {
 			t.Errorf("GET /api/dead/ops through %s: %s", m.name, body)
 		}
 	}
-	if !strings.Contains(g.a.logs.String(), `"msg":"dead letter operation started"`) {
-		t.Errorf("a's log lacks the operation's start:\n%s", g.a.logs.String())
-	}
 	resp, body = g.b.send(t, "GET", "/api/dead/ops/no-such-op", "")
 	wantError(t, resp, body, 404)
+	// A selection of none: a dry run counts 0, an operation is 404.
+	resp, body = g.a.send(t, "POST", "/api/dead/requeue", `{"key": "nobody", "dry_run": true}`, auth...)
+	if dry := decode[opJSON](t, resp, body, 200); dry.Matched != 0 || len(dry.Sample) != 0 {
+		t.Errorf("dry run of a selection of none: %s", body)
+	}
+	resp, body = g.a.send(t, "POST", "/api/dead/requeue", `{"key": "nobody"}`, auth...)
+	wantError(t, resp, body, 404, "no dead letter")
 }
 
 // TestGroupBulkDiscardAndCancel: a discard of more than one without
@@ -371,7 +375,7 @@ func TestGroupBulkDiscardAndCancel(t *testing.T) {
 	auth := bearer(testToken)
 
 	resp, body := g.a.send(t, "POST", "/api/dead/discard", `{"class": "jobs"}`, auth...)
-	wantError(t, resp, body, 400, "5 dead letters", "confirm=true")
+	wantError(t, resp, body, 400, "5 dead letters", "confirm=true", "nothing was discarded")
 	if n := len(g.local(g.a)) + len(g.local(g.b)); n != 5 {
 		t.Fatalf("a refused discard left %d dead letters, want 5", n)
 	}

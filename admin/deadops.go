@@ -348,10 +348,13 @@ func (h *handler) apiBulk(w http.ResponseWriter, r *http.Request, action string)
 	}
 	req.op.Who = who(r)
 	st, err := h.startOp(r.Context(), req)
-	var unconfirmed *unconfirmedError
+	var (
+		unconfirmed *unconfirmedError
+		tooMany     *tooManyError
+	)
 	switch {
-	case errors.As(err, &unconfirmed):
-		writeError(w, http.StatusBadRequest, "admin: %v", err)
+	case errors.As(err, &unconfirmed), errors.As(err, &tooMany):
+		writeError(w, http.StatusBadRequest, "admin: %s dead letters: %v", action, err)
 		return
 	case err != nil:
 		h.opError(w, fmt.Sprintf("%s dead letters", action), err)
@@ -369,33 +372,56 @@ func (h *handler) apiBulk(w http.ResponseWriter, r *http.Request, action string)
 type unconfirmedError struct{ n int }
 
 func (e *unconfirmedError) Error() string {
-	return fmt.Sprintf("the selection holds %d dead letters: a discard of more than one needs confirm=true (a dry run counted them; nothing was discarded)", e.n)
+	return fmt.Sprintf("the selection holds %d dead letters: a discard of more than one needs confirm=true (nothing was discarded)", e.n)
+}
+
+// tooManyError is a selection without a limit of more dead letters than
+// one operation takes: nothing was started.
+type tooManyError struct{ n int }
+
+func (e *tooManyError) Error() string {
+	return fmt.Sprintf("the selection matches %d dead letters, more than the %d one operation takes: set a limit (the oldest first) or narrow it",
+		e.n, deadop.MaxIDs)
 }
 
 // startOp starts req's operation (or dry run) through the runtime, as
-// req.op.Who, within opTimeout. A discard that is not a dry run and not
-// confirmed is counted by a dry run first, and refused with an
-// *unconfirmedError when it selects more than one dead letter.
+// req.op.Who, within opTimeout. A filter is counted first: without a
+// limit, a selection over deadop.MaxIDs is refused with a *tooManyError.
+// A discard that is not a dry run and not confirmed is refused with an
+// *unconfirmedError when it selects more than one dead letter (counted
+// by a dry run when it names IDs).
 func (h *handler) startOp(ctx context.Context, req bulkRequest) (runtime.DeadOpStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	if req.op.Action == deadop.Discard && !req.op.DryRun && !req.confirm {
-		dry := req.op
-		dry.DryRun = true
-		st, err := h.rt.StartDeadOp(ctx, dry)
+	n := -1 // how many it selects; -1 unknown
+	if len(req.op.IDs) == 0 {
+		_, _, total, err := h.rt.GroupDeadLetters(ctx, req.op.Filter, "", 1)
 		if err != nil {
-			return st, err
+			return runtime.DeadOpStatus{}, err
 		}
-		if st.Matched > 1 {
-			return st, &unconfirmedError{n: st.Matched}
+		if req.op.Limit == 0 && total > deadop.MaxIDs {
+			return runtime.DeadOpStatus{}, &tooManyError{n: total}
+		}
+		n = total
+		if req.op.Limit > 0 {
+			n = min(n, req.op.Limit)
 		}
 	}
-	st, err := h.rt.StartDeadOp(ctx, req.op)
-	if err == nil && !req.op.DryRun {
-		h.log.Info("dead letter operation started", "op", st.ID, "action", st.Action, "who", st.Who,
-			"selection", selectionText(st.Filter), "matched", st.Matched, "rate", st.Rate, "limit", st.Limit)
+	if req.op.Action == deadop.Discard && !req.op.DryRun && !req.confirm {
+		if n < 0 {
+			dry := req.op
+			dry.DryRun = true
+			st, err := h.rt.StartDeadOp(ctx, dry)
+			if err != nil {
+				return st, err
+			}
+			n = st.Matched
+		}
+		if n > 1 {
+			return runtime.DeadOpStatus{}, &unconfirmedError{n: n}
+		}
 	}
-	return st, err
+	return h.rt.StartDeadOp(ctx, req.op)
 }
 
 func (h *handler) apiOps(w http.ResponseWriter, r *http.Request) {
@@ -454,7 +480,6 @@ func (h *handler) cancelOp(ctx context.Context, id, who string) (runtime.DeadOpS
 	if err := h.rt.CancelDeadOp(ctx, id, who); err != nil {
 		return runtime.DeadOpStatus{}, err
 	}
-	h.log.Info("dead letter operation canceled", "op", id, "who", who)
 	return h.rt.DeadOpStatus(ctx, id)
 }
 
