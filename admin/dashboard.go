@@ -563,7 +563,7 @@ var flashes = map[string]struct {
 	"no-token":      {"No token is configured: requeue and discard are disabled.", true, false},
 	"login-first":   {"Log in with the admin token first.", true, false},
 	"bad-key":       {"That is not a dead letter ID (16 hex digits, a dash and a number).", true, false},
-	"not-owner":     {"Dead letter %s belongs to a partition another instance owns: requeue or discard it on that instance's dashboard.", true, false},
+	"not-owner":     {"Dead letter %s belongs to a partition another instance owns, which did not answer in time, or that no instance owns now (a rebalance): nothing was changed; try again.", true, false},
 	"not-found":     {"Dead letter %s does not exist (handled or discarded already?).", true, false},
 	"busy":          {"Dead letter %s was requeued and has not finished yet.", true, false},
 	"unknown-class": {"Dead letter %s belongs to a class that is not configured: it cannot be requeued.", true, false},
