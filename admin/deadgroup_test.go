@@ -597,3 +597,49 @@ func loginAt(t *testing.T, base, token string) string {
 	t.Fatalf("login at %s with %q set no session (redirect %q)", base, token, resp.Header.Get("Location"))
 	return ""
 }
+
+// TestBulkWithoutChangelog: on a runtime without the changelog (a
+// Submit-only one here), GET /api/dead lists its own dead letters with
+// itself as owner and no partition, and a bulk requeue runs on it alone.
+func TestBulkWithoutChangelog(t *testing.T) {
+	b := setup(t, nil)
+	jobs := b.poison("jobs", 3)
+	b.poison("orders", 1)
+	resp, body := b.do("GET", "/api/dead?class=jobs")
+	p := decode[deadPage](t, resp, body, 200)
+	if p.Total != 3 {
+		t.Fatalf("GET /api/dead?class=jobs: %s", body)
+	}
+	for _, d := range p.DeadLetters {
+		if d.Owner == nil || *d.Owner != "billing-7f9c-2" || d.InputPartition == nil || *d.InputPartition != -1 {
+			t.Errorf("dead letter %s: owner %v, input partition %v; want this instance and -1", d.Key, d.Owner, d.InputPartition)
+		}
+	}
+	b.cured.Store(true)
+	resp, body = b.post("/api/dead/requeue", `{"class": "jobs"}`, append(bearer(testToken), "Content-Type", "application/json")...)
+	started := decode[opJSON](t, resp, body, 202)
+	var op opJSON
+	waitFor(t, "the requeue over", func() bool {
+		resp, body := b.do("GET", "/api/dead/ops/"+url.PathEscape(started.ID))
+		op = decode[opJSON](t, resp, body, 200)
+		return op.State != "running"
+	})
+	if op.State != "done" || op.Done != 3 || op.Via != "billing-7f9c-2" {
+		t.Errorf("the requeue without the changelog: %+v", op)
+	}
+	got := map[string]bool{}
+	for range jobs {
+		select {
+		case id := <-b.handled:
+			got[id] = true
+		case <-time.After(30 * time.Second):
+			t.Fatalf("handled %v after the requeue; want the 3 jobs", got)
+		}
+	}
+	if len(got) != 3 {
+		t.Errorf("handled %v, want the 3 jobs", got)
+	}
+	if dls := b.deadLetters(); len(dls) != 1 || dls[0].Message.Class != "orders" {
+		t.Errorf("dead letters after the requeue of jobs: %+v", dls)
+	}
+}
