@@ -141,14 +141,19 @@ type opView struct {
 	// Progress is the share of Matched that is over (done, failed or
 	// skipped).
 	Progress float64
-	Running  bool
+	// Running: an owner reports its part running; Settling: done as
+	// far as the owners that reported say, but within a minute of its
+	// start some of its dead letters have no report yet (their owners'
+	// statuses may be on their way).
+	Running, Settling bool
 }
 
 func toOpView(st *runtime.DeadOpStatus) opView {
 	v := opView{ID: st.ID, Action: st.Action, Selection: selectionText(st.Filter), Who: st.Who, Via: st.Via, State: st.State,
 		CanceledBy: st.CanceledBy, Started: st.Started, Matched: st.Matched, Done: st.Done, Failed: st.Failed,
 		FailedAgain: st.FailedAgain, Left: st.Left, Skipped: st.Skipped, Unreported: st.Unreported, Rate: st.Rate, Limit: st.Limit,
-		Running: st.State == deadop.Running}
+		Running:  st.State == runtime.DeadOpRunning,
+		Settling: st.State == runtime.DeadOpDone && st.Unreported > 0 && time.Since(st.Started) < time.Minute}
 	if st.Matched > 0 {
 		v.Progress = float64(st.Done+st.Failed+st.Skipped) / float64(st.Matched)
 	}
@@ -252,7 +257,8 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 // ?bulk=requeue|discard (with rate and limit) of the search, the
 // operation of ?op=, and the recent operations. The page stops
 // reloading itself while it shows a dry run (the operator is deciding),
-// and reloads every second while the operation it shows runs.
+// and reloads every second while the operation it shows runs or
+// settles.
 func (h *handler) bulkPanel(ctx context.Context, r *http.Request, p *page) {
 	q := r.URL.Query()
 	p.BulkRate, p.BulkLimit = q.Get("rate"), q.Get("limit")
@@ -285,7 +291,7 @@ func (h *handler) bulkPanel(ctx context.Context, r *http.Request, p *page) {
 		} else {
 			v := toOpView(&st)
 			p.Op = &v
-			if v.Running && p.Refresh > 1000 {
+			if (v.Running || v.Settling) && p.Refresh > 1000 {
 				p.Refresh = 1000
 			}
 		}
@@ -381,6 +387,8 @@ func (h *handler) uiAction(w http.ResponseWriter, r *http.Request, done string, 
 		code := "failed"
 		var notOwner *runtime.NotOwnerError
 		switch {
+		case errors.As(err, &notOwner) && notOwner.Owner == "":
+			code = "no-owner"
 		case errors.As(err, &notOwner):
 			v := url.Values{"msg": {"not-owner"}, "key": {key}, "owner": {notOwner.Owner}}
 			h.redirect(w, r, v)
@@ -563,7 +571,8 @@ var flashes = map[string]struct {
 	"no-token":      {"No token is configured: requeue and discard are disabled.", true, false},
 	"login-first":   {"Log in with the admin token first.", true, false},
 	"bad-key":       {"That is not a dead letter ID (16 hex digits, a dash and a number).", true, false},
-	"not-owner":     {"Dead letter %s belongs to a partition another instance owns, which did not answer in time, or that no instance owns now (a rebalance): nothing was changed; try again.", true, false},
+	"not-owner":     {"Dead letter %s belongs to a partition another instance owns, which did not answer in time: try again.", true, false},
+	"no-owner":      {"Dead letter %s belongs to a partition no instance owns now (a rebalance): try again.", true, false},
 	"not-found":     {"Dead letter %s does not exist (handled or discarded already?).", true, false},
 	"busy":          {"Dead letter %s was requeued and has not finished yet.", true, false},
 	"unknown-class": {"Dead letter %s belongs to a class that is not configured: it cannot be requeued.", true, false},

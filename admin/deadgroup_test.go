@@ -218,16 +218,40 @@ type deadPage struct {
 }
 
 // waitOp polls GET /api/dead/ops/{id} on m until the operation is over
-// (not running) and returns it.
+// (canceled, or done with every dead letter it names reported on) and
+// returns it. An instance knows an operation started
+// through another once it followed the meta topic (about a second): a
+// 404 until then is waited out.
 func (m *member) waitOp(t *testing.T, id string) opJSON {
 	t.Helper()
 	var op opJSON
-	waitFor(t, "operation "+id+" over", func() bool {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
 		resp, body := m.send(t, "GET", "/api/dead/ops/"+url.PathEscape(id), "")
-		op = decode[opJSON](t, resp, body, 200)
-		return op.State != "running"
+		// A 404: started through the other instance, not followed yet.
+		if resp.StatusCode != http.StatusNotFound {
+			op = decode[opJSON](t, resp, body, 200)
+			// "done" as soon as the owners that reported are; the
+			// others' statuses may be on their way.
+			if op.State == "canceled" || op.State == "done" && op.Unreported == 0 {
+				return op
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("operation %s not over on %s within 30s: %+v", id, m.name, op)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitKnown waits until m knows operation id (it follows the meta topic
+// about a second behind the instance that started it).
+func (m *member) waitKnown(t *testing.T, id string) {
+	t.Helper()
+	waitFor(t, m.name+" knowing operation "+id, func() bool {
+		resp, _ := m.send(t, "GET", "/api/dead/ops/"+url.PathEscape(id), "")
+		return resp.StatusCode == http.StatusOK
 	})
-	return op
 }
 
 // TestGroupDeadLetterList: with the changelog on, GET /api/dead through
@@ -389,6 +413,7 @@ func TestGroupBulkDiscardAndCancel(t *testing.T) {
 	// comes long before the last.
 	resp, body = g.a.send(t, "POST", "/api/dead/requeue", `{"rate": 0.5}`, auth...)
 	slow := decode[opJSON](t, resp, body, 202)
+	g.b.waitKnown(t, slow.ID)
 	resp, body = g.b.send(t, "POST", "/api/dead/ops/"+url.PathEscape(slow.ID)+"/cancel", "", auth...)
 	canceled := decode[opJSON](t, resp, body, 200)
 	if canceled.State != "canceled" || canceled.CanceledBy != "127.0.0.1" {
@@ -568,6 +593,7 @@ func TestDashboardGroupBulk(t *testing.T) {
 	if page := string(body); !strings.Contains(page, `id="op-cancel"`) || !strings.Contains(page, `action="ui/dead/ops/`+url.PathEscape(id)+`/cancel"`) {
 		t.Fatalf("the running operation's panel has no Cancel button:\n%s", body)
 	}
+	g.b.waitKnown(t, id)
 	resp, _ = g.b.send(t, "POST", "/ui/dead/ops/"+url.PathEscape(id)+"/cancel", "", "Cookie", loginAt(t, g.b.srv.URL, testToken))
 	if loc := resp.Header.Get("Location"); !strings.Contains(loc, "msg=op-canceled") {
 		t.Fatalf("cancel on b's dashboard: %d, redirect %q", resp.StatusCode, loc)
@@ -622,7 +648,7 @@ func TestBulkWithoutChangelog(t *testing.T) {
 	waitFor(t, "the requeue over", func() bool {
 		resp, body := b.do("GET", "/api/dead/ops/"+url.PathEscape(started.ID))
 		op = decode[opJSON](t, resp, body, 200)
-		return op.State != "running"
+		return op.State == "done" && op.Unreported == 0
 	})
 	if op.State != "done" || op.Done != 3 || op.Via != "billing-7f9c-2" {
 		t.Errorf("the requeue without the changelog: %+v", op)

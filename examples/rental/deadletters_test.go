@@ -203,7 +203,8 @@ func TestDeadLettersInBrowser(t *testing.T) {
 	}
 	// No navigation from here: the page reloads itself while it runs.
 	reloads := pageUntil(t, ctx, "the operation to end",
-		`document.querySelector("#op-state") !== null && document.querySelector("#op-state").textContent === "done"`)
+		`document.querySelector("#op-state") !== null && document.querySelector("#op-state").textContent === "done" &&
+			document.querySelector("#op-unreported").textContent === "0"`)
 	if reloads == 0 {
 		t.Errorf("the page did not reload itself while the operation ran")
 	}
