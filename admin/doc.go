@@ -43,15 +43,20 @@
 //	POST /ui/classes/{name}/resume
 //
 // Errors are JSON objects {"error": "..."} naming what failed, with the
-// status saying why: 400 malformed input, 401 a missing or wrong token,
-// 403 no token configured, 404 no such dead letter, class or path, 405 a
-// wrong method (with Allow), 409 a dead letter that is already requeued,
-// of a class the service no longer has, or whose partition another
-// instance owns (the error names the owner), 413 a body over
+// status saying why: 400 malformed input (a bulk request also: a
+// parameter of another name, a selection over 20,000 without a limit,
+// a discard of more than one without confirm=true), 401 a missing or
+// wrong token, 403 no token configured, 404 no such dead letter,
+// operation, class or path, or a bulk selection of none, 405 a wrong
+// method (with Allow), 409 a dead letter that is already requeued, of a
+// class the service no longer has, or, through another instance than
+// its owner, whose partition nobody owns now or whose owner did not
+// answer in time (the error names it), 413 a body over
 // [MaxBodyBytes] (or a pause body over 1 KiB), 429 a client over its
 // limit of wrong tokens (with Retry-After), 503 a runtime that is not
-// running, or too many requests without a token or session at once
-// (Options.MaxPreLogin, with Retry-After).
+// running, a read of the group's dead letters or operations that got no
+// answer within 20 s, or too many requests without a token or session
+// at once (Options.MaxPreLogin, with Retry-After).
 //
 // # Message bytes in JSON
 //
