@@ -546,6 +546,14 @@ func TestDashboardGroupBulk(t *testing.T) {
 	if n := len(g.local(g.a)) + len(g.local(g.b)); n != 6 {
 		t.Fatalf("after the dashboard's dry run, %d dead letters, want 6", n)
 	}
+	resp, body = g.a.send(t, "GET", "/?error=poisoned&bulk=discard", "")
+	page = string(body)
+	for _, want := range []string{`<b class="num">6</b> dead letters would be discarded.`, `class="bulk-discard" data-count="6"`,
+		`<input type="hidden" name="confirm" value="true">`, `action="ui/dead/discard"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("discard dry run on the dashboard lacks %s", want)
+		}
+	}
 	resp, body = g.a.send(t, "GET", "/?bulk=requeue&rate=fast", "")
 	if page := string(body); !strings.Contains(page, `id="preview-error"`) || !strings.Contains(page, "rate must be") {
 		t.Errorf("dry run with a bad rate: %s", body)
