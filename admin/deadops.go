@@ -241,15 +241,18 @@ type opJSON struct {
 
 // ownerJSON is one owner's part of an operation.
 type ownerJSON struct {
-	Instance    string    `json:"instance"`
-	State       string    `json:"state"`
-	Done        int       `json:"done"`
-	Failed      int       `json:"failed"`
-	FailedAgain int       `json:"failed_again"`
-	Left        int       `json:"left"`
-	Skipped     int       `json:"skipped"`
-	Error       string    `json:"error,omitempty"`
-	At          time.Time `json:"at,omitzero"`
+	Instance    string `json:"instance"`
+	State       string `json:"state"`
+	Done        int    `json:"done"`
+	Failed      int    `json:"failed"`
+	FailedAgain int    `json:"failed_again"`
+	Left        int    `json:"left"`
+	Skipped     int    `json:"skipped"`
+	// Rate is the owner's share of the operation's rate, per second, when
+	// it reported (0: no limit).
+	Rate  float64   `json:"rate"`
+	Error string    `json:"error,omitempty"`
+	At    time.Time `json:"at,omitzero"`
 }
 
 func toOpJSON(st *runtime.DeadOpStatus) opJSON {
@@ -264,7 +267,7 @@ func toOpJSON(st *runtime.DeadOpStatus) opJSON {
 	}
 	for i, s := range st.Owners {
 		o.Owners[i] = ownerJSON{Instance: s.Instance, State: s.State, Done: s.Done, Failed: s.Failed, FailedAgain: s.FailedAgain,
-			Left: s.Left, Skipped: s.Skipped, Error: s.Err, At: s.At}
+			Left: s.Left, Skipped: s.Skipped, Rate: s.Rate, Error: s.Err, At: s.At}
 	}
 	return o
 }
