@@ -23,6 +23,11 @@ const (
 // requeueTimeout bounds how long a requeue waits for room in a full pool.
 const requeueTimeout = 5 * time.Second
 
+// ownerTimeout bounds how long a single requeue or discard of a dead
+// letter another instance owns waits for the owner's outcome; with the
+// owner's lookup (requeueTimeout) it stays within opTimeout.
+const ownerTimeout = opTimeout - requeueTimeout
+
 func (h *handler) metrics(w http.ResponseWriter, r *http.Request) {
 	if h.metricsH == nil {
 		writeError(w, http.StatusNotFound, "admin: metrics are not enabled: Options.Gatherer is nil")
@@ -294,21 +299,37 @@ func (h *handler) apiDiscard(w http.ResponseWriter, r *http.Request) {
 }
 
 // requeue requeues the dead letter with ID key, waiting at most
-// requeueTimeout for room in its class's pool (or, for one this instance
-// does not own, for finding its owner).
+// requeueTimeout for room in its class's pool, or, for one another
+// instance owns, ownerTimeout for the owner's outcome (actionCtx).
 func (h *handler) requeue(ctx context.Context, key string) error {
-	ctx, cancel := context.WithTimeout(ctx, requeueTimeout)
+	ctx, cancel := h.actionCtx(ctx, key)
 	defer cancel()
 	return h.rt.Requeue(ctx, key)
 }
 
-// discard discards the dead letter with ID key, waiting at most
-// requeueTimeout for finding its owner when this instance does not own
-// it.
+// discard discards the dead letter with ID key, waiting at most as
+// requeue does.
 func (h *handler) discard(ctx context.Context, key string) error {
-	ctx, cancel := context.WithTimeout(ctx, requeueTimeout)
+	ctx, cancel := h.actionCtx(ctx, key)
 	defer cancel()
 	return h.rt.Discard(ctx, key)
+}
+
+// actionCtx bounds a single requeue or discard of key: requeueTimeout
+// when this instance owns it, ownerTimeout when another instance does (the
+// runtime asks the owner through the meta topic and waits for its
+// answer: a round of each side following the topic, about a second
+// each, and more under load). Finding the owner is bounded by
+// requeueTimeout; when it fails, the action's own error says why.
+func (h *handler) actionCtx(ctx context.Context, key string) (context.Context, context.CancelFunc) {
+	timeout := requeueTimeout
+	find, cancel := context.WithTimeout(ctx, requeueTimeout)
+	g, err := h.rt.GetGroupDeadLetter(find, key)
+	cancel()
+	if err == nil && g.Owner != h.rt.Instance() {
+		timeout = ownerTimeout
+	}
+	return context.WithTimeout(ctx, timeout)
 }
 
 // parkedJSON is one parked key of an ordered class.

@@ -392,7 +392,9 @@ func TestGroupBulkRequeue(t *testing.T) {
 // confirm is refused with 400 naming the count, discarding nothing; of
 // one it needs none; a slow requeue of dead letters that fail again is
 // cancelled through the other instance: canceled, by whom, its failures
-// counted as failed again, and what is left stays dead.
+// counted as failed again, and what is left stays dead; a single
+// discard through the instance that does not own the dead letter is
+// carried out by the owner; a confirmed discard takes the rest.
 func TestGroupBulkDiscardAndCancel(t *testing.T) {
 	g := groupSetup(t)
 	g.poison(0, 5)
@@ -424,11 +426,27 @@ func TestGroupBulkDiscardAndCancel(t *testing.T) {
 		t.Errorf("the canceled operation: %+v", op)
 	}
 	if n := len(g.local(g.a)) + len(g.local(g.b)); n != 4 {
-		t.Errorf("%d dead letters after the canceled requeue of ones that fail again, want 4", n)
+		t.Fatalf("%d dead letters after the canceled requeue of ones that fail again, want 4", n)
 	}
+	if len(g.local(g.a)) == 0 {
+		t.Fatalf("a holds none of the 4 dead letters left")
+	}
+	// One of a's, through b: b asks a, and answers with a's outcome.
+	key := g.local(g.a)[0].Key
+	resp, body = g.b.send(t, "POST", "/api/dead/"+key+"/discard", "", auth...)
+	if d := decode[actionJSON](t, resp, body, 200); d.Status != "discarded" {
+		t.Errorf("discard of a's %s through b: %s", key, body)
+	}
+	if slices.ContainsFunc(g.local(g.a), func(dl runtime.DeadLetter) bool { return dl.Key == key }) {
+		t.Errorf("a still holds %s after its discard through b", key)
+	}
+	waitFor(t, "3 dead letters in b's listing", func() bool {
+		_, _, total, err := g.b.rt.GroupDeadLetters(context.Background(), runtime.DeadFilter{}, "", 1)
+		return err == nil && total == 3
+	})
 	resp, body = g.a.send(t, "POST", "/api/dead/discard", `{"confirm": true}`, auth...)
 	all := decode[opJSON](t, resp, body, 202)
-	if op := g.b.waitOp(t, all.ID); op.Done != 4 {
+	if op := g.b.waitOp(t, all.ID); op.Done != 3 {
 		t.Errorf("confirmed discard: %+v", op)
 	}
 	if n := len(g.local(g.a)) + len(g.local(g.b)); n != 0 {
