@@ -452,8 +452,10 @@ func (o *deadOps) write(ctx context.Context, rec deadop.Record) error {
 // operation's status, and [Runtime.DeadOpStatus] follows it. A dry run
 // returns the count and a sample and writes nothing. A selection of no
 // dead letter is an error wrapping [ErrNotFound], one of more than
-// deadop.MaxIDs without a Limit is refused. Without the changelog this
-// instance carries out the whole operation on its own dead letters.
+// deadop.MaxIDs without a Limit is refused. Resolving holds up to twice
+// the selection's dead letters in memory (at most 2×MaxIDs). Without the
+// changelog this instance carries out the whole operation on its own
+// dead letters.
 //
 // What is guaranteed: an owner acts only on the IDs it owns that are
 // dead letters and last failed no later than the request (so a requeued
@@ -1058,8 +1060,11 @@ func (r *Runtime) viaOwner(ctx context.Context, action, key string, ne *NotOwner
 	ctx, cancel := r.groupCtx(ctx)
 	defer cancel()
 	g, err := r.GetGroupDeadLetter(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		return err // gone since: nothing to ask
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (it was not asked of the owner: %w)", ne, err)
 	}
 	req := &deadop.Request{ID: newOpID(), Action: action, IDs: []string{key}, Via: r.cfg.Instance, At: time.Now().UTC()}
 	if g.LastFailed.After(req.At) {
