@@ -26,10 +26,11 @@ type deadRow struct {
 	ID  string          `json:"id"`
 }
 
-// deadIDs returns the dead letters pod lists: message ID -> dead letter
-// key, as the API writes it (a JSON string's contents, or a number).
+// deadIDs returns the dead letters pod lists of its own state file
+// (scope=local): message ID -> dead letter key, as the API writes it (a
+// JSON string's contents, or a number).
 func (p *pod) deadIDs() (map[string]string, error) {
-	rows, err := pages[deadRow](p, "/api/dead", "dead_letters")
+	rows, err := pages[deadRow](p, "/api/dead?scope=local", "dead_letters")
 	if err != nil {
 		return nil, err
 	}
