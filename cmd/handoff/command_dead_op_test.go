@@ -67,7 +67,9 @@ func newOpGroup(t *testing.T, group string) *opGroup {
 	return g
 }
 
-func deadID(file [16]byte, k uint64) string { return fmt.Sprintf("%s-%d", hex.EncodeToString(file[:8]), k) }
+func deadID(file [16]byte, k uint64) string {
+	return fmt.Sprintf("%s-%d", hex.EncodeToString(file[:8]), k)
+}
 
 // args returns the command line of the group with more.
 func (g *opGroup) args(verb string, more ...string) []string {
