@@ -548,3 +548,36 @@ func TestDeadOpNoMetaTopic(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadOpHelp: the help of dead, requeue, discard and ops shows the
+// online forms and their flags.
+func TestDeadOpHelp(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"dead", "--help"}, []string{"ops ", "'dead requeue|discard --brokers HOST:PORT --group GROUP'"}},
+		{[]string{"dead", "requeue", "--help"}, []string{"requeue STATE ID... | --all [--class C] | --brokers HOST:PORT[,...] --group GROUP",
+			"--dry-run", "--rate float", "--limit int", "--wait duration", "--who string", "--error-contains", "--since", "Ctrl-C cancels",
+			"handoff dead requeue --brokers kafka:9092 --group rental --class orders --error-contains timeout --dry-run"}},
+		{[]string{"dead", "discard", "--help"}, []string{"discard STATE ID... | --all [--class C] | --brokers", "--yes", "needs --yes",
+			"--dry-run", "--rate float", "exits with status\n2"}},
+		{[]string{"dead", "ops", "--help"}, []string{"ops --brokers HOST:PORT[,...] --group GROUP [OP] [--cancel OP]", "--cancel string",
+			"--json", "GROUP.handoff-meta", "who asked"}},
+		{[]string{"--help"}, []string{"with --brokers and --group, 'dead list', 'dead requeue', 'dead discard'\nand 'dead ops'"}},
+	} {
+		r := run(t, c.args...)
+		if r.code != 0 {
+			t.Errorf("%q: exit %d: %s", c.args, r.code, r.stderr)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(r.stdout, w) {
+				t.Errorf("%q: help does not say %q:\n%s", c.args, w, r.stdout)
+			}
+		}
+	}
+	if r := run(t, "dead", "ops", "--help"); strings.Contains(r.stdout, "--topic") {
+		t.Errorf("dead ops --help shows --topic:\n%s", r.stdout)
+	}
+}
