@@ -340,6 +340,11 @@
 //   - handoff_dead_letters_dropped_total{class,reason}: dead letters the
 //     class's bound dropped from the state, reason="age"
 //     (Class.DeadLetterRetention) or "count" (Class.MaxDeadLetters).
+//   - handoff_dead_letter_ops_total{action,outcome}: dead letters this
+//     instance acted on for the group's dead-letter operations
+//     (Runtime.StartDeadOp, and a Requeue or Discard asked through
+//     another instance), action="requeue" or "discard",
+//     outcome="done", "failed" or "skipped".
 //   - handoff_state_write_failures_total{target}: writes of the state that
 //     failed, to the state file (target="file": a full, lost or read-only
 //     disk) or, after the file committed, to its changelog

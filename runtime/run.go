@@ -242,6 +242,7 @@ func (s *runState) start() error {
 		"unknown_class", rep.UnknownClass, "blocked_keys", rep.BlockedKeys, "took", time.Since(started),
 		"changelog", r.clog.on())
 	s.feeds.Start(r.sched.run)
+	s.feeds.Start(r.ops.run)
 	if r.clog.on() {
 		s.feeds.Start(r.restore.follow)
 	}

@@ -51,6 +51,7 @@ type Runtime struct {
 	sched    *scheduler
 	releases releases  // key releases of ordered classes
 	fail     *failures // dead letters, redeliveries, requeues, unsaved failures
+	ops      *deadOps  // the group's dead-letter operations (deadops.go)
 	handling *handling // every pool's handler wrapper, retry and result
 
 	// Kafka: the consumer group and its client (group.go), the
@@ -230,6 +231,8 @@ func New(cfg Config) (*Runtime, error) {
 	r.fail = newFailures(failuresConfig{state: r.state, tally: r.tally, classes: r.classes.byName, accepting: &r.life.accepting,
 		publish: func(c *class, rec snapshot.Record) { r.dlq.publish(c, rec) }, log: r.log, owns: owns,
 		elsewhere: r.clog.deadElsewhere})
+	r.ops = newDeadOps(r)
+	r.clog.ops = r.ops
 	r.sched = newScheduler(schedulerConfig{state: r.state, tally: r.tally, classes: r.classes.byName, orphan: r.fail.orphan, log: r.log,
 		owns: owns})
 	r.state.forgetDelayed = r.sched.forget

@@ -18,18 +18,31 @@ import (
 // for one DescribeGroups request to the group's coordinator, until ctx
 // ends.
 func (c *Client) Owner(ctx context.Context, topic string, p int32) (string, error) {
+	owners, err := c.Owners(ctx)
+	if err != nil {
+		return "", err
+	}
+	return owners[topic][p], nil
+}
+
+// Owners returns the member each assigned input partition is assigned
+// to, by topic and partition, named as [Client.Owner] names it; a
+// partition no member has is missing. It blocks for one DescribeGroups
+// request to the group's coordinator, until ctx ends.
+func (c *Client) Owners(ctx context.Context) (map[string]map[int32]string, error) {
 	req := kmsg.NewPtrDescribeGroupsRequest()
 	req.Groups = []string{c.cfg.Group}
 	resp, err := req.RequestWith(ctx, c.cl)
 	if err != nil {
-		return "", fmt.Errorf("changelog: describe group %s: %w", c.cfg.Group, err)
+		return nil, fmt.Errorf("changelog: describe group %s: %w", c.cfg.Group, err)
 	}
+	out := map[string]map[int32]string{}
 	for _, g := range resp.Groups {
 		if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
 			if errors.Is(err, kerr.GroupIDNotFound) {
 				continue
 			}
-			return "", fmt.Errorf("changelog: describe group %s: %w", g.Group, err)
+			return nil, fmt.Errorf("changelog: describe group %s: %w", g.Group, err)
 		}
 		for i := range g.Members {
 			m := &g.Members[i]
@@ -38,21 +51,20 @@ func (c *Client) Owner(ctx context.Context, topic string, p int32) (string, erro
 			}
 			var a kmsg.ConsumerMemberAssignment
 			if err := a.ReadFrom(m.MemberAssignment); err != nil {
-				return "", fmt.Errorf("changelog: describe group %s: assignment of member %s: %w", g.Group, m.MemberID, err)
+				return nil, fmt.Errorf("changelog: describe group %s: assignment of member %s: %w", g.Group, m.MemberID, err)
 			}
+			name := MemberName(m)
 			for _, t := range a.Topics {
-				if t.Topic != topic {
-					continue
+				if out[t.Topic] == nil {
+					out[t.Topic] = map[int32]string{}
 				}
 				for _, q := range t.Partitions {
-					if q == p {
-						return MemberName(m), nil
-					}
+					out[t.Topic][q] = name
 				}
 			}
 		}
 	}
-	return "", nil
+	return out, nil
 }
 
 // MemberName names a group member as an operator knows it: its
