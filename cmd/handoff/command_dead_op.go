@@ -45,6 +45,13 @@ const defaultWait = 10 * time.Minute
 // sampleSize is how many dead letters a dry run prints.
 const sampleSize = 20
 
+// opStartDelay is how long after the request a rate-limited operation
+// begins (deadop.Request.StartAt), so that the owners, which follow the
+// meta topic about every second, begin together and the group goes at
+// the rate from the start: the runtime's own requests wait as long
+// (runtime opStartDelay).
+const opStartDelay = 1500 * time.Millisecond
+
 // deadOpOnlyFlagNames are the flags of the online form only, besides
 // the cluster and selection flags.
 var deadOpOnlyFlagNames = []string{"dry-run", "rate", "limit", "wait", "who", "yes"}
@@ -193,11 +200,22 @@ func runDeadOp(cmd *cobra.Command, action string, sel *deadSelection, f *deadOpF
 		return usagef("discard selects %d dead letters: add --yes to discard them (--dry-run shows a sample)", len(dead))
 	}
 
+	now := time.Now().UTC()
 	req := &deadop.Request{ID: newOpID(), Action: action, Filter: opFilter(&filter, f.cluster.topics), Rate: f.rate,
-		Limit: f.limit, Who: who, Via: "cli", At: time.Now().UTC()}
+		Limit: f.limit, Who: who, Via: "cli", At: now}
+	if req.Rate > 0 {
+		req.StartAt = now.Add(opStartDelay)
+	}
 	req.IDs = make([]string, len(dead))
 	for i := range dead {
 		req.IDs[i] = dead[i].ID.String()
+		// An owner acts on those that last failed no later than At (a
+		// later failure is a requeued one failing again): At is not
+		// before any named one's last failure, whatever this machine's
+		// clock says.
+		if saved := dead[i].Record.SavedAt; saved.After(req.At) {
+			req.At = saved.UTC()
+		}
 	}
 	if err := req.Validate(); err != nil {
 		return err

@@ -254,6 +254,9 @@ func TestDeadOpRequest(t *testing.T) {
 	if d := time.Since(req.At); d < 0 || d > time.Minute {
 		t.Errorf("request at %v", req.At)
 	}
+	if d := req.StartAt.Sub(req.At); d != opStartDelay {
+		t.Errorf("rate-limited request starts %s after it was made, want %s", d, opStartDelay)
+	}
 	if !regexp.MustCompile(`^\d{8}T\d{6}Z-[0-9a-f]{8}$`).MatchString(req.ID) {
 		t.Errorf("operation ID %q", req.ID)
 	}
@@ -271,7 +274,8 @@ func TestDeadOpRequest(t *testing.T) {
 		t.Fatalf("IDs: exit %d: %s", r.code, r.stderr)
 	}
 	reqs = requests(t, metaRecords(t, g.addr, g.meta))
-	if len(reqs) != 2 || !slices.Equal(reqs[1].IDs, []string{g.users, g.orders[0]}) || reqs[1].Who != osUser() || reqs[1].Who == "" || reqs[1].Rate != 0 {
+	if len(reqs) != 2 || !slices.Equal(reqs[1].IDs, []string{g.users, g.orders[0]}) || reqs[1].Who != osUser() || reqs[1].Who == "" ||
+		reqs[1].Rate != 0 || !reqs[1].StartAt.IsZero() {
 		t.Errorf("IDs: requests %+v", reqs)
 	}
 }
