@@ -17,6 +17,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/devbroker"
+	"github.com/handoff-go/handoff/internal/deadop"
 	"github.com/handoff-go/handoff/internal/testio"
 	"github.com/handoff-go/handoff/kafkasec"
 	"github.com/handoff-go/handoff/runtime"
@@ -62,36 +63,39 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// TestDeadOpEndToEnd: two running instances hold dead letters of
-// partitions of their own; 'dead requeue --brokers --group --class
-// --rate' through the group has each owner requeue its own, at the rate:
-// every dead letter is handled once again (the dependency came back), no
-// dead letter is left, nothing is handled twice, and the command
-// printed progress and the end.
-func TestDeadOpEndToEnd(t *testing.T) {
-	t.Parallel()
-	const (
-		group = "e2e"
-		parts = 4
-		n     = 24   // poison messages, 6 a partition
-		rate  = 20.0 // dead letters a second, for the group
-	)
-	b, err := devbroker.Start(devbroker.Config{Topics: []string{"orders"}, Partitions: parts})
+// e2eGroup is two running instances, a and b, of group consuming
+// orders (4 partitions), whose handler fails every "poison-" message
+// permanently until fixed is set, and counts the messages it handled.
+type e2eGroup struct {
+	t        *testing.T
+	addr     string
+	addrs    []string
+	group    string
+	a, b     *runtime.Runtime
+	fixed    atomic.Bool
+	failed   atomic.Int64
+	handled  *e2eHandled
+	produced int
+}
+
+const e2eParts = 4
+
+func newE2EGroup(t *testing.T, group string) *e2eGroup {
+	t.Helper()
+	b, err := devbroker.Start(devbroker.Config{Topics: []string{"orders"}, Partitions: e2eParts})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Close)
-
-	var fixed atomic.Bool // the dependency is back: poison succeeds
-	var failed atomic.Int64
-	handled := &e2eHandled{count: map[string]int{}, at: map[string]time.Time{}}
+	g := &e2eGroup{t: t, addr: b.Addr(), addrs: b.Addrs(), group: group,
+		handled: &e2eHandled{count: map[string]int{}, at: map[string]time.Time{}}}
 	handler := func(_ context.Context, m *handoff.Message) error {
 		v := string(m.Value)
-		if strings.HasPrefix(v, "poison-") && !fixed.Load() {
-			failed.Add(1)
+		if strings.HasPrefix(v, "poison-") && !g.fixed.Load() {
+			g.failed.Add(1)
 			return handoff.Permanent(fmt.Errorf("dependency down for %s", v))
 		}
-		handled.add(v)
+		g.handled.add(v)
 		return nil
 	}
 	start := func(name string) *runtime.Runtime {
@@ -128,10 +132,10 @@ func TestDeadOpEndToEnd(t *testing.T) {
 		})
 		return rt
 	}
-	rtA := start("a")
-	waitUntil(t, 30*time.Second, "a ready", rtA.Ready)
-	rtB := start("b")
-	waitUntil(t, 30*time.Second, "b ready", rtB.Ready)
+	g.a = start("a")
+	waitUntil(t, 30*time.Second, "a ready", g.a.Ready)
+	g.b = start("b")
+	waitUntil(t, 30*time.Second, "b ready", g.b.Ready)
 	// Both own partitions (as the group describes it) before the poison
 	// comes, so that each instance has dead letters of its own.
 	cf := clusterFlags{brokers: b.Addrs(), group: group}
@@ -156,15 +160,24 @@ func TestDeadOpEndToEnd(t *testing.T) {
 				bb++
 			}
 		}
-		return a > 0 && bb > 0 && a+bb == parts
+		return a > 0 && bb > 0 && a+bb == e2eParts
 	})
+	return g
+}
 
-	w := devbroker.NewWriter(b.Addrs())
+// poison produces n poison messages (poison-<i>, keys spread over the
+// partitions) and waits until they are all dead letters, on both
+// instances. It returns how many each holds.
+func (g *e2eGroup) poison(n int) (deadA, deadB int) {
+	t := g.t
+	t.Helper()
+	w := devbroker.NewWriter(g.addrs)
 	w.Balancer = &kafka.Hash{}
 	var msgs []kafka.Message
-	for i := range n {
+	for i := g.produced; i < g.produced+n; i++ {
 		msgs = append(msgs, kafka.Message{Topic: "orders", Key: fmt.Appendf(nil, "key-%d", i), Value: fmt.Appendf(nil, "poison-%d", i)})
 	}
+	g.produced += n
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := w.WriteMessages(ctx, msgs...); err != nil {
@@ -173,35 +186,54 @@ func TestDeadOpEndToEnd(t *testing.T) {
 	if err := devbroker.CloseWriter(w); err != nil {
 		t.Fatal(err)
 	}
-	ownDead := func(rt *runtime.Runtime) int {
-		dl, _, err := rt.DeadLetters("orders", "", 100)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(dl)
-	}
-	waitUntil(t, 30*time.Second, "every poison message dead-lettered", func() bool {
-		return ownDead(rtA)+ownDead(rtB) == n
-	})
-	deadA, deadB := ownDead(rtA), ownDead(rtB)
+	waitUntil(t, 30*time.Second, "every poison message dead-lettered", func() bool { return g.dead() == n })
+	deadA, deadB = g.ownDead(g.a), g.ownDead(g.b)
 	if deadA == 0 || deadB == 0 {
 		t.Fatalf("dead letters: a %d, b %d; want some on both", deadA, deadB)
 	}
+	return deadA, deadB
+}
+
+func (g *e2eGroup) ownDead(rt *runtime.Runtime) int {
+	dl, _, err := rt.DeadLetters("orders", "", 1000)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return len(dl)
+}
+
+// dead is how many dead letters both instances hold.
+func (g *e2eGroup) dead() int { return g.ownDead(g.a) + g.ownDead(g.b) }
+
+// TestDeadOpEndToEnd: two running instances hold dead letters of
+// partitions of their own; 'dead requeue --brokers --group --class
+// --rate' through the group has each owner requeue its own, at the rate:
+// every dead letter is handled once again (the dependency came back), no
+// dead letter is left, nothing is handled twice, and the command
+// printed progress and the end.
+func TestDeadOpEndToEnd(t *testing.T) {
+	t.Parallel()
+	const (
+		n    = 24   // poison messages, 6 a partition
+		rate = 20.0 // dead letters a second, for the group
+	)
+	g := newE2EGroup(t, "e2e")
+	deadA, deadB := g.poison(n)
 	// The CLI sees them all, each with its owner.
-	r := run(t, "dead", "list", "--brokers", b.Addr(), "--group", group, "--limit", "100")
+	r := run(t, "dead", "list", "--brokers", g.addr, "--group", g.group, "--limit", "100")
 	if r.code != 0 || strings.Count(r.stdout, " a ") != deadA || strings.Count(r.stdout, " b ") != deadB {
 		t.Fatalf("dead list --brokers: exit %d, want %d of a and %d of b:\n%s%s", r.code, deadA, deadB, r.stdout, r.stderr)
 	}
 
-	fixed.Store(true)
+	g.fixed.Store(true)
 	began := time.Now()
-	r = run(t, "dead", "requeue", "--brokers", b.Addr(), "--group", group, "--class", "orders", "--rate", fmt.Sprint(rate), "--wait", "2m")
+	r = run(t, "dead", "requeue", "--brokers", g.addr, "--group", g.group, "--class", "orders", "--rate", fmt.Sprint(rate), "--wait", "2m")
 	took := time.Since(began)
 	t.Logf("requeue --brokers took %s:\n%s%s", took, r.stdout, r.stderr)
 	if r.code != 0 {
 		t.Fatalf("requeue: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if !regexp.MustCompile(fmt.Sprintf(`(?m)^operation \S+: requeue %d dead letters of class "orders" of group %s`, n, group)).MatchString(r.stdout) ||
+	if !regexp.MustCompile(fmt.Sprintf(`(?m)^operation \S+: requeue %d dead letters of class "orders" of group %s`, n, g.group)).MatchString(r.stdout) ||
 		!regexp.MustCompile(`(?m)^requeue: done \d+, failed again \d+, left \d+ of \d+$`).MatchString(r.stdout) ||
 		!strings.Contains(r.stdout, fmt.Sprintf("requeue: over: done %d, failed again 0, left 0 of %d\n", n, n)) {
 		t.Errorf("requeue's output lacks the operation, a progress line or the end")
@@ -210,17 +242,17 @@ func TestDeadOpEndToEnd(t *testing.T) {
 	// Every poison message handled once more, none twice, no dead letter
 	// left.
 	waitUntil(t, 30*time.Second, "every requeued message handled", func() bool {
-		count, _ := handled.snapshot()
+		count, _ := g.handled.snapshot()
 		return len(count) == n
 	})
-	waitUntil(t, 10*time.Second, "no dead letter left", func() bool { return ownDead(rtA)+ownDead(rtB) == 0 })
-	count, at := handled.snapshot()
+	waitUntil(t, 10*time.Second, "no dead letter left", func() bool { return g.dead() == 0 })
+	count, at := g.handled.snapshot()
 	for i := range n {
 		if v := fmt.Sprintf("poison-%d", i); count[v] != 1 {
 			t.Errorf("%s handled %d times after the requeue, want 1", v, count[v])
 		}
 	}
-	if got := failed.Load(); got != n {
+	if got := g.failed.Load(); got != n {
 		t.Errorf("%d failures, want %d (each poison message once, before the fix)", got, n)
 	}
 	// The rate: n dead letters at rate a second take about (n-1)/rate
@@ -231,9 +263,85 @@ func TestDeadOpEndToEnd(t *testing.T) {
 		t.Errorf("the %d requeued messages were handled within %s, faster than --rate %g allows (at least %s)", n, span, rate, minSpan)
 	}
 
-	r = run(t, "dead", "ops", "--brokers", b.Addr(), "--group", group)
+	r = run(t, "dead", "ops", "--brokers", g.addr, "--group", g.group)
 	if r.code != 0 || !regexp.MustCompile(fmt.Sprintf(`(?m)^\S+ +requeue +done +%s +cli .* %d +20/s +%d +0 +0 +0 +0 +class="orders"$`,
 		regexp.QuoteMeta(osUser()), n, n)).MatchString(r.stdout) {
 		t.Errorf("dead ops: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+}
+
+// TestDeadOpEndToEndCancel: Ctrl-C in the middle of a slow requeue
+// through the group cancels it: both owners stop taking its dead letters
+// and end their part as canceled; what they requeued was handled once,
+// the rest are still dead letters, none lost; dead ops shows it canceled
+// by the CLI's user.
+func TestDeadOpEndToEndCancel(t *testing.T) {
+	t.Parallel()
+	const n = 24
+	g := newE2EGroup(t, "e2e-cancel")
+	g.poison(n)
+	g.fixed.Store(true)
+	meta := metaTopicName(g.group)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan result, 1)
+	go func() {
+		done <- runWith(t, ctx, nil, "dead", "requeue", "--brokers", g.addr, "--group", g.group, "--all", "--rate", "4", "--wait", "2m")
+	}()
+	// Interrupt once both owners reported some done.
+	var op string
+	waitUntil(t, 60*time.Second, "both owners having requeued some", func() bool {
+		started := map[string]bool{}
+		for _, rec := range metaRecords(t, g.addr, meta) {
+			p, _, err := deadop.Parse(rec.Key, rec.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Kind == deadop.KindStatus && p.Status != nil && p.Status.Done > 0 {
+				op, started[p.Instance] = p.Op, true
+			}
+		}
+		return started["a"] && started["b"]
+	})
+	cancel()
+	r := <-done
+	if r.code != exitFailure || !strings.Contains(r.stderr, "interrupted: canceled operation "+op) {
+		t.Fatalf("Ctrl-C: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// Both owners end their part as canceled, having done part of it.
+	var statuses map[string]deadop.Status
+	waitUntil(t, 30*time.Second, "both owners' parts canceled", func() bool {
+		statuses = map[string]deadop.Status{}
+		for _, rec := range metaRecords(t, g.addr, meta) {
+			p, _, _ := deadop.Parse(rec.Key, rec.Value)
+			if p.Kind == deadop.KindStatus && p.Op == op && p.Status != nil {
+				statuses[p.Instance] = *p.Status
+			}
+		}
+		return statuses["a"].State == deadop.Canceled && statuses["b"].State == deadop.Canceled
+	})
+	acted := statuses["a"].Done + statuses["b"].Done
+	if acted >= n {
+		t.Fatalf("the owners requeued %d of %d before the cancel took: nothing left to see", acted, n)
+	}
+	// What they requeued is handled once, the rest stay dead letters.
+	waitUntil(t, 30*time.Second, "the requeued handled", func() bool {
+		count, _ := g.handled.snapshot()
+		return len(count) == acted
+	})
+	count, _ := g.handled.snapshot()
+	for v, c := range count {
+		if c != 1 {
+			t.Errorf("%s handled %d times", v, c)
+		}
+	}
+	if d := g.dead(); d != n-acted {
+		t.Errorf("%d dead letters left, want %d (%d requeued of %d)", d, n-acted, acted, n)
+	}
+	r = run(t, "dead", "ops", "--brokers", g.addr, "--group", g.group, op)
+	if r.code != 0 || !strings.Contains(r.stdout, "canceled by "+osUser()) || !strings.Contains(r.stdout, fmt.Sprintf("requeue of %d dead letters, canceled", n)) {
+		t.Errorf("dead ops %s: exit %d\n%s%s", op, r.code, r.stdout, r.stderr)
+	}
+	t.Logf("canceled after %d of %d:\n%s", acted, n, r.stdout)
 }
