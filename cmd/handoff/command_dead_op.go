@@ -418,12 +418,12 @@ func opFilter(f *runtime.DeadFilter, topics []string) deadop.Filter {
 	return out
 }
 
-// newOpID returns a new operation ID: the time to the second, UTC, and 8
-// random hex digits (20261207T171800Z-3f2a9c01), sorted by time.
+// newOpID returns a new operation ID: 16 random hex digits, the form
+// of the runtime's own operations.
 func newOpID() string {
-	var b [4]byte
+	var b [8]byte
 	rand.Read(b[:])
-	return time.Now().UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // osUser is the OS user's name for the audit trail, "unknown" when it
