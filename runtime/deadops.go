@@ -129,6 +129,9 @@ const (
 	// follows the meta topic every followInterval, begins with the
 	// others.
 	opStartDelay = followInterval + 500*time.Millisecond
+	// opStopWrite bounds the last status write of a part the stop
+	// ended.
+	opStopWrite = 2 * time.Second
 	// opMaxAge: an operation older than this is not looked at again.
 	opMaxAge = 7 * 24 * time.Hour
 	// opSettle bounds how long an owner waits, after its last requeue,
@@ -720,7 +723,13 @@ func (o *deadOps) work(ctx context.Context, id string, e *opEntry, gen int64) {
 		finished = !stopped
 	}
 	st.Rate = 0
-	o.writeStatus(context.WithoutCancel(ctx), req, st)
+	fctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+	if stopped {
+		// The stop waits for it: briefly.
+		fctx, cancel = context.WithTimeout(fctx, opStopWrite)
+	}
+	o.writeStatus(fctx, req, st)
+	cancel()
 	r.log.Info("dead-letter operation: this instance's part ended", "op", id, "action", req.Action, "state", st.State,
 		"done", st.Done, "failed", st.Failed, "failed_again", st.FailedAgain, "skipped", st.Skipped, "stopped", stopped)
 }

@@ -416,3 +416,44 @@ func TestDeadOpsRollingReplay(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadOpsLocal: without the changelog an operation is this
+// instance's alone: a dry run counts, a requeue with a Limit takes the
+// oldest, and its status says so.
+func TestDeadOpsLocal(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2, "orders")
+	h := newOpsHandler()
+	cfg := b.config(h.handle, nil)
+	cfg.LocalStateOnly = true
+	cfg.Instance = "solo"
+	rt, wait := startNew(t, cfg)
+	defer shutdownAndWait(t, rt, wait)
+	waitFor(t, "ready", rt.Ready)
+	b.produceValues("orders", keyOn(0, 2), "poison-1", "poison-2", "poison-3")
+	waitFor(t, "three dead letters", func() bool { return groupCount(t, rt, DeadFilter{}) == 3 })
+	ctx := context.Background()
+	dry, err := rt.StartDeadOp(ctx, DeadOp{Action: deadop.Requeue, DryRun: true, Limit: 2})
+	if err != nil || dry.Matched != 2 || len(dry.Sample) != 2 || dry.Sample[0].Owner != "solo" || string(dry.Sample[0].Message.Value) != "poison-1" {
+		t.Fatalf("dry run: %+v, %v", dry, err)
+	}
+	h.fixed.Store(true)
+	op, err := rt.StartDeadOp(ctx, DeadOp{Action: deadop.Requeue, Limit: 2, Who: "me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the operation done", func() bool {
+		st, err := rt.DeadOpStatus(ctx, op.ID)
+		return err == nil && st.State == DeadOpDone && st.Done == 2
+	})
+	waitFor(t, "the two oldest handled", func() bool { return h.handled("poison") == 2 })
+	if h.handled("poison-3") != 0 || groupCount(t, rt, DeadFilter{}) != 1 {
+		t.Errorf("the newest was requeued too, or the others are still dead letters: %v", h.at)
+	}
+	if _, err := rt.StartDeadOp(ctx, DeadOp{Action: deadop.Discard, Filter: DeadFilter{ErrorContains: "no such"}}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("an operation selecting nothing: %v, want ErrNotFound", err)
+	}
+	if _, err := rt.StartDeadOp(ctx, DeadOp{Action: "delete"}); err == nil {
+		t.Error("an unknown action started")
+	}
+}
