@@ -29,10 +29,11 @@ import (
 func FuzzParse(f *testing.F) {
 	at := time.Date(2026, 12, 7, 17, 0, 0, 0, time.UTC)
 	req, _ := Encode(&Request{ID: "20261207T170000Z-3f2a9c01", Action: Requeue, IDs: []string{"3f2a9c01d4e5b6a7-12", "3f2a9c01d4e5b6a7-13"},
-		Filter: Filter{Class: "orders", ErrorContains: "timeout", Since: at}, Rate: 20, Limit: 2, Who: "alice", Via: "cli", At: at})
+		Filter: Filter{Class: "orders", ErrorContains: "timeout", Since: at}, Rate: 20, Limit: 2, Who: "alice", Via: "cli", At: at,
+		StartAt: at.Add(1500 * time.Millisecond)})
 	reqOp, _ := Encode(&Request{ID: "op", Action: Discard, IDs: []string{"a-1"}, Who: "alice", Via: "b", At: at})
 	cancel, _ := Encode(&Cancel{Who: "bob", At: at})
-	status, _ := Encode(&Status{Instance: "b", State: Running, Done: 3, FailedAgain: 1, Left: 2, Err: "x", At: at})
+	status, _ := Encode(&Status{Instance: "b", State: Running, Done: 3, FailedAgain: 1, Left: 2, Rate: 7.5, Err: "x", At: at})
 	for _, s := range []struct {
 		k string
 		v []byte
