@@ -252,9 +252,10 @@ func runDeadOp(cmd *cobra.Command, action string, sel *deadSelection, f *deadOpF
 
 // followOp follows req's statuses in the meta topic from offset on,
 // printing a progress line when it changed (at most once a second),
-// until the operation is over, --wait passes (an error: the owners go
-// on) or sigCtx ends (a signal, or the command's context): then it
-// writes a Cancel and returns an error.
+// until the operation is over (metaOp.over: an error when some of it
+// failed, was cancelled or was acted on by no owner), --wait passes (an
+// error: the owners go on) or sigCtx ends (a signal, or the command's
+// context): then it writes a Cancel and returns an error.
 func followOp(cmd *cobra.Command, sigCtx context.Context, m *metaClient, req *deadop.Request, offset int64, f *deadOpFlags) error {
 	out := cmd.OutOrStdout()
 	errWait := fmt.Errorf("--wait %s passed", f.wait)
@@ -272,7 +273,7 @@ func followOp(cmd *cobra.Command, sigCtx context.Context, m *metaClient, req *de
 		if p != last {
 			changed, last = true, p
 		}
-		if p.Over {
+		if op.over(time.Now()) {
 			return errStopFollow
 		}
 		if changed && time.Since(printed) >= time.Second {
@@ -292,6 +293,10 @@ func followOp(cmd *cobra.Command, sigCtx context.Context, m *metaClient, req *de
 		return fmt.Errorf("operation %s was canceled by %s at %s: %s", req.ID, op.Cancel.Who, fmtTime(op.Cancel.At), progressLine(req, p))
 	case err == nil && p.Failed > 0:
 		return fmt.Errorf("operation %s is over, %d failed: %s", req.ID, p.Failed, progressLine(req, p))
+	case err == nil && p.Unreported > 0:
+		return fmt.Errorf("operation %s is over with %d of its dead letters acted on by no owner (no longer dead letters when their owner looked, "+
+			"or of partitions nobody owns: an owner that comes acts on them; 'handoff dead ops %s' shows it): %s",
+			req.ID, p.Unreported, req.ID, progressLine(req, p))
 	case err == nil:
 		_, err := fmt.Fprintf(out, "%s: over: %s\n", req.Action, progressLine(req, p))
 		return err

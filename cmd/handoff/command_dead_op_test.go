@@ -487,6 +487,35 @@ func TestDeadOpFollow(t *testing.T) {
 	}
 }
 
+// TestDeadOpUnreported: an operation whose owners reported on part of
+// its dead letters only (an owner writes nothing about those that were
+// gone when it looked, and nobody about a partition nobody owns) is over
+// once no owner runs and the runtime's grace passed, as the runtime
+// shows it: the command ends with exit 1 saying how many no owner acted
+// on, and dead ops shows it done with them left.
+func TestDeadOpUnreported(t *testing.T) {
+	t.Parallel()
+	onlyCLI(t)
+	g := newOpGroup(t, "unreported")
+	o := newOwner(t, g)
+	done := make(chan result, 1)
+	go func() { done <- run(t, g.args("requeue", "--class", "orders", "--wait", "1m")...) }()
+	req := o.request(1)
+	o.status(req.ID, deadop.Status{Instance: "a", State: deadop.Done, Done: 3})
+	r := <-done
+	if took := time.Since(req.At); took < opReportGrace {
+		t.Errorf("over %s after the request, before the grace %s", took, opReportGrace)
+	}
+	want := fmt.Sprintf("operation %s is over with 2 of its dead letters acted on by no owner", req.ID)
+	if r.code != exitFailure || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "done 3, failed again 0, left 2 of 5") {
+		t.Errorf("exit %d, stderr does not say %q:\n%s%s", r.code, want, r.stdout, r.stderr)
+	}
+	r = run(t, g.args("ops")...)
+	if row := regexp.MustCompile(`(?m)^` + req.ID + ` +requeue +done .* 5 +- +3 +0 +0 +0 +2 +class="orders"$`); r.code != 0 || !row.MatchString(r.stdout) {
+		t.Errorf("dead ops: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
 // TestDeadOpModes: the file form rejects the online flags, the online
 // form the file's, and bad values are usage errors; nothing is read
 // from a broker for them.

@@ -34,8 +34,10 @@ instance's admin API or dashboard, or with 'dead requeue|discard
 operation's ID, action, state (running, done, canceled), who asked and
 through what (an instance's name, or cli), when, how many dead letters
 it names, its rate, the owners' progress (done, failed, failed again,
-skipped: no longer dead letters, left: still to do, reported or not)
-and the selection it was made with. The meta topic is compacted: the
+skipped: no longer dead letters, left: still to do, reported or not; a
+done operation with some left named dead letters no owner acted on:
+gone when their owner looked, or of a partition nobody owned) and the
+selection it was made with. The meta topic is compacted: the
 operations it still holds are the recent ones.
 
 With OP it prints that operation in detail, each owner's part on its
@@ -124,7 +126,7 @@ func cancelDeadOp(ctx context.Context, w io.Writer, m *metaClient, ops *metaOps,
 		_, err := fmt.Fprintf(w, "operation %s was canceled already by %s at %s; nothing written\n", id, op.Cancel.Who, fmtTime(op.Cancel.At))
 		return err
 	}
-	if p := op.progress(); p.Over {
+	if p := op.progress(); op.over(time.Now()) {
 		_, err := fmt.Fprintf(w, "operation %s is over (%s); nothing written\n", id, progressLine(op.Request, p))
 		return err
 	}
@@ -143,7 +145,7 @@ func opState(op *metaOp) string {
 	switch {
 	case op.Cancel != nil:
 		return deadop.Canceled
-	case op.progress().Over:
+	case op.over(time.Now()):
 		return deadop.Done
 	}
 	return deadop.Running
@@ -281,5 +283,5 @@ func opJSONOf(op *metaOp) opJSON {
 	p := op.progress()
 	return opJSON{Request: op.Request, State: opState(op), Count: len(op.Request.IDs), Cancel: op.Cancel, Owners: op.statuses(),
 		Progress: progressJSON{Done: p.Done, Failed: p.Failed, FailedAgain: p.FailedAgain, Skipped: p.Skipped,
-			Left: p.Left + p.Unreported, Unreported: p.Unreported, Over: p.Over}}
+			Left: p.Left + p.Unreported, Unreported: p.Unreported, Over: op.over(time.Now())}}
 }

@@ -46,8 +46,9 @@
 // the file does not hold). A failed or rejected command changes nothing
 // unless its message says so; replay keeps what the broker acknowledged.
 // 'dead requeue|discard --brokers' exit 0 once the owners are done with
-// the operation, 1 when some of it failed, it was canceled, --wait
-// passed before its end (the owners go on) or Ctrl-C canceled it, and 2
+// the operation, 1 when some of it failed or was acted on by no owner,
+// it was canceled, --wait passed before its end (the owners go on) or
+// Ctrl-C canceled it, and 2
 // for a discard of more than one dead letter without --yes (nothing
 // written).
 package main
