@@ -129,6 +129,13 @@ const (
 	// follows the meta topic every followInterval, begins with the
 	// others.
 	opStartDelay = followInterval + 500*time.Millisecond
+	// An operation forgotten (past opKeep), over and older than
+	// opPruneAge has its records deleted from the meta topic by the
+	// next StartDeadOp, opPruneBatch records a call; at most opPruneMax
+	// wait.
+	opPruneAge   = time.Hour
+	opPruneBatch = 200
+	opPruneMax   = 10000
 	// opStopWrite bounds the last status write of a part the stop
 	// ended.
 	opStopWrite = 2 * time.Second
@@ -154,9 +161,14 @@ type deadOps struct {
 	changed chan struct{}
 	// ctx is the run's (nil before run, done after): workers start in
 	// it.
-	ctx  context.Context
-	wake chan struct{}
-	wg   sync.WaitGroup
+	ctx    context.Context
+	closed bool // the run ended: no worker starts
+	wake   chan struct{}
+	wg     sync.WaitGroup
+
+	// pruned are the meta topic's keys of forgotten operations that
+	// the next StartDeadOp deletes (prune).
+	pruned [][]byte
 
 	// counts of dead letters acted on, by action and outcome, for the
 	// metric.
@@ -227,6 +239,9 @@ func (o *deadOps) run(ctx context.Context) {
 		o.schedule()
 		select {
 		case <-ctx.Done():
+			o.mu.Lock()
+			o.closed = true // no worker starts after: the wait below is the last
+			o.mu.Unlock()
 			o.wg.Wait()
 			return
 		case <-t.C:
@@ -251,7 +266,7 @@ func (o *deadOps) schedule() {
 	gen := o.gen()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.ctx == nil || o.ctx.Err() != nil {
+	if o.ctx == nil || o.closed {
 		return
 	}
 	for id, e := range o.ops {
@@ -332,9 +347,69 @@ func (o *deadOps) trim() {
 	}
 	ids := slices.SortedFunc(maps.Keys(o.ops), func(a, b string) int { return o.ops[b].req.At.Compare(o.ops[a].req.At) })
 	for _, id := range ids[opKeep:] {
-		if !o.ops[id].working {
-			delete(o.ops, id)
+		e := o.ops[id]
+		if e.working {
+			continue
 		}
+		delete(o.ops, id)
+		if o.over(e) && time.Since(e.req.At) > opPruneAge && len(o.pruned) < opPruneMax {
+			o.pruned = append(o.pruned, deadop.RequestKey(id))
+			if e.cancel != nil {
+				o.pruned = append(o.pruned, deadop.CancelKey(id))
+			}
+			for inst := range e.statuses {
+				o.pruned = append(o.pruned, deadop.StatusKey(id, inst))
+			}
+		}
+	}
+}
+
+// over reports whether e is over for good: cancelled, or no owner
+// reports running and every ID is accounted for (or it is a day old);
+// o.mu is held.
+func (o *deadOps) over(e *opEntry) bool {
+	if e.cancel != nil {
+		return true
+	}
+	statuses := slices.Collect(maps.Values(e.statuses))
+	for _, s := range statuses {
+		if s.State == deadop.Running {
+			return false
+		}
+	}
+	return deadop.Sum(e.req, nil, statuses).Over || time.Since(e.req.At) > 24*time.Hour
+}
+
+// prune tombstones in the meta topic the records of forgotten
+// operations that are over (trim), up to opPruneBatch of them a call (in
+// the background of StartDeadOp, until ctx, the run's, ends), so
+// that the topic keeps about the operations the instances show. A failed
+// write is logged; its keys are tried again at the next call.
+func (o *deadOps) prune(ctx context.Context) {
+	l := o.r.clog
+	if !l.on() {
+		return
+	}
+	o.mu.Lock()
+	n := min(len(o.pruned), opPruneBatch)
+	keys := slices.Clone(o.pruned[:n])
+	o.pruned = slices.Delete(o.pruned, 0, n)
+	o.mu.Unlock()
+	for i, k := range keys {
+		wctx, cancel := context.WithTimeout(ctx, l.timeout)
+		_, err := l.client.WriteMeta(wctx, k, nil)
+		cancel()
+		if err != nil {
+			o.mu.Lock()
+			o.pruned = append(o.pruned, keys[i:]...)
+			o.mu.Unlock()
+			o.r.log.Warn("records of old dead-letter operations not deleted from the changelog's meta topic; tried again at the next operation",
+				"topic", l.client.MetaTopic(), "err", err)
+			return
+		}
+	}
+	if len(keys) > 0 {
+		o.r.log.Info("records of old dead-letter operations deleted from the changelog's meta topic", "records", len(keys))
 	}
 }
 
@@ -447,6 +522,12 @@ func (r *Runtime) StartDeadOp(ctx context.Context, op DeadOp) (DeadOpStatus, err
 	}
 	r.log.Info("dead-letter operation started", "op", req.ID, "who", op.Who, "via", r.cfg.Instance, "action", op.Action,
 		"selection", selection, "count", len(req.IDs), "rate", op.Rate, "limit", op.Limit)
+	r.ops.mu.Lock()
+	if r.ops.ctx != nil && !r.ops.closed && len(r.ops.pruned) > 0 {
+		rctx := r.ops.ctx
+		r.ops.wg.Go(func() { r.ops.prune(rctx) })
+	}
+	r.ops.mu.Unlock()
 	return r.ops.status(req.ID)
 }
 
@@ -559,7 +640,9 @@ func (o *deadOps) status(id string) (DeadOpStatus, error) {
 	p := deadop.Sum(req, e.cancel, statuses)
 	st.Done, st.Failed, st.FailedAgain, st.Left, st.Skipped, st.Unreported = p.Done, p.Failed, p.FailedAgain, p.Left, p.Skipped, p.Unreported
 	st.Owners = statuses
-	running := len(statuses) == 0 && time.Since(e.first) < opSettle+opStartGrace
+	// Nobody reported yet: the owners begin at StartAt, and write their
+	// first status then.
+	running := len(statuses) == 0 && time.Since(latest(req.At, req.StartAt)) < opSettle+opStartGrace
 	for _, s := range statuses {
 		running = running || s.State == deadop.Running
 	}
@@ -665,8 +748,8 @@ func (o *deadOps) work(ctx context.Context, id string, e *opEntry, gen int64) {
 		case errors.Is(err, ErrNotOwner):
 			ps.update(func(st *deadop.Status) { st.Left-- }) // its partition moved: its next owner does it
 			continue
-		case errors.Is(err, ErrNotRunning), ctx.Err() != nil:
-			stopped = true
+		case err != nil && (errors.Is(err, ErrNotRunning) || ctx.Err() != nil):
+			stopped = true // not acted on: the next owner does it
 		}
 		if stopped {
 			break
@@ -853,9 +936,13 @@ func (o *deadOps) share(e *opEntry, mine deadop.Status) rate.Limit {
 // carries the counts.
 func (o *deadOps) writeStatus(ctx context.Context, req *deadop.Request, st deadop.Status) {
 	st.At = time.Now().UTC()
-	if err := o.write(ctx, deadop.Record{Kind: deadop.KindStatus, Op: req.ID, Instance: o.r.cfg.Instance, Status: &st}); err != nil && ctx.Err() == nil {
-		o.r.logs.warn(o.r.log, "deadop/status", "dead-letter operation's progress not written; the next write carries it",
-			"op", req.ID, "err", err)
+	rec := deadop.Record{Kind: deadop.KindStatus, Op: req.ID, Instance: o.r.cfg.Instance, Status: &st}
+	if err := o.write(ctx, rec); err != nil {
+		o.apply(rec) // this instance's next part carries its counts on
+		if ctx.Err() == nil {
+			o.r.logs.warn(o.r.log, "deadop/status", "dead-letter operation's progress not written; the next write carries it",
+				"op", req.ID, "err", err)
+		}
 	}
 }
 

@@ -381,6 +381,11 @@ func TestDeadOpsRollingReplay(t *testing.T) {
 			t.Errorf("%s lists %d dead letters after the replay, want the %d not selected", n.name, got, parts*keep)
 		}
 	}
+	if st.Done < selected || st.Unreported != 0 {
+		// More is allowed: a requeue handed back unstarted by a stop is
+		// done again by the next owner.
+		t.Errorf("the owners report %d requeued, %d unreported; want all %d", st.Done, st.Unreported, selected)
+	}
 	if st.Failed != 0 || st.FailedAgain != 0 {
 		t.Errorf("failed %d, failed again %d; want none", st.Failed, st.FailedAgain)
 	}
@@ -455,5 +460,61 @@ func TestDeadOpsLocal(t *testing.T) {
 	}
 	if _, err := rt.StartDeadOp(ctx, DeadOp{Action: "delete"}); err == nil {
 		t.Error("an unknown action started")
+	}
+}
+
+// TestDeadOpsPrune: an instance keeps the last 50 operations; the
+// records of older ones that are over leave the meta topic at the next
+// operation, so the topic, which every start reads, keeps about what the
+// instances show.
+func TestDeadOpsPrune(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, "orders")
+	h := newOpsHandler()
+	nodes := startNodes(t, b, h.handle, "a")
+	rt := nodes[0].rt
+	ctx := context.Background()
+	old := time.Now().Add(-25 * time.Hour).UTC()
+	for i := range opKeep + 5 {
+		req := &deadop.Request{ID: fmt.Sprintf("old%02d", i), Action: deadop.Discard, IDs: []string{"0000000000000001-1"},
+			Via: "test", At: old.Add(time.Duration(i) * time.Second)}
+		if err := rt.ops.write(ctx, deadop.Record{Kind: deadop.KindRequest, Op: req.ID, Request: req}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.produceValues("orders", "k", "poison-1")
+	waitFor(t, "a dead letter", func() bool { return groupCount(t, rt, DeadFilter{}) == 1 })
+	op, err := rt.StartDeadOp(ctx, DeadOp{Action: deadop.Discard, Filter: DeadFilter{}, Who: "me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := func() (requests int, newest bool) {
+		last := map[string][]byte{}
+		_, err := rt.clog.client.ReadMetaFrom(ctx, 0, func(recs []changelog.Rec) error {
+			for _, r := range recs {
+				last[string(r.Key)] = r.Value
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range last {
+			if rec, ok, _ := deadop.Parse([]byte(k), v); ok && rec.Kind == deadop.KindRequest && v != nil {
+				requests++
+				newest = newest || rec.Op == op.ID
+			}
+		}
+		return requests, newest
+	}
+	waitFor(t, "the 6 oldest operations' records deleted", func() bool { n, newest := live(); return n == opKeep && newest })
+	ops, _ := rt.DeadOps(ctx)
+	if len(ops) != opKeep || ops[0].ID != op.ID {
+		t.Errorf("shows %d operations, the newest %v; want %d, the newest %s", len(ops), ops[0].ID, opKeep, op.ID)
+	}
+	for _, o := range ops {
+		if o.ID == "old00" || o.ID == "old05" {
+			t.Errorf("shows %s, one of the oldest", o.ID)
+		}
 	}
 }
