@@ -271,7 +271,7 @@ func TestDeadOpEndToEnd(t *testing.T) {
 }
 
 // TestDeadOpEndToEndCancel: Ctrl-C in the middle of a slow requeue
-// through the group cancels it: both owners stop taking its dead letters
+// through the group cancels it: the owners stop taking its dead letters
 // and end their part as canceled; what they requeued was handled once,
 // the rest are still dead letters, none lost; dead ops shows it canceled
 // by the CLI's user.
@@ -287,7 +287,7 @@ func TestDeadOpEndToEndCancel(t *testing.T) {
 	defer cancel()
 	done := make(chan result, 1)
 	go func() {
-		done <- runWith(t, ctx, nil, "dead", "requeue", "--brokers", g.addr, "--group", g.group, "--all", "--rate", "4", "--wait", "2m")
+		done <- runWith(t, ctx, nil, "dead", "requeue", "--brokers", g.addr, "--group", g.group, "--all", "--rate", "2", "--wait", "2m")
 	}()
 	// Interrupt once both owners reported some done.
 	var op string
@@ -309,9 +309,11 @@ func TestDeadOpEndToEndCancel(t *testing.T) {
 	if r.code != exitFailure || !strings.Contains(r.stderr, "interrupted: canceled operation "+op) {
 		t.Fatalf("Ctrl-C: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	// Both owners end their part as canceled, having done part of it.
+	// Both owners end their part: canceled, or done when it ended before
+	// the cancel reached the owner (a slow run); at least one canceled.
 	var statuses map[string]deadop.Status
-	waitUntil(t, 30*time.Second, "both owners' parts canceled", func() bool {
+	var seen string
+	waitUntil(t, 30*time.Second, "both owners' parts ended, one at least canceled", func() bool {
 		statuses = map[string]deadop.Status{}
 		for _, rec := range metaRecords(t, g.addr, meta) {
 			p, _, _ := deadop.Parse(rec.Key, rec.Value)
@@ -319,8 +321,19 @@ func TestDeadOpEndToEndCancel(t *testing.T) {
 				statuses[p.Instance] = *p.Status
 			}
 		}
-		return statuses["a"].State == deadop.Canceled && statuses["b"].State == deadop.Canceled
+		a, b := statuses["a"].State, statuses["b"].State
+		ok := a != "" && a != deadop.Running && b != "" && b != deadop.Running && (a == deadop.Canceled || b == deadop.Canceled)
+		if s := fmt.Sprintf("%+v", statuses); !ok && s != seen {
+			t.Logf("statuses of %s: %s", op, s) // what a failure stopped at
+			seen = s
+		}
+		return ok
 	})
+	for _, s := range statuses {
+		if s.State == deadop.Done && s.Left != 0 {
+			t.Errorf("%s's part done with %d left: %+v", s.Instance, s.Left, s)
+		}
+	}
 	acted := statuses["a"].Done + statuses["b"].Done
 	if acted >= n {
 		t.Fatalf("the owners requeued %d of %d before the cancel took: nothing left to see", acted, n)
