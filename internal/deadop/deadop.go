@@ -181,13 +181,13 @@ func Parse(k, v []byte) (rec Record, ok bool, err error) {
 	if !found {
 		return Record{}, false, nil
 	}
-	op, tail, _ := strings.Cut(rest, "/")
+	op, tail, slash := strings.Cut(rest, "/")
 	if op == "" {
 		return Record{}, true, fmt.Errorf("%w: key %q names no operation", ErrBad, k)
 	}
 	rec.Op = op
 	switch {
-	case tail == "":
+	case !slash: // deadop/<op>, not deadop/<op>/: one key per record
 		rec.Kind = KindRequest
 	case tail == "cancel":
 		rec.Kind = KindCancel
