@@ -443,7 +443,10 @@ func TestDeadOpsLocal(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 2, "orders")
 	h := newOpsHandler()
-	cfg := b.config(h.handle, nil)
+	// One worker: the three fail in the order they were produced, the
+	// order of their last failures that the operations take the oldest
+	// by.
+	cfg := b.config(h.handle, func(c *Class) { c.Workers = 1 })
 	cfg.LocalStateOnly = true
 	cfg.Instance = "solo"
 	rt, wait := startNew(t, cfg)
