@@ -695,3 +695,25 @@ func TestBulkWithoutChangelog(t *testing.T) {
 		t.Errorf("dead letters after the requeue of jobs: %+v", dls)
 	}
 }
+
+// TestDeadOpsReadToken: with Options.ReadToken set, the operations (whose
+// selections can carry message data) need it or the admin token; the
+// read token does not start or cancel one, not even a dry run.
+func TestDeadOpsReadToken(t *testing.T) {
+	b := setup(t, func(o *Options) { o.ReadToken = testReadToken })
+	b.poison("jobs", 1)
+	for _, path := range []string{"/api/dead/ops", "/api/dead/ops/x"} {
+		resp, body := b.do("GET", path)
+		wantError(t, resp, body, 401, "missing bearer token")
+	}
+	resp, body := b.do("GET", "/api/dead/ops", bearer(testReadToken)...)
+	decode[struct{ Ops []opJSON }](t, resp, body, 200)
+	readJSON := append(bearer(testReadToken), "Content-Type", "application/json")
+	for _, path := range []string{"/api/dead/requeue", "/api/dead/discard", "/api/dead/ops/x/cancel"} {
+		resp, body := b.post(path, `{"dry_run": true}`, readJSON...)
+		wantError(t, resp, body, 401, "read token does not allow this")
+	}
+	if dls := b.deadLetters(); len(dls) != 1 {
+		t.Errorf("%d dead letters after refused requests, want 1", len(dls))
+	}
+}
