@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -433,6 +435,13 @@ func (q *requeues) start(key uint64) bool {
 	}
 	q.keys[key] = true
 	return true
+}
+
+// claimed returns the keys claimed now.
+func (q *requeues) claimed() []uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.Collect(maps.Keys(q.keys))
 }
 
 // finish lets go of key's claim.

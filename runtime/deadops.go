@@ -120,9 +120,9 @@ const (
 	// opFresh is how long another owner's running status counts in the
 	// rate shares after this instance last received one.
 	opFresh = 3 * opHeartbeat
-	// opStartGrace is how long after an instance first sees a request
-	// it counts the IDs nobody reports on yet in its rate share (the
-	// other owners' first statuses are on their way).
+	// opStartGrace is how long after its start an operation nobody has
+	// reported on shows as running (the owners' first statuses are on
+	// their way), besides opSettle.
 	opStartGrace = 3 * time.Second
 	// opStartDelay is how long after it is asked a rate-limited
 	// operation begins (Request.StartAt), so that every owner, which
@@ -195,9 +195,6 @@ type opEntry struct {
 	// instance received each.
 	statuses map[string]deadop.Status
 	seen     map[string]time.Time
-	// first is when this instance first saw the request.
-	first time.Time
-
 	// This instance's part: working while a worker runs; stop ends it;
 	// scanned is the ownership generation at which its last worker
 	// found nothing left to do (-1: none yet); acted the IDs its workers
@@ -316,7 +313,7 @@ func (o *deadOps) apply(rec deadop.Record) {
 			return
 		}
 		o.ops[rec.Op] = &opEntry{req: rec.Request, statuses: map[string]deadop.Status{}, seen: map[string]time.Time{},
-			first: time.Now(), scanned: -1, acted: map[string]bool{}}
+			scanned: -1, acted: map[string]bool{}}
 		o.trim()
 		o.poke()
 	case deadop.KindCancel:
@@ -452,8 +449,10 @@ func (o *deadOps) write(ctx context.Context, rec deadop.Record) error {
 // operation's status, and [Runtime.DeadOpStatus] follows it. A dry run
 // returns the count and a sample and writes nothing. A selection of no
 // dead letter is an error wrapping [ErrNotFound], one of more than
-// deadop.MaxIDs without a Limit is refused. Without the changelog this
-// instance carries out the whole operation on its own dead letters.
+// deadop.MaxIDs without a Limit is refused. Resolving holds up to twice
+// the selection's dead letters in memory (at most 2×MaxIDs). Without the
+// changelog this instance carries out the whole operation on its own
+// dead letters.
 //
 // What is guaranteed: an owner acts only on the IDs it owns that are
 // dead letters and last failed no later than the request (so a requeued
@@ -1058,8 +1057,11 @@ func (r *Runtime) viaOwner(ctx context.Context, action, key string, ne *NotOwner
 	ctx, cancel := r.groupCtx(ctx)
 	defer cancel()
 	g, err := r.GetGroupDeadLetter(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		return err // gone since: nothing to ask
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (it was not asked of the owner: %w)", ne, err)
 	}
 	req := &deadop.Request{ID: newOpID(), Action: action, IDs: []string{key}, Via: r.cfg.Instance, At: time.Now().UTC()}
 	if g.LastFailed.After(req.At) {

@@ -518,3 +518,112 @@ func TestDeadOpsPrune(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadOpsOwnerSilent: a Requeue through a non-owner whose owner does
+// not answer before ctx ends returns the NotOwnerError naming the owner,
+// and cancels the request it wrote, so the owner does not act on it
+// later. A stopped static franz-go member stays the partition's owner
+// until its session times out: that is the silent owner here (a
+// kafka-go member leaves the group at its stop, and its partition
+// moves).
+func TestDeadOpsOwnerSilent(t *testing.T) {
+	if testClient() != ClientFranzGo {
+		t.Skip("a stopped kafka-go member leaves the group: its partition has a new owner at once")
+	}
+	t.Parallel()
+	b := setup(t, 2, "orders")
+	h := newOpsHandler()
+	nodes := startNodes(t, b, h.handle, "a", "b")
+	produceOn(b, 2, "poison", 1)
+	a := nodes[0].rt
+	waitFor(t, "the two dead letters", func() bool { return groupCount(t, a, DeadFilter{}) == 2 })
+	page, _, _, err := a.GroupDeadLetters(context.Background(), DeadFilter{}, "", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key string
+	for _, g := range page {
+		if g.Owner == "b" {
+			key = g.Key
+		}
+	}
+	if key == "" {
+		t.Fatalf("no dead letter of b's: %+v", page)
+	}
+	shutdownAndWait(t, nodes[1].rt, nodes[1].wait)
+	nodes[1].rt = nil
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err = a.Requeue(ctx, key)
+	ne, ok := errors.AsType[*NotOwnerError](err)
+	if !ok || ne.Owner != "b" || !strings.Contains(err.Error(), "cancelled") {
+		t.Fatalf("Requeue through a, its owner b stopped: %v; want a NotOwnerError naming b, saying the request was cancelled", err)
+	}
+	ops, _ := a.DeadOps(context.Background())
+	if len(ops) != 1 || ops[0].State != DeadOpCanceled || ops[0].Matched != 1 {
+		t.Errorf("a shows %+v, want the one cancelled single requeue", ops)
+	}
+}
+
+// TestRequeuedDeadLetterRevokedRunsOnce: a requeued dead letter still
+// running when its partition moves to another instance runs once: the
+// revocation waits for it (as for a running Kafka message, up to
+// RevokeTimeout), so its record's delete reaches the changelog before
+// the next owner restores the partition, and that owner's part of the
+// operation finds it gone instead of requeueing it again. One queued
+// and not started leaves the pool at the revocation, its record kept,
+// for the next owner to requeue.
+func TestRequeuedDeadLetterRevokedRunsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2, "orders")
+	var fixed atomic.Bool
+	var mu sync.Mutex
+	calls := map[string]int{}
+	handler := func(_ context.Context, m *handoff.Message) error {
+		v := string(m.Value)
+		mu.Lock()
+		calls[v]++
+		mu.Unlock()
+		if !fixed.Load() {
+			return handoff.Permanent(errors.New("dependency down"))
+		}
+		time.Sleep(1500 * time.Millisecond) // the slow dependency: the requeued messages run across the rebalance
+		return nil
+	}
+	nodes := startNodes(t, b, handler, "a")
+	a := nodes[0].rt
+	produceOn(b, 2, "poison", 1)
+	waitFor(t, "two dead letters", func() bool { return groupCount(t, a, DeadFilter{}) == 2 })
+	fixed.Store(true)
+	ctx := context.Background()
+	op, err := a.StartDeadOp(ctx, DeadOp{Action: deadop.Requeue, Who: "tester"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both requeued and running", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls["poison-p0-0"] == 2 && calls["poison-p1-0"] == 2
+	})
+	nb := &node{name: "b", path: filepath.Join(t.TempDir(), "b.db")}
+	b.startNode(nb, handler)
+	t.Cleanup(func() { nb.rt.Shutdown(context.Background()); nb.wait() })
+	waitFor(t, "b owning a partition, its part looked for since", func() bool {
+		if !nb.rt.Ready() || len(ownedPartitions(nb.rt)) != 1 {
+			return false
+		}
+		o := nb.rt.ops
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		e := o.ops[op.ID]
+		return e != nil && !e.working && e.scanned == nb.rt.clog.ownGen.Load()
+	})
+	waitFor(t, "no dead letters left", func() bool { return groupCount(t, nb.rt, DeadFilter{}) == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	for _, v := range []string{"poison-p0-0", "poison-p1-0"} {
+		if calls[v] != 2 {
+			t.Errorf("%s called %d times, want 2 (its failure, its requeue)", v, calls[v])
+		}
+	}
+}

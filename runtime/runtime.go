@@ -322,7 +322,7 @@ func New(cfg Config) (*Runtime, error) {
 		consumes:   func(topic string) bool { return r.classes.byTopic[topic] != nil }}
 	r.restore = &restorer{clog: r.clog, state: r.state, classes: r.classes.byName, order: r.classes.order,
 		orphan: r.fail.orphan, wake: r.sched.wake, unhand: r.sched.unhand, leftPool: r.handling.leftPool, log: r.log, warn: newLogBackoff(),
-		resumes: r.resumes, stuck: r.stuck}
+		resumes: r.resumes, stuck: r.stuck, claimed: r.fail.requeues.claimed, revokeWait: cfg.RevokeTimeout / 2}
 	r.kafka = r.newConsumer()
 	return r, nil
 }

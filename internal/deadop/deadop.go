@@ -19,6 +19,13 @@
 // requeued again, also after its partition moved to another owner in
 // the middle of the operation. Keys other than these are not this
 // package's (pause/<class> records share the topic); Parse says so.
+//
+// A writer of a Request (the runtime's StartDeadOp, the CLI) sets At to
+// now, or to the latest last failure of the dead letters it names when
+// that is later (an owner acts only on those that last failed no later
+// than At), and, for a request with a Rate, StartAt about 1.5 s after
+// At, so that the owners, each following the topic every second, begin
+// together. A Status's Rate is its owner's current share of the rate.
 package deadop
 
 import (
