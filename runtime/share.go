@@ -108,8 +108,8 @@ type shareFeed struct {
 	// settled is signalled when left reaches zero.
 	settled chan struct{}
 
-	// loops joins the poll loop (ends with the fetching) and renew
-	// (ends at close).
+	// poll joins the poll loop (it ends with the fetching), renewWG the
+	// renewals (they end at close, by stopRenew).
 	poll      sync.WaitGroup
 	renewWG   sync.WaitGroup
 	stopRenew context.CancelFunc
@@ -120,7 +120,6 @@ type shareFeed struct {
 	rejected    atomic.Uint64
 	renewed     atomic.Uint64
 	ackErrors   atomic.Uint64
-	testHookAck func(st kclient.AckStatus, sh *shareHeld)
 }
 
 // shareHeld is one record a share class holds: its acknowledgement (once)
@@ -171,9 +170,6 @@ func (sh *shareHeld) ack(st kclient.AckStatus) {
 		return
 	}
 	f := sh.feed
-	if f.testHookAck != nil {
-		f.testHookAck(st, sh)
-	}
 	f.client.Load().Ack(sh.rec, st)
 	switch st {
 	case shareAccept:
