@@ -113,9 +113,10 @@ func Demo(out io.Writer) int {
 		return fail(err)
 	}
 	fmt.Fprintf(out, "handoff demo: %d messages (orders %d, users %d, heartbeats %d) on an embedded broker, %s of work each,\n"+
-		"  %.0f%% of attempts fail and are retried (a message out of attempts becomes a dead letter: heartbeats get 2,\n"+
-		"  orders 3, users 3 and 2 delayed redeliveries), %d poison messages fail for good until an operator fixes the bug\n",
-		produced, demoOrders, demoUsers, demoHeartbeats, demoWork, demoFailRate*100, poison)
+		"  %.0f%% of attempts fail and are retried (a message out of attempts becomes a dead letter: heartbeats get %d,\n"+
+		"  orders 3, users 3 and 2 delayed redeliveries), %d poison messages fail for good until an operator fixes the bug;\n"+
+		"  heartbeats run on a Kafka share group (%s): what a stop leaves goes back to the broker, not to the state file\n",
+		produced, demoOrders, demoUsers, demoHeartbeats, demoWork, demoFailRate*100, demoBeatAttempts, poison, demoShareGroup)
 
 	t := &tally{seen: map[string]int{}}
 	h, err := New(Options{Work: demoWork, OnDone: t.done, FailRate: demoFailRate})
@@ -130,7 +131,7 @@ func Demo(out io.Writer) int {
 		StatePath:     filepath.Join(dir, "rental.db"),
 		DrainTimeout:  demoDrain,
 		HardStopGrace: time.Second,
-		Classes:       h.Classes(),
+		Classes:       shareBeats(h.Classes()),
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	}
 
@@ -187,7 +188,7 @@ func Demo(out io.Writer) int {
 		return fail(err)
 	}
 	defer h2.Close()
-	cfg.Classes = h2.Classes()
+	cfg.Classes = shareBeats(h2.Classes())
 	rt2, err := runtime.New(cfg)
 	if err != nil {
 		return fail(err)
@@ -250,6 +251,7 @@ func Demo(out io.Writer) int {
 		{"snapshotted at stop", r1.rep.Snapshotted},
 		{"restored from changelog", r2.rep.Restored},
 		{"re-pushed at start", r2.rep.Repushed},
+		{"released to the share group", r1.rep.ShareReleased + r2.rep.ShareReleased},
 		{"lost", lost},
 		{"duplicates", total - unique},
 		{"retried in place", r1.rep.Retried + r2.rep.Retried},
@@ -285,6 +287,30 @@ func drainSays(timedOut bool) string {
 		return fmt.Sprintf("the drain, bounded by DrainTimeout %s, ran out with work left", demoDrain)
 	}
 	return fmt.Sprintf("the drain finished within its DrainTimeout of %s", demoDrain)
+}
+
+// demoShareGroup is the share group the demo's heartbeats run on, and
+// demoBeatAttempts their attempts there. A share class's dead letters
+// stay in its instance's state file (no instance owns a partition of a
+// share group, so they have no changelog): the demo's new pod, on an
+// empty directory, would not find one that run 1 made. So the demo gives
+// heartbeats attempts enough (at a 2% failure rate, 5 attempts all fail
+// about once in 300 million messages) and has no poison heartbeats.
+const (
+	demoShareGroup   = "rental-demo.heartbeats"
+	demoBeatAttempts = 5
+)
+
+// shareBeats returns classes with heartbeats on the demo's share group
+// (see demoShareGroup).
+func shareBeats(classes []runtime.Class) []runtime.Class {
+	for i := range classes {
+		if c := &classes[i]; c.Name == "heartbeats" {
+			c.ShareGroup = demoShareGroup
+			c.Retry.MaxAttempts = demoBeatAttempts
+		}
+	}
+	return classes
 }
 
 type runResult struct {
