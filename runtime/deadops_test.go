@@ -363,9 +363,12 @@ func TestDeadOpsRollingReplay(t *testing.T) {
 	restartEnd := time.Now()
 	waitFor(t, "every selected dead letter requeued and handled", func() bool { return h.handled("poison-sel") == selected })
 	var st DeadOpStatus
-	waitFor(t, "the operation done, seen from every instance", func() bool {
+	// Done and every ID reported on: "done" shows for a moment while an
+	// ID's partition is between owners, or before its new owner's next
+	// look (design.md).
+	waitFor(t, "the operation done with every ID reported on, seen from every instance", func() bool {
 		for _, n := range nodes {
-			if st, err = n.rt.DeadOpStatus(ctx, op.ID); err != nil || st.State != DeadOpDone {
+			if st, err = n.rt.DeadOpStatus(ctx, op.ID); err != nil || st.State != DeadOpDone || st.Unreported != 0 {
 				return false
 			}
 		}

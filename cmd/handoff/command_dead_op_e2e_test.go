@@ -258,10 +258,19 @@ func TestDeadOpEndToEnd(t *testing.T) {
 	)
 	g := newE2EGroup(t, "e2e")
 	deadA, deadB := g.poison(n)
-	// The CLI sees them all, each with its owner.
-	r := run(t, "dead", "list", "--brokers", g.addr, "--group", g.group, "--limit", "100")
-	if r.code != 0 || strings.Count(r.stdout, " a ") != deadA || strings.Count(r.stdout, " b ") != deadB {
-		t.Fatalf("dead list --brokers: exit %d, want %d of a and %d of b:\n%s%s", r.code, deadA, deadB, r.stdout, r.stderr)
+	// The CLI sees them all, each with its owner, once their changelog
+	// writes are acknowledged (the instances hold them before).
+	var r result
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r = run(t, "dead", "list", "--brokers", g.addr, "--group", g.group, "--limit", "100")
+		if r.code == 0 && strings.Count(r.stdout, " a ") == deadA && strings.Count(r.stdout, " b ") == deadB {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dead list --brokers: exit %d, want %d of a and %d of b:\n%s%s", r.code, deadA, deadB, r.stdout, r.stderr)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the changelogs, not synchronising
 	}
 
 	g.fixed.Store(true)
