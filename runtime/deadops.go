@@ -697,7 +697,7 @@ func (o *deadOps) work(ctx context.Context, id string, e *opEntry, gen int64) {
 		if had && st.State == deadop.Running {
 			// A part an earlier run of this instance left running.
 			st.State, st.Left, st.Rate = deadop.Done, 0, 0
-			o.writeStatus(ctx, req, st)
+			o.writeLastStatus(ctx, req, st)
 		}
 		return
 	}
