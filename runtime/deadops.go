@@ -173,6 +173,11 @@ type deadOps struct {
 	// counts of dead letters acted on, by action and outcome, for the
 	// metric.
 	acted [2][numOpOutcomes]atomic.Uint64
+
+	// testHookPartEnd, when set by a test before the run, runs in a
+	// worker once it told its status writer to stop, before it waits
+	// for it.
+	testHookPartEnd func()
 }
 
 // Outcomes of an act, the outcome label of handoff_dead_letter_ops_total.
@@ -692,7 +697,7 @@ func (o *deadOps) work(ctx context.Context, id string, e *opEntry, gen int64) {
 		if had && st.State == deadop.Running {
 			// A part an earlier run of this instance left running.
 			st.State, st.Left, st.Rate = deadop.Done, 0, 0
-			o.writeStatus(ctx, req, st)
+			o.writeLastStatus(ctx, req, st)
 		}
 		return
 	}
@@ -713,10 +718,14 @@ func (o *deadOps) work(ctx context.Context, id string, e *opEntry, gen int64) {
 		}
 	}
 	// The status is written apart, so that the acts keep their pace.
+	// Its writer is stopped by a signal, not by cancelling its write:
+	// a cancelled record still queued in the producer fails the ones
+	// queued behind it in the meta topic's partition, this part's last
+	// status among them (and it would stay "running").
 	ps := &partStatus{st: st}
-	wctx, stopWriter := context.WithCancel(ctx)
+	writerStop := make(chan struct{})
 	var writer sync.WaitGroup
-	writer.Go(func() { ps.writeEvery(wctx, o, req) })
+	writer.Go(func() { ps.writeEvery(ctx, writerStop, o, req) })
 	lastShare := time.Now()
 	var again []string // acted on here and not yet ended, for the settle
 	stopped := false
@@ -793,7 +802,10 @@ func (o *deadOps) work(ctx context.Context, id string, e *opEntry, gen int64) {
 			}
 		}
 	}
-	stopWriter()
+	close(writerStop)
+	if o.testHookPartEnd != nil {
+		o.testHookPartEnd()
+	}
 	writer.Wait()
 	st = ps.st
 	switch {
@@ -811,7 +823,7 @@ func (o *deadOps) work(ctx context.Context, id string, e *opEntry, gen int64) {
 		// The stop waits for it: briefly.
 		fctx, cancel = context.WithTimeout(fctx, opStopWrite)
 	}
-	o.writeStatus(fctx, req, st)
+	o.writeLastStatus(fctx, req, st)
 	cancel()
 	r.log.Info("dead-letter operation: this instance's part ended", "op", id, "instance", self, "action", req.Action, "state", st.State,
 		"done", st.Done, "failed", st.Failed, "failed_again", st.FailedAgain, "skipped", st.Skipped, "stopped", stopped)
@@ -841,8 +853,9 @@ func (ps *partStatus) update(fn func(st *deadop.Status)) int {
 }
 
 // writeEvery writes the status of req every opStatusEvery while it
-// changes, at least every opHeartbeat, until ctx ends.
-func (ps *partStatus) writeEvery(ctx context.Context, o *deadOps, req *deadop.Request) {
+// changes, at least every opHeartbeat, until stop is closed (a write
+// under way ends first) or ctx ends.
+func (ps *partStatus) writeEvery(ctx context.Context, stop <-chan struct{}, o *deadOps, req *deadop.Request) {
 	t := time.NewTicker(opStatusEvery)
 	defer t.Stop()
 	var last time.Time
@@ -858,7 +871,37 @@ func (ps *partStatus) writeEvery(ctx context.Context, o *deadOps, req *deadop.Re
 		select {
 		case <-ctx.Done():
 			return
+		case <-stop:
+			return
 		case <-t.C:
+		}
+	}
+}
+
+// opLastWrites bounds the attempts at a part's last status.
+const opLastWrites = 3
+
+// writeLastStatus writes st, the last status of this instance's part of
+// req, trying again (up to opLastWrites times in all, until ctx ends)
+// when a write fails: nothing writes this part's status after it, and a
+// write can fail for a reason not its own (a record of this instance's
+// meta topic writes cancelled before it was sent fails the records
+// queued behind it).
+func (o *deadOps) writeLastStatus(ctx context.Context, req *deadop.Request, st deadop.Status) {
+	for i := 1; ; i++ {
+		st.At = time.Now().UTC()
+		rec := deadop.Record{Kind: deadop.KindStatus, Op: req.ID, Instance: o.r.cfg.Instance, Status: &st}
+		err := o.write(ctx, rec)
+		if err == nil {
+			return
+		}
+		if i == opLastWrites || ctx.Err() != nil {
+			o.apply(rec) // this instance's next part carries its counts on
+			if ctx.Err() == nil {
+				o.r.log.Warn("dead-letter operation's last progress of this instance's part not written; its next part writes it",
+					"op", req.ID, "attempts", i, "err", err)
+			}
+			return
 		}
 	}
 }

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/internal/deadop"
 	"github.com/handoff-go/handoff/runtime/internal/changelog"
@@ -360,9 +363,12 @@ func TestDeadOpsRollingReplay(t *testing.T) {
 	restartEnd := time.Now()
 	waitFor(t, "every selected dead letter requeued and handled", func() bool { return h.handled("poison-sel") == selected })
 	var st DeadOpStatus
-	waitFor(t, "the operation done, seen from every instance", func() bool {
+	// Done and every ID reported on: "done" shows for a moment while an
+	// ID's partition is between owners, or before its new owner's next
+	// look (design.md).
+	waitFor(t, "the operation done with every ID reported on, seen from every instance", func() bool {
 		for _, n := range nodes {
-			if st, err = n.rt.DeadOpStatus(ctx, op.ID); err != nil || st.State != DeadOpDone {
+			if st, err = n.rt.DeadOpStatus(ctx, op.ID); err != nil || st.State != DeadOpDone || st.Unreported != 0 {
 				return false
 			}
 		}
@@ -657,5 +663,106 @@ func TestRequeuedDeadLetterRevokedRunsOnce(t *testing.T) {
 		if n != 2 {
 			t.Errorf("%s called %d times, want 2 (its failure, its requeue)", v, n)
 		}
+	}
+}
+
+// TestDeadOpsLastStatusAfterSlowWrite: the owner's status writes to the
+// meta topic fail for a while (a retriable error from the broker, as
+// under load), so the status write under way when the part ends is
+// still queued in the producer; the part's last status ("done") must
+// still reach the meta topic. (Cancelling the queued write made the
+// producer fail the records queued behind it, the last status too: the
+// operation stayed "running" with one left.)
+func TestDeadOpsLastStatusAfterSlowWrite(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2, "orders")
+	h := newOpsHandler()
+	nodes := startNodes(t, b, h.handle, "a")
+	rt := nodes[0].rt
+	produceOn(b, 2, "poison", 2)
+	waitFor(t, "the dead letters", func() bool { return groupCount(t, rt, DeadFilter{}) == 2*2 })
+
+	// While failing is set, every Produce to the meta topic is answered
+	// with a retriable error.
+	meta := rt.clog.client.MetaTopic()
+	var failing, failed atomic.Bool
+	cl := b.broker.Cluster()
+	cl.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cl.KeepControl()
+		if !failing.Load() {
+			return nil, nil, false
+		}
+		preq := req.(*kmsg.ProduceRequest)
+		id := cl.TopicInfo(meta)
+		hit := false
+		for _, tp := range preq.Topics {
+			hit = hit || tp.Topic == meta || (id != nil && tp.TopicID == id.TopicID)
+		}
+		if !hit {
+			return nil, nil, false
+		}
+		resp := preq.ResponseKind().(*kmsg.ProduceResponse)
+		for _, tp := range preq.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic, rt.TopicID = tp.Topic, tp.TopicID
+			for _, p := range tp.Partitions {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition = p.Partition
+				rp.ErrorCode = kerr.NotEnoughReplicas.Code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		failed.Store(true)
+		return resp, nil, true
+	})
+	// The part's end lets the meta topic's writes through again, once
+	// its status writer was told to stop.
+	var ended atomic.Int64
+	rt.ops.testHookPartEnd = func() {
+		ended.Add(1)
+		failing.Store(false)
+	}
+
+	h.fixed.Store(true)
+	ctx := context.Background()
+	op, err := rt.StartDeadOp(ctx, DeadOp{Action: deadop.Requeue, Filter: DeadFilter{ErrorContains: "poison-p0"}, Who: "tester"})
+	if err != nil || op.Matched != 2 {
+		t.Fatalf("start: %+v, %v", op, err)
+	}
+	failing.Store(true)
+	waitFor(t, "the requeued handled", func() bool { return h.handled("poison-p0") == 2 })
+	waitFor(t, "the part's end", func() bool { return ended.Load() > 0 })
+	if !failed.Load() {
+		t.Fatal("no write to the meta topic failed: the test did not test")
+	}
+	// The meta topic says the part is done, with both requeued.
+	var last deadop.Status
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, err := rt.clog.client.ReadMetaFrom(ctx, 0, func(recs []changelog.Rec) error {
+			for _, r := range recs {
+				if p, ok, _ := deadop.Parse(r.Key, r.Value); ok && p.Kind == deadop.KindStatus && p.Op == op.ID && p.Status != nil {
+					last = *p.Status
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last.State == deadop.Done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the meta topic's last status of the part is %+v after 15s, want done", last)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the meta topic, not synchronising
+	}
+	if last.Done != 2 || last.Left != 0 {
+		t.Errorf("the part's last status: %+v, want 2 done, none left", last)
+	}
+	if st, err := rt.DeadOpStatus(ctx, op.ID); err != nil || st.State != DeadOpDone || st.Done != 2 {
+		t.Errorf("status: %+v, %v; want done with 2 done", st, err)
 	}
 }

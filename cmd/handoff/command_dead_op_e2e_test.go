@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"regexp"
@@ -50,6 +51,37 @@ func (h *e2eHandled) snapshot() (map[string]int, []time.Time) {
 	return out, at
 }
 
+// e2eLogs keeps the instances' log lines, each prefixed by its
+// instance's name. Safe for concurrent use.
+type e2eLogs struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+// writer returns a writer of name's log lines.
+func (l *e2eLogs) writer(name string) io.Writer {
+	return e2eLogWriter{l, name}
+}
+
+func (l *e2eLogs) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+type e2eLogWriter struct {
+	l    *e2eLogs
+	name string
+}
+
+func (w e2eLogWriter) Write(p []byte) (int, error) {
+	w.l.mu.Lock()
+	defer w.l.mu.Unlock()
+	w.l.b.WriteString(w.name + ": ")
+	w.l.b.Write(p)
+	return len(p), nil
+}
+
 // waitUntil polls cond every 20ms until it holds, failing the test after
 // d.
 func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
@@ -89,6 +121,13 @@ func newE2EGroup(t *testing.T, group string) *e2eGroup {
 	t.Cleanup(b.Close)
 	g := &e2eGroup{t: t, addr: b.Addr(), addrs: b.Addrs(), group: group,
 		handled: &e2eHandled{count: map[string]int{}, at: map[string]time.Time{}}}
+	// The instances' logs, shown when the test fails.
+	logs := &e2eLogs{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the instances' logs:\n%s", logs.String())
+		}
+	})
 	handler := func(_ context.Context, m *handoff.Message) error {
 		v := string(m.Value)
 		if strings.HasPrefix(v, "poison-") && !g.fixed.Load() {
@@ -110,7 +149,7 @@ func newE2EGroup(t *testing.T, group string) *e2eGroup {
 			CommitInterval: 100 * time.Millisecond,
 			SessionTimeout: 6 * time.Second,
 			FetchMaxWait:   100 * time.Millisecond,
-			Logger:         slog.New(slog.DiscardHandler),
+			Logger:         slog.New(slog.NewTextHandler(logs.writer(name), &slog.HandlerOptions{Level: slog.LevelDebug})),
 			Classes:        []runtime.Class{{Name: "orders", Topics: []string{"orders"}, Handler: handler, Workers: 2, QueueSize: 8}},
 		})
 		if err != nil {
@@ -219,10 +258,19 @@ func TestDeadOpEndToEnd(t *testing.T) {
 	)
 	g := newE2EGroup(t, "e2e")
 	deadA, deadB := g.poison(n)
-	// The CLI sees them all, each with its owner.
-	r := run(t, "dead", "list", "--brokers", g.addr, "--group", g.group, "--limit", "100")
-	if r.code != 0 || strings.Count(r.stdout, " a ") != deadA || strings.Count(r.stdout, " b ") != deadB {
-		t.Fatalf("dead list --brokers: exit %d, want %d of a and %d of b:\n%s%s", r.code, deadA, deadB, r.stdout, r.stderr)
+	// The CLI sees them all, each with its owner, once their changelog
+	// writes are acknowledged (the instances hold them before).
+	var r result
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r = run(t, "dead", "list", "--brokers", g.addr, "--group", g.group, "--limit", "100")
+		if r.code == 0 && strings.Count(r.stdout, " a ") == deadA && strings.Count(r.stdout, " b ") == deadB {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dead list --brokers: exit %d, want %d of a and %d of b:\n%s%s", r.code, deadA, deadB, r.stdout, r.stderr)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the changelogs, not synchronising
 	}
 
 	g.fixed.Store(true)
