@@ -71,7 +71,7 @@ type itemExt struct {
 	firstFailed  time.Time
 	redeliveries int
 	// deleting: the message is done and its pending record's delete is
-	// queued (deletes.Queue), not written yet.
+	// queued (snapshot.DoneQueue), not written yet.
 	deleting bool
 	// saved, for a re-pushed saved Kafka message, ties the fetched copy
 	// of its offset to it (progress.go).

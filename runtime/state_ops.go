@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/handoff-go/handoff/runtime/internal/deletes"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -334,7 +333,7 @@ func (f *stateFile) deletePendingLocal(keys ...uint64) error {
 // the records of updates and of delayed's stale ones, and puts progs.
 // recs are the records saved, keys their keys, fromKafka which came from
 // Kafka.
-func (f *stateFile) writeSnapshot(fresh, delayed, updates []leftover, del deletes.Records, progs []partProgress,
+func (f *stateFile) writeSnapshot(fresh, delayed, updates []leftover, del snapshot.DoneRecords, progs []partProgress,
 	now time.Time) (recs []snapshot.Record, keys []uint64, fromKafka []bool, err error) {
 	err = f.store.Update(func(tx *snapshot.Tx) (err error) {
 		recs, fromKafka = recs[:0], fromKafka[:0]
