@@ -46,8 +46,8 @@ type keysConfig struct {
 	pool     *pool.Pool[*item]
 	state    *stateFile
 	deletes  *snapshot.DoneQueue // a done parked message whose delete failed is not pushed again
-	releases *releases      // runs the key releases; the stop's quiesce closes it
-	counts   *counters      // the class's
+	releases *releases           // runs the key releases; the stop's quiesce closes it
+	counts   *counters           // the class's
 	// route names the input partition a message belongs to; false (or
 	// route nil) for none (see stateLog.routeMsg).
 	route func(m *handoff.Message) (kclient.Partition, bool)

@@ -57,9 +57,9 @@ func TestRecoveryRun(t *testing.T) {
 		counts: &c.stats, log: log})
 	var orphaned []string
 	v := recovery{state: state, classes: map[string]*class{"orders": c}, order: []*class{c}, log: log, orphans: &orphans{},
-		orphan: func(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool {
+		orphan: func(rec snapshot.Record, from snapshot.Source) bool {
 			orphaned = append(orphaned, rec.Message.ID)
-			return store.Update(del) == nil
+			return store.DeleteDone(snapshot.Move{From: from}) == nil
 		}}
 	rep := &Report{}
 	if err := v.run(t.Context(), rep); err != nil {
