@@ -22,11 +22,11 @@ recovered: use 'dead show' or 'dead list --json' first if you may need
 them. Dead letters that cannot be decoded are deleted too, by ID or with
 --all (without --class).`,
 		Args: stateArgs(0, -1, "ID"),
-		RunE: sel.run(&sf, "discard", true, func(cmd *cobra.Command, st *snapshot.Store, keys []uint64, _ []string) error {
-			if err := st.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(keys...) }); err != nil {
+		RunE: sel.run(&sf, "discard", true, func(cmd *cobra.Command, st *snapshot.State, dead []snapshot.DeadRef) error {
+			if err := st.DiscardDead(keys(dead)...); err != nil {
 				return err
 			}
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "discarded %d %s\n", len(keys), sel.what())
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "discarded %d %s\n", len(dead), sel.what())
 			return err
 		}),
 	}

@@ -12,16 +12,16 @@ import (
 
 func pausesOf(t *testing.T, path string) map[string]snapshot.Pause {
 	t.Helper()
-	st, err := snapshot.Open(path, snapshot.Options{})
+	st, err := snapshot.Open(path, snapshot.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	var p map[string]snapshot.Pause
-	if err := st.View(func(tx *snapshot.Tx) (err error) { p, err = tx.Pauses(); return err }); err != nil {
+	info, err := st.FileInfo()
+	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return info.Pauses
 }
 
 // TestPauseResumeCommands: pause records a class's pause with its reason,
