@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/handoff-go/handoff/pool"
-	"github.com/handoff-go/handoff/runtime/internal/deletes"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -48,7 +47,7 @@ func TestOrderedKeysParkAndRelease(t *testing.T) {
 		mu     sync.Mutex
 		ran    []string
 		counts counters
-		dels   deletes.Queue
+		dels   snapshot.DoneQueue
 		rel    releases
 	)
 	p, err := pool.New(pool.Config[*item]{

@@ -10,7 +10,6 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/pool"
-	"github.com/handoff-go/handoff/runtime/internal/deletes"
 	"github.com/handoff-go/handoff/runtime/internal/hold"
 	"github.com/handoff-go/handoff/snapshot"
 )
@@ -54,13 +53,13 @@ func TestRecoveryRun(t *testing.T) {
 	var rel releases // not open: the restored release does not start here
 	c := &class{cfg: Class{Name: "orders", Ordered: true}, pool: p}
 	c.hold = hold.New(hold.Config[*item]{Class: "orders", Pool: p, Log: log, Rewind: func(time.Time) {}, Backoff: probeBackoff})
-	c.keys = newOrderedKeys(keysConfig{class: "orders", pool: p, state: state, deletes: &deletes.Queue{}, releases: &rel,
+	c.keys = newOrderedKeys(keysConfig{class: "orders", pool: p, state: state, deletes: &snapshot.DoneQueue{}, releases: &rel,
 		counts: &c.stats, log: log})
 	var orphaned []string
 	v := recovery{state: state, classes: map[string]*class{"orders": c}, order: []*class{c}, log: log, orphans: &orphans{},
-		orphan: func(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool {
+		orphan: func(rec snapshot.Record, from snapshot.Source) bool {
 			orphaned = append(orphaned, rec.Message.ID)
-			return store.Update(del) == nil
+			return store.DeleteDone(snapshot.Move{From: from}) == nil
 		}}
 	rep := &Report{}
 	if err := v.run(t.Context(), rep); err != nil {

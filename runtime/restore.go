@@ -32,7 +32,7 @@ type restorer struct {
 	order   []*class
 	// orphan makes a saved message of a class no longer configured a
 	// dead letter (failures.orphan).
-	orphan func(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool
+	orphan func(rec snapshot.Record, from snapshot.Source) bool
 	// wake rewinds the scheduler to due (scheduler.wake); unhand
 	// forgets a delayed record handed to a pool that left it unstarted
 	// (scheduler.unhand), for a later restore here to deliver it again.

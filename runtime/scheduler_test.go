@@ -47,9 +47,9 @@ func TestSchedulerDueOrder(t *testing.T) {
 		tl := &tally{classes: []*class{c}}
 		orphans := 0
 		s := newScheduler(schedulerConfig{state: state, tally: tl, classes: map[string]*class{"jobs": c}, log: log,
-			orphan: func(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool {
+			orphan: func(rec snapshot.Record, from snapshot.Source) bool {
 				orphans++
-				return store.Update(del) == nil
+				return store.DeleteDone(snapshot.Move{From: from}) == nil
 			}})
 		state.forgetDelayed = s.forget
 		ctx, cancel := context.WithCancel(context.Background())
@@ -67,7 +67,10 @@ func TestSchedulerDueOrder(t *testing.T) {
 		}
 		// An orphan: written straight to the file, as an older run left it.
 		rec := snapshot.Record{Message: handoff.Message{ID: "gone", Class: "retired"}, Reason: reasonScheduled}
-		if err := store.Update(func(tx *snapshot.Tx) error { return saveDelayed(tx, at(1500*time.Millisecond), rec) }); err != nil {
+		if err := store.Update(func(tx *snapshot.Tx) error {
+			_, err := tx.SaveDelayed(snapshot.Delayed{Due: at(1500 * time.Millisecond), Record: rec})
+			return err
+		}); err != nil {
 			t.Fatal(err)
 		}
 		s.wake(at(1500 * time.Millisecond))

@@ -28,7 +28,7 @@ type (
 	Progress        = store.Progress
 	Quarantined     = store.Quarantined
 	Record          = store.Record
-	Store           = store.Store
+	Store           = State // the State, which embeds the store while callers move
 	Tx              = store.Tx
 )
 
@@ -36,7 +36,6 @@ var (
 	DeadIDOf          = store.DeadIDOf
 	DecodeRecord      = store.DecodeRecord
 	DelayedKeyAt      = store.DelayedKeyAt
-	Open              = store.Open
 	OwnerMarker       = store.OwnerMarker
 	ParseChangelogKey = store.ParseChangelogKey
 	ParseDeadID       = store.ParseDeadID

@@ -1,7 +1,8 @@
 // Package deletes batches the deletes of state-file records whose
 // messages are done: workers queue them, and one transaction every
 // Interval deletes what was queued (one fsync for many). It knows the
-// state file's record keys and nothing of the runtime.
+// state file's record keys and nothing of the runtime; package snapshot
+// exports it as DoneQueue and runs its transactions.
 package deletes
 
 import (
@@ -11,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/internal/store"
 )
 
 // Interval is how often the records of done re-pushed and delayed
@@ -39,15 +40,15 @@ type Queue struct {
 // Records are records of done messages, waiting to be deleted.
 type Records struct {
 	Pending []uint64
-	Delayed []snapshot.DelayedKey
-	Parked  []snapshot.ParkedKey
+	Delayed []store.DelayedKey
+	Parked  []store.ParkedKey
 }
 
 // Empty reports whether there are none.
 func (d Records) Empty() bool { return len(d.Pending)+len(d.Delayed)+len(d.Parked) == 0 }
 
 // Delete deletes them inside tx.
-func (d Records) Delete(tx *snapshot.Tx) error {
+func (d Records) Delete(tx *store.Tx) error {
 	if err := tx.DeletePending(d.Pending...); err != nil {
 		return err
 	}
@@ -65,7 +66,7 @@ func (d *Queue) Pending(key uint64) {
 }
 
 // Delayed queues the delayed record key for deletion.
-func (d *Queue) Delayed(key snapshot.DelayedKey) {
+func (d *Queue) Delayed(key store.DelayedKey) {
 	d.mu.Lock()
 	d.done.Delayed = append(d.done.Delayed, key)
 	d.mu.Unlock()
@@ -73,7 +74,7 @@ func (d *Queue) Delayed(key snapshot.DelayedKey) {
 
 // Parked queues the record key of a done parked message whose delete
 // failed: the batch retries it, and releases skip it (see NotDone).
-func (d *Queue) Parked(key snapshot.ParkedKey) {
+func (d *Queue) Parked(key store.ParkedKey) {
 	d.mu.Lock()
 	d.done.Parked = append(d.done.Parked, key)
 	if d.undeleted == nil {
@@ -85,13 +86,13 @@ func (d *Queue) Parked(key snapshot.ParkedKey) {
 
 // NotDone returns the entries of es but those queued by Parked: what a
 // key's release may push. It reuses es' array.
-func (d *Queue) NotDone(es []snapshot.ParkedEntry) []snapshot.ParkedEntry {
+func (d *Queue) NotDone(es []store.ParkedEntry) []store.ParkedEntry {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.undeleted) == 0 {
 		return es
 	}
-	return slices.DeleteFunc(es, func(e snapshot.ParkedEntry) bool {
+	return slices.DeleteFunc(es, func(e store.ParkedEntry) bool {
 		_, done := d.undeleted[string(e.Key)]
 		return done
 	})
@@ -115,13 +116,14 @@ func (d *Queue) putBack(failed Records) {
 	d.mu.Unlock()
 }
 
-// Run deletes the queued records every Interval until ctx ends, and
-// tells deleted which were, once their transaction has committed. It
+// Run deletes the queued records every Interval until ctx ends, each
+// time in one call of del (one transaction), and tells deleted which
+// were, once del returned nil. It
 // blocks until ctx ends; a failed delete is logged, passed to failed and
 // its records are queued again, before the newer ones. It calls beat on every turn, so
 // that a write that never returns (a hung disk) shows as a loop that
 // stopped turning.
-func (d *Queue) Run(ctx context.Context, store *snapshot.Store, log *slog.Logger, beat func(), deleted func(Records), failed func(error)) {
+func (d *Queue) Run(ctx context.Context, del func(Records) error, log *slog.Logger, beat func(), deleted func(Records), failed func(error)) {
 	t := time.NewTicker(Interval)
 	defer t.Stop()
 	for {
@@ -135,7 +137,7 @@ func (d *Queue) Run(ctx context.Context, store *snapshot.Store, log *slog.Logger
 		if batch.Empty() {
 			continue
 		}
-		if err := store.Update(batch.Delete); err != nil {
+		if err := del(batch); err != nil {
 			log.Error("records of done messages not deleted; they will run again", "pending", len(batch.Pending),
 				"delayed", len(batch.Delayed), "parked", len(batch.Parked), "err", err)
 			failed(err)

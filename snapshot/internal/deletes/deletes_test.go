@@ -13,7 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/handoff-go/handoff"
-	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/internal/store"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -25,21 +25,21 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // queued here is left out of what its key's release may push.
 func TestDeletesBatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store, err := snapshot.Open(filepath.Join(t.TempDir(), "state.db"), snapshot.Options{LockTimeout: time.Second})
+		st, err := store.Open(filepath.Join(t.TempDir(), "state.db"), store.Options{LockTimeout: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer store.Close()
-		rec := func(id string) snapshot.Record {
-			return snapshot.Record{Message: handoff.Message{ID: id, Class: "c", Key: []byte("k")}}
+		defer st.Close()
+		rec := func(id string) store.Record {
+			return store.Record{Message: handoff.Message{ID: id, Class: "c", Key: []byte("k")}}
 		}
 		var pending []uint64
 		var delayed []bool
-		err = store.Update(func(tx *snapshot.Tx) (err error) {
+		err = st.Update(func(tx *store.Tx) (err error) {
 			if pending, err = tx.SavePending(rec("p1"), rec("p2"), rec("p3")); err != nil {
 				return err
 			}
-			if delayed, err = tx.SaveDelayed(snapshot.Delayed{Due: time.Now(), Record: rec("d1")}); err != nil || !delayed[0] {
+			if delayed, err = tx.SaveDelayed(store.Delayed{Due: time.Now(), Record: rec("d1")}); err != nil || !delayed[0] {
 				return err
 			}
 			return tx.Park("c", []byte("k"), rec("k1"), rec("k2"))
@@ -47,9 +47,9 @@ func TestDeletesBatch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var dkey snapshot.DelayedKey
-		var parked []snapshot.ParkedEntry
-		err = store.View(func(tx *snapshot.Tx) (err error) {
+		var dkey store.DelayedKey
+		var parked []store.ParkedEntry
+		err = st.View(func(tx *store.Tx) (err error) {
 			if dkey, _, err = tx.DelayedKeyOf("d1"); err != nil {
 				return err
 			}
@@ -67,7 +67,7 @@ func TestDeletesBatch(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			d.Run(ctx, store, slog.New(slog.DiscardHandler), func() { beats.Add(1) }, func(b Records) {
+			d.Run(ctx, func(r Records) error { return st.Update(r.Delete) }, slog.New(slog.DiscardHandler), func() { beats.Add(1) }, func(b Records) {
 				mu.Lock()
 				batches = append(batches, b)
 				mu.Unlock()
@@ -77,23 +77,23 @@ func TestDeletesBatch(t *testing.T) {
 		d.Pending(pending[1])
 		d.Delayed(dkey)
 		d.Parked(parked[0].Key)
-		if kept := d.NotDone(append([]snapshot.ParkedEntry(nil), parked...)); len(kept) != 1 || string(kept[0].Key) != string(parked[1].Key) {
+		if kept := d.NotDone(append([]store.ParkedEntry(nil), parked...)); len(kept) != 1 || string(kept[0].Key) != string(parked[1].Key) {
 			t.Errorf("a release may push %d parked records, want only the second", len(kept))
 		}
 		counts := func() map[string]int {
 			var c map[string]int
-			if err := store.View(func(tx *snapshot.Tx) (err error) { c, err = tx.Counts(); return err }); err != nil {
+			if err := st.View(func(tx *store.Tx) (err error) { c, err = tx.Counts(); return err }); err != nil {
 				t.Fatal(err)
 			}
 			return c
 		}
-		if c := counts(); c[snapshot.BucketPending] != 3 {
+		if c := counts(); c[store.BucketPending] != 3 {
 			t.Fatalf("deleted before the tick: %v", c)
 		}
 		time.Sleep(Interval)
 		synctest.Wait()
 		c := counts()
-		if c[snapshot.BucketPending] != 1 || c[snapshot.BucketDelayed] != 0 || c[snapshot.BucketParked] != 1 {
+		if c[store.BucketPending] != 1 || c[store.BucketDelayed] != 0 || c[store.BucketParked] != 1 {
 			t.Errorf("after one tick: %v; want 1 pending, 0 delayed, 1 parked", c)
 		}
 		mu.Lock()
