@@ -289,15 +289,3 @@ func (s *State) Pauses() (pauses map[string]Pause, err error) {
 	err = s.Store.View(func(tx *store.Tx) (err error) { pauses, err = tx.Pauses(); return err })
 	return pauses, err
 }
-
-// PutPause keeps class's pause p, in a write of its own.
-func (s *State) PutPause(class string, p Pause) error {
-	return s.Store.Update(func(tx *store.Tx) error { return tx.PutPause(class, p) })
-}
-
-// DeletePause deletes class's pause, in a write of its own; false when
-// it had none.
-func (s *State) DeletePause(class string) (deleted bool, err error) {
-	err = s.Store.Update(func(tx *store.Tx) (err error) { deleted, err = tx.DeletePause(class); return err })
-	return deleted, err
-}

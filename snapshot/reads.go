@@ -190,13 +190,6 @@ func (s *State) DueDelayed(from DelayedKey, now time.Time, limit int) (due []Del
 	return due, next, bad, err
 }
 
-// Counts returns how many records each bucket holds, by bucket name
-// (BucketPending...).
-func (s *State) Counts() (counts map[string]int, err error) {
-	err = s.Store.View(func(tx *store.Tx) (err error) { counts, err = tx.Counts(); return err })
-	return counts, err
-}
-
 // Progress returns the progress the file holds of topic's partition p.
 func (s *State) Progress(topic string, p int32) (prog Progress, ok bool, err error) {
 	err = s.Store.View(func(tx *store.Tx) (err error) { prog, ok, err = tx.Progress(topic, p); return err })
