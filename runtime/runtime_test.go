@@ -13,6 +13,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 func TestConfigValidation(t *testing.T) {
@@ -129,12 +130,7 @@ func TestStopSnapshotsAndRepushes(t *testing.T) {
 
 func assertPending(t *testing.T, path string, want int) {
 	t.Helper()
-	st, err := snapshot.Open(path, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if n := recordCounts(t, st)[snapshot.BucketPending]; n != want {
+	if n := snapshottest.Counts(t, path)[snapshot.BucketPending]; n != want {
 		t.Errorf("pending records: %d, want %d", n, want)
 	}
 }
@@ -144,18 +140,11 @@ func assertPending(t *testing.T, path string, want int) {
 func TestRecoveryBeforeFetch(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, "orders")
-	st, err := snapshot.Open(b.state, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var recs []snapshot.Record
 	for i := range 50 {
 		recs = append(recs, snapshot.Record{Message: handoff.Message{ID: "saved-" + string(rune('A'+i%26)) + string(rune('a'+i/26)), Class: "orders", Key: []byte("k")}, Reason: "unstarted"})
 	}
-	if err := st.Update(func(tx *snapshot.Tx) error { _, err := tx.SavePending(recs...); return err }); err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
+	snapshottest.SeedPending(t, b.state, recs...)
 	produced := b.produce(20)
 	var n atomic.Int64
 	all := make(chan struct{})
