@@ -237,7 +237,7 @@ func TestDeadLookups(t *testing.T) {
 }
 
 // TestOfflineWrites: RequeueDead moves dead letters to pending with a
-// fresh budget, all or nothing; DeleteRecords deletes records of every
+// fresh budget, all or nothing; Delete deletes records of every
 // bucket in one write.
 func TestOfflineWrites(t *testing.T) {
 	st, _ := openOffline(t, nil)
@@ -287,12 +287,13 @@ func TestOfflineWrites(t *testing.T) {
 	if err != nil || got.Message.ID != "d1" || got.Message.Attempt != 0 || got.Redeliveries != 0 || got.Reason != ReasonRequeued || got.Err != "boom d1" {
 		t.Errorf("requeued record: %+v, %v", got, err)
 	}
-	if err := st.DeleteRecords(RecordKeys{Pending: []uint64{1}, Dead: []uint64{2}, Delayed: delayed, Parked: parked}); err != nil {
+	if err := st.Delete(Source{From: FromPending, Key: 1}, Source{From: FromDead, Key: 2}, Source{From: FromDelayed, Delayed: delayed[0]},
+		Source{From: FromParked, Parked: parked[0]}, Source{}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := st.Counts()
 	if err != nil || c[BucketPending] != 1 || c[BucketDead] != 0 || c[BucketDelayed] != 0 || c[BucketParked] != 0 {
-		t.Errorf("after DeleteRecords: %v, %v; want the requeued pending record only", c, err)
+		t.Errorf("after Delete: %v, %v; want the requeued pending record only", c, err)
 	}
 }
 
