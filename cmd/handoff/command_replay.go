@@ -130,8 +130,8 @@ type replayPlan struct {
 	// behindDead counts the parked records left in the file because
 	// their key waits for a dead letter and --dead is not given.
 	behindDead int
-	bad        int // undecodable pending records moved to quarantine
-	badParked  int // undecodable parked records (or keys) moved to quarantine
+	bad        int                        // undecodable pending records moved to quarantine
+	badParked  int                        // undecodable parked records (or keys) moved to quarantine
 	badDead    []snapshot.UndecodableDead // with --dead, left in the file
 }
 
