@@ -1,5 +1,93 @@
 // Package snapshot is the component of handoff that owns "saved": the
-// state file of a service instance (package snapshot/internal/store holds
-// its format, buckets and codecs) and what the runtime and the CLI do with
-// it.
+// state file of a service instance — the messages saved at a stop
+// (pending), the dead letters, the messages to deliver later (delayed),
+// the messages parked behind a dead letter of their ordering key
+// (parked), what did not decode (quarantine), the pauses — and the
+// writes of it to the changelog topic that carries a partition's state to
+// its next owner. The runtime and the CLI reach the file only through it.
+//
+// # State
+//
+// [Open] is the one way to open a state file: for the runtime, for the
+// CLI read-only or offline ([Options.ReadOnly]), and for tests. It blocks
+// up to [Options.LockTimeout] while another process holds the file
+// (zero: wait for as long as it takes). A [State] is one open file and is
+// safe for concurrent use; every read and write is one call of one of
+// its methods and one transaction, so a caller never sees, and never
+// writes, half of an operation. A write blocks for the file's fsync and,
+// once [State.SetChangelog] set a changelog, for the changelog's
+// acknowledgement of the write; a read neither blocks writers nor waits
+// for them.
+//
+// # "Saved" is one call
+//
+// A message leaves the runtime's hands in one call: a move
+// ([State.MoveToDead], [State.MoveToRedelivery], [State.MoveToDelayed],
+// [State.MoveToParked], [State.UpdateDead], and [State.OrphanToDead],
+// [State.Unpark], [State.DeleteDone] for the records of done messages).
+// Each takes the message's [Source], the record it came from (the zero
+// Source: a Kafka or submitted message, no record), and in ONE
+// transaction deletes that record, saves the message in its new place and
+// hands the changelog both writes (a tombstone and a record), which the
+// store captures from the transaction itself.
+// The lock story is the file's: a move holds bbolt's one writer lock for
+// its transaction, shared with the moves of other goroutines unless
+// [Move].Alone asks for its own (one fsync for many); nothing of the
+// runtime's is held inside it but the [Move].Check it passes, which must
+// not call the State. A move returns:
+//
+//   - nil once the file and, with a changelog, the changelog have it: the
+//     caller settles the message's origin (commits its Kafka offset,
+//     tells the scheduler a delayed record is gone) after the call, never
+//     before;
+//   - an error wrapping [ErrChangelog] when the file has it but the
+//     changelog does not: the caller settles only once
+//     [State.ResendUnsent] succeeded;
+//   - any other error when nothing was written: the message stays where
+//     it was (Kafka delivers it again, its record stays).
+//
+// The stop's snapshot is one call too ([State.SaveStop]): the unfinished
+// messages saved, the records of done ones deleted, the updated records
+// and each partition's [Progress], in one transaction.
+//
+// # The changelog's bookkeeping
+//
+// The file keeps a changelog ID, a checkpoint per partition, the owner
+// marker it last saw per partition and the partition count records were
+// last routed by; [State.FileID], [State.Owner], [State.SetOwner],
+// [State.NoteOwner], [State.Checkpoint], [State.KeepCheckpoints],
+// [State.SetRoutedBy] and [State.RoutedBy] read and write them (in the
+// file alone: they are not changelog records). [State.ApplyRestore] and
+// [State.ApplyFollowed] apply what a restore or a follow read of a
+// partition's changelog, renames included, in one transaction each. The
+// Kafka side (reading the changelog, writing owner markers, the meta
+// topic of pauses, the repartition of records) is still the runtime's
+// (runtime/changelog.go, ownership.go, follow.go, repartition.go,
+// pausemeta.go): it hands this package what it read and writes what this
+// package returns.
+//
+// # What stays exported
+//
+// [State], its [Options], the value types the runtime and the CLI hand
+// around ([Record], [Entry], [DeadID], [DelayedKey], [DelayedEntry],
+// [ParkedKey], [ParkedEntry], [ParkedCount], [Progress], [Pause],
+// [Applied], [ChangelogRecord], [Change], [Changelog], [Quarantined]) and
+// the errors (ErrLocked, ErrNotState, ErrNewerFormat, ErrDamaged...) are
+// aliases of package snapshot/internal/store's. Of the format, only what
+// a caller needs by name is exported: the bucket names Counts keys its
+// result by (BucketPending...), the meta keys the CLI's inspect shows
+// (MetaGroup, MetaInstance), the dead-letter ID's parser
+// ([ParseDeadID], [DeadIDOf]), the changelog key's and owner marker's
+// codecs a changelog reader outside the file needs ([ParseChangelogKey],
+// [OwnerMarker], [ParseOwnerMarker]) and the record decoder the CLI's
+// cluster listing uses ([DecodeRecord]). The file's transactions, its
+// buckets' layout and the key codecs are internal (store.Tx, store.Store);
+// [Tx] and [Store] remain in compat.go only until the tests still using
+// them move to State, and go with State's embedded store.
+//
+// # Zero values
+//
+// A zero State is not usable: Open makes one. The zero [Source] is a
+// message without a record; the zero [Move] is a shared transaction
+// without a check; a zero [DoneQueue] is empty and ready.
 package snapshot

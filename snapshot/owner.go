@@ -237,10 +237,10 @@ func renameApplied(tx *store.Tx, applied Applied, renames map[string]string) err
 // ok false for each it does not name yet.
 func (s *State) Identity() (group []byte, groupOK bool, instance []byte, instanceOK bool, err error) {
 	err = s.Store.View(func(tx *store.Tx) (err error) {
-		if group, groupOK, err = tx.Meta(MetaGroup); err != nil {
+		if group, groupOK, err = tx.Meta(store.MetaGroup); err != nil {
 			return err
 		}
-		instance, instanceOK, err = tx.Meta(MetaInstance)
+		instance, instanceOK, err = tx.Meta(store.MetaInstance)
 		return err
 	})
 	return group, groupOK, instance, instanceOK, err
@@ -248,12 +248,12 @@ func (s *State) Identity() (group []byte, groupOK bool, instance []byte, instanc
 
 // SetGroup records the file's group.
 func (s *State) SetGroup(group string) error {
-	return s.Store.Update(func(tx *store.Tx) error { return tx.PutMeta(MetaGroup, []byte(group)) })
+	return s.Store.Update(func(tx *store.Tx) error { return tx.PutMeta(store.MetaGroup, []byte(group)) })
 }
 
 // SetInstance records the instance that runs the file.
 func (s *State) SetInstance(instance string) error {
-	return s.Store.Update(func(tx *store.Tx) error { return tx.PutMeta(MetaInstance, []byte(instance)) })
+	return s.Store.Update(func(tx *store.Tx) error { return tx.PutMeta(store.MetaInstance, []byte(instance)) })
 }
 
 // Classes returns the class names the file has seen.
