@@ -512,7 +512,7 @@ func sendBatch(ctx context.Context, st *snapshot.State, w *kafka.Writer, batch [
 			acked[i] = e == nil
 		}
 	}
-	var del snapshot.RecordKeys
+	var del []snapshot.Source
 	n := 0
 	for i, ok := range acked {
 		if !ok {
@@ -521,17 +521,17 @@ func sendBatch(ctx context.Context, st *snapshot.State, w *kafka.Writer, batch [
 		n++
 		switch batch[i].bucket {
 		case snapshot.BucketDead:
-			del.Dead = append(del.Dead, batch[i].key)
+			del = append(del, snapshot.Source{From: snapshot.FromDead, Key: batch[i].key})
 		case snapshot.BucketDelayed:
-			del.Delayed = append(del.Delayed, batch[i].delayed)
+			del = append(del, snapshot.Source{From: snapshot.FromDelayed, Delayed: batch[i].delayed})
 		case snapshot.BucketParked:
-			del.Parked = append(del.Parked, batch[i].parked)
+			del = append(del, snapshot.Source{From: snapshot.FromParked, Parked: batch[i].parked})
 		default:
-			del.Pending = append(del.Pending, batch[i].key)
+			del = append(del, snapshot.Source{From: snapshot.FromPending, Key: batch[i].key})
 		}
 	}
 	// One transaction for every bucket.
-	if derr := st.DeleteRecords(del); derr != nil {
+	if derr := st.Delete(del...); derr != nil {
 		return 0, fmt.Errorf("%d messages were delivered but their records could not be deleted from %s "+
 			"(replaying again would send them twice): %w", n, st.Path(), derr)
 	}
