@@ -20,7 +20,7 @@ import (
 // handling's, with real failures, a real state file and no Runtime: what
 // the message's way from a pool's worker to the state file needs.
 type failRig struct {
-	store     *snapshot.Store
+	store     *snapshot.State
 	state     *stateFile
 	tally     *tally
 	fail      *failures

@@ -322,7 +322,7 @@ func TestSnapshotFailureKeepsOffsets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt.state.beforeSnapshot = func(st *snapshot.Store) { st.Close() }
+	rt.state.beforeSnapshot = func(st *snapshot.State) { st.Close() }
 	wait := start(t, rt, context.Background())
 	waitFor(t, "pool full, 10 handled", func() bool {
 		s := rt.classes.order[0].pool.Stats()

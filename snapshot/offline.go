@@ -6,24 +6,18 @@ import (
 	"github.com/handoff-go/handoff/snapshot/internal/store"
 )
 
-// The offline*.go files are the face of [State] that the command line
-// (cmd/handoff) uses on a state file without a running service behind
-// it: read-only on any file (Open with [Options.ReadOnly]; on the file
-// of a running service, which holds it locked, a consistent copy, see
-// [Options.ReadOnly]), and for writing on the file of a stopped service
-// (Open without ReadOnly waits up to Options.LockTimeout for the
-// service's lock, then fails with an error wrapping [ErrLocked]).
-//
-// Each method is one transaction of the file, unless its doc says
-// otherwise. A read neither blocks the writers of the file nor waits for
-// them: what it returns is the file as one commit left it. A write waits
-// for the file's write transaction, which nobody else holds once Open
-// has the file's lock, and what it changes is durable (one fsync) when
-// it returns nil, all of it or none of it. Offline writes reach the file
-// only: a State the CLI opens sends nothing to the changelog, so the
-// next restore of the records' partitions (on any instance) undoes them
-// when the file has a changelog ID ([State.FileInfo]'s HasFileID); the
-// CLI warns so.
+// The offline*.go files are the face of State the command line
+// (cmd/handoff) uses on a state file with no running service behind it:
+// read-only on any file (Options.ReadOnly: the file of a running
+// service, which holds it locked, is read from a consistent copy), and
+// for writing on the file of a stopped one (Open then fails with
+// ErrLocked after Options.LockTimeout while a service holds it). Each
+// method is one transaction: a read neither waits for writers nor blocks
+// them; a write waits for the file's one write transaction and returns
+// once it is durable (one fsync), all of it or none of it. A State the
+// CLI opens has no changelog set, so its writes reach the file only: on
+// a file with a changelog ID (FileInfo.HasFileID) the next restore of
+// the records' partitions undoes them, and the CLI warns so.
 
 // FileInfo is what a state file says of itself: who last ran on it, its
 // format, what it keeps besides records.

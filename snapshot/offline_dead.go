@@ -13,7 +13,7 @@ import (
 type DeadRef struct {
 	// Key is its key in this file's dead bucket: a position in this file
 	// only (the from of [DeadQuery], the keys [State.RequeueDead] and
-	// [State.DiscardDead] take). 0 for an undecodable dead letter stored
+	// [State.DeleteDead] take). 0 for an undecodable dead letter stored
 	// under a key of the wrong shape.
 	Key uint64
 	// ID is its ID, the same on every instance of the group (see
@@ -225,14 +225,4 @@ func (s *State) RequeueDead(keys ...uint64) ([]uint64, error) {
 	var pending []uint64
 	err := s.Store.Update(func(tx *store.Tx) (err error) { pending, err = tx.RequeueDead(keys...); return err })
 	return pending, err
-}
-
-// DiscardDead deletes the dead letters under keys ([DeadRef.Key]) for
-// good, undecodable ones too, in one write transaction. A key with no
-// dead letter is not an error. No keys is no transaction.
-func (s *State) DiscardDead(keys ...uint64) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	return s.Store.Update(func(tx *store.Tx) error { return tx.DeleteDead(keys...) })
 }

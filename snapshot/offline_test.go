@@ -70,7 +70,7 @@ func seq(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }
 // met, named by their buckets.
 func TestWalk(t *testing.T) {
 	st, path := openOffline(t, nil)
-	err := st.Store.Update(func(tx *store.Tx) error {
+	err := seed(st, func(tx *store.Tx) error {
 		if _, err := tx.SavePending(offlineRec("p1", "a", "k", 1), offlineRec("p2", "a", "k", 2)); err != nil {
 			return err
 		}
@@ -145,7 +145,7 @@ func deadFile(t *testing.T) (*State, []DeadID) {
 	var changes []Change
 	st, path := openOffline(t, &changes)
 	var ids []DeadID
-	err := st.Store.Update(func(tx *store.Tx) error {
+	err := seed(st, func(tx *store.Tx) error {
 		keys, err := tx.SaveDead(offlineRec("m1", "a", "k", 1), offlineRec("m2", "b", "k", 2), offlineRec("m3", "a", "j", 3))
 		for _, k := range keys {
 			id, err := tx.DeadID(k)
@@ -237,13 +237,13 @@ func TestDeadLookups(t *testing.T) {
 }
 
 // TestOfflineWrites: RequeueDead moves dead letters to pending with a
-// fresh budget, all or nothing; DeleteRecords deletes records of every
+// fresh budget, all or nothing; Delete deletes records of every
 // bucket in one write.
 func TestOfflineWrites(t *testing.T) {
 	st, _ := openOffline(t, nil)
 	var delayed []DelayedKey
 	var parked []ParkedKey
-	err := st.Store.Update(func(tx *store.Tx) error {
+	err := seed(st, func(tx *store.Tx) error {
 		if _, err := tx.SavePending(offlineRec("p1", "a", "k", 1)); err != nil {
 			return err
 		}
@@ -283,16 +283,17 @@ func TestOfflineWrites(t *testing.T) {
 		t.Fatalf("requeue: %v, %v", keys, err)
 	}
 	var got Record
-	err = st.Store.View(func(tx *store.Tx) (err error) { got, _, err = tx.GetPending(keys[0]); return err })
+	err = peek(st, func(tx *store.Tx) (err error) { got, _, err = tx.GetPending(keys[0]); return err })
 	if err != nil || got.Message.ID != "d1" || got.Message.Attempt != 0 || got.Redeliveries != 0 || got.Reason != ReasonRequeued || got.Err != "boom d1" {
 		t.Errorf("requeued record: %+v, %v", got, err)
 	}
-	if err := st.DeleteRecords(RecordKeys{Pending: []uint64{1}, Dead: []uint64{2}, Delayed: delayed, Parked: parked}); err != nil {
+	if err := st.Delete(Source{From: FromPending, Key: 1}, Source{From: FromDead, Key: 2}, Source{From: FromDelayed, Delayed: delayed[0]},
+		Source{From: FromParked, Parked: parked[0]}, Source{}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := st.Counts()
 	if err != nil || c[BucketPending] != 1 || c[BucketDead] != 0 || c[BucketDelayed] != 0 || c[BucketParked] != 0 {
-		t.Errorf("after DeleteRecords: %v, %v; want the requeued pending record only", c, err)
+		t.Errorf("after Delete: %v, %v; want the requeued pending record only", c, err)
 	}
 }
 
@@ -303,7 +304,7 @@ func TestChangelogDead(t *testing.T) {
 	var changes []Change
 	st, _ := openOffline(t, &changes)
 	var id DeadID
-	err := st.Store.Update(func(tx *store.Tx) error {
+	err := seed(st, func(tx *store.Tx) error {
 		if _, err := tx.SavePending(offlineRec("p1", "a", "k", 1)); err != nil {
 			return err
 		}
@@ -351,3 +352,8 @@ func TestChangelogDead(t *testing.T) {
 		t.Errorf("a dead letter key of 2 bytes: %v, want ErrCorrupt", err)
 	}
 }
+
+// seed and peek run fn in a write or a read transaction of st's store:
+// the tests write and check what the offline face reads without it.
+func seed(st *State, fn func(tx *store.Tx) error) error { return st.Store.Update(fn) }
+func peek(st *State, fn func(tx *store.Tx) error) error { return st.Store.View(fn) }

@@ -20,48 +20,20 @@ func (s *State) DeletePause(class string) (bool, error) {
 	return had, err
 }
 
-// RenameClass gives every record of class from (pending, dead, delayed
-// and parked) the class to, moves from's pause to to unless to has one,
-// and records to as a class the file has seen, in one write transaction.
-// It returns how many records it renamed per bucket (BucketPending,
-// BucketDead, BucketDelayed, BucketParked, each present; a moved pause
-// counts 1 under "pause"). Records that do not decode stay as they are.
-// It reads every record of those buckets. Running it again changes
-// nothing. from and to must be different non-empty names.
-func (s *State) RenameClass(from, to string) (map[string]int, error) {
-	var counts map[string]int
-	err := s.Store.Update(func(tx *store.Tx) (err error) { counts, err = tx.RenameClass(from, to); return err })
-	return counts, err
-}
-
-// RecordKeys names records of the file by their keys in their buckets,
-// as the reads return them (Entry.Key, DelayedEntry.Key,
-// ParkedEntry.Key).
-type RecordKeys struct {
-	// Pending and Dead are keys of pending records and of dead letters.
-	Pending, Dead []uint64
-	// Delayed and Parked are keys of delayed and of parked records.
-	Delayed []DelayedKey
-	Parked  []ParkedKey
-}
-
-// DeleteRecords deletes the records k names, in one write transaction:
-// all of them or, on an error, none. A key with no record is not an
-// error. A k that names none is no transaction.
-func (s *State) DeleteRecords(k RecordKeys) error {
-	if len(k.Pending)+len(k.Dead)+len(k.Delayed)+len(k.Parked) == 0 {
+// Delete deletes the records srcs name, in one write transaction: all
+// of them or, on an error, none. A source with no record (deleted
+// already) is not an error; a Kafka source (the zero Source) names none.
+// No srcs is no transaction.
+func (s *State) Delete(srcs ...Source) error {
+	if len(srcs) == 0 {
 		return nil
 	}
 	return s.Store.Update(func(tx *store.Tx) error {
-		if err := tx.DeletePending(k.Pending...); err != nil {
-			return err
+		for _, src := range srcs {
+			if err := src.delete(tx); err != nil {
+				return err
+			}
 		}
-		if err := tx.DeleteDelayed(k.Delayed...); err != nil {
-			return err
-		}
-		if err := tx.DeleteParked(k.Parked...); err != nil {
-			return err
-		}
-		return tx.DeleteDead(k.Dead...)
+		return nil
 	})
 }

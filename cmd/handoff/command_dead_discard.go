@@ -23,7 +23,7 @@ them. Dead letters that cannot be decoded are deleted too, by ID or with
 --all (without --class).`,
 		Args: stateArgs(0, -1, "ID"),
 		RunE: sel.run(&sf, "discard", true, func(cmd *cobra.Command, st *snapshot.State, dead []snapshot.DeadRef) error {
-			if err := st.DiscardDead(keys(dead)...); err != nil {
+			if err := st.DeleteDead(keys(dead)...); err != nil {
 				return err
 			}
 			_, err := fmt.Fprintf(cmd.OutOrStdout(), "discarded %d %s\n", len(dead), sel.what())

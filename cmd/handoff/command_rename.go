@@ -35,10 +35,11 @@ the same at start.`,
 				return usagef("need two different non-empty class names, got %q and %q", from, to)
 			}
 			err := withState(args[0], &sf, func(st *snapshot.State) error {
-				counts, err := st.RenameClass(from, to)
+				renamed, err := st.RenameClasses(map[string]string{from: to})
 				if err != nil {
 					return err
 				}
+				counts := renamed[from]
 				var parts []string
 				total := 0
 				for _, b := range slices.Sorted(maps.Keys(counts)) {

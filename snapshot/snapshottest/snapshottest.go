@@ -40,6 +40,7 @@ func update(t testing.TB, path, what string, fn func(tx *store.Tx) error) {
 	st, err := store.Open(path, store.Options{LockTimeout: lockWait})
 	if err != nil {
 		t.Fatalf("snapshottest: %s: open %s: %v", what, path, err)
+		return
 	}
 	err = st.Update(fn)
 	if cerr := st.Close(); err == nil && cerr != nil {
@@ -57,6 +58,7 @@ func view(t testing.TB, path, what string, fn func(tx *store.Tx) error) {
 	st, err := store.Open(path, store.Options{ReadOnly: true, LockTimeout: lockWait})
 	if err != nil {
 		t.Fatalf("snapshottest: %s: open %s: %v", what, path, err)
+		return
 	}
 	err = st.View(fn)
 	if cerr := st.Close(); err == nil && cerr != nil {
@@ -139,6 +141,7 @@ func Damage(t testing.TB, path, bucket string, key, value []byte) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockWait})
 	if err != nil {
 		t.Fatalf("snapshottest: damage %s: open %s: %v", bucket, path, err)
+		return
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket([]byte(bucket))
