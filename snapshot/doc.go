@@ -102,10 +102,9 @@
 // [OwnerMarker], [ParseOwnerMarker]) and the record decoder the
 // runtime's repartition uses ([DecodeRecord]); MetaGroup and
 // MetaInstance have no user outside the package since the CLI reads
-// [State.FileInfo]. The file's transactions, its
-// buckets' layout and the key codecs are internal (store.Tx, store.Store);
-// [Tx] and [Store] remain in compat.go only until the tests still using
-// them move to State, and go with State's embedded store.
+// [State.FileInfo]. The file's transactions (store.Tx,
+// store.Store), its buckets' layout and the key codecs are internal:
+// nothing outside package snapshot opens a transaction.
 //
 // # Zero values
 //
