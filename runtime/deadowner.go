@@ -31,11 +31,7 @@ func (l *stateLog) deadElsewhere(ctx context.Context, id snapshot.DeadID) error 
 			alive := false
 			_, err := l.client.Read(ctx, topic, p, 0, func(recs []changelog.Rec) error {
 				for _, r := range recs {
-					ck, err := snapshot.ParseChangelogKey(r.Key)
-					if err != nil {
-						continue // not a record key: the restore reports it
-					}
-					if got, ok := snapshot.DeadIDOf(ck); ok && got == id {
+					if got, ok := snapshot.ChangelogDeadID(r.Key); ok && got == id {
 						alive = r.Value != nil
 					}
 				}
