@@ -88,11 +88,7 @@ func (f *stateFile) getDead(local uint64) (id snapshot.DeadID, rec snapshot.Reco
 // deleteDoneParked deletes the record of it, a done parked message, in a
 // shared write (op names it for beforeWrite).
 func (f *stateFile) deleteDoneParked(op string, it *item) error {
-	m := snapshot.Move{From: it.source()}
-	if f.beforeWrite != nil {
-		m.Check = func() error { return f.beforeWrite(op, it) }
-	}
-	return f.store.DeleteDone(m)
+	return f.store.DeleteDone(snapshot.Move{From: it.source(), Check: f.check(op, it)})
 }
 
 // readParked returns the records parked under class's key, in park order,

@@ -210,10 +210,7 @@ func (f *stateFile) moveNow(it *item, what string, move func(m snapshot.Move) er
 // write runs move for the item, in a transaction of its own when alone,
 // and settles the item once it has committed.
 func (f *stateFile) write(it *item, what string, alone bool, move func(m snapshot.Move) error) bool {
-	m := snapshot.Move{From: it.source(), Alone: alone}
-	if f.beforeWrite != nil {
-		m.Check = func() error { return f.beforeWrite(what, it) }
-	}
+	m := snapshot.Move{From: it.source(), Alone: alone, Check: f.check(what, it)}
 	err := move(m)
 	if err != nil {
 		f.writeFailed(err)
@@ -260,13 +257,13 @@ func (f *stateFile) settleFunc(it *item) func() {
 	}
 }
 
-// testWriteErr returns the write failure a test injects with
-// beforeWrite, if any.
-func (f *stateFile) testWriteErr(op string, it *item) error {
+// check is the Move.Check of a write of it named op: the write failure
+// a test injects with beforeWrite, nil without one.
+func (f *stateFile) check(op string, it *item) func() error {
 	if f.beforeWrite == nil {
 		return nil
 	}
-	return f.beforeWrite(op, it)
+	return func() error { return f.beforeWrite(op, it) }
 }
 
 func (f *stateFile) logErr(what string, it *item, err error) {

@@ -66,6 +66,27 @@
 // pausemeta.go): it hands this package what it read and writes what this
 // package returns.
 //
+// # Offline: the CLI
+//
+// The command line (cmd/handoff) opens a file with [Open] too: read-only
+// for what only reads (inspect, dead list, dead show; a running
+// service's file is read from a consistent copy), for writing on a
+// stopped service's file (Open fails with [ErrLocked] after
+// Options.LockTimeout while a service holds it). It sets no changelog,
+// so its writes reach the file only. What it uses, each one transaction:
+// [State.FileInfo] (group, instance, format, classes, pauses, changelog
+// ID, checkpoints), [State.Counts], [State.Walk] (every record bucket in
+// one read; the records that do not decode returned by bucket, for
+// [State.Quarantine]), [State.Quarantined]; the dead letters with their
+// IDs ([State.ListDead], [State.DeadByID], [State.DeadByMessageID],
+// [State.DeadRefs]: the undecodable ones apart, as [UndecodableDead]);
+// [State.RequeueDead] (to pending, with a fresh budget), [State.DeleteDead],
+// [State.Delete] (replay's acknowledged records, as [Source]s),
+// [State.RenameClasses], [State.PutPause], [State.DeletePause]. Its
+// cluster listing reads a group's changelog without a file:
+// [IsChangelogDead] tells a dead letter's writes, [DecodeChangelogDead]
+// decodes the last one of a key.
+//
 // # What stays exported
 //
 // [State], its [Options], the value types the runtime and the CLI hand
@@ -75,15 +96,15 @@
 // the errors (ErrLocked, ErrNotState, ErrNewerFormat, ErrDamaged...) are
 // aliases of package snapshot/internal/store's. Of the format, only what
 // a caller needs by name is exported: the bucket names Counts keys its
-// result by (BucketPending...), the meta keys the CLI's inspect shows
-// (MetaGroup, MetaInstance), the dead-letter ID's parser
+// result by (BucketPending...), the dead-letter ID's parser
 // ([ParseDeadID], [DeadIDOf]), the changelog key's and owner marker's
 // codecs a changelog reader outside the file needs ([ParseChangelogKey],
-// [OwnerMarker], [ParseOwnerMarker]) and the record decoder the CLI's
-// cluster listing uses ([DecodeRecord]). The file's transactions, its
-// buckets' layout and the key codecs are internal (store.Tx, store.Store);
-// [Tx] and [Store] remain in compat.go only until the tests still using
-// them move to State, and go with State's embedded store.
+// [OwnerMarker], [ParseOwnerMarker]) and the record decoder the
+// runtime's repartition uses ([DecodeRecord]); MetaGroup and
+// MetaInstance have no user outside the package since the CLI reads
+// [State.FileInfo]. The file's transactions (store.Tx,
+// store.Store), its buckets' layout and the key codecs are internal:
+// nothing outside package snapshot opens a transaction.
 //
 // # Zero values
 //

@@ -98,9 +98,9 @@ type Move struct {
 // run runs save in m's transaction, after m.Check, deleting m.From first
 // when del.
 func (s *State) run(m Move, del bool, save func(tx *store.Tx) error) error {
-	run := s.Store.Batch
+	run := s.st.Batch
 	if m.Alone {
-		run = s.Store.Update
+		run = s.st.Update
 	}
 	return run(func(tx *store.Tx) error {
 		if m.Check != nil {
@@ -206,7 +206,7 @@ func saveDelayed(tx *store.Tx, due time.Time, rec Record) error {
 // OrphanToDead saves rec, a message of a class not configured, as a dead
 // letter and deletes its record from, in one write.
 func (s *State) OrphanToDead(rec Record, from Source) error {
-	return s.Store.Update(func(tx *store.Tx) error {
+	return s.st.Update(func(tx *store.Tx) error {
 		if _, err := tx.SaveDead(rec); err != nil {
 			return err
 		}
@@ -218,7 +218,7 @@ func (s *State) OrphanToDead(rec Record, from Source) error {
 // one write: to pending, or, when dead is set, to the dead letters as
 // dead makes them of their records (their class is not configured).
 func (s *State) Unpark(entries []ParkedEntry, dead func(Record) Record) error {
-	return s.Store.Update(func(tx *store.Tx) error {
+	return s.st.Update(func(tx *store.Tx) error {
 		for _, e := range entries {
 			var err error
 			if dead != nil {
@@ -246,7 +246,7 @@ func (s *State) Unpark(entries []ParkedEntry, dead func(Record) Record) error {
 func (s *State) Schedule(rec Record, at time.Time, handedOver func(DelayedKey) bool,
 	owns func(*Record) bool) (added []bool, replaced DelayedKey, err error) {
 	id := rec.Message.ID
-	err = s.Store.Batch(func(tx *store.Tx) error {
+	err = s.st.Batch(func(tx *store.Tx) error {
 		replaced = nil
 		old, ok, err := tx.DelayedKeyOf(id)
 		if err != nil {
@@ -339,7 +339,7 @@ type StopProgress struct {
 // SaveStop writes snap in one transaction. recs are the records saved as
 // pending, keys their keys and fromKafka which of them came from Kafka.
 func (s *State) SaveStop(snap StopSnapshot) (recs []Record, keys []uint64, fromKafka []bool, err error) {
-	err = s.Store.Update(func(tx *store.Tx) (err error) {
+	err = s.st.Update(func(tx *store.Tx) (err error) {
 		recs, fromKafka = recs[:0], fromKafka[:0]
 		ups := snap.Updates[:len(snap.Updates):len(snap.Updates)]
 		for _, r := range snap.Fresh {

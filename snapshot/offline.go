@@ -51,7 +51,7 @@ type FileInfo struct {
 // transaction.
 func (s *State) FileInfo() (FileInfo, error) {
 	var fi FileInfo
-	err := s.Store.View(func(tx *store.Tx) error {
+	err := s.st.View(func(tx *store.Tx) error {
 		for key, dst := range map[string]*string{store.MetaGroup: &fi.Group, store.MetaInstance: &fi.Instance} {
 			v, _, err := tx.Meta(key)
 			if err != nil {
@@ -90,7 +90,7 @@ func (s *State) FileInfo() (FileInfo, error) {
 // transaction.
 func (s *State) Counts() (map[string]int, error) {
 	var counts map[string]int
-	err := s.Store.View(func(tx *store.Tx) (err error) { counts, err = tx.Counts(); return err })
+	err := s.st.View(func(tx *store.Tx) (err error) { counts, err = tx.Counts(); return err })
 	return counts, err
 }
 
@@ -128,7 +128,7 @@ const walkPage = 1000
 // key's records.
 func (s *State) Walk(w Walk) ([]*DecodeError, error) {
 	var bad []*DecodeError
-	err := s.Store.View(func(tx *store.Tx) error {
+	err := s.st.View(func(tx *store.Tx) error {
 		if w.Pending != nil {
 			entries, b, err := tx.LoadPending()
 			if err != nil {
@@ -230,11 +230,11 @@ func decodeErrors(err error) ([]*DecodeError, bool) {
 // one read transaction.
 func (s *State) Quarantined() ([]Quarantined, error) {
 	var qs []Quarantined
-	err := s.Store.View(func(tx *store.Tx) (err error) { qs, err = tx.Quarantined(); return err })
+	err := s.st.View(func(tx *store.Tx) (err error) { qs, err = tx.Quarantined(); return err })
 	return qs, err
 }
 
 // Copied reports whether the State reads a copy of its file, taken by a
 // read-only Open because another process (a running service) held the
 // file for writing.
-func (s *State) Copied() bool { return s.Store.Copied() }
+func (s *State) Copied() bool { return s.st.Copied() }

@@ -92,7 +92,7 @@ func (s *State) ListDead(q DeadQuery) (DeadList, error) {
 		match = func(*Record) bool { return true }
 	}
 	var out DeadList
-	err := s.Store.View(func(tx *store.Tx) error {
+	err := s.st.View(func(tx *store.Tx) error {
 		page, next, total, err := tx.DeadSearch(q.Class, match, q.From, q.Newest, q.Limit)
 		bad, ok := decodeErrors(err)
 		if !ok {
@@ -144,7 +144,7 @@ func (s *State) DeadByID(id DeadID) (DeadEntry, bool, error) {
 		e  DeadEntry
 		ok bool
 	)
-	err := s.Store.View(func(tx *store.Tx) error {
+	err := s.st.View(func(tx *store.Tx) error {
 		key, found, err := tx.FindDead(id)
 		if err != nil || !found {
 			return err
@@ -164,7 +164,7 @@ func (s *State) DeadByMessageID(msgID string) (DeadEntry, bool, error) {
 		e  DeadEntry
 		ok bool
 	)
-	err := s.Store.View(func(tx *store.Tx) error {
+	err := s.st.View(func(tx *store.Tx) error {
 		for after := uint64(0); ; {
 			page, next, err := tx.DeadPage("", after, walkPage)
 			if err != nil && !errors.Is(err, ErrCorrupt) {
@@ -194,7 +194,7 @@ func (s *State) DeadRefs(class string) ([]DeadRef, []UndecodableDead, error) {
 		refs []DeadRef
 		bad  []UndecodableDead
 	)
-	err := s.Store.View(func(tx *store.Tx) error {
+	err := s.st.View(func(tx *store.Tx) error {
 		b, err := walkDead(tx, class, func(page []Entry) {
 			for i := range page {
 				refs = append(refs, deadRef(tx, page[i].Key))
@@ -223,6 +223,6 @@ func (s *State) RequeueDead(keys ...uint64) ([]uint64, error) {
 		return []uint64{}, nil
 	}
 	var pending []uint64
-	err := s.Store.Update(func(tx *store.Tx) (err error) { pending, err = tx.RequeueDead(keys...); return err })
+	err := s.st.Update(func(tx *store.Tx) (err error) { pending, err = tx.RequeueDead(keys...); return err })
 	return pending, err
 }

@@ -355,5 +355,5 @@ func TestChangelogDead(t *testing.T) {
 
 // seed and peek run fn in a write or a read transaction of st's store:
 // the tests write and check what the offline face reads without it.
-func seed(st *State, fn func(tx *store.Tx) error) error { return st.Store.Update(fn) }
-func peek(st *State, fn func(tx *store.Tx) error) error { return st.Store.View(fn) }
+func seed(st *State, fn func(tx *store.Tx) error) error { return st.st.Update(fn) }
+func peek(st *State, fn func(tx *store.Tx) error) error { return st.st.View(fn) }

@@ -9,14 +9,14 @@ import (
 // start comes back with the class paused. The class name is not
 // checked.
 func (s *State) PutPause(class string, p Pause) error {
-	return s.Store.Update(func(tx *store.Tx) error { return tx.PutPause(class, p) })
+	return s.st.Update(func(tx *store.Tx) error { return tx.PutPause(class, p) })
 }
 
 // DeletePause removes class's pause from the file, in one write
 // transaction, and reports whether it had one.
 func (s *State) DeletePause(class string) (bool, error) {
 	var had bool
-	err := s.Store.Update(func(tx *store.Tx) (err error) { had, err = tx.DeletePause(class); return err })
+	err := s.st.Update(func(tx *store.Tx) (err error) { had, err = tx.DeletePause(class); return err })
 	return had, err
 }
 
@@ -28,7 +28,7 @@ func (s *State) Delete(srcs ...Source) error {
 	if len(srcs) == 0 {
 		return nil
 	}
-	return s.Store.Update(func(tx *store.Tx) error {
+	return s.st.Update(func(tx *store.Tx) error {
 		for _, src := range srcs {
 			if err := src.delete(tx); err != nil {
 				return err

@@ -14,7 +14,7 @@ import (
 
 // FileID returns the file's changelog ID; ok is false while it has none.
 func (s *State) FileID() (id [16]byte, ok bool, err error) {
-	err = s.Store.View(func(tx *store.Tx) (err error) { id, ok, err = tx.ChangelogFileID(); return err })
+	err = s.st.View(func(tx *store.Tx) (err error) { id, ok, err = tx.ChangelogFileID(); return err })
 	return id, ok, err
 }
 
@@ -22,7 +22,7 @@ func (s *State) FileID() (id [16]byte, ok bool, err error) {
 // while it has none) and the file the latest owner marker of topic's
 // partition p that this file remembers names (known false for none).
 func (s *State) Owner(topic string, p int32) (own [16]byte, hasOwn bool, owner [16]byte, known bool, err error) {
-	err = s.Store.View(func(tx *store.Tx) (err error) {
+	err = s.st.View(func(tx *store.Tx) (err error) {
 		if own, hasOwn, err = tx.ChangelogFileID(); err != nil {
 			return err
 		}
@@ -35,13 +35,13 @@ func (s *State) Owner(topic string, p int32) (own [16]byte, hasOwn bool, owner [
 // SetOwner remembers owner as the file the latest owner marker of
 // topic's partition p names, in the file alone.
 func (s *State) SetOwner(topic string, p int32, owner [16]byte) error {
-	return s.Store.BatchLocal(func(tx *store.Tx) error { return tx.SetChangelogOwner(topic, p, owner) })
+	return s.st.BatchLocal(func(tx *store.Tx) error { return tx.SetChangelogOwner(topic, p, owner) })
 }
 
 // NoteOwner is SetOwner that also returns the file's changelog ID, read
 // in the same write.
 func (s *State) NoteOwner(topic string, p int32, owner [16]byte) (own [16]byte, err error) {
-	err = s.Store.BatchLocal(func(tx *store.Tx) (err error) {
+	err = s.st.BatchLocal(func(tx *store.Tx) (err error) {
 		if own, _, err = tx.ChangelogFileID(); err != nil {
 			return err
 		}
@@ -53,7 +53,7 @@ func (s *State) NoteOwner(topic string, p int32, owner [16]byte) (own [16]byte, 
 // Checkpoint returns the changelog offset the file has applied topic's
 // partition p up to; known is false when it keeps none.
 func (s *State) Checkpoint(topic string, p int32) (next int64, known bool, err error) {
-	err = s.Store.View(func(tx *store.Tx) (err error) { next, known, err = tx.ChangelogCheckpoint(topic, p); return err })
+	err = s.st.View(func(tx *store.Tx) (err error) { next, known, err = tx.ChangelogCheckpoint(topic, p); return err })
 	return next, known, err
 }
 
@@ -66,7 +66,7 @@ type Checkpoint struct {
 
 // KeepCheckpoints writes cps to the file alone, in one write.
 func (s *State) KeepCheckpoints(cps []Checkpoint) error {
-	return s.Store.UpdateLocal(func(tx *store.Tx) error {
+	return s.st.UpdateLocal(func(tx *store.Tx) error {
 		for _, cp := range cps {
 			if err := tx.SetChangelogCheckpoint(cp.Topic, cp.Partition, cp.Next); err != nil {
 				return err
@@ -89,7 +89,7 @@ func routedKey(topic string, p int32) string {
 // SetRoutedBy records, in the file alone, that topic's partition p's
 // changelog was read whole and its records moved by partition count n.
 func (s *State) SetRoutedBy(topic string, p int32, n int32) error {
-	return s.Store.UpdateLocal(func(tx *store.Tx) error {
+	return s.st.UpdateLocal(func(tx *store.Tx) error {
 		return tx.PutMeta(routedKey(topic, p), []byte(strconv.Itoa(int(n))))
 	})
 }
@@ -99,7 +99,7 @@ func (s *State) SetRoutedBy(topic string, p int32, n int32) error {
 // cannot tell.
 func (s *State) RoutedBy(topic string, p int32) int32 {
 	var n int32
-	_ = s.Store.View(func(tx *store.Tx) error {
+	_ = s.st.View(func(tx *store.Tx) error {
 		v, ok, err := tx.Meta(routedKey(topic, p))
 		if err != nil || !ok {
 			return err
@@ -117,7 +117,7 @@ func (s *State) RoutedBy(topic string, p int32) int32 {
 // gone or undecodable are skipped.
 func (s *State) ReadApplied(applied Applied, blocks func(*Record) bool, block func(Record)) ([]Entry, error) {
 	var pending []Entry
-	err := s.Store.View(func(tx *store.Tx) error {
+	err := s.st.View(func(tx *store.Tx) error {
 		for _, k := range applied.Dead {
 			if rec, ok, err := tx.GetDead(k); ok && err == nil {
 				block(rec)
@@ -143,7 +143,7 @@ func (s *State) ReadApplied(applied Applied, blocks func(*Record) bool, block fu
 // dead and delayed record applied holds, in that order; a failed read
 // ends nothing.
 func (s *State) EachApplied(applied Applied, each func(rec Record, ok bool, err error)) {
-	_ = s.Store.View(func(tx *store.Tx) error {
+	_ = s.st.View(func(tx *store.Tx) error {
 		for _, k := range applied.Pending {
 			each(tx.GetPending(k))
 		}
@@ -163,7 +163,7 @@ func (s *State) EachApplied(applied Applied, each func(rec Record, ok bool, err 
 // records of renamed classes their new names (renames, from -> to), in
 // one write.
 func (s *State) ApplyFollowed(topic string, p int32, recs []ChangelogRecord, renames map[string]string) (applied Applied, err error) {
-	err = s.Store.BatchLocal(func(tx *store.Tx) error {
+	err = s.st.BatchLocal(func(tx *store.Tx) error {
 		kept, ok, err := tx.ChangelogCheckpoint(topic, p)
 		if err != nil {
 			return err
@@ -200,7 +200,7 @@ type Restored struct {
 // the file alone as r says, in one write, and moves p's checkpoint to
 // next. dropped counts the records a rebuild dropped.
 func (s *State) ApplyRestore(topic string, p int32, recs []ChangelogRecord, next int64, r Restored) (applied Applied, dropped int, err error) {
-	err = s.Store.BatchLocal(func(tx *store.Tx) (err error) {
+	err = s.st.BatchLocal(func(tx *store.Tx) (err error) {
 		if r.Rebuild {
 			applied, dropped, err = tx.RebuildChangelog(topic, p, recs, next, r.Belongs)
 		} else {
@@ -236,7 +236,7 @@ func renameApplied(tx *store.Tx, applied Applied, renames map[string]string) err
 // Identity returns the group and the instance the file was last run by;
 // ok false for each it does not name yet.
 func (s *State) Identity() (group []byte, groupOK bool, instance []byte, instanceOK bool, err error) {
-	err = s.Store.View(func(tx *store.Tx) (err error) {
+	err = s.st.View(func(tx *store.Tx) (err error) {
 		if group, groupOK, err = tx.Meta(store.MetaGroup); err != nil {
 			return err
 		}
@@ -248,30 +248,30 @@ func (s *State) Identity() (group []byte, groupOK bool, instance []byte, instanc
 
 // SetGroup records the file's group.
 func (s *State) SetGroup(group string) error {
-	return s.Store.Update(func(tx *store.Tx) error { return tx.PutMeta(store.MetaGroup, []byte(group)) })
+	return s.st.Update(func(tx *store.Tx) error { return tx.PutMeta(store.MetaGroup, []byte(group)) })
 }
 
 // SetInstance records the instance that runs the file.
 func (s *State) SetInstance(instance string) error {
-	return s.Store.Update(func(tx *store.Tx) error { return tx.PutMeta(store.MetaInstance, []byte(instance)) })
+	return s.st.Update(func(tx *store.Tx) error { return tx.PutMeta(store.MetaInstance, []byte(instance)) })
 }
 
 // Classes returns the class names the file has seen.
 func (s *State) Classes() (names []string, err error) {
-	err = s.Store.View(func(tx *store.Tx) (err error) { names, err = tx.Classes(); return err })
+	err = s.st.View(func(tx *store.Tx) (err error) { names, err = tx.Classes(); return err })
 	return names, err
 }
 
 // AddClasses records names among the class names the file has seen.
 func (s *State) AddClasses(names ...string) error {
-	return s.Store.Update(func(tx *store.Tx) error { _, err := tx.AddClasses(names...); return err })
+	return s.st.Update(func(tx *store.Tx) error { _, err := tx.AddClasses(names...); return err })
 }
 
 // RenameClasses applies renames (from -> to) in one write, in from's
 // order, and returns how many records of each bucket each from had.
 func (s *State) RenameClasses(renames map[string]string) (map[string]map[string]int, error) {
 	renamed := map[string]map[string]int{}
-	err := s.Store.Update(func(tx *store.Tx) error {
+	err := s.st.Update(func(tx *store.Tx) error {
 		for _, from := range slices.Sorted(maps.Keys(renames)) {
 			counts, err := tx.RenameClass(from, renames[from])
 			if err != nil {
@@ -286,6 +286,6 @@ func (s *State) RenameClasses(renames map[string]string) (map[string]map[string]
 
 // Pauses returns the pauses the file keeps, by class.
 func (s *State) Pauses() (pauses map[string]Pause, err error) {
-	err = s.Store.View(func(tx *store.Tx) (err error) { pauses, err = tx.Pauses(); return err })
+	err = s.st.View(func(tx *store.Tx) (err error) { pauses, err = tx.Pauses(); return err })
 	return pauses, err
 }

@@ -17,7 +17,7 @@ type DeadLetter struct {
 // class's for ""), those keep accepts, with their IDs, in one read; next
 // is 0 past the last page.
 func (s *State) DeadListing(class string, from uint64, limit int, keep func(*Record) bool) (out []DeadLetter, next uint64, err error) {
-	err = s.Store.View(func(tx *store.Tx) error {
+	err = s.st.View(func(tx *store.Tx) error {
 		entries, n, err := tx.DeadPage(class, from, limit)
 		if err != nil {
 			return err
@@ -44,7 +44,7 @@ func (s *State) DeadListing(class string, from uint64, limit int, keep func(*Rec
 // and returns with their IDs a page of those match accepts, from from,
 // newest first when newest, and the count of them all, in one read.
 func (s *State) DeadSearch(class string, from uint64, newest bool, limit int, match func(*Record) bool) (out []DeadLetter, next uint64, total int, err error) {
-	err = s.Store.View(func(tx *store.Tx) error {
+	err = s.st.View(func(tx *store.Tx) error {
 		page, n, t, err := tx.DeadSearch(class, match, from, newest, limit)
 		if err != nil {
 			return err
@@ -67,14 +67,14 @@ func (s *State) DeadSearch(class string, from uint64, newest bool, limit int, ma
 // class's for ""); next is 0 past the last page. Undecodable records
 // come back in err as a join of [*DecodeError]s.
 func (s *State) DeadPage(class string, after uint64, limit int) (page []Entry, next uint64, err error) {
-	err = s.Store.View(func(tx *store.Tx) (err error) { page, next, err = tx.DeadPage(class, after, limit); return err })
+	err = s.st.View(func(tx *store.Tx) (err error) { page, next, err = tx.DeadPage(class, after, limit); return err })
 	return page, next, err
 }
 
 // FindDead returns the key in this file and the record of the dead
 // letter with ID id; ok is false when the file has none.
 func (s *State) FindDead(id DeadID) (local uint64, rec Record, ok bool, err error) {
-	err = s.Store.View(func(tx *store.Tx) error {
+	err = s.st.View(func(tx *store.Tx) error {
 		var err error
 		if local, ok, err = tx.FindDead(id); err != nil || !ok {
 			return err
@@ -88,7 +88,7 @@ func (s *State) FindDead(id DeadID) (local uint64, rec Record, ok bool, err erro
 // GetDead returns the dead letter with key local in this file and its
 // ID; ok is false when the file has none.
 func (s *State) GetDead(local uint64) (id DeadID, rec Record, ok bool, err error) {
-	err = s.Store.View(func(tx *store.Tx) error {
+	err = s.st.View(func(tx *store.Tx) error {
 		var err error
 		if rec, ok, err = tx.GetDead(local); err != nil || !ok {
 			return err
@@ -102,7 +102,7 @@ func (s *State) GetDead(local uint64) (id DeadID, rec Record, ok bool, err error
 // DeleteDead deletes the dead letters with keys locals in this file, in
 // one write of its own (a tombstone each in the changelog).
 func (s *State) DeleteDead(locals ...uint64) error {
-	return s.Store.Update(func(tx *store.Tx) error { return tx.DeleteDead(locals...) })
+	return s.st.Update(func(tx *store.Tx) error { return tx.DeleteDead(locals...) })
 }
 
 // DeadTime is a dead letter's key in this file and when it was saved
@@ -119,7 +119,7 @@ const deadTimesPage = 1000
 // letters that keep accepts, in key order, read in one transaction.
 // Undecodable records are left out (the listings report them).
 func (s *State) DeadTimes(class string, keep func(*Record) bool) (out []DeadTime, err error) {
-	err = s.Store.View(func(tx *store.Tx) error {
+	err = s.st.View(func(tx *store.Tx) error {
 		for after := uint64(0); ; {
 			page, next, err := tx.DeadPage(class, after, deadTimesPage)
 			if err := withoutDecodeErrors(err); err != nil {
@@ -161,21 +161,21 @@ func withoutDecodeErrors(err error) error {
 // Parked returns the records parked under class's key, in park order,
 // and those it could not decode (see Quarantine).
 func (s *State) Parked(class string, key []byte) (entries []ParkedEntry, bad []*DecodeError, err error) {
-	err = s.Store.View(func(tx *store.Tx) (err error) { entries, bad, err = tx.Parked(class, key); return err })
+	err = s.st.View(func(tx *store.Tx) (err error) { entries, bad, err = tx.Parked(class, key); return err })
 	return entries, bad, err
 }
 
 // ParkedKeys returns every parked (class, key) with its count, and the
 // records it could not decode.
 func (s *State) ParkedKeys() (keys []ParkedCount, bad []*DecodeError, err error) {
-	err = s.Store.View(func(tx *store.Tx) (err error) { keys, bad, err = tx.ParkedKeys(); return err })
+	err = s.st.View(func(tx *store.Tx) (err error) { keys, bad, err = tx.ParkedKeys(); return err })
 	return keys, bad, err
 }
 
 // ListDelayed reads limit delayed records after from, in key order.
 // Undecodable records come back in err as a join of [*DecodeError]s.
 func (s *State) ListDelayed(from DelayedKey, limit int) (entries []DelayedEntry, err error) {
-	err = s.Store.View(func(tx *store.Tx) (err error) { entries, err = tx.ListDelayed(from, limit); return err })
+	err = s.st.View(func(tx *store.Tx) (err error) { entries, err = tx.ListDelayed(from, limit); return err })
 	return entries, err
 }
 
@@ -183,7 +183,7 @@ func (s *State) ListDelayed(from DelayedKey, limit int) (entries []DelayedEntry,
 // at now, and the due time of the next one.
 func (s *State) DueDelayed(from DelayedKey, now time.Time, limit int) (due []DelayedEntry,
 	next time.Time, bad []*DecodeError, err error) {
-	err = s.Store.View(func(tx *store.Tx) (err error) {
+	err = s.st.View(func(tx *store.Tx) (err error) {
 		due, next, bad, err = tx.DueDelayed(from, now, limit)
 		return err
 	})
@@ -192,19 +192,19 @@ func (s *State) DueDelayed(from DelayedKey, now time.Time, limit int) (due []Del
 
 // Progress returns the progress the file holds of topic's partition p.
 func (s *State) Progress(topic string, p int32) (prog Progress, ok bool, err error) {
-	err = s.Store.View(func(tx *store.Tx) (err error) { prog, ok, err = tx.Progress(topic, p); return err })
+	err = s.st.View(func(tx *store.Tx) (err error) { prog, ok, err = tx.Progress(topic, p); return err })
 	return prog, ok, err
 }
 
 // DeleteProgress deletes the progress of topic's partition p, in a
 // write of its own.
 func (s *State) DeleteProgress(topic string, p int32) error {
-	return s.Store.Update(func(tx *store.Tx) error { return tx.DeleteProgress(topic, p) })
+	return s.st.Update(func(tx *store.Tx) error { return tx.DeleteProgress(topic, p) })
 }
 
 // Empty reports whether the file holds nothing yet (no meta of an
 // earlier run).
 func (s *State) Empty() (empty bool, err error) {
-	err = s.Store.View(func(tx *store.Tx) (err error) { empty, err = tx.Empty(); return err })
+	err = s.st.View(func(tx *store.Tx) (err error) { empty, err = tx.Empty(); return err })
 	return empty, err
 }

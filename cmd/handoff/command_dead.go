@@ -1,11 +1,7 @@
 package main
 
 import (
-	"encoding/binary"
-
 	"github.com/spf13/cobra"
-
-	"github.com/handoff-go/handoff/snapshot"
 )
 
 func newDeadCmd() *cobra.Command {
@@ -35,13 +31,4 @@ every instance of a group from its changelog topics on the cluster.`,
 		newDeadDiscardCmd(),
 	)
 	return cmd
-}
-
-// decodeErrorKey returns the sequence key of an undecodable record, or 0
-// when its stored key is not one.
-func decodeErrorKey(de *snapshot.DecodeError) uint64 {
-	if len(de.Key) != 8 {
-		return 0
-	}
-	return binary.BigEndian.Uint64(de.Key)
 }

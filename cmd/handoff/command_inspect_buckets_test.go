@@ -147,3 +147,23 @@ func TestUndecodableDeadLetter(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayUndecodableDeadLetter: replay --dead sends the dead letters
+// that decode and names the one that does not by its ID, as 'dead list'
+// does, leaving it in the file; the undecodable pending record goes to
+// the quarantine.
+func TestReplayUndecodableDeadLetter(t *testing.T) {
+	t.Parallel()
+	path, _ := corruptFile(t)
+	b := startBroker(t)
+	r := run(t, "replay", path, "--brokers", b.Addr(), "--dead", "--topic", "orders=orders", "--topic", "users=users")
+	warn := "warning: dead letter 100 cannot be decoded and is left out (only 'dead discard' can remove it): "
+	if r.code != 0 || !strings.HasPrefix(r.stderr, warn) ||
+		!strings.Contains(r.stdout, "moved 1 undecodable pending records to quarantine") ||
+		!strings.Contains(r.stdout, "replayed 7 of 7 messages (pending 1, dead letters 2, delayed 2, parked 2)") {
+		t.Fatalf("replay --dead: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if got := snapshottest.Counts(t, path); got[snapshot.BucketDead] != 1 || got[snapshot.BucketPending] != 0 || got[snapshot.BucketQuarantine] != 1 {
+		t.Errorf("left in the file: %v; want the undecodable dead letter and the quarantined pending record", got)
+	}
+}

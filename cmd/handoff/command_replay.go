@@ -130,9 +130,9 @@ type replayPlan struct {
 	// behindDead counts the parked records left in the file because
 	// their key waits for a dead letter and --dead is not given.
 	behindDead int
-	bad        int // undecodable pending records moved to quarantine
-	badParked  int // undecodable parked records (or keys) moved to quarantine
-	badDead    []*snapshot.DecodeError
+	bad        int                        // undecodable pending records moved to quarantine
+	badParked  int                        // undecodable parked records (or keys) moved to quarantine
+	badDead    []snapshot.UndecodableDead // with --dead, left in the file
 }
 
 func (f *replayFlags) parse() (map[string]string, error) {
@@ -190,10 +190,7 @@ func runReplay(cmd *cobra.Command, path string, f *replayFlags) error {
 		if plan.badParked > 0 {
 			fmt.Fprintf(out, "moved %d undecodable parked records to quarantine; they are not replayed\n", plan.badParked)
 		}
-		for _, de := range plan.badDead {
-			fmt.Fprintf(cmd.ErrOrStderr(), "warning: dead letter under key %d cannot be decoded and is left out (only 'dead discard' can remove it): %v\n",
-				decodeErrorKey(de), de.Err)
-		}
+		warnUndecodable(cmd.ErrOrStderr(), plan.badDead)
 		sent, runErr := sendAll(ctx, st, f, plan, newProgress(cmd.ErrOrStderr(), len(plan.items)))
 		summary := fmt.Sprintf("replayed %d of %d messages (pending %d, dead letters %d) from %s",
 			sent, len(plan.items), plan.pending, plan.dead, path)
@@ -361,7 +358,10 @@ func planReplay(st *snapshot.State, dead bool, topics map[string]string) (*repla
 	// the service moves them; an undecodable dead letter is reported (by
 	// the replay that sends the dead letters) and a delayed one stays, as
 	// the service leaves them.
-	var bad []*snapshot.DecodeError
+	var (
+		bad     []*snapshot.DecodeError
+		badDead bool
+	)
 	for _, de := range undecodable {
 		switch de.Bucket {
 		case snapshot.BucketPending:
@@ -371,9 +371,13 @@ func planReplay(st *snapshot.State, dead bool, topics map[string]string) (*repla
 			plan.badParked++
 			bad = append(bad, de)
 		case snapshot.BucketDead:
-			if dead {
-				plan.badDead = append(plan.badDead, de)
-			}
+			badDead = dead
+		}
+	}
+	if badDead {
+		// Their IDs, to name them as 'dead list' does.
+		if _, plan.badDead, err = st.DeadRefs(""); err != nil {
+			return nil, err
 		}
 	}
 	return plan, st.Quarantine(bad...)
