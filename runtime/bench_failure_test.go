@@ -12,6 +12,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // BenchmarkDeadLetters measures dead-letter writes: a Submit-only class
@@ -60,20 +61,13 @@ func BenchmarkDeadLetters(b *testing.B) {
 func BenchmarkScheduler100k(b *testing.B) {
 	const n = 100_000
 	golden := filepath.Join(b.TempDir(), "golden.db")
-	st, err := snapshot.Open(golden, snapshot.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
 	due := time.Now().Add(-time.Second)
 	items := make([]snapshot.Delayed, n)
 	for i := range items {
 		items[i] = snapshot.Delayed{Due: due.Add(time.Duration(i) * time.Microsecond), Record: snapshot.Record{
 			Message: handoff.Message{ID: fmt.Sprint(i), Class: "c", Value: make([]byte, 1024)}, Reason: reasonScheduled}}
 	}
-	if err := st.Update(func(tx *snapshot.Tx) error { _, err := tx.SaveDelayed(items...); return err }); err != nil {
-		b.Fatal(err)
-	}
-	st.Close()
+	snapshottest.SeedDelayed(b, golden, items...)
 	items = nil
 
 	var total int
@@ -128,12 +122,7 @@ func benchRun(b *testing.B, rt *Runtime) func() *Report {
 }
 
 func assertBucket(b *testing.B, path, bucket string, want int) {
-	st, err := snapshot.Open(path, snapshot.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	counts := recordCounts(b, st)
+	counts := snapshottest.Counts(b, path)
 	if counts[bucket] != want {
 		b.Fatalf("%s: %d records, want %d", bucket, counts[bucket], want)
 	}

@@ -21,7 +21,7 @@ import (
 // state file's records of a class with topics is also written to the
 // changelog topic of the input partition the record belongs to (route),
 // and the file commits a write only once both the bbolt transaction and
-// the changelog's acknowledgement succeeded (snapshot.Store.SetChangelog:
+// the changelog's acknowledgement succeeded (snapshot.State.SetChangelog:
 // a failed changelog write is a failed save). Each partition's next
 // owner restores that partition's state from its changelog before it
 // fetches the partition (restorer, restore.go), so the local file is a cache
@@ -40,7 +40,7 @@ type stateLog struct {
 	renames map[string]string
 	// handed is scheduler.handedOver: a restored delayed record meets a
 	// local one of its ID that is waiting or not (see
-	// snapshot.Store.SetDelayedHandedOver).
+	// snapshot.State.SetDelayedHandedOver).
 	handed func(snapshot.DelayedKey) bool
 
 	// consumed is every topic a class consumes; classTopic each class's
@@ -272,10 +272,11 @@ func (l *stateLog) open(ctx context.Context, cfg changelog.Config, meta kclient.
 		return fmt.Errorf("runtime: %w", err)
 	}
 	l.client = cl
-	var fresh bool
-	if err := l.state.store.View(func(tx *snapshot.Tx) (err error) { _, had, err := tx.ChangelogFileID(); fresh = !had; return err }); err != nil {
+	_, had, err := l.state.fileID()
+	if err != nil {
 		return fmt.Errorf("runtime: changelog: %w", err)
 	}
+	fresh := !had
 	if err := l.state.store.SetChangelog(snapshot.Changelog{Route: l.route, Send: l.send}); err != nil {
 		return fmt.Errorf("runtime: changelog: %w", err)
 	}
@@ -373,25 +374,17 @@ func (l *stateLog) acked(outs []*changelog.Out) {
 // else.
 func (l *stateLog) keepCheckpoints(ps []kclient.Partition) {
 	l.mu.Lock()
-	keep := map[kclient.Partition]int64{}
+	var keep []snapshot.Checkpoint
 	for p, cp := range l.ckpt {
 		if ps == nil || slices.Contains(ps, p) {
-			keep[p] = cp.next
+			keep = append(keep, snapshot.Checkpoint{Topic: p.Topic, Partition: int32(p.Partition), Next: cp.next})
 		}
 	}
 	l.mu.Unlock()
 	if len(keep) == 0 {
 		return
 	}
-	err := l.state.store.UpdateLocal(func(tx *snapshot.Tx) error {
-		for p, next := range keep {
-			if err := tx.SetChangelogCheckpoint(p.Topic, int32(p.Partition), next); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := l.state.store.KeepCheckpoints(keep); err != nil {
 		l.log.Warn("changelog checkpoints not kept; the next restore reads more of the changelog", "err", err)
 	}
 }
@@ -420,10 +413,8 @@ func (l *stateLog) bound(deadline time.Time) {
 // (see ownership.go) it reads it from the start and rebuilds the file's
 // records of p from it. It returns how many changelog records it read.
 func (l *stateLog) restore(ctx context.Context, topic string, p int32) (read int, next int64, applied snapshot.Applied, err error) {
-	store := l.state.store
-	var from int64
-	var known bool
-	if err := store.View(func(tx *snapshot.Tx) (err error) { from, known, err = tx.ChangelogCheckpoint(topic, p); return err }); err != nil {
+	from, known, err := l.state.store.Checkpoint(topic, p)
+	if err != nil {
 		return 0, 0, applied, err
 	}
 	hadCheckpoint := known
@@ -467,33 +458,13 @@ func (l *stateLog) restore(ctx context.Context, topic string, p int32) (read int
 	}
 	var dropped int
 	recs = dropMovedOut(recs, moved)
-	err = store.BatchLocal(func(tx *snapshot.Tx) (err error) {
-		if applied, dropped, err = l.applyOwned(tx, topic, p, recs, next, owner); err != nil {
-			return err
-		}
-		return l.rename(tx, applied)
-	})
+	applied, dropped, err = l.state.store.ApplyRestore(topic, p, recs, next, snapshot.Restored{
+		Rebuild: owner.rebuild, Belongs: l.routedTo(topic, p), Latest: owner.latest, Renames: l.renames})
 	if err == nil && owner.rebuild {
 		l.rebuilt.Add(1)
 		applied.Deleted += dropped
 	}
 	return len(recs), next, applied, err
-}
-
-// rename gives the records a restore applied whose class was renamed
-// since they were written (Config.ClassRenames) their new class, as the
-// start does the file's: the changelog keeps the old name for the
-// partition's next owner, which may start on an empty disk.
-func (l *stateLog) rename(tx *snapshot.Tx, applied snapshot.Applied) error {
-	if len(l.renames) == 0 || len(applied.Pending)+len(applied.Dead)+len(applied.Delayed)+len(applied.Parked) == 0 {
-		return nil
-	}
-	for _, from := range slices.Sorted(maps.Keys(l.renames)) {
-		if _, err := tx.RenameClass(from, l.renames[from]); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // close closes the client, if open made it. Only the run's goroutine,

@@ -15,6 +15,7 @@ import (
 	"github.com/handoff-go/handoff/runtime/internal/changelog"
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // queuedIn returns the messages of class held by rt's pool (queued,
@@ -237,8 +238,8 @@ func delayedWrites(t *testing.T, rt *Runtime, p kclient.Partition, id string) (p
 	puts, tombs = map[string]bool{}, map[string]bool{}
 	_, err := rt.clog.client.Read(context.Background(), p.Topic, int32(p.Partition), 0, func(recs []changelog.Rec) error {
 		for _, r := range recs {
-			ck, err := snapshot.ParseChangelogKey(r.Key)
-			if err != nil || ck.Bucket != snapshot.BucketDelayed || snapshot.DelayedKey(ck.Local).ID() != id {
+			e, err := snapshottest.ParseChangelog(r.Key, r.Value)
+			if err != nil || e.Bucket != snapshot.BucketDelayed || e.DelayedID != id {
 				continue
 			}
 			if r.Value == nil {

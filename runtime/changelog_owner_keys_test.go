@@ -111,18 +111,14 @@ func TestFollowedParkedWithoutBlockerReleased(t *testing.T) {
 	other := int32(ownedPartitions(rtB)[0].Partition)
 	key := []byte(keyFor("k", other, 2, 0))
 	const n = 3
-	err := rtA.state.store.Update(func(tx *snapshot.Tx) error {
-		for i := range n {
-			rec := snapshot.Record{Message: handoff.Message{ID: fmt.Sprintf("parked-%d", i), Class: "orders", Key: key, Value: []byte("v")},
-				Reason: reasonParked, SavedAt: time.Now()}
-			if err := tx.Park("orders", key, rec); err != nil {
-				return err
-			}
+	for i := range n {
+		// Parked through a's State, as a Kafka message of the key (nothing
+		// to delete), with its changelog write.
+		rec := snapshot.Record{Message: handoff.Message{ID: fmt.Sprintf("parked-%d", i), Class: "orders", Key: key, Value: []byte("v")},
+			Reason: reasonParked, SavedAt: time.Now()}
+		if err := rtA.state.store.MoveToParked(snapshot.Move{Alone: true}, "orders", key, rec); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	waitFor(t, "b running the parked records a wrote to b's partition", func() bool { got, _ := runs.ran(); return got == n })
 	waitFor(t, "b's parked records gone", func() bool {

@@ -17,7 +17,7 @@ import (
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/runtime/internal/changelog"
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
-	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // addPartitions grows topic to n partitions on the bundle's broker, as
@@ -296,7 +296,7 @@ func misplaced(t *testing.T, rt *Runtime, keys map[string]string) []string {
 				if v == nil {
 					continue
 				}
-				if rec, err := snapshot.DecodeRecord(v); err == nil && rec.Message.ID == id {
+				if e, err := snapshottest.ParseChangelog([]byte(k), v); err == nil && e.Record != nil && e.Record.Message.ID == id {
 					parts, ckey = append(parts, p), k
 				}
 			}

@@ -96,7 +96,7 @@ func (c Cursor) delayedKey() (snapshot.DelayedKey, error) {
 
 // listing returns the open state file for a paged listing of what, or
 // ErrNotRunning, or an error for a limit that is not positive.
-func listing(state *stateFile, what string, limit int) (*snapshot.Store, error) {
+func listing(state *stateFile, what string, limit int) (*snapshot.State, error) {
 	if limit <= 0 {
 		return nil, fmt.Errorf("runtime: %s: limit must be > 0, got %d", what, limit)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // TestDamagedStateFileIsAStartError: a state file with a damaged page
@@ -20,20 +21,11 @@ import (
 func TestDamagedStateFileIsAStartError(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, "orders")
-	st, err := snapshot.Open(b.state, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	recs := make([]snapshot.Record, 300)
 	for i := range recs {
 		recs[i] = snapshot.Record{Message: handoff.Message{ID: fmt.Sprintf("s-%d", i), Class: "orders", Value: []byte("v")}, Reason: "unstarted"}
 	}
-	if err := st.Update(func(tx *snapshot.Tx) error { _, err := tx.SavePending(recs...); return err }); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
+	snapshottest.SeedPending(t, b.state, recs...)
 	raw, err := os.ReadFile(b.state)
 	if err != nil {
 		t.Fatal(err)

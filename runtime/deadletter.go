@@ -100,12 +100,12 @@ func (f *failures) deadLettered(c *class, it *item, rec snapshot.Record, herr er
 }
 
 // orphan makes a saved message whose class is not configured a dead
-// letter, removing its record with del in the same transaction.
-func (f *failures) orphan(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool {
+// letter, removing its record from in the same transaction.
+func (f *failures) orphan(rec snapshot.Record, from snapshot.Source) bool {
 	rec.Reason = reasonUnknown
 	rec.Err = fmt.Sprintf("runtime: class %q is not configured", rec.Message.Class)
 	rec.SavedAt = time.Now()
-	err := f.cfg.state.saveOrphan(rec, del)
+	err := f.cfg.state.saveOrphan(rec, from)
 	if err != nil {
 		f.cfg.log.Error("message of unknown class not dead-lettered", "class", rec.Message.Class, "id", rec.Message.ID, "err", err)
 		return false
@@ -266,7 +266,7 @@ func (f *failures) list(class string, after Cursor, limit int) ([]DeadLetter, Cu
 	}
 	out := make([]DeadLetter, 0, len(found))
 	for i := range found {
-		out = append(out, deadLetterOf(found[i].id, &found[i].rec))
+		out = append(out, deadLetterOf(found[i].ID, &found[i].Record))
 	}
 	return out, deadCursor(next), nil
 }

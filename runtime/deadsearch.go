@@ -127,7 +127,7 @@ func (f *failures) find(filter DeadFilter, after Cursor, limit int) ([]DeadLette
 	}
 	out := make([]DeadLetter, 0, len(found))
 	for i := range found {
-		out = append(out, deadLetterOf(found[i].id, &found[i].rec))
+		out = append(out, deadLetterOf(found[i].ID, &found[i].Record))
 	}
 	if filter.Newest {
 		return out, deadNewestCursor(next), total, nil

@@ -54,7 +54,8 @@ func newSearchRig(t *testing.T) *searchRig {
 		if i == 39 {
 			rec.FirstFailed = time.Time{}
 		}
-		if err := store.Update(func(tx *snapshot.Tx) error { _, err := tx.SaveDead(rec); return err }); err != nil {
+		// A Kafka message moved to a dead letter: nothing to delete.
+		if err := store.MoveToDead(snapshot.Move{}, rec); err != nil {
 			t.Fatal(err)
 		}
 		g.ids = append(g.ids, rec.Message.ID)
@@ -173,7 +174,7 @@ func TestFindDeadLettersPagingStable(t *testing.T) {
 		// Between pages: a new mail dead letter, and one not yet listed
 		// deleted.
 		added := snapshot.Record{Message: handoff.Message{ID: fmt.Sprintf("new-%v", newest), Class: "mail"}, Reason: "failed", SavedAt: time.Now()}
-		if err := g.fail.cfg.state.store.Update(func(tx *snapshot.Tx) error { _, err := tx.SaveDead(added); return err }); err != nil {
+		if err := g.fail.cfg.state.store.MoveToDead(snapshot.Move{}, added); err != nil {
 			t.Fatal(err)
 		}
 		rest, _, _, err := g.fail.find(f, next, 100)

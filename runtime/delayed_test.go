@@ -14,6 +14,7 @@ import (
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // TestScheduleSurvivesRestart: scheduled messages wait in the state file,
@@ -79,12 +80,7 @@ func TestScheduleSurvivesRestart(t *testing.T) {
 
 func assertCount(t *testing.T, path, bucket string, want int) {
 	t.Helper()
-	st, err := snapshot.Open(path, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	counts := recordCounts(t, st)
+	counts := snapshottest.Counts(t, path)
 	if counts[bucket] != want {
 		t.Errorf("%s records: %d, want %d (all: %v)", bucket, counts[bucket], want, counts)
 	}
@@ -97,10 +93,6 @@ func TestSchedulerDoesNotScan(t *testing.T) {
 	t.Parallel()
 	state := t.TempDir() + "/s.db"
 	const n, times = 2000, 20
-	st, err := snapshot.Open(state, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	base := time.Now().Add(500 * time.Millisecond)
 	var items []snapshot.Delayed
 	for i := range n {
@@ -108,10 +100,7 @@ func TestSchedulerDoesNotScan(t *testing.T) {
 		items = append(items, snapshot.Delayed{Due: at, Record: snapshot.Record{Message: handoff.Message{ID: fmt.Sprint(i), Class: "mail",
 			Value: []byte(at.Format(time.RFC3339Nano))}}})
 	}
-	if err := st.Update(func(tx *snapshot.Tx) error { _, err := tx.SaveDelayed(items...); return err }); err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
+	snapshottest.SeedDelayed(t, state, items...)
 
 	done := make(chan struct{})
 	count, early := 0, 0
@@ -190,9 +179,7 @@ func TestDeliverAtHeader(t *testing.T) {
 	if rep.Deferred != 1 || rep.DeadLettered != 1 || rep.Delivered != 1 {
 		t.Errorf("report %v", rep)
 	}
-	st, _ := snapshot.Open(b.state, snapshot.Options{})
-	defer st.Close()
-	dead := deadLetters(t, st)
+	dead := snapshottest.Dead(t, b.state)
 	if len(dead) != 1 || !strings.Contains(dead[0].Record.Err, HeaderDeliverAt) || dead[0].Record.Message.Attempt != 1 {
 		t.Errorf("dead letters %+v", dead)
 	}
@@ -417,12 +404,22 @@ func TestOfflineRequeueRunsFirst(t *testing.T) {
 	if _, err := wait(); err != nil {
 		t.Fatal(err)
 	}
-	st, _ := snapshot.Open(b.state, snapshot.Options{})
-	dead := deadLetters(t, st)
-	if err := st.Update(func(tx *snapshot.Tx) error { _, err := tx.RequeueDead(dead[0].Key); return err }); err != nil {
+	// The dead letter requeued offline, as the CLI's dead requeue does it.
+	dead := snapshottest.Dead(t, b.state)
+	st, err := snapshot.Open(b.state, snapshot.Options{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	st.Close()
+	e, ok, err := st.DeadByID(dead[0].ID)
+	if err == nil && !ok {
+		err = fmt.Errorf("dead letter %s not found", dead[0].ID)
+	}
+	if err == nil {
+		_, err = st.RequeueDead(e.Key)
+	}
+	if err := errors.Join(err, st.Close()); err != nil {
+		t.Fatal(err)
+	}
 	poison.Store(false)
 	rt2, _ := newRuntime(cfg)
 	wait2 := start(t, rt2, context.Background())

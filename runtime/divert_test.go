@@ -12,6 +12,7 @@ import (
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // TestDivertedAtHardStop: a message the handler wrapper parks or defers
@@ -84,12 +85,7 @@ func TestDivertedAtHardStop(t *testing.T) {
 			if rep.Interrupted != 0 || rep.Snapshotted != 0 {
 				t.Errorf("stop: interrupted %d, snapshotted %d; want 0 and 0 (the message was saved elsewhere)", rep.Interrupted, rep.Snapshotted)
 			}
-			st, err := snapshot.Open(b.state, snapshot.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			counts := recordCounts(t, st)
-			st.Close()
+			counts := snapshottest.Counts(t, b.state)
 			for bucket, n := range tc.want {
 				if counts[bucket] != n {
 					t.Errorf("bucket %s has %d records, want %d (all: %v)", bucket, counts[bucket], n, counts)

@@ -16,6 +16,7 @@ import (
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 var errFlaky = errors.New("flaky")
@@ -184,13 +185,11 @@ func TestRedelivery(t *testing.T) {
 	if gap := second.at.Sub(first.at); gap < 600*time.Millisecond {
 		t.Errorf("second redelivery %s after the first, want at least 600ms", gap)
 	}
-	st, _ := snapshot.Open(b.state, snapshot.Options{})
-	defer st.Close()
-	dead := deadLetters(t, st)
+	dead := snapshottest.Dead(t, b.state)
 	if len(dead) != 1 || dead[0].Record.Message.Attempt != 4 || dead[0].Record.Redeliveries != 2 {
 		t.Errorf("dead letters: %+v", dead)
 	}
-	if n := recordCounts(t, st)[snapshot.BucketDelayed]; n != 0 {
+	if n := snapshottest.Counts(t, b.state)[snapshot.BucketDelayed]; n != 0 {
 		t.Errorf("delayed records left: %d", n)
 	}
 }
@@ -330,12 +329,7 @@ func TestOrderedParkingProperty(t *testing.T) {
 			if count != n {
 				t.Errorf("handled %d, want %d", count, n)
 			}
-			st, err := snapshot.Open(b.state, snapshot.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			counts := recordCounts(t, st)
-			st.Close()
+			counts := snapshottest.Counts(t, b.state)
 			if counts[snapshot.BucketDead] != 0 || counts[snapshot.BucketParked] != 0 || counts[snapshot.BucketPending] != 0 {
 				t.Errorf("records left after the run: %v", counts)
 			}

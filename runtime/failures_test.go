@@ -12,7 +12,6 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/pool"
-	"github.com/handoff-go/handoff/runtime/internal/deletes"
 	"github.com/handoff-go/handoff/runtime/internal/hold"
 	"github.com/handoff-go/handoff/snapshot"
 )
@@ -21,7 +20,7 @@ import (
 // handling's, with real failures, a real state file and no Runtime: what
 // the message's way from a pool's worker to the state file needs.
 type failRig struct {
-	store     *snapshot.Store
+	store     *snapshot.State
 	state     *stateFile
 	tally     *tally
 	fail      *failures
@@ -55,7 +54,7 @@ func newFailRig(t *testing.T) *failRig {
 			g.published = append(g.published, rec.Message.ID)
 			g.mu.Unlock()
 		}})
-	h := &handling{cfg: handlingConfig{state: g.state, deletes: &deletes.Queue{}, tally: g.tally, fail: g.fail, log: log}}
+	h := &handling{cfg: handlingConfig{state: g.state, deletes: &snapshot.DoneQueue{}, tally: g.tally, fail: g.fail, log: log}}
 	p, err := pool.New(pool.Config[*item]{Name: "mail", Workers: 2, QueueSize: 16,
 		Handler: h.handler(g.c), RetryFunc: h.retry(g.c), ResultFunc: h.result(g.c)})
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/handoff-go/handoff"
-	"github.com/handoff-go/handoff/runtime/internal/deletes"
+	"github.com/handoff-go/handoff/snapshot"
 )
 
 // The pool calls three functions per message, all made here for each
@@ -19,7 +19,7 @@ import (
 // handlingConfig is what the message's way through a pool is built from.
 type handlingConfig struct {
 	state   *stateFile
-	deletes *deletes.Queue
+	deletes *snapshot.DoneQueue
 	tally   *tally
 	fail    *failures
 	sched   *scheduler

@@ -19,7 +19,7 @@ import (
 	"github.com/segmentio/kafka-go/protocol"
 
 	"github.com/handoff-go/handoff"
-	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // TestKcatInterop: records produced by an independent client (kcat, on
@@ -295,19 +295,7 @@ func TestKcatRecords(t *testing.T) {
 	// The dead letters: in the state file, and on the dead-letter topic,
 	// with the record's bytes and timestamp (headers there: handoff's
 	// first, then the record's).
-	st, err := snapshot.Open(b.state, snapshot.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	var stored []snapshot.Entry
-	if err := st.View(func(tx *snapshot.Tx) error {
-		var err error
-		stored, _, err = tx.DeadPage("", 0, 0)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	stored := snapshottest.Dead(t, b.state)
 	if len(stored) != dead {
 		t.Fatalf("%d dead letters in the state file, want %d", len(stored), dead)
 	}

@@ -71,7 +71,7 @@ type itemExt struct {
 	firstFailed  time.Time
 	redeliveries int
 	// deleting: the message is done and its pending record's delete is
-	// queued (deletes.Queue), not written yet.
+	// queued (snapshot.DoneQueue), not written yet.
 	deleting bool
 	// saved, for a re-pushed saved Kafka message, ties the fetched copy
 	// of its offset to it (progress.go).
@@ -205,50 +205,31 @@ func (it *item) abandon() {
 	}
 }
 
-// deleteSource removes, inside tx, the record the message came from.
-func (it *item) deleteSource(tx *snapshot.Tx) error {
+// source describes the record the message came from, for the state's
+// moves (snapshot.Source): none for a Kafka or submitted message.
+func (it *item) source() snapshot.Source {
+	x := it.extOrZero()
 	switch it.src {
 	case fromPending:
-		return tx.DeletePending(it.extOrZero().key)
+		return snapshot.Source{From: snapshot.FromPending, Key: x.key}
 	case fromDelayed:
-		return tx.DeleteDelayed(it.extOrZero().delayedKey)
+		return snapshot.Source{From: snapshot.FromDelayed, Delayed: x.delayedKey}
 	case fromParked:
-		return tx.DeleteParked(it.extOrZero().parkedKey)
+		return snapshot.Source{From: snapshot.FromParked, Parked: x.parkedKey}
 	case fromDead:
-		// A requeued dead letter leaves the dead bucket for a delayed
-		// redelivery; a dead letter again is updated in place
-		// (failures.deadLetter), deleting nothing.
-		return tx.DeleteDead(it.extOrZero().key)
+		return snapshot.Source{From: snapshot.FromDead, Key: x.key}
 	}
-	return nil
+	return snapshot.Source{}
 }
 
-// putSource overwrites, inside tx, the record a persisted message came
-// from with rec (a requeued dead letter stays a dead letter).
-func (it *item) putSource(tx *snapshot.Tx, rec snapshot.Record) error {
-	switch it.src {
-	case fromPending:
-		return tx.PutPending(it.extOrZero().key, rec)
-	case fromDelayed:
-		return tx.PutDelayed(it.extOrZero().delayedKey, rec)
-	case fromParked:
-		return tx.PutParked(it.extOrZero().parkedKey, rec)
-	case fromDead:
+// sourceUpdate is the overwrite of the record the message came from
+// with rec (a requeued dead letter stays a dead letter: failed, keeping
+// its error when rec has none).
+func (it *item) sourceUpdate(rec snapshot.Record) snapshot.StopUpdate {
+	if it.src == fromDead {
 		rec.Reason = reasonFailed
-		if rec.Err == "" {
-			// Not failed for good since: it is still a dead letter for
-			// the error it has.
-			old, ok, err := tx.GetDead(it.extOrZero().key)
-			if err != nil {
-				return err
-			}
-			if ok {
-				rec.Err = old.Err
-			}
-		}
-		return tx.PutDead(it.extOrZero().key, rec)
 	}
-	return nil
+	return snapshot.StopUpdate{From: it.source(), Record: rec}
 }
 
 // Reasons recorded with saved messages.

@@ -11,15 +11,20 @@ import (
 	"time"
 
 	"github.com/handoff-go/handoff/pool"
-	"github.com/handoff-go/handoff/runtime/internal/deletes"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
-// openState opens a state file in t.TempDir, closed when the test ends,
-// and returns it as the components share it.
-func openState(t testing.TB) (*snapshot.Store, *stateFile) {
+// openState opens a new state file in t.TempDir, closed when the test
+// ends, and returns it as the components share it. Each seed, when
+// given, writes the file at its path before it is opened (with
+// snapshottest's Seed functions, as an earlier run would have left it).
+func openState(t testing.TB, seed ...func(path string)) (*snapshot.State, *stateFile) {
 	t.Helper()
-	store, err := snapshot.Open(filepath.Join(t.TempDir(), "state.db"), snapshot.Options{LockTimeout: time.Second})
+	path := filepath.Join(t.TempDir(), "state.db")
+	for _, s := range seed {
+		s(path)
+	}
+	store, err := snapshot.Open(path, snapshot.Options{LockTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +53,7 @@ func TestOrderedKeysParkAndRelease(t *testing.T) {
 		mu     sync.Mutex
 		ran    []string
 		counts counters
-		dels   deletes.Queue
+		dels   snapshot.DoneQueue
 		rel    releases
 	)
 	p, err := pool.New(pool.Config[*item]{
@@ -64,7 +69,7 @@ func TestOrderedKeysParkAndRelease(t *testing.T) {
 		},
 		ResultFunc: func(it *item, err error) {
 			if err == nil && it.src == fromParked {
-				if err := store.Update(func(tx *snapshot.Tx) error { return tx.DeleteParked(it.extOrZero().parkedKey) }); err != nil {
+				if err := store.DeleteDone(snapshot.Move{From: it.source()}); err != nil {
 					t.Error(err)
 				}
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // TestLifecycleProperty drives random interleavings of graceful stops and
@@ -213,12 +214,7 @@ func lifecycleProperty(t *testing.T, seed uint64) {
 			}
 		}
 	}
-	st, err := snapshot.Open(b.state, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	counts := recordCounts(t, st)
-	st.Close()
+	counts := snapshottest.Counts(t, b.state)
 	for _, bucket := range []string{snapshot.BucketPending, snapshot.BucketDead, snapshot.BucketParked, snapshot.BucketDelayed} {
 		if counts[bucket] != 0 {
 			t.Errorf("records left in the state file: %v", counts)

@@ -17,6 +17,7 @@ import (
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // calls counts the attempts that reach the chain per message value.
@@ -272,7 +273,7 @@ func TestSetHeadersInterruptedSaved(t *testing.T) {
 			return context.Cause(ctx)
 		}})
 	cfg.DrainTimeout = time.Millisecond
-	savePending(t, cfg.StatePath, snapshot.Record{Message: handoff.Message{ID: "saved", Class: "jobs",
+	snapshottest.SeedPending(t, cfg.StatePath, snapshot.Record{Message: handoff.Message{ID: "saved", Class: "jobs",
 		Headers: []handoff.Header{{Key: "old"}}}, Reason: reasonUnstarted})
 	rt, err := newRuntime(cfg)
 	if err != nil {
@@ -424,26 +425,10 @@ func TestSetHeadersStraggler(t *testing.T) {
 // with one header, key.
 func pendingHeaders(t *testing.T, path, key string) {
 	t.Helper()
-	pending := pendingRecords(t, path)
+	pending := snapshottest.Pending(t, path)
 	if len(pending) != 1 || len(pending[0].Record.Message.Headers) != 1 || pending[0].Record.Message.Headers[0].Key != key {
 		t.Errorf("saved %v, want one message with header %q", pending, key)
 	}
-}
-
-// pendingRecords returns the pending records of the state file at path,
-// which no runtime has open.
-func pendingRecords(t *testing.T, path string) []snapshot.Entry {
-	t.Helper()
-	st, err := snapshot.Open(path, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	var pending []snapshot.Entry
-	if err := st.View(func(tx *snapshot.Tx) (err error) { pending, _, err = tx.LoadPending(); return err }); err != nil {
-		t.Fatal(err)
-	}
-	return pending
 }
 
 // BenchmarkHandlerChain measures what one attempt costs in the pool's

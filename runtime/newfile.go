@@ -18,7 +18,7 @@ import (
 //
 // "New" is decided when Run opens the file, before the runtime writes
 // anything to it: the file holds no key in any bucket, so no record and
-// no meta of a previous run (snapshot.Tx.Empty). A file this Open
+// no meta of a previous run (snapshot.State.Empty). A file this Open
 // created is new; a file a previous run used always holds its group, its
 // instance and its classes (recorded at every start), so it is never new,
 // even with no record left.

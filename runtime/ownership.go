@@ -22,7 +22,7 @@ import (
 // remembered in the file when the checkpoint is past it) naming another
 // file, or a file with no checkpoint for the partition, is a break: the
 // partition is read from its start and the file's records of it are
-// replaced by what the read holds (snapshot.Tx.RebuildChangelog). A
+// replaced by what the read holds (snapshot.State.ApplyRestore). A
 // revocation and an assignment back with nobody owning in between (every
 // kafka-go rebalance revokes all) is not a break: the marker is still
 // this file's.
@@ -108,21 +108,6 @@ func (l *stateLog) ownership(ctx context.Context, topic string, p int32, from in
 	return recs, next, v, nil
 }
 
-// applyOwned applies recs to the file in tx as v says: rebuilding the
-// partition, or as the changes since the checkpoint; and remembers the
-// latest marker the read held.
-func (l *stateLog) applyOwned(tx *snapshot.Tx, topic string, p int32, recs []snapshot.ChangelogRecord, next int64, v ownerView) (applied snapshot.Applied, dropped int, err error) {
-	if v.rebuild {
-		applied, dropped, err = tx.RebuildChangelog(topic, p, recs, next, l.routedTo(topic, p))
-	} else {
-		applied, err = tx.ApplyChangelog(topic, p, recs, next)
-	}
-	if err == nil && v.latest != nil {
-		err = tx.SetChangelogOwner(topic, p, *v.latest)
-	}
-	return applied, dropped, err
-}
-
 // claim makes this file topic's partition p's owner, once its restore
 // applied the changelog up to next: unless the latest marker the file
 // knows of is its own already, it writes a marker naming the file,
@@ -162,7 +147,7 @@ func (l *stateLog) claim(ctx context.Context, topic string, p int32, next int64)
 }
 
 // sendUnlogged sends the file's records the changelog may never have
-// seen (snapshot.Store.SendUnlogged), before any partition's restore:
+// seen (snapshot.State.SendUnlogged), before any partition's restore:
 // fresh says the file had no changelog ID before this start.
 func (l *stateLog) sendUnlogged(fresh bool) error {
 	n, err := l.state.sendUnlogged(fresh)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/pool"
-	"github.com/handoff-go/handoff/runtime/internal/deletes"
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
 	"github.com/handoff-go/handoff/snapshot"
 )
@@ -46,9 +45,9 @@ type keysConfig struct {
 	class    string
 	pool     *pool.Pool[*item]
 	state    *stateFile
-	deletes  *deletes.Queue // a done parked message whose delete failed is not pushed again
-	releases *releases      // runs the key releases; the stop's quiesce closes it
-	counts   *counters      // the class's
+	deletes  *snapshot.DoneQueue // a done parked message whose delete failed is not pushed again
+	releases *releases           // runs the key releases; the stop's quiesce closes it
+	counts   *counters           // the class's
 	// route names the input partition a message belongs to; false (or
 	// route nil) for none (see stateLog.routeMsg).
 	route func(m *handoff.Message) (kclient.Partition, bool)

@@ -71,13 +71,8 @@ func TestReleaseSkipsUndeletedParked(t *testing.T) {
 	}
 	failDeletes.Store(false)
 	waitFor(t, "the parked records deleted", func() bool {
-		var n int
-		rt.state.store.View(func(tx *snapshot.Tx) error {
-			es, _, err := tx.Parked("orders", []byte("k"))
-			n = len(es)
-			return err
-		})
-		return n == 0
+		es, _, err := rt.state.store.Parked("orders", []byte("k"))
+		return err == nil && len(es) == 0
 	})
 	rt.Shutdown(context.Background())
 	if _, err := wait(); err != nil {

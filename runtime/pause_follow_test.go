@@ -76,14 +76,12 @@ func TestResumeElsewhereWinsAtRestart(t *testing.T) {
 	// offline 'handoff pause', or a pause whose changelog write failed)
 	// is newer than the resume, so a keeps it, and tells the group: an
 	// instance on a new disk starts paused.
-	store, err := snapshot.Open(diskA, snapshot.Options{})
+	st, err := snapshot.Open(diskA, snapshot.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = store.Update(func(tx *snapshot.Tx) error {
-		return tx.PutPause("orders", snapshot.Pause{Reason: "offline", Since: time.Now()})
-	})
-	if err := errors.Join(err, store.Close()); err != nil {
+	err = st.PutPause("orders", snapshot.Pause{Reason: "offline", Since: time.Now()})
+	if err := errors.Join(err, st.Close()); err != nil {
 		t.Fatal(err)
 	}
 	rt4, wait4 := startNew(t, b.config(noop, nil))

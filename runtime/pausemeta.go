@@ -282,7 +282,7 @@ func (l *stateLog) followPauses(ctx context.Context, classes map[string]*class) 
 
 // applyPause applies r to class c unless it is at or before this
 // instance's own last write for c.
-func (l *stateLog) applyPause(store *snapshot.Store, c *class, r namedPause) error {
+func (l *stateLog) applyPause(store *snapshot.State, c *class, r namedPause) error {
 	l.pauseMu.Lock()
 	defer l.pauseMu.Unlock()
 	if own, ok := l.pauseOff[c.cfg.Name]; ok && r.offset <= own {

@@ -22,7 +22,7 @@ type recovery struct {
 	order   []*class
 	// orphan makes a saved message of a class no longer configured a
 	// dead letter, deleting its record with del.
-	orphan func(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool
+	orphan func(rec snapshot.Record, from snapshot.Source) bool
 	// orphans collects the orphans' log lines into one while the
 	// recovery runs.
 	orphans *orphans
@@ -120,7 +120,7 @@ func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (
 	c := v.classes[e.Record.Message.Class]
 	if c == nil {
 		key := e.Key
-		if !v.orphan(e.Record, pendingDelete(key)) {
+		if !v.orphan(e.Record, pendingSource(key)) {
 			return false, fmt.Errorf("could not dead-letter a message of unknown class %q", e.Record.Message.Class)
 		}
 		rep.UnknownClass++

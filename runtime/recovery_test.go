@@ -5,10 +5,9 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // TestRecoveryQuarantineAndUnknownClass: at start, an undecodable record
@@ -17,34 +16,14 @@ import (
 func TestRecoveryQuarantineAndUnknownClass(t *testing.T) {
 	t.Parallel()
 	state := t.TempDir() + "/s.db"
-	st, err := snapshot.Open(state, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = st.Update(func(tx *snapshot.Tx) error {
-		_, err := tx.SavePending(
-			snapshot.Record{Message: handoff.Message{ID: "a", Class: "mail"}},
-			snapshot.Record{Message: handoff.Message{ID: "b", Class: "gone"}},
-			snapshot.Record{Message: handoff.Message{ID: "c", Class: "mail"}},
-		)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
-	// Garbage between them, written with raw bbolt as a torn or foreign
-	// write would leave it.
-	db, err := bolt.Open(state, 0o600, &bolt.Options{Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte(snapshot.BucketPending)).Put([]byte{0, 0, 0, 0, 0, 0, 0, 2, 0}, []byte{0xff, 0x01})
-	}); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	snapshottest.SeedPending(t, state,
+		snapshot.Record{Message: handoff.Message{ID: "a", Class: "mail"}},
+		snapshot.Record{Message: handoff.Message{ID: "b", Class: "gone"}},
+		snapshot.Record{Message: handoff.Message{ID: "c", Class: "mail"}},
+	)
+	// Garbage between them (a 9-byte key sorts between keys 2 and 3), as
+	// a torn or foreign write would leave it.
+	snapshottest.Damage(t, state, snapshot.BucketPending, append(snapshottest.SeqKey(2), 0), []byte{0xff, 0x01})
 
 	got := make(chan string, 10)
 	rt, err := newRuntime(Config{StatePath: state, Logger: testLogger(t), Classes: []Class{{Name: "mail", Workers: 1,
@@ -64,21 +43,14 @@ func TestRecoveryQuarantineAndUnknownClass(t *testing.T) {
 	if rep.Repushed != 2 || rep.Quarantined != 1 || rep.UnknownClass != 1 {
 		t.Errorf("report: repushed %d quarantined %d unknown %d", rep.Repushed, rep.Quarantined, rep.UnknownClass)
 	}
-	st, err = snapshot.Open(state, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
+	if q := snapshottest.Quarantined(t, state); len(q) != 1 || q[0].Bucket != snapshot.BucketPending || q[0].Err == "" {
+		t.Errorf("quarantine: %+v", q)
 	}
-	defer st.Close()
-	var q []snapshot.Quarantined
-	err = st.View(func(tx *snapshot.Tx) (err error) { q, err = tx.Quarantined(); return err })
-	if err != nil || len(q) != 1 || q[0].Bucket != snapshot.BucketPending || q[0].Err == "" {
-		t.Errorf("quarantine: %+v %v", q, err)
-	}
-	dead := deadLetters(t, st)
+	dead := snapshottest.Dead(t, state)
 	if len(dead) != 1 || dead[0].Record.Message.ID != "b" || dead[0].Record.Reason != "unknown class" {
 		t.Errorf("dead letters: %+v", dead)
 	}
-	if n := recordCounts(t, st)[snapshot.BucketPending]; n != 0 {
+	if n := snapshottest.Counts(t, state)[snapshot.BucketPending]; n != 0 {
 		t.Errorf("pending %d", n)
 	}
 }
@@ -120,9 +92,7 @@ func TestFailedBecomesDeadLetter(t *testing.T) {
 	if got := b.committed(); got != int64(produced) {
 		t.Errorf("committed %d, want %d", got, produced)
 	}
-	st, _ := snapshot.Open(b.state, snapshot.Options{})
-	defer st.Close()
-	dead := deadLetters(t, st)
+	dead := snapshottest.Dead(t, b.state)
 	if len(dead) != 2 {
 		t.Fatalf("dead letters: %d", len(dead))
 	}

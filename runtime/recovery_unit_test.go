@@ -10,9 +10,9 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/pool"
-	"github.com/handoff-go/handoff/runtime/internal/deletes"
 	"github.com/handoff-go/handoff/runtime/internal/hold"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // TestRecoveryRun runs the start's recovery on a real state file and a
@@ -21,23 +21,15 @@ import (
 // a key with a dead letter is restored blocked and one with parked
 // records and no blocker releasing, and the report counts them.
 func TestRecoveryRun(t *testing.T) {
-	store, state := openState(t)
 	log := slog.New(slog.DiscardHandler)
 	rec := func(id, class, key string) snapshot.Record {
 		return snapshot.Record{Message: handoff.Message{ID: id, Class: class, Key: []byte(key)}}
 	}
-	err := store.Update(func(tx *snapshot.Tx) error {
-		if _, err := tx.SavePending(rec("p1", "orders", "x"), rec("gone", "retired", "x"), rec("p2", "orders", "y")); err != nil {
-			return err
-		}
-		if _, err := tx.SaveDead(rec("dead", "orders", "blocked")); err != nil {
-			return err
-		}
-		return tx.Park("orders", []byte("free"), rec("k1", "orders", "free"))
+	store, state := openState(t, func(path string) {
+		snapshottest.SeedPending(t, path, rec("p1", "orders", "x"), rec("gone", "retired", "x"), rec("p2", "orders", "y"))
+		snapshottest.SeedDead(t, path, rec("dead", "orders", "blocked"))
+		snapshottest.SeedParked(t, path, "orders", []byte("free"), rec("k1", "orders", "free"))
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	var ran []string
 	p, err := pool.New(pool.Config[*item]{Name: "orders", Workers: 1, QueueSize: 16, Ordered: true, KeyFunc: itemKey,
@@ -54,13 +46,13 @@ func TestRecoveryRun(t *testing.T) {
 	var rel releases // not open: the restored release does not start here
 	c := &class{cfg: Class{Name: "orders", Ordered: true}, pool: p}
 	c.hold = hold.New(hold.Config[*item]{Class: "orders", Pool: p, Log: log, Rewind: func(time.Time) {}, Backoff: probeBackoff})
-	c.keys = newOrderedKeys(keysConfig{class: "orders", pool: p, state: state, deletes: &deletes.Queue{}, releases: &rel,
+	c.keys = newOrderedKeys(keysConfig{class: "orders", pool: p, state: state, deletes: &snapshot.DoneQueue{}, releases: &rel,
 		counts: &c.stats, log: log})
 	var orphaned []string
 	v := recovery{state: state, classes: map[string]*class{"orders": c}, order: []*class{c}, log: log, orphans: &orphans{},
-		orphan: func(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool {
+		orphan: func(rec snapshot.Record, from snapshot.Source) bool {
 			orphaned = append(orphaned, rec.Message.ID)
-			return store.Update(del) == nil
+			return store.DeleteDone(snapshot.Move{From: from}) == nil
 		}}
 	rep := &Report{}
 	if err := v.run(t.Context(), rep); err != nil {

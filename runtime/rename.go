@@ -45,7 +45,7 @@ func (cfg *Config) checkRenames(bad func(string, ...any)) {
 
 // renameClasses applies renames (Config.ClassRenames) to the state
 // file, in one transaction, and logs one line with what it renamed.
-func renameClasses(store *snapshot.Store, renames map[string]string, log *slog.Logger) error {
+func renameClasses(store *snapshot.State, renames map[string]string, log *slog.Logger) error {
 	if len(renames) == 0 {
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // TestClassRenames: a state file written when the class was "bookings"
@@ -22,10 +23,6 @@ import (
 func TestClassRenames(t *testing.T) {
 	t.Parallel()
 	state := t.TempDir() + "/s.db"
-	st, err := snapshot.Open(state, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var recs []snapshot.Record
 	for i := range 5 {
 		recs = append(recs, snapshot.Record{Message: handoff.Message{ID: fmt.Sprintf("b%d", i), Class: "bookings"}, Reason: "unstarted"})
@@ -33,16 +30,8 @@ func TestClassRenames(t *testing.T) {
 	for i := range 3 {
 		recs = append(recs, snapshot.Record{Message: handoff.Message{ID: fmt.Sprintf("g%d", i), Class: "gone"}, Reason: "unstarted"})
 	}
-	err = st.Update(func(tx *snapshot.Tx) error {
-		if _, err := tx.SavePending(recs...); err != nil {
-			return err
-		}
-		_, err := tx.SaveDead(snapshot.Record{Message: handoff.Message{ID: "dead-1", Class: "bookings"}, Reason: "failed", Err: "boom"})
-		return err
-	})
-	if err := errors.Join(err, st.Close()); err != nil {
-		t.Fatal(err)
-	}
+	snapshottest.SeedPending(t, state, recs...)
+	snapshottest.SeedDead(t, state, snapshot.Record{Message: handoff.Message{ID: "dead-1", Class: "bookings"}, Reason: "failed", Err: "boom"})
 
 	got := make(chan string, 10)
 	logs := &logBuffer{}

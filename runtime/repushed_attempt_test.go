@@ -8,6 +8,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // TestStopKeepsAttemptsOfSavedMessages: a message re-pushed from the
@@ -34,7 +35,7 @@ func TestStopKeepsAttemptsOfSavedMessages(t *testing.T) {
 			if tc.unstarted {
 				recs = append(recs, snapshot.Record{Message: handoff.Message{ID: "p2", Class: "jobs", Key: []byte("b")}, Reason: reasonUnstarted})
 			}
-			savePending(t, state, recs...)
+			snapshottest.SeedPending(t, state, recs...)
 			blocked := make(chan struct{})
 			jobs := Class{Name: "jobs", Workers: 1, QueueSize: 4,
 				Retry: RetryPolicy{MaxAttempts: 5, InitialBackoff: 5 * time.Millisecond, MaxBackoff: 5 * time.Millisecond},
@@ -64,7 +65,7 @@ func TestStopKeepsAttemptsOfSavedMessages(t *testing.T) {
 				t.Fatalf("retried %d, want 1", rep.Retried)
 			}
 
-			pending := pendingRecords(t, state)
+			pending := snapshottest.Pending(t, state)
 			if len(pending) != len(recs) {
 				t.Fatalf("%d pending records, want %d", len(pending), len(recs))
 			}

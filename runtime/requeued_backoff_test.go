@@ -3,13 +3,13 @@ package runtime
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // TestStopKeepsBlockerOfRequeued: in an ordered class, a dead letter
@@ -25,17 +25,8 @@ func TestStopKeepsBlockerOfRequeued(t *testing.T) {
 	t.Parallel()
 	state := t.TempDir() + "/s.db"
 	key := []byte("k")
-	savePending(t, state, snapshot.Record{Message: handoff.Message{ID: "r", Class: "jobs", Key: key}, Reason: snapshot.ReasonRequeued})
-	st, err := snapshot.Open(state, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Update(func(tx *snapshot.Tx) error {
-		return tx.Park("jobs", key, snapshot.Record{Message: handoff.Message{ID: "p", Class: "jobs", Key: key}, Reason: reasonParked})
-	}); err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
+	snapshottest.SeedPending(t, state, snapshot.Record{Message: handoff.Message{ID: "r", Class: "jobs", Key: key}, Reason: snapshot.ReasonRequeued})
+	snapshottest.SeedParked(t, state, "jobs", key, snapshot.Record{Message: handoff.Message{ID: "p", Class: "jobs", Key: key}, Reason: reasonParked})
 
 	var mu sync.Mutex
 	var handled []string
@@ -81,18 +72,7 @@ func TestStopKeepsBlockerOfRequeued(t *testing.T) {
 func TestStopKeepsDeadLetterError(t *testing.T) {
 	t.Parallel()
 	state := t.TempDir() + "/s.db"
-	st, err := snapshot.Open(state, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var keys []uint64
-	if err := st.Update(func(tx *snapshot.Tx) (err error) {
-		keys, err = tx.SaveDead(snapshot.Record{Message: handoff.Message{ID: "d", Class: "jobs", Attempt: 3}, Reason: reasonFailed, Err: "boom"})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
+	ids := snapshottest.SeedDead(t, state, snapshot.Record{Message: handoff.Message{ID: "d", Class: "jobs", Attempt: 3}, Reason: reasonFailed, Err: "boom"})
 	jobs := Class{Name: "jobs", Workers: 1, QueueSize: 4,
 		Retry:   RetryPolicy{MaxAttempts: 5, InitialBackoff: time.Hour, MaxBackoff: time.Hour},
 		Handler: func(ctx context.Context, m *handoff.Message) error { return errors.New("still failing") }}
@@ -104,7 +84,7 @@ func TestStopKeepsDeadLetterError(t *testing.T) {
 	wait := start(t, rt, context.Background())
 	waitFor(t, "ready", rt.Ready)
 	// A file without the changelog: a dead letter's ID is its key.
-	if err := rt.Requeue(context.Background(), strconv.FormatUint(keys[0], 10)); err != nil {
+	if err := rt.Requeue(context.Background(), ids[0].String()); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the requeued dead letter waiting out its backoff", func() bool {
@@ -112,15 +92,12 @@ func TestStopKeepsDeadLetterError(t *testing.T) {
 	})
 	stopAndWait(t, rt, wait)
 
-	st, err = snapshot.Open(state, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	var rec snapshot.Record
 	var ok bool
-	if err := st.View(func(tx *snapshot.Tx) (err error) { rec, ok, err = tx.GetDead(keys[0]); return err }); err != nil {
-		t.Fatal(err)
+	for _, d := range snapshottest.Dead(t, state) {
+		if d.ID == ids[0] {
+			rec, ok = d.Record, true
+		}
 	}
 	if !ok || rec.Err == "" || rec.Message.Attempt != 1 {
 		t.Errorf("dead letter after the stop: found %v, attempt %d, error %q; want attempt 1 and its error", ok, rec.Message.Attempt, rec.Err)

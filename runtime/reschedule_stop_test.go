@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/handoff-go/handoff"
-	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // TestRescheduleThenStop: a handler reschedules its own ID (the
@@ -78,22 +78,7 @@ func TestRescheduleThenStop(t *testing.T) {
 			if rep.Snapshotted != 2 {
 				t.Errorf("snapshotted %d, want 2 (the failed run of job, sub-1)", rep.Snapshotted)
 			}
-			st, err := snapshot.Open(state, snapshot.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
-			var pending []snapshot.Entry
-			var delayed []snapshot.DelayedEntry
-			if err := st.View(func(tx *snapshot.Tx) (err error) {
-				if pending, _, err = tx.LoadPending(); err != nil {
-					return err
-				}
-				delayed, err = tx.ListDelayed(nil, 10)
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
+			pending, delayed := snapshottest.Pending(t, state), snapshottest.Delayed(t, state)
 			got := map[string]string{}
 			for _, e := range pending {
 				got[e.Record.Message.ID] = string(e.Record.Message.Value)

@@ -101,12 +101,12 @@ func (t *retention) turn(ctx context.Context, c *class, now time.Time, beat func
 		return
 	}
 	// Oldest first; a tie in the save order of this file.
-	slices.SortFunc(all, func(a, b deadTime) int { return cmp.Or(a.saved.Compare(b.saved), cmp.Compare(a.key, b.key)) })
+	slices.SortFunc(all, func(a, b deadTime) int { return cmp.Or(a.Saved.Compare(b.Saved), cmp.Compare(a.Key, b.Key)) })
 	var due []deadTime
 	var reasons []string
 	for i, d := range all {
 		switch {
-		case c.cfg.DeadLetterRetention > 0 && now.Sub(d.saved) > c.cfg.DeadLetterRetention:
+		case c.cfg.DeadLetterRetention > 0 && now.Sub(d.Saved) > c.cfg.DeadLetterRetention:
 			due, reasons = append(due, d), append(reasons, dropAge)
 		case c.cfg.MaxDeadLetters > 0 && i < len(all)-c.cfg.MaxDeadLetters:
 			due, reasons = append(due, d), append(reasons, dropCount)
@@ -127,8 +127,8 @@ func (t *retention) turn(ctx context.Context, c *class, now time.Time, beat func
 	}
 	oldest := int64(0)
 	for _, d := range all {
-		if !gone[d.key] {
-			oldest = d.saved.UnixNano()
+		if !gone[d.Key] {
+			oldest = d.Saved.UnixNano()
 			break
 		}
 	}
@@ -156,17 +156,17 @@ func (t *retention) drop(ctx context.Context, c *class, due []deadTime, reasons 
 		}
 	}()
 	for i, d := range due {
-		if !t.fail.requeues.start(d.key) {
+		if !t.fail.requeues.start(d.Key) {
 			continue // being requeued or discarded: the next turn sees what is left
 		}
-		id, rec, ok, err := t.state.getDead(d.key)
-		if err != nil || !ok || !t.owns(&rec) || !rec.SavedAt.Equal(d.saved) {
+		id, rec, ok, err := t.state.getDead(d.Key)
+		if err != nil || !ok || !t.owns(&rec) || !rec.SavedAt.Equal(d.Saved) {
 			// Gone, moved to another owner or failed again since the
 			// read: the next turn decides again.
-			t.fail.requeues.finish(d.key)
+			t.fail.requeues.finish(d.Key)
 			continue
 		}
-		held = append(held, claimed{key: d.key, id: id, rec: rec, reason: reasons[i]})
+		held = append(held, claimed{key: d.Key, id: id, rec: rec, reason: reasons[i]})
 	}
 	if c.cfg.DeadLetterTopic != "" {
 		// Published together (one write of the publisher), each awaited.

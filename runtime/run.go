@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/handoff-go/handoff"
-	"github.com/handoff-go/handoff/runtime/internal/deletes"
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
 	"github.com/handoff-go/handoff/runtime/internal/service"
 	"github.com/handoff-go/handoff/snapshot"
@@ -157,9 +156,9 @@ func (s *runState) start() error {
 	}()
 
 	s.background.Start(func(ctx context.Context) {
-		alive := r.alive.start("state file deleter", deletes.Interval)
+		alive := r.alive.start("state file deleter", snapshot.DeleteInterval)
 		defer alive.end()
-		r.deletes.Run(ctx, r.state.store, r.log, alive.beat, func(d deletes.Records) {
+		r.state.store.RunDeletes(ctx, &r.deletes, r.log, alive.beat, func(d snapshot.DoneRecords) {
 			r.sched.forget(d.Delayed...)
 			r.clog.unhold(d.Pending...)
 		}, r.state.writeFailed)

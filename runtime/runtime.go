@@ -11,7 +11,6 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/pool"
-	"github.com/handoff-go/handoff/runtime/internal/deletes"
 	"github.com/handoff-go/handoff/runtime/internal/hold"
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
 	"github.com/handoff-go/handoff/snapshot"
@@ -37,7 +36,7 @@ type Runtime struct {
 
 	// The state file, open from the start of Run to the end of its stop.
 	state   *stateFile
-	deletes deletes.Queue // records of done messages, deleted in batches
+	deletes snapshot.DoneQueue // records of done messages, deleted in batches
 	// clog is the state file's changelog (changelog.go); off with
 	// LocalStateOnly or without topics. restore brings an assigned
 	// partition's state back from it (restore.go).

@@ -15,6 +15,7 @@ import (
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/internal/testio"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 func TestConfigValidation(t *testing.T) {
@@ -179,12 +180,7 @@ func TestStopSnapshotsAndRepushes(t *testing.T) {
 
 func assertPending(t *testing.T, path string, want int) {
 	t.Helper()
-	st, err := snapshot.Open(path, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if n := recordCounts(t, st)[snapshot.BucketPending]; n != want {
+	if n := snapshottest.Counts(t, path)[snapshot.BucketPending]; n != want {
 		t.Errorf("pending records: %d, want %d", n, want)
 	}
 }
@@ -194,18 +190,11 @@ func assertPending(t *testing.T, path string, want int) {
 func TestRecoveryBeforeFetch(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, "orders")
-	st, err := snapshot.Open(b.state, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var recs []snapshot.Record
 	for i := range 50 {
 		recs = append(recs, snapshot.Record{Message: handoff.Message{ID: "saved-" + string(rune('A'+i%26)) + string(rune('a'+i/26)), Class: "orders", Key: []byte("k")}, Reason: "unstarted"})
 	}
-	if err := st.Update(func(tx *snapshot.Tx) error { _, err := tx.SavePending(recs...); return err }); err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
+	snapshottest.SeedPending(t, b.state, recs...)
 	produced := b.produce(20)
 	var n atomic.Int64
 	all := make(chan struct{})
@@ -383,7 +372,7 @@ func TestSnapshotFailureKeepsOffsets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt.state.beforeSnapshot = func(st *snapshot.Store) { st.Close() }
+	rt.state.beforeSnapshot = func(st *snapshot.State) { st.Close() }
 	wait := start(t, rt, context.Background())
 	waitFor(t, "pool full, 10 handled", func() bool {
 		s := rt.classes.order[0].pool.Stats()

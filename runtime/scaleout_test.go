@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/handoff-go/handoff"
-	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // TestStopRedeliver is the counting test of a graceful stop under load
@@ -103,18 +103,7 @@ func TestStateFileIdentity(t *testing.T) {
 	if s := logs.String(); !strings.Contains(s, "level=WARN") || !strings.Contains(s, "previous_instance=pod-0") {
 		t.Errorf("no warning for the takeover:\n%s", s)
 	}
-	st, err := snapshot.Open(state, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	var g, i []byte
-	err = st.View(func(tx *snapshot.Tx) error {
-		g, _, _ = tx.Meta(snapshot.MetaGroup)
-		i, _, _ = tx.Meta(snapshot.MetaInstance)
-		return nil
-	})
-	if err != nil || string(g) != "g1" || string(i) != "pod-1" {
+	if g, i := snapshottest.Owner(t, state); g != "g1" || i != "pod-1" {
 		t.Errorf("meta group %q instance %q", g, i)
 	}
 }

@@ -388,7 +388,7 @@ func TestScheduleStopWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	var atSnapshot error
-	rt.state.beforeSnapshot = func(*snapshot.Store) {
+	rt.state.beforeSnapshot = func(*snapshot.State) {
 		atSnapshot = rt.Schedule(context.Background(), "mail", &handoff.Message{ID: "at-snapshot"}, time.Now())
 	}
 	wait := start(t, rt, context.Background())

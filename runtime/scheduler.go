@@ -54,7 +54,7 @@ type schedulerConfig struct {
 	classes map[string]*class // a due message's class: its pool and hold
 	// orphan makes a due message of a class no longer configured a dead
 	// letter, deleting its record with del.
-	orphan func(rec snapshot.Record, del func(tx *snapshot.Tx) error) bool
+	orphan func(rec snapshot.Record, from snapshot.Source) bool
 	log    *slog.Logger
 	// owns, when set, says whether a record may be delivered here: with
 	// the changelog, only those of partitions restored here (and those of
@@ -165,7 +165,7 @@ func (s *scheduler) run(ctx context.Context) {
 				continue // its partition's owner delivers it; a restore here wakes the scheduler
 			}
 			if c == nil {
-				s.cfg.orphan(e.Record, delayedDelete(e.Key))
+				s.cfg.orphan(e.Record, delayedSource(e.Key))
 				continue
 			}
 			if !s.hand(e.Key) {

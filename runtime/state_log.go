@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
@@ -14,75 +13,44 @@ import (
 // the only one its caller opens.
 
 // fileID returns the file's changelog ID; ok is false while it has none.
-func (f *stateFile) fileID() (id [16]byte, ok bool, err error) {
-	err = f.store.View(func(tx *snapshot.Tx) (err error) { id, ok, err = tx.ChangelogFileID(); return err })
-	return id, ok, err
-}
+func (f *stateFile) fileID() (id [16]byte, ok bool, err error) { return f.store.FileID() }
 
 // owner returns, in one read, the file's changelog ID (hasOwn false
 // while it has none) and the file the latest owner marker of topic's
 // partition p that this file remembers names (known false for none).
 func (f *stateFile) owner(topic string, p int32) (own [16]byte, hasOwn bool, owner [16]byte, known bool, err error) {
-	err = f.store.View(func(tx *snapshot.Tx) (err error) {
-		if own, hasOwn, err = tx.ChangelogFileID(); err != nil {
-			return err
-		}
-		owner, known, err = tx.ChangelogOwner(topic, p)
-		return err
-	})
-	return own, hasOwn, owner, known, err
+	return f.store.Owner(topic, p)
 }
 
 // setOwner remembers owner as the file the latest owner marker of
 // topic's partition p names, in the file alone.
 func (f *stateFile) setOwner(topic string, p int32, owner [16]byte) error {
-	return f.store.BatchLocal(func(tx *snapshot.Tx) error { return tx.SetChangelogOwner(topic, p, owner) })
+	return f.store.SetOwner(topic, p, owner)
 }
 
 // noteOwner is setOwner that also returns the file's changelog ID, read
 // in the same write.
 func (f *stateFile) noteOwner(topic string, p int32, owner [16]byte) (own [16]byte, err error) {
-	err = f.store.BatchLocal(func(tx *snapshot.Tx) (err error) {
-		if own, _, err = tx.ChangelogFileID(); err != nil {
-			return err
-		}
-		return tx.SetChangelogOwner(topic, p, owner)
-	})
-	return own, err
+	return f.store.NoteOwner(topic, p, owner)
 }
 
 // hasCheckpoint reports whether the file keeps a changelog checkpoint of
 // topic's partition p.
 func (f *stateFile) hasCheckpoint(topic string, p int32) (known bool, err error) {
-	err = f.store.View(func(tx *snapshot.Tx) (err error) {
-		_, known, err = tx.ChangelogCheckpoint(topic, p)
-		return err
-	})
+	_, known, err = f.store.Checkpoint(topic, p)
 	return known, err
 }
 
 // setRoutedBy records, in the file alone, that p's changelog was read
 // whole and its records moved by partition count n.
 func (f *stateFile) setRoutedBy(p kclient.Partition, n int32) error {
-	return f.store.UpdateLocal(func(tx *snapshot.Tx) error {
-		return tx.PutMeta(routedKey(p), []byte(strconv.Itoa(int(n))))
-	})
+	return f.store.SetRoutedBy(p.Topic, int32(p.Partition), n)
 }
 
 // routedBy returns the partition count by which p's changelog was last
 // read whole here; 0 when never, or when the file cannot tell.
 func (f *stateFile) routedBy(p kclient.Partition) int32 {
-	var n int32
-	_ = f.store.View(func(tx *snapshot.Tx) error {
-		v, ok, err := tx.Meta(routedKey(p))
-		if err != nil || !ok {
-			return err
-		}
-		m, err := strconv.Atoi(string(v))
-		n = int32(m)
-		return err
-	})
-	return n
+	return f.store.RoutedBy(p.Topic, int32(p.Partition))
 }
 
 // readApplied reads back, in one read, the records a follow applied:
@@ -90,66 +58,22 @@ func (f *stateFile) routedBy(p kclient.Partition) int32 {
 // for its redelivery, and the pending ones are returned. Records gone or
 // undecodable are skipped.
 func (f *stateFile) readApplied(applied snapshot.Applied, block func(snapshot.Record)) ([]snapshot.Entry, error) {
-	var pending []snapshot.Entry
-	err := f.store.View(func(tx *snapshot.Tx) error {
-		for _, k := range applied.Dead {
-			if rec, ok, err := tx.GetDead(k); ok && err == nil {
-				block(rec)
-			}
-		}
-		for _, k := range applied.Delayed {
-			if rec, ok, err := tx.GetDelayed(k); ok && err == nil && rec.Reason == reasonRedelivery {
-				block(rec)
-			}
-		}
-		for _, k := range applied.Pending {
-			rec, ok, err := tx.GetPending(k)
-			if ok && err == nil {
-				pending = append(pending, snapshot.Entry{Key: k, Record: rec})
-			}
-		}
-		return nil
-	})
-	return pending, err
+	return f.store.ReadApplied(applied, func(rec *snapshot.Record) bool { return rec.Reason == reasonRedelivery }, block)
 }
 
 // eachApplied calls each, in one read, with the read of every pending,
 // dead and delayed record applied holds, in that order; a failed read
 // ends nothing.
 func (f *stateFile) eachApplied(applied snapshot.Applied, each func(rec snapshot.Record, ok bool, err error)) {
-	_ = f.store.View(func(tx *snapshot.Tx) error {
-		for _, k := range applied.Pending {
-			each(tx.GetPending(k))
-		}
-		for _, k := range applied.Dead {
-			each(tx.GetDead(k))
-		}
-		for _, k := range applied.Delayed {
-			each(tx.GetDelayed(k))
-		}
-		return nil
-	})
+	f.store.EachApplied(applied, each)
 }
 
 // applyFollowed applies recs, other instances' writes to topic's
 // partition p read by a follow, to the file alone, from the file's
 // checkpoint of p (0 without one) without moving it, and gives the
-// records of renamed classes their new names (rename), in one write.
+// records of renamed classes their new names, in one write.
 func (l *stateLog) applyFollowed(topic string, p int32, recs []snapshot.ChangelogRecord) (applied snapshot.Applied, err error) {
-	err = l.state.store.BatchLocal(func(tx *snapshot.Tx) error {
-		kept, ok, err := tx.ChangelogCheckpoint(topic, p)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			kept = 0
-		}
-		if applied, err = tx.ApplyChangelog(topic, p, recs, kept); err != nil {
-			return err
-		}
-		return l.rename(tx, applied)
-	})
-	return applied, err
+	return l.state.store.ApplyFollowed(topic, p, recs, l.renames)
 }
 
 // The choices between the state's two paths, with the changelog (on) and

@@ -20,7 +20,7 @@ import (
 // afterwards, in a write of their own.
 type stateFile struct {
 	log   *slog.Logger
-	store *snapshot.Store // set by open, before any component uses it
+	store *snapshot.State // set by open, before any component uses it
 	open  atomic.Bool     // the admin API may use it
 	// forgetDelayed tells the scheduler that delayed records it handed to
 	// a pool are deleted.
@@ -36,7 +36,7 @@ type stateFile struct {
 	beforeWrite func(op string, it *item) error
 	// beforeSnapshot, when set by a test, runs just before the stop's
 	// snapshot transaction.
-	beforeSnapshot func(*snapshot.Store)
+	beforeSnapshot func(*snapshot.State)
 	// writeFails counts the writes that failed, per target
 	// (handoff_state_write_failures_total).
 	writeFails [numWriteTargets]atomic.Int64
@@ -122,7 +122,7 @@ func (f *stateFile) writeFailed(err error) {
 }
 
 // opened is what a component gets from New: set to the file by Run.
-func (f *stateFile) opened(store *snapshot.Store) {
+func (f *stateFile) opened(store *snapshot.State) {
 	f.store = store
 	f.open.Store(true)
 }
@@ -135,7 +135,7 @@ func (f *stateFile) close() error {
 }
 
 // get returns the open state file, or ErrNotRunning.
-func (f *stateFile) get() (*snapshot.Store, error) {
+func (f *stateFile) get() (*snapshot.State, error) {
 	if !f.open.Load() {
 		return nil, ErrNotRunning
 	}
@@ -147,14 +147,12 @@ func (f *stateFile) quarantine(bad []*snapshot.DecodeError) error {
 	if len(bad) == 0 {
 		return nil
 	}
-	return f.store.Update(func(tx *snapshot.Tx) error { return tx.Quarantine(bad...) })
+	return f.store.Quarantine(bad...)
 }
 
 // parked returns the records parked under class's key, in park order.
 func (f *stateFile) parked(class string, key []byte) ([]snapshot.ParkedEntry, error) {
-	var entries []snapshot.ParkedEntry
-	var bad []*snapshot.DecodeError
-	err := f.store.View(func(tx *snapshot.Tx) (err error) { entries, bad, err = tx.Parked(class, key); return err })
+	entries, bad, err := f.store.Parked(class, key)
 	if err != nil {
 		return nil, err
 	}
@@ -162,8 +160,8 @@ func (f *stateFile) parked(class string, key []byte) ([]snapshot.ParkedEntry, er
 }
 
 // decodeErrors splits the error of a listing that reports undecodable
-// records in a join of [*snapshot.DecodeError]s (Tx.DeadPage,
-// Tx.ListDelayed) into those and the rest, nil when there is none.
+// records in a join of [*snapshot.DecodeError]s (State.DeadPage,
+// State.ListDelayed) into those and the rest, nil when there is none.
 func decodeErrors(err error) ([]*snapshot.DecodeError, error) {
 	if err == nil {
 		return nil, nil
@@ -186,59 +184,34 @@ func decodeErrors(err error) ([]*snapshot.DecodeError, error) {
 
 // parkedKeys returns every parked (class, key) with its count.
 func (f *stateFile) parkedKeys() ([]snapshot.ParkedCount, error) {
-	var keys []snapshot.ParkedCount
-	var bad []*snapshot.DecodeError
-	err := f.store.View(func(tx *snapshot.Tx) (err error) { keys, bad, err = tx.ParkedKeys(); return err })
+	keys, bad, err := f.store.ParkedKeys()
 	if err != nil {
 		return nil, err
 	}
 	return keys, f.quarantine(bad)
 }
 
-// moveTo saves the item elsewhere in the state file with save, deleting
-// its source record in the same transaction, and then settles its offset:
-// the offset counts as persisted once the transaction has committed. On
-// failure nothing is settled, so Kafka delivers the message again after a
-// restart. Workers' moves share transactions (one fsync for many).
-func (f *stateFile) moveTo(it *item, what string, save func(tx *snapshot.Tx) error) bool {
-	return f.move(f.store.Batch, it, what, save)
+// moveTo runs move, a State move of the item (snapshot.Move: its source
+// record deleted and the item saved elsewhere, in one transaction), and
+// then settles its offset: the offset counts as persisted once the
+// transaction has committed. On failure nothing is settled, so Kafka
+// delivers the message again after a restart. Workers' moves share
+// transactions (one fsync for many).
+func (f *stateFile) moveTo(it *item, what string, move func(m snapshot.Move) error) bool {
+	return f.write(it, what, false, move)
 }
 
 // moveNow is moveTo in a transaction of its own, for callers that hold a
 // lock and must not wait for a shared one to fill.
-func (f *stateFile) moveNow(it *item, what string, save func(tx *snapshot.Tx) error) bool {
-	return f.move(f.store.Update, it, what, save)
+func (f *stateFile) moveNow(it *item, what string, move func(m snapshot.Move) error) bool {
+	return f.write(it, what, true, move)
 }
 
-// updateInPlace is moveTo for a save that overwrites the message's own
-// source record (a requeued dead letter that failed again): nothing is
-// deleted first.
-func (f *stateFile) updateInPlace(it *item, what string, save func(tx *snapshot.Tx) error) bool {
-	return f.write(f.store.Batch, it, what, save)
-}
-
-func (f *stateFile) move(run func(func(*snapshot.Tx) error) error, it *item, what string, save func(tx *snapshot.Tx) error) bool {
-	return f.write(run, it, what, func(tx *snapshot.Tx) error {
-		// Delete first: a delayed record's new version has the same ID,
-		// which SaveDelayed would take for a duplicate.
-		if err := it.deleteSource(tx); err != nil {
-			return err
-		}
-		return save(tx)
-	})
-}
-
-// write runs save for the item in a transaction of run, and settles the
-// item once it has committed.
-func (f *stateFile) write(run func(func(*snapshot.Tx) error) error, it *item, what string, save func(tx *snapshot.Tx) error) bool {
-	// save and deleteSource act only through tx: a Batch may run this
-	// twice, the first time rolled back.
-	err := run(func(tx *snapshot.Tx) error {
-		if err := f.testWriteErr(what, it); err != nil {
-			return err
-		}
-		return save(tx)
-	})
+// write runs move for the item, in a transaction of its own when alone,
+// and settles the item once it has committed.
+func (f *stateFile) write(it *item, what string, alone bool, move func(m snapshot.Move) error) bool {
+	m := snapshot.Move{From: it.source(), Alone: alone, Check: f.check(what, it)}
+	err := move(m)
 	if err != nil {
 		f.writeFailed(err)
 	}
@@ -286,13 +259,13 @@ func (f *stateFile) settleFunc(it *item) func() {
 	}
 }
 
-// testWriteErr returns the write failure a test injects with
-// beforeWrite, if any.
-func (f *stateFile) testWriteErr(op string, it *item) error {
+// check is the Move.Check of a write of it named op: the write failure
+// a test injects with beforeWrite, nil without one.
+func (f *stateFile) check(op string, it *item) func() error {
 	if f.beforeWrite == nil {
 		return nil
 	}
-	return f.beforeWrite(op, it)
+	return func() error { return f.beforeWrite(op, it) }
 }
 
 func (f *stateFile) logErr(what string, it *item, err error) {
@@ -306,10 +279,8 @@ func (f *stateFile) logErr(what string, it *item, err error) {
 // checkIdentity records the group and the instance in a new state file,
 // and refuses a file of another group. A file of another instance of the
 // same group is taken over with a warning.
-func checkIdentity(store *snapshot.Store, group, instance string, log *slog.Logger) error {
-	var kept []byte
-	var ok bool
-	err := store.View(func(tx *snapshot.Tx) (err error) { kept, ok, err = tx.Meta(snapshot.MetaGroup); return err })
+func checkIdentity(store *snapshot.State, group, instance string, log *slog.Logger) error {
+	kept, ok, inst, instOK, err := store.Identity()
 	if err != nil {
 		return fmt.Errorf("runtime: check state file identity: %w", err)
 	}
@@ -317,23 +288,18 @@ func checkIdentity(store *snapshot.Store, group, instance string, log *slog.Logg
 	case ok && group != "" && string(kept) != group:
 		return fmt.Errorf("%w: %s belongs to group %q, configured group is %q", ErrOtherGroup, store.Path(), kept, group)
 	case !ok && group != "":
-		if err := store.Update(func(tx *snapshot.Tx) error { return tx.PutMeta(snapshot.MetaGroup, []byte(group)) }); err != nil {
+		if err := store.SetGroup(group); err != nil {
 			return fmt.Errorf("runtime: record group in state file: %w", err)
 		}
 	}
-	var inst []byte
-	err = store.View(func(tx *snapshot.Tx) (err error) { inst, ok, err = tx.Meta(snapshot.MetaInstance); return err })
-	if err != nil {
-		return fmt.Errorf("runtime: check state file identity: %w", err)
-	}
-	if ok && string(inst) == instance {
+	if instOK && string(inst) == instance {
 		return nil
 	}
-	if ok {
+	if instOK {
 		log.Warn("state file was written by another instance of the group; taking it over", "path", store.Path(),
 			"group", group, "previous_instance", string(inst), "instance", instance)
 	}
-	if err := store.Update(func(tx *snapshot.Tx) error { return tx.PutMeta(snapshot.MetaInstance, []byte(instance)) }); err != nil {
+	if err := store.SetInstance(instance); err != nil {
 		return fmt.Errorf("runtime: record instance in state file: %w", err)
 	}
 	return nil
@@ -342,20 +308,19 @@ func checkIdentity(store *snapshot.Store, group, instance string, log *slog.Logg
 // recordClasses notes the configured classes in the state file, which
 // keeps every class name it has seen (the CLI's pause refuses others).
 // It writes only when a class is new to the file.
-func recordClasses(store *snapshot.Store, classes []Class) error {
+func recordClasses(store *snapshot.State, classes []Class) error {
 	names := make([]string, len(classes))
 	for i, c := range classes {
 		names[i] = c.Name
 	}
-	var known []string
-	if err := store.View(func(tx *snapshot.Tx) (err error) { known, err = tx.Classes(); return err }); err != nil {
+	known, err := store.Classes()
+	if err != nil {
 		return fmt.Errorf("runtime: record classes in state file: %w", err)
 	}
 	if containsAll(known, names) {
 		return nil
 	}
-	err := store.Update(func(tx *snapshot.Tx) error { _, err := tx.AddClasses(names...); return err })
-	if err != nil {
+	if err := store.AddClasses(names...); err != nil {
 		return fmt.Errorf("runtime: record classes in state file: %w", err)
 	}
 	return nil

@@ -5,39 +5,12 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"testing"
-
-	"github.com/handoff-go/handoff/snapshot"
 )
-
-// Reads of a state file for the tests, each in one read-only
-// transaction; a failed read fails the test.
-
-// deadLetters returns every dead letter of st, in save order.
-func deadLetters(t testing.TB, st *snapshot.Store) []snapshot.Entry {
-	t.Helper()
-	var dead []snapshot.Entry
-	err := st.View(func(tx *snapshot.Tx) (err error) { dead, _, err = tx.DeadPage("", 0, 0); return err })
-	if err != nil {
-		t.Fatalf("read dead letters: %v", err)
-	}
-	return dead
-}
-
-// recordCounts returns the number of records in each bucket of st.
-func recordCounts(t testing.TB, st *snapshot.Store) map[string]int {
-	t.Helper()
-	var counts map[string]int
-	err := st.View(func(tx *snapshot.Tx) (err error) { counts, err = tx.Counts(); return err })
-	if err != nil {
-		t.Fatalf("count records: %v", err)
-	}
-	return counts
-}
 
 // countDelayedReads returns a test logger that counts, from the
 // scheduler's debug log, the records of the delayed bucket it read: those
 // it handed over, the undecodable ones and, when one follows, the record
-// it looked at for its due time only. That is all snapshot.Tx.DueDelayed
+// it looked at for its due time only. That is all snapshot.State.DueDelayed
 // reads (the snapshot tests prove it).
 func countDelayedReads(t *testing.T) (*slog.Logger, *atomic.Uint64) {
 	n := new(atomic.Uint64)

@@ -402,7 +402,7 @@ func (s *runState) snapshot() []any {
 // instance or the partition's next owner) and a restart on the same disk
 // does not run them twice; the others (submitted, scheduled: Kafka has no
 // copy of them) stay in the file, which sends them to the changelog at
-// the next start (snapshot.Store.ResendUnsent). It returns the
+// the next start (snapshot.State.ResendUnsent). It returns the
 // snapshot's error.
 func (s *runState) takeBack(recs []snapshot.Record, keys []uint64, fromKafka []bool, err error) error {
 	r := s.r

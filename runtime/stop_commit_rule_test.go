@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/handoff-go/handoff"
-	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // TestStopCommitsNoSavedMessage checks the commit rule at a stop under
@@ -251,26 +251,16 @@ func (b *bundle) runUntilCommitted(t *testing.T, produced int, cfgMod func(*Conf
 func (b *bundle) checkSavedUncommitted(t *testing.T, want int) {
 	t.Helper()
 	committed := b.committedByPartition()
-	store, err := snapshot.Open(b.state, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
 	n, past := 0, 0
-	if _, err := store.ScanPending(func(batch []snapshot.Entry) bool {
-		for _, e := range batch {
-			o := e.Record.Message.Origin
-			if !o.IsKafka() {
-				continue
-			}
-			n++
-			if c, ok := committed[o.Topic][o.Partition]; ok && c > o.Offset {
-				past++
-			}
+	for _, e := range snapshottest.Pending(t, b.state) {
+		o := e.Record.Message.Origin
+		if !o.IsKafka() {
+			continue
 		}
-		return true
-	}); err != nil {
-		t.Fatal(err)
+		n++
+		if c, ok := committed[o.Topic][o.Partition]; ok && c > o.Offset {
+			past++
+		}
 	}
 	if n != want || past != 0 {
 		t.Errorf("the state file holds %d saved Kafka messages (the stop saved %d); the commit passed %d of them", n, want, past)

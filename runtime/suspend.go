@@ -196,7 +196,7 @@ func (r *Runtime) Resume(ctx context.Context, class string) error {
 
 // holdTarget returns the class named name and the open state file, for
 // Pause and Resume.
-func holdTarget(ctx context.Context, classes map[string]*class, state *stateFile, name string) (*class, *snapshot.Store, error) {
+func holdTarget(ctx context.Context, classes map[string]*class, state *stateFile, name string) (*class, *snapshot.State, error) {
 	c := classes[name]
 	if c == nil {
 		return nil, nil, fmt.Errorf("%w: %q", ErrUnknownClass, name)
@@ -214,7 +214,7 @@ func holdTarget(ctx context.Context, classes map[string]*class, state *stateFile
 // loadPauses restores the pauses kept in the state file, before the
 // recovery pushes anything. A pause of a class no longer configured is
 // left in the file with a warning.
-func loadPauses(store *snapshot.Store, classes map[string]*class, log *slog.Logger) error {
+func loadPauses(store *snapshot.State, classes map[string]*class, log *slog.Logger) error {
 	pauses, err := savedPauses(store)
 	if err != nil {
 		return fmt.Errorf("runtime: read pauses: %w", err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // dep is a simulated dependency of a handler: down or up, with a record
@@ -321,13 +322,7 @@ func TestSuspendStopSaves(t *testing.T) {
 		if rep.Snapshotted != 40 || rep.DeadLettered != 0 {
 			t.Fatalf("snapshotted %d, dead %d; want 40 and 0", rep.Snapshotted, rep.DeadLettered)
 		}
-		st, err := snapshot.Open(state, snapshot.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var pending []snapshot.Entry
-		st.View(func(tx *snapshot.Tx) (err error) { pending, _, err = tx.LoadPending(); return err })
-		st.Close()
+		pending := snapshottest.Pending(t, state)
 		for _, e := range pending {
 			if e.Record.Message.Attempt != 0 {
 				t.Errorf("%s saved with Attempt %d", e.Record.Message.ID, e.Record.Message.Attempt)
@@ -384,18 +379,11 @@ func TestPauseResume(t *testing.T) {
 		stop()
 
 		// Six more saved messages than the queue holds.
-		st, err := snapshot.Open(state, snapshot.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
 		var recs []snapshot.Record
 		for i := range 6 {
 			recs = append(recs, snapshot.Record{Message: handoff.Message{ID: fmt.Sprintf("extra%d", i), Class: "db"}})
 		}
-		if err := st.Update(func(tx *snapshot.Tx) error { _, err := tx.SavePending(recs...); return err }); err != nil {
-			t.Fatal(err)
-		}
-		st.Close()
+		snapshottest.SeedPending(t, state, recs...)
 
 		rt2, err := newRuntime(dbConfig(t, state, d.handle, small))
 		if err != nil {

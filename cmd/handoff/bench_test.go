@@ -10,6 +10,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // BenchmarkReplay replays a state file of 20,000 pending 1 KiB messages
@@ -29,10 +30,6 @@ func BenchmarkReplay(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		path := filepath.Join(b.TempDir(), "state.db")
-		st, err := snapshot.Open(path, snapshot.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
 		recs := make([]snapshot.Record, n)
 		now := time.Now()
 		for i := range recs {
@@ -52,12 +49,7 @@ func BenchmarkReplay(b *testing.B) {
 				Reason: "unstarted", SavedAt: now,
 			}
 		}
-		if err := st.Update(func(tx *snapshot.Tx) error { _, err := tx.SavePending(recs...); return err }); err != nil {
-			b.Fatal(err)
-		}
-		if err := st.Close(); err != nil {
-			b.Fatal(err)
-		}
+		snapshottest.SeedPending(b, path, recs...)
 		root := newRootCmd()
 		root.SetOut(io.Discard)
 		root.SetErr(io.Discard)

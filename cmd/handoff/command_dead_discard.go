@@ -36,11 +36,11 @@ deletes it. A selection of more than one dead letter needs --yes:
 without it the command prints how many it selects and exits with status
 2, writing nothing.`,
 		Args: deadOpArgs,
-		RunE: deadOpRun(deadop.Discard, &sel, &of, sel.run(&sf, "discard", true, func(cmd *cobra.Command, st *snapshot.Store, keys []uint64, _ []string) error {
-			if err := st.Update(func(tx *snapshot.Tx) error { return tx.DeleteDead(keys...) }); err != nil {
+		RunE: deadOpRun(deadop.Discard, &sel, &of, sel.run(&sf, "discard", true, func(cmd *cobra.Command, st *snapshot.State, dead []snapshot.DeadRef) error {
+			if err := st.DeleteDead(keys(dead)...); err != nil {
 				return err
 			}
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "discarded %d %s\n", len(keys), sel.what())
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "discarded %d %s\n", len(dead), sel.what())
 			return err
 		})),
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -16,7 +17,7 @@ import (
 
 // capturingStore opens a state file at path with the changelog capture
 // on: every change it sends is appended to *changes.
-func capturingStore(t *testing.T, path string, changes *[]snapshot.Change) *snapshot.Store {
+func capturingStore(t *testing.T, path string, changes *[]snapshot.Change) *snapshot.State {
 	t.Helper()
 	st, err := snapshot.Open(path, snapshot.Options{})
 	if err != nil {
@@ -76,19 +77,19 @@ func TestDeadListIDsAgree(t *testing.T) {
 	var written []snapshot.Change
 	pathA := filepath.Join(dir, "a.db")
 	a := capturingStore(t, pathA, &written)
-	err = a.Update(func(tx *snapshot.Tx) error {
-		keys, err := tx.SaveDead(deadRecord("orders", "w0", 1, "permanent: w0", t0), deadRecord("orders", "w1", 1, "permanent: w1", t0.Add(time.Second)),
-			deadRecord("orders", "w2", 2, "permanent: w2", t0.Add(2*time.Second)))
-		if err != nil {
-			return err
-		}
-		return tx.DeleteDead(keys[0])
-	})
+	for _, r := range []snapshot.Record{deadRecord("orders", "w0", 1, "permanent: w0", t0), deadRecord("orders", "w1", 1, "permanent: w1", t0.Add(time.Second)),
+		deadRecord("orders", "w2", 2, "permanent: w2", t0.Add(2*time.Second))} {
+		err = errors.Join(err, a.MoveToDead(snapshot.Move{Alone: true}, r))
+	}
+	w0, ok, ferr := a.DeadByMessageID("w0")
+	if err = errors.Join(err, ferr); err == nil && ok {
+		err = a.DeleteDead(w0.Key)
+	}
 	if cerr := a.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || !ok {
+		t.Fatalf("writer: w0 found %v, %v", ok, err)
 	}
 
 	// The restorer: two dead letters of its own (keys 1 and 2), then the
@@ -97,10 +98,9 @@ func TestDeadListIDsAgree(t *testing.T) {
 	var own []snapshot.Change
 	pathB := filepath.Join(dir, "b.db")
 	bst := capturingStore(t, pathB, &own)
-	err = bst.Update(func(tx *snapshot.Tx) error {
-		_, err := tx.SaveDead(deadRecord("orders", "r0", 1, "permanent: r0", t0.Add(3*time.Second)), deadRecord("orders", "r1", 1, "permanent: r1", t0.Add(4*time.Second)))
-		return err
-	})
+	for _, r := range []snapshot.Record{deadRecord("orders", "r0", 1, "permanent: r0", t0.Add(3*time.Second)), deadRecord("orders", "r1", 1, "permanent: r1", t0.Add(4*time.Second))} {
+		err = errors.Join(err, bst.MoveToDead(snapshot.Move{Alone: true}, r))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,10 +108,7 @@ func TestDeadListIDsAgree(t *testing.T) {
 	for i, c := range written {
 		recs[i] = snapshot.ChangelogRecord{Offset: int64(i), Key: c.Key, Value: c.Value}
 	}
-	err = bst.UpdateLocal(func(tx *snapshot.Tx) error {
-		_, err := tx.ApplyChangelog("orders", 0, recs, int64(len(recs)))
-		return err
-	})
+	_, _, err = bst.ApplyRestore("orders", 0, recs, int64(len(recs)), snapshot.Restored{})
 	if cerr := bst.Close(); err == nil {
 		err = cerr
 	}

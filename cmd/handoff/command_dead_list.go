@@ -103,37 +103,15 @@ the last failed first). It reads only; the security flags are replay's.`,
 			if err := sf.validate(); err != nil {
 				return err
 			}
-			return withStateReadOnly(args[0], &sf, func(st *snapshot.Store) error {
-				var (
-					page    []snapshot.Entry
-					ids     []string // the dead letters' IDs
-					next    uint64
-					total   int
-					bad     []*snapshot.DecodeError
-					badIDs  []string
-					listErr error
-				)
-				// The page comes with the decode errors of its records.
-				err := st.View(func(tx *snapshot.Tx) error {
-					page, next, total, listErr = tx.DeadSearch(class, recordMatch(&filter), after, filter.Newest, limit)
-					if listErr != nil {
-						var ok bool
-						if bad, ok = decodeErrors(listErr); !ok {
-							return listErr
-						}
-						badIDs = undecodableIDs(tx, bad)
-					}
-					ids = make([]string, len(page))
-					for i := range page {
-						ids[i] = deadIDOf(tx, page[i].Key)
-					}
-					return nil
-				})
+			return withStateReadOnly(args[0], &sf, func(st *snapshot.State) error {
+				list, err := st.ListDead(snapshot.DeadQuery{Class: class, Match: recordMatch(&filter), From: after,
+					Newest: filter.Newest, Limit: limit})
 				if err != nil {
 					return err
 				}
+				page, next, total := list.Page, list.Next, list.Total
 				if jsonFlag {
-					out := deadPageJSON(page, ids, next)
+					out := deadPageJSON(page, next)
 					out.Total = &total
 					err = writeJSON(cmd.OutOrStdout(), out)
 				} else {
@@ -143,9 +121,9 @@ the last failed first). It reads only; the security flags are replay's.`,
 							count = total
 						}
 					}
-					err = printDeadList(cmd.OutOrStdout(), page, ids, next, class, count)
+					err = printDeadList(cmd.OutOrStdout(), page, next, class, count)
 				}
-				warnUndecodable(cmd.ErrOrStderr(), bad, badIDs)
+				warnUndecodable(cmd.ErrOrStderr(), list.Undecodable)
 				return err
 			})
 		}),
@@ -162,7 +140,7 @@ the last failed first). It reads only; the security flags are replay's.`,
 
 // printDeadList prints a page of dead letters and, when total (the
 // count of the matches on every page) is not negative, the count.
-func printDeadList(w io.Writer, page []snapshot.Entry, ids []string, next uint64, class string, total int) error {
+func printDeadList(w io.Writer, page []snapshot.DeadEntry, next uint64, class string, total int) error {
 	if len(page) == 0 && total > 0 {
 		_, err := fmt.Fprintf(w, "no more dead letters after --after (%d in all)\n", total)
 		return err
@@ -177,9 +155,9 @@ func printDeadList(w io.Writer, page []snapshot.Entry, ids []string, next uint64
 	}
 	tab := newTable(w)
 	tab.row("KEY", "CLASS", "ID", "ATTEMPTS", "FIRST FAILED", "LAST FAILED", "ERROR")
-	for i, e := range page {
+	for _, e := range page {
 		r := &e.Record
-		tab.row(ids[i], oneLine(r.Message.Class, 30), oneLine(r.Message.ID, 50),
+		tab.row(e.String(), oneLine(r.Message.Class, 30), oneLine(r.Message.ID, 50),
 			r.Message.Attempt, fmtTime(r.FirstFailed), fmtTime(r.SavedAt), oneLine(r.Err, errorWidth))
 	}
 	if err := tab.flush(); err != nil {
@@ -202,27 +180,12 @@ func printDeadList(w io.Writer, page []snapshot.Entry, ids []string, next uint64
 }
 
 // warnUndecodable tells about dead letters that could not be decoded and
-// so were left out, named by ids[i] (their IDs) when ids is not nil,
-// else by their keys in the file.
-func warnUndecodable(w io.Writer, bad []*snapshot.DecodeError, ids []string) {
-	for i, de := range bad {
-		name := fmt.Sprintf("under key %d", decodeErrorKey(de))
-		if i < len(ids) {
-			name = ids[i]
-		}
+// so were left out, named by their IDs.
+func warnUndecodable(w io.Writer, bad []snapshot.UndecodableDead) {
+	for _, u := range bad {
 		fmt.Fprintf(w, "warning: dead letter %s cannot be decoded and is left out (only 'dead discard' can remove it): %v\n",
-			name, de.Err)
+			u.String(), u.Err.Err)
 	}
-}
-
-// undecodableIDs returns the IDs of the undecodable dead letters bad of
-// tx's file, for warnUndecodable.
-func undecodableIDs(tx *snapshot.Tx, bad []*snapshot.DecodeError) []string {
-	ids := make([]string, len(bad))
-	for i, de := range bad {
-		ids[i] = deadIDOf(tx, decodeErrorKey(de))
-	}
-	return ids
 }
 
 func writeJSON(w io.Writer, v any) error {

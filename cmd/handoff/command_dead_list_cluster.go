@@ -51,7 +51,7 @@ type changelogProblem struct {
 // kept in memory.
 func changelogDead(ctx context.Context, r *changelogReader, parts []changelogPartition, class string) ([]clusterDead, []changelogProblem, error) {
 	type last struct {
-		key    snapshot.ChangelogKey
+		key    []byte
 		offset int64
 		value  []byte
 	}
@@ -60,15 +60,12 @@ func changelogDead(ctx context.Context, r *changelogReader, parts []changelogPar
 	latest := map[changelogPartition]map[string]last{}
 	var bad []changelogProblem
 	err := r.read(ctx, parts, func(p changelogPartition, rec changelogRecord) error {
-		if _, marker, _ := snapshot.ParseOwnerMarker(rec.Key, rec.Value); marker {
-			return nil // who owns the partition, not a record
-		}
-		ck, err := snapshot.ParseChangelogKey(rec.Key)
+		dead, err := snapshot.IsChangelogDead(rec.Key, rec.Value)
 		if err != nil {
 			bad = append(bad, changelogProblem{Topic: p.Topic, Partition: p.Partition, Offset: rec.Offset, Err: err})
 			return nil
 		}
-		if ck.Bucket != snapshot.BucketDead {
+		if !dead {
 			return nil
 		}
 		m := latest[p]
@@ -80,7 +77,7 @@ func changelogDead(ctx context.Context, r *changelogReader, parts []changelogPar
 			delete(m, string(rec.Key))
 			return nil
 		}
-		m[string(rec.Key)] = last{key: ck, offset: rec.Offset, value: rec.Value}
+		m[string(rec.Key)] = last{key: rec.Key, offset: rec.Offset, value: rec.Value}
 		return nil
 	})
 	if err != nil {
@@ -89,21 +86,15 @@ func changelogDead(ctx context.Context, r *changelogReader, parts []changelogPar
 	var out []clusterDead
 	for p, m := range latest {
 		for _, l := range m {
-			rec, err := snapshot.DecodeRecord(l.value)
+			d, err := snapshot.DecodeChangelogDead(l.key, l.value)
 			if err != nil {
 				bad = append(bad, changelogProblem{Topic: p.Topic, Partition: p.Partition, Offset: l.offset, Err: err})
 				continue
 			}
-			if class != "" && rec.Message.Class != class {
+			if class != "" && d.Record.Message.Class != class {
 				continue
 			}
-			id, ok := snapshot.DeadIDOf(l.key)
-			if !ok {
-				bad = append(bad, changelogProblem{Topic: p.Topic, Partition: p.Partition, Offset: l.offset,
-					Err: fmt.Errorf("%w: dead letter key of %d bytes, want 8", snapshot.ErrCorrupt, len(l.key.Local))})
-				continue
-			}
-			out = append(out, clusterDead{Input: p.Input, Partition: p.Partition, FileID: l.key.FileID, ID: id, Offset: l.offset, Record: rec})
+			out = append(out, clusterDead{Input: p.Input, Partition: p.Partition, FileID: d.Writer, ID: d.ID, Offset: l.offset, Record: d.Record})
 		}
 	}
 	// Oldest first: by last failure, then where it sits.

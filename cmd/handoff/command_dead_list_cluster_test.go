@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,7 +16,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/devbroker"
@@ -28,38 +28,21 @@ import (
 // dead letters: the values the changelog carries.
 func storedValues(t *testing.T, recs ...snapshot.Record) [][]byte {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "values.db")
-	st, err := snapshot.Open(path, snapshot.Options{LockTimeout: time.Second})
-	if err != nil {
+	var changes []snapshot.Change
+	st := capturingStore(t, filepath.Join(t.TempDir(), "values.db"), &changes)
+	var err error
+	for _, r := range recs {
+		err = errors.Join(err, st.MoveToDead(snapshot.Move{Alone: true}, r))
+	}
+	if err := errors.Join(err, st.Close()); err != nil {
 		t.Fatal(err)
 	}
-	var keys []uint64
-	err = st.Update(func(tx *snapshot.Tx) (err error) { keys, err = tx.SaveDead(recs...); return err })
-	if cerr := st.Close(); err == nil {
-		err = cerr
+	if len(changes) != len(recs) {
+		t.Fatalf("%d changes for %d dead letters", len(changes), len(recs))
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var out [][]byte
-	err = db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket([]byte(snapshot.BucketDead))
-		for _, k := range keys {
-			v := b.Get(binary.BigEndian.AppendUint64(nil, k))
-			if v == nil {
-				return fmt.Errorf("dead letter %d not in the bucket", k)
-			}
-			out = append(out, slices.Clone(v))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	out := make([][]byte, len(changes))
+	for i, c := range changes {
+		out[i] = c.Value
 	}
 	return out
 }
@@ -410,44 +393,29 @@ func TestDeadListClusterFromStore(t *testing.T) {
 	t.Cleanup(b.Close)
 
 	path := filepath.Join(t.TempDir(), "state.db")
-	st, err := snapshot.Open(path, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var changes []snapshot.Change // Send runs in commit order, under the store's lock
-	err = st.SetChangelog(snapshot.Changelog{
-		Route: func(r *snapshot.Record) (string, int32, bool) {
-			return r.Message.Origin.Topic, int32(r.Message.Origin.Partition), true
-		},
-		Send: func(c []snapshot.Change) func() error { changes = append(changes, c...); return nil },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := capturingStore(t, path, &changes)
 	t0 := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
 	rec := func(id string, p, attempt int, saved time.Time) snapshot.Record {
 		r := deadRecord("orders", id, attempt, "permanent: "+id, saved)
 		r.Message.Origin.Partition = p
 		return r
 	}
-	err = st.Update(func(tx *snapshot.Tx) error {
-		keys, err := tx.SaveDead(rec("d1", 0, 1, t0), rec("d2", 0, 1, t0.Add(time.Second)), rec("d3", 1, 1, t0.Add(2*time.Second)))
-		if err != nil {
-			return err
-		}
-		if _, err := tx.SavePending(rec("p1", 1, 1, t0)); err != nil {
-			return err
-		}
-		if err := tx.DeleteDead(keys[0]); err != nil {
-			return err
-		}
-		return tx.PutDead(keys[1], rec("d2", 0, 5, t0.Add(3*time.Second)))
-	})
+	for _, r := range []snapshot.Record{rec("d1", 0, 1, t0), rec("d2", 0, 1, t0.Add(time.Second)), rec("d3", 1, 1, t0.Add(2*time.Second))} {
+		err = errors.Join(err, st.MoveToDead(snapshot.Move{Alone: true}, r))
+	}
+	_, _, _, perr := st.SaveStop(snapshot.StopSnapshot{Fresh: []snapshot.StopRecord{{Record: rec("p1", 1, 1, t0), Kafka: true}}})
+	err = errors.Join(err, perr)
+	refs, _, rerr := st.DeadRefs("")
+	if err = errors.Join(err, rerr); err == nil && len(refs) == 3 {
+		err = errors.Join(st.DeleteDead(refs[0].Key),
+			st.UpdateDead(snapshot.Move{From: snapshot.Source{From: snapshot.FromDead, Key: refs[1].Key}, Alone: true}, rec("d2", 0, 5, t0.Add(3*time.Second))))
+	}
 	if cerr := st.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || len(refs) != 3 {
+		t.Fatalf("%d dead letters, %v", len(refs), err)
 	}
 	var recs []*kgo.Record
 	for _, c := range changes {

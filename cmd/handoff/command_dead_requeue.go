@@ -26,9 +26,8 @@ func (s *deadSelection) register(cmd *cobra.Command, verb string) {
 
 // run is the RunE of requeue and discard: it checks the flags, opens the
 // state file, resolves the selection (allowBad: undecodable dead letters
-// may be selected) and calls act with their keys in the file and their
-// IDs, unless there are none.
-func (s *deadSelection) run(sf *stateFlags, verb string, allowBad bool, act func(cmd *cobra.Command, st *snapshot.Store, keys []uint64, ids []string) error) func(*cobra.Command, []string) error {
+// may be selected) and calls act with them, unless there are none.
+func (s *deadSelection) run(sf *stateFlags, verb string, allowBad bool, act func(cmd *cobra.Command, st *snapshot.State, sel []snapshot.DeadRef) error) func(*cobra.Command, []string) error {
 	return runE(func(cmd *cobra.Command, args []string) error {
 		if err := sf.validate(); err != nil {
 			return err
@@ -37,28 +36,17 @@ func (s *deadSelection) run(sf *stateFlags, verb string, allowBad bool, act func
 		if err != nil {
 			return err
 		}
-		return withState(args[0], sf, func(st *snapshot.Store) error {
-			var (
-				keys []uint64
-				ids  []string
-				bad  []*snapshot.DecodeError
-				// badIDs are bad's IDs.
-				badIDs []string
-			)
-			err := st.View(func(tx *snapshot.Tx) (err error) {
-				keys, ids, bad, err = s.resolve(tx, st.Path(), given, allowBad)
-				badIDs = undecodableIDs(tx, bad)
-				return err
-			})
+		return withState(args[0], sf, func(st *snapshot.State) error {
+			sel, bad, err := s.resolve(st, given, allowBad)
 			if err != nil {
 				return err
 			}
-			warnUndecodable(cmd.ErrOrStderr(), bad, badIDs)
-			if len(keys) == 0 {
+			warnUndecodable(cmd.ErrOrStderr(), bad)
+			if len(sel) == 0 {
 				_, err := fmt.Fprintf(cmd.OutOrStdout(), "no %s to %s\n", s.what(), verb)
 				return err
 			}
-			return act(cmd, st, keys, ids)
+			return act(cmd, st, sel)
 		})
 	})
 }
@@ -87,70 +75,61 @@ func (s *deadSelection) parse(args []string) ([]snapshot.DeadID, error) {
 	return ids, nil
 }
 
-// resolve returns the keys in the file at path that tx reads of the dead
-// letters to act on, and their IDs: those of the given IDs, each checked
-// to be a dead letter of the file (a usage error names those that are
-// not), or all dead letters of the class. Dead letters that cannot be
-// decoded are included only when undecodable is true (discard): with
-// the given IDs they are otherwise an error, with --all they are left
-// out and returned.
-func (s *deadSelection) resolve(tx *snapshot.Tx, path string, given []snapshot.DeadID, undecodable bool) ([]uint64, []string, []*snapshot.DecodeError, error) {
+// resolve returns the dead letters of st to act on: those of the given
+// IDs, each checked to be a dead letter of the file (a usage error names
+// those that are not), or all dead letters of the class. Dead letters
+// that cannot be decoded are included only when undecodable is true
+// (discard): with the given IDs they are otherwise an error, with --all
+// they are left out and returned.
+func (s *deadSelection) resolve(st *snapshot.State, given []snapshot.DeadID, undecodable bool) ([]snapshot.DeadRef, []snapshot.UndecodableDead, error) {
 	if !s.all {
 		var missing []string
-		keys := make([]uint64, 0, len(given))
-		ids := make([]string, 0, len(given))
+		sel := make([]snapshot.DeadRef, 0, len(given))
 		for _, id := range given {
-			k, ok, err := tx.FindDead(id)
+			e, ok, err := st.DeadByID(id)
 			if errors.Is(err, snapshot.ErrDeadID) {
-				return nil, nil, nil, usagef("%v; nothing changed", err)
-			}
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			if ok {
-				_, ok, err = tx.GetDead(k)
+				return nil, nil, usagef("%v; nothing changed", err)
 			}
 			var de *snapshot.DecodeError
 			switch {
 			case errors.As(err, &de) && undecodable:
 			case errors.As(err, &de):
-				return nil, nil, nil, fmt.Errorf("dead letter %s in %s cannot be decoded, so it cannot be requeued (discard it): %w", id, path, err)
+				return nil, nil, fmt.Errorf("dead letter %s in %s cannot be decoded, so it cannot be requeued (discard it): %w", id, st.Path(), err)
 			case err != nil:
-				return nil, nil, nil, err
+				return nil, nil, err
 			case !ok:
 				missing = append(missing, id.String())
 				continue
 			}
-			keys = append(keys, k)
-			ids = append(ids, id.String())
+			sel = append(sel, e.DeadRef)
 		}
 		if len(missing) > 0 {
-			return nil, nil, nil, usagef("no dead letter with ID %s in %s; nothing changed", strings.Join(missing, ", "), path)
+			return nil, nil, usagef("no dead letter with ID %s in %s; nothing changed", strings.Join(missing, ", "), st.Path())
 		}
-		return keys, ids, nil, nil
+		return sel, nil, nil
 	}
-	var all []uint64
-	bad, err := walkDead(tx, s.class, func(page []snapshot.Entry) {
-		for i := range page {
-			all = append(all, page[i].Key)
-		}
-	})
+	sel, bad, err := st.DeadRefs(s.class)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	if undecodable && s.class == "" {
-		for _, de := range bad {
-			if k := decodeErrorKey(de); k != 0 {
-				all = append(all, k)
+		for _, u := range bad {
+			if u.Key != 0 {
+				sel = append(sel, u.DeadRef)
 			}
 		}
 		bad = nil
 	}
-	ids := make([]string, len(all))
-	for i, k := range all {
-		ids[i] = deadIDOf(tx, k)
+	return sel, bad, nil
+}
+
+// keys returns the keys in the file of sel.
+func keys(sel []snapshot.DeadRef) []uint64 {
+	out := make([]uint64, len(sel))
+	for i := range sel {
+		out[i] = sel[i].Key
 	}
-	return all, ids, bad, nil
+	return out
 }
 
 // what names the selection for messages: "dead letters" or "dead letters
@@ -198,17 +177,16 @@ the owners stop taking its dead letters, what they did stays done.
 nothing. 'dead ops' lists the group's recent operations, with who asked
 (--who, default the OS user name).`,
 		Args: deadOpArgs,
-		RunE: deadOpRun(deadop.Requeue, &sel, &of, sel.run(&sf, "requeue", false, func(cmd *cobra.Command, st *snapshot.Store, keys []uint64, ids []string) error {
-			var newKeys []uint64
-			err := st.Update(func(tx *snapshot.Tx) (err error) { newKeys, err = tx.RequeueDead(keys...); return err })
+		RunE: deadOpRun(deadop.Requeue, &sel, &of, sel.run(&sf, "requeue", false, func(cmd *cobra.Command, st *snapshot.State, dead []snapshot.DeadRef) error {
+			newKeys, err := st.RequeueDead(keys(dead)...)
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
 			if !sel.all {
-				for i, id := range ids {
+				for i, d := range dead {
 					if i < len(newKeys) {
-						fmt.Fprintf(out, "dead %s -> pending %d\n", id, newKeys[i])
+						fmt.Fprintf(out, "dead %s -> pending %d\n", d.String(), newKeys[i])
 					}
 				}
 			}

@@ -33,14 +33,8 @@ API's JSON (GET /api/dead/{id}).`,
 			if err := sf.validate(); err != nil {
 				return err
 			}
-			return withStateReadOnly(args[0], &sf, func(st *snapshot.Store) error {
-				var (
-					id    string
-					rec   snapshot.Record
-					ok    bool
-					idErr error // a bare number in a file with IDs
-				)
-				err := st.View(func(tx *snapshot.Tx) (err error) { id, rec, ok, idErr, err = findDead(tx, args[1]); return err })
+			return withStateReadOnly(args[0], &sf, func(st *snapshot.State) error {
+				e, ok, idErr, err := findDead(st, args[1])
 				if err != nil {
 					return err
 				}
@@ -51,9 +45,9 @@ API's JSON (GET /api/dead/{id}).`,
 					return usagef("no dead letter with ID or message ID %q in %s", args[1], args[0])
 				}
 				if jsonFlag {
-					return writeJSON(cmd.OutOrStdout(), toRecordJSON(id, &rec))
+					return writeJSON(cmd.OutOrStdout(), toRecordJSON(e.String(), &e.Record))
 				}
-				return printRecord(cmd.OutOrStdout(), id, &rec)
+				return printRecord(cmd.OutOrStdout(), e.String(), &e.Record)
 			})
 		}),
 	}
@@ -62,42 +56,23 @@ API's JSON (GET /api/dead/{id}).`,
 	return cmd
 }
 
-// findDead returns the dead letter named by s and its ID: the one whose
-// dead letter ID s is, else the first whose message ID is s.
+// findDead returns the dead letter named by s, with its ID: the one
+// whose dead letter ID s is, else the first whose message ID is s.
 // Undecodable dead letters are passed over in the search by message ID.
 // idErr is why s, of an ID's form, names no dead letter of this file for
 // sure (a bare number in a file with IDs).
-func findDead(tx *snapshot.Tx, s string) (id string, rec snapshot.Record, ok bool, idErr, err error) {
+func findDead(st *snapshot.State, s string) (e snapshot.DeadEntry, ok bool, idErr, err error) {
 	if did, perr := snapshot.ParseDeadID(s); perr == nil {
-		key, found, err := tx.FindDead(did)
+		e, ok, err = st.DeadByID(did)
 		switch {
 		case errors.Is(err, snapshot.ErrDeadID):
 			idErr = err
-		case err != nil:
-			return "", rec, false, nil, err
-		case found:
-			rec, ok, err = tx.GetDead(key)
-			if ok || err != nil {
-				return did.String(), rec, ok, nil, err
-			}
+		case ok || err != nil:
+			return e, ok, nil, err
 		}
 	}
-	const pageSize = 1000
-	for after := uint64(0); ; {
-		page, next, err := tx.DeadPage("", after, pageSize)
-		if err != nil && !errors.Is(err, snapshot.ErrCorrupt) {
-			return "", snapshot.Record{}, false, idErr, err
-		}
-		for _, e := range page {
-			if e.Record.Message.ID == s {
-				return deadIDOf(tx, e.Key), e.Record, true, nil, nil
-			}
-		}
-		if next == 0 {
-			return "", snapshot.Record{}, false, idErr, nil
-		}
-		after = next
-	}
+	e, ok, err = st.DeadByMessageID(s)
+	return e, ok, idErr, err
 }
 
 func printRecord(w io.Writer, id string, r *snapshot.Record) error {
@@ -191,11 +166,11 @@ type deadPageJSONOut struct {
 	Total *int `json:"total,omitempty"`
 }
 
-// deadPageJSON is page in JSON, ids its dead letters' IDs.
-func deadPageJSON(page []snapshot.Entry, ids []string, next uint64) deadPageJSONOut {
+// deadPageJSON is page in JSON.
+func deadPageJSON(page []snapshot.DeadEntry, next uint64) deadPageJSONOut {
 	out := deadPageJSONOut{DeadLetters: make([]recordJSON, len(page)), Next: next}
 	for i := range page {
-		out.DeadLetters[i] = toRecordJSON(ids[i], &page[i].Record)
+		out.DeadLetters[i] = toRecordJSON(page[i].String(), &page[i].Record)
 	}
 	return out
 }

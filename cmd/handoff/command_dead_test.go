@@ -13,6 +13,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 func sortedKeys(m map[uint64]snapshot.Record) []uint64 { return slices.Sorted(maps.Keys(m)) }
@@ -160,10 +161,6 @@ func TestDeadShow(t *testing.T) {
 func TestDeadShowBinary(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "state.db")
-	st, err := snapshot.Open(path, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now()
 	rec := snapshot.Record{
 		Message: handoff.Message{
@@ -172,13 +169,8 @@ func TestDeadShowBinary(t *testing.T) {
 		},
 		Reason: "failed", Err: "line one\nline \x1b[31mtwo", FirstFailed: now.Add(-time.Minute), SavedAt: now,
 	}
-	var keys []uint64
-	err = st.Update(func(tx *snapshot.Tx) (err error) { keys, err = tx.SaveDead(rec); return err })
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
-	r := run(t, "dead", "show", path, fmt.Sprint(keys[0]))
+	ids := snapshottest.SeedDead(t, path, rec)
+	r := run(t, "dead", "show", path, ids[0].String())
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}

@@ -199,7 +199,7 @@ bucket, as the service would do.`,
 			if quarantineFlag {
 				open = withState
 			}
-			err := open(args[0], &sf, func(st *snapshot.Store) error {
+			err := open(args[0], &sf, func(st *snapshot.State) error {
 				var err error
 				rep, err = inspect(st, quarantineFlag, recordsFlag)
 				return err
@@ -230,7 +230,7 @@ bucket, as the service would do.`,
 // it then moves the undecodable pending and parked records to the
 // quarantine bucket, as the service does. Then it reads what that bucket
 // holds.
-func inspect(st *snapshot.Store, quarantine bool, limit int) (*inspectReport, error) {
+func inspect(st *snapshot.State, quarantine bool, limit int) (*inspectReport, error) {
 	rep := &inspectReport{Path: st.Path(), Copied: st.Copied(), Parked: []parkedRecord{}, Delayed: []delayedRecord{}}
 	room := func(n int) bool { return limit < 0 || n < limit }
 	// blockers maps blockerOf(class, key) to the message a parked key
@@ -238,89 +238,46 @@ func inspect(st *snapshot.Store, quarantine bool, limit int) (*inspectReport, er
 	blockers := map[string]*blockerReport{}
 	byName := map[string]*bucketReport{}
 	add := func(name string) *bucketReport {
-		b := &bucketReport{Name: name}
+		b := &bucketReport{Name: name, Classes: map[string]int{}}
 		byName[name] = b
 		rep.Buckets = append(rep.Buckets, b)
 		return b
 	}
-	var (
-		before map[string]int
-		bad    []*snapshot.DecodeError // to quarantine
-	)
-	err := st.View(func(tx *snapshot.Tx) error {
-		var err error
-		if before, err = tx.Counts(); err != nil {
-			return err
-		}
-
-		pending := add(snapshot.BucketPending)
-		pending.Classes = map[string]int{}
-		entries, badPending, err := tx.LoadPending()
-		if err != nil {
-			return err
-		}
-		bad = append(bad, badPending...)
-		for i := range entries {
-			r := &entries[i].Record
+	before, err := st.Counts()
+	if err != nil {
+		return nil, err
+	}
+	pending, dead, delayed, parked := add(snapshot.BucketPending), add(snapshot.BucketDead), add(snapshot.BucketDelayed), add(snapshot.BucketParked)
+	undecodable, err := st.Walk(snapshot.Walk{
+		Pending: func(e *snapshot.Entry) {
+			r := &e.Record
 			pending.saw(r.Message.Class, r.SavedAt)
 			if r.Reason == snapshot.ReasonRequeued {
 				blockers[blockerOf(r.Message.Class, r.Message.Key)] = &blockerReport{ID: r.Message.ID, Bucket: snapshot.BucketPending}
 			}
-		}
-
-		dead := add(snapshot.BucketDead)
-		dead.Classes = map[string]int{}
-		_, err = walkDead(tx, "", func(page []snapshot.Entry) {
-			for i := range page {
-				m := &page[i].Record.Message
-				dead.saw(m.Class, page[i].Record.SavedAt)
-				if k := blockerOf(m.Class, m.Key); blockers[k] == nil {
-					blockers[k] = &blockerReport{ID: m.ID, Bucket: snapshot.BucketDead}
-				}
+		},
+		Dead: func(e *snapshot.Entry) {
+			m := &e.Record.Message
+			dead.saw(m.Class, e.Record.SavedAt)
+			if k := blockerOf(m.Class, m.Key); blockers[k] == nil {
+				blockers[k] = &blockerReport{ID: m.ID, Bucket: snapshot.BucketDead}
 			}
-		})
-		if err != nil {
-			return err
-		}
-
-		delayed := add(snapshot.BucketDelayed)
-		delayed.Classes = map[string]int{}
-		// No limit: a short page cannot tell the end from skipped
-		// undecodable records.
-		des, err := tx.ListDelayed(nil, 0)
-		badDelayed, ok := decodeErrors(err)
-		if err != nil && !ok {
-			return err
-		}
-		rep.Undecodable += len(badDelayed)
-		for i := range des {
-			r := &des[i].Record
+		},
+		Delayed: func(e *snapshot.DelayedEntry) {
+			r := &e.Record
 			delayed.saw(r.Message.Class, r.SavedAt)
-			if delayed.NextDue.IsZero() || des[i].Due.Before(delayed.NextDue) {
-				delayed.NextDue = des[i].Due
+			if delayed.NextDue.IsZero() || e.Due.Before(delayed.NextDue) {
+				delayed.NextDue = e.Due
 			}
 			if k := blockerOf(r.Message.Class, r.Message.Key); r.Reason == reasonRedelivery && blockers[k] == nil {
 				blockers[k] = &blockerReport{ID: r.Message.ID, Bucket: snapshot.BucketDelayed}
 			}
 			if room(len(rep.Delayed)) {
-				rep.Delayed = append(rep.Delayed, delayedRecord{Due: des[i].Due, Class: r.Message.Class, Key: r.Message.Key,
+				rep.Delayed = append(rep.Delayed, delayedRecord{Due: e.Due, Class: r.Message.Class, Key: r.Message.Key,
 					KeyText: keyText(r.Message.Key), ID: r.Message.ID, Reason: r.Reason, SavedAt: r.SavedAt})
 			}
-		}
-
-		parked := add(snapshot.BucketParked)
-		parked.Classes = map[string]int{}
-		pks, badKeys, err := tx.ParkedKeys()
-		if err != nil {
-			return err
-		}
-		bad = append(bad, badKeys...)
-		for _, pk := range pks {
-			recs, badRecs, err := tx.Parked(pk.Class, pk.Key)
-			if err != nil {
-				return err
-			}
-			bad = append(bad, badRecs...)
+		},
+		Parked: func(pk snapshot.ParkedCount, recs []snapshot.ParkedEntry) {
 			for i := range recs {
 				r := &recs[i].Record
 				parked.saw(pk.Class, r.SavedAt)
@@ -329,34 +286,43 @@ func inspect(st *snapshot.Store, quarantine bool, limit int) (*inspectReport, er
 						ID: r.Message.ID, SavedAt: r.SavedAt, Blocker: blockers[blockerOf(pk.Class, pk.Key)]})
 				}
 			}
-		}
-		rep.Meta, err = readMeta(tx)
-		return err
+		},
 	})
 	if err != nil {
 		return nil, err
 	}
-	rep.Undecodable += len(bad)
+	// Undecodable dead letters are not counted here: the dead commands
+	// report them. Those of pending and parked are quarantined.
+	var bad []*snapshot.DecodeError
+	for _, de := range undecodable {
+		switch de.Bucket {
+		case snapshot.BucketDelayed:
+			rep.Undecodable++
+		case snapshot.BucketPending, snapshot.BucketParked:
+			rep.Undecodable++
+			bad = append(bad, de)
+		}
+	}
+	if rep.Meta, err = readMeta(st); err != nil {
+		return nil, err
+	}
 	if quarantine {
-		if err := quarantineBad(st, bad); err != nil {
+		if err := st.Quarantine(bad...); err != nil {
 			return nil, err
 		}
 	}
 
 	quar := add(snapshot.BucketQuarantine)
-	var counts map[string]int
-	err = st.View(func(tx *snapshot.Tx) error {
-		qs, err := tx.Quarantined()
-		if err != nil {
-			return err
-		}
-		for i := range qs {
-			quar.saw("", qs[i].At)
-		}
-		// The counts are the file's own, undecodable records included.
-		counts, err = tx.Counts()
-		return err
-	})
+	quar.Classes = nil
+	qs, err := st.Quarantined()
+	if err != nil {
+		return nil, err
+	}
+	for i := range qs {
+		quar.saw("", qs[i].At)
+	}
+	// The counts are the file's own, undecodable records included.
+	counts, err := st.Counts()
 	if err != nil {
 		return nil, err
 	}
@@ -364,6 +330,7 @@ func inspect(st *snapshot.Store, quarantine bool, limit int) (*inspectReport, er
 		b := byName[name]
 		if b == nil {
 			b = add(name)
+			b.Classes = nil
 		}
 		b.Records = counts[name]
 	}
@@ -376,45 +343,23 @@ func inspect(st *snapshot.Store, quarantine bool, limit int) (*inspectReport, er
 const reasonRedelivery = "redelivery"
 
 // readMeta reads what the file's meta bucket says of the file.
-func readMeta(tx *snapshot.Tx) (*metaReport, error) {
-	m := &metaReport{Classes: []string{}, Pauses: []pauseReport{}, Checkpoints: []checkpointReport{}}
-	for key, dst := range map[string]*string{snapshot.MetaGroup: &m.Group, snapshot.MetaInstance: &m.Instance} {
-		v, _, err := tx.Meta(key)
-		if err != nil {
-			return nil, err
-		}
-		*dst = string(v)
-	}
-	var err error
-	if m.Format, m.Features, err = tx.Format(); err != nil {
-		return nil, err
-	}
-	classes, err := tx.Classes()
+func readMeta(st *snapshot.State) (*metaReport, error) {
+	info, err := st.FileInfo()
 	if err != nil {
 		return nil, err
 	}
-	m.Classes = append(m.Classes, classes...)
-	pauses, err := tx.Pauses()
-	if err != nil {
-		return nil, err
+	m := &metaReport{Group: info.Group, Instance: info.Instance, Format: info.Format, Features: info.Features,
+		Classes: []string{}, Pauses: []pauseReport{}, Checkpoints: []checkpointReport{}}
+	m.Classes = append(m.Classes, info.Classes...)
+	for _, c := range slices.Sorted(maps.Keys(info.Pauses)) {
+		m.Pauses = append(m.Pauses, pauseReport{Class: c, Reason: info.Pauses[c].Reason, Since: info.Pauses[c].Since})
 	}
-	for _, c := range slices.Sorted(maps.Keys(pauses)) {
-		m.Pauses = append(m.Pauses, pauseReport{Class: c, Reason: pauses[c].Reason, Since: pauses[c].Since})
+	if info.HasFileID {
+		m.ChangelogFileID = hex.EncodeToString(info.FileID[:])
 	}
-	id, ok, err := tx.ChangelogFileID()
-	if err != nil {
-		return nil, err
-	}
-	if ok {
-		m.ChangelogFileID = hex.EncodeToString(id[:])
-	}
-	cps, err := tx.Checkpoints()
-	if err != nil {
-		return nil, err
-	}
-	for _, topic := range slices.Sorted(maps.Keys(cps)) {
-		for _, p := range slices.Sorted(maps.Keys(cps[topic])) {
-			m.Checkpoints = append(m.Checkpoints, checkpointReport{Topic: topic, Partition: p, Next: cps[topic][p]})
+	for _, topic := range slices.Sorted(maps.Keys(info.Checkpoints)) {
+		for _, p := range slices.Sorted(maps.Keys(info.Checkpoints[topic])) {
+			m.Checkpoints = append(m.Checkpoints, checkpointReport{Topic: topic, Partition: p, Next: info.Checkpoints[topic][p]})
 		}
 	}
 	return m, nil

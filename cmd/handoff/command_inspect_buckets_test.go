@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,10 +11,9 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // corruptFile writes a state file with records in every bucket, made
@@ -25,50 +22,18 @@ import (
 func corruptFile(t *testing.T) (path string, t0 time.Time) {
 	t.Helper()
 	path = filepath.Join(t.TempDir(), "state.db")
-	st, err := snapshot.Open(path, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	rec := func(id, class string, at time.Time) snapshot.Record {
 		return snapshot.Record{Message: handoff.Message{ID: id, Class: class, Key: []byte("k"), Value: []byte(id)}, Reason: "test", SavedAt: at}
 	}
-	err = st.Update(func(tx *snapshot.Tx) error {
-		if _, err := tx.SavePending(rec("p1", "orders", t0)); err != nil {
-			return err
-		}
-		if _, err := tx.SaveDead(rec("d1", "orders", t0.Add(time.Minute)), rec("d2", "users", t0.Add(2*time.Minute))); err != nil {
-			return err
-		}
-		if _, err := tx.SaveDelayed(
-			snapshot.Delayed{Due: t0.Add(time.Hour), Record: rec("l1", "orders", t0.Add(3*time.Minute))},
-			snapshot.Delayed{Due: t0.Add(30 * time.Minute), Record: rec("l2", "users", t0.Add(4*time.Minute))},
-		); err != nil {
-			return err
-		}
-		return tx.Park("orders", []byte("k"), rec("q1", "orders", t0.Add(5*time.Minute)), rec("q2", "orders", t0.Add(6*time.Minute)))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range []string{snapshot.BucketPending, snapshot.BucketDead} {
-			b := tx.Bucket([]byte(name))
-			if err := b.Put(binary.BigEndian.AppendUint64(nil, 100), []byte{1, 2, 3}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err := errors.Join(err, db.Close()); err != nil {
-		t.Fatal(err)
+	snapshottest.SeedPending(t, path, rec("p1", "orders", t0))
+	snapshottest.SeedDead(t, path, rec("d1", "orders", t0.Add(time.Minute)), rec("d2", "users", t0.Add(2*time.Minute)))
+	snapshottest.SeedDelayed(t, path,
+		snapshot.Delayed{Due: t0.Add(time.Hour), Record: rec("l1", "orders", t0.Add(3*time.Minute))},
+		snapshot.Delayed{Due: t0.Add(30 * time.Minute), Record: rec("l2", "users", t0.Add(4*time.Minute))})
+	snapshottest.SeedParked(t, path, "orders", []byte("k"), rec("q1", "orders", t0.Add(5*time.Minute)), rec("q2", "orders", t0.Add(6*time.Minute)))
+	for _, name := range []string{snapshot.BucketPending, snapshot.BucketDead} {
+		snapshottest.Damage(t, path, name, snapshottest.SeqKey(100), []byte{1, 2, 3})
 	}
 	return path, t0
 }
@@ -180,5 +145,25 @@ func TestUndecodableDeadLetter(t *testing.T) {
 		if b.Name == "dead" && b.Records != 0 || b.Name == "pending" && b.Records != 4 { // 3, and the undecodable one inspect leaves
 			t.Errorf("after: %+v", b)
 		}
+	}
+}
+
+// TestReplayUndecodableDeadLetter: replay --dead sends the dead letters
+// that decode and names the one that does not by its ID, as 'dead list'
+// does, leaving it in the file; the undecodable pending record goes to
+// the quarantine.
+func TestReplayUndecodableDeadLetter(t *testing.T) {
+	t.Parallel()
+	path, _ := corruptFile(t)
+	b := startBroker(t)
+	r := run(t, "replay", path, "--brokers", b.Addr(), "--dead", "--topic", "orders=orders", "--topic", "users=users")
+	warn := "warning: dead letter 100 cannot be decoded and is left out (only 'dead discard' can remove it): "
+	if r.code != 0 || !strings.HasPrefix(r.stderr, warn) ||
+		!strings.Contains(r.stdout, "moved 1 undecodable pending records to quarantine") ||
+		!strings.Contains(r.stdout, "replayed 7 of 7 messages (pending 1, dead letters 2, delayed 2, parked 2)") {
+		t.Fatalf("replay --dead: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if got := snapshottest.Counts(t, path); got[snapshot.BucketDead] != 1 || got[snapshot.BucketPending] != 0 || got[snapshot.BucketQuarantine] != 1 {
+		t.Errorf("left in the file: %v; want the undecodable dead letter and the quarantined pending record", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // recordsFile writes a state file with meta (group, instance, classes, a
@@ -21,11 +22,6 @@ import (
 func recordsFile(t *testing.T) (path string, t0 time.Time) {
 	t.Helper()
 	path = filepath.Join(t.TempDir(), "state.db")
-	st, err := snapshot.Open(path, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	rec := func(id, class, key, reason string, at time.Time) snapshot.Record {
 		var k []byte
@@ -34,37 +30,22 @@ func recordsFile(t *testing.T) (path string, t0 time.Time) {
 		}
 		return snapshot.Record{Message: handoff.Message{ID: id, Class: class, Key: k, Value: []byte(id)}, Reason: reason, SavedAt: at}
 	}
-	err = st.Update(func(tx *snapshot.Tx) error {
-		for k, v := range map[string]string{snapshot.MetaGroup: "rental", snapshot.MetaInstance: "rental-0"} {
-			if err := tx.PutMeta(k, []byte(v)); err != nil {
-				return err
-			}
-		}
-		if _, err := tx.AddClasses("orders", "users"); err != nil {
-			return err
-		}
-		if err := tx.PutPause("users", snapshot.Pause{Reason: "db migration", Since: t0}); err != nil {
-			return err
-		}
-		if _, err := tx.SaveDead(rec("orders/0/7", "orders", "k", "failed", t0)); err != nil {
-			return err
-		}
-		if err := tx.Park("orders", []byte("k"), rec("orders/0/8", "orders", "k", "parked", t0.Add(time.Minute)),
-			rec("orders/0/9", "orders", "k", "parked", t0.Add(2*time.Minute))); err != nil {
-			return err
-		}
-		if err := tx.Park("users", []byte("u"), rec("users/1/3", "users", "u", "parked", t0.Add(3*time.Minute))); err != nil {
-			return err
-		}
-		_, err := tx.SaveDelayed(
-			snapshot.Delayed{Due: t0.Add(2 * time.Hour), Record: rec("users/1/4", "users", "", "deferred", t0.Add(4*time.Minute))},
-			snapshot.Delayed{Due: t0.Add(time.Hour), Record: rec("orders/1/2", "orders", "r", "redelivery", t0.Add(5*time.Minute))},
-		)
-		return err
-	})
+	st, err := snapshot.Open(path, snapshot.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	err = errors.Join(st.SetGroup("rental"), st.SetInstance("rental-0"), st.AddClasses("orders", "users"),
+		st.PutPause("users", snapshot.Pause{Reason: "db migration", Since: t0}), st.Close())
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapshottest.SeedDead(t, path, rec("orders/0/7", "orders", "k", "failed", t0))
+	snapshottest.SeedParked(t, path, "orders", []byte("k"), rec("orders/0/8", "orders", "k", "parked", t0.Add(time.Minute)),
+		rec("orders/0/9", "orders", "k", "parked", t0.Add(2*time.Minute)))
+	snapshottest.SeedParked(t, path, "users", []byte("u"), rec("users/1/3", "users", "u", "parked", t0.Add(3*time.Minute)))
+	snapshottest.SeedDelayed(t, path,
+		snapshot.Delayed{Due: t0.Add(2 * time.Hour), Record: rec("users/1/4", "users", "", "deferred", t0.Add(4*time.Minute))},
+		snapshot.Delayed{Due: t0.Add(time.Hour), Record: rec("orders/1/2", "orders", "r", "redelivery", t0.Add(5*time.Minute))})
 	return path, t0
 }
 
@@ -159,22 +140,12 @@ func TestInspectChangelog(t *testing.T) {
 		Send:  func([]snapshot.Change) func() error { return nil },
 	})
 	if err == nil {
-		err = st.Update(func(tx *snapshot.Tx) error {
-			for _, c := range []struct {
-				topic string
-				p     int32
-				next  int64
-			}{{"users", 0, 7}, {"orders", 1, 42}, {"orders", 0, 3}} {
-				if err := tx.SetChangelogCheckpoint(c.topic, c.p, c.next); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		err = st.KeepCheckpoints([]snapshot.Checkpoint{{Topic: "users", Partition: 0, Next: 7}, {Topic: "orders", Partition: 1, Next: 42},
+			{Topic: "orders", Partition: 0, Next: 3}})
 	}
-	var id [16]byte
+	var info snapshot.FileInfo
 	if err == nil {
-		err = st.View(func(tx *snapshot.Tx) (err error) { id, _, err = tx.ChangelogFileID(); return err })
+		info, err = st.FileInfo()
 	}
 	if cerr := st.Close(); err == nil {
 		err = cerr
@@ -182,6 +153,7 @@ func TestInspectChangelog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	id := info.FileID
 	hexID := fmt.Sprintf("%x", id)
 
 	r := run(t, "inspect", path)
@@ -214,8 +186,7 @@ func TestWriteWarnsOfChangelog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = st.Update(func(tx *snapshot.Tx) error { _, err := tx.AddClasses("orders"); return err })
-	if err := errors.Join(err, st.Close()); err != nil {
+	if err := errors.Join(st.AddClasses("orders"), st.Close()); err != nil {
 		t.Fatal(err)
 	}
 	if r := run(t, "pause", plain, "orders", "--reason", "x"); r.code != 0 || strings.Contains(r.stderr, warning) {

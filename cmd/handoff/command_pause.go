@@ -44,15 +44,13 @@ pauses it anyway (for a class a new version of the service brings).`,
 			if args[1] == "" {
 				return usagef("empty CLASS")
 			}
-			return pauseState(args[0], &sf, func(st *snapshot.Store) error {
+			return pauseState(args[0], &sf, func(st *snapshot.State) error {
 				if !force {
 					if err := checkSeen(st, args[1]); err != nil {
 						return err
 					}
 				}
-				if err := st.Update(func(tx *snapshot.Tx) error {
-					return tx.PutPause(args[1], snapshot.Pause{Reason: reason, Since: time.Now()})
-				}); err != nil {
+				if err := st.PutPause(args[1], snapshot.Pause{Reason: reason, Since: time.Now()}); err != nil {
 					return err
 				}
 				_, err := fmt.Fprintf(cmd.OutOrStdout(), "paused class %q in %s\n", args[1], args[0])
@@ -86,24 +84,17 @@ func (e *unknownClassError) Error() string {
 // class: its service recorded it, a pause names it, or a record of any
 // bucket is of it. The records are read only when the first two do not
 // name it (a file written before the runtime recorded its classes).
-func checkSeen(st *snapshot.Store, class string) error {
+func checkSeen(st *snapshot.State, class string) error {
 	seen := map[string]bool{}
-	err := st.View(func(tx *snapshot.Tx) error {
-		names, err := tx.Classes()
-		if err != nil {
-			return err
-		}
-		for _, n := range names {
-			seen[n] = true
-		}
-		pauses, err := tx.Pauses()
-		for n := range pauses {
-			seen[n] = true
-		}
-		return err
-	})
+	info, err := st.FileInfo()
 	if err != nil {
 		return err
+	}
+	for _, n := range info.Classes {
+		seen[n] = true
+	}
+	for n := range info.Pauses {
+		seen[n] = true
 	}
 	if seen[class] {
 		return nil
@@ -140,16 +131,16 @@ it through the admin API of any running instance.`,
 			if err := sf.validate(); err != nil {
 				return err
 			}
-			return pauseState(args[0], &sf, func(st *snapshot.Store) error {
-				var had bool
-				if err := st.Update(func(tx *snapshot.Tx) (err error) { had, err = tx.DeletePause(args[1]); return err }); err != nil {
+			return pauseState(args[0], &sf, func(st *snapshot.State) error {
+				had, err := st.DeletePause(args[1])
+				if err != nil {
 					return err
 				}
 				msg := "resumed class %q in %s\n"
 				if !had {
 					msg = "class %q was not paused in %s; nothing changed\n"
 				}
-				_, err := fmt.Fprintf(cmd.OutOrStdout(), msg, args[1], args[0])
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), msg, args[1], args[0])
 				return err
 			})
 		}),
@@ -170,7 +161,7 @@ func (e pauseLockedError) Error() string {
 
 // pauseState is withState with the pause commands' message for a locked
 // file.
-func pauseState(path string, sf *stateFlags, fn func(st *snapshot.Store) error) error {
+func pauseState(path string, sf *stateFlags, fn func(st *snapshot.State) error) error {
 	err := withState(path, sf, fn)
 	var le *lockedError
 	if errors.As(err, &le) {

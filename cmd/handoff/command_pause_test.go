@@ -1,27 +1,27 @@
 package main
 
 import (
-	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 func pausesOf(t *testing.T, path string) map[string]snapshot.Pause {
 	t.Helper()
-	st, err := snapshot.Open(path, snapshot.Options{})
+	st, err := snapshot.Open(path, snapshot.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	var p map[string]snapshot.Pause
-	if err := st.View(func(tx *snapshot.Tx) (err error) { p, err = tx.Pauses(); return err }); err != nil {
+	info, err := st.FileInfo()
+	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return info.Pauses
 }
 
 // TestPauseResumeCommands: pause records a class's pause with its reason,
@@ -102,17 +102,7 @@ func TestPauseUnknownClass(t *testing.T) {
 
 	// A file with a record of class legacy and no recorded classes.
 	old := filepath.Join(t.TempDir(), "old.db")
-	st, err := snapshot.Open(old, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = st.Update(func(tx *snapshot.Tx) error {
-		_, err := tx.SaveDead(snapshot.Record{Message: handoff.Message{ID: "x", Class: "legacy"}, Reason: "failed", Err: "boom"})
-		return err
-	})
-	if err := errors.Join(err, st.Close()); err != nil {
-		t.Fatal(err)
-	}
+	snapshottest.SeedDead(t, old, snapshot.Record{Message: handoff.Message{ID: "x", Class: "legacy"}, Reason: "failed", Err: "boom"})
 	if r := run(t, "pause", old, "legacy"); r.code != 0 {
 		t.Errorf("pause of a class with a dead letter: exit %d, %q", r.code, r.stderr)
 	}

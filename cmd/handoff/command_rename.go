@@ -34,18 +34,19 @@ the same at start.`,
 			if from == "" || to == "" || from == to {
 				return usagef("need two different non-empty class names, got %q and %q", from, to)
 			}
-			err := withState(args[0], &sf, func(st *snapshot.Store) error {
-				var counts map[string]int
-				if err := st.Update(func(tx *snapshot.Tx) (err error) { counts, err = tx.RenameClass(from, to); return err }); err != nil {
+			err := withState(args[0], &sf, func(st *snapshot.State) error {
+				renamed, err := st.RenameClasses(map[string]string{from: to})
+				if err != nil {
 					return err
 				}
+				counts := renamed[from]
 				var parts []string
 				total := 0
 				for _, b := range slices.Sorted(maps.Keys(counts)) {
 					total += counts[b]
 					parts = append(parts, fmt.Sprintf("%s %d", b, counts[b]))
 				}
-				_, err := fmt.Fprintf(cmd.OutOrStdout(), "renamed class %q to %q in %s: %d records (%s)\n", from, to, args[0], total, strings.Join(parts, ", "))
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "renamed class %q to %q in %s: %d records (%s)\n", from, to, args[0], total, strings.Join(parts, ", "))
 				return err
 			})
 			if le, ok := errors.AsType[*lockedError](err); ok {

@@ -18,18 +18,8 @@ func classCounts(t *testing.T, path string) map[string]int {
 	}
 	defer st.Close()
 	out := map[string]int{}
-	err = st.View(func(tx *snapshot.Tx) error {
-		pending, _, err := tx.LoadPending()
-		if err != nil {
-			return err
-		}
-		dead, _, err := tx.DeadPage("", 0, 0)
-		for _, e := range append(pending, dead...) {
-			out[e.Record.Message.Class]++
-		}
-		return err
-	})
-	if err != nil {
+	count := func(e *snapshot.Entry) { out[e.Record.Message.Class]++ }
+	if _, err := st.Walk(snapshot.Walk{Pending: count, Dead: count}); err != nil {
 		t.Fatal(err)
 	}
 	return out

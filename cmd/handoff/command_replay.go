@@ -130,9 +130,9 @@ type replayPlan struct {
 	// behindDead counts the parked records left in the file because
 	// their key waits for a dead letter and --dead is not given.
 	behindDead int
-	bad        int // undecodable pending records moved to quarantine
-	badParked  int // undecodable parked records (or keys) moved to quarantine
-	badDead    []*snapshot.DecodeError
+	bad        int                        // undecodable pending records moved to quarantine
+	badParked  int                        // undecodable parked records (or keys) moved to quarantine
+	badDead    []snapshot.UndecodableDead // with --dead, left in the file
 }
 
 func (f *replayFlags) parse() (map[string]string, error) {
@@ -178,7 +178,7 @@ func runReplay(cmd *cobra.Command, path string, f *replayFlags) error {
 	defer stop()
 	context.AfterFunc(ctx, stop)
 
-	return withState(path, &f.state, func(st *snapshot.Store) error {
+	return withState(path, &f.state, func(st *snapshot.State) error {
 		plan, err := planReplay(st, f.dead, topics)
 		if err != nil {
 			return err
@@ -190,7 +190,7 @@ func runReplay(cmd *cobra.Command, path string, f *replayFlags) error {
 		if plan.badParked > 0 {
 			fmt.Fprintf(out, "moved %d undecodable parked records to quarantine; they are not replayed\n", plan.badParked)
 		}
-		warnUndecodable(cmd.ErrOrStderr(), plan.badDead, nil)
+		warnUndecodable(cmd.ErrOrStderr(), plan.badDead)
 		sent, runErr := sendAll(ctx, st, f, plan, newProgress(cmd.ErrOrStderr(), len(plan.items)))
 		summary := fmt.Sprintf("replayed %d of %d messages (pending %d, dead letters %d) from %s",
 			sent, len(plan.items), plan.pending, plan.dead, path)
@@ -224,9 +224,8 @@ func runReplay(cmd *cobra.Command, path string, f *replayFlags) error {
 }
 
 // printLeft says what the state file still holds, if anything.
-func printLeft(w io.Writer, st *snapshot.Store) error {
-	var counts map[string]int
-	err := st.View(func(tx *snapshot.Tx) (err error) { counts, err = tx.Counts(); return err })
+func printLeft(w io.Writer, st *snapshot.State) error {
+	counts, err := st.Counts()
 	if err != nil {
 		return err
 	}
@@ -264,7 +263,7 @@ func sum(m map[string]int) int {
 // they stay), else a redelivery (they get its due time plus a nanosecond
 // each, so they come due after it, in order), else a dead letter
 // requeued offline (a pending record, sent first); with none, at once.
-func planReplay(st *snapshot.Store, dead bool, topics map[string]string) (*replayPlan, error) {
+func planReplay(st *snapshot.State, dead bool, topics map[string]string) (*replayPlan, error) {
 	plan := &replayPlan{skipped: map[string]int{}}
 	add := func(bucket string, key uint64, r *snapshot.Record) bool {
 		return plan.add(bucket, key, r, topics, time.Time{}) != nil
@@ -278,68 +277,39 @@ func planReplay(st *snapshot.Store, dead bool, topics map[string]string) (*repla
 	blockers := map[string]blocker{}
 	// held are the parked records behind a redelivery, by blocker.
 	held := map[string][]replayItem{}
-	var bad []*snapshot.DecodeError
-	err := st.View(func(tx *snapshot.Tx) error {
-		entries, badPending, err := tx.LoadPending()
-		if err != nil {
-			return err
-		}
-		bad = badPending
-		for i := range entries {
-			if add(snapshot.BucketPending, entries[i].Key, &entries[i].Record) {
+	undecodable, err := st.Walk(snapshot.Walk{
+		Pending: func(e *snapshot.Entry) {
+			if add(snapshot.BucketPending, e.Key, &e.Record) {
 				plan.pending++
 			}
-		}
-		plan.badDead, err = walkDead(tx, "", func(page []snapshot.Entry) {
-			for i := range page {
-				m := &page[i].Record.Message
-				blockers[blockerOf(m.Class, m.Key)] = blocker{dead: true}
-				if dead && add(snapshot.BucketDead, page[i].Key, &page[i].Record) {
-					plan.dead++
-				}
+		},
+		Dead: func(e *snapshot.Entry) {
+			m := &e.Record.Message
+			blockers[blockerOf(m.Class, m.Key)] = blocker{dead: true}
+			if dead && add(snapshot.BucketDead, e.Key, &e.Record) {
+				plan.dead++
 			}
-		})
-		if err != nil {
-			return err
-		}
-		if !dead {
-			plan.badDead = nil // reported by the replay that sends them
-		}
-		des, err := tx.ListDelayed(nil, 0)
-		if _, ok := decodeErrors(err); err != nil && !ok {
-			return err
-		} // an undecodable delayed record stays, as the service leaves it
-		for i := range des {
-			r := &des[i].Record
+		},
+		Delayed: func(e *snapshot.DelayedEntry) {
+			r := &e.Record
 			if k := blockerOf(r.Message.Class, r.Message.Key); r.Reason == reasonRedelivery {
 				if _, ok := blockers[k]; !ok {
-					blockers[k] = blocker{due: des[i].Due}
+					blockers[k] = blocker{due: e.Due}
 				}
 			}
-			if it := plan.add(snapshot.BucketDelayed, 0, r, topics, des[i].Due); it != nil {
-				it.delayed = des[i].Key
+			if it := plan.add(snapshot.BucketDelayed, 0, r, topics, e.Due); it != nil {
+				it.delayed = e.Key
 				if r.Reason == reasonRedelivery {
 					it.blocks = blockerOf(r.Message.Class, r.Message.Key)
 				}
 				plan.delayed++
 			}
-		}
-		pks, badKeys, err := tx.ParkedKeys()
-		if err != nil {
-			return err
-		}
-		badParked := append([]*snapshot.DecodeError(nil), badKeys...)
-		defer func() { plan.badParked = len(badParked); bad = append(bad, badParked...) }()
-		for _, pk := range pks {
+		},
+		Parked: func(pk snapshot.ParkedCount, recs []snapshot.ParkedEntry) {
 			b := blockers[blockerOf(pk.Class, pk.Key)]
-			recs, badRecs, err := tx.Parked(pk.Class, pk.Key)
-			if err != nil {
-				return err
-			}
-			badParked = append(badParked, badRecs...)
 			if b.dead && !dead {
 				plan.behindDead += len(recs)
-				continue
+				return
 			}
 			for i := range recs {
 				var due time.Time
@@ -358,8 +328,7 @@ func planReplay(st *snapshot.Store, dead bool, topics map[string]string) (*repla
 					plan.items = plan.items[:len(plan.items)-1]
 				}
 			}
-		}
-		return nil
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -385,8 +354,33 @@ func planReplay(st *snapshot.Store, dead bool, topics map[string]string) (*repla
 		}
 		plan.items = items
 	}
-	plan.bad = len(bad) - plan.badParked
-	return plan, quarantineBad(st, bad)
+	// Undecodable pending and parked records go to the quarantine, as
+	// the service moves them; an undecodable dead letter is reported (by
+	// the replay that sends the dead letters) and a delayed one stays, as
+	// the service leaves them.
+	var (
+		bad     []*snapshot.DecodeError
+		badDead bool
+	)
+	for _, de := range undecodable {
+		switch de.Bucket {
+		case snapshot.BucketPending:
+			plan.bad++
+			bad = append(bad, de)
+		case snapshot.BucketParked:
+			plan.badParked++
+			bad = append(bad, de)
+		case snapshot.BucketDead:
+			badDead = dead
+		}
+	}
+	if badDead {
+		// Their IDs, to name them as 'dead list' does.
+		if _, plan.badDead, err = st.DeadRefs(""); err != nil {
+			return nil, err
+		}
+	}
+	return plan, st.Quarantine(bad...)
 }
 
 // add appends record r of bucket (key: its key in the pending or dead
@@ -437,7 +431,7 @@ var errInterrupted = errors.New("replay interrupted")
 // ctx is checked between batches only. So when ctx is cancelled, every
 // record is either acknowledged and deleted, or was never handed to the
 // producer.
-func sendAll(ctx context.Context, st *snapshot.Store, f *replayFlags, plan *replayPlan, prog progress) (int, error) {
+func sendAll(ctx context.Context, st *snapshot.State, f *replayFlags, plan *replayPlan, prog progress) (int, error) {
 	defer prog.finish()
 	if len(plan.items) == 0 {
 		return 0, nil
@@ -497,7 +491,7 @@ func batchEnd(items []replayItem, start, size int) int {
 
 // sendBatch produces batch and deletes the records the broker
 // acknowledged. It returns how many that was.
-func sendBatch(ctx context.Context, st *snapshot.Store, w *kafka.Writer, batch []replayItem, ackTimeout time.Duration) (int, error) {
+func sendBatch(ctx context.Context, st *snapshot.State, w *kafka.Writer, batch []replayItem, ackTimeout time.Duration) (int, error) {
 	msgs := make([]kafka.Message, len(batch))
 	for i := range batch {
 		msgs[i] = batch[i].msg
@@ -522,11 +516,7 @@ func sendBatch(ctx context.Context, st *snapshot.Store, w *kafka.Writer, batch [
 			acked[i] = e == nil
 		}
 	}
-	var (
-		pend, dead []uint64
-		delayed    []snapshot.DelayedKey
-		parked     []snapshot.ParkedKey
-	)
+	var del []snapshot.Source
 	n := 0
 	for i, ok := range acked {
 		if !ok {
@@ -535,32 +525,17 @@ func sendBatch(ctx context.Context, st *snapshot.Store, w *kafka.Writer, batch [
 		n++
 		switch batch[i].bucket {
 		case snapshot.BucketDead:
-			dead = append(dead, batch[i].key)
+			del = append(del, snapshot.Source{From: snapshot.FromDead, Key: batch[i].key})
 		case snapshot.BucketDelayed:
-			delayed = append(delayed, batch[i].delayed)
+			del = append(del, snapshot.Source{From: snapshot.FromDelayed, Delayed: batch[i].delayed})
 		case snapshot.BucketParked:
-			parked = append(parked, batch[i].parked)
+			del = append(del, snapshot.Source{From: snapshot.FromParked, Parked: batch[i].parked})
 		default:
-			pend = append(pend, batch[i].key)
+			del = append(del, snapshot.Source{From: snapshot.FromPending, Key: batch[i].key})
 		}
 	}
 	// One transaction for every bucket.
-	var derr error
-	if n > 0 {
-		derr = st.Update(func(tx *snapshot.Tx) error {
-			if err := tx.DeletePending(pend...); err != nil {
-				return err
-			}
-			if err := tx.DeleteDelayed(delayed...); err != nil {
-				return err
-			}
-			if err := tx.DeleteParked(parked...); err != nil {
-				return err
-			}
-			return tx.DeleteDead(dead...)
-		})
-	}
-	if derr != nil {
+	if derr := st.Delete(del...); derr != nil {
 		return 0, fmt.Errorf("%d messages were delivered but their records could not be deleted from %s "+
 			"(replaying again would send them twice): %w", n, st.Path(), derr)
 	}

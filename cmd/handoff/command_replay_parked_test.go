@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"github.com/handoff-go/handoff/internal/testio"
 	"github.com/handoff-go/handoff/runtime"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // parkedDelayedFile writes a state file with a dead letter of orders'
@@ -26,10 +26,6 @@ import (
 func parkedDelayedFile(t *testing.T, due1, due2 time.Time) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "state.db")
-	st, err := snapshot.Open(path, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	rec := func(topic string, partition int, offset int64, key, reason string, hs ...handoff.Header) snapshot.Record {
 		return snapshot.Record{
 			Message: handoff.Message{ID: fmt.Sprintf("%s/%d/%d", topic, partition, offset), Class: topic, Key: []byte(key),
@@ -38,30 +34,15 @@ func parkedDelayedFile(t *testing.T, due1, due2 time.Time) string {
 			Reason: reason, SavedAt: time.Now(),
 		}
 	}
-	err = st.Update(func(tx *snapshot.Tx) error {
-		if _, err := tx.SaveDead(rec("orders", 0, 5, "k", "failed")); err != nil {
-			return err
-		}
-		if err := tx.Park("orders", []byte("k"), rec("orders", 0, 6, "k", "parked"), rec("orders", 0, 7, "k", "parked")); err != nil {
-			return err
-		}
-		if err := tx.Park("orders", []byte("r"), rec("orders", 1, 3, "r", "parked"), rec("orders", 1, 4, "r", "parked")); err != nil {
-			return err
-		}
-		if err := tx.Park("users", []byte("x"), rec("users", 1, 1, "x", "parked")); err != nil {
-			return err
-		}
-		_, err := tx.SaveDelayed(
-			snapshot.Delayed{Due: due1, Record: rec("orders", 1, 2, "r", "redelivery")},
-			snapshot.Delayed{Due: due2, Record: rec("users", 0, 9, "u", "scheduled",
-				handoff.Header{Key: "trace", Value: []byte("t1")},
-				handoff.Header{Key: runtime.HeaderDeliverAt, Value: []byte(due2.Format(time.RFC3339))})},
-		)
-		return err
-	})
-	if err := errors.Join(err, st.Close()); err != nil {
-		t.Fatal(err)
-	}
+	snapshottest.SeedDead(t, path, rec("orders", 0, 5, "k", "failed"))
+	snapshottest.SeedParked(t, path, "orders", []byte("k"), rec("orders", 0, 6, "k", "parked"), rec("orders", 0, 7, "k", "parked"))
+	snapshottest.SeedParked(t, path, "orders", []byte("r"), rec("orders", 1, 3, "r", "parked"), rec("orders", 1, 4, "r", "parked"))
+	snapshottest.SeedParked(t, path, "users", []byte("x"), rec("users", 1, 1, "x", "parked"))
+	snapshottest.SeedDelayed(t, path,
+		snapshot.Delayed{Due: due1, Record: rec("orders", 1, 2, "r", "redelivery")},
+		snapshot.Delayed{Due: due2, Record: rec("users", 0, 9, "u", "scheduled",
+			handoff.Header{Key: "trace", Value: []byte("t1")},
+			handoff.Header{Key: runtime.HeaderDeliverAt, Value: []byte(due2.Format(time.RFC3339))})})
 	return path
 }
 

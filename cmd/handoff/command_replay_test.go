@@ -20,6 +20,7 @@ import (
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // replayTopics are the topics of a replay test's broker: the fixture's,
@@ -318,10 +319,6 @@ func TestReplayBrokerDown(t *testing.T) {
 func TestReplayKeepsRecordBytes(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "state.db")
-	st, err := snapshot.Open(path, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ts := time.Date(2026, 5, 6, 7, 8, 9, 123e6, time.UTC)
 	saved := []handoff.Message{
 		{ID: "orders/0/1", Class: "orders", Key: []byte{}, Value: nil, Timestamp: ts,
@@ -329,16 +326,8 @@ func TestReplayKeepsRecordBytes(t *testing.T) {
 		{ID: "orders/0/2", Class: "orders", Key: nil, Value: []byte{}, Timestamp: ts.Add(time.Hour),
 			Origin: handoff.Origin{Topic: "orders", Partition: 0, Offset: 2}},
 	}
-	err = st.Update(func(tx *snapshot.Tx) error {
-		for _, m := range saved {
-			if _, err := tx.SavePending(snapshot.Record{Message: m, Reason: "unstarted", SavedAt: time.Now()}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err := errors.Join(err, st.Close()); err != nil {
-		t.Fatal(err)
+	for _, m := range saved {
+		snapshottest.SeedPending(t, path, snapshot.Record{Message: m, Reason: "unstarted", SavedAt: time.Now()})
 	}
 	b := startBroker(t)
 	if r := run(t, "replay", path, "--brokers", b.Addr()); r.code != 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -174,7 +175,7 @@ func buildFixture(path string) (err error) {
 		return err
 	}
 
-	st, err := snapshot.Open(path, snapshot.Options{})
+	st, err := snapshot.Open(path, snapshot.Options{ReadOnly: true})
 	if err != nil {
 		return err
 	}
@@ -200,7 +201,7 @@ type fileState struct {
 
 func readState(t *testing.T, path string) fileState {
 	t.Helper()
-	st, err := snapshot.Open(path, snapshot.Options{})
+	st, err := snapshot.Open(path, snapshot.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,37 +215,28 @@ func readState(t *testing.T, path string) fileState {
 		fs.pending[e.Key] = e.Record
 	}
 	fs.deadID, fs.keyOf = map[uint64]string{}, map[string]uint64{}
-	err = st.View(func(tx *snapshot.Tx) error {
-		for _, e := range dead {
-			fs.dead[e.Key] = e.Record
-			id, err := tx.DeadID(e.Key)
-			if err != nil {
-				return err
-			}
-			fs.deadID[e.Key], fs.keyOf[id.String()] = id.String(), e.Key
+	for _, e := range dead {
+		fs.dead[e.Key] = e.Record
+		if e.IDErr != nil {
+			t.Fatalf("dead letter %d: %v", e.Key, e.IDErr)
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		fs.deadID[e.Key], fs.keyOf[e.ID.String()] = e.ID.String(), e.Key
 	}
 	return fs
 }
 
-// loadRecords reads every pending record and dead letter of st in one
-// read-only transaction. A record that does not decode is an error.
-func loadRecords(st *snapshot.Store) (pending, dead []snapshot.Entry, err error) {
-	err = st.View(func(tx *snapshot.Tx) error {
-		var bad []*snapshot.DecodeError
-		if pending, bad, err = tx.LoadPending(); err != nil || len(bad) > 0 {
-			return fmt.Errorf("load pending: %v %w", bad, err)
-		}
-		if dead, _, err = tx.DeadPage("", 0, 0); err != nil {
-			return fmt.Errorf("load dead: %w", err)
-		}
-		return nil
-	})
-	return pending, dead, err
+// loadRecords reads every pending record and every dead letter of st,
+// with their IDs. A record that does not decode is an error.
+func loadRecords(st *snapshot.State) (pending []snapshot.Entry, dead []snapshot.DeadEntry, err error) {
+	bad, err := st.Walk(snapshot.Walk{Pending: func(e *snapshot.Entry) { pending = append(pending, *e) }})
+	if err != nil || len(bad) > 0 {
+		return nil, nil, fmt.Errorf("load pending: %v %w", bad, err)
+	}
+	l, err := st.ListDead(snapshot.DeadQuery{Limit: math.MaxInt})
+	if err != nil || len(l.Undecodable) > 0 {
+		return nil, nil, fmt.Errorf("load dead: %v %w", l.Undecodable, err)
+	}
+	return pending, l.Page, nil
 }
 
 // classes counts records per class.

@@ -56,7 +56,7 @@ func (e *lockedError) Unwrap() error { return e.err }
 // withState opens the existing state file at path for writing, runs fn
 // on it and closes it, joining the errors. A running service's lock
 // makes it fail with a lockedError.
-func withState(path string, f *stateFlags, fn func(st *snapshot.Store) error) error {
+func withState(path string, f *stateFlags, fn func(st *snapshot.State) error) error {
 	return openState(path, f, false, fn)
 }
 
@@ -64,11 +64,11 @@ func withState(path string, f *stateFlags, fn func(st *snapshot.Store) error) er
 // nothing in the file, and on the file of a running service (whose lock
 // it waits for up to --lock-timeout) it reads a consistent copy (see
 // snapshot.Options.ReadOnly).
-func withStateReadOnly(path string, f *stateFlags, fn func(st *snapshot.Store) error) error {
+func withStateReadOnly(path string, f *stateFlags, fn func(st *snapshot.State) error) error {
 	return openState(path, f, true, fn)
 }
 
-func openState(path string, f *stateFlags, readOnly bool, fn func(st *snapshot.Store) error) (err error) {
+func openState(path string, f *stateFlags, readOnly bool, fn func(st *snapshot.State) error) (err error) {
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -96,10 +96,9 @@ func openState(path string, f *stateFlags, readOnly bool, fn func(st *snapshot.S
 // service that runs with the state changelog, that the write reaches
 // the file only: the next restore of the records' partitions, on any
 // instance, reads the changelog, which does not have it.
-func warnChangelog(st *snapshot.Store, f *stateFlags) {
-	var id [16]byte
-	var ok bool
-	if err := st.View(func(tx *snapshot.Tx) (err error) { id, ok, err = tx.ChangelogFileID(); return err }); err != nil || !ok {
+func warnChangelog(st *snapshot.State, f *stateFlags) {
+	info, err := st.FileInfo()
+	if err != nil || !info.HasFileID {
 		return
 	}
 	w := io.Writer(os.Stderr)
@@ -107,16 +106,7 @@ func warnChangelog(st *snapshot.Store, f *stateFlags) {
 		w = f.cmd.ErrOrStderr()
 	}
 	fmt.Fprintf(w, "warning: %s is written with a state changelog (file id %x): this command changes the file only, not the changelog, "+
-		"so a restore of the records' partitions undoes it; use the running service's admin API instead\n", st.Path(), id)
-}
-
-// quarantine moves the undecodable records that reads of the delivery
-// path reported to the quarantine bucket, as the service does.
-func quarantineBad(st *snapshot.Store, bad []*snapshot.DecodeError) error {
-	if len(bad) == 0 {
-		return nil
-	}
-	return st.Update(func(tx *snapshot.Tx) error { return tx.Quarantine(bad...) })
+		"so a restore of the records' partitions undoes it; use the running service's admin API instead\n", st.Path(), info.FileID)
 }
 
 // parseDeadID parses a dead letter ID as the commands (and the admin

@@ -17,6 +17,7 @@ import (
 	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/internal/rental"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // produceAtRate writes perSec messages a second to each rental topic,
@@ -102,40 +103,20 @@ type stateCheck struct {
 
 func checkState(t *testing.T, path, class string) stateCheck {
 	t.Helper()
-	st, err := snapshot.Open(path, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	c := stateCheck{deadKeys: map[string]bool{}}
-	err = st.View(func(tx *snapshot.Tx) error {
-		dead, _, err := tx.DeadPage("", 0, 0)
-		if err != nil {
-			return err
+	for _, d := range snapshottest.Dead(t, path) {
+		c.dead++
+		c.deadKeys[string(d.Record.Message.Key)] = true
+		if strings.Contains(d.Record.Err, rental.ErrOutage.Error()) {
+			c.outageDead++
 		}
-		for _, d := range dead {
-			c.dead++
-			c.deadKeys[string(d.Record.Message.Key)] = true
-			if strings.Contains(d.Record.Err, rental.ErrOutage.Error()) {
-				c.outageDead++
-			}
+	}
+	c.parked = snapshottest.Counts(t, path)[snapshot.BucketParked]
+	for _, e := range snapshottest.Pending(t, path) {
+		if e.Record.Message.Class == class {
+			c.pending++
+			c.maxAttempt = max(c.maxAttempt, e.Record.Message.Attempt)
 		}
-		counts, err := tx.Counts()
-		if err != nil {
-			return err
-		}
-		c.parked = counts[snapshot.BucketParked]
-		pending, _, err := tx.LoadPending()
-		for _, e := range pending {
-			if e.Record.Message.Class == class {
-				c.pending++
-				c.maxAttempt = max(c.maxAttempt, e.Record.Message.Attempt)
-			}
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	return c
 }

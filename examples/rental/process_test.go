@@ -24,6 +24,7 @@ import (
 	"github.com/handoff-go/handoff/internal/testio"
 	"github.com/handoff-go/handoff/runtime"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // TestMain runs the tests for kafka-go, then again for franz-go: every
@@ -361,19 +362,9 @@ func missingKeys(t *testing.T, effects string, keys []string) (missing, lines in
 // deadKeys returns the keys of the state file's dead letters.
 func deadKeys(t *testing.T, path string) map[string]bool {
 	t.Helper()
-	st, err := snapshot.Open(path, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	var dead []snapshot.Entry
-	// The page comes with the decode errors of its records.
-	err = st.View(func(tx *snapshot.Tx) (err error) { dead, _, err = tx.DeadPage("", 0, 0); return err })
-	if err != nil {
-		t.Fatalf("dead letters: %v", err)
-	}
 	out := map[string]bool{}
-	for _, d := range dead {
+	// A dead letter that does not decode fails the test.
+	for _, d := range snapshottest.Dead(t, path) {
 		out[string(d.Record.Message.Key)] = true
 	}
 	return out
@@ -383,16 +374,7 @@ func deadKeys(t *testing.T, path string) map[string]bool {
 // bucket holds.
 func pendingRecords(t *testing.T, path string) int {
 	t.Helper()
-	st, err := snapshot.Open(path, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	var counts map[string]int
-	if err := st.View(func(tx *snapshot.Tx) (err error) { counts, err = tx.Counts(); return err }); err != nil {
-		t.Fatalf("count state records: %v", err)
-	}
-	return counts[snapshot.BucketPending]
+	return snapshottest.Counts(t, path)[snapshot.BucketPending]
 }
 
 // produceSteadily writes total messages with unique keys across the three

@@ -12,6 +12,7 @@ import (
 	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/internal/rental"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // TestProcessStartFailureExit2 runs the real binary on a state file it
@@ -43,16 +44,7 @@ func TestProcessStartFailureExit2(t *testing.T) {
 	defer st.Close() // held through the run below
 
 	other := filepath.Join(dir, "other.db")
-	ost, err := snapshot.Open(other, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ost.Update(func(tx *snapshot.Tx) error { return tx.PutMeta(snapshot.MetaGroup, []byte("billing")) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := ost.Close(); err != nil {
-		t.Fatal(err)
-	}
+	snapshottest.SeedGroup(t, other, "billing")
 
 	fresh := filepath.Join(dir, "fresh.db")
 	for _, tc := range []struct {

@@ -495,9 +495,16 @@ func (h *Hold[T]) pushBacklog(its []T) {
 	}
 }
 
+// Pauses is where a pause is kept: the state file ([snapshot.State]).
+// Each method blocks for its write.
+type Pauses interface {
+	PutPause(class string, p snapshot.Pause) error
+	DeletePause(class string) (bool, error)
+}
+
 // Pause pauses the class and keeps the pause in store (the runtime's
 // Pause says what a pause does). It blocks for the state-file write.
-func (h *Hold[T]) Pause(store *snapshot.Store, reason string) error {
+func (h *Hold[T]) Pause(store Pauses, reason string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	since := h.since
@@ -505,7 +512,7 @@ func (h *Hold[T]) Pause(store *snapshot.Store, reason string) error {
 		since = time.Now()
 	}
 	p := snapshot.Pause{Reason: reason, Since: since}
-	if err := store.Update(func(tx *snapshot.Tx) error { return tx.PutPause(h.cfg.Class, p) }); err != nil {
+	if err := store.PutPause(h.cfg.Class, p); err != nil {
 		return fmt.Errorf("runtime: pause class %q: %w", h.cfg.Class, err)
 	}
 	h.pauseLocked(p)
@@ -525,13 +532,13 @@ func (h *Hold[T]) pauseLocked(p snapshot.Pause) {
 // PauseFrom applies p, a pause made through another instance of the
 // group, to a class not paused here, and keeps it in store. It blocks
 // for the state-file write.
-func (h *Hold[T]) PauseFrom(store *snapshot.Store, p snapshot.Pause) error {
+func (h *Hold[T]) PauseFrom(store Pauses, p snapshot.Pause) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.paused {
 		return nil
 	}
-	if err := store.Update(func(tx *snapshot.Tx) error { return tx.PutPause(h.cfg.Class, p) }); err != nil {
+	if err := store.PutPause(h.cfg.Class, p); err != nil {
 		return fmt.Errorf("runtime: pause class %q: %w", h.cfg.Class, err)
 	}
 	h.pauseLocked(p)
@@ -541,11 +548,11 @@ func (h *Hold[T]) PauseFrom(store *snapshot.Store, p snapshot.Pause) error {
 
 // Resume ends a pause (deleting it from store) or a suspension. It
 // blocks for the state-file write.
-func (h *Hold[T]) Resume(store *snapshot.Store) error {
+func (h *Hold[T]) Resume(store Pauses) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.paused {
-		if err := store.Update(func(tx *snapshot.Tx) error { _, err := tx.DeletePause(h.cfg.Class); return err }); err != nil {
+		if _, err := store.DeletePause(h.cfg.Class); err != nil {
 			return fmt.Errorf("runtime: resume class %q: %w", h.cfg.Class, err)
 		}
 		h.cfg.Log.Warn("class resumed after a pause", "class", h.cfg.Class, "paused_for", time.Since(h.since).Round(time.Millisecond),

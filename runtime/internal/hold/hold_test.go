@@ -191,7 +191,7 @@ func TestHoldPauseKept(t *testing.T) {
 		// A new start: the pause comes back from the file.
 		g2 := newHoldRig(t, 1)
 		var pauses map[string]snapshot.Pause
-		if err := store.View(func(tx *snapshot.Tx) (err error) { pauses, err = tx.Pauses(); return err }); err != nil {
+		if pauses, err = store.Pauses(); err != nil {
 			t.Fatal(err)
 		}
 		g2.h.RestorePause(pauses["db"], true)
@@ -217,7 +217,7 @@ func TestHoldPauseKept(t *testing.T) {
 			t.Fatalf("after resume: done %d, %+v", g2.done.Load(), g2.h.Stats())
 		}
 		pauses = nil
-		if err := store.View(func(tx *snapshot.Tx) (err error) { pauses, err = tx.Pauses(); return err }); err != nil {
+		if pauses, err = store.Pauses(); err != nil {
 			t.Fatal(err)
 		}
 		if len(pauses) != 0 {
