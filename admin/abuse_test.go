@@ -74,6 +74,10 @@ func TestOversizedBodiesRefused(t *testing.T) {
 		{"/ui/login", nil},
 		{"/ui/classes/jobs/pause", []string{"Cookie", cookie}},
 		{"/api/classes/jobs/pause", bearer(testToken)},
+		{"/api/dead/requeue", bearer(testToken)},
+		{"/api/dead/discard", bearer(testToken)},
+		{"/ui/dead/requeue", []string{"Cookie", cookie}},
+		{"/ui/dead/discard", []string{"Cookie", cookie}},
 	} {
 		for _, declared := range []bool{false, true} {
 			body, ct := hugeMultipart(size)

@@ -25,7 +25,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// Every test runs for kafka-go, then for franz-go: the group tests
+	// (deadgroup_test.go) consume from the embedded broker.
+	goleak.VerifyTestMain(testio.BothClients(m),
+		// kafka-go's package-level connection pool for the default
+		// transport keeps an idle reaper per address.
+		goleak.IgnoreAnyFunction("github.com/segmentio/kafka-go.(*connPool).discover"),
+	)
 }
 
 const testToken = "s3cret-token"

@@ -23,6 +23,11 @@ const (
 // requeueTimeout bounds how long a requeue waits for room in a full pool.
 const requeueTimeout = 5 * time.Second
 
+// ownerTimeout bounds how long a single requeue or discard of a dead
+// letter another instance owns waits for the owner's outcome; with the
+// owner's lookup (requeueTimeout) it stays within opTimeout.
+const ownerTimeout = opTimeout - requeueTimeout
+
 func (h *handler) metrics(w http.ResponseWriter, r *http.Request) {
 	if h.metricsH == nil {
 		writeError(w, http.StatusNotFound, "admin: metrics are not enabled: Options.Gatherer is nil")
@@ -164,6 +169,14 @@ type deadPageJSON struct {
 	Total int `json:"total"`
 }
 
+// groupDeadPageJSON is the body of GET /api/dead of the group's dead
+// letters (the default scope).
+type groupDeadPageJSON struct {
+	DeadLetters []groupDeadJSON `json:"dead_letters"`
+	Next        runtime.Cursor  `json:"next,omitempty"`
+	Total       int             `json:"total"`
+}
+
 // parseLimit reads the limit parameter: defaultLimit when absent.
 func parseLimit(r *http.Request) (int, error) {
 	s := r.URL.Query().Get("limit")
@@ -177,6 +190,9 @@ func parseLimit(r *http.Request) (int, error) {
 	return n, nil
 }
 
+// apiDeadList serves GET /api/dead: the group's dead letters, each with
+// its owner (scope=group, the default), or those of this instance's
+// state file (scope=local).
 func (h *handler) apiDeadList(w http.ResponseWriter, r *http.Request) {
 	if !h.authorizeRead(w, r) {
 		return
@@ -193,18 +209,46 @@ func (h *handler) apiDeadList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%s", err)
 		return
 	}
-	dls, next, total, err := h.rt.FindDeadLetters(filter, after, limit)
+	var (
+		out  any
+		next runtime.Cursor
+	)
+	switch scope := q.Get("scope"); scope {
+	case "", "group":
+		ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
+		defer cancel()
+		var (
+			dls   []runtime.GroupDeadLetter
+			total int
+		)
+		dls, next, total, err = h.rt.GroupDeadLetters(ctx, filter, after, limit)
+		page := groupDeadPageJSON{DeadLetters: make([]groupDeadJSON, len(dls)), Next: next, Total: total}
+		for i := range dls {
+			page.DeadLetters[i] = toGroupDeadJSON(&dls[i])
+		}
+		out = page
+	case "local":
+		var (
+			dls   []runtime.DeadLetter
+			total int
+		)
+		dls, next, total, err = h.rt.FindDeadLetters(filter, after, limit)
+		page := deadPageJSON{DeadLetters: make([]deadJSON, len(dls)), Next: next, Total: total}
+		for i := range dls {
+			page.DeadLetters[i] = toDeadJSON(&dls[i])
+		}
+		out = page
+	default:
+		writeError(w, http.StatusBadRequest, "admin: scope must be group or local, got %q", scope)
+		return
+	}
 	if errors.Is(err, runtime.ErrBadCursor) {
-		writeError(w, http.StatusBadRequest, "admin: after must be the next of an earlier page: %v", err)
+		writeError(w, http.StatusBadRequest, "admin: after must be the next of an earlier page of the same scope: %v", err)
 		return
 	}
 	if err != nil {
-		h.runtimeError(w, "list dead letters", err)
+		h.opError(w, "list dead letters", err)
 		return
-	}
-	out := deadPageJSON{DeadLetters: make([]deadJSON, len(dls)), Next: next, Total: total}
-	for i := range dls {
-		out.DeadLetters[i] = toDeadJSON(&dls[i])
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -216,12 +260,12 @@ func (h *handler) apiDeadGet(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	ctx, cancel := context.WithTimeout(r.Context(), requeueTimeout)
 	defer cancel()
-	dl, err := h.rt.GetDeadLetter(ctx, key)
+	dl, err := h.rt.GetGroupDeadLetter(ctx, key)
 	if err != nil {
 		h.runtimeError(w, fmt.Sprintf("get dead letter %s", key), err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toDeadJSON(&dl))
+	writeJSON(w, http.StatusOK, toGroupDeadJSON(&dl))
 }
 
 // actionJSON is the body of a successful requeue or discard.
@@ -255,21 +299,37 @@ func (h *handler) apiDiscard(w http.ResponseWriter, r *http.Request) {
 }
 
 // requeue requeues the dead letter with ID key, waiting at most
-// requeueTimeout for room in its class's pool (or, for one this instance
-// does not own, for finding its owner).
+// requeueTimeout for room in its class's pool, or, for one another
+// instance owns, ownerTimeout for the owner's outcome (actionCtx).
 func (h *handler) requeue(ctx context.Context, key string) error {
-	ctx, cancel := context.WithTimeout(ctx, requeueTimeout)
+	ctx, cancel := h.actionCtx(ctx, key)
 	defer cancel()
 	return h.rt.Requeue(ctx, key)
 }
 
-// discard discards the dead letter with ID key, waiting at most
-// requeueTimeout for finding its owner when this instance does not own
-// it.
+// discard discards the dead letter with ID key, waiting at most as
+// requeue does.
 func (h *handler) discard(ctx context.Context, key string) error {
-	ctx, cancel := context.WithTimeout(ctx, requeueTimeout)
+	ctx, cancel := h.actionCtx(ctx, key)
 	defer cancel()
 	return h.rt.Discard(ctx, key)
+}
+
+// actionCtx bounds a single requeue or discard of key: requeueTimeout
+// when this instance owns it, ownerTimeout when another instance does (the
+// runtime asks the owner through the meta topic and waits for its
+// answer: a round of each side following the topic, about a second
+// each, and more under load). Finding the owner is bounded by
+// requeueTimeout; when it fails, the action's own error says why.
+func (h *handler) actionCtx(ctx context.Context, key string) (context.Context, context.CancelFunc) {
+	timeout := requeueTimeout
+	find, cancel := context.WithTimeout(ctx, requeueTimeout)
+	g, err := h.rt.GetGroupDeadLetter(find, key)
+	cancel()
+	if err == nil && g.Owner != h.rt.Instance() {
+		timeout = ownerTimeout
+	}
+	return context.WithTimeout(ctx, timeout)
 }
 
 // parkedJSON is one parked key of an ordered class.

@@ -153,6 +153,12 @@ func (h *handler) authenticated(r *http.Request) bool {
 	return ok && strings.EqualFold(scheme, "Bearer") && h.roleOf(strings.TrimSpace(tok)) != roleNone
 }
 
+// who names the requester of r in the audit trail of the group's
+// dead-letter operations: its client address (clientOf). The admin API
+// has one admin token, not named ones, so the address is what tells
+// requesters apart.
+func who(r *http.Request) string { return clientOf(r) }
+
 // loggedIn reports whether r carries a valid admin session.
 func (h *handler) loggedIn(r *http.Request) bool { return h.session(r) == roleAdmin }
 

@@ -18,6 +18,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/handoff-go/handoff/internal/deadop"
 	"github.com/handoff-go/handoff/runtime"
 )
 
@@ -73,6 +74,18 @@ type page struct {
 	DeadTotal    int
 	DeadNextHref template.URL
 
+	// Preview is the dry run of a bulk requeue or discard of the search
+	// (?bulk=requeue|discard&rate=&limit=); Op the operation of ?op=;
+	// Ops the recent operations of the group (the audit trail).
+	Preview *previewView
+	Op      *opView
+	OpErr   string
+	Ops     []opView
+	OpsErr  string
+	// BulkRate and BulkLimit are the bulk panel's rate and limit as
+	// given.
+	BulkRate, BulkLimit string
+
 	Parked    []parkedJSON
 	ParkedErr string
 
@@ -92,7 +105,63 @@ type deadView struct {
 	Class, ID, MsgKey, Err  string
 	Attempts                int
 	FirstFailed, LastFailed time.Time
+	// Owner is the instance owning its partition ("" none now);
+	// Partition its input partition (-1 none).
+	Owner     string
+	Partition int32
 }
+
+func toDeadView(dl *runtime.GroupDeadLetter) deadView {
+	return deadView{
+		Key: dl.Key, Class: dl.Message.Class, ID: dl.Message.ID, MsgKey: printable(dl.Message.Key), Err: dl.Err,
+		Attempts: dl.Message.Attempt, FirstFailed: dl.FirstFailed, LastFailed: dl.LastFailed, Owner: dl.Owner, Partition: dl.Partition,
+	}
+}
+
+// previewView is a dry run on the dashboard: how many dead letters the
+// search selects for Action (within the limit), a sample, and the
+// parameters the real operation's form repeats.
+type previewView struct {
+	Action  string
+	Matched int
+	Sample  []deadView
+	Rate    float64
+	Limit   int
+	Err     string
+}
+
+// opView is a dead-letter operation on the dashboard.
+type opView struct {
+	ID, Action, Selection, Who, Via, State, CanceledBy string
+	Started                                            time.Time
+	Matched, Done, Failed, FailedAgain, Left, Skipped  int
+	Unreported                                         int
+	Rate                                               float64
+	Limit                                              int
+	// Progress is the share of Matched that is over (done, failed or
+	// skipped).
+	Progress float64
+	// Running: an owner reports its part running; Settling: done as
+	// far as the owners that reported say, but within a minute of its
+	// start some of its dead letters have no report yet (their owners'
+	// statuses may be on their way).
+	Running, Settling bool
+}
+
+func toOpView(st *runtime.DeadOpStatus) opView {
+	v := opView{ID: st.ID, Action: st.Action, Selection: selectionText(st.Filter), Who: st.Who, Via: st.Via, State: st.State,
+		CanceledBy: st.CanceledBy, Started: st.Started, Matched: st.Matched, Done: st.Done, Failed: st.Failed,
+		FailedAgain: st.FailedAgain, Left: st.Left, Skipped: st.Skipped, Unreported: st.Unreported, Rate: st.Rate, Limit: st.Limit,
+		Running:  st.State == runtime.DeadOpRunning,
+		Settling: st.State == runtime.DeadOpDone && st.Unreported > 0 && time.Since(st.Started) < time.Minute}
+	if st.Matched > 0 {
+		v.Progress = float64(st.Done+st.Failed+st.Skipped) / float64(st.Matched)
+	}
+	return v
+}
+
+// How many recent operations the dashboard shows.
+const pageOps = 10
 
 type delayedView struct {
 	Due                 time.Time
@@ -132,17 +201,19 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 	}
 	p.DeadAfter = runtime.Cursor(q.Get("after"))
 	p.DeadQ = deadFilterQuery(q)
+	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
+	defer cancel()
 	filter, err := parseDeadFilter(q)
 	var (
-		dls  []runtime.DeadLetter
+		dls  []runtime.GroupDeadLetter
 		next runtime.Cursor
 	)
 	if err == nil {
-		dls, next, p.DeadTotal, err = h.rt.FindDeadLetters(filter, p.DeadAfter, pageDead)
+		dls, next, p.DeadTotal, err = h.rt.GroupDeadLetters(ctx, filter, p.DeadAfter, pageDead)
 		if errors.Is(err, runtime.ErrBadCursor) {
 			p.Flash, p.FlashErr = fmt.Sprintf("Ignored a bad after parameter %q: it must be the cursor of a dead-letter page.", p.DeadAfter), true
 			p.DeadAfter = ""
-			dls, next, p.DeadTotal, err = h.rt.FindDeadLetters(filter, "", pageDead)
+			dls, next, p.DeadTotal, err = h.rt.GroupDeadLetters(ctx, filter, "", pageDead)
 		}
 	}
 	if err != nil {
@@ -154,13 +225,11 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 			nq.Set("after", string(next))
 			p.DeadNextHref = template.URL("?" + nq.Encode())
 		}
-		for _, dl := range dls {
-			p.Dead = append(p.Dead, deadView{
-				Key: dl.Key, Class: dl.Message.Class, ID: dl.Message.ID, MsgKey: printable(dl.Message.Key), Err: dl.Err,
-				Attempts: dl.Message.Attempt, FirstFailed: dl.FirstFailed, LastFailed: dl.LastFailed,
-			})
+		for i := range dls {
+			p.Dead = append(p.Dead, toDeadView(&dls[i]))
 		}
 	}
+	h.bulkPanel(ctx, r, &p)
 	if keys, err := h.rt.ParkedKeys(); err != nil {
 		p.ParkedErr = errText(err)
 	} else {
@@ -182,6 +251,59 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 	}
 
 	h.render(w, p)
+}
+
+// bulkPanel fills p's bulk panel from r's query: the dry run of
+// ?bulk=requeue|discard (with rate and limit) of the search, the
+// operation of ?op=, and the recent operations. The page stops
+// reloading itself while it shows a dry run (the operator is deciding),
+// and reloads every second while the operation it shows runs or
+// settles.
+func (h *handler) bulkPanel(ctx context.Context, r *http.Request, p *page) {
+	q := r.URL.Query()
+	p.BulkRate, p.BulkLimit = q.Get("rate"), q.Get("limit")
+	if action := q.Get("bulk"); action != "" {
+		pv := &previewView{Action: action}
+		p.Preview = pv
+		p.Refresh = 0
+		req, err := parseBulk(q, action, false)
+		switch {
+		case action != deadop.Requeue && action != deadop.Discard:
+			pv.Err = fmt.Sprintf("admin: bulk must be %s or %s, got %q", deadop.Requeue, deadop.Discard, action)
+		case err != nil:
+			pv.Err = err.Error()
+		default:
+			req.op.DryRun, req.op.Who = true, who(r)
+			st, err := h.rt.StartDeadOp(ctx, req.op)
+			if err != nil {
+				pv.Err = errText(err)
+				break
+			}
+			pv.Matched, pv.Rate, pv.Limit = st.Matched, req.op.Rate, req.op.Limit
+			for i := range st.Sample {
+				pv.Sample = append(pv.Sample, toDeadView(&st.Sample[i]))
+			}
+		}
+	}
+	if id := q.Get("op"); id != "" {
+		if st, err := h.rt.DeadOpStatus(ctx, id); err != nil {
+			p.OpErr = errText(err)
+		} else {
+			v := toOpView(&st)
+			p.Op = &v
+			if (v.Running || v.Settling) && p.Refresh > 1000 {
+				p.Refresh = 1000
+			}
+		}
+	}
+	ops, err := h.rt.DeadOps(ctx)
+	if err != nil {
+		p.OpsErr = errText(err)
+		return
+	}
+	for i := range ops[:min(len(ops), pageOps)] {
+		p.Ops = append(p.Ops, toOpView(&ops[i]))
+	}
 }
 
 // render writes the dashboard page p.
@@ -265,6 +387,8 @@ func (h *handler) uiAction(w http.ResponseWriter, r *http.Request, done string, 
 		code := "failed"
 		var notOwner *runtime.NotOwnerError
 		switch {
+		case errors.As(err, &notOwner) && notOwner.Owner == "":
+			code = "no-owner"
 		case errors.As(err, &notOwner):
 			v := url.Values{"msg": {"not-owner"}, "key": {key}, "owner": {notOwner.Owner}}
 			h.redirect(w, r, v)
@@ -288,6 +412,90 @@ func (h *handler) uiAction(w http.ResponseWriter, r *http.Request, done string, 
 		return
 	}
 	h.back(w, r, done, key)
+}
+
+func (h *handler) uiBulkRequeue(w http.ResponseWriter, r *http.Request) {
+	h.uiBulk(w, r, deadop.Requeue)
+}
+
+func (h *handler) uiBulkDiscard(w http.ResponseWriter, r *http.Request) {
+	h.uiBulk(w, r, deadop.Discard)
+}
+
+// uiBulk starts the bulk operation of the dashboard's form (the search,
+// rate, limit and, for a discard, confirm) when the session allows it,
+// and sends the browser back to the search with the operation shown.
+func (h *handler) uiBulk(w http.ResponseWriter, r *http.Request, action string) {
+	if !h.sameOrigin(w, r) {
+		return
+	}
+	switch {
+	case len(h.token) == 0:
+		h.back(w, r, "no-token", "")
+		return
+	case !h.loggedIn(r):
+		h.back(w, r, "login-first", "")
+		return
+	}
+	if !h.parseForm(w, r) {
+		return
+	}
+	back := deadFilterQuery(r.PostForm)
+	req, err := parseBulk(r.PostForm, action, false)
+	if err != nil {
+		back.Set("msg", "bad-bulk")
+		h.redirect(w, r, back)
+		return
+	}
+	req.op.DryRun, req.op.Who = false, who(r)
+	st, err := h.startOp(r.Context(), req)
+	var (
+		unconfirmed *unconfirmedError
+		tooMany     *tooManyError
+	)
+	switch {
+	case errors.As(err, &unconfirmed):
+		back.Set("msg", "confirm-first")
+	case errors.As(err, &tooMany):
+		back.Set("msg", "op-too-many")
+	case errors.Is(err, runtime.ErrNotFound):
+		back.Set("msg", "op-empty")
+	case errors.Is(err, runtime.ErrNotRunning):
+		back.Set("msg", "not-running")
+	case err != nil:
+		h.log.Error("dashboard bulk operation failed", "action", action, "err", err)
+		back.Set("msg", "op-failed")
+	default:
+		back.Set("msg", "op-started")
+		back.Set("op", st.ID)
+	}
+	h.redirect(w, r, back)
+}
+
+// uiOpCancel cancels an operation from the dashboard and shows it.
+func (h *handler) uiOpCancel(w http.ResponseWriter, r *http.Request) {
+	if !h.sameOrigin(w, r) {
+		return
+	}
+	switch {
+	case len(h.token) == 0:
+		h.back(w, r, "no-token", "")
+		return
+	case !h.loggedIn(r):
+		h.back(w, r, "login-first", "")
+		return
+	}
+	id := r.PathValue("id")
+	code := "op-canceled"
+	if _, err := h.cancelOp(r.Context(), id, who(r)); err != nil {
+		code = "op-failed"
+		if errors.Is(err, runtime.ErrNotFound) {
+			code = "op-unknown"
+		} else {
+			h.log.Error("dashboard cancel failed", "op", id, "err", err)
+		}
+	}
+	h.redirect(w, r, url.Values{"msg": {code}, "op": {id}})
 }
 
 // sameOrigin rejects cross-origin browser posts (CSRF) with 403.
@@ -363,13 +571,23 @@ var flashes = map[string]struct {
 	"no-token":      {"No token is configured: requeue and discard are disabled.", true, false},
 	"login-first":   {"Log in with the admin token first.", true, false},
 	"bad-key":       {"That is not a dead letter ID (16 hex digits, a dash and a number).", true, false},
-	"not-owner":     {"Dead letter %s belongs to a partition another instance owns: requeue or discard it on that instance's dashboard.", true, false},
+	"not-owner":     {"Dead letter %s belongs to a partition another instance owns, which did not answer in time: try again.", true, false},
+	"no-owner":      {"Dead letter %s belongs to a partition no instance owns now (a rebalance): try again.", true, false},
 	"not-found":     {"Dead letter %s does not exist (handled or discarded already?).", true, false},
 	"busy":          {"Dead letter %s was requeued and has not finished yet.", true, false},
 	"unknown-class": {"Dead letter %s belongs to a class that is not configured: it cannot be requeued.", true, false},
 	"not-running":   {"The runtime is not running (stopping?): try again after the restart.", true, false},
 	"pool-full":     {"Dead letter %s was not requeued: its class's queue stayed full.", true, false},
 	"failed":        {"The action on dead letter %s failed; the service log says why.", true, false},
+
+	"op-started":    {"Operation started: its progress is below; the owners of the dead letters carry it out.", false, false},
+	"op-canceled":   {"Operation canceled: the owners stop taking its dead letters; what they did stays done.", false, false},
+	"op-unknown":    {"There is no such operation (only recent ones are kept).", true, false},
+	"op-failed":     {"The operation could not be started or canceled; the service log says why.", true, false},
+	"bad-bulk":      {"The bulk operation's parameters are not valid: rate is dead letters per second (0: no limit), limit a count (0: all).", true, false},
+	"op-too-many":   {fmt.Sprintf("The search matches more than the %d dead letters one operation takes: set a limit (the oldest first) or narrow it.", deadop.MaxIDs), true, false},
+	"op-empty":      {"No dead letter matches the search any more: nothing was started.", true, false},
+	"confirm-first": {"A discard of more than one dead letter must be confirmed: run the dry run, then confirm.", true, false},
 
 	"class-paused":  {"Class %s paused: it takes and starts no messages until resumed, across restarts too.", false, true},
 	"class-resumed": {"Class %s resumed.", false, true},

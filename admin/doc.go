@@ -15,12 +15,19 @@
 //	GET  /readyz                       200 while Runtime.Ready, else 503 (a stuck partition included)
 //	GET  /metrics                      Options.Gatherer in the Prometheus text format
 //	GET  /api/classes                  per-class stats (holds' reasons and errors: read token)
-//	GET  /api/dead?class=&after=&limit= dead letters, searched and paged, with the count of matches (read token);
-//	                                   also topic, partition, key, key_b64, error, min_attempts,
-//	                                   since, until, first_since, first_until (RFC 3339), order=oldest|newest
+//	GET  /api/dead?class=&after=&limit= the group's dead letters with their owners, searched and paged, with the
+//	                                   count of matches (read token); also topic, partition, key, key_b64, error,
+//	                                   min_attempts, since, until, first_since, first_until (RFC 3339),
+//	                                   order=oldest|newest; scope=local for this instance's own only
+//	POST /api/dead/requeue             bulk requeue of a selection (the search's parameters, or ids), as a JSON
+//	                                   body or a form, with dry_run, rate (per second, group-wide), limit (token)
+//	POST /api/dead/discard             bulk discard, the same; more than one needs confirm=true (token)
+//	GET  /api/dead/ops                 the group's recent operations: who, when, selection, progress (read token)
+//	GET  /api/dead/ops/{id}            one operation's progress, per owner too (read token)
+//	POST /api/dead/ops/{id}/cancel     stop an operation; what it did stays done (token)
 //	GET  /api/dead/{key}               one dead letter, by its group-wide ID (read token)
-//	POST /api/dead/{key}/requeue       hand a dead letter back to its class (token)
-//	POST /api/dead/{key}/discard       delete a dead letter (token)
+//	POST /api/dead/{key}/requeue       hand a dead letter back to its class, through its owner (token)
+//	POST /api/dead/{key}/discard       delete a dead letter, through its owner (token)
 //	POST /api/classes/{name}/pause     stop a class taking messages, on every instance, until resumed; body {"reason": "..."} (token)
 //	POST /api/classes/{name}/resume    end a class's pause or suspension (token)
 //	GET  /api/parked                   parked keys of ordered classes (read token)
@@ -29,19 +36,27 @@
 //	POST /ui/login, /ui/logout         the dashboard's session
 //	POST /ui/dead/{key}/requeue        the dashboard's buttons (session)
 //	POST /ui/dead/{key}/discard
+//	POST /ui/dead/requeue              the bulk panel's (form: the search, rate, limit; confirm for a discard)
+//	POST /ui/dead/discard
+//	POST /ui/dead/ops/{id}/cancel
 //	POST /ui/classes/{name}/pause      (form field reason)
 //	POST /ui/classes/{name}/resume
 //
 // Errors are JSON objects {"error": "..."} naming what failed, with the
-// status saying why: 400 malformed input, 401 a missing or wrong token,
-// 403 no token configured, 404 no such dead letter, class or path, 405 a
-// wrong method (with Allow), 409 a dead letter that is already requeued,
-// of a class the service no longer has, or whose partition another
-// instance owns (the error names the owner), 413 a body over
+// status saying why: 400 malformed input (a bulk request also: a
+// parameter of another name, a selection over 20,000 without a limit,
+// a discard of more than one without confirm=true), 401 a missing or
+// wrong token, 403 no token configured, 404 no such dead letter,
+// operation, class or path, or a bulk selection of none, 405 a wrong
+// method (with Allow), 409 a dead letter that is already requeued, of a
+// class the service no longer has, or, through another instance than
+// its owner, whose partition nobody owns now or whose owner did not
+// answer in time (the error names it), 413 a body over
 // [MaxBodyBytes] (or a pause body over 1 KiB), 429 a client over its
 // limit of wrong tokens (with Retry-After), 503 a runtime that is not
-// running, or too many requests without a token or session at once
-// (Options.MaxPreLogin, with Retry-After).
+// running, a read of the group's dead letters or operations that got no
+// answer within 20 s, or too many requests without a token or session
+// at once (Options.MaxPreLogin, with Retry-After).
 //
 // # Message bytes in JSON
 //

@@ -197,6 +197,11 @@ func (h *handler) apiRoutes() []route {
 	return []route{
 		{"GET", "/api/classes", h.apiClasses},
 		{"GET", "/api/dead", h.apiDeadList},
+		{"POST", "/api/dead/requeue", h.apiBulkRequeue},
+		{"POST", "/api/dead/discard", h.apiBulkDiscard},
+		{"GET", "/api/dead/ops", h.apiOps},
+		{"GET", "/api/dead/ops/{id}", h.apiOp},
+		{"POST", "/api/dead/ops/{id}/cancel", h.apiOpCancel},
 		{"GET", "/api/dead/{key}", h.apiDeadGet},
 		{"POST", "/api/dead/{key}/requeue", h.apiRequeue},
 		{"POST", "/api/dead/{key}/discard", h.apiDiscard},
@@ -207,6 +212,9 @@ func (h *handler) apiRoutes() []route {
 		{"GET", "/{$}", h.dashboard},
 		{"POST", "/ui/login", h.uiLogin},
 		{"POST", "/ui/logout", h.uiLogout},
+		{"POST", "/ui/dead/requeue", h.uiBulkRequeue},
+		{"POST", "/ui/dead/discard", h.uiBulkDiscard},
+		{"POST", "/ui/dead/ops/{id}/cancel", h.uiOpCancel},
 		{"POST", "/ui/dead/{key}/requeue", h.uiRequeue},
 		{"POST", "/ui/dead/{key}/discard", h.uiDiscard},
 		{"POST", "/ui/classes/{name}/pause", h.uiPause},
@@ -228,16 +236,138 @@ func (h *handler) register(table []route) {
 			allowed[rt.path] = append(allowed[rt.path], "HEAD")
 		}
 	}
+	// A fallback without a method would conflict with a route whose
+	// pattern also matches its path (/api/dead/ops and GET
+	// /api/dead/{key}): such a path gets one per method instead, where
+	// that conflicts with nothing, and the catch-all answers the rest.
+	patterns := make([][2]string, 0, len(table))
+	for _, rt := range table {
+		patterns = append(patterns, [2]string{rt.method, rt.path})
+	}
+	add := func(method, path string, fn http.HandlerFunc) bool {
+		for _, q := range patterns {
+			if conflict(method, path, q[0], q[1]) {
+				return false
+			}
+		}
+		patterns = append(patterns, [2]string{method, path})
+		if method != "" {
+			path = method + " " + path
+		}
+		h.mux.HandleFunc(path, fn)
+		return true
+	}
 	for _, p := range paths {
 		allow := strings.Join(slices.Sorted(slices.Values(allowed[p])), ", ")
-		h.mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+		notAllowed := func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
 			writeError(w, http.StatusMethodNotAllowed, "admin: method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow)
-		})
+		}
+		if add("", p, notAllowed) {
+			continue
+		}
+		for _, m := range httpMethods {
+			if !slices.Contains(allowed[p], m) {
+				add(m, p, notAllowed)
+			}
+		}
 	}
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if allow := allowedOn(r.URL.Path, table); allow != "" {
+			w.Header().Set("Allow", allow)
+			writeError(w, http.StatusMethodNotAllowed, "admin: method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow)
+			return
+		}
 		writeError(w, http.StatusNotFound, "admin: no endpoint %s", r.URL.Path)
 	})
+}
+
+// allowedOn returns the methods of the routes of table whose patterns
+// match path, the most specific only (those with the most literal
+// segments), as an Allow header; "" when none matches.
+func allowedOn(path string, table []route) string {
+	segs := strings.Split(path, "/")
+	best := -1
+	var methods []string
+	for _, rt := range table {
+		pat := strings.Split(rt.path, "/")
+		if len(pat) != len(segs) {
+			continue
+		}
+		literal := 0
+		for i, s := range pat {
+			wild := strings.HasPrefix(s, "{") && s != "{$}"
+			switch {
+			case wild && segs[i] != "", s == "{$}" && segs[i] == "":
+			case !wild && s == segs[i]:
+				literal++
+			default:
+				literal = -1
+			}
+			if literal < 0 {
+				break
+			}
+		}
+		switch {
+		case literal < 0 || literal < best:
+			continue
+		case literal > best:
+			best, methods = literal, nil
+		}
+		methods = append(methods, rt.method)
+		if rt.method == "GET" {
+			methods = append(methods, "HEAD")
+		}
+	}
+	slices.Sort(methods)
+	return strings.Join(slices.Compact(methods), ", ")
+}
+
+// httpMethods are the methods the per-method fallbacks answer 405 to.
+var httpMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+
+// conflict reports whether http.ServeMux refuses the patterns m1 p1 and
+// m2 p2 together (a method "" takes every method): they match a request
+// in common and neither is more specific than the other, in its method
+// and its path alike. Paths are compared segment by segment, a {name}
+// matching any one (the table has no {name...} and no trailing slash).
+func conflict(m1, p1, m2, p2 string) bool {
+	var method int // 1: m1 the more specific, -1: m2, 0: equal
+	switch {
+	case m1 == m2:
+	case m1 == "" || (m1 == "GET" && m2 == "HEAD"):
+		method = -1
+	case m2 == "" || (m2 == "GET" && m1 == "HEAD"):
+		method = 1
+	default:
+		return false // no request has both methods
+	}
+	s1, s2 := strings.Split(p1, "/"), strings.Split(p2, "/")
+	if len(s1) != len(s2) {
+		return false
+	}
+	wild := func(s string) bool { return strings.HasPrefix(s, "{") && s != "{$}" }
+	var more1, more2 bool // p1 (p2) has a literal where the other has a wildcard
+	for i := range s1 {
+		switch w1, w2 := wild(s1[i]), wild(s2[i]); {
+		case w1 && w2:
+		case w2:
+			more1 = true
+		case w1:
+			more2 = true
+		case s1[i] != s2[i]:
+			return false // no path matches both
+		}
+	}
+	switch {
+	case more1 && more2:
+		return true
+	case more1:
+		return method < 0
+	case more2:
+		return method > 0
+	}
+	return method == 0
 }
 
 // ServeHTTP bounds the request's body and the requests without a valid

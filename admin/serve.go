@@ -22,7 +22,8 @@ const (
 	DefaultReadTimeout = 15 * time.Second
 	// DefaultWriteTimeout bounds a request from the end of its headers
 	// to the end of its answer: above the longest wait of a handler (a
-	// requeue or a dead letter's owner lookup, 5s) with room to spare.
+	// read of the group's dead letters or operations, or a requeue
+	// through another instance than the owner, 20s) with room to spare.
 	DefaultWriteTimeout = 30 * time.Second
 	// DefaultIdleTimeout is how long a kept-alive connection may wait
 	// for its next request.

@@ -102,18 +102,7 @@ func TestReadToken(t *testing.T) {
 // login posts the dashboard's login form and returns the session cookie.
 func login(t *testing.T, b *bundle, token string) string {
 	t.Helper()
-	resp, err := noRedirect.PostForm(b.srv.URL+"/ui/login", url.Values{"token": {token}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	for _, c := range resp.Cookies() {
-		if c.Name == sessionCookie && c.Value != "" {
-			return c.Name + "=" + c.Value
-		}
-	}
-	t.Fatalf("login with %q set no session (redirect %q)", token, resp.Header.Get("Location"))
-	return ""
+	return loginAt(t, b.srv.URL, token)
 }
 
 // TestTokenFailuresLimited: a client's wrong tokens are each logged at

@@ -46,8 +46,11 @@ type Config struct {
 	// again. Kafka expires it after its session timeout and rebalances,
 	// and so does this broker by default: it watches group requests and
 	// sends a LeaveGroup for a member that stays silent past its session
-	// timeout while its group is stable. Zero (false) means expiry is on;
-	// turn it off only to reproduce kfake's own behaviour.
+	// timeout while its group is stable. It also removes a static member
+	// of a consumer-protocol (KIP-848) group that left with epoch -2 and
+	// did not come back within group.consumer.session.timeout.ms, which
+	// kfake keeps, with its partitions, for good. Zero (false) means
+	// expiry is on; turn it off only to reproduce kfake's own behaviour.
 	DisableSessionExpiry bool
 	// TLS, if set, makes the listener speak TLS only, with this server
 	// configuration: its certificate (see [NewCA]) and, for mutual TLS,

@@ -52,6 +52,12 @@ type expiry struct {
 
 	mu     sync.Mutex
 	groups map[string]*watchedGroup
+	// departed is, by group and member ID, the static members of
+	// consumer-protocol groups that left for now (see expire848.go).
+	departed map[string]map[string]departedMember
+	// instances is the instance ID of each static member of a
+	// consumer-protocol group, by member ID, from its join.
+	instances map[string]string
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -83,8 +89,9 @@ type watchedMember struct {
 // startExpiry installs the control hooks and starts the sweep; close stops
 // it. dial opens a connection to c.
 func startExpiry(c *kfake.Cluster, dial func(context.Context, string) (*wireConn, error), log *slog.Logger) *expiry {
-	e := &expiry{c: c, dial: dial, log: log.With("component", "devbroker_expiry"), groups: map[string]*watchedGroup{}}
-	for _, k := range []kmsg.Key{kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Heartbeat, kmsg.OffsetCommit, kmsg.LeaveGroup} {
+	e := &expiry{c: c, dial: dial, log: log.With("component", "devbroker_expiry"), groups: map[string]*watchedGroup{},
+		departed: map[string]map[string]departedMember{}, instances: map[string]string{}}
+	for _, k := range []kmsg.Key{kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Heartbeat, kmsg.OffsetCommit, kmsg.LeaveGroup, kmsg.ConsumerGroupHeartbeat} {
 		c.ControlKey(int16(k), e.observe)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -125,6 +132,8 @@ func (e *expiry) observe(req kmsg.Request) (kmsg.Response, error, bool) {
 		e.heard(r.Group, r.MemberID, now)
 	case *kmsg.OffsetCommitRequest:
 		e.heard(r.Group, r.MemberID, now)
+	case *kmsg.ConsumerGroupHeartbeatRequest:
+		e.observeConsumer(r, now)
 	case *kmsg.LeaveGroupRequest:
 		if g := e.groups[r.Group]; g != nil {
 			g.touched = now
@@ -168,6 +177,7 @@ func (e *expiry) run(ctx context.Context) {
 		case <-t.C:
 		}
 		e.sweep(ctx)
+		e.sweepDeparted(ctx)
 	}
 }
 

@@ -72,6 +72,9 @@ type stateLog struct {
 	// checkpoints.
 	owned map[kclient.Partition]bool
 	ckpt  map[kclient.Partition]*checkpoint
+	// ownGen counts the changes of owned: the dead-letter operations
+	// look for their IDs again when it moved (deadops.go).
+	ownGen atomic.Int64
 
 	// heldMu guards held: the keys of the pending records whose
 	// messages a restore re-pushed and this instance still has, in a
@@ -106,6 +109,13 @@ type stateLog struct {
 	// follow's applies.
 	pauseMu  sync.Mutex
 	pauseOff map[string]int64
+
+	// views is what the changelogs of the partitions this instance does
+	// not own hold of dead letters, for the group's listing (deadgroup.go).
+	views deadViews
+	// ops takes the meta topic's records of the dead-letter operations
+	// (deadops.go), read with the pauses.
+	ops *deadOps
 }
 
 // on reports whether the changelog is in use: false with
@@ -214,6 +224,7 @@ func (l *stateLog) owns(rec *snapshot.Record) bool {
 func (l *stateLog) setOwned(p kclient.Partition, owned bool, next int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.ownGen.Add(1)
 	if owned {
 		l.owned[p] = true
 		l.ckpt[p] = &checkpoint{next: next}

@@ -132,6 +132,21 @@ const (
 	ClientFranzGo Client = "franz-go"
 )
 
+// GroupProtocol names the consumer group protocol a [Runtime] joins its
+// group with.
+type GroupProtocol string
+
+const (
+	// GroupProtocolClassic is the classic protocol (JoinGroup, SyncGroup,
+	// Heartbeat): the members assign the partitions, the default.
+	GroupProtocolClassic GroupProtocol = "classic"
+	// GroupProtocolConsumer is the consumer group protocol of KIP-848
+	// (ConsumerGroupHeartbeat): the broker's group coordinator assigns
+	// the partitions. [ClientFranzGo] only; it needs Kafka 4.0 or later
+	// brokers with the protocol enabled.
+	GroupProtocolConsumer GroupProtocol = "consumer"
+)
+
 // Config configures a [Runtime]. [New] copies it, fills the defaults and
 // reports every problem at once.
 type Config struct {
@@ -165,6 +180,35 @@ type Config struct {
 	// rebalances cooperatively and supports static membership. Set
 	// [ClientKafkaGo] to keep kafka-go; both pass the same tests.
 	Client Client
+
+	// GroupProtocol is the consumer group protocol the member joins
+	// with. Under [GroupProtocolClassic] the members assign the
+	// partitions (cooperative-sticky on [ClientFranzGo], range or round
+	// robin on [ClientKafkaGo]) in group-wide rebalances.
+	// [GroupProtocolConsumer] joins with the protocol of KIP-848: the
+	// broker assigns (its uniform assignor) and moves partitions one
+	// member at a time through the heartbeats, so there is no group-wide
+	// join for a slow member to hold up. The runtime behaves the same
+	// under both: a revoked partition's running handlers are waited for
+	// (RevokeTimeout) and its offsets committed before the broker hands
+	// it on, commits go in the member's current epoch, and the stop
+	// commits and leaves as it does under the classic protocol (a static
+	// member, Instance set, keeps its partitions for its restart until
+	// the broker's session timeout). The broker sets the session timeout
+	// and the heartbeat interval (group.consumer.session.timeout.ms and
+	// group.consumer.heartbeat.interval.ms, 45s and 5s by default):
+	// SessionTimeout is not sent; RebalanceTimeout is (how long the member
+	// has to give a revoked partition back). It needs [ClientFranzGo]
+	// ([New] refuses it with [ClientKafkaGo], which does not have it) and
+	// Kafka 4.0 or later brokers with the protocol enabled
+	// (group.coordinator.rebalance.protocols includes consumer); against
+	// brokers that do not serve it the start fails naming the option. Move
+	// a group from one protocol to the other with all its instances
+	// stopped: a group of classic members converting during a rolling
+	// restart is up to the brokers (group.consumer.migration.policy) and
+	// untested here. Tested against the embedded broker's (kfake's)
+	// implementation of the protocol. Empty means [GroupProtocolClassic].
+	GroupProtocol GroupProtocol
 
 	// ClientID is the client ID of every request, as the brokers' logs
 	// and quotas see it. Empty means "handoff".
@@ -451,6 +495,45 @@ type Class struct {
 	// the class's topics exists, [Runtime.Run] returns a [TopicError].
 	WaitForTopics bool
 
+	// ShareGroup, if set, makes the class a share class: its Topics are
+	// consumed through this Kafka share group (KIP-932, Queues for
+	// Kafka; Kafka 4.2+, franz-go only) instead of the consumer group.
+	// The broker hands each record to one member under a time lock,
+	// whatever the partition, so a share class scales past its topics'
+	// partition count. Every instance with the class joins the group.
+	// The name is the group's ID, distinct from Group and from every
+	// other class's ShareGroup (a common choice is Group + "." + Name).
+	//
+	// What carries over: the class's bounded pool and its backpressure
+	// (the member polls once its last poll's records are all settled, at
+	// most QueueSize + Workers records, and renews the lock of every
+	// record it holds, running, queued or waiting out a backoff), retries
+	// in place, dead letters (the state file and DeadLetterTopic, with
+	// the broker's delivery count in the HeaderDeliveryCount header),
+	// suspension, middleware, metrics, Submit and Schedule; a pause
+	// releases what has not started and, once what runs is done, leaves
+	// the share group until the resume (a member that stays without
+	// polling would starve the partitions the group assigned it). A
+	// record is accepted once it is done or saved elsewhere (a delayed
+	// delivery its HeaderDeliverAt asks for), rejected once its dead
+	// letter is saved, and released when it cannot finish here (the
+	// stop, a failed save). A record at the group's delivery limit that
+	// the stop would release is saved as a dead letter instead, since
+	// the broker would archive it silently.
+	//
+	// What does not: per-key order (Ordered is refused), the changelog
+	// (the class's dead letters and delayed records stay in the state
+	// file alone, as a class without topics' do), StopPolicy (nothing is
+	// snapshotted: the stop releases what did not finish), delayed
+	// redeliveries (Retry.Redeliveries is refused: the broker redelivers
+	// a released record at once) and the kafka-go client (refused). See
+	// the package doc, Share classes.
+	//
+	// The start sets the group's share.auto.offset.reset to earliest
+	// when StartOffset is StartFirst and the group has no value set.
+	// Empty means a consumer-group class.
+	ShareGroup string
+
 	// DeadLetterTopic, if set, is a Kafka topic each dead letter of this
 	// class is also published to, with headers naming its origin, attempts
 	// and error (see [HeaderOriginTopic]). The state file keeps the dead
@@ -515,6 +598,11 @@ type Class struct {
 	// puts the message it is given into a batch (see the package doc,
 	// under Batches). Nil means none.
 	Middleware []handoff.Middleware
+
+	// shareTopics are a share class's Topics, moved here by New so that
+	// the consumer group, the changelog and the topic check see a class
+	// without topics.
+	shareTopics []string
 }
 
 // RateLimit bounds how fast a class's handlers start messages: PerSecond
@@ -619,6 +707,17 @@ func (cfg Config) withDefaults() (Config, error) {
 	default:
 		bad("unknown Client %q (want %q or %q)", cfg.Client, ClientKafkaGo, ClientFranzGo)
 	}
+	switch cfg.GroupProtocol {
+	case "":
+		cfg.GroupProtocol = GroupProtocolClassic
+	case GroupProtocolClassic:
+	case GroupProtocolConsumer:
+		if cfg.Client == ClientKafkaGo {
+			bad("GroupProtocol %q needs Client %q: %s joins with the classic protocol only", cfg.GroupProtocol, ClientFranzGo, ClientKafkaGo)
+		}
+	default:
+		bad("unknown GroupProtocol %q (want %q or %q)", cfg.GroupProtocol, GroupProtocolClassic, GroupProtocolConsumer)
+	}
 	// A static member is named by an Instance the user chose: two
 	// processes on one host must not share the hostname's.
 	cfg.staticID = cfg.Instance
@@ -642,6 +741,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	cfg.Middleware = append([]handoff.Middleware(nil), cfg.Middleware...)
 	checkMiddleware(cfg.Middleware, "", bad)
 	anyTopic := cfg.checkClasses(bad)
+	cfg.checkShare(bad) // share.go
 	cfg.checkRenames(bad)
 	if anyTopic {
 		if len(cfg.Brokers) == 0 {

@@ -43,13 +43,17 @@ func skipIfRecycled(t *testing.T) {
 }
 
 // newRuntime is New with the Config's Client set to the run's client
-// when the test left it empty (and every class recycling its messages
-// with recycleEnv). Tests call it instead of New (the
+// when the test left it empty, its GroupProtocol to the run's
+// (testio.ProtocolEnv, on franz-go) when the test left that empty too,
+// and every class recycling its messages with recycleEnv. Tests call it instead of New (the
 // examples, which are documentation, call runtime.New and run on the
 // default client); TestTestsUseNewRuntime checks.
 func newRuntime(cfg Config) (*Runtime, error) {
 	if cfg.Client == "" {
 		cfg.Client = testClient()
+	}
+	if cfg.GroupProtocol == "" && cfg.Client == testClient() {
+		cfg.GroupProtocol = GroupProtocol(testio.Protocol())
 	}
 	if recycleAll() {
 		cfg.Classes = slices.Clone(cfg.Classes)

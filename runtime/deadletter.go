@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/internal/deadop"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -69,6 +72,9 @@ func (f *failures) save(c *class, it *item, err error) bool {
 // class, parks its key.
 func (f *failures) deadLetter(c *class, it *item, herr error) {
 	rec := it.record(reasonFailed, herr, time.Now())
+	if it.src == fromShare {
+		it.x.share.deadLettering(&rec) // share.go
+	}
 	if it.src == fromDead {
 		// A requeued dead letter failed again: update it in place, so
 		// its key (and a link to it) stays.
@@ -216,7 +222,9 @@ func (r *Runtime) GetDeadLetter(ctx context.Context, key string) (DeadLetter, er
 // another instance owns, or not an ID, the errors of
 // [Runtime.GetDeadLetter]: nothing is requeued then. Concurrent and
 // repeated Requeues of one dead letter run it once.
-func (r *Runtime) Requeue(ctx context.Context, key string) error { return r.fail.requeue(ctx, key) }
+func (r *Runtime) Requeue(ctx context.Context, key string) error {
+	return r.throughOwner(ctx, deadop.Requeue, key, r.fail.requeue(ctx, key))
+}
 
 // Discard deletes the dead letter with ID key. In an ordered class its
 // key's parked messages are released. It writes the state file once
@@ -226,7 +234,19 @@ func (r *Runtime) Requeue(ctx context.Context, key string) error { return r.fail
 // finished, and the errors of [Runtime.GetDeadLetter] (a
 // [*NotOwnerError] for a dead letter another instance owns): nothing is
 // deleted then.
-func (r *Runtime) Discard(ctx context.Context, key string) error { return r.fail.discard(ctx, key) }
+func (r *Runtime) Discard(ctx context.Context, key string) error {
+	return r.throughOwner(ctx, deadop.Discard, key, r.fail.discard(ctx, key))
+}
+
+// throughOwner returns err, the outcome of action on key here, unless it
+// is a [*NotOwnerError] naming an owner with the changelog on: then the
+// action is asked of the owner (viaOwner, deadops.go).
+func (r *Runtime) throughOwner(ctx context.Context, action, key string, err error) error {
+	if ne, ok := errors.AsType[*NotOwnerError](err); ok && ne.Owner != "" && r.clog.on() {
+		return r.viaOwner(ctx, action, key, ne)
+	}
+	return err
+}
 
 // list is [Runtime.DeadLetters].
 func (f *failures) list(class string, after Cursor, limit int) ([]DeadLetter, Cursor, error) {
@@ -310,11 +330,24 @@ func (f *failures) claim(ctx context.Context, key string) (uint64, DeadLetter, e
 	return local, dl, nil
 }
 
-// requeue is [Runtime.Requeue].
+// requeue is [Runtime.Requeue] on this instance.
 func (f *failures) requeue(ctx context.Context, key string) error {
+	return f.requeueChecked(ctx, key, nil)
+}
+
+// requeueChecked is requeue that, when check is set, first checks the
+// claimed dead letter with it and requeues nothing when it returns an
+// error; logArgs are added to the log line (an operation's ID).
+func (f *failures) requeueChecked(ctx context.Context, key string, check func(DeadLetter) error, logArgs ...any) error {
 	local, dl, err := f.claim(ctx, key)
 	if err != nil {
 		return err
+	}
+	if check != nil {
+		if err := check(dl); err != nil {
+			f.requeues.finish(local)
+			return fmt.Errorf("dead letter %s: %w", key, err)
+		}
 	}
 	c := f.cfg.classes[dl.Message.Class]
 	if c == nil {
@@ -336,12 +369,18 @@ func (f *failures) requeue(ctx context.Context, key string) error {
 		return fmt.Errorf("runtime: requeue dead letter %s: %w", key, err)
 	}
 	f.cfg.tally.inc(c, evRequeued)
-	f.cfg.log.Info("dead letter requeued", "class", c.cfg.Name, "id", dl.Message.ID, "key", key)
+	f.cfg.log.Info("dead letter requeued", append([]any{"class", c.cfg.Name, "id", dl.Message.ID, "key", key}, logArgs...)...)
 	return nil
 }
 
-// discard is [Runtime.Discard].
+// discard is [Runtime.Discard] on this instance.
 func (f *failures) discard(ctx context.Context, key string) error {
+	return f.discardChecked(ctx, key, nil)
+}
+
+// discardChecked is discard with a check and log arguments, as
+// requeueChecked.
+func (f *failures) discardChecked(ctx context.Context, key string, check func(DeadLetter) error, logArgs ...any) error {
 	// Claimed like a requeue, for the same reason, and so that a Requeue
 	// cannot hand the record to its pool between our read and our delete
 	// (its message would run, and its key be released under it).
@@ -350,6 +389,11 @@ func (f *failures) discard(ctx context.Context, key string) error {
 		return err
 	}
 	defer f.requeues.finish(local)
+	if check != nil {
+		if err := check(dl); err != nil {
+			return fmt.Errorf("dead letter %s: %w", key, err)
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("runtime: discard dead letter %s: %w", key, err)
 	}
@@ -358,7 +402,7 @@ func (f *failures) discard(ctx context.Context, key string) error {
 	}
 	c := f.cfg.classes[dl.Message.Class]
 	f.cfg.tally.inc(c, evDiscarded)
-	f.cfg.log.Info("dead letter discarded", "class", dl.Message.Class, "id", dl.Message.ID, "key", key)
+	f.cfg.log.Info("dead letter discarded", append([]any{"class", dl.Message.Class, "id", dl.Message.ID, "key", key}, logArgs...)...)
 	f.removed(c, &dl.Message)
 	return nil
 }
@@ -394,6 +438,13 @@ func (q *requeues) start(key uint64) bool {
 	}
 	q.keys[key] = true
 	return true
+}
+
+// claimed returns the keys claimed now.
+func (q *requeues) claimed() []uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.Collect(maps.Keys(q.keys))
 }
 
 // finish lets go of key's claim.

@@ -6,14 +6,13 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/handoff-go/handoff/runtime/internal/changelog"
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
 // deadElsewhere looks for dead letter id in the changelogs of the
-// partitions this instance does not own (read from their start to their
-// end: compaction keeps them bounded) and returns the *NotOwnerError
+// partitions this instance does not own (read on from where the group's
+// listing last read them, deadViews) and returns the *NotOwnerError
 // naming its partition and the partition's owner when the last write of
 // its key there is not a tombstone; nil when no such partition holds it.
 // With the changelog off it returns nil. It blocks for the reads and one
@@ -23,36 +22,30 @@ func (l *stateLog) deadElsewhere(ctx context.Context, id snapshot.DeadID) error 
 		return nil
 	}
 	parts := *l.parts.Load()
+	var others []kclient.Partition
 	for _, topic := range slices.Sorted(maps.Keys(parts)) {
-		for p := range parts[topic] {
-			if l.ownsPartition(kclient.Partition{Topic: topic, Partition: int(p)}) {
-				continue // restored here: the local file has what it holds
+		for p := range int(parts[topic]) {
+			if kp := (kclient.Partition{Topic: topic, Partition: p}); !l.ownsPartition(kp) {
+				others = append(others, kp) // not restored here: the local file's copy, if any, is unused
 			}
-			alive := false
-			_, err := l.client.Read(ctx, topic, p, 0, func(recs []changelog.Rec) error {
-				for _, r := range recs {
-					ck, err := snapshot.ParseChangelogKey(r.Key)
-					if err != nil {
-						continue // not a record key: the restore reports it
-					}
-					if got, ok := snapshot.DeadIDOf(ck); ok && got == id {
-						alive = r.Value != nil
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				return fmt.Errorf("runtime: dead letter %s: read the changelog of topic %s partition %d: %w", id, topic, p, err)
-			}
-			if !alive {
-				continue
-			}
-			owner, err := l.client.Owner(ctx, topic, p)
-			if err != nil {
-				return fmt.Errorf("runtime: dead letter %s of topic %s partition %d: find the partition's owner: %w", id, topic, p, err)
-			}
-			return &NotOwnerError{Key: id.String(), Topic: topic, Partition: int(p), Owner: owner}
 		}
+	}
+	views, err := l.views.refresh(ctx, l, others)
+	if err != nil {
+		return fmt.Errorf("runtime: dead letter %s: %w", id, err)
+	}
+	for i, v := range views {
+		alive := false
+		v.each(func(d *deadFound) { alive = alive || d.id == id })
+		if !alive {
+			continue
+		}
+		p := others[i]
+		owner, err := l.client.Owner(ctx, p.Topic, int32(p.Partition))
+		if err != nil {
+			return fmt.Errorf("runtime: dead letter %s of topic %s partition %d: find the partition's owner: %w", id, p.Topic, p.Partition, err)
+		}
+		return &NotOwnerError{Key: id.String(), Topic: p.Topic, Partition: p.Partition, Owner: owner}
 	}
 	return nil
 }

@@ -340,6 +340,11 @@
 //   - handoff_dead_letters_dropped_total{class,reason}: dead letters the
 //     class's bound dropped from the state, reason="age"
 //     (Class.DeadLetterRetention) or "count" (Class.MaxDeadLetters).
+//   - handoff_dead_letter_ops_total{action,outcome}: dead letters this
+//     instance acted on for the group's dead-letter operations
+//     (Runtime.StartDeadOp, and a Requeue or Discard asked through
+//     another instance), action="requeue" or "discard",
+//     outcome="done", "failed" or "skipped".
 //   - handoff_state_write_failures_total{target}: writes of the state that
 //     failed, to the state file (target="file": a full, lost or read-only
 //     disk) or, after the file committed, to its changelog
@@ -383,6 +388,50 @@
 //     handoff_class_suspensions_total{class}; and
 //     handoff_class_suspended_seconds{class} (the current suspension so
 //     far, 0 when none) and handoff_class_suspended_seconds_total{class}.
+//   - handoff_share_acks_total{class,ack}: records of a share class
+//     accepted, rejected (dead letters) or released to its share group;
+//     handoff_share_renewals_total{class} and
+//     handoff_share_ack_errors_total{class}. Only with share classes.
+//
+// # Share classes
+//
+// A class with [Class.ShareGroup] consumes its topics through a Kafka
+// share group (KIP-932, Queues for Kafka; Kafka 4.2 or later, franz-go
+// only) instead of the consumer group: the broker hands each record to
+// one member under a time lock, whatever its partition, so the class
+// scales past its topics' partition count, and the records an instance
+// did not finish go back to the broker at once for the other members.
+// It was tested against the embedded broker's implementation of the
+// protocol (franz-go's kfake), not against Apache Kafka itself.
+//
+// Its member polls one batch at a time, of at most QueueSize + Workers
+// records, and only once every record of its last poll is settled: a
+// poll accepts what the last one left unacknowledged, and a record
+// fetched ahead would wait under a lock that nothing renews. Every
+// record it holds (queued, running, waiting out a backoff, suspended)
+// has its lock renewed from half its duration on (at least every 10s). A
+// paused share class releases what has not started and, once what runs
+// is done, leaves its share group until the resume. A record is accepted
+// when it is done or saved for a delayed delivery, rejected once its
+// dead letter is saved (its [HeaderDeliveryCount] is the broker's
+// delivery count), released when its save fails.
+//
+// It gives no order (Ordered is refused), no delayed redeliveries of
+// the Retry policy (refused: a released record is redelivered at once),
+// and its dead letters and delayed records (HeaderDeliverAt, Schedule)
+// stay in the state file alone, as a class without topics' do: no
+// changelog, since no instance owns a partition of a share group.
+//
+// Its stop: the quiesce ends the polling and releases the records not
+// started; the drain runs on, renewing the locks of the records still
+// held and accepting what finishes; the hard stop releases what is left
+// (unstarted, waiting, interrupted) instead of saving it; then the
+// acknowledgements are flushed and the member leaves the group. Nothing
+// is snapshotted; [Report].ShareReleased counts the releases. A record
+// at the group's delivery limit (share.delivery.count.limit) that the
+// stop would release is saved as a dead letter instead: the broker
+// would archive it unseen. The delivery count is not the attempt count:
+// each stop that releases a record adds a delivery.
 //
 // # Rebalances
 //
@@ -412,6 +461,21 @@
 // StatefulSet pod's) and SessionTimeout above a restart's duration. A group
 // can move from kafka-go to franz-go by a rolling restart (franz-go also
 // offers kafka-go's range assignor until the last kafka-go member is gone).
+//
+// [Config.GroupProtocol] set to [GroupProtocolConsumer] makes the franz-go
+// member join with the consumer group protocol of KIP-848: the broker
+// assigns the partitions and moves them one member at a time through the
+// heartbeats, with no group-wide join for a slow member to hold up. The
+// runtime's side is the same: a revoked partition's handlers are waited
+// for and its offsets committed (in the member's epoch) before the broker
+// hands it on, and the stop commits and leaves as under the classic
+// protocol. It needs Kafka 4.0 or later brokers with the protocol enabled
+// (the start fails, naming the option, against brokers that do not serve
+// it), and kafka-go does not have it ([New] refuses it). The broker sets
+// the session timeout and heartbeat interval then
+// (group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms),
+// not SessionTimeout. The rebalance and stop tests run on it against the
+// embedded broker's (kfake's) implementation of the protocol.
 //
 // # Middleware
 //

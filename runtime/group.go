@@ -445,7 +445,7 @@ func (r *Runtime) newConsumer() *consumer {
 		classes:   cfg.Classes, topics: r.classes.topics,
 		kafka: kclient.Config{
 			Client: string(cfg.Client), Brokers: cfg.Brokers, ClientID: cfg.ClientID, Group: cfg.Group,
-			Instance: cfg.staticID, SessionTimeout: cfg.SessionTimeout, RebalanceTimeout: cfg.RebalanceTimeout,
+			Instance: cfg.staticID, Consumer: cfg.GroupProtocol == GroupProtocolConsumer, SessionTimeout: cfg.SessionTimeout, RebalanceTimeout: cfg.RebalanceTimeout,
 			FetchMaxWait: cfg.FetchMaxWait, FetchQueue: cfg.FetchQueue, StartLast: cfg.StartOffset == StartLast,
 			ReadCommitted: cfg.IsolationLevel == ReadCommitted, DialFunc: r.conn.clientDial(),
 			Log: r.log, WarnFunc: r.logs.warn, FetchErrorFunc: r.metrics.fetchError,

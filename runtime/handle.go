@@ -238,6 +238,9 @@ func (h *handling) result(c *class) func(*item, error) {
 				switch it.src {
 				case fromSubmit:
 					h.cfg.fail.keep(c, it, err) // it has no other copy
+				case fromShare:
+					// Not saved: the broker delivers it again.
+					it.x.share.unsaved(h.cfg.log)
 				case fromKafka:
 					// Unsettled, Kafka delivers it again, and nothing
 					// here will settle it: a revoke must not wait for
@@ -307,6 +310,8 @@ func (h *handling) forget(c *class, it *item) {
 // the hand-off's CPU profile).
 func (h *handling) forgetStored(c *class, it *item) {
 	switch it.src {
+	case fromShare:
+		it.x.share.ack(shareAccept)
 	case fromPending:
 		it.ext().deleting = true
 		h.cfg.deletes.Pending(it.extOrZero().key)

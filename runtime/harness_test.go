@@ -35,6 +35,9 @@ type bundle struct {
 	topics map[string]int // topic -> partitions
 	state  string
 	group  string
+	// protocol is the group protocol of config's Configs: the run's
+	// (testio.Protocol), or the one setupProtocol was given.
+	protocol GroupProtocol
 	// transport, when set, returns the transport the test's own clients
 	// reach a secured broker with; nil means plaintext.
 	transport func() *kafka.Transport
@@ -46,7 +49,7 @@ type bundle struct {
 
 func setup(t *testing.T, partitions int, topics ...string) *bundle {
 	t.Helper()
-	b, err := devbroker.Start(devbroker.Config{Topics: topics, Partitions: partitions})
+	b, err := devbroker.Start(devbroker.Config{Topics: topics, Partitions: partitions, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,11 +58,53 @@ func setup(t *testing.T, partitions int, topics ...string) *bundle {
 	for _, tt := range topics {
 		tp[tt] = partitions
 	}
-	return &bundle{
+	bd := &bundle{
 		t: t, broker: b, topics: tp,
-		state:   filepath.Join(t.TempDir(), "state.db"),
-		group:   "g-" + t.Name(),
-		handled: map[string]int{},
+		state:    filepath.Join(t.TempDir(), "state.db"),
+		group:    "g-" + t.Name(),
+		handled:  map[string]int{},
+		protocol: GroupProtocol(testio.Protocol()),
+	}
+	if bd.protocol == GroupProtocolConsumer {
+		testio.ConsumerGroupTimers(t, b.Addrs())
+	}
+	return bd
+}
+
+// setupProtocol is setup for a test that runs once per group protocol
+// (forEachProtocol): the bundle's configs join with protocol p, and
+// under the consumer protocol the broker's session timeout and heartbeat
+// interval are the tests' (testio.ConsumerGroupTimers).
+func setupProtocol(t *testing.T, p GroupProtocol, partitions int, topics ...string) *bundle {
+	t.Helper()
+	b := setup(t, partitions, topics...)
+	if p == GroupProtocolConsumer && b.protocol != p {
+		testio.ConsumerGroupTimers(t, b.broker.Addrs())
+	}
+	b.protocol = p
+	return b
+}
+
+// classicOnly skips a test of the classic protocol's join (JoinGroup,
+// SyncGroup, a group in PreparingRebalance) when this run's group
+// protocol is the consumer one (testio.ProtocolEnv): it has no such
+// join. why says what the test checks.
+func classicOnly(t *testing.T, why string) {
+	t.Helper()
+	if p := testio.Protocol(); p != testio.Classic {
+		t.Skipf("classic group protocol only (this run's is %s): %s", p, why)
+	}
+}
+
+// forEachProtocol runs test as a parallel subtest per group protocol of
+// this run's client (testio.Protocols): classic and consumer (KIP-848)
+// on franz-go, classic on kafka-go.
+func forEachProtocol(t *testing.T, test func(t *testing.T, p GroupProtocol)) {
+	for _, p := range testio.Protocols() {
+		t.Run(p, func(t *testing.T) {
+			t.Parallel()
+			test(t, GroupProtocol(p))
+		})
 	}
 }
 
@@ -82,6 +127,7 @@ func (b *bundle) config(h handoff.HandlerFunc, mod func(*Class)) Config {
 		FetchMaxWait:   100 * time.Millisecond,
 		Logger:         testLogger(b.t),
 		Client:         testClient(),
+		GroupProtocol:  b.protocol,
 	}
 	for topic := range b.topics {
 		c := Class{Name: topic, Topics: []string{topic}, Handler: h, Workers: 4, QueueSize: 32}

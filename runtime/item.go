@@ -82,6 +82,9 @@ type itemExt struct {
 	// failed, or parked again. It belongs to release relGen of its key.
 	release func()
 	relGen  uint64
+	// share is a share class's record: its acknowledgement and lock
+	// (share.go).
+	share *shareHeld
 }
 
 // tracker returns a fetched message's partition tracker, nil for
@@ -167,6 +170,7 @@ type source uint8
 const (
 	fromKafka   source = iota // settle its offset in tr
 	fromSubmit                // nothing to clean up
+	fromShare                 // acknowledge its share record (share.go)
 	fromPending               // delete pending record key
 	fromDelayed               // delete delayed record delayedKey
 	fromParked                // delete parked record parkedKey
@@ -181,7 +185,7 @@ func (s source) persisted() bool { return s >= fromPending }
 // unstarted at a stop before its header was looked at). A delayed,
 // parked or requeued message has passed that check already.
 func (it *item) deferrable() bool {
-	return it.src == fromKafka || it.src == fromPending && it.env().Origin.IsKafka()
+	return it.src == fromKafka || it.src == fromShare || it.src == fromPending && it.env().Origin.IsKafka()
 }
 
 // settle marks a Kafka message's offset done or persisted in its

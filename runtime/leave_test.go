@@ -25,6 +25,7 @@ import (
 // good). Issue 11, item 4.
 func TestStopDuringJoin(t *testing.T) {
 	t.Parallel()
+	classicOnly(t, "a stop while its JoinGroup is parked in the broker")
 	b := setup(t, 2, "orders")
 	cluster := b.broker.Cluster()
 	var joins, leaves atomic.Int64

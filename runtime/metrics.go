@@ -134,6 +134,14 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 			ConstLabels: prometheus.Labels{"target": target},
 		}, func() float64 { return float64(r.state.writeFails[i].Load()) }))
 	}
+	for a, action := range []string{"requeue", "discard"} {
+		for o := range numOpOutcomes {
+			cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "handoff_dead_letter_ops_total", Help: "Dead letters this instance acted on for the group's dead-letter operations (bulk requeue or discard, and single ones asked through another instance), by action and outcome: done, failed (the requeue or discard failed), skipped (no longer a dead letter, or failed again since the operation was asked).",
+				ConstLabels: prometheus.Labels{"action": action, "outcome": opOutcomeNames[o]},
+			}, func() float64 { return float64(r.ops.acted[a][o].Load()) }))
+		}
+	}
 	for _, c := range r.classes.order {
 		labels := prometheus.Labels{"class": c.cfg.Name}
 		for o := range numEvents {

@@ -16,11 +16,20 @@ import (
 // discard or show it by its ID (an ID an operator read from a page
 // loaded before the rebalance): requeued there, the message would run on
 // an instance that does not own it while the new owner still holds it as
-// a dead letter, to be requeued and run again. It refuses, naming the
-// owner.
+// a dead letter, to be requeued and run again. GetDeadLetter refuses,
+// naming the owner; a Requeue is asked of the owner, which runs it.
+//
+// It runs once per group protocol (forEachProtocol): under the consumer
+// protocol (KIP-848) the owner comes from ConsumerGroupDescribe (before,
+// DescribeGroups found no member and the former owner answered "no
+// instance owns it now").
 func TestDeadLetterOfMovedPartition(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 2, "orders")
+	forEachProtocol(t, testDeadLetterOfMovedPartition)
+}
+
+func testDeadLetterOfMovedPartition(t *testing.T, proto GroupProtocol) {
+	b := setupProtocol(t, proto, 2, "orders")
 	for p := range 2 {
 		b.produceValues("orders", keyOn(p, 2), "poison")
 	}
@@ -95,12 +104,21 @@ func TestDeadLetterOfMovedPartition(t *testing.T) {
 	if _, err := rtA.GetDeadLetter(context.Background(), key); !errors.As(err, &ne) || !ownerNamed(ne.Owner, "b") {
 		t.Errorf("A's GetDeadLetter of the moved partition's dead letter: %v, want a NotOwnerError naming b", err)
 	}
-	if err := rtA.Requeue(context.Background(), key); !errors.As(err, &ne) {
-		t.Errorf("A's Requeue of the moved partition's dead letter: %v, want a NotOwnerError", err)
+	// A's Requeue is carried out by B, the owner (issue 45: it used to
+	// be refused with a NotOwnerError), where it fails again: still one
+	// dead letter of that ID, B's, and A never runs the message.
+	if err := rtA.Requeue(context.Background(), key); err != nil {
+		t.Errorf("A's Requeue of the moved partition's dead letter, carried out by B: %v", err)
 	}
-	if err := rtA.Discard(context.Background(), key); !errors.As(err, &ne) {
-		t.Errorf("A's Discard of the moved partition's dead letter: %v, want a NotOwnerError", err)
-	}
+	waitFor(t, "B's run of the requeued message", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return runs["b"][moved] == 1
+	})
+	waitFor(t, "the requeued message a dead letter of B's again", func() bool {
+		dlB, _, err := rtB.DeadLetters("", "", 10)
+		return err == nil && len(dlB) == 1 && dlB[0].Key == key && dlB[0].Message.Attempt > 0
+	})
 	shutdownAndWait(t, rtA, waitA)
 	shutdownAndWait(t, rtB, waitB)
 	mu.Lock()

@@ -100,7 +100,8 @@ func (l *stateLog) putPause(ctx context.Context, class string, p *snapshot.Pause
 
 // readPauses reads the meta topic's pause records from offset from, in
 // offset order, and returns them with the offset to read from next. An
-// undecodable one is logged and skipped.
+// undecodable one is logged and skipped. The dead-letter operations'
+// records go to l.ops as they are read (deadops.go).
 func (l *stateLog) readPauses(ctx context.Context, from int64) ([]namedPause, int64, error) {
 	var out []namedPause
 	next, err := l.client.ReadMetaFrom(ctx, from, func(recs []changelog.Rec) error {
@@ -112,6 +113,8 @@ func (l *stateLog) readPauses(ctx context.Context, from int64) ([]namedPause, in
 			}
 			if ok {
 				out = append(out, namedPause{class, r.Offset, mp})
+			} else if l.ops != nil {
+				l.ops.fromMeta(r.Key, r.Value)
 			}
 		}
 		return nil

@@ -67,6 +67,7 @@ func TestMetricsLint(t *testing.T) {
 		"handoff_oldest_unsettled_age_seconds", "handoff_drain_estimate_seconds", "handoff_drain_over_budget",
 		"handoff_ready", "handoff_start_time_seconds", "handoff_pool_queued", "handoff_build_info", "handoff_drain_timeout_seconds",
 		"handoff_state_write_failures_total", "handoff_dead_letter_oldest_age_seconds", "handoff_dead_letters_dropped_total",
+		"handoff_dead_letter_ops_total",
 	} {
 		if !slices.Contains(names, want) {
 			t.Errorf("metric %s not registered", want)

@@ -84,9 +84,16 @@ func (w *offsetWatch) close() []string {
 // and commits it to the end; then A's handlers return. Their results
 // settle A's old trackers (whose commit point is 1) and must never commit:
 // the group's committed offsets never go backwards.
+//
+// It runs once per group protocol (forEachProtocol): under the consumer
+// protocol (KIP-848) the broker moves the partition.
 func TestStaleGenerationNeverCommits(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 2, "orders")
+	forEachProtocol(t, testStaleGenerationNeverCommits)
+}
+
+func testStaleGenerationNeverCommits(t *testing.T, proto GroupProtocol) {
+	b := setupProtocol(t, proto, 2, "orders")
 	produced := b.produce(200)
 	release := make(chan struct{})
 	var staleMu sync.Mutex

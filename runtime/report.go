@@ -92,6 +92,14 @@ type Report struct {
 	// stop left unsaved and uncommitted (of Unstarted, Waiting and
 	// Interrupted): the partition's next owner reads them again.
 	GivenBack int
+	// ShareReleased is how many records of share classes (see
+	// Class.ShareGroup) the stop released to their share group for other
+	// members to take: those not started at the quiesce (counted nowhere
+	// else), and those the hard stop took out (counted in Unstarted,
+	// Waiting and Interrupted too). Nothing of a share class is
+	// snapshotted; one at its group's delivery limit becomes a dead
+	// letter instead (counted in DeadLettered).
+	ShareReleased int
 	// Revoked is how many unstarted Kafka messages rebalances took out of
 	// the pools and gave back to their partitions' next owners.
 	Revoked int

@@ -16,7 +16,7 @@ import (
 // the connections (dial: TLS, SASL) and the client ID of the consumer's.
 func (c *Config) changelogConfig(dial func(context.Context, string, string) (net.Conn, error), log *slog.Logger) changelog.Config {
 	return changelog.Config{
-		Brokers: c.Brokers, ClientID: c.ClientID, Group: c.Group, DialFunc: dial,
+		Brokers: c.Brokers, ClientID: c.ClientID, Group: c.Group, ConsumerProtocol: c.GroupProtocol == GroupProtocolConsumer, DialFunc: dial,
 		Replication: c.ChangelogReplication, Timeout: c.ChangelogTimeout, Log: log,
 	}
 }
@@ -52,6 +52,12 @@ type restorer struct {
 	// stuck learns each failed restore and the one that succeeds
 	// (stuck.go).
 	stuck *stuckParts
+	// claimed returns the keys of the dead letters a requeue or discard
+	// holds (failures.requeues); revokeWait is half of RevokeTimeout
+	// (the generation's end waits for the running Kafka messages after
+	// it): a revocation waits that long for those of its partition.
+	claimed    func() []uint64
+	revokeWait time.Duration
 }
 
 // restoreRetryMax bounds the wait between two tries of a partition's
@@ -170,7 +176,9 @@ func (rs *restorer) revoked(p kclient.Partition) {
 		}
 		match := func(it *item) bool {
 			switch it.src {
-			case fromPending, fromDelayed:
+			case fromPending, fromDelayed, fromDead:
+				// A requeued dead letter not started: its record stays
+				// a dead letter, for the partition's next owner.
 				q, ok := l.partitionOf(it.env())
 				return ok && q == p
 			case fromParked:
@@ -188,4 +196,57 @@ func (rs *restorer) revoked(p kclient.Partition) {
 			rs.leftPool(it)
 		}
 	}
+	rs.awaitRequeues(p)
+}
+
+// awaitRequeues waits, up to revokeWait, for the requeues and discards
+// of p's dead letters still under way here (running in a pool, or
+// claimed by a Requeue or Discard about to hand it over) to end, as the
+// generation's end waits for p's running Kafka messages: the record's
+// delete (or update, when it fails again) then reaches the changelog
+// before the partition's next owner restores it, so that owner does not
+// requeue it again. Past revokeWait it logs how many still run (the
+// next owner may run them again: at least once).
+func (rs *restorer) awaitRequeues(p kclient.Partition) {
+	if rs.claimed == nil {
+		return
+	}
+	deadline := time.Now().Add(rs.revokeWait)
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		n, err := rs.requeuesOf(p)
+		if err != nil || n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			rs.log.Warn("requeued dead letters of a revoked partition still running; its next owner may requeue them again",
+				"topic", p.Topic, "partition", p.Partition, "running", n, "waited", rs.revokeWait)
+			return
+		}
+		<-t.C
+	}
+}
+
+// requeuesOf counts the dead letters claimed by a requeue or a discard
+// whose records belong to p.
+func (rs *restorer) requeuesOf(p kclient.Partition) (int, error) {
+	keys := rs.claimed()
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	n := 0
+	err := rs.state.store.View(func(tx *snapshot.Tx) error {
+		for _, k := range keys {
+			rec, ok, err := tx.GetDead(k)
+			if err != nil || !ok {
+				continue // gone: done
+			}
+			if q, ok := rs.clog.partitionOf(&rec.Message); ok && q == p {
+				n++
+			}
+		}
+		return nil
+	})
+	return n, err
 }

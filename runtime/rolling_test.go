@@ -14,6 +14,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/devbroker"
+	"github.com/handoff-go/handoff/internal/testio"
 )
 
 // TestRollingDeploy runs three instances of one group on one broker while
@@ -24,25 +25,36 @@ import (
 // may keep the stale records of partitions that moved (their new owners
 // finished them), and the changelog must hold none: an instance started
 // last on an empty disk, owning every partition, has nothing to re-push.
+//
+// On franz-go two of the four also run under the consumer group protocol
+// (KIP-848), the broker assigning: snapshot with the changelog, redeliver
+// with local state only (consumer/...).
 func TestRollingDeploy(t *testing.T) {
 	t.Parallel()
 	for _, policy := range []StopPolicy{StopSnapshot, StopRedeliver} {
 		for _, local := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/local=%v", policy, local), func(t *testing.T) {
 				t.Parallel()
-				testRollingDeploy(t, policy, local)
+				testRollingDeploy(t, GroupProtocol(testio.Protocol()), policy, local)
+			})
+			if testClient() != ClientFranzGo || local != (policy == StopRedeliver) || testio.Protocol() == testio.Consumer {
+				continue
+			}
+			t.Run(fmt.Sprintf("consumer/%s/local=%v", policy, local), func(t *testing.T) {
+				t.Parallel()
+				testRollingDeploy(t, GroupProtocolConsumer, policy, local)
 			})
 		}
 	}
 }
 
-func testRollingDeploy(t *testing.T, policy StopPolicy, local bool) {
+func testRollingDeploy(t *testing.T, proto GroupProtocol, policy StopPolicy, local bool) {
 	const (
 		instances = 3
 		total     = 6000
 		keys      = 50
 	)
-	b := setup(t, 6, "orders")
+	b := setupProtocol(t, proto, 6, "orders")
 	dir := t.TempDir()
 
 	var mu sync.Mutex

@@ -192,7 +192,7 @@ func (s *runState) start() error {
 	r.life.accepting.Store(true)
 	r.life.schedules.open()
 
-	if err := r.conn.checkBrokers(runCtx, len(r.classes.topics) > 0, r.dlq != nil); err != nil {
+	if err := r.conn.checkBrokers(runCtx, len(r.classes.topics) > 0 || r.hasShare(), r.dlq != nil); err != nil {
 		return err
 	}
 	// With topics the client comes first: the changelog needs the
@@ -241,6 +241,7 @@ func (s *runState) start() error {
 		"unknown_class", rep.UnknownClass, "blocked_keys", rep.BlockedKeys, "took", time.Since(started),
 		"changelog", r.clog.on())
 	s.feeds.Start(r.sched.run)
+	s.feeds.Start(r.ops.run)
 	if r.clog.on() {
 		s.feeds.Start(r.restore.follow)
 	}
@@ -256,10 +257,16 @@ func (s *runState) start() error {
 			}
 		}
 	}
+	if r.hasShare() && runCtx.Err() == nil {
+		if err := r.shareStart(runCtx, fetchCtx); err != nil { // share.go
+			return err
+		}
+	}
 	if runCtx.Err() != nil {
 		return nil // a stop was requested: never ready
 	}
 	r.ready.started.Store(true)
-	r.log.Info("running", "classes", len(r.classes.order), "topics", len(r.classes.topics), "group", r.cfg.Group, "instance", r.cfg.Instance, "version", handoff.Version)
+	r.log.Info("running", "classes", len(r.classes.order), "topics", len(r.classes.topics), "group", r.cfg.Group, "instance", r.cfg.Instance,
+		"group_protocol", r.cfg.GroupProtocol, "version", handoff.Version)
 	return nil
 }

@@ -50,6 +50,7 @@ type Runtime struct {
 	sched    *scheduler
 	releases releases  // key releases of ordered classes
 	fail     *failures // dead letters, redeliveries, requeues, unsaved failures
+	ops      *deadOps  // the group's dead-letter operations (deadops.go)
 	handling *handling // every pool's handler wrapper, retry and result
 
 	// Kafka: the consumer group and its client (group.go), the
@@ -203,6 +204,9 @@ type class struct {
 	// slabs is the class's free list of recycled slabs when it recycles
 	// its messages (Class.RecycleMessages); nil otherwise.
 	slabs *freeSlabs
+	// share is a share class's member of its share group (share.go);
+	// nil for another class.
+	share *shareFeed
 }
 
 // New validates cfg and returns a Runtime ready to [Runtime.Run]. Every
@@ -229,6 +233,8 @@ func New(cfg Config) (*Runtime, error) {
 	r.fail = newFailures(failuresConfig{state: r.state, tally: r.tally, classes: r.classes.byName, accepting: &r.life.accepting,
 		publish: func(c *class, rec snapshot.Record) { r.dlq.publish(c, rec) }, log: r.log, owns: owns,
 		elsewhere: r.clog.deadElsewhere})
+	r.ops = newDeadOps(r)
+	r.clog.ops = r.ops
 	r.sched = newScheduler(schedulerConfig{state: r.state, tally: r.tally, classes: r.classes.byName, orphan: r.fail.orphan, log: r.log,
 		owns: owns})
 	r.state.forgetDelayed = r.sched.forget
@@ -313,12 +319,22 @@ func New(cfg Config) (*Runtime, error) {
 		}
 	}
 	r.conn = newConnection(&cfg, r.log)
+	for _, c := range r.classes.order {
+		if c.cfg.ShareGroup != "" {
+			c.share = r.newShareFeed(c)
+		}
+	}
+	if cfg.Registerer != nil && r.hasShare() {
+		if err := cfg.Registerer.Register(newShareCollector(r)); err != nil {
+			return nil, fmt.Errorf("runtime: register metrics: %w", err)
+		}
+	}
 	r.resumes = &resumes{state: r.state, log: r.log,
 		clientFunc: func() kclient.Client { return r.kafka.client },
 		consumes:   func(topic string) bool { return r.classes.byTopic[topic] != nil }}
 	r.restore = &restorer{clog: r.clog, state: r.state, classes: r.classes.byName, order: r.classes.order,
 		orphan: r.fail.orphan, wake: r.sched.wake, unhand: r.sched.unhand, leftPool: r.handling.leftPool, log: r.log, warn: newLogBackoff(),
-		resumes: r.resumes, stuck: r.stuck}
+		resumes: r.resumes, stuck: r.stuck, claimed: r.fail.requeues.claimed, revokeWait: cfg.RevokeTimeout / 2}
 	r.kafka = r.newConsumer()
 	return r, nil
 }

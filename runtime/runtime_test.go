@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/internal/testio"
 	"github.com/handoff-go/handoff/snapshot"
 	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
@@ -50,6 +52,54 @@ func TestConfigValidation(t *testing.T) {
 		rt.cfg.Classes[0].QueueSize != DefaultQueueFactor*DefaultWorkers || rt.cfg.FetchQueue != DefaultFetchQueue ||
 		rt.cfg.StuckAfter != DefaultStuckAfter {
 		t.Errorf("defaults not applied: %+v", rt.cfg)
+	}
+}
+
+// TestConfigGroupProtocol: empty GroupProtocol means classic; consumer
+// (KIP-848) is taken with franz-go, the default client, and refused with
+// kafka-go, naming the option and the client; an unknown value is
+// refused, naming the two there are.
+func TestConfigGroupProtocol(t *testing.T) {
+	t.Parallel()
+	h := func(context.Context, *handoff.Message) error { return nil }
+	cfg := func(c Client, p GroupProtocol) Config {
+		return Config{Brokers: []string{"127.0.0.1:9"}, Group: "g", StatePath: filepath.Join(t.TempDir(), "s.db"), Client: c, GroupProtocol: p,
+			Classes: []Class{{Name: "orders", Topics: []string{"orders"}, Handler: h}}}
+	}
+	for _, tc := range []struct {
+		client  Client
+		in      GroupProtocol
+		want    GroupProtocol
+		refused []string
+	}{
+		// (newRuntime gives an empty one the run's, testio.ProtocolEnv.)
+		{ClientFranzGo, "", GroupProtocol(testio.Protocol()), nil},
+		{ClientKafkaGo, "", GroupProtocolClassic, nil},
+		{ClientKafkaGo, GroupProtocolClassic, GroupProtocolClassic, nil},
+		{ClientFranzGo, GroupProtocolConsumer, GroupProtocolConsumer, nil},
+		{ClientKafkaGo, GroupProtocolConsumer, "", []string{`GroupProtocol "consumer"`, `Client "franz-go"`, "kafka-go"}},
+		{ClientFranzGo, "next-gen", "", []string{`unknown GroupProtocol "next-gen"`, `"classic"`, `"consumer"`}},
+	} {
+		rt, err := newRuntime(cfg(tc.client, tc.in))
+		if tc.refused != nil {
+			if !errors.Is(err, ErrConfig) {
+				t.Errorf("%s, %q: %v, want ErrConfig", tc.client, tc.in, err)
+				continue
+			}
+			for _, want := range tc.refused {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("%s, %q: error %q does not say %q", tc.client, tc.in, err, want)
+				}
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s, %q: %v", tc.client, tc.in, err)
+			continue
+		}
+		if rt.cfg.GroupProtocol != tc.want {
+			t.Errorf("%s, %q: GroupProtocol %q, want %q", tc.client, tc.in, rt.cfg.GroupProtocol, tc.want)
+		}
 	}
 }
 

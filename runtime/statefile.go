@@ -246,10 +246,12 @@ func (f *stateFile) settleFunc(it *item) func() {
 	delayed := it.src == fromDelayed
 	key := it.extOrZero().delayedKey
 	saved := it.extOrZero().saved // a re-pushed saved Kafka message's (progress.go)
+	share := it.extOrZero().share
 	return func() {
 		if kafka {
 			tr.settle(slot)
 		}
+		share.saved() // a share record's (share.go)
 		saved.finish()
 		if delayed {
 			f.forgetDelayed(key)

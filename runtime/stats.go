@@ -44,6 +44,9 @@ type ClassStats struct {
 	OverBudget bool
 	// Hold says whether the class is suspended by an outage or paused.
 	Hold ClassHold
+	// Share is a share class's acknowledgements (see Class.ShareGroup);
+	// zero for another class.
+	Share ShareStats
 }
 
 // Stats returns every class's stats, in configuration order. Safe for
@@ -53,7 +56,7 @@ func (r *Runtime) Stats() []ClassStats {
 	for i, c := range r.classes.order {
 		ps := c.pool.Stats()
 		cs := ClassStats{
-			Name: c.cfg.Name, Topics: append([]string(nil), c.cfg.Topics...), Ordered: c.cfg.Ordered,
+			Name: c.cfg.Name, Topics: append([]string(nil), c.cfg.topicsOf()...), Ordered: c.cfg.Ordered,
 			Workers: c.cfg.Workers, QueueSize: c.cfg.QueueSize,
 			Queued: ps.Queued, Waiting: ps.Waiting, Running: ps.Running,
 			Succeeded: ps.Succeeded, Retried: ps.Retried, Parked: c.count(evParked),
@@ -67,6 +70,7 @@ func (r *Runtime) Stats() []ClassStats {
 		cs.DrainEstimate, cs.Rate, cs.OverBudget = c.drainEstimate(ps, runningFor, longest, r.cfg.DrainTimeout)
 		cs.LongestRunning = longest.Seconds()
 		cs.Hold = ClassHold(c.hold.Stats())
+		cs.Share = c.share.stats() // share.go
 		out[i] = cs
 	}
 	return out

@@ -102,7 +102,8 @@ func (s *runState) end() {
 	}
 	r.log.Info("stop complete", "drained", rep.Drained, "snapshotted", rep.Snapshotted, "unstarted", rep.Unstarted,
 		"interrupted", rep.Interrupted, "stragglers", rep.Stragglers, "succeeded", rep.Succeeded,
-		"dead_lettered", rep.DeadLettered, "retried", rep.Retried, "repushed", rep.Repushed, "took", rep.Stop, s.kept)
+		"dead_lettered", rep.DeadLettered, "retried", rep.Retried, "repushed", rep.Repushed, "share_released", rep.ShareReleased,
+		"took", rep.Stop, s.kept)
 }
 
 // phaseLevel is the level of the stop's lines for each phase: Info, Debug
@@ -134,8 +135,14 @@ func (s *runState) quiesce() []any {
 	s.r.releases.close()
 	s.feeds.Wait()
 	s.r.kafka.wait()
+	// Share classes: polling ended; what has not started goes back to
+	// the share group at once, for the other members.
+	s.rep.ShareReleased += s.r.shareQuiesce()
 	for _, c := range s.r.classes.order {
 		c.hold.Stop()
+	}
+	if s.rep.ShareReleased > 0 {
+		return []any{"share_released", s.rep.ShareReleased}
 	}
 	return nil
 }
@@ -214,6 +221,18 @@ func (s *runState) hardStop(grace time.Duration, cause error) []any {
 		rep.Interrupted += len(res.Interrupted)
 		rep.Waiting += len(res.Waiting)
 		rep.Stragglers += res.Stragglers
+		if sf := r.classes.order[i].share; sf != nil {
+			// Nothing of a share class is saved: the broker has it.
+			giveBack := func(it *item) {
+				r.handling.leftPool(it)
+				if sf.giveBack(it) {
+					rep.ShareReleased++
+				}
+			}
+			res.Interrupted = without(res.Interrupted, (*item).isShare, giveBack)
+			res.Waiting = without(res.Waiting, (*item).isShare, giveBack)
+			res.Unstarted = without(res.Unstarted, (*item).isShare, giveBack)
+		}
 		if r.classes.order[i].cfg.StopPolicy == StopRedeliver {
 			// Kafka messages stay unsettled: the commit stops before
 			// them and the partition's next owner reads them again.
@@ -231,7 +250,7 @@ func (s *runState) hardStop(grace time.Duration, cause error) []any {
 			"phase", "hard_stop", "stragglers", rep.Stragglers, "grace", grace)
 	}
 	return []any{"unstarted", rep.Unstarted, "interrupted", rep.Interrupted, "waiting", rep.Waiting,
-		"given_back", rep.GivenBack}
+		"given_back", rep.GivenBack, "share_released", rep.ShareReleased}
 }
 
 // keep adds its to what the snapshot saves, ending their ties to the
@@ -436,6 +455,7 @@ func (s *runState) commit() []any {
 // the state file.
 func (s *runState) leave() []any {
 	r := s.r
+	r.shareClose(s.deadline) // share.go: a failure is logged; the broker redelivers
 	r.kafka.close(s.deadline)
 	r.clog.close()
 	r.dlq.close(s.deadline)

@@ -34,12 +34,19 @@ import (
 // Counts: produced = handled before the stop + saved + what was neither
 // (given back, never accepted); committed after the stop <= produced -
 // saved.
+//
+// It runs once per group protocol (forEachProtocol); under the consumer
+// protocol (KIP-848) the plain consumer is one of it too.
 func TestStopCommitsNoSavedMessage(t *testing.T) {
 	t.Parallel()
+	forEachProtocol(t, testStopCommitsNoSavedMessage)
+}
+
+func testStopCommitsNoSavedMessage(t *testing.T, proto GroupProtocol) {
 	for _, next := range []string{"plain", "changelog", "nochangelog", "local"} {
 		t.Run(next, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, 3, "orders")
+			b := setupProtocol(t, proto, 3, "orders")
 			produced := b.produce(300)
 			localFirst := next == "local"
 			rep, release := b.stopUnderLoadWith(nil, func(cfg *Config) { cfg.LocalStateOnly = localFirst })
@@ -173,8 +180,13 @@ func (b *bundle) readPlain(t *testing.T) map[string]bool {
 	for topic := range b.topics {
 		topics = append(topics, topic)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.broker.Addrs()...), kgo.ConsumerGroup(b.group), kgo.ConsumeTopics(topics...),
-		kgo.DisableAutoCommit(), kgo.FetchMaxWait(100*time.Millisecond), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	opts := []kgo.Opt{kgo.SeedBrokers(b.broker.Addrs()...), kgo.ConsumerGroup(b.group), kgo.ConsumeTopics(topics...),
+		kgo.DisableAutoCommit(), kgo.FetchMaxWait(100 * time.Millisecond), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
+	if b.protocol == GroupProtocolConsumer {
+		// A group of the consumer protocol takes no classic member.
+		opts = append(opts, kgo.ServerSideBalancer())
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,7 @@ import (
 // handled during the join. Issue 44, item 1.
 func TestStopWhileMemberJoins(t *testing.T) {
 	t.Parallel()
+	classicOnly(t, "a stop while the group waits in PreparingRebalance for a member to rejoin")
 	const first, during = 100, 200 // per topic: before C joins, while it joins
 	b := setup(t, 4, "orders")
 	cluster := b.broker.Cluster()

@@ -19,10 +19,19 @@ import (
 // for them, or the stop's final commit finds the keeper busy and Run
 // fails with ErrCommit although nothing is lost. Then B handles what A
 // did not, and everything is committed.
+//
+// It runs once per group protocol (forEachProtocol): under the consumer
+// protocol (KIP-848) A's revocation is the broker's, through A's
+// heartbeats, and its static leave keeps its partition for its instance
+// until the broker's session timeout (6s in the tests) ends it.
 func TestStopRedeliverRebalance(t *testing.T) {
 	t.Parallel()
+	forEachProtocol(t, testStopRedeliverRebalance)
+}
+
+func testStopRedeliverRebalance(t *testing.T, proto GroupProtocol) {
 	const handledByA = 40
-	b := setup(t, 2, "orders")
+	b := setupProtocol(t, proto, 2, "orders")
 	produced := b.produce(200)
 
 	var mu sync.Mutex

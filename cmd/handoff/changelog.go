@@ -96,10 +96,11 @@ type changelogReader struct {
 	group string
 }
 
-// newChangelogReader connects to f's brokers with d. A refused TLS
-// handshake or SASL authentication fails it; an unreachable broker fails
-// the first request instead.
-func newChangelogReader(ctx context.Context, f *clusterFlags, d *kafkasec.Dialer) (*changelogReader, error) {
+// newChangelogReader connects to f's brokers with d, with the client
+// options extra besides its own. A refused TLS handshake or SASL
+// authentication fails it; an unreachable broker fails the first request
+// instead.
+func newChangelogReader(ctx context.Context, f *clusterFlags, d *kafkasec.Dialer, extra ...kgo.Opt) (*changelogReader, error) {
 	// Control records (transaction markers) are kept so that a partition
 	// ending with one is seen to its end; read skips them.
 	opts := []kgo.Opt{kgo.SeedBrokers(f.brokers...), kgo.ClientID(d.ClientID), kgo.KeepControlRecords()}
@@ -112,7 +113,7 @@ func newChangelogReader(ctx context.Context, f *clusterFlags, d *kafkasec.Dialer
 		}
 		opts = append(opts, kgo.Dialer(d.DialContext))
 	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(append(opts, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client for %s: %w", strings.Join(f.brokers, ","), err)
 	}

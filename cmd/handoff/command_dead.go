@@ -7,7 +7,7 @@ import (
 func newDeadCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dead",
-		Short: "List, show, requeue or discard the dead letters of a stopped service's state file",
+		Short: "List, show, requeue or discard dead letters: of a stopped service's state file, or of a running group",
 		Long: `The dead commands work on the dead-letter bucket of a state file, offline:
 the service must be stopped (a running one holds the file's lock; use its
 admin API instead). A dead letter is named by its ID, as 'dead list' and
@@ -20,7 +20,11 @@ ID: its dead letters' IDs are their bare keys (12); a bare number is
 refused on a file that has one, where it could name another instance's
 dead letter.
 'dead list --brokers HOST:PORT --group GROUP' reads the dead letters of
-every instance of a group from its changelog topics on the cluster.`,
+every instance of a group from its changelog topics on the cluster;
+'dead requeue|discard --brokers HOST:PORT --group GROUP' requeue or
+discard a selection of them online, through the running instances that
+own them (with a dry run, a rate limit and progress), and 'dead ops'
+lists those operations.`,
 		Args: noArgs,
 		RunE: missingCommand,
 	}
@@ -29,6 +33,7 @@ every instance of a group from its changelog topics on the cluster.`,
 		newDeadShowCmd(),
 		newDeadRequeueCmd(),
 		newDeadDiscardCmd(),
+		newDeadOpsCmd(),
 	)
 	return cmd
 }

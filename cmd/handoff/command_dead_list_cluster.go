@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/handoff-go/handoff/kafkasec"
 	"github.com/handoff-go/handoff/runtime"
 	"github.com/handoff-go/handoff/snapshot"
 )
@@ -127,30 +128,9 @@ func listClusterDead(cmd *cobra.Command, f *clusterFlags, filter *runtime.DeadFi
 	defer stop()
 	ctx, cancel := context.WithTimeoutCause(ctx, f.timeout, fmt.Errorf("--timeout %s passed", f.timeout))
 	defer cancel()
-	r, err := newChangelogReader(ctx, f, d)
+	dead, bad, err := groupDead(ctx, f, d, filter)
 	if err != nil {
 		return err
-	}
-	defer r.Close()
-	parts, err := r.partitions(ctx, f.topics)
-	if err != nil {
-		return withCause(ctx, err)
-	}
-	dead, bad, err := changelogDead(ctx, r, parts, class)
-	if err != nil {
-		return withCause(ctx, err)
-	}
-	owners, err := r.owners(ctx)
-	if err != nil {
-		return withCause(ctx, err)
-	}
-	match := recordMatch(filter)
-	dead = slices.DeleteFunc(dead, func(d clusterDead) bool { return !match(&d.Record) })
-	if filter.Newest {
-		slices.Reverse(dead)
-	}
-	for i := range dead {
-		dead[i].Owner = owners[topicPartition{dead[i].Input, dead[i].Partition}]
 	}
 	more := 0
 	if len(dead) > limit {
@@ -162,11 +142,51 @@ func listClusterDead(cmd *cobra.Command, f *clusterFlags, filter *runtime.DeadFi
 	} else {
 		err = printClusterDead(cmd.OutOrStdout(), dead, more, f.group, class)
 	}
+	warnChangelogProblems(cmd.ErrOrStderr(), bad)
+	return err
+}
+
+// groupDead reads the dead letters of f's group from its changelog
+// through d and returns those filter selects, by last failure, oldest
+// first (filter.Newest: newest first), each with the member owning its
+// input partition now, and the records that could not be decoded. It
+// blocks until the changelog is read to the end it had when it began,
+// or ctx ends (the error then says why).
+func groupDead(ctx context.Context, f *clusterFlags, d *kafkasec.Dialer, filter *runtime.DeadFilter) ([]clusterDead, []changelogProblem, error) {
+	r, err := newChangelogReader(ctx, f, d)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer r.Close()
+	parts, err := r.partitions(ctx, f.topics)
+	if err != nil {
+		return nil, nil, withCause(ctx, err)
+	}
+	dead, bad, err := changelogDead(ctx, r, parts, filter.Class)
+	if err != nil {
+		return nil, nil, withCause(ctx, err)
+	}
+	owners, err := r.owners(ctx)
+	if err != nil {
+		return nil, nil, withCause(ctx, err)
+	}
+	match := recordMatch(filter)
+	dead = slices.DeleteFunc(dead, func(d clusterDead) bool { return !match(&d.Record) })
+	if filter.Newest {
+		slices.Reverse(dead)
+	}
+	for i := range dead {
+		dead[i].Owner = owners[topicPartition{dead[i].Input, dead[i].Partition}]
+	}
+	return dead, bad, nil
+}
+
+// warnChangelogProblems tells about the changelog records left out.
+func warnChangelogProblems(w io.Writer, bad []changelogProblem) {
 	for _, b := range bad {
-		fmt.Fprintf(cmd.ErrOrStderr(), "warning: changelog topic %s partition %d offset %d cannot be decoded and is left out: %v\n",
+		fmt.Fprintf(w, "warning: changelog topic %s partition %d offset %d cannot be decoded and is left out: %v\n",
 			b.Topic, b.Partition, b.Offset, b.Err)
 	}
-	return err
 }
 
 // withCause adds why ctx ended (--timeout, a signal) to err when it did.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/handoff-go/handoff/internal/deadop"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -20,7 +21,7 @@ type deadSelection struct {
 
 func (s *deadSelection) register(cmd *cobra.Command, verb string) {
 	cmd.Flags().BoolVar(&s.all, "all", false, verb+" every dead letter (of --class, if given) instead of the IDs")
-	cmd.Flags().StringVar(&s.class, "class", "", "with --all: only dead letters of this message class")
+	cmd.Flags().StringVar(&s.class, "class", "", "with --all, or with --brokers: only dead letters of this message class")
 }
 
 // run is the RunE of requeue and discard: it checks the flags, opens the
@@ -144,16 +145,39 @@ func newDeadRequeueCmd() *cobra.Command {
 	var (
 		sf  stateFlags
 		sel deadSelection
+		of  deadOpFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "requeue STATE ID... | --all [--class C]",
-		Short: "Move dead letters back to pending, to be handled again at the service's next start",
+		Use: "requeue STATE ID... | --all [--class C] | --brokers HOST:PORT[,...] --group GROUP ID... | --all | SEARCH FLAGS",
+		Example: `  handoff dead requeue state.db 3f2a9c01d4e5b6a7-12
+  handoff dead requeue state.db --all --class orders
+  handoff dead requeue --brokers kafka:9092 --group rental --class orders --error-contains timeout --dry-run
+  handoff dead requeue --brokers kafka:9092 --group rental --class orders --since 2026-12-07T10:00:00Z --rate 20`,
+		Short: "Requeue dead letters: of a stopped service's state file, or of a running group through its owners",
 		Long: `Requeue moves the dead letters with the given IDs (or all, or all of a class) of the
 state file STATE to its pending bucket in one transaction, with their
 attempt count reset. The service re-pushes pending messages into their
-class's pool when it next starts, before it fetches from Kafka.`,
-		Args: stateArgs(0, -1, "ID"),
-		RunE: sel.run(&sf, "requeue", false, func(cmd *cobra.Command, st *snapshot.State, dead []snapshot.DeadRef) error {
+class's pool when it next starts, before it fetches from Kafka.
+
+With --brokers and --group instead of STATE it requeues online, through
+the running group: it lists the group's dead letters from its changelog
+(as 'dead list --brokers' does), picks those the selection takes (the
+IDs given, or --all, or the search flags: --class, --topic, --partition,
+--key, --error-contains, --min-attempts, --since, --until, --first-since,
+--first-until, and-ed as in 'dead list'), the oldest first up to
+--limit, and writes a request naming them by ID to the group's meta
+topic (GROUP.handoff-meta). The instance owning each dead letter's
+partition requeues it into its class's pool (a dead letter that is no
+longer one is skipped, so nothing is requeued twice), at most --rate a
+second for the whole group. The command prints the progress (done,
+failed again, left) until every owner is done, or until --wait passes
+(the owners go on; 'dead ops' shows them). Ctrl-C cancels the operation:
+the owners stop taking its dead letters, what they did stays done.
+--dry-run prints how many the selection takes and a sample, and writes
+nothing. 'dead ops' lists the group's recent operations, with who asked
+(--who, default the OS user name).`,
+		Args: deadOpArgs,
+		RunE: deadOpRun(deadop.Requeue, &sel, &of, sel.run(&sf, "requeue", false, func(cmd *cobra.Command, st *snapshot.State, dead []snapshot.DeadRef) error {
 			newKeys, err := st.RequeueDead(keys(dead)...)
 			if err != nil {
 				return err
@@ -169,9 +193,10 @@ class's pool when it next starts, before it fetches from Kafka.`,
 			_, err = fmt.Fprintf(out, "requeued %d %s to pending; the service handles them again at its next start\n",
 				len(newKeys), sel.what())
 			return err
-		}),
+		})),
 	}
 	sf.register(cmd)
 	sel.register(cmd, "requeue")
+	of.register(cmd, deadop.Requeue)
 	return cmd
 }

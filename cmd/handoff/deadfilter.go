@@ -28,6 +28,16 @@ var searchFlagNames = []string{"topic", "partition", "key", "error-contains", "m
 	"first-since", "first-until", "newest"}
 
 func (f *deadFilterFlags) register(cmd *cobra.Command) {
+	f.registerSelection(cmd)
+	cmd.Flags().BoolVar(&f.newest, "newest", false, "list the newest first")
+}
+
+// selectionFlagNames are the flags registerSelection registers.
+var selectionFlagNames = []string{"partition", "key", "error-contains", "min-attempts", "since", "until", "first-since", "first-until"}
+
+// registerSelection registers the flags that narrow a selection, without
+// --newest (an order, for a listing only).
+func (f *deadFilterFlags) registerSelection(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.IntVar(&f.partition, "partition", -1, "only dead letters read from this input partition (-1: any)")
 	fl.StringVar(&f.key, "key", "", "only dead letters whose message key is exactly this text")
@@ -37,7 +47,6 @@ func (f *deadFilterFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.until, "until", "", "only dead letters that last failed before this time (RFC 3339)")
 	fl.StringVar(&f.firstSince, "first-since", "", "only dead letters that first failed at or after this time (RFC 3339)")
 	fl.StringVar(&f.firstUntil, "first-until", "", "only dead letters that first failed before this time (RFC 3339)")
-	fl.BoolVar(&f.newest, "newest", false, "list the newest first")
 }
 
 // filter returns the search the flags, class and topic ("" for any)

@@ -2,7 +2,9 @@
 //
 // It works on the state file of a service (the bbolt file a runtime keeps
 // per instance): read-only, even while the service runs, or offline on a
-// stopped service's file for what changes it; it replays a retired instance's saved
+// stopped service's file for what changes it; with --brokers and --group
+// it reads a running group's dead letters from its changelog and has its
+// instances requeue or discard them; it replays a retired instance's saved
 // messages back to Kafka, and runs an embedded Kafka-protocol broker and
 // the demo for local development:
 //
@@ -12,6 +14,11 @@
 //	handoff dead show STATE ID|MESSAGE-ID      one dead letter in full (read-only)
 //	handoff dead requeue STATE ID...|--all     move dead letters to pending
 //	handoff dead discard STATE ID...|--all     delete dead letters
+//	handoff dead requeue --brokers H --group G [--class C --error-contains S ...] [--dry-run] [--rate N] [--limit N]
+//	                                           requeue a selection through the running group's owners, with progress
+//	handoff dead discard --brokers H --group G ... [--yes]
+//	                                           discard a selection the same way (--yes for more than one)
+//	handoff dead ops --brokers H --group G     the group's recent dead-letter operations (audit trail), --cancel OP
 //	handoff replay STATE --brokers HOST:PORT   produce saved messages to their topics
 //	handoff pause STATE CLASS [--reason TEXT]  keep a class paused across the next start
 //	handoff resume STATE CLASS                 remove a class's pause
@@ -38,6 +45,12 @@
 // key), 2 for bad usage (unknown flag, missing or malformed argument, a key
 // the file does not hold). A failed or rejected command changes nothing
 // unless its message says so; replay keeps what the broker acknowledged.
+// 'dead requeue|discard --brokers' exit 0 once the owners are done with
+// the operation, 1 when some of it failed or was acted on by no owner,
+// it was canceled, --wait passed before its end (the owners go on) or
+// Ctrl-C canceled it, and 2
+// for a discard of more than one dead letter without --yes (nothing
+// written).
 package main
 
 import (
@@ -73,7 +86,9 @@ func newRootCmd() *cobra.Command {
 service instance: pending (saved at the last stop, re-pushed at the next
 start), dead letters, quarantine, delayed and parked messages.
 
-Commands on a state file work offline, on a stopped service's file.`,
+Commands on a state file work offline, on a stopped service's file;
+with --brokers and --group, 'dead list', 'dead requeue', 'dead discard'
+and 'dead ops' work on a running group through the cluster.`,
 		Version:       version(),
 		Args:          noArgs,
 		RunE:          missingCommand,

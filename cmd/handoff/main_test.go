@@ -87,7 +87,7 @@ func TestUsage(t *testing.T) {
 	}{
 		{"no command", nil, "handoff needs a command"},
 		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
-		{"dead without command", []string{"dead"}, "handoff dead needs a command: discard, list, requeue, show"},
+		{"dead without command", []string{"dead"}, "handoff dead needs a command: discard, list, ops, requeue, show"},
 		{"unknown flag", []string{"inspect", "--nope", "x.db"}, "unknown flag: --nope"},
 		{"inspect without state", []string{"inspect"}, "missing STATE"},
 		{"inspect two args", []string{"inspect", "a", "b"}, `unexpected argument "b"`},

@@ -558,9 +558,10 @@ func originID(topic string, partition int, offset int64) string {
 	return fmt.Sprintf("%s/%d/%d", topic, partition, offset)
 }
 
-// dead returns every dead letter the pod's admin API lists.
+// dead returns every dead letter the pod's admin API lists of its own
+// state file (scope=local: the default lists the group's).
 func (p *pod) dead(t *testing.T) ([]recordjson.Dead, error) {
-	return pages[recordjson.Dead](p, "/api/dead", "dead_letters")
+	return pages[recordjson.Dead](p, "/api/dead?scope=local", "dead_letters")
 }
 
 // delayed returns every delayed record the pod's admin API lists.
@@ -575,7 +576,11 @@ func pages[T any](p *pod, path, field string) ([]T, error) {
 	after := ""
 	for {
 		var page map[string]json.RawMessage
-		if err := p.getJSON(path+"?limit=1000&after="+after, &page); err != nil {
+		sep := "?"
+		if strings.Contains(path, "?") {
+			sep = "&"
+		}
+		if err := p.getJSON(path+sep+"limit=1000&after="+after, &page); err != nil {
 			return out, err
 		}
 		var items []T

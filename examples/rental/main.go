@@ -45,9 +45,15 @@
 //	                                membership with -instance)
 //	-rate-limit CLASS=N[,CLASS=N]   start at most N messages a second of CLASS (runtime.Class.RateLimit), across
 //	                                its workers; its fetch alone waits meanwhile (default: no limit)
+//	-share CLASS[,CLASS]            run those classes on Kafka share groups, <group>.<class> (Kafka 4.2+,
+//	                                franz-go): each record goes to one instance whatever the partition count;
+//	                                the class retries in place only; orders (ordered) cannot
 //	-instance NAME                  this instance's name, stable across restarts and unique in the group (a
 //	                                StatefulSet pod's name); with franz-go the static group.instance.id; empty
 //	                                means the hostname
+//	-group-protocol classic|consumer
+//	                                consumer group protocol (default classic); consumer is KIP-848's, the broker
+//	                                assigning: franz-go only, Kafka 4.0+ brokers with it enabled
 //
 // Topics: the service consumes orders, users and heartbeats, which must
 // exist (a missing one is a start failure). Unless -local-state-only is
@@ -122,8 +128,12 @@ func run(args []string) int {
 	fs.Var(&client, "client", "Kafka client library: `franz-go` (the default: static membership with -instance, cooperative rebalancing) or kafka-go")
 	var rateLimits rateLimitFlag
 	fs.Var(&rateLimits, "rate-limit", "start at most N messages a second of each class named (`CLASS=N[,CLASS=N]`, e.g. orders=50,users=20), across its workers; the class's own fetch waits meanwhile, no other's; none when not given")
+	var share shareFlag
+	fs.Var(&share, "share", "run the classes named (`CLASS[,CLASS]`, e.g. heartbeats,users) on Kafka share groups <group>.<class> (Kafka 4.2+, franz-go): each record goes to one instance whatever the partition count; a shared class retries in place only; orders, ordered, cannot")
 	var ops opsFlags
 	ops.add(fs)
+	var groupProtocol groupProtocolFlag
+	fs.Var(&groupProtocol, "group-protocol", "consumer group protocol: `classic` (the default: the members assign) or consumer (KIP-848: the broker assigns; -client franz-go and Kafka 4.0+ brokers with it enabled)")
 	instance := fs.String("instance", "", "this instance's `NAME`, stable across restarts and unique in the group (the state file records it; with -client franz-go it is the static group.instance.id); empty means the hostname")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -143,6 +153,10 @@ func run(args []string) int {
 		}
 		if len(rateLimits) > 0 {
 			fmt.Fprintln(os.Stderr, "rental: -rate-limit needs service mode (-brokers)")
+			return 2
+		}
+		if len(share) > 0 {
+			fmt.Fprintln(os.Stderr, "rental: -share needs service mode (-brokers)")
 			return 2
 		}
 		if sec.TLSOn() || sec.Mechanism != "" {
@@ -166,9 +180,10 @@ func run(args []string) int {
 		brokers: strings.Split(*brokers, ","), group: *group, state: *state, localOnly: *localOnly,
 		drain: *drain, work: *work, workJitter: *workJitter, effects: *effects, failRate: *failRate,
 		admin: *adminAddr, adminToken: token, adminReadToken: readToken, probes: ops.probes, renames: ops.renames,
-		stopPolicy: stopPolicy.p, outages: outages, rateLimits: rateLimits,
+		stopPolicy: stopPolicy.p, outages: outages, rateLimits: rateLimits, share: share,
 		tls: tlsConfig, sasl: mech,
 		client: client.c, instance: *instance, isolation: isolation.l,
+		groupProtocol: groupProtocol.p,
 	})
 }
 
@@ -197,6 +212,8 @@ type serviceConfig struct {
 	outages    []rental.Outage
 	// rateLimits is each limited class's messages a second.
 	rateLimits rateLimitFlag
+	// share names the classes run on share groups.
+	share shareFlag
 
 	// tls and sasl secure the connections to the brokers; nil means
 	// plaintext, no SASL.
@@ -207,6 +224,8 @@ type serviceConfig struct {
 	instance string         // "" means the hostname
 	// isolation is runtime.Config.IsolationLevel; zero is read_committed.
 	isolation runtime.IsolationLevel
+	// groupProtocol is runtime.Config.GroupProtocol; "" means classic.
+	groupProtocol runtime.GroupProtocol
 }
 
 // serve runs the service until a signal and prints the stop report as
@@ -221,6 +240,9 @@ func serve(log *slog.Logger, sc serviceConfig) int {
 	defer h.Close()
 	defer logOutages(log, h, sc.outages)()
 	classes, err := withRateLimits(withStopPolicy(h.Classes(), sc.stopPolicy), sc.rateLimits)
+	if err == nil {
+		classes, err = withShare(classes, sc.group, sc.share)
+	}
 	if err != nil {
 		log.Error("bad options", "err", err)
 		return 2
@@ -242,6 +264,7 @@ func serve(log *slog.Logger, sc serviceConfig) int {
 		Instance:       sc.instance,
 		ClassRenames:   sc.renames,
 		IsolationLevel: sc.isolation,
+		GroupProtocol:  sc.groupProtocol,
 	})
 	if err != nil {
 		log.Error("bad configuration", "err", err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/internal/rental"
+	"github.com/handoff-go/handoff/internal/testio"
 )
 
 // TestProcessRollingDeploy runs three rental processes in one consumer
@@ -24,24 +25,38 @@ import (
 // SIGKILL, for each stop policy. All write one effects file (O_APPEND, one
 // write per line), so its order is the global handling order. It asserts
 // lost = 0 and reports duplicates and per-key order inversions.
+//
+// On franz-go the snapshot policy runs again with -group-protocol
+// consumer (consumer/snapshot): the group of KIP-848's protocol, whose
+// broker assigns, on the embedded broker's session timeout and heartbeat
+// interval of the tests (testio.ConsumerGroupTimers).
 func TestProcessRollingDeploy(t *testing.T) {
 	t.Parallel() // its own broker, directory and processes
 	bin := rentalBinary(t)
 	for _, policy := range []string{"snapshot", "redeliver"} {
 		t.Run(policy, func(t *testing.T) {
 			t.Parallel()
-			rollingDeploy(t, bin, policy)
+			rollingDeploy(t, bin, policy, testio.Classic)
+		})
+	}
+	if testio.Client() == testio.FranzGo {
+		t.Run("consumer/snapshot", func(t *testing.T) {
+			t.Parallel()
+			rollingDeploy(t, bin, "snapshot", testio.Consumer)
 		})
 	}
 }
 
-func rollingDeploy(t *testing.T, bin, policy string) {
+func rollingDeploy(t *testing.T, bin, policy, protocol string) {
 	broker := startBroker(t, 4)
+	if protocol == testio.Consumer {
+		testio.ConsumerGroupTimers(t, broker.Addrs())
+	}
 	dir := t.TempDir()
 	effects := filepath.Join(dir, "effects.log")
 	args := func(i int) []string {
 		return []string{"-brokers", broker.Addr(), "-group", "rolling", "-state", filepath.Join(dir, fmt.Sprintf("state-%d.db", i)),
-			"-drain-timeout", "50ms", "-work", "10ms", "-effects", effects, "-stop-policy", policy}
+			"-drain-timeout", "50ms", "-work", "10ms", "-effects", effects, "-stop-policy", policy, "-group-protocol", protocol}
 	}
 	const total = 60_000
 	produced := make(chan int, 1)
@@ -91,9 +106,17 @@ func rollingDeploy(t *testing.T, bin, policy string) {
 			t.Errorf("final stop of instance %d: exit %d\n%s", i, code, p.stderrText())
 		}
 	}
+	for i, p := range procs {
+		if want := "group_protocol=" + protocol; !strings.Contains(p.stderrText(), want) {
+			t.Errorf("instance %d's log does not say %s", i, want)
+		}
+		if strings.Contains(p.stderrText(), "joined with the classic protocol") {
+			t.Errorf("instance %d fell back to the classic protocol", i)
+		}
+	}
 	st := effectStats(t, effects)
-	t.Logf("policy %s: produced %d, handled %d unique, lost %d, duplicates %d, per-key order inversions %d (5 rolling restarts, 1 kill, 3 instances)",
-		policy, n, st.unique, n-st.unique, st.lines-st.unique, st.inversions)
+	t.Logf("policy %s, group protocol %s: produced %d, handled %d unique, lost %d, duplicates %d, per-key order inversions %d (5 rolling restarts, 1 kill, 3 instances)",
+		policy, protocol, n, st.unique, n-st.unique, st.lines-st.unique, st.inversions)
 	if st.unique != n {
 		t.Errorf("lost %d messages", n-st.unique)
 	}

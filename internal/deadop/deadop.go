@@ -19,6 +19,13 @@
 // requeued again, also after its partition moved to another owner in
 // the middle of the operation. Keys other than these are not this
 // package's (pause/<class> records share the topic); Parse says so.
+//
+// A writer of a Request (the runtime's StartDeadOp, the CLI) sets At to
+// now, or to the latest last failure of the dead letters it names when
+// that is later (an owner acts only on those that last failed no later
+// than At), and, for a request with a Rate, StartAt about 1.5 s after
+// At, so that the owners, each following the topic every second, begin
+// together. A Status's Rate is its owner's current share of the rate.
 package deadop
 
 import (
@@ -66,7 +73,10 @@ type Filter struct {
 // the whole group (0: no limit): an owner with n of the Request's IDs
 // takes the share Rate*n/len(IDs), so that the owners together go at
 // Rate. Who is the token's name or the client's address; Via the
-// instance (or "cli") that wrote it.
+// instance (or "cli") that wrote it. At is when it was made, no earlier
+// than the last failure of any dead letter it names: an owner acts only
+// on those that last failed no later than At (a requeued one that failed
+// again is not requeued again by the same request).
 type Request struct {
 	ID     string    `json:"id"`
 	Action string    `json:"action"`
@@ -77,6 +87,12 @@ type Request struct {
 	Who    string    `json:"who"`
 	Via    string    `json:"via"`
 	At     time.Time `json:"at"`
+	// StartAt, when set, is when the owners begin (the runtime sets it
+	// a second and a half after At for a rate-limited request, so that
+	// every owner, following the topic about every second, begins with
+	// the others and the group goes at Rate from the start). An owner
+	// that sees the request later begins at once.
+	StartAt time.Time `json:"start_at,omitzero"`
 }
 
 // Cancel stops a Request: owners stop taking its IDs, what they did
@@ -92,15 +108,19 @@ type Cancel struct {
 // it owns that were no longer dead letters. An owner writes it as it
 // goes and once more when its part ends (State Done or Canceled).
 type Status struct {
-	Instance    string    `json:"instance"`
-	State       string    `json:"state"`
-	Done        int       `json:"done"`
-	Failed      int       `json:"failed,omitempty"`
-	FailedAgain int       `json:"failed_again,omitempty"`
-	Left        int       `json:"left"`
-	Skipped     int       `json:"skipped,omitempty"`
-	Err         string    `json:"err,omitempty"`
-	At          time.Time `json:"at"`
+	Instance    string `json:"instance"`
+	State       string `json:"state"`
+	Done        int    `json:"done"`
+	Failed      int    `json:"failed,omitempty"`
+	FailedAgain int    `json:"failed_again,omitempty"`
+	Left        int    `json:"left"`
+	Skipped     int    `json:"skipped,omitempty"`
+	// Rate is the owner's share of the request's rate when it wrote the
+	// status (dead letters per second; 0 for none or no limit): the
+	// other owners reckon with it what it has left by now.
+	Rate float64   `json:"rate,omitempty"`
+	Err  string    `json:"err,omitempty"`
+	At   time.Time `json:"at"`
 }
 
 // Kinds of record (Parse's kind).
@@ -161,13 +181,13 @@ func Parse(k, v []byte) (rec Record, ok bool, err error) {
 	if !found {
 		return Record{}, false, nil
 	}
-	op, tail, _ := strings.Cut(rest, "/")
+	op, tail, slash := strings.Cut(rest, "/")
 	if op == "" {
 		return Record{}, true, fmt.Errorf("%w: key %q names no operation", ErrBad, k)
 	}
 	rec.Op = op
 	switch {
-	case tail == "":
+	case !slash: // deadop/<op>, not deadop/<op>/: one key per record
 		rec.Kind = KindRequest
 	case tail == "cancel":
 		rec.Kind = KindCancel

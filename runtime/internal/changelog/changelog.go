@@ -32,6 +32,11 @@ type Config struct {
 	// prefixes every topic name. Required.
 	Group string
 
+	// ConsumerProtocol says the group's members join with the consumer
+	// group protocol (KIP-848): Owner asks ConsumerGroupDescribe, not
+	// DescribeGroups.
+	ConsumerProtocol bool
+
 	// DialFunc opens the connections to the brokers, with TLS and SASL
 	// when the runtime's configuration has them. Nil means plain TCP.
 	DialFunc func(ctx context.Context, network, host string) (net.Conn, error)

@@ -22,6 +22,7 @@ func TestFenced(t *testing.T) {
 		{fmt.Errorf("generation 3: %w", errors.Join(fmt.Errorf("orders/0: %w", kerr.IllegalGeneration))), true},
 		{fmt.Errorf("orders/1: %w", kerr.UnknownMemberID), true},
 		{fmt.Errorf("orders/1: %w", kerr.FencedInstanceID), true},
+		{fmt.Errorf("generation 4: %w", errors.Join(fmt.Errorf("orders/0: %w", kerr.StaleMemberEpoch))), true},
 		{fmt.Errorf("orders/1: %w", kerr.RebalanceInProgress), false},
 		{fmt.Errorf("fresh connection: orders/0: %w", kafka.IllegalGeneration), true},
 		{kafka.UnknownMemberId, true},

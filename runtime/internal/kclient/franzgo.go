@@ -22,8 +22,9 @@ import (
 )
 
 // The client on franz-go (github.com/twmb/franz-go/pkg/kgo), the default: one kgo
-// client for the member's life, a cooperative-sticky member, static when
-// Config.Instance is set. It is one cooperative session whose partitions
+// client for the member's life, a cooperative-sticky member (with
+// Config.Consumer, a member of the consumer group protocol, KIP-848, whose
+// broker assigns), static when Config.Instance is set. It is one cooperative session whose partitions
 // come and go with franz-go's assignment callbacks, applied by the
 // session's keeper. One poll loop reads the fetches of every broker and
 // hands each partition's records to that partition's queue, the Source
@@ -148,6 +149,15 @@ func (f *franzGo) Join(ctx context.Context, topics []string, begin BeginFunc) er
 	if cfg.Instance != "" {
 		opts = append(opts, kgo.InstanceID(cfg.Instance))
 	}
+	if cfg.Consumer {
+		// KIP-848: the broker assigns, with the assignor kgo names
+		// after the first balancer (cooperative-sticky: "uniform").
+		if err := f.checkConsumerProtocol(ctx); err != nil {
+			f.endLife()
+			return err
+		}
+		opts = append(opts, kgo.ServerSideBalancer())
+	}
 	if cfg.DialFunc != nil {
 		// The runtime's own dial does TLS and SASL, so their failures are
 		// typed, counted and logged as on kafka-go.
@@ -173,6 +183,34 @@ func (f *franzGo) Join(ctx context.Context, topics []string, begin BeginFunc) er
 }
 
 func (f *franzGo) Wait() { f.poll.Wait() }
+
+// checkConsumerProtocol asks the brokers whether they serve the consumer
+// group protocol (ConsumerGroupHeartbeat version 1, Kafka 4.0 on), within
+// CommitTimeout: kgo would join with the classic protocol without a word
+// when they do not. A broker that does not answer is left to kgo, which
+// asks again as it joins (and says so at Error, see franzLogger, if the
+// protocol turns out to be off).
+func (f *franzGo) checkConsumerProtocol(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, CommitTimeout)
+	defer cancel()
+	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, f.admin)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	if err != nil {
+		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			f.log.Warn("could not ask the brokers whether they serve the consumer group protocol (KIP-848); joining with it anyway",
+				"group_protocol", "consumer", "err", err)
+		}
+		return nil
+	}
+	for _, k := range resp.ApiKeys {
+		if k.ApiKey == int16(kmsg.ConsumerGroupHeartbeat) && k.MaxVersion >= 1 {
+			return nil
+		}
+	}
+	return fmt.Errorf("kclient: GroupProtocol consumer: the brokers do not serve the consumer group protocol (KIP-848's ConsumerGroupHeartbeat version 1: Kafka 4.0 or later, with group.coordinator.rebalance.protocols including consumer); use GroupProtocol classic with them")
+}
 
 // commitVersions is the member client's request versions: franz-go's
 // own (kversion.Stable), with OffsetCommit at most version 9.
@@ -467,7 +505,10 @@ func pauseFull(full []*franzQueue) {
 // join's answer and the sync (REBALANCE_IN_PROGRESS), or that the join's
 // new generation overtook (ILLEGAL_GENERATION: franz-go holds the new
 // generation by then, or within staleTries retries), is sent again in the
-// generation franz-go holds then, every commitRetry. Bounded by
+// generation franz-go holds then, every commitRetry. Under the consumer
+// group protocol the generation franz-go holds is the member epoch, which
+// the broker checks instead; its STALE_MEMBER_EPOCH is sent again as
+// ILLEGAL_GENERATION is. Bounded by
 // CommitTimeout. Only the keeper commits, one commit at a time, so
 // commits stay in order.
 func (f *franzGo) Commit(offsets map[string]map[int]int64) error {
@@ -525,12 +566,16 @@ const (
 	refusedGeneration        // ILLEGAL_GENERATION: a newer generation, or the member fenced
 )
 
-// refusalOf returns which refusal a partition's commit error is.
+// refusalOf returns which refusal a partition's commit error is. Under the
+// consumer group protocol (KIP-848) the generation is the member epoch,
+// and STALE_MEMBER_EPOCH is its ILLEGAL_GENERATION: the heartbeat that
+// moved the epoch on was answered after the commit was sent, and the
+// answer's epoch is franz-go's a moment later.
 func refusalOf(err error) int {
 	switch {
 	case errors.Is(err, kerr.RebalanceInProgress):
 		return refusedRebalance
-	case errors.Is(err, kerr.IllegalGeneration):
+	case errors.Is(err, kerr.IllegalGeneration), errors.Is(err, kerr.StaleMemberEpoch):
 		return refusedGeneration
 	}
 	return refusedNot
@@ -589,8 +634,10 @@ func (f *franzGo) commitIn(ctx context.Context, member string, gen int32, offset
 // Close ends the membership within leaveWait, then closes the clients
 // and ends the keeper. A static member does not leave the group (its
 // restart within SessionTimeout takes its partitions back without a
-// rebalance); a dynamic one sends LeaveGroup, after a join in flight if
-// there is one. kgo's Close waits for the leave without a bound, so the
+// rebalance; under the consumer protocol kgo's leave is the heartbeat of
+// epoch -2, which keeps them for it until the broker's session timeout);
+// a dynamic one sends LeaveGroup (epoch -1 under the consumer protocol),
+// after a join in flight if there is one. kgo's Close waits for the leave without a bound, so the
 // leave is made first with the wait as its deadline, after which Close is
 // immediate.
 func (f *franzGo) Close(deadline time.Time) {
@@ -1113,6 +1160,11 @@ func (l *franzLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 		}
 		l.log.Debug("franz-go: "+msg, keyvals...)
 		l.outOfRange(l.ctx, p, offset)
+		return
+	}
+	if l.cfg.Consumer && strings.HasPrefix(msg, "falling back to standard consumer group management") {
+		l.log.Error("GroupProtocol consumer: the brokers refused the consumer group protocol (KIP-848) although they list it (is it enabled: group.coordinator.rebalance.protocols?); this member joined with the classic protocol",
+			append([]any{"group_protocol", "consumer"}, keyvals...)...)
 		return
 	}
 	if level > kgo.LogLevelWarn || l.ctx.Err() != nil {

@@ -222,7 +222,11 @@ type Config struct {
 	// member; empty means a dynamic member. A kafka-go member (always
 	// dynamic) puts it in its subscription's user data
 	// (InstanceUserData), where DescribeGroups shows it.
-	Instance                                       string
+	Instance string
+	// Consumer joins with the consumer group protocol of KIP-848 (the
+	// broker assigns the partitions); false: the classic protocol.
+	// FranzGo only: New refuses it for KafkaGo.
+	Consumer                                       bool
 	SessionTimeout, RebalanceTimeout, FetchMaxWait time.Duration
 	// FetchQueue is how many records a partition's source holds ahead of
 	// its fetch loop.
@@ -259,6 +263,9 @@ type Config struct {
 func New(cfg Config) (Client, error) {
 	switch cfg.Client {
 	case KafkaGo:
+		if cfg.Consumer {
+			return nil, fmt.Errorf("kclient: the consumer group protocol (KIP-848) needs client %s: %s joins with the classic protocol only", FranzGo, KafkaGo)
+		}
 		return newKafkaGo(cfg), nil
 	case FranzGo:
 		return newFranzGo(cfg)
@@ -325,15 +332,19 @@ func recordTime(t time.Time) time.Time {
 }
 
 // Fenced reports whether err, a commit's error, says the group fenced
-// the member: its generation ended (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID)
-// or another member took its static instance ID (FENCED_INSTANCE_ID), in
-// either client's words. What it did not commit is the partitions' new
-// owners' to read again.
+// the member: its generation ended (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID),
+// under the consumer group protocol its member epoch is not the group's
+// (STALE_MEMBER_EPOCH: the commit was sent again in each epoch the member
+// held meanwhile) or it is no member (UNKNOWN_MEMBER_ID), or another
+// member took its static instance ID (FENCED_INSTANCE_ID), in either
+// client's words. What it did not commit is the partitions' new owners'
+// to read again.
 func Fenced(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, kerr.IllegalGeneration) || errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.FencedInstanceID) {
+	if errors.Is(err, kerr.IllegalGeneration) || errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.FencedInstanceID) ||
+		errors.Is(err, kerr.StaleMemberEpoch) {
 		return true
 	}
 	return errors.Is(err, kafka.IllegalGeneration) || errors.Is(err, kafka.UnknownMemberId) || errors.Is(err, kafka.FencedInstanceID)

@@ -1,0 +1,470 @@
+package runtime
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/handoff-go/handoff/runtime/internal/changelog"
+	"github.com/handoff-go/handoff/runtime/internal/kclient"
+	"github.com/handoff-go/handoff/snapshot"
+)
+
+// The group's dead letters (Runtime.GroupDeadLetters): those of the
+// partitions this instance owns from its state file, those of the other
+// partitions from their changelogs. What the changelog of a partition
+// holds is kept in memory between listings (deadViews): a listing reads
+// each such partition from where the last one stopped, so a dashboard
+// that pages or polls reads only what was written since.
+
+// GroupDeadLetter is a dead letter of the group, as any instance lists it
+// ([Runtime.GroupDeadLetters]).
+type GroupDeadLetter struct {
+	DeadLetter
+	// Topic and Partition are the input partition whose changelog holds
+	// it (the partition it moves with); "" and -1 for a dead letter of
+	// no partition (a class without topics, or the changelog off), which
+	// stays in its instance's state file.
+	Topic     string
+	Partition int32
+	// Owner is the name of the instance that owns it: that instance's
+	// Config.Instance (for a member of another build, its client ID @
+	// host and member ID); "" when no instance owns its partition now
+	// (the group is rebalancing, or empty).
+	Owner string
+}
+
+// GroupDeadLetters lists the dead letters of every partition of the
+// group, as every instance sees them: those of the partitions this
+// instance owns (and of no partition) from its state file, the others
+// from their partitions' changelogs, each with its owner. It selects,
+// pages and counts as [Runtime.FindDeadLetters] does: up to limit dead
+// letters that filter selects, after the cursor after (the zero Cursor
+// for the first page), the cursor of the next page (zero when there is
+// none) and total, the number filter selects in all. The order is by the
+// last failure (DeadLetter.LastFailed), then by ID: oldest first, or
+// newest first with filter.Newest; a cursor is of one order (the other
+// is refused with [ErrBadCursor]) and stays valid on every instance.
+// A dead letter that fails again after a requeue moves to the newest end.
+//
+// Without the changelog (LocalStateOnly, or no topics) it lists this
+// instance's own, with Owner this instance's name.
+//
+// Cost: every call reads every dead letter of this state file (of
+// filter.Class when set) and, for each partition this instance does not
+// own, what its changelog received since the last call (the first call
+// reads each from its start: compaction keeps it bounded); it keeps the
+// changelogs' dead letters in memory between calls (about the size of
+// their records) and asks the group's coordinator who owns what (one
+// DescribeGroups) when the page has a dead letter of another instance.
+// It blocks for those reads until ctx ends; a ctx without a deadline is
+// bounded by Config.ChangelogTimeout. A partition that moves during the
+// call may be listed as its former owner had it. It needs a running
+// runtime; a limit below 1 is an error.
+func (r *Runtime) GroupDeadLetters(ctx context.Context, filter DeadFilter, after Cursor, limit int) (page []GroupDeadLetter, next Cursor, total int, err error) {
+	if _, err := listing(r.state, "group dead letters", limit); err != nil {
+		return nil, "", 0, err
+	}
+	from, err := after.groupDeadAt(filter.Newest)
+	if err != nil {
+		return nil, "", 0, err
+	}
+	ctx, cancel := r.groupCtx(ctx)
+	defer cancel()
+	pg := &groupPager{filter: filter, after: from, limit: limit}
+	if err := r.groupDead(ctx, filter.Class, pg.add); err != nil {
+		return nil, "", 0, err
+	}
+	page, more := pg.page()
+	if err := r.nameOwners(ctx, page); err != nil {
+		return nil, "", 0, err
+	}
+	if more {
+		next = groupDeadCursor(filter.Newest, page[len(page)-1].deadAt())
+	}
+	return page, next, pg.total, nil
+}
+
+// GetGroupDeadLetter returns the dead letter with ID key wherever it is
+// in the group, with its owner: from this instance's state file when it
+// owns it, else from its partition's changelog. It returns an error
+// wrapping [ErrBadKey] for a key that is not an ID and one wrapping
+// [ErrNotFound] for one that is no dead letter of the group. It reads
+// as [Runtime.GroupDeadLetters] does and blocks until ctx ends (bounded
+// by Config.ChangelogTimeout without a deadline).
+func (r *Runtime) GetGroupDeadLetter(ctx context.Context, key string) (GroupDeadLetter, error) {
+	if _, err := snapshot.ParseDeadID(key); err != nil {
+		return GroupDeadLetter{}, fmt.Errorf("%w: %w", ErrBadKey, err)
+	}
+	found, err := r.groupDeadByID(ctx, []string{key})
+	if err != nil {
+		return GroupDeadLetter{}, err
+	}
+	g, ok := found[key]
+	if !ok {
+		return GroupDeadLetter{}, fmt.Errorf("%w: dead letter %s (in no partition of the group)", ErrNotFound, key)
+	}
+	return g, nil
+}
+
+// groupDeadByID returns the group's dead letters with the IDs ids, with
+// their owners.
+func (r *Runtime) groupDeadByID(ctx context.Context, ids []string) (map[string]GroupDeadLetter, error) {
+	if _, err := r.state.get(); err != nil {
+		return nil, err
+	}
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	ctx, cancel := r.groupCtx(ctx)
+	defer cancel()
+	out := map[string]GroupDeadLetter{}
+	err := r.groupDead(ctx, "", func(g *GroupDeadLetter) {
+		if want[g.Key] {
+			out[g.Key] = *g
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	page := slices.Collect(maps.Values(out))
+	if err := r.nameOwners(ctx, page); err != nil {
+		return nil, err
+	}
+	for _, g := range page {
+		out[g.Key] = g
+	}
+	return out, nil
+}
+
+// groupCtx bounds ctx by ChangelogTimeout when it has no deadline.
+func (r *Runtime) groupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, r.cfg.ChangelogTimeout)
+}
+
+// groupDead calls add with every dead letter of the group of class (""
+// for all): this instance's from the state file (Owner set to its
+// name), the others' from the changelogs (Owner "" and Partition set:
+// nameOwners names them).
+func (r *Runtime) groupDead(ctx context.Context, class string, add func(*GroupDeadLetter)) error {
+	l := r.clog
+	if !l.on() {
+		return r.state.eachDead(class, func(id snapshot.DeadID, rec *snapshot.Record) {
+			g := GroupDeadLetter{DeadLetter: deadLetterOf(id, rec), Partition: -1, Owner: r.cfg.Instance}
+			add(&g)
+		})
+	}
+	l.mu.Lock()
+	owned := maps.Clone(l.owned)
+	l.mu.Unlock()
+	err := r.state.eachDead(class, func(id snapshot.DeadID, rec *snapshot.Record) {
+		g := GroupDeadLetter{DeadLetter: deadLetterOf(id, rec), Partition: -1, Owner: r.cfg.Instance}
+		if t, p, ok := l.route(rec); ok {
+			if !owned[kclient.Partition{Topic: t, Partition: int(p)}] {
+				return // its partition's owner lists it (this copy is unused)
+			}
+			g.Topic, g.Partition = t, p
+		}
+		add(&g)
+	})
+	if err != nil {
+		return fmt.Errorf("runtime: group dead letters: %w", err)
+	}
+	parts := *l.parts.Load()
+	var others []kclient.Partition
+	for _, t := range slices.Sorted(maps.Keys(parts)) {
+		for p := range int(parts[t]) {
+			if kp := (kclient.Partition{Topic: t, Partition: p}); !owned[kp] {
+				others = append(others, kp)
+			}
+		}
+	}
+	views, err := l.views.refresh(ctx, l, others)
+	if err != nil {
+		return err
+	}
+	for i, v := range views {
+		p := others[i]
+		v.each(func(d *deadFound) {
+			if class != "" && d.rec.Message.Class != class {
+				return
+			}
+			g := GroupDeadLetter{DeadLetter: deadLetterOf(d.id, &d.rec), Topic: p.Topic, Partition: int32(p.Partition)}
+			add(&g)
+		})
+	}
+	return nil
+}
+
+// nameOwners sets the Owner of the dead letters of page that have none
+// (those read from the changelogs), asking the group's coordinator once.
+func (r *Runtime) nameOwners(ctx context.Context, page []GroupDeadLetter) error {
+	if !slices.ContainsFunc(page, func(g GroupDeadLetter) bool { return g.Owner == "" }) {
+		return nil
+	}
+	owners, err := r.clog.client.Owners(ctx)
+	if err != nil {
+		return fmt.Errorf("runtime: group dead letters: who owns the partitions: %w", err)
+	}
+	for i := range page {
+		if page[i].Owner == "" {
+			page[i].Owner = owners[page[i].Topic][page[i].Partition]
+		}
+	}
+	return nil
+}
+
+// eachDead calls fn with every dead letter of class ("" for all) in the
+// file, with its ID, in one read transaction, a chunk of records in
+// memory at a time. fn must not keep rec.
+func (f *stateFile) eachDead(class string, fn func(id snapshot.DeadID, rec *snapshot.Record)) error {
+	const chunk = 512
+	return f.store.View(func(tx *snapshot.Tx) error {
+		for from := uint64(0); ; {
+			entries, next, err := tx.DeadPage(class, from, chunk)
+			if err != nil {
+				return err
+			}
+			for i := range entries {
+				id, err := tx.DeadID(entries[i].Key)
+				if err != nil {
+					return err
+				}
+				fn(id, &entries[i].Record)
+			}
+			if next == 0 {
+				return nil
+			}
+			from = next
+		}
+	})
+}
+
+// deadAt is a place in the group listing's order: a dead letter's last
+// failure (Unix nanoseconds) and ID.
+type deadAt struct {
+	at  int64
+	key string
+}
+
+func (g *GroupDeadLetter) deadAt() deadAt { return deadAt{g.LastFailed.UnixNano(), g.Key} }
+
+func (a deadAt) compare(b deadAt) int {
+	if c := cmp.Compare(a.at, b.at); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.key, b.key)
+}
+
+// groupPager keeps, of the dead letters it is given, the count of those
+// filter selects and the first limit of them after the cursor's place,
+// in memory for about two pages.
+type groupPager struct {
+	filter DeadFilter
+	after  *deadAt // nil: from the first
+	limit  int
+	total  int
+	cand   []GroupDeadLetter
+}
+
+// before reports whether a comes before b in the pager's order.
+func (pg *groupPager) before(a, b deadAt) bool {
+	if pg.filter.Newest {
+		return a.compare(b) > 0
+	}
+	return a.compare(b) < 0
+}
+
+func (pg *groupPager) add(g *GroupDeadLetter) {
+	if !pg.filter.Match(&g.DeadLetter) {
+		return
+	}
+	pg.total++
+	if pg.after != nil && !pg.before(*pg.after, g.deadAt()) {
+		return
+	}
+	pg.cand = append(pg.cand, *g)
+	if len(pg.cand) > 2*pg.limit+64 {
+		pg.sort()
+		clear(pg.cand[pg.limit+1:])
+		pg.cand = pg.cand[:pg.limit+1]
+	}
+}
+
+func (pg *groupPager) sort() {
+	slices.SortFunc(pg.cand, func(a, b GroupDeadLetter) int {
+		x, y := a.deadAt(), b.deadAt()
+		if pg.filter.Newest {
+			return y.compare(x)
+		}
+		return x.compare(y)
+	})
+}
+
+// page returns the page and whether more follow it.
+func (pg *groupPager) page() ([]GroupDeadLetter, bool) {
+	pg.sort()
+	if len(pg.cand) > pg.limit {
+		return pg.cand[:pg.limit], true
+	}
+	return pg.cand, false
+}
+
+// Cursor kinds of the group listing.
+const (
+	cursorGroup       = 'g'
+	cursorGroupNewest = 'h'
+)
+
+func groupDeadCursor(newest bool, at deadAt) Cursor {
+	kind := byte(cursorGroup)
+	if newest {
+		kind = cursorGroupNewest
+	}
+	return makeCursor(kind, append(binary.BigEndian.AppendUint64(nil, uint64(at.at)), at.key...))
+}
+
+// groupDeadAt returns the place of a cursor of the group listing in the
+// order newest says; nil for the zero cursor.
+func (c Cursor) groupDeadAt(newest bool) (*deadAt, error) {
+	kind, what := byte(cursorGroup), "group dead letters"
+	if newest {
+		kind, what = cursorGroupNewest, "group dead letters, newest first"
+	}
+	b, err := c.raw(kind, what)
+	if err != nil || b == nil {
+		return nil, err
+	}
+	if len(b) <= 8 {
+		return nil, fmt.Errorf("%w: %q is not a cursor of %s", ErrBadCursor, string(c), what)
+	}
+	return &deadAt{int64(binary.BigEndian.Uint64(b)), string(b[8:])}, nil
+}
+
+// deadViews is what the changelogs of the partitions this instance does
+// not own hold of dead letters, as read by the last listing: a listing
+// reads each partition on from where the last stopped. A partition's
+// view is read from the start again when it is older than
+// deadViewFresh (a tombstone may be compacted away after the topic's
+// delete.retention.ms, a day by default: read within it, none is
+// missed) or the changelog was made again.
+type deadViews struct {
+	mu sync.Mutex
+	m  map[kclient.Partition]*deadView
+}
+
+// deadViewFresh is how long a partition's view is read on before it is
+// read from the start again.
+const deadViewFresh = time.Hour
+
+// deadView is one changelog partition's dead letters, by changelog key.
+type deadView struct {
+	mu    sync.Mutex
+	next  int64
+	since time.Time // when it was read from the start
+	dead  map[string]deadFound
+}
+
+// refreshReaders bounds the partitions a refresh reads at once.
+const refreshReaders = 4
+
+// refresh reads parts' changelogs on, up to refreshReaders at once,
+// and returns their views (in parts' order): read them with each.
+func (vs *deadViews) refresh(ctx context.Context, l *stateLog, parts []kclient.Partition) ([]*deadView, error) {
+	vs.mu.Lock()
+	if vs.m == nil {
+		vs.m = map[kclient.Partition]*deadView{}
+	}
+	views := make([]*deadView, len(parts))
+	for i, p := range parts {
+		if vs.m[p] == nil {
+			vs.m[p] = &deadView{}
+		}
+		views[i] = vs.m[p]
+	}
+	vs.mu.Unlock()
+	errs := make([]error, len(parts))
+	sem := make(chan struct{}, refreshReaders)
+	var wg sync.WaitGroup
+	for i := range parts {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = views[i].read(ctx, l, parts[i])
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return views, nil
+}
+
+// each calls fn with the view's dead letters, under its lock: fn must
+// not keep d.
+func (v *deadView) each(fn func(d *deadFound)) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for k := range v.dead {
+		d := v.dead[k]
+		fn(&d)
+	}
+}
+
+// read reads p's changelog on from where the view stopped.
+func (v *deadView) read(ctx context.Context, l *stateLog, p kclient.Partition) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.dead == nil || time.Since(v.since) > deadViewFresh {
+		v.next, v.since, v.dead = 0, time.Now(), map[string]deadFound{}
+	}
+	apply := func(recs []changelog.Rec) error {
+		for _, rec := range recs {
+			if _, marker, _ := snapshot.ParseOwnerMarker(rec.Key, rec.Value); marker {
+				continue
+			}
+			ck, err := snapshot.ParseChangelogKey(rec.Key)
+			if err != nil {
+				continue // not a record's key: the partition's restore reports it
+			}
+			id, ok := snapshot.DeadIDOf(ck)
+			if !ok {
+				continue
+			}
+			if rec.Value == nil {
+				delete(v.dead, string(rec.Key))
+				continue
+			}
+			dr, err := snapshot.DecodeRecord(rec.Value)
+			if err != nil {
+				l.log.Warn("undecodable dead letter in the changelog left out of the group's dead letters",
+					"topic", l.client.Topic(p.Topic), "partition", p.Partition, "offset", rec.Offset, "err", err)
+				delete(v.dead, string(rec.Key))
+				continue
+			}
+			v.dead[string(rec.Key)] = deadFound{id: id, rec: dr}
+		}
+		return nil
+	}
+	next, err := l.client.Read(ctx, p.Topic, int32(p.Partition), v.next, apply)
+	if errors.Is(err, changelog.ErrBeyondEnd) {
+		// The changelog was made again: read it whole.
+		v.next, v.since, v.dead = 0, time.Now(), map[string]deadFound{}
+		next, err = l.client.Read(ctx, p.Topic, int32(p.Partition), 0, apply)
+	}
+	v.next = next // what was applied stays applied, also on a failure
+	if err != nil {
+		return fmt.Errorf("runtime: group dead letters: read the changelog of topic %s partition %d: %w", p.Topic, p.Partition, err)
+	}
+	return nil
+}
