@@ -196,10 +196,10 @@ func (r *Runtime) groupDead(ctx context.Context, class string, add func(*GroupDe
 	for i, v := range views {
 		p := others[i]
 		v.each(func(d *deadFound) {
-			if class != "" && d.rec.Message.Class != class {
+			if class != "" && d.Record.Message.Class != class {
 				return
 			}
-			g := GroupDeadLetter{DeadLetter: deadLetterOf(d.id, &d.rec), Topic: p.Topic, Partition: int32(p.Partition)}
+			g := GroupDeadLetter{DeadLetter: deadLetterOf(d.ID, &d.Record), Topic: p.Topic, Partition: int32(p.Partition)}
 			add(&g)
 		})
 	}
@@ -228,26 +228,7 @@ func (r *Runtime) nameOwners(ctx context.Context, page []GroupDeadLetter) error 
 // file, with its ID, in one read transaction, a chunk of records in
 // memory at a time. fn must not keep rec.
 func (f *stateFile) eachDead(class string, fn func(id snapshot.DeadID, rec *snapshot.Record)) error {
-	const chunk = 512
-	return f.store.View(func(tx *snapshot.Tx) error {
-		for from := uint64(0); ; {
-			entries, next, err := tx.DeadPage(class, from, chunk)
-			if err != nil {
-				return err
-			}
-			for i := range entries {
-				id, err := tx.DeadID(entries[i].Key)
-				if err != nil {
-					return err
-				}
-				fn(id, &entries[i].Record)
-			}
-			if next == 0 {
-				return nil
-			}
-			from = next
-		}
-	})
+	return f.store.EachDead(class, fn)
 }
 
 // deadAt is a place in the group listing's order: a dead letter's last
@@ -433,13 +414,9 @@ func (v *deadView) read(ctx context.Context, l *stateLog, p kclient.Partition) e
 			if _, marker, _ := snapshot.ParseOwnerMarker(rec.Key, rec.Value); marker {
 				continue
 			}
-			ck, err := snapshot.ParseChangelogKey(rec.Key)
-			if err != nil {
-				continue // not a record's key: the partition's restore reports it
-			}
-			id, ok := snapshot.DeadIDOf(ck)
+			id, ok := snapshot.ChangelogDeadID(rec.Key)
 			if !ok {
-				continue
+				continue // another bucket's, or not a record's key: the partition's restore reports it
 			}
 			if rec.Value == nil {
 				delete(v.dead, string(rec.Key))
@@ -452,7 +429,7 @@ func (v *deadView) read(ctx context.Context, l *stateLog, p kclient.Partition) e
 				delete(v.dead, string(rec.Key))
 				continue
 			}
-			v.dead[string(rec.Key)] = deadFound{id: id, rec: dr}
+			v.dead[string(rec.Key)] = deadFound{ID: id, Record: dr}
 		}
 		return nil
 	}

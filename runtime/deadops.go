@@ -1037,32 +1037,7 @@ func actionIndex(action string) int {
 // letters ids, in ids' order (0 and nil for an ID that is not here, or
 // not an ID), in one read.
 func (f *stateFile) deadByIDs(ids []string) ([]uint64, []*snapshot.Record, error) {
-	locals := make([]uint64, len(ids))
-	out := make([]*snapshot.Record, len(ids))
-	err := f.store.View(func(tx *snapshot.Tx) error {
-		for i, s := range ids {
-			id, err := snapshot.ParseDeadID(s)
-			if err != nil {
-				continue
-			}
-			local, ok, err := tx.FindDead(id)
-			if errors.Is(err, snapshot.ErrDeadID) || err == nil && !ok {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			rec, ok, err := tx.GetDead(local)
-			if err != nil {
-				return err
-			}
-			if ok {
-				locals[i], out[i] = local, &rec
-			}
-		}
-		return nil
-	})
-	return locals, out, err
+	return f.store.DeadByIDs(ids)
 }
 
 // viaOwner carries out a single requeue or discard of key, a dead letter

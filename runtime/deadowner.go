@@ -36,7 +36,7 @@ func (l *stateLog) deadElsewhere(ctx context.Context, id snapshot.DeadID) error 
 	}
 	for i, v := range views {
 		alive := false
-		v.each(func(d *deadFound) { alive = alive || d.id == id })
+		v.each(func(d *deadFound) { alive = alive || d.ID == id })
 		if !alive {
 			continue
 		}

@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -271,11 +270,7 @@ func (l *stateLog) readForeign(ctx context.Context, p kclient.Partition, from in
 // names (an update or delete of a restored record, under the key of the
 // file that created it), else the file its key names.
 func writtenBy(r changelog.Rec, id [16]byte) bool {
-	if r.Writer != nil {
-		return bytes.Equal(r.Writer, id[:])
-	}
-	ck, err := snapshot.ParseChangelogKey(r.Key)
-	return err == nil && ck.FileID == id
+	return snapshot.ChangelogWrittenBy(r.Key, r.Writer, id)
 }
 
 // applyForeign applies recs, other instances' writes to p's changelog,

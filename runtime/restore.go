@@ -236,17 +236,10 @@ func (rs *restorer) requeuesOf(p kclient.Partition) (int, error) {
 		return 0, nil
 	}
 	n := 0
-	err := rs.state.store.View(func(tx *snapshot.Tx) error {
-		for _, k := range keys {
-			rec, ok, err := tx.GetDead(k)
-			if err != nil || !ok {
-				continue // gone: done
-			}
-			if q, ok := rs.clog.partitionOf(&rec.Message); ok && q == p {
-				n++
-			}
+	err := rs.state.store.EachDeadOf(keys, func(_ uint64, rec *snapshot.Record) {
+		if q, ok := rs.clog.partitionOf(&rec.Message); ok && q == p {
+			n++
 		}
-		return nil
 	})
 	return n, err
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/snapshot"
+	"github.com/handoff-go/handoff/snapshot/snapshottest"
 )
 
 // The share-class tests run on franz-go alone: kafka-go has no share
@@ -555,13 +556,8 @@ func TestShareOutage(t *testing.T) {
 // stopped.
 func fileDead(t *testing.T, rt *Runtime) []snapshot.Record {
 	t.Helper()
-	st, err := snapshot.Open(rt.cfg.StatePath, snapshot.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	var out []snapshot.Record
-	for _, e := range deadLetters(t, st) {
+	for _, e := range snapshottest.Dead(t, rt.cfg.StatePath) {
 		out = append(out, e.Record)
 	}
 	return out

@@ -97,9 +97,10 @@
 // aliases of package snapshot/internal/store's. Of the format, only what
 // a caller needs by name is exported: the bucket names Counts keys its
 // result by (BucketPending...), the dead-letter ID's parser
-// ([ParseDeadID], [DeadIDOf]), the changelog key's and owner marker's
-// codecs a changelog reader outside the file needs ([ParseChangelogKey],
-// [OwnerMarker], [ParseOwnerMarker]) and the record decoder the
+// ([ParseDeadID]), what the runtime's changelog reads ask of a changelog
+// record ([ChangelogDeadID], [ChangelogWrittenBy], the owner marker's
+// [OwnerMarker] and [ParseOwnerMarker]; the changelog key itself is not
+// parsed outside the package) and the record decoder the
 // runtime's repartition uses ([DecodeRecord]); MetaGroup and
 // MetaInstance have no user outside the package since the CLI reads
 // [State.FileInfo]. The file's transactions (store.Tx,

@@ -208,3 +208,77 @@ func (s *State) Empty() (empty bool, err error) {
 	err = s.st.View(func(tx *store.Tx) (err error) { empty, err = tx.Empty(); return err })
 	return empty, err
 }
+
+// EachDead calls fn with every dead letter of class ("" for all) in the
+// file, with its ID, in one read, a chunk of records in memory at a
+// time. fn must not keep rec, nor call the State.
+func (s *State) EachDead(class string, fn func(id DeadID, rec *Record)) error {
+	const chunk = 512
+	return s.st.View(func(tx *store.Tx) error {
+		for from := uint64(0); ; {
+			entries, next, err := tx.DeadPage(class, from, chunk)
+			if err != nil {
+				return err
+			}
+			for i := range entries {
+				id, err := tx.DeadID(entries[i].Key)
+				if err != nil {
+					return err
+				}
+				fn(id, &entries[i].Record)
+			}
+			if next == 0 {
+				return nil
+			}
+			from = next
+		}
+	})
+}
+
+// DeadByIDs returns the keys in this file and the records of the dead
+// letters ids, in ids' order (0 and nil for an ID that is not here, or
+// not an ID), in one read.
+func (s *State) DeadByIDs(ids []string) ([]uint64, []*Record, error) {
+	locals := make([]uint64, len(ids))
+	out := make([]*Record, len(ids))
+	err := s.st.View(func(tx *store.Tx) error {
+		for i, str := range ids {
+			id, err := ParseDeadID(str)
+			if err != nil {
+				continue
+			}
+			local, ok, err := tx.FindDead(id)
+			if errors.Is(err, ErrDeadID) || err == nil && !ok {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			rec, ok, err := tx.GetDead(local)
+			if err != nil {
+				return err
+			}
+			if ok {
+				locals[i], out[i] = local, &rec
+			}
+		}
+		return nil
+	})
+	return locals, out, err
+}
+
+// EachDeadOf calls fn, in one read, with the record of each dead letter
+// of keys (its key in this file) that is still here and decodes. fn must
+// not call the State.
+func (s *State) EachDeadOf(keys []uint64, fn func(key uint64, rec *Record)) error {
+	return s.st.View(func(tx *store.Tx) error {
+		for _, k := range keys {
+			rec, ok, err := tx.GetDead(k)
+			if err != nil || !ok {
+				continue // gone: done
+			}
+			fn(k, &rec)
+		}
+		return nil
+	})
+}

@@ -43,8 +43,6 @@ type (
 	Change = store.Change
 	// Changelog is how the file reaches its changelog (SetChangelog).
 	Changelog = store.Changelog
-	// ChangelogKey is a parsed changelog key (ParseChangelogKey).
-	ChangelogKey = store.ChangelogKey
 	// DecodeError is a record that did not decode.
 	DecodeError = store.DecodeError
 	// FormatError is a file this version cannot read.
@@ -55,13 +53,11 @@ type (
 )
 
 var (
-	DeadIDOf          = store.DeadIDOf
-	DecodeRecord      = store.DecodeRecord
-	DelayedKeyAt      = store.DelayedKeyAt
-	OwnerMarker       = store.OwnerMarker
-	ParseChangelogKey = store.ParseChangelogKey
-	ParseDeadID       = store.ParseDeadID
-	ParseOwnerMarker  = store.ParseOwnerMarker
+	DecodeRecord     = store.DecodeRecord
+	DelayedKeyAt     = store.DelayedKeyAt
+	OwnerMarker      = store.OwnerMarker
+	ParseDeadID      = store.ParseDeadID
+	ParseOwnerMarker = store.ParseOwnerMarker
 )
 
 var (

@@ -1,11 +1,11 @@
 // Package snapshottest is test support for the packages that run on a
 // state file (the runtime, the CLI, the examples). It writes a file as
-// a stopped run, an older version or another tool would have left it,
-// damages it, reads back the records a test checks, and parses the
-// records of a changelog topic. None of it is a method of
-// [snapshot.State]: nothing but a test has a use for it, and a test
-// that checks what the runtime does must not go through the runtime's
-// own paths to set up or to look.
+// a stopped run, an older version or another tool would have left it
+// (the Seed functions), damages it ([Damage]), reads back the records a
+// test checks, and parses the records of a changelog topic
+// ([ParseChangelog]). The writers and the parser are not methods of
+// [snapshot.State] because nothing but a test has a use for them; the
+// readers are the State's own reads (those the CLI makes), by path.
 //
 // Every function takes the state file's path, opens the file, does its
 // work in one transaction and closes the file again before it returns;
@@ -20,6 +20,7 @@ package snapshottest
 import (
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -51,22 +52,30 @@ func update(t testing.TB, path, what string, fn func(tx *store.Tx) error) {
 	}
 }
 
-// view runs fn in one read transaction of the file at path, opened
-// read-only, and closes it.
-func view(t testing.TB, path, what string, fn func(tx *store.Tx) error) {
+// view opens the file at path read-only as a State, runs fn on it and
+// closes it.
+func view(t testing.TB, path, what string, fn func(st *snapshot.State) error) {
 	t.Helper()
-	st, err := store.Open(path, store.Options{ReadOnly: true, LockTimeout: lockWait})
+	st, err := snapshot.Open(path, snapshot.Options{ReadOnly: true, LockTimeout: lockWait})
 	if err != nil {
 		t.Fatalf("snapshottest: %s: open %s: %v", what, path, err)
 		return
 	}
-	err = st.View(fn)
+	err = fn(st)
 	if cerr := st.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("close: %w", cerr)
 	}
 	if err != nil {
 		t.Fatalf("snapshottest: %s of %s: %v", what, path, err)
 	}
+}
+
+// decodeErrs joins err and the decode errors of bad.
+func decodeErrs(err error, bad []*snapshot.DecodeError) error {
+	for _, b := range bad {
+		err = errors.Join(err, b)
+	}
+	return err
 }
 
 // SeedPending saves recs as pending records, in their order, the way a
@@ -174,6 +183,9 @@ func DelayedKey(due time.Time, id string) []byte {
 	return append(store.DelayedKeyAt(due), id...)
 }
 
+// The readers below are the State's own reads (those the CLI makes),
+// on a file opened read-only by path.
+
 // Counts returns the number of records in each bucket that holds them,
 // by bucket name: [snapshot.BucketPending], BucketDead,
 // BucketQuarantine, BucketDelayed and BucketParked. Records that fail
@@ -181,8 +193,8 @@ func DelayedKey(due time.Time, id string) []byte {
 func Counts(t testing.TB, path string) map[string]int {
 	t.Helper()
 	var counts map[string]int
-	view(t, path, "count the records", func(tx *store.Tx) (err error) {
-		counts, err = tx.Counts()
+	view(t, path, "count the records", func(st *snapshot.State) (err error) {
+		counts, err = st.Counts()
 		return err
 	})
 	return counts
@@ -193,43 +205,34 @@ func Counts(t testing.TB, path string) map[string]int {
 func Pending(t testing.TB, path string) []snapshot.Entry {
 	t.Helper()
 	var pending []snapshot.Entry
-	view(t, path, "read the pending records", func(tx *store.Tx) error {
-		var bad []*store.DecodeError
-		var err error
-		pending, bad, err = tx.LoadPending()
-		for _, b := range bad {
-			err = errors.Join(err, b)
-		}
-		return err
+	view(t, path, "read the pending records", func(st *snapshot.State) error {
+		bad, err := st.Walk(snapshot.Walk{Pending: func(e *snapshot.Entry) { pending = append(pending, *e) }})
+		return decodeErrs(err, bad)
 	})
 	return pending
 }
 
-// DeadLetter is a dead letter as a test reads it: its ID, the same on
-// every instance, and its record.
-type DeadLetter struct {
-	ID     snapshot.DeadID
-	Record snapshot.Record
-}
-
-// Dead returns every dead letter in save order, with its ID. A dead
-// letter that fails to decode fails the test.
-func Dead(t testing.TB, path string) []DeadLetter {
+// Dead returns every dead letter in save order, with its key in the
+// file and its ID. A dead letter that fails to decode, or whose ID
+// cannot be read, fails the test.
+func Dead(t testing.TB, path string) []snapshot.DeadEntry {
 	t.Helper()
-	var dead []DeadLetter
-	view(t, path, "read the dead letters", func(tx *store.Tx) error {
-		page, _, err := tx.DeadPage("", 0, 0)
+	var dead []snapshot.DeadEntry
+	view(t, path, "read the dead letters", func(st *snapshot.State) error {
+		l, err := st.ListDead(snapshot.DeadQuery{Limit: math.MaxInt})
 		if err != nil {
 			return err
 		}
-		for _, e := range page {
-			id, err := tx.DeadID(e.Key)
-			if err != nil {
-				return err
-			}
-			dead = append(dead, DeadLetter{ID: id, Record: e.Record})
+		for _, u := range l.Undecodable {
+			err = errors.Join(err, fmt.Errorf("undecodable dead letter %+v", u))
 		}
-		return nil
+		for _, e := range l.Page {
+			if e.IDErr != nil {
+				err = errors.Join(err, fmt.Errorf("dead letter %d: %w", e.Key, e.IDErr))
+			}
+		}
+		dead = l.Page
+		return err
 	})
 	return dead
 }
@@ -239,8 +242,8 @@ func Dead(t testing.TB, path string) []DeadLetter {
 func Delayed(t testing.TB, path string) []snapshot.DelayedEntry {
 	t.Helper()
 	var delayed []snapshot.DelayedEntry
-	view(t, path, "read the delayed records", func(tx *store.Tx) (err error) {
-		delayed, err = tx.ListDelayed(nil, 0)
+	view(t, path, "read the delayed records", func(st *snapshot.State) (err error) {
+		delayed, err = st.ListDelayed(nil, 0)
 		return err
 	})
 	return delayed
@@ -251,14 +254,11 @@ func Delayed(t testing.TB, path string) []snapshot.DelayedEntry {
 func Parked(t testing.TB, path, class string, key []byte) []snapshot.ParkedEntry {
 	t.Helper()
 	var parked []snapshot.ParkedEntry
-	view(t, path, "read the parked records", func(tx *store.Tx) error {
-		var bad []*store.DecodeError
+	view(t, path, "read the parked records", func(st *snapshot.State) error {
+		var bad []*snapshot.DecodeError
 		var err error
-		parked, bad, err = tx.Parked(class, key)
-		for _, b := range bad {
-			err = errors.Join(err, b)
-		}
-		return err
+		parked, bad, err = st.Parked(class, key)
+		return decodeErrs(err, bad)
 	})
 	return parked
 }
@@ -268,8 +268,8 @@ func Parked(t testing.TB, path, class string, key []byte) []snapshot.ParkedEntry
 func Quarantined(t testing.TB, path string) []snapshot.Quarantined {
 	t.Helper()
 	var q []snapshot.Quarantined
-	view(t, path, "read the quarantine", func(tx *store.Tx) (err error) {
-		q, err = tx.Quarantined()
+	view(t, path, "read the quarantine", func(st *snapshot.State) (err error) {
+		q, err = st.Quarantined()
 		return err
 	})
 	return q
@@ -279,8 +279,8 @@ func Quarantined(t testing.TB, path string) []snapshot.Quarantined {
 func Pauses(t testing.TB, path string) map[string]snapshot.Pause {
 	t.Helper()
 	var pauses map[string]snapshot.Pause
-	view(t, path, "read the pauses", func(tx *store.Tx) (err error) {
-		pauses, err = tx.Pauses()
+	view(t, path, "read the pauses", func(st *snapshot.State) (err error) {
+		pauses, err = st.Pauses()
 		return err
 	})
 	return pauses
@@ -290,13 +290,9 @@ func Pauses(t testing.TB, path string) map[string]snapshot.Pause {
 // that last started on it; "" for what the file does not name.
 func Owner(t testing.TB, path string) (group, instance string) {
 	t.Helper()
-	view(t, path, "read the owner", func(tx *store.Tx) error {
-		g, _, err := tx.Meta(store.MetaGroup)
-		if err != nil {
-			return err
-		}
-		i, _, err := tx.Meta(store.MetaInstance)
-		group, instance = string(g), string(i)
+	view(t, path, "read the owner", func(st *snapshot.State) error {
+		fi, err := st.FileInfo()
+		group, instance = fi.Group, fi.Instance
 		return err
 	})
 	return group, instance
