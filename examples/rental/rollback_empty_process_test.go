@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/handoff-go/handoff/internal/rental"
 )
 
 // TestProcessRollbackEmptyDisk: a rollback by one version as a
@@ -37,7 +41,12 @@ func TestProcessRollbackEmptyDisk(t *testing.T) {
 	}
 
 	s := startService(t, newer, args("pod-newer", "20ms")...)
+	// Every class busy before the stop, not only the first restored:
+	// under load the instant heartbeats wrote 200 lines before the other
+	// classes' partitions were restored, and the stop found nothing to
+	// save (1 run of a loaded full suite).
 	waitLines(t, effects, 200, s)
+	waitEveryTopic(t, effects, 20, s)
 	s.stopOK(t, "this version, stopped under load")
 	saved := s.report(t).Snapshotted
 	if saved == 0 {
@@ -98,4 +107,39 @@ func TestProcessUpgradeSameDisk(t *testing.T) {
 	seen, lines := readEffects(t, effects)
 	t.Logf("after the upgrade from %s: produced %d, handled %d unique, %d lines (duplicates %d), lost %d",
 		prev.commit, len(keys), len(seen), lines, lines-len(seen), lostOf(seen, nil, keys))
+}
+
+// waitEveryTopic waits until the effects file at path has at least n
+// lines of each of rental's topics, failing if s exits first.
+func waitEveryTopic(t *testing.T, path string, n int, s *service) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		b, err := os.ReadFile(path)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		per := map[string]int{}
+		for line := range strings.Lines(string(b)) {
+			if topic, _, ok := strings.Cut(line, " "); ok {
+				per[topic]++
+			}
+		}
+		low := false
+		for _, topic := range rental.Topics() {
+			low = low || per[topic] < n
+		}
+		if !low {
+			return
+		}
+		select {
+		case <-s.done:
+			t.Fatalf("service exited early\nstderr:\n%s", s.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("effects file has %v lines per topic, want %d of each", per, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
