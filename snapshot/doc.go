@@ -11,7 +11,7 @@
 // [Open] is the one way to open a state file: for the runtime, for the
 // CLI read-only or offline ([Options.ReadOnly]), and for tests. It blocks
 // up to [Options.LockTimeout] while another process holds the file
-// (zero: wait for as long as it takes). A [State] is one open file and is
+// (zero: 1s), then fails with [ErrLocked]. A [State] is one open file and is
 // safe for concurrent use; every read and write is one call of one of
 // its methods and one transaction, so a caller never sees, and never
 // writes, half of an operation. A write blocks for the file's fsync and,

@@ -19,8 +19,8 @@ type State struct {
 
 // Open opens (creating it if needed) the state file at path: for the
 // runtime, and read-only (opts.ReadOnly) for the CLI. It blocks up to
-// opts.LockTimeout while another process holds the file (zero: wait
-// forever, as bbolt does).
+// opts.LockTimeout while another process holds the file (zero: 1s),
+// then fails with an error wrapping ErrLocked.
 func Open(path string, opts Options) (*State, error) {
 	st, err := store.Open(path, opts)
 	if err != nil {
