@@ -120,9 +120,9 @@ const (
 	// opFresh is how long another owner's running status counts in the
 	// rate shares after this instance last received one.
 	opFresh = 3 * opHeartbeat
-	// opStartGrace is how long after an instance first sees a request
-	// it counts the IDs nobody reports on yet in its rate share (the
-	// other owners' first statuses are on their way).
+	// opStartGrace is how long after its start an operation nobody has
+	// reported on shows as running (the owners' first statuses are on
+	// their way), besides opSettle.
 	opStartGrace = 3 * time.Second
 	// opStartDelay is how long after it is asked a rate-limited
 	// operation begins (Request.StartAt), so that every owner, which
@@ -195,9 +195,6 @@ type opEntry struct {
 	// instance received each.
 	statuses map[string]deadop.Status
 	seen     map[string]time.Time
-	// first is when this instance first saw the request.
-	first time.Time
-
 	// This instance's part: working while a worker runs; stop ends it;
 	// scanned is the ownership generation at which its last worker
 	// found nothing left to do (-1: none yet); acted the IDs its workers
@@ -316,7 +313,7 @@ func (o *deadOps) apply(rec deadop.Record) {
 			return
 		}
 		o.ops[rec.Op] = &opEntry{req: rec.Request, statuses: map[string]deadop.Status{}, seen: map[string]time.Time{},
-			first: time.Now(), scanned: -1, acted: map[string]bool{}}
+			scanned: -1, acted: map[string]bool{}}
 		o.trim()
 		o.poke()
 	case deadop.KindCancel:
@@ -700,7 +697,8 @@ func (o *deadOps) work(ctx context.Context, id string, e *opEntry, gen int64) {
 		return
 	}
 	st.Instance, st.State, st.Left, st.Err = self, deadop.Running, len(todo), ""
-	r.log.Info("dead-letter operation: this instance's part started", "op", id, "action", req.Action, "count", len(todo), "who", req.Who, "via", req.Via)
+	r.log.Info("dead-letter operation: this instance's part started", "op", id, "instance", self, "action", req.Action, "count", len(todo),
+		"done_before", st.Done, "who", req.Who, "via", req.Via)
 	lim := rate.NewLimiter(rate.Inf, 1)
 	if req.Rate > 0 {
 		st.Rate = float64(o.share(e, st))
@@ -777,7 +775,7 @@ func (o *deadOps) work(ctx context.Context, id string, e *opEntry, gen int64) {
 			r.log.Warn("dead-letter operation: act failed", "op", id, "action", req.Action, "key", t.key, "err", err)
 		}
 		if req.Action == deadop.Requeue && len(again) > 64 {
-			again = o.failedAgain(req, again, ps)
+			again = o.failedAgain(req, again, e.acted, ps)
 		}
 	}
 	canceled := o.isCanceled(e)
@@ -786,7 +784,7 @@ func (o *deadOps) work(ctx context.Context, id string, e *opEntry, gen int64) {
 		// failed again.
 		deadline := time.Now().Add(opSettle)
 		for len(again) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
-			if again = o.failedAgain(req, again, ps); len(again) == 0 {
+			if again = o.failedAgain(req, again, e.acted, ps); len(again) == 0 {
 				break
 			}
 			select {
@@ -815,7 +813,7 @@ func (o *deadOps) work(ctx context.Context, id string, e *opEntry, gen int64) {
 	}
 	o.writeStatus(fctx, req, st)
 	cancel()
-	r.log.Info("dead-letter operation: this instance's part ended", "op", id, "action", req.Action, "state", st.State,
+	r.log.Info("dead-letter operation: this instance's part ended", "op", id, "instance", self, "action", req.Action, "state", st.State,
 		"done", st.Done, "failed", st.Failed, "failed_again", st.FailedAgain, "skipped", st.Skipped, "stopped", stopped)
 }
 
@@ -873,26 +871,40 @@ func (o *deadOps) isCanceled(e *opEntry) bool {
 }
 
 // failedAgain counts in ps those of keys (requeued here by req) that
-// are dead letters again since, and returns the ones still running.
-func (o *deadOps) failedAgain(req *deadop.Request, keys []string, ps *partStatus) []string {
-	recs, err := o.r.state.deadByIDs(keys)
+// are dead letters again since, and returns the ones still running. One
+// that is a dead letter as it was and no longer claimed by its requeue
+// was given back unstarted (its partition was revoked, or the stop took
+// it out of its pool): it is counted done no more and leaves acted, so
+// that its owner, this instance too if it owns the partition again,
+// requeues it.
+func (o *deadOps) failedAgain(req *deadop.Request, keys []string, acted map[string]bool, ps *partStatus) []string {
+	// The claims first: a requeue that ends deletes (or updates) its
+	// record before it lets go of its claim.
+	claimed := map[uint64]bool{}
+	for _, k := range o.r.fail.requeues.claimed() {
+		claimed[k] = true
+	}
+	locals, recs, err := o.r.state.deadByIDs(keys)
 	if err != nil {
 		return keys // looked at again at the next turn
 	}
 	left := keys[:0]
-	n := 0
+	again, back := 0, 0
 	for i, k := range keys {
 		rec := recs[i]
 		switch {
 		case rec == nil: // handled: its record is gone
 		case rec.SavedAt.After(req.At):
-			n++
+			again++
+		case !claimed[locals[i]]:
+			back++
+			delete(acted, k)
 		default:
 			left = append(left, k)
 		}
 	}
-	if n > 0 {
-		ps.update(func(st *deadop.Status) { st.FailedAgain += n })
+	if again > 0 || back > 0 {
+		ps.update(func(st *deadop.Status) { st.FailedAgain += again; st.Done -= back })
 	}
 	return left
 }
@@ -952,7 +964,7 @@ func (o *deadOps) writeStatus(ctx context.Context, req *deadop.Request, st deado
 // that are dead letters here, failed no later than req.At and are not in
 // acted, in req's order (oldest first).
 func (o *deadOps) scan(req *deadop.Request, acted map[string]bool) ([]opTask, error) {
-	recs, err := o.r.state.deadByIDs(req.IDs)
+	_, recs, err := o.r.state.deadByIDs(req.IDs)
 	if err != nil {
 		return nil, err
 	}
@@ -974,7 +986,7 @@ func (o *deadOps) scan(req *deadop.Request, acted map[string]bool) ([]opTask, er
 // req. (The act checks again under its claim; this spares a token and
 // the act's search of the changelogs for one that moved.)
 func (o *deadOps) stillToDo(req *deadop.Request, key string) bool {
-	recs, err := o.r.state.deadByIDs([]string{key})
+	_, recs, err := o.r.state.deadByIDs([]string{key})
 	if err != nil {
 		return true // the act says what failed
 	}
@@ -1021,9 +1033,11 @@ func actionIndex(action string) int {
 	return 0
 }
 
-// deadByIDs returns the dead letter records of ids in this file, in
-// ids' order, nil for an ID that is not here (or not an ID), in one read.
-func (f *stateFile) deadByIDs(ids []string) ([]*snapshot.Record, error) {
+// deadByIDs returns the keys in this file and the records of the dead
+// letters ids, in ids' order (0 and nil for an ID that is not here, or
+// not an ID), in one read.
+func (f *stateFile) deadByIDs(ids []string) ([]uint64, []*snapshot.Record, error) {
+	locals := make([]uint64, len(ids))
 	out := make([]*snapshot.Record, len(ids))
 	err := f.store.View(func(tx *snapshot.Tx) error {
 		for i, s := range ids {
@@ -1043,12 +1057,12 @@ func (f *stateFile) deadByIDs(ids []string) ([]*snapshot.Record, error) {
 				return err
 			}
 			if ok {
-				out[i] = &rec
+				locals[i], out[i] = local, &rec
 			}
 		}
 		return nil
 	})
-	return out, err
+	return locals, out, err
 }
 
 // viaOwner carries out a single requeue or discard of key, a dead letter

@@ -72,9 +72,13 @@ type node struct {
 	wait       func() (*Report, error)
 }
 
-func (b *bundle) startNode(n *node, h handoff.HandlerFunc) {
+func (b *bundle) startNode(n *node, h handoff.HandlerFunc, mods ...func(*Class)) {
 	b.t.Helper()
-	cfg := b.config(h, nil)
+	cfg := b.config(h, func(c *Class) {
+		for _, mod := range mods {
+			mod(c)
+		}
+	})
 	cfg.Instance, cfg.StatePath = n.name, n.path
 	rt, err := newRuntime(cfg)
 	if err != nil {
@@ -87,10 +91,20 @@ func (b *bundle) startNode(n *node, h handoff.HandlerFunc) {
 // waits until each owns a partition.
 func startNodes(t *testing.T, b *bundle, h handoff.HandlerFunc, names ...string) []*node {
 	t.Helper()
+	return startNodesWith(t, b, h, nil, names...)
+}
+
+// startNodesWith is startNodes with mod applied to each class.
+func startNodesWith(t *testing.T, b *bundle, h handoff.HandlerFunc, mod func(*Class), names ...string) []*node {
+	t.Helper()
 	var nodes []*node
 	for _, name := range names {
 		n := &node{name: name, path: filepath.Join(t.TempDir(), name+".db")}
-		b.startNode(n, h)
+		if mod != nil {
+			b.startNode(n, h, mod)
+		} else {
+			b.startNode(n, h)
+		}
 		nodes = append(nodes, n)
 		t.Cleanup(func() {
 			if n.rt != nil {
@@ -429,7 +443,10 @@ func TestDeadOpsLocal(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 2, "orders")
 	h := newOpsHandler()
-	cfg := b.config(h.handle, nil)
+	// One worker: the three fail in the order they were produced, the
+	// order of their last failures that the operations take the oldest
+	// by.
+	cfg := b.config(h.handle, func(c *Class) { c.Workers = 1 })
 	cfg.LocalStateOnly = true
 	cfg.Instance = "solo"
 	rt, wait := startNew(t, cfg)
@@ -567,14 +584,16 @@ func TestDeadOpsOwnerSilent(t *testing.T) {
 
 // TestRequeuedDeadLetterRevokedRunsOnce: a requeued dead letter still
 // running when its partition moves to another instance runs once: the
-// revocation waits for it (as for a running Kafka message, up to
+// revocation waits for it (as for a running Kafka message, up to half of
 // RevokeTimeout), so its record's delete reaches the changelog before
 // the next owner restores the partition, and that owner's part of the
-// operation finds it gone instead of requeueing it again. One queued
-// and not started leaves the pool at the revocation, its record kept,
-// for the next owner to requeue.
+// operation finds it gone instead of requeueing it again. Those queued
+// and not started leave the pool at the revocation, their records kept:
+// the operation counts them done no more and the next owner requeues
+// them, once.
 func TestRequeuedDeadLetterRevokedRunsOnce(t *testing.T) {
 	t.Parallel()
+	const perPart = 3
 	b := setup(t, 2, "orders")
 	var fixed atomic.Bool
 	var mu sync.Mutex
@@ -587,26 +606,31 @@ func TestRequeuedDeadLetterRevokedRunsOnce(t *testing.T) {
 		if !fixed.Load() {
 			return handoff.Permanent(errors.New("dependency down"))
 		}
-		time.Sleep(1500 * time.Millisecond) // the slow dependency: the requeued messages run across the rebalance
+		time.Sleep(400 * time.Millisecond) // the slow dependency: the requeued messages run across the rebalance
 		return nil
 	}
-	nodes := startNodes(t, b, handler, "a")
+	oneWorker := func(c *Class) { c.Workers = 1 }
+	nodes := startNodesWith(t, b, handler, oneWorker, "a")
 	a := nodes[0].rt
-	produceOn(b, 2, "poison", 1)
-	waitFor(t, "two dead letters", func() bool { return groupCount(t, a, DeadFilter{}) == 2 })
+	produceOn(b, 2, "poison", perPart)
+	waitFor(t, "the dead letters", func() bool { return groupCount(t, a, DeadFilter{}) == 2*perPart })
 	fixed.Store(true)
 	ctx := context.Background()
 	op, err := a.StartDeadOp(ctx, DeadOp{Action: deadop.Requeue, Who: "tester"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "both requeued and running", func() bool {
+	waitFor(t, "all requeued, one running", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return calls["poison-p0-0"] == 2 && calls["poison-p1-0"] == 2
+		n := 0
+		for _, c := range calls {
+			n += c
+		}
+		return n == 2*perPart+1
 	})
 	nb := &node{name: "b", path: filepath.Join(t.TempDir(), "b.db")}
-	b.startNode(nb, handler)
+	b.startNode(nb, handler, oneWorker)
 	t.Cleanup(func() { nb.rt.Shutdown(context.Background()); nb.wait() })
 	waitFor(t, "b owning a partition, its part looked for since", func() bool {
 		if !nb.rt.Ready() || len(ownedPartitions(nb.rt)) != 1 {
@@ -619,11 +643,19 @@ func TestRequeuedDeadLetterRevokedRunsOnce(t *testing.T) {
 		return e != nil && !e.working && e.scanned == nb.rt.clog.ownGen.Load()
 	})
 	waitFor(t, "no dead letters left", func() bool { return groupCount(t, nb.rt, DeadFilter{}) == 0 })
+	var st DeadOpStatus
+	waitFor(t, "the operation done, seen from b", func() bool {
+		st, err = nb.rt.DeadOpStatus(ctx, op.ID)
+		return err == nil && st.State == DeadOpDone && st.Unreported == 0
+	})
+	if st.Done != 2*perPart {
+		t.Errorf("the owners report %d requeued, want %d: %+v", st.Done, 2*perPart, st.Owners)
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	for _, v := range []string{"poison-p0-0", "poison-p1-0"} {
-		if calls[v] != 2 {
-			t.Errorf("%s called %d times, want 2 (its failure, its requeue)", v, calls[v])
+	for v, n := range calls {
+		if n != 2 {
+			t.Errorf("%s called %d times, want 2 (its failure, its requeue)", v, n)
 		}
 	}
 }
