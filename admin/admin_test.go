@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -167,8 +169,10 @@ func (b *bundle) deadLetters() []runtime.DeadLetter {
 }
 
 // poison makes n dead letters in class (values poison-0 ...) and returns
-// their keys in the order they were saved: the order their handlers
-// failed, which with several workers is not always submit order.
+// their keys in the order GET /api/dead lists them (the group's
+// listing): by their last failure, then by key. With several workers
+// that is not always submit order, nor the order they were saved in
+// (a handler that failed first may be saved second).
 func (b *bundle) poison(class string, n int) []string {
 	b.t.Helper()
 	before := len(b.deadLetters())
@@ -176,8 +180,12 @@ func (b *bundle) poison(class string, n int) []string {
 		b.submit(class, fmt.Sprintf("key-%d", i), fmt.Sprintf("poison-%d", i))
 	}
 	waitFor(b.t, "dead letters", func() bool { return len(b.deadLetters()) == before+n })
+	dls := b.deadLetters()[before:] // new ones have higher keys in the file
+	slices.SortFunc(dls, func(x, y runtime.DeadLetter) int {
+		return cmp.Or(x.LastFailed.Compare(y.LastFailed), cmp.Compare(x.Key, y.Key))
+	})
 	var keys []string
-	for _, dl := range b.deadLetters()[before:] {
+	for _, dl := range dls {
 		keys = append(keys, dl.Key)
 	}
 	return keys
