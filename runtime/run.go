@@ -259,6 +259,11 @@ func (s *runState) start() error {
 	}
 	if r.hasShare() && runCtx.Err() == nil {
 		if err := r.shareStart(runCtx, fetchCtx); err != nil { // share.go
+			if runCtx.Err() != nil {
+				// A stop asked while a share class joined ended its
+				// requests: a stop, not a failed start (exit 2).
+				return nil
+			}
 			return err
 		}
 	}
