@@ -338,6 +338,7 @@ func (g *generation) remove(ps []kclient.Partition, lost bool) {
 	// a key that came up to run in between would find it unblocked and
 	// run ahead of the key's parked messages.
 	first := g.giveBack(gone)
+	g.k.revoked.Add(int64(first))
 	if g.cfg.revokedFunc != nil {
 		for _, tr := range gone {
 			g.cfg.revokedFunc(tr.partitionName())
