@@ -925,6 +925,9 @@ func (d *deployment) explainInversions(topic string, began time.Time) {
 					mention = append(mention, strings.TrimSpace(l))
 				}
 			}
+			if len(hist) == 0 && len(mention) == 0 {
+				continue // never had the partition
+			}
 			if len(mention) > 40 {
 				mention = append(mention[:40], fmt.Sprintf("... %d more", len(mention)-40))
 			}
