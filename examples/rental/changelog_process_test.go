@@ -845,8 +845,8 @@ func stoppedWell(t *testing.T, name string, code int, stderr string) bool {
 	return false
 }
 
-// explainInversions logs, for each per-key order inversion of topic in
-// the effects file, the key, the offsets involved with their line
+// explainInversions logs, for the first three per-key order inversions
+// of topic in the effects file, the key, the offsets involved with their line
 // numbers and when the tail first saw them, and what every pod's stderr
 // says about that partition (its group events) and that key, so that a
 // failure says which instances handled what around it.
