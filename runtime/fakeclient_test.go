@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -467,4 +468,59 @@ func TestStopLeaveHangs(t *testing.T) {
 	close(f.unhang) // the test's cleanup: the close left behind ends
 	<-f.closed
 	t.Logf("stop took %s", took)
+}
+
+// TestRevokeGivesBackBeforeKeysGo checks the order of a revocation's
+// steps: the revoked partition's unstarted Kafka messages leave the pools
+// (giveBackFunc) before its records stop being used here (revokedFunc,
+// which drops the ordered classes' keys its dead letters block). In the
+// other order a queued message of a key blocked by a dead letter of the
+// partition comes up to run in between, finds its key no longer blocked
+// and runs ahead of the key's parked messages (a per-key order inversion
+// seen in examples/rental's TestProcessDeployEmptyDisks under load).
+func TestRevokeGivesBackBeforeKeysGo(t *testing.T) {
+	t.Parallel()
+	const n = 20
+	f := newFakeClient(1, n, n)
+	f.cooperative = true
+	var joined atomic.Bool
+	var mu sync.Mutex
+	var steps []string
+	note := func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		steps = append(steps, s)
+	}
+	cfg := fakeConsumerConfig(f, &joined, func(mine func(*tracker) bool) int {
+		note("give back")
+		return 0
+	})
+	cfg.revokedFunc = func(p kclient.Partition) { note("revoked " + p.String()) }
+	k := newConsumer(cfg)
+	if err := k.open(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() {
+		cancel()
+		k.wait()
+		k.close(time.Now().Add(time.Second))
+	}()
+	if err := k.join(ctx, []string{"orders"}); err != nil {
+		t.Fatal(err)
+	}
+	p0 := kclient.Partition{Topic: "orders", Partition: 0}
+	f.keeper.Assign(3, []kclient.Assigned{{Partition: p0, Offset: 0}})
+	waitFor(t, "the partition committed to its end", func() bool {
+		c, _ := f.commitsMade()
+		return c[p0] == n
+	})
+	f.keeper.Revoke([]kclient.Partition{p0}, false)
+	mu.Lock()
+	defer mu.Unlock()
+	first := slices.Index(steps, "give back")
+	rev := slices.Index(steps, "revoked "+p0.String())
+	if first < 0 || rev < 0 || first > rev {
+		t.Errorf("revocation steps %q: the unstarted messages must be given back before the partition's keys are dropped", steps)
+	}
 }

@@ -332,11 +332,20 @@ func (g *generation) remove(ps []kclient.Partition, lost bool) {
 	for _, tr := range gone {
 		<-g.parts[tr].done
 		delete(g.parts, tr)
-		if g.cfg.revokedFunc != nil {
+	}
+	// Their unstarted Kafka messages leave the pools before revokedFunc
+	// drops the keys their dead letters block: a queued message of such
+	// a key that came up to run in between would find it unblocked and
+	// run ahead of the key's parked messages.
+	first := g.giveBack(gone)
+	g.k.revoked.Add(int64(first))
+	if g.cfg.revokedFunc != nil {
+		for _, tr := range gone {
 			g.cfg.revokedFunc(tr.partitionName())
 		}
 	}
 	given, left := g.revoke(gone)
+	given += first
 	if !lost {
 		if err := g.commit(); err != nil {
 			g.cfg.metrics.commitFailed()
@@ -389,6 +398,19 @@ func partList(names []string) string {
 	return strings.Join(names, ",")
 }
 
+// giveBack takes the unstarted and backing-off Kafka messages of trs
+// out of the pools and gives them back; it returns how many.
+func (g *generation) giveBack(trs []*tracker) int {
+	if len(trs) == 0 {
+		return 0
+	}
+	mine := make(map[*tracker]bool, len(trs))
+	for _, tr := range trs {
+		mine[tr] = true
+	}
+	return g.cfg.giveBackFunc(func(tr *tracker) bool { return mine[tr] })
+}
+
 // revoke is the end of partitions trs at a rebalance: it takes their
 // unstarted and backing-off Kafka messages out of the pools and gives
 // them back (unsettled: the commit stops before them and the partition's
@@ -400,11 +422,7 @@ func (g *generation) revoke(trs []*tracker) (given, left int) {
 	if len(trs) == 0 {
 		return 0, 0
 	}
-	mine := make(map[*tracker]bool, len(trs))
-	for _, tr := range trs {
-		mine[tr] = true
-	}
-	take := func() { given += g.cfg.giveBackFunc(func(tr *tracker) bool { return mine[tr] }) }
+	take := func() { given += g.giveBack(trs) }
 	inFlight := func() int {
 		n := 0
 		for _, tr := range trs {

@@ -133,6 +133,9 @@ func deployEmptyDisks(t *testing.T, bin string, localOnly bool) deployResult {
 	if acc.lost > 0 {
 		t.Logf("lost records (topic/partition/offset key), first %d: %s", len(acc.lostSample), strings.Join(acc.lostSample, ", "))
 	}
+	if res.inversions > 0 {
+		d.explainInversions(rental.TopicOrders, began)
+	}
 	t.Logf("local-state-only %v: produced %d (%d delayed by their header), handled %d unique, dead letters %d, parked %d, still delayed %d, lost %d (%s); duplicates %d, order inversions (orders) %d, delayed handled early %d; took %s",
 		localOnly, len(produced), countDelayed(produced), acc.handled, acc.dead, acc.parked, acc.delayed, acc.lost, res.lostBy,
 		st.lines-st.unique, res.inversions, early, time.Since(began).Round(100*time.Millisecond))
@@ -303,6 +306,7 @@ type deployment struct {
 	effects string
 	tail    *effectsTail
 	pods    [3]*pod
+	all     []*pod // every pod started, in order, for explaining a failure
 	started int    // pods started, for their names
 	token   string // the admin token file every pod reads
 }
@@ -385,6 +389,7 @@ func (d *deployment) start(i int, more ...string) {
 	args = append(args, more...)
 	s := startService(t, d.bin, args...)
 	d.pods[i] = &pod{name: name, s: s, admin: "http://" + s.adminAddr(t)}
+	d.all = append(d.all, d.pods[i])
 }
 
 // startAllAndProduce starts the three pods, waits for each one's first
@@ -838,4 +843,99 @@ func stoppedWell(t *testing.T, name string, code int, stderr string) bool {
 		return true
 	}
 	return false
+}
+
+// explainInversions logs, for the first three per-key order inversions
+// of topic in the effects file, the key, the offsets involved with their line
+// numbers and when the tail first saw them, and what every pod's stderr
+// says about that partition (its group events) and that key, so that a
+// failure says which instances handled what around it.
+func (d *deployment) explainInversions(topic string, began time.Time) {
+	t := d.t
+	b, err := os.ReadFile(d.effects)
+	if err != nil {
+		t.Errorf("explain inversions: %v", err)
+		return
+	}
+	type seenAt struct {
+		off  int64
+		line int
+	}
+	maxOff := map[string]seenAt{}
+	first := map[string]int{} // topic/partition/offset: first line
+	lines := effectLines(b)
+	explained := 0
+	seenTime := func(id string) string {
+		d.tail.mu.Lock()
+		defer d.tail.mu.Unlock()
+		if at, ok := d.tail.seen[id]; ok {
+			return at.Sub(began).Round(time.Millisecond).String()
+		}
+		return "?"
+	}
+	for n, line := range lines {
+		f := strings.Fields(line)
+		if len(f) != 4 || f[0] != topic {
+			continue
+		}
+		id := f[0] + "/" + f[1] + "/" + f[2]
+		if _, ok := first[id]; ok {
+			continue
+		}
+		first[id] = n + 1
+		var off int64
+		fmt.Sscan(f[2], &off)
+		k := f[0] + "/" + f[3]
+		m, ok := maxOff[k]
+		if !ok || off > m.off {
+			maxOff[k] = seenAt{off, n + 1}
+			continue
+		}
+		if explained++; explained > 3 {
+			continue // one record that ran early inverts every later one of its key: the first say it
+		}
+		var all []string
+		for j, l := range lines {
+			g := strings.Fields(l)
+			if len(g) == 4 && g[0] == topic && g[3] == f[3] {
+				all = append(all, fmt.Sprintf("#%d@%s", j+1, g[2]))
+			}
+		}
+		t.Logf("inversion: %s key %s partition %s: offset %d first handled at line %d (seen %s), after offset %d at line %d (seen %s); the key's lines (line@offset): %s",
+			topic, f[3], f[1], off, n+1, seenTime(id), m.off, m.line, seenTime(topic+"/"+f[1]+"/"+fmt.Sprint(m.off)), strings.Join(all, " "))
+		part := topic + "/" + f[1]
+		for _, p := range d.all {
+			text := p.s.stderrText()
+			evs, _ := parseGroupEvents(text)
+			var hist []string
+			for _, ev := range evs {
+				if slices.Contains(ev.partitions, part) {
+					what := "assigned"
+					if ev.revoked {
+						what = "revoked"
+						if ev.lost {
+							what = "lost"
+						}
+					}
+					hist = append(hist, fmt.Sprintf("%s %s gen %d", ev.at.Sub(began).Round(time.Millisecond), what, ev.generation))
+				}
+			}
+			var mention []string
+			for l := range strings.Lines(text) {
+				if strings.Contains(l, "partitions assigned") || strings.Contains(l, "partitions revoked") {
+					continue
+				}
+				if strings.Contains(l, f[3]) || strings.Contains(l, topic+"/"+f[1]) || strings.Contains(l, "partition="+f[1]) {
+					mention = append(mention, strings.TrimSpace(l))
+				}
+			}
+			if len(hist) == 0 && len(mention) == 0 {
+				continue // never had the partition
+			}
+			if len(mention) > 40 {
+				mention = append(mention[:40], fmt.Sprintf("... %d more", len(mention)-40))
+			}
+			t.Logf("  %s: %s: %s\n    %s", p.name, part, strings.Join(hist, "; "), strings.Join(mention, "\n    "))
+		}
+	}
 }
