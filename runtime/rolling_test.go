@@ -94,7 +94,12 @@ func testRollingDeploy(t *testing.T, proto GroupProtocol, policy StopPolicy, loc
 	}
 
 	// Produce steadily in the background.
+	// The producer ends with the test: a test that fails before it is
+	// done must not have it report into a finished test (a panic that
+	// took the package's other results with it, once under load).
+	produceCtx, stopProducing := context.WithCancel(context.Background())
 	produced := make(chan struct{})
+	t.Cleanup(func() { stopProducing(); <-produced })
 	go func() {
 		defer close(produced)
 		w := devbroker.NewWriter(b.broker.Addrs())
@@ -105,11 +110,17 @@ func testRollingDeploy(t *testing.T, proto GroupProtocol, policy StopPolicy, loc
 				n := batch*100 + i
 				msgs = append(msgs, kafka.Message{Topic: "orders", Key: fmt.Appendf(nil, "key-%d", n%keys), Value: fmt.Appendf(nil, "%d", n)})
 			}
-			if err := w.WriteMessages(context.Background(), msgs...); err != nil {
-				t.Error(err)
+			if err := w.WriteMessages(produceCtx, msgs...); err != nil {
+				if produceCtx.Err() == nil {
+					t.Error(err)
+				}
 				return
 			}
-			time.Sleep(20 * time.Millisecond) // paces production across the deploy
+			select { // paces production across the deploy
+			case <-produceCtx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
 	}()
 
