@@ -364,18 +364,28 @@ func (h *handler) uiDiscard(w http.ResponseWriter, r *http.Request) {
 	h.uiAction(w, r, "discarded", func(ctx context.Context, key string) error { return h.discard(ctx, key) })
 }
 
-// uiAction runs a dashboard button's action when the session allows it
-// and sends the browser back to the dashboard with the outcome.
-func (h *handler) uiAction(w http.ResponseWriter, r *http.Request, done string, act func(context.Context, string) error) {
+// uiAllowed reports whether a dashboard button's post may act: from this
+// origin, with an admin token configured and the session logged in.
+// When it may not, it has answered: the browser is sent back with why.
+func (h *handler) uiAllowed(w http.ResponseWriter, r *http.Request) bool {
 	if !h.sameOrigin(w, r) {
-		return
+		return false
 	}
 	switch {
 	case len(h.token) == 0:
 		h.back(w, r, "no-token", "")
-		return
+		return false
 	case !h.loggedIn(r):
 		h.back(w, r, "login-first", "")
+		return false
+	}
+	return true
+}
+
+// uiAction runs a dashboard button's action when the session allows it
+// and sends the browser back to the dashboard with the outcome.
+func (h *handler) uiAction(w http.ResponseWriter, r *http.Request, done string, act func(context.Context, string) error) {
+	if !h.uiAllowed(w, r) {
 		return
 	}
 	key := r.PathValue("key")
@@ -426,15 +436,7 @@ func (h *handler) uiBulkDiscard(w http.ResponseWriter, r *http.Request) {
 // rate, limit and, for a discard, confirm) when the session allows it,
 // and sends the browser back to the search with the operation shown.
 func (h *handler) uiBulk(w http.ResponseWriter, r *http.Request, action string) {
-	if !h.sameOrigin(w, r) {
-		return
-	}
-	switch {
-	case len(h.token) == 0:
-		h.back(w, r, "no-token", "")
-		return
-	case !h.loggedIn(r):
-		h.back(w, r, "login-first", "")
+	if !h.uiAllowed(w, r) {
 		return
 	}
 	if !h.parseForm(w, r) {
@@ -474,15 +476,7 @@ func (h *handler) uiBulk(w http.ResponseWriter, r *http.Request, action string) 
 
 // uiOpCancel cancels an operation from the dashboard and shows it.
 func (h *handler) uiOpCancel(w http.ResponseWriter, r *http.Request) {
-	if !h.sameOrigin(w, r) {
-		return
-	}
-	switch {
-	case len(h.token) == 0:
-		h.back(w, r, "no-token", "")
-		return
-	case !h.loggedIn(r):
-		h.back(w, r, "login-first", "")
+	if !h.uiAllowed(w, r) {
 		return
 	}
 	id := r.PathValue("id")

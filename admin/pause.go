@@ -135,15 +135,7 @@ func (h *handler) uiResume(w http.ResponseWriter, r *http.Request) {
 // uiClassAction runs a class button's action when the session allows it
 // and sends the browser back to the dashboard with the outcome.
 func (h *handler) uiClassAction(w http.ResponseWriter, r *http.Request, done string, act func(name string) error) {
-	if !h.sameOrigin(w, r) {
-		return
-	}
-	switch {
-	case len(h.token) == 0:
-		h.back(w, r, "no-token", "")
-		return
-	case !h.loggedIn(r):
-		h.back(w, r, "login-first", "")
+	if !h.uiAllowed(w, r) {
 		return
 	}
 	if !h.parseForm(w, r) {
