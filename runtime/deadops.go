@@ -123,12 +123,12 @@ const (
 	// opStartGrace is how long after its start an operation nobody has
 	// reported on shows as running (the owners' first statuses are on
 	// their way), besides opSettle.
-	opStartGrace = 3 * time.Second
+	opStartGrace = deadop.StartGrace
 	// opStartDelay is how long after it is asked a rate-limited
 	// operation begins (Request.StartAt), so that every owner, which
 	// follows the meta topic every followInterval, begins with the
-	// others.
-	opStartDelay = followInterval + 500*time.Millisecond
+	// others; the CLI's requests wait as long.
+	opStartDelay = deadop.StartDelay
 	// An operation forgotten (past opKeep), over and older than
 	// opPruneAge has its records deleted from the meta topic by the
 	// next StartDeadOp, opPruneBatch records a call; at most opPruneMax
@@ -144,7 +144,7 @@ const (
 	// opSettle bounds how long an owner waits, after its last requeue,
 	// for the requeued messages to end, to count those that failed
 	// again.
-	opSettle = 10 * time.Second
+	opSettle = deadop.Settle
 	// opScanEvery is how often the table looks for work: a request not
 	// started here, or partitions that changed owner.
 	opScanEvery = followInterval

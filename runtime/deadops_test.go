@@ -772,3 +772,12 @@ func TestDeadOpsLastStatusAfterSlowWrite(t *testing.T) {
 		t.Errorf("status: %+v, %v; want done with 2 done", st, err)
 	}
 }
+
+// TestDeadOpStartDelayCoversFollow: a rate-limited request begins after
+// every owner has followed it (deadop.StartDelay, which the CLI's
+// requests use too, must exceed the follow's interval).
+func TestDeadOpStartDelayCoversFollow(t *testing.T) {
+	if opStartDelay <= followInterval {
+		t.Fatalf("deadop.StartDelay %s does not exceed followInterval %s", opStartDelay, followInterval)
+	}
+}

@@ -45,13 +45,6 @@ const defaultWait = 10 * time.Minute
 // sampleSize is how many dead letters a dry run prints.
 const sampleSize = 20
 
-// opStartDelay is how long after the request a rate-limited operation
-// begins (deadop.Request.StartAt), so that the owners, which follow the
-// meta topic about every second, begin together and the group goes at
-// the rate from the start: the runtime's own requests wait as long
-// (runtime opStartDelay).
-const opStartDelay = 1500 * time.Millisecond
-
 // deadOpOnlyFlagNames are the flags of the online form only, besides
 // the cluster and selection flags.
 var deadOpOnlyFlagNames = []string{"dry-run", "rate", "limit", "wait", "who", "yes"}
@@ -204,7 +197,7 @@ func runDeadOp(cmd *cobra.Command, action string, sel *deadSelection, f *deadOpF
 	req := &deadop.Request{ID: newOpID(), Action: action, Filter: opFilter(&filter, f.cluster.topics), Rate: f.rate,
 		Limit: f.limit, Who: who, Via: "cli", At: now}
 	if req.Rate > 0 {
-		req.StartAt = now.Add(opStartDelay)
+		req.StartAt = now.Add(deadop.StartDelay)
 	}
 	req.IDs = make([]string, len(dead))
 	for i := range dead {

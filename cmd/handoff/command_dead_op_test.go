@@ -254,8 +254,8 @@ func TestDeadOpRequest(t *testing.T) {
 	if d := time.Since(req.At); d < 0 || d > time.Minute {
 		t.Errorf("request at %v", req.At)
 	}
-	if d := req.StartAt.Sub(req.At); d != opStartDelay {
-		t.Errorf("rate-limited request starts %s after it was made, want %s", d, opStartDelay)
+	if d := req.StartAt.Sub(req.At); d != deadop.StartDelay {
+		t.Errorf("rate-limited request starts %s after it was made, want %s", d, deadop.StartDelay)
 	}
 	if !regexp.MustCompile(`^[0-9a-f]{16}$`).MatchString(req.ID) {
 		t.Errorf("operation ID %q", req.ID)
@@ -503,8 +503,8 @@ func TestDeadOpUnreported(t *testing.T) {
 	req := o.request(1)
 	o.status(req.ID, deadop.Status{Instance: "a", State: deadop.Done, Done: 3})
 	r := <-done
-	if took := time.Since(req.At); took < opReportGrace {
-		t.Errorf("over %s after the request, before the grace %s", took, opReportGrace)
+	if took := time.Since(req.At); took < deadop.ReportGrace {
+		t.Errorf("over %s after the request, before the grace %s", took, deadop.ReportGrace)
 	}
 	want := fmt.Sprintf("operation %s is over with 2 of its dead letters acted on by no owner", req.ID)
 	if r.code != exitFailure || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "done 3, failed again 0, left 2 of 5") {

@@ -102,15 +102,9 @@ func (o *metaOp) progress() deadop.Progress {
 	return deadop.Sum(o.Request, o.Cancel, o.statuses())
 }
 
-// opReportGrace is how long after an operation begins (the later of its
-// At and StartAt) every owner with something to do has reported on it:
-// the runtime's opSettle and opStartGrace, after which the runtime shows
-// an operation no owner is running as done.
-const opReportGrace = 13 * time.Second
-
 // over reports whether the operation is over at now, as the runtime
 // shows it: cancelled, or every dead letter it names reported on with no
-// owner running, or no owner running once opReportGrace has passed. In
+// owner running, or no owner running once deadop.ReportGrace has passed. In
 // the last case some may be unreported for good (Progress.Unreported):
 // an owner writes nothing about the IDs that were no longer its dead
 // letters when it looked, and nothing is written for those of a
@@ -129,7 +123,7 @@ func (o *metaOp) over(now time.Time) bool {
 	if o.Request.StartAt.After(begin) {
 		begin = o.Request.StartAt
 	}
-	return now.Sub(begin) >= opReportGrace
+	return now.Sub(begin) >= deadop.ReportGrace
 }
 
 // metaOps collects the operations' records of the meta topic, in the

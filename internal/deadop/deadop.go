@@ -123,6 +123,22 @@ type Status struct {
 	At   time.Time `json:"at"`
 }
 
+// Timing both writers of requests rely on. StartDelay is how long after
+// it is written a rate-limited request begins (Request.StartAt): owners
+// follow the meta topic about every second, so that they begin together
+// and the group goes at the rate from the start. An owner, after its last
+// requeue, waits at most Settle for the requeued messages to end (to count
+// those that failed again); a request nobody has reported on yet shows as
+// running for StartGrace besides Settle after it begins, since the
+// owners' first statuses are on their way. So by ReportGrace after a
+// request begins, every owner with something to do has reported on it.
+const (
+	StartDelay  = 1500 * time.Millisecond
+	Settle      = 10 * time.Second
+	StartGrace  = 3 * time.Second
+	ReportGrace = Settle + StartGrace
+)
+
 // Kinds of record (Parse's kind).
 const (
 	KindRequest = "request"
