@@ -2,13 +2,13 @@ package devbroker
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/handoff-go/handoff/internal/testio"
 )
 
 // TestDepartedStaticConsumerExpires: a static member of a
@@ -25,7 +25,7 @@ func TestDepartedStaticConsumerExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	alterConsumerTimers(t, b.Addrs(), session, 100*time.Millisecond)
+	testio.SetConsumerGroupTimers(t, b.Addrs(), session, 100*time.Millisecond)
 
 	member := func(instance string) (*kgo.Client, func() int) {
 		var mu sync.Mutex
@@ -86,39 +86,4 @@ func TestDepartedStaticConsumerExpires(t *testing.T) {
 		t.Errorf("c got a's partition %s after a left, before a's session timeout (%s)", took, session)
 	}
 	t.Logf("c got the departed static member's partition %s after it left (session timeout %s)", took.Round(10*time.Millisecond), session)
-}
-
-// alterConsumerTimers sets the brokers' group.consumer.session.timeout.ms
-// and group.consumer.heartbeat.interval.ms.
-func alterConsumerTimers(t *testing.T, addrs []string, session, heartbeat time.Duration) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.DisableClientMetrics())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	res := kmsg.NewIncrementalAlterConfigsRequestResource()
-	res.ResourceType = kmsg.ConfigResourceTypeBroker
-	for name, d := range map[string]time.Duration{
-		"group.consumer.session.timeout.ms":    session,
-		"group.consumer.heartbeat.interval.ms": heartbeat,
-	} {
-		c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-		c.Name, c.Op = name, kmsg.IncrementalAlterConfigOpSet
-		c.Value = kmsg.StringPtr(strconv.FormatInt(d.Milliseconds(), 10))
-		res.Configs = append(res.Configs, c)
-	}
-	req.Resources = append(req.Resources, res)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range resp.Resources {
-		if r.ErrorCode != 0 {
-			t.Fatalf("altering the consumer group timers: error code %d", r.ErrorCode)
-		}
-	}
 }

@@ -75,6 +75,13 @@ const (
 // and fails the test if they refuse.
 func ConsumerGroupTimers(t testing.TB, addrs []string) {
 	t.Helper()
+	SetConsumerGroupTimers(t, addrs, ConsumerSession, ConsumerHeartbeat)
+}
+
+// SetConsumerGroupTimers is ConsumerGroupTimers with the session timeout
+// and heartbeat interval given.
+func SetConsumerGroupTimers(t testing.TB, addrs []string, session, heartbeat time.Duration) {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.DisableClientMetrics())
 	if err != nil {
 		t.Fatal(err)
@@ -84,8 +91,8 @@ func ConsumerGroupTimers(t testing.TB, addrs []string) {
 	res := kmsg.NewIncrementalAlterConfigsRequestResource()
 	res.ResourceType = kmsg.ConfigResourceTypeBroker
 	for name, v := range map[string]time.Duration{
-		"group.consumer.session.timeout.ms":    ConsumerSession,
-		"group.consumer.heartbeat.interval.ms": ConsumerHeartbeat,
+		"group.consumer.session.timeout.ms":    session,
+		"group.consumer.heartbeat.interval.ms": heartbeat,
 	} {
 		c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
 		c.Name = name
