@@ -284,12 +284,20 @@ func TestLocalSavedHandledElsewhere(t *testing.T) {
 	if rep.Snapshotted == 0 {
 		t.Fatalf("the stop saved nothing: %v", rep)
 	}
+	// What the first handled past its commit (a partition whose first
+	// message was a waiting one keeps its commit below what was handled)
+	// the other instance, on a file without the first's progress, runs
+	// again: duplicates, never a loss (1 run of a fresh-clone CI found
+	// 23 of them, which the test took for a failure).
+	handled1, _ := b.counts()
+	again := handled1 - int(b.committed())
 	first := b.state
 	b.state = filepath.Join(t.TempDir(), "other.db")
 	b.runUntilCommitted(t, produced, func(cfg *Config) { local(cfg); cfg.Instance = "other" })
 	unique, total := b.counts()
-	if unique != produced || total != produced {
-		t.Fatalf("the other instance: handled %d unique, %d total, want %d each", unique, total, produced)
+	if unique != produced || total != produced+again {
+		t.Fatalf("the other instance: handled %d unique, %d total, want %d and %d (%d handled past the first's commit)",
+			unique, total, produced, produced+again, again)
 	}
 
 	b.state = first
@@ -309,8 +317,8 @@ func TestLocalSavedHandledElsewhere(t *testing.T) {
 	if rep2.Repushed != 0 {
 		t.Errorf("the restart re-pushed %d of the %d saved messages handled elsewhere", rep2.Repushed, rep.Snapshotted)
 	}
-	if unique, total = b.counts(); total != produced {
-		t.Errorf("produced %d: handled %d times (%d duplicates)", produced, total, total-unique)
+	if unique, total = b.counts(); total != produced+again {
+		t.Errorf("produced %d: handled %d times (%d duplicates, want the %d handled past the first's commit)", produced, total, total-unique, again)
 	}
 	assertPending(t, first, 0)
 }
