@@ -30,8 +30,8 @@ import (
 
 // stopTail is what a stop takes besides the drain, the hard stop's grace
 // and the servers' shutdown: the snapshot write, the final commit, the
-// group leave and closing readers (README, "Fitting the termination grace
-// period").
+// group leave and closing readers (docs/operating.md, "Fitting the
+// termination grace period").
 const stopTail = 4 * time.Second
 
 // objects are the manifests of kubernetes/, decoded strictly.

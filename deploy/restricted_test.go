@@ -14,7 +14,8 @@ import (
 // k8s.io/pod-security-admission, the checks the API server's admission
 // runs for a namespace labelled pod-security.kubernetes.io/enforce=restricted.
 // Before, the Deployment and the StatefulSet were refused (no
-// seccompProfile), while the README said they apply as they are.
+// seccompProfile), while the README (now docs/operating.md) said they
+// apply as they are.
 func TestManifestsRestricted(t *testing.T) {
 	o := decodeManifests(t)
 	if len(o.workloads) == 0 {

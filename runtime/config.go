@@ -572,8 +572,8 @@ type Class struct {
 	// message once this one is done, instead of a new one being made for
 	// each message. It saves the allocation of the envelope and the
 	// garbage collection that follows it: up to a quarter of the
-	// runtime's CPU per message with a no-op handler (README,
-	// Performance).
+	// runtime's CPU per message with a no-op handler
+	// (docs/performance-2026-12-04.md).
 	//
 	// The envelopes of a fetch batch of at least 16 records are reused
 	// together, in a slab of 63 (16 KiB) given back once all of its
