@@ -1,8 +1,11 @@
 package handoff_test
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -181,4 +184,62 @@ func headingAnchors(text string) map[string]bool {
 		seen[slug]++
 	}
 	return anchors
+}
+
+// TestREADMEUsageCompiles builds the README's usage example, the first Go
+// block under "## Usage", as a main package of this module (through an
+// overlay: nothing is written to the tree), so that the example a new user
+// copies keeps compiling against the API.
+func TestREADMEUsageCompiles(t *testing.T) {
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go command is not on PATH")
+	}
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, err := usageExample(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "main.go")
+	if err := os.WriteFile(src, []byte("package main\n\n"+code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(root, "internal", "readmeusage", "main.go"): src}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ov := filepath.Join(dir, "overlay.json")
+	if err := os.WriteFile(ov, overlay, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(goCmd, "build", "-overlay", ov, "-o", os.DevNull, "./internal/readmeusage")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the README's usage example does not build: %v\n%s\n--- the example:\n%s", err, out, code)
+	}
+}
+
+// usageExample returns the first fenced Go block after the "## Usage"
+// heading of a README.
+func usageExample(readme string) (string, error) {
+	_, after, ok := strings.Cut(readme, "\n## Usage\n")
+	if !ok {
+		return "", errors.New(`README.md has no "## Usage" section`)
+	}
+	_, after, ok = strings.Cut(after, "```go\n")
+	if !ok {
+		return "", errors.New(`README.md's "## Usage" has no Go block`)
+	}
+	code, _, ok := strings.Cut(after, "\n```")
+	if !ok {
+		return "", errors.New(`README.md's usage example has no closing fence`)
+	}
+	return code + "\n", nil
 }
