@@ -18,6 +18,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/handoff-go/handoff/internal/deadop"
+	"github.com/handoff-go/handoff/runtime/internal/service"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -153,7 +154,8 @@ const (
 // deadOps is this instance's table of the group's recent operations and
 // its part in them. Safe for concurrent use.
 type deadOps struct {
-	r *Runtime
+	service.Base // run, from Start to Stop
+	r            *Runtime
 
 	mu  sync.Mutex
 	ops map[string]*opEntry
@@ -227,6 +229,10 @@ func (o *deadOps) poke() {
 	default:
 	}
 }
+
+// Start runs the operations' loop (run) until Stop; see
+// service.Service.
+func (o *deadOps) Start(ctx context.Context) error { return o.StartLoop(ctx, o.run) }
 
 // run is a feed of the run: it starts this instance's part of the
 // operations it knows (now, every opScanEvery and when poked) until ctx

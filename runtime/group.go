@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
+	"github.com/handoff-go/handoff/runtime/internal/service"
 )
 
 // The consumer group: the partitions this instance owns, one generation
@@ -25,7 +26,11 @@ import (
 // current generation, and what generations are built from. It keeps no
 // pointer to the Runtime: consumerConfig hands it what it uses.
 type consumer struct {
-	cfg consumerConfig
+	service.Base // the fetching: see Start and Stop
+	cfg          consumerConfig
+	// present is the topics the start's check found (checkTopics), which
+	// Start joins.
+	present []string
 	// client is made by open at the start (when there are topics) and
 	// closed by close at the stop's leave; nil otherwise.
 	client kclient.Client
@@ -116,8 +121,20 @@ func (k *consumer) open() error {
 	return nil
 }
 
+// Start begins the fetching: with a client (see open) it joins the
+// group for the topics checkTopics found present, and the fetch loops
+// run under a context Stop ends (the share classes' poll loops run under
+// it too, Context). It does not wait for the first generation.
+func (k *consumer) Start(ctx context.Context) error {
+	fetchCtx, ok := k.StartInit(ctx)
+	if !ok || k.client == nil {
+		return nil
+	}
+	return k.join(fetchCtx, k.present)
+}
+
 // join starts the membership for topics; its fetching ends with
-// fetchCtx (the stop's quiesce, then wait).
+// fetchCtx.
 func (k *consumer) join(fetchCtx context.Context, topics []string) error {
 	return k.client.Join(fetchCtx, topics, k.begin)
 }
@@ -128,6 +145,15 @@ func (k *consumer) wait() {
 	if k.client != nil {
 		k.client.Wait()
 	}
+}
+
+// Stop ends the fetching and blocks until the client's loops have ended
+// and every generation's fetch loops are quiesced (the partition readers
+// close in the background; close joins them). It does not leave the
+// group: close does, at the stop's leave.
+func (k *consumer) Stop() {
+	k.Base.Stop()
+	k.wait()
 }
 
 // closeGrace is what the leave gives the client's Close beyond the
@@ -174,7 +200,8 @@ func (k *consumer) begin(ctx context.Context, s kclient.Session) kclient.Keeper 
 		k.cfg.joinedFunc()
 		k.cfg.log.Info("joined group generation", "group", k.cfg.group, "generation", g.id.Load(), "partitions", len(g.trackers()))
 	}
-	g.lag = g.startLag(ctx)
+	g.lag = &lagSampler{g: g}
+	_ = g.lag.Start(ctx) // a loop: it does not fail to start
 	return g
 }
 
@@ -372,7 +399,7 @@ func (g *generation) Quiesce() {
 	g.loopMu.Unlock() //nolint:staticcheck // an add in progress has done its Add
 	g.running.Wait()
 	g.fetching.Store(false)
-	g.lag.stop()
+	g.lag.Stop()
 }
 
 // Assign is a cooperative session's assignment of ps, in group

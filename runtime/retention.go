@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/handoff-go/handoff/runtime/internal/service"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -28,10 +29,17 @@ const (
 // the owner of a dead letter's partition drops it (owns): another
 // instance's copy of a partition that moved is not its to change.
 type retention struct {
-	state   *stateFile
-	fail    *failures
-	classes []*class
-	owns    func(*snapshot.Record) bool
+	service.Base // run, from Start to Stop
+	// every is how often it turns (retainInterval; shorter in tests).
+	every time.Duration
+	// alive is the runtime's liveness, stopping closed when a stop is
+	// requested (the retention's loop ends then, see Start).
+	alive    *liveness
+	stopping <-chan struct{}
+	state    *stateFile
+	fail     *failures
+	classes  []*class
+	owns     func(*snapshot.Record) bool
 	// publish publishes a dropped dead letter of a class with a
 	// DeadLetterTopic and returns once the broker acknowledged it.
 	publish func(ctx context.Context, c *class, rec snapshot.Record, reason string) error
@@ -45,7 +53,8 @@ type retention struct {
 }
 
 func newRetention(r *Runtime) *retention {
-	return &retention{state: r.state, fail: r.fail, classes: r.classes.order,
+	return &retention{every: retainInterval, alive: &r.alive, stopping: r.life.stopCh,
+		state: r.state, fail: r.fail, classes: r.classes.order,
 		owns: func(rec *snapshot.Record) bool { return r.clog.mine(rec) },
 		publish: func(ctx context.Context, c *class, rec snapshot.Record, reason string) error {
 			return r.dlq.publishNow(ctx, c, rec, reason)
@@ -62,6 +71,25 @@ func (t *retention) oldestAge(c *class, now time.Time) time.Duration {
 		return 0
 	}
 	return max(now.Sub(time.Unix(0, ns)), 0)
+}
+
+// Start runs the retention (run) until Stop or the request of a stop:
+// a drop releases parked messages, which the stop no longer takes.
+func (t *retention) Start(ctx context.Context) error {
+	return t.StartLoop(ctx, func(ctx context.Context) {
+		alive := t.alive.start("dead-letter retention", t.every)
+		defer alive.end()
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-t.stopping:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		t.run(ctx, t.every, alive.beat)
+	})
 }
 
 // run turns at once and then every interval until ctx ends (the start

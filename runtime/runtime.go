@@ -64,10 +64,8 @@ type Runtime struct {
 	tally *tally      // event counts
 	logs  *logBackoff // repeated failures' lines
 
-	// retain is the dead-letter retention (retention.go); retainEvery
-	// how often it turns (retainInterval; shorter in tests).
-	retain      *retention
-	retainEvery time.Duration
+	// retain is the dead-letter retention (retention.go).
+	retain *retention
 }
 
 // classSet is the configured classes, by name, in config order (for
@@ -96,6 +94,8 @@ type lifecycle struct {
 	// stopping is set when the stop begins: from then on a handler's
 	// ErrNotRunning is the stop's refusal (handling.stopRefused).
 	stopping atomic.Bool
+	// deadline is when the stop must be over, set as it begins.
+	deadline stopDeadline
 	// schedules admits Schedule: from the start of Run to the stop's
 	// snapshot, which waits for the calls under way (a Schedule during
 	// the stop saves its message for the next start).
@@ -181,7 +181,37 @@ const (
 )
 
 func (l *lifecycle) requestStop() { l.stopOnce.Do(func() { close(l.stopCh) }) }
-func (l *lifecycle) skipDrain()   { l.skipOnce.Do(func() { close(l.skipCh) }) }
+
+// stopContext returns a context that ends when a stop is requested, or
+// with cancel.
+func (l *lifecycle) stopContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-l.stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// stopDeadline is when the stop must be over: set once as the stop
+// begins, read by the services whose Stop works within what is left of
+// it (the dead-letter publisher). Safe for concurrent use.
+type stopDeadline struct{ t atomic.Pointer[time.Time] }
+
+// set records the stop's deadline.
+func (d *stopDeadline) set(t time.Time) { d.t.Store(&t) }
+
+// at returns the stop's deadline, or now when no stop has begun.
+func (d *stopDeadline) at() time.Time {
+	if t := d.t.Load(); t != nil {
+		return *t
+	}
+	return time.Now()
+}
+func (l *lifecycle) skipDrain() { l.skipOnce.Do(func() { close(l.skipCh) }) }
 
 type class struct {
 	cfg Class
@@ -306,7 +336,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	r.stuck = newStuckParts(cfg.StuckAfter, r.log)
-	r.retain, r.retainEvery = newRetention(r), retainInterval
+	r.retain = newRetention(r)
 	m, err := newMetrics(cfg.Registerer, r)
 	if err != nil {
 		return nil, fmt.Errorf("runtime: register metrics: %w", err)
