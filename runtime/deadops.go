@@ -156,6 +156,7 @@ const (
 type deadOps struct {
 	service.Base // run, from Start to Stop
 	r            *Runtime
+	logs         *logBackoff // repeated failures' lines
 
 	mu  sync.Mutex
 	ops map[string]*opEntry
@@ -212,8 +213,8 @@ type opEntry struct {
 	acted   map[string]bool
 }
 
-func newDeadOps(r *Runtime) *deadOps {
-	return &deadOps{r: r, ops: map[string]*opEntry{}, changed: make(chan struct{}), wake: make(chan struct{}, 1)}
+func newDeadOps(r *Runtime, logs *logBackoff) *deadOps {
+	return &deadOps{r: r, logs: logs, ops: map[string]*opEntry{}, changed: make(chan struct{}), wake: make(chan struct{}, 1)}
 }
 
 // notify wakes the waiters of a change; o.mu is held.
@@ -1003,7 +1004,7 @@ func (o *deadOps) writeStatus(ctx context.Context, req *deadop.Request, st deado
 	if err := o.write(ctx, rec); err != nil {
 		o.apply(rec) // this instance's next part carries its counts on
 		if ctx.Err() == nil {
-			o.r.logs.warn(o.r.log, "deadop/status", "dead-letter operation's progress not written; the next write carries it",
+			o.logs.warn(o.r.log, "deadop/status", "dead-letter operation's progress not written; the next write carries it",
 				"op", req.ID, "err", err)
 		}
 	}

@@ -42,8 +42,12 @@ type consumer struct {
 
 // consumerConfig is what a consumer is built from.
 type consumerConfig struct {
-	log     *slog.Logger
-	logs    *logBackoff
+	log  *slog.Logger
+	logs *logBackoff
+	// conn is how connections to the brokers are made (connect.go): the
+	// client's, the changelog's, the dead-letter publisher's and the
+	// share classes'.
+	conn    *connection
 	metrics *metrics
 	group   string
 	// commitInterval is Config.CommitInterval, revokeTimeout
@@ -473,18 +477,18 @@ func (g *generation) revoke(trs []*tracker) (given, left int) {
 	return given, left
 }
 
-// newConsumer returns the runtime's consumer, built from its config,
-// classes and functions.
-func (r *Runtime) newConsumer() *consumer {
+// consumerConfig is the runtime's consumerConfig: connections made by
+// conn, repeated warnings through logs.
+func (r *Runtime) consumerConfig(conn *connection, logs *logBackoff) consumerConfig {
 	cfg := &r.cfg
 	classFunc := func(topic string) *class { return r.classes.byTopic[topic] }
 	mayFetch := func(ctx context.Context, c *class) bool { return c.hold.MayFetch(ctx) }
 	noWait, cancel := context.WithCancel(context.Background())
 	cancel() // MayFetch under it answers at once
 	open := func(c *class) bool { return c.hold.MayFetch(noWait) }
-	f := &feeder{mayFetchFunc: mayFetch, openFunc: open, classFunc: classFunc, epoch: r.epoch, resumeFunc: r.resumes.begin}
-	return newConsumer(consumerConfig{
-		log: r.log, logs: r.logs, metrics: r.metrics, group: cfg.Group,
+	f := &feeder{mayFetchFunc: mayFetch, openFunc: open, classFunc: classFunc, epoch: r.life.epoch, resumeFunc: r.restore.resumes.begin}
+	return consumerConfig{
+		log: r.log, logs: logs, conn: conn, metrics: r.metrics, group: cfg.Group,
 		commitInterval: cfg.CommitInterval, revokeTimeout: cfg.RevokeTimeout,
 		startLast: cfg.StartOffset == StartLast,
 		classes:   cfg.Classes, topics: r.classes.topics,
@@ -492,9 +496,9 @@ func (r *Runtime) newConsumer() *consumer {
 			Client: string(cfg.Client), Brokers: cfg.Brokers, ClientID: cfg.ClientID, Group: cfg.Group,
 			Instance: cfg.staticID, Consumer: cfg.GroupProtocol == GroupProtocolConsumer, SessionTimeout: cfg.SessionTimeout, RebalanceTimeout: cfg.RebalanceTimeout,
 			FetchMaxWait: cfg.FetchMaxWait, FetchQueue: cfg.FetchQueue, StartLast: cfg.StartOffset == StartLast,
-			ReadCommitted: cfg.IsolationLevel == ReadCommitted, DialFunc: r.conn.clientDial(),
-			Log: r.log, WarnFunc: r.logs.warn, FetchErrorFunc: r.metrics.fetchError,
-			FetchFunc: r.stuck.fetched,
+			ReadCommitted: cfg.IsolationLevel == ReadCommitted, DialFunc: conn.clientDial(),
+			Log: r.log, WarnFunc: logs.warn, FetchErrorFunc: r.metrics.fetchError,
+			FetchFunc: r.ready.stuck.fetched,
 		},
 		feedFunc:     f.feed,
 		classFunc:    classFunc,
@@ -502,11 +506,11 @@ func (r *Runtime) newConsumer() *consumer {
 		monoFunc:     r.mono,
 		joinedFunc:   r.ready.join,
 		alive:        &r.alive,
-		stuck:        r.stuck,
+		stuck:        r.ready.stuck,
 		restoreFunc:  r.restore.restore,
 		revokedFunc:  r.restore.revoked,
 		restoring:    &r.ready,
-	})
+	}
 }
 
 // giveBack takes the unstarted and backing-off Kafka messages of the

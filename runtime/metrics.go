@@ -114,16 +114,16 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_ready", Help: "1 while the runtime is ready: recovered, joined, every topic present, not stopping."},
 			func() float64 { return b2f(r.Ready()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_start_time_seconds", Help: "When the runtime was made, in Unix seconds: the counters count since then."},
-			func() float64 { return float64(r.epoch.UnixNano()) / 1e9 }),
+			func() float64 { return float64(r.life.epoch.UnixNano()) / 1e9 }),
 		newStateCollector(r.state),
-		newStuckCollector(r.stuck),
+		newStuckCollector(r.ready.stuck),
 		newBuildInfo(r.cfg),
 	}
 	for i, step := range connSteps {
 		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "handoff_kafka_auth_errors_total", Help: "Connections to the brokers whose TLS handshake or SASL authentication failed, by step.",
 			ConstLabels: prometheus.Labels{"step": step},
-		}, func() float64 { return float64(r.conn.authErrs[i].Load()) }))
+		}, func() float64 { return float64(r.kafka.cfg.conn.authErrs[i].Load()) }))
 	}
 	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "handoff_state_file_lost_total", Help: "Times the state file was found deleted or replaced while running; a deleted one is written back from the open file at once (see the log).",

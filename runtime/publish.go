@@ -115,7 +115,7 @@ func (r *Runtime) newDLQ() *publisher {
 		if c.cfg.DeadLetterTopic == "" {
 			continue
 		}
-		conns := &dlqConns{base: r.conn.baseDial()}
+		conns := &dlqConns{base: r.kafka.cfg.conn.baseDial()}
 		w, err := kclient.NewWriter(r.kafka.cfg.kafka, conns.dial)
 		if err != nil {
 			r.log.Error("dead-letter writer not created; dead letters stay in the state file only", "err", fmt.Errorf("runtime: %w", err))

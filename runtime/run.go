@@ -164,7 +164,7 @@ func (s *runState) start() error {
 	r.life.accepting.Store(true)
 	r.life.schedules.open()
 
-	if err := r.conn.checkBrokers(runCtx, len(r.classes.topics) > 0 || r.hasShare(), r.dlq != nil); err != nil {
+	if err := r.kafka.cfg.conn.checkBrokers(runCtx, len(r.classes.topics) > 0 || r.hasShare(), r.dlq != nil); err != nil {
 		return err
 	}
 	present, err := s.openKafka(runCtx)
@@ -233,7 +233,7 @@ func (s *runState) openKafka(runCtx context.Context) ([]string, error) {
 		}
 		r.ready.topicsOK.Store(len(present) == len(r.classes.topics))
 		if !r.cfg.LocalStateOnly && runCtx.Err() == nil {
-			if err := r.clog.open(runCtx, r.cfg.changelogConfig(r.conn.clientDial(), r.log), r.kafka.client, r.classes.order, present); err != nil {
+			if err := r.clog.open(runCtx, r.cfg.changelogConfig(r.kafka.cfg.conn.clientDial(), r.log), r.kafka.client, r.classes.order, present); err != nil {
 				return nil, err
 			}
 			if err := r.clog.loadPauses(runCtx, r.classes.byName); err != nil {
@@ -260,7 +260,7 @@ func (s *runState) recover(runCtx context.Context, present []string, started tim
 	rec := recovery{state: r.state, classes: r.classes.byName, order: r.classes.order, orphan: r.fail.orphan, orphans: &r.fail.orphans,
 		log: r.log, strays: true}
 	rec.want = r.clog.startRecovers()
-	rec.resume, rec.elsewhere = r.resumes, r.resumes.run(func(ctx context.Context) []kclient.Partition {
+	rec.resume, rec.elsewhere = r.restore.resumes, r.restore.resumes.run(func(ctx context.Context) []kclient.Partition {
 		return r.kafka.partitions(ctx, present)
 	})
 	if err := rec.run(runCtx, s.rep); err != nil {

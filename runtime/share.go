@@ -144,18 +144,19 @@ func newShareFeed(c *class, cfg kclient.ShareConfig, log *slog.Logger) *shareFee
 		settled: make(chan struct{}, 1)}
 }
 
-// newShareFeed returns the feed of share class c, built from the
-// runtime's config.
-func (r *Runtime) newShareFeed(c *class) *shareFeed {
+// shareFeedOf returns the feed of share class c, built from the
+// runtime's config: connections made by conn, repeated warnings through
+// logs.
+func (r *Runtime) shareFeedOf(c *class, conn *connection, logs *logBackoff) *shareFeed {
 	cfg := &r.cfg
 	var f *shareFeed
 	f = newShareFeed(c, kclient.ShareConfig{
 		Brokers: cfg.Brokers, ClientID: cfg.ClientID, Group: c.cfg.ShareGroup, Topics: c.cfg.shareTopics,
 		MaxRecords: int32(c.cfg.QueueSize + c.cfg.Workers), StartFirst: cfg.StartOffset == StartFirst,
-		DialFunc: r.conn.clientDial(), Log: r.log, WarnFunc: r.logs.warn,
+		DialFunc: conn.clientDial(), Log: r.log, WarnFunc: logs.warn,
 		AckErrFunc: func(topic string, partition int32, err error) {
 			f.ackErrors.Add(1)
-			r.logs.warn(f.log, "share-ack "+topic, "share record acknowledgements refused; the broker delivers them again after their locks",
+			logs.warn(f.log, "share-ack "+topic, "share record acknowledgements refused; the broker delivers them again after their locks",
 				"topic", topic, "partition", partition, "err", err)
 		},
 	}, r.log)

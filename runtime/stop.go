@@ -394,7 +394,7 @@ func (s *runState) snapshot() []any {
 	// the commit (progress.go): the stop commits no saved Kafka message.
 	var progs []partProgress
 	if g := r.kafka.gen.Load(); g != nil {
-		progs = r.resumes.stopProgress(g.trackers(), now)
+		progs = r.restore.resumes.stopProgress(g.trackers(), now)
 	}
 	var recs []snapshot.Record
 	var keys []uint64
