@@ -276,9 +276,9 @@ func (s *runState) hardStop() []any {
 			res.Waiting = without(res.Waiting, (*item).isKafka, giveBack)
 			res.Unstarted = without(res.Unstarted, (*item).isKafka, giveBack)
 		}
-		s.keep(res.Interrupted, reasonInterrupted)
-		s.keep(res.Waiting, reasonBackoff)
-		s.keep(res.Unstarted, reasonUnstarted)
+		s.takeForSnapshot(res.Interrupted, reasonInterrupted)
+		s.takeForSnapshot(res.Waiting, reasonBackoff)
+		s.takeForSnapshot(res.Unstarted, reasonUnstarted)
 	}
 	if rep.Stragglers > 0 {
 		r.log.Warn("handlers did not return by the hard-stop grace; recorded as interrupted",
@@ -288,9 +288,9 @@ func (s *runState) hardStop() []any {
 		"given_back", rep.GivenBack, "share_released", rep.ShareReleased}
 }
 
-// keep adds its to what the snapshot saves, ending their ties to the
+// takeForSnapshot adds its to what the snapshot saves, ending their ties to the
 // pools.
-func (s *runState) keep(its []*item, reason string) {
+func (s *runState) takeForSnapshot(its []*item, reason string) {
 	for _, it := range its {
 		if c := s.r.classes.byName[it.env().Class]; c != nil {
 			c.hold.Uncount(it)
@@ -315,8 +315,8 @@ func (l leftover) stale() bool {
 	return l.reason != reasonUnstarted || l.it.moved()
 }
 
-// keepUnsaved adds what is still kept unsaved to what the snapshot saves.
-func (s *runState) keepUnsaved() {
+// takeUnsaved adds the unsaved failed messages to what the snapshot saves.
+func (s *runState) takeUnsaved() {
 	for _, m := range s.r.fail.unsaved.take() {
 		s.left = append(s.left, leftover{it: m.it, reason: reasonFailed, err: m.err})
 	}
@@ -368,7 +368,7 @@ func (s *runState) snapshot() []any {
 	// their changelog write failed).
 	r.life.schedules.close()
 	s.endServices(phaseSnapshot)
-	s.keepUnsaved()
+	s.takeUnsaved()
 	r.clog.resendAtStop() // the messages whose changelog write failed, a last time
 	now := time.Now()
 	// Each message taken out is saved anew, or its record updated (see
