@@ -482,11 +482,7 @@ func (g *generation) revoke(trs []*tracker) (given, left int) {
 func (r *Runtime) consumerConfig(conn *connection, logs *logBackoff) consumerConfig {
 	cfg := &r.cfg
 	classFunc := func(topic string) *class { return r.classes.byTopic[topic] }
-	mayFetch := func(ctx context.Context, c *class) bool { return c.hold.MayFetch(ctx) }
-	noWait, cancel := context.WithCancel(context.Background())
-	cancel() // MayFetch under it answers at once
-	open := func(c *class) bool { return c.hold.MayFetch(noWait) }
-	f := &feeder{mayFetchFunc: mayFetch, openFunc: open, classFunc: classFunc, epoch: r.life.epoch, resumeFunc: r.restore.resumes.begin}
+	f := &feeder{byTopic: r.classes.byTopic, epoch: r.life.epoch, resumes: r.restore.resumes}
 	return consumerConfig{
 		log: r.log, logs: logs, conn: conn, metrics: r.metrics, group: cfg.Group,
 		commitInterval: cfg.CommitInterval, revokeTimeout: cfg.RevokeTimeout,

@@ -39,7 +39,8 @@ type retention struct {
 	state    *stateFile
 	fail     *failures
 	classes  []*class
-	owns     func(*snapshot.Record) bool
+	// clog says which dead letters are this instance's (stateLog.mine).
+	clog *stateLog
 	// publish publishes a dropped dead letter of a class with a
 	// DeadLetterTopic and returns once the broker acknowledged it.
 	publish func(ctx context.Context, c *class, rec snapshot.Record, reason string) error
@@ -55,7 +56,7 @@ type retention struct {
 func newRetention(r *Runtime) *retention {
 	return &retention{every: retainInterval, alive: &r.alive, stopping: r.life.stopCh,
 		state: r.state, fail: r.fail, classes: r.classes.order,
-		owns: func(rec *snapshot.Record) bool { return r.clog.mine(rec) },
+		clog: r.clog,
 		publish: func(ctx context.Context, c *class, rec snapshot.Record, reason string) error {
 			return r.dlq.publishNow(ctx, c, rec, reason)
 		},
@@ -123,7 +124,7 @@ func (t *retention) turn(ctx context.Context, c *class, now time.Time, beat func
 	if _, err := t.state.get(); err != nil {
 		return // not open (yet, or any more): nothing to read
 	}
-	all, err := t.state.deadTimes(c.cfg.Name, t.owns)
+	all, err := t.state.deadTimes(c.cfg.Name, t.clog.mine)
 	if err != nil {
 		t.fail.cfg.log.Error("dead letters not read for their retention and age; tried again at the next turn", "class", c.cfg.Name, "err", err)
 		return
@@ -188,7 +189,7 @@ func (t *retention) drop(ctx context.Context, c *class, due []deadTime, reasons 
 			continue // being requeued or discarded: the next turn sees what is left
 		}
 		id, rec, ok, err := t.state.getDead(d.Key)
-		if err != nil || !ok || !t.owns(&rec) || !rec.SavedAt.Equal(d.Saved) {
+		if err != nil || !ok || !t.clog.mine(&rec) || !rec.SavedAt.Equal(d.Saved) {
 			// Gone, moved to another owner or failed again since the
 			// read: the next turn decides again.
 			t.fail.requeues.finish(d.Key)
@@ -227,7 +228,7 @@ func (t *retention) drop(ctx context.Context, c *class, due []deadTime, reasons 
 	}
 	mine := held[:0:0]
 	for _, h := range held {
-		if t.owns(&h.rec) {
+		if t.clog.mine(&h.rec) {
 			mine = append(mine, h)
 		} else {
 			t.fail.requeues.finish(h.key)

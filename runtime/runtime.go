@@ -280,7 +280,7 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	resumes := &resumes{state: r.state, log: r.log,
 		clientFunc: func() kclient.Client { return r.kafka.client },
-		consumes:   func(topic string) bool { return r.classes.byTopic[topic] != nil }}
+		byTopic:    r.classes.byTopic}
 	r.restore = &restorer{clog: r.clog, state: r.state, classes: r.classes.byName, order: r.classes.order,
 		orphan: r.fail.orphan, wake: r.sched.wake, unhand: r.sched.unhand, leftPool: r.handling.leftPool, log: r.log, warn: newLogBackoff(),
 		resumes: resumes, stuck: r.ready.stuck, claimed: r.fail.requeues.claimed, revokeWait: cfg.RevokeTimeout / 2}
