@@ -733,9 +733,55 @@ func (o *deadOps) work(ctx context.Context, id string, e *opEntry, gen int64) {
 	writerStop := make(chan struct{})
 	var writer sync.WaitGroup
 	writer.Go(func() { ps.writeEvery(ctx, writerStop, o, req) })
+	again, stopped := o.actOnAll(ctx, id, e, todo, lim, ps)
+	canceled := o.isCanceled(e)
+	if req.Action == deadop.Requeue && !stopped && !canceled {
+		o.settleRequeued(ctx, req, again, e.acted, ps)
+	}
+	close(writerStop)
+	if o.testHookPartEnd != nil {
+		o.testHookPartEnd()
+	}
+	writer.Wait()
+	finished = o.endPart(ctx, id, req, ps.st, canceled, stopped)
+}
+
+// endPart writes the last status of this instance's part of operation
+// id, st, and logs its end: canceled, or done (what a stop left is the
+// next owners'). It reports whether the part is finished here: not when
+// the stop or a cancel ended it.
+func (o *deadOps) endPart(ctx context.Context, id string, req *deadop.Request, st deadop.Status, canceled, stopped bool) bool {
+	finished := false
+	switch {
+	case canceled:
+		st.State = deadop.Canceled
+	default:
+		// Stopped, the rest is the next owners' (Left 0): this part is
+		// over.
+		st.State, st.Left = deadop.Done, 0
+		finished = !stopped
+	}
+	st.Rate = 0
+	fctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+	if stopped {
+		// The stop waits for it: briefly.
+		fctx, cancel = context.WithTimeout(fctx, opStopWrite)
+	}
+	o.writeLastStatus(fctx, req, st)
+	cancel()
+	o.r.log.Info("dead-letter operation: this instance's part ended", "op", id, "instance", o.r.cfg.Instance, "action", req.Action, "state", st.State,
+		"done", st.Done, "failed", st.Failed, "failed_again", st.FailedAgain, "skipped", st.Skipped, "stopped", stopped)
+	return finished
+}
+
+// actOnAll acts on this instance's part of operation id, todo, at the
+// pace lim allows (the group's rate shared among the owners), counting
+// into ps. It returns the requeued keys not yet known ended (for the
+// settle) and whether the stop ended it early (the rest is the next
+// owners').
+func (o *deadOps) actOnAll(ctx context.Context, id string, e *opEntry, todo []opTask, lim *rate.Limiter, ps *partStatus) (again []string, stopped bool) {
+	r, req := o.r, e.req
 	lastShare := time.Now()
-	var again []string // acted on here and not yet ended, for the settle
-	stopped := false
 	for _, t := range todo {
 		if ctx.Err() != nil {
 			stopped = true
@@ -794,46 +840,22 @@ func (o *deadOps) work(ctx context.Context, id string, e *opEntry, gen int64) {
 			again = o.failedAgain(req, again, e.acted, ps)
 		}
 	}
-	canceled := o.isCanceled(e)
-	if req.Action == deadop.Requeue && !stopped && !canceled {
-		// The requeued messages end in their pools: count those that
-		// failed again.
-		deadline := time.Now().Add(opSettle)
-		for len(again) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
-			if again = o.failedAgain(req, again, e.acted, ps); len(again) == 0 {
-				break
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(opStatusEvery):
-			}
+	return again, stopped
+}
+
+// settleRequeued waits, up to opSettle, for the requeued messages again
+// to end in their pools, counting into ps those that failed again.
+func (o *deadOps) settleRequeued(ctx context.Context, req *deadop.Request, again []string, acted map[string]bool, ps *partStatus) {
+	deadline := time.Now().Add(opSettle)
+	for len(again) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		if again = o.failedAgain(req, again, acted, ps); len(again) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(opStatusEvery):
 		}
 	}
-	close(writerStop)
-	if o.testHookPartEnd != nil {
-		o.testHookPartEnd()
-	}
-	writer.Wait()
-	st = ps.st
-	switch {
-	case canceled:
-		st.State = deadop.Canceled
-	default:
-		// Stopped, the rest is the next owners' (Left 0): this part is
-		// over.
-		st.State, st.Left = deadop.Done, 0
-		finished = !stopped
-	}
-	st.Rate = 0
-	fctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
-	if stopped {
-		// The stop waits for it: briefly.
-		fctx, cancel = context.WithTimeout(fctx, opStopWrite)
-	}
-	o.writeLastStatus(fctx, req, st)
-	cancel()
-	r.log.Info("dead-letter operation: this instance's part ended", "op", id, "instance", self, "action", req.Action, "state", st.State,
-		"done", st.Done, "failed", st.Failed, "failed_again", st.FailedAgain, "skipped", st.Skipped, "stopped", stopped)
 }
 
 // partStatus is a worker's status while it acts, written by its writer.

@@ -164,26 +164,21 @@ func (t *retention) turn(ctx context.Context, c *class, now time.Time, beat func
 	t.oldest[c.index].Store(oldest)
 }
 
-// drop drops the dead letters due of class c, each for its reason: it
-// claims each (one being requeued or discarded is left alone), reads it
-// again, publishes those of a class with a DeadLetterTopic (one whose
-// publish fails stays), deletes the rest in one write, releases their
-// keys in an ordered class, and returns the keys it deleted and whether
-// a publish or the delete failed.
-func (t *retention) drop(ctx context.Context, c *class, due []deadTime, reasons []string) (gone map[uint64]bool, failed bool) {
-	type claimed struct {
-		key    uint64
-		id     snapshot.DeadID
-		rec    snapshot.Record
-		reason string
-		err    chan error
-	}
-	var held []claimed
-	defer func() {
-		for _, h := range held {
-			t.fail.requeues.finish(h.key)
-		}
-	}()
+// retainClaim is a dead letter the retention claimed to drop, with its
+// reason.
+type retainClaim struct {
+	key    uint64
+	id     snapshot.DeadID
+	rec    snapshot.Record
+	reason string
+}
+
+// claim claims the dead letters due for the retention (one being
+// requeued or discarded is left alone) and reads each again: one gone,
+// moved to another owner or failed again since the turn's read is left
+// for the next turn. The caller finishes the claims returned.
+func (t *retention) claim(due []deadTime, reasons []string) []retainClaim {
+	var held []retainClaim
 	for i, d := range due {
 		if !t.fail.requeues.start(d.Key) {
 			continue // being requeued or discarded: the next turn sees what is left
@@ -195,31 +190,53 @@ func (t *retention) drop(ctx context.Context, c *class, due []deadTime, reasons 
 			t.fail.requeues.finish(d.Key)
 			continue
 		}
-		held = append(held, claimed{key: d.Key, id: id, rec: rec, reason: reasons[i]})
+		held = append(held, retainClaim{key: d.Key, id: id, rec: rec, reason: reasons[i]})
 	}
+	return held
+}
+
+// publishAll publishes the claimed dead letters of class c to its
+// DeadLetterTopic, together (one write of the publisher), each awaited.
+// It returns those published; the others' claims it finishes, and
+// reports failed.
+func (t *retention) publishAll(ctx context.Context, c *class, held []retainClaim) (kept []retainClaim, failed bool) {
+	results := make([]chan error, len(held))
+	for i := range held {
+		results[i] = make(chan error, 1)
+		go func(h retainClaim, res chan error) { res <- t.publish(ctx, c, h.rec, h.reason) }(held[i], results[i])
+	}
+	kept = held[:0:0]
+	var firstErr error
+	for i, h := range held {
+		if err := <-results[i]; err != nil {
+			firstErr = cmp.Or(firstErr, err)
+			t.fail.requeues.finish(h.key)
+			continue
+		}
+		kept = append(kept, h)
+	}
+	if firstErr != nil {
+		t.fail.cfg.log.Error("dead letters beyond their class's retention not dropped: their publish failed; tried again at the next turn",
+			"class", c.cfg.Name, "count", len(held)-len(kept), "topic", c.cfg.DeadLetterTopic, "err", firstErr)
+	}
+	return kept, firstErr != nil
+}
+
+// drop drops the dead letters due of class c, each for its reason: it
+// claims each (one being requeued or discarded is left alone), reads it
+// again, publishes those of a class with a DeadLetterTopic (one whose
+// publish fails stays), deletes the rest in one write, releases their
+// keys in an ordered class, and returns the keys it deleted and whether
+// a publish or the delete failed.
+func (t *retention) drop(ctx context.Context, c *class, due []deadTime, reasons []string) (gone map[uint64]bool, failed bool) {
+	held := t.claim(due, reasons)
+	defer func() {
+		for _, h := range held {
+			t.fail.requeues.finish(h.key)
+		}
+	}()
 	if c.cfg.DeadLetterTopic != "" {
-		// Published together (one write of the publisher), each awaited.
-		results := make([]chan error, len(held))
-		for i := range held {
-			results[i] = make(chan error, 1)
-			go func(h claimed, res chan error) { res <- t.publish(ctx, c, h.rec, h.reason) }(held[i], results[i])
-		}
-		kept := held[:0:0]
-		var firstErr error
-		for i, h := range held {
-			if err := <-results[i]; err != nil {
-				firstErr = cmp.Or(firstErr, err)
-				t.fail.requeues.finish(h.key)
-				continue
-			}
-			kept = append(kept, h)
-		}
-		if firstErr != nil {
-			failed = true
-			t.fail.cfg.log.Error("dead letters beyond their class's retention not dropped: their publish failed; tried again at the next turn",
-				"class", c.cfg.Name, "count", len(held)-len(kept), "topic", c.cfg.DeadLetterTopic, "err", firstErr)
-		}
-		held = kept
+		held, failed = t.publishAll(ctx, c, held)
 	}
 	// The publishes took time: what moved to another owner meanwhile is
 	// that owner's now, and a stop begun leaves the rest for the next run.
