@@ -65,18 +65,20 @@ type consumerConfig struct {
 	// feedFunc returns the fetch loop of a partition of topic (fetch.go),
 	// nil for a topic no class consumes.
 	feedFunc func(topic string) fetchFunc
-	// classFunc returns the class consuming topic, nil for none: the stats
-	// of a class sum its partitions.
-	classFunc func(topic string) *class
+	// byTopic is the class consuming each topic (classSet.byTopic): the
+	// stats of a class sum its partitions.
+	byTopic map[string]*class
 	// giveBackFunc takes the unstarted and backing-off Kafka messages of
 	// the trackers mine reports out of the pools and gives them back
 	// (unsettled, counted abandoned); it returns how many.
 	giveBackFunc func(mine func(*tracker) bool) int
-	// monoFunc is the runtime's monotonic clock (Runtime.mono), which
-	// the trackers stamp fetched offsets with.
-	monoFunc func() int64
-	// joinedFunc is called when a generation arrived: readiness.
-	joinedFunc func()
+	// epoch is the runtime's start (lifecycle.epoch): the trackers stamp
+	// fetched offsets with the monotonic time since it (Runtime.mono).
+	epoch time.Time
+	// ready is the runtime's readiness: told when a generation arrived
+	// (join), and of each partition in restoreFunc (beginRestore before
+	// one starts, restored once it called restored or returned).
+	ready *readiness
 	// alive is the runtime's liveness (alive.go): each keeper beats in
 	// it.
 	alive *liveness
@@ -91,12 +93,6 @@ type consumerConfig struct {
 	// is told of each revoked partition once its fetch loop ended.
 	restoreFunc func(ctx context.Context, p kclient.Partition, restored func()) bool
 	revokedFunc func(p kclient.Partition)
-	// restoring counts the partitions in restoreFunc (readiness): begin
-	// before one starts, end once it called restored or returned.
-	restoring interface {
-		beginRestore()
-		restored()
-	}
 }
 
 // fetchFunc is one partition's fetch loop: it reads src and hands the
@@ -201,7 +197,7 @@ func (k *consumer) begin(ctx context.Context, s kclient.Session) kclient.Keeper 
 	g.fetching.Store(true)
 	k.gen.Store(g)
 	if s.Eager() {
-		k.cfg.joinedFunc()
+		k.cfg.ready.join()
 		k.cfg.log.Info("joined group generation", "group", k.cfg.group, "generation", g.id.Load(), "partitions", len(g.trackers()))
 	}
 	g.lag = &lagSampler{g: g}
@@ -313,7 +309,7 @@ func (g *generation) add(ps []kclient.Assigned) {
 			g.running.Add(1)
 			restore := g.cfg.restoreFunc
 			if restore != nil {
-				g.cfg.restoring.beginRestore() // before the goroutine: no instant of readiness in between
+				g.cfg.ready.beginRestore() // before the goroutine: no instant of readiness in between
 			}
 			g.cfg.stuck.own(p.Partition)
 			go func() {
@@ -322,7 +318,7 @@ func (g *generation) add(ps []kclient.Assigned) {
 				defer g.cfg.stuck.disown(p.Partition)
 				if restore != nil {
 					var once sync.Once
-					restored := func() { once.Do(g.cfg.restoring.restored) }
+					restored := func() { once.Do(g.cfg.ready.restored) }
 					ok := restore(ctx, p.Partition, restored)
 					restored()
 					if !ok {
@@ -411,7 +407,7 @@ func (g *generation) Quiesce() {
 func (g *generation) Assign(gen int32, ps []kclient.Assigned) {
 	g.id.Store(gen)
 	g.request(change{add: ps})
-	g.cfg.joinedFunc()
+	g.cfg.ready.join()
 	// As an eager session logs each generation it joins: cooperative
 	// generations keep their partitions, so the count is all it holds.
 	g.cfg.log.Info("joined group generation", "group", g.cfg.group, "generation", gen, "partitions", len(g.trackers()))
@@ -481,7 +477,6 @@ func (g *generation) revoke(trs []*tracker) (given, left int) {
 // conn, repeated warnings through logs.
 func (r *Runtime) consumerConfig(conn *connection, logs *logBackoff) consumerConfig {
 	cfg := &r.cfg
-	classFunc := func(topic string) *class { return r.classes.byTopic[topic] }
 	f := &feeder{byTopic: r.classes.byTopic, epoch: r.life.epoch, resumes: r.restore.resumes}
 	return consumerConfig{
 		log: r.log, logs: logs, conn: conn, metrics: r.metrics, group: cfg.Group,
@@ -497,15 +492,14 @@ func (r *Runtime) consumerConfig(conn *connection, logs *logBackoff) consumerCon
 			FetchFunc: r.ready.stuck.fetched,
 		},
 		feedFunc:     f.feed,
-		classFunc:    classFunc,
+		byTopic:      r.classes.byTopic,
 		giveBackFunc: r.giveBack,
-		monoFunc:     r.mono,
-		joinedFunc:   r.ready.join,
+		epoch:        r.life.epoch,
+		ready:        &r.ready,
 		alive:        &r.alive,
 		stuck:        r.ready.stuck,
 		restoreFunc:  r.restore.restore,
 		revokedFunc:  r.restore.revoked,
-		restoring:    &r.ready,
 	}
 }
 

@@ -130,7 +130,7 @@ func (k *consumer) oldestUnsettled(c *class) time.Duration {
 	}
 	oldest, found := int64(0), false
 	for _, tr := range g.trackers() {
-		if k.cfg.classFunc(tr.topic) != c {
+		if k.cfg.byTopic[tr.topic] != c {
 			continue
 		}
 		if seen, ok := tr.oldest(); ok && (!found || seen < oldest) {
@@ -140,7 +140,7 @@ func (k *consumer) oldestUnsettled(c *class) time.Duration {
 	if !found {
 		return 0
 	}
-	return time.Duration(max(k.cfg.monoFunc()-oldest, 0))
+	return time.Duration(max(int64(time.Since(k.cfg.epoch))-oldest, 0))
 }
 
 // classLag returns how many partitions of class c's topics this
@@ -153,7 +153,7 @@ func (k *consumer) classLag(c *class) (partitions int, lag int64) {
 		return 0, lag
 	}
 	for _, tr := range g.trackers() {
-		if k.cfg.classFunc(tr.topic) != c {
+		if k.cfg.byTopic[tr.topic] != c {
 			continue
 		}
 		partitions++
