@@ -665,59 +665,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	if len(cfg.Classes) == 0 {
 		bad("at least one class is required")
 	}
-	durations := []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-	}{
-		{"DrainTimeout", &cfg.DrainTimeout, DefaultDrainTimeout},
-		{"HardStopGrace", &cfg.HardStopGrace, DefaultHardStopGrace},
-		{"CommitInterval", &cfg.CommitInterval, DefaultCommitInterval},
-		{"SessionTimeout", &cfg.SessionTimeout, DefaultSessionTimeout},
-		{"RebalanceTimeout", &cfg.RebalanceTimeout, DefaultRebalanceTimeout},
-		{"FetchMaxWait", &cfg.FetchMaxWait, DefaultFetchMaxWait},
-		{"LockTimeout", &cfg.LockTimeout, DefaultLockTimeout},
-		{"RevokeTimeout", &cfg.RevokeTimeout, DefaultRevokeTimeout},
-		{"ChangelogTimeout", &cfg.ChangelogTimeout, DefaultChangelogTimeout},
-		{"StuckAfter", &cfg.StuckAfter, DefaultStuckAfter},
-	}
-	for _, d := range durations {
-		switch {
-		case *d.v < 0:
-			bad("%s must not be negative, got %s", d.name, *d.v)
-		case *d.v == 0:
-			*d.v = d.def
-		}
-	}
-	if cfg.ChangelogReplication < 0 {
-		bad("ChangelogReplication must not be negative, got %d", cfg.ChangelogReplication)
-	}
-	if cfg.FetchQueue < 0 {
-		bad("FetchQueue must not be negative, got %d", cfg.FetchQueue)
-	} else if cfg.FetchQueue == 0 {
-		cfg.FetchQueue = DefaultFetchQueue
-	}
-	if cfg.RevokeTimeout >= cfg.RebalanceTimeout {
-		bad("RevokeTimeout (%s) must be less than RebalanceTimeout (%s)", cfg.RevokeTimeout, cfg.RebalanceTimeout)
-	}
-	switch cfg.Client {
-	case "":
-		cfg.Client = ClientFranzGo
-	case ClientKafkaGo, ClientFranzGo:
-	default:
-		bad("unknown Client %q (want %q or %q)", cfg.Client, ClientKafkaGo, ClientFranzGo)
-	}
-	switch cfg.GroupProtocol {
-	case "":
-		cfg.GroupProtocol = GroupProtocolClassic
-	case GroupProtocolClassic:
-	case GroupProtocolConsumer:
-		if cfg.Client == ClientKafkaGo {
-			bad("GroupProtocol %q needs Client %q: %s joins with the classic protocol only", cfg.GroupProtocol, ClientFranzGo, ClientKafkaGo)
-		}
-	default:
-		bad("unknown GroupProtocol %q (want %q or %q)", cfg.GroupProtocol, GroupProtocolClassic, GroupProtocolConsumer)
-	}
+	cfg.defaultNumbers(bad)
+	cfg.checkClient(bad)
 	// A static member is named by an Instance the user chose: two
 	// processes on one host must not share the hostname's.
 	cfg.staticID = cfg.Instance
@@ -762,6 +711,69 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	cfg.Brokers = append([]string(nil), cfg.Brokers...)
 	return cfg, errors.Join(errs...)
+}
+
+// defaultNumbers fills the zero durations and counts with their
+// defaults and reports with bad the negative ones.
+func (cfg *Config) defaultNumbers(bad func(format string, args ...any)) {
+	durations := []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"DrainTimeout", &cfg.DrainTimeout, DefaultDrainTimeout},
+		{"HardStopGrace", &cfg.HardStopGrace, DefaultHardStopGrace},
+		{"CommitInterval", &cfg.CommitInterval, DefaultCommitInterval},
+		{"SessionTimeout", &cfg.SessionTimeout, DefaultSessionTimeout},
+		{"RebalanceTimeout", &cfg.RebalanceTimeout, DefaultRebalanceTimeout},
+		{"FetchMaxWait", &cfg.FetchMaxWait, DefaultFetchMaxWait},
+		{"LockTimeout", &cfg.LockTimeout, DefaultLockTimeout},
+		{"RevokeTimeout", &cfg.RevokeTimeout, DefaultRevokeTimeout},
+		{"ChangelogTimeout", &cfg.ChangelogTimeout, DefaultChangelogTimeout},
+		{"StuckAfter", &cfg.StuckAfter, DefaultStuckAfter},
+	}
+	for _, d := range durations {
+		switch {
+		case *d.v < 0:
+			bad("%s must not be negative, got %s", d.name, *d.v)
+		case *d.v == 0:
+			*d.v = d.def
+		}
+	}
+	if cfg.ChangelogReplication < 0 {
+		bad("ChangelogReplication must not be negative, got %d", cfg.ChangelogReplication)
+	}
+	if cfg.FetchQueue < 0 {
+		bad("FetchQueue must not be negative, got %d", cfg.FetchQueue)
+	} else if cfg.FetchQueue == 0 {
+		cfg.FetchQueue = DefaultFetchQueue
+	}
+}
+
+// checkClient fills the Kafka client and group protocol defaults and
+// reports with bad a choice they do not support.
+func (cfg *Config) checkClient(bad func(format string, args ...any)) {
+	if cfg.RevokeTimeout >= cfg.RebalanceTimeout {
+		bad("RevokeTimeout (%s) must be less than RebalanceTimeout (%s)", cfg.RevokeTimeout, cfg.RebalanceTimeout)
+	}
+	switch cfg.Client {
+	case "":
+		cfg.Client = ClientFranzGo
+	case ClientKafkaGo, ClientFranzGo:
+	default:
+		bad("unknown Client %q (want %q or %q)", cfg.Client, ClientKafkaGo, ClientFranzGo)
+	}
+	switch cfg.GroupProtocol {
+	case "":
+		cfg.GroupProtocol = GroupProtocolClassic
+	case GroupProtocolClassic:
+	case GroupProtocolConsumer:
+		if cfg.Client == ClientKafkaGo {
+			bad("GroupProtocol %q needs Client %q: %s joins with the classic protocol only", cfg.GroupProtocol, ClientFranzGo, ClientKafkaGo)
+		}
+	default:
+		bad("unknown GroupProtocol %q (want %q or %q)", cfg.GroupProtocol, GroupProtocolClassic, GroupProtocolConsumer)
+	}
 }
 
 // checkSecurity reports with bad what can be told wrong about TLS and

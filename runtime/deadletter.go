@@ -13,6 +13,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/internal/deadop"
+	"github.com/handoff-go/handoff/runtime/internal/service"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -46,11 +47,18 @@ type failuresConfig struct {
 // (orphan), and a submitted message whose save failed is kept and saved
 // again (unsaved.go). Its methods are safe for concurrent use.
 type failures struct {
+	// Base runs the retries of unsaved failed messages (retryUnsaved)
+	// from Start to Stop.
+	service.Base
 	cfg      failuresConfig
 	requeues requeues // dead letters claimed by a requeue or a discard
 	unsaved  unsaved  // submitted messages whose save failed
 	orphans  orphans  // saved messages of unknown classes, logged as one line at start (rename.go)
 }
+
+// Start runs the retries of the unsaved failed messages (retryUnsaved)
+// until Stop; see service.Service.
+func (f *failures) Start(ctx context.Context) error { return f.StartLoop(ctx, f.retryUnsaved) }
 
 func newFailures(cfg failuresConfig) *failures {
 	return &failures{cfg: cfg, unsaved: unsaved{added: make(chan struct{}, 1)}}

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/handoff-go/handoff/internal/deadop"
+	"github.com/handoff-go/handoff/runtime/internal/service"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -153,7 +154,9 @@ const (
 // deadOps is this instance's table of the group's recent operations and
 // its part in them. Safe for concurrent use.
 type deadOps struct {
-	r *Runtime
+	service.Base // run, from Start to Stop
+	r            *Runtime
+	logs         *logBackoff // repeated failures' lines
 
 	mu  sync.Mutex
 	ops map[string]*opEntry
@@ -210,8 +213,8 @@ type opEntry struct {
 	acted   map[string]bool
 }
 
-func newDeadOps(r *Runtime) *deadOps {
-	return &deadOps{r: r, ops: map[string]*opEntry{}, changed: make(chan struct{}), wake: make(chan struct{}, 1)}
+func newDeadOps(r *Runtime, logs *logBackoff) *deadOps {
+	return &deadOps{r: r, logs: logs, ops: map[string]*opEntry{}, changed: make(chan struct{}), wake: make(chan struct{}, 1)}
 }
 
 // notify wakes the waiters of a change; o.mu is held.
@@ -227,6 +230,10 @@ func (o *deadOps) poke() {
 	default:
 	}
 }
+
+// Start runs the operations' loop (run) until Stop; see
+// service.Service.
+func (o *deadOps) Start(ctx context.Context) error { return o.StartLoop(ctx, o.run) }
 
 // run is a feed of the run: it starts this instance's part of the
 // operations it knows (now, every opScanEvery and when poked) until ctx
@@ -726,9 +733,55 @@ func (o *deadOps) work(ctx context.Context, id string, e *opEntry, gen int64) {
 	writerStop := make(chan struct{})
 	var writer sync.WaitGroup
 	writer.Go(func() { ps.writeEvery(ctx, writerStop, o, req) })
+	again, stopped := o.actOnAll(ctx, id, e, todo, lim, ps)
+	canceled := o.isCanceled(e)
+	if req.Action == deadop.Requeue && !stopped && !canceled {
+		o.settleRequeued(ctx, req, again, e.acted, ps)
+	}
+	close(writerStop)
+	if o.testHookPartEnd != nil {
+		o.testHookPartEnd()
+	}
+	writer.Wait()
+	finished = o.endPart(ctx, id, req, ps.st, canceled, stopped)
+}
+
+// endPart writes the last status of this instance's part of operation
+// id, st, and logs its end: canceled, or done (what a stop left is the
+// next owners'). It reports whether the part is finished here: not when
+// the stop or a cancel ended it.
+func (o *deadOps) endPart(ctx context.Context, id string, req *deadop.Request, st deadop.Status, canceled, stopped bool) bool {
+	finished := false
+	switch {
+	case canceled:
+		st.State = deadop.Canceled
+	default:
+		// Stopped, the rest is the next owners' (Left 0): this part is
+		// over.
+		st.State, st.Left = deadop.Done, 0
+		finished = !stopped
+	}
+	st.Rate = 0
+	fctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+	if stopped {
+		// The stop waits for it: briefly.
+		fctx, cancel = context.WithTimeout(fctx, opStopWrite)
+	}
+	o.writeLastStatus(fctx, req, st)
+	cancel()
+	o.r.log.Info("dead-letter operation: this instance's part ended", "op", id, "instance", o.r.cfg.Instance, "action", req.Action, "state", st.State,
+		"done", st.Done, "failed", st.Failed, "failed_again", st.FailedAgain, "skipped", st.Skipped, "stopped", stopped)
+	return finished
+}
+
+// actOnAll acts on this instance's part of operation id, todo, at the
+// pace lim allows (the group's rate shared among the owners), counting
+// into ps. It returns the requeued keys not yet known ended (for the
+// settle) and whether the stop ended it early (the rest is the next
+// owners').
+func (o *deadOps) actOnAll(ctx context.Context, id string, e *opEntry, todo []opTask, lim *rate.Limiter, ps *partStatus) (again []string, stopped bool) {
+	r, req := o.r, e.req
 	lastShare := time.Now()
-	var again []string // acted on here and not yet ended, for the settle
-	stopped := false
 	for _, t := range todo {
 		if ctx.Err() != nil {
 			stopped = true
@@ -787,46 +840,22 @@ func (o *deadOps) work(ctx context.Context, id string, e *opEntry, gen int64) {
 			again = o.failedAgain(req, again, e.acted, ps)
 		}
 	}
-	canceled := o.isCanceled(e)
-	if req.Action == deadop.Requeue && !stopped && !canceled {
-		// The requeued messages end in their pools: count those that
-		// failed again.
-		deadline := time.Now().Add(opSettle)
-		for len(again) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
-			if again = o.failedAgain(req, again, e.acted, ps); len(again) == 0 {
-				break
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(opStatusEvery):
-			}
+	return again, stopped
+}
+
+// settleRequeued waits, up to opSettle, for the requeued messages again
+// to end in their pools, counting into ps those that failed again.
+func (o *deadOps) settleRequeued(ctx context.Context, req *deadop.Request, again []string, acted map[string]bool, ps *partStatus) {
+	deadline := time.Now().Add(opSettle)
+	for len(again) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		if again = o.failedAgain(req, again, acted, ps); len(again) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(opStatusEvery):
 		}
 	}
-	close(writerStop)
-	if o.testHookPartEnd != nil {
-		o.testHookPartEnd()
-	}
-	writer.Wait()
-	st = ps.st
-	switch {
-	case canceled:
-		st.State = deadop.Canceled
-	default:
-		// Stopped, the rest is the next owners' (Left 0): this part is
-		// over.
-		st.State, st.Left = deadop.Done, 0
-		finished = !stopped
-	}
-	st.Rate = 0
-	fctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
-	if stopped {
-		// The stop waits for it: briefly.
-		fctx, cancel = context.WithTimeout(fctx, opStopWrite)
-	}
-	o.writeLastStatus(fctx, req, st)
-	cancel()
-	r.log.Info("dead-letter operation: this instance's part ended", "op", id, "instance", self, "action", req.Action, "state", st.State,
-		"done", st.Done, "failed", st.Failed, "failed_again", st.FailedAgain, "skipped", st.Skipped, "stopped", stopped)
 }
 
 // partStatus is a worker's status while it acts, written by its writer.
@@ -997,7 +1026,7 @@ func (o *deadOps) writeStatus(ctx context.Context, req *deadop.Request, st deado
 	if err := o.write(ctx, rec); err != nil {
 		o.apply(rec) // this instance's next part carries its counts on
 		if ctx.Err() == nil {
-			o.r.logs.warn(o.r.log, "deadop/status", "dead-letter operation's progress not written; the next write carries it",
+			o.logs.warn(o.r.log, "deadop/status", "dead-letter operation's progress not written; the next write carries it",
 				"op", req.ID, "err", err)
 		}
 	}

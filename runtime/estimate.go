@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/handoff-go/handoff/pool"
+	"github.com/handoff-go/handoff/runtime/internal/service"
 )
 
 // serviceTime keeps an exponentially weighted mean of a class's handler
@@ -114,6 +115,7 @@ func (c *class) drainEstimate(ps pool.Stats, runningFor, longest, drainTimeout t
 // the estimate's gauges and warns, at most every 30s per class, when a
 // stop now could not drain it.
 type drainWatch struct {
+	service.Base                     // run, from Start to Stop
 	stats        func() []ClassStats // every class's, estimate included
 	metrics      *metrics
 	log          *slog.Logger
@@ -121,8 +123,16 @@ type drainWatch struct {
 	alive        *liveness // the watcher beats on every turn
 }
 
+// newDrainWatch returns the runtime's drain watcher.
+func (r *Runtime) newDrainWatch() *drainWatch {
+	return &drainWatch{stats: r.Stats, metrics: r.metrics, log: r.log, drainTimeout: r.cfg.DrainTimeout, alive: &r.alive}
+}
+
+// Start runs the watcher (run) until Stop; see service.Service.
+func (w *drainWatch) Start(ctx context.Context) error { return w.StartLoop(ctx, w.run) }
+
 // run checks until ctx ends.
-func (w drainWatch) run(ctx context.Context) {
+func (w *drainWatch) run(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	alive := w.alive.start("drain budget watcher", time.Second)

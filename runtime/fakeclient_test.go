@@ -207,8 +207,8 @@ func TestConsumerFakeClient(t *testing.T) {
 	t.Parallel()
 	const parts, n = 3, 50
 	f := newFakeClient(parts, n, n) // the last record catches its partition up
-	var joined atomic.Bool
-	k := newConsumer(fakeConsumerConfig(f, &joined, func(func(*tracker) bool) int { return 0 }))
+	var ready readiness
+	k := newConsumer(fakeConsumerConfig(f, &ready, func(func(*tracker) bool) int { return 0 }))
 	if err := k.open(); err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestConsumerFakeClient(t *testing.T) {
 	if err := k.join(ctx, []string{"orders"}); err != nil {
 		t.Fatal(err)
 	}
-	if !joined.Load() {
+	if !ready.joined.Load() {
 		t.Error("an eager session began without joining")
 	}
 	waitFor(t, "every partition committed to its end", func() bool {
@@ -251,7 +251,7 @@ func TestConsumerFakeClient(t *testing.T) {
 // fakeConsumerConfig is a consumerConfig of no Runtime: its client is f,
 // its feed settles each record as it comes (and signals a partition
 // caught up at its last record), giveBack is the revocations' give-back.
-func fakeConsumerConfig(f *fakeClient, joined *atomic.Bool, giveBack func(func(*tracker) bool) int) consumerConfig {
+func fakeConsumerConfig(f *fakeClient, ready *readiness, giveBack func(func(*tracker) bool) int) consumerConfig {
 	return consumerConfig{
 		log: slog.New(slog.DiscardHandler), logs: newLogBackoff(), metrics: nil, group: "g",
 		commitInterval: time.Hour, revokeTimeout: time.Second,
@@ -275,10 +275,9 @@ func fakeConsumerConfig(f *fakeClient, joined *atomic.Bool, giveBack func(func(*
 				}
 			}
 		},
-		classFunc:    func(string) *class { return nil },
 		giveBackFunc: giveBack,
-		monoFunc:     func() int64 { return 0 },
-		joinedFunc:   func() { joined.Store(true) },
+		epoch:        time.Now(),
+		ready:        ready,
 		alive:        new(liveness),
 		stuck:        newStuckParts(time.Minute, slog.New(slog.DiscardHandler)),
 	}
@@ -295,9 +294,9 @@ func TestGenerationCooperative(t *testing.T) {
 	const n = 20
 	f := newFakeClient(2, n, n)
 	f.cooperative = true
-	var joined atomic.Bool
+	var ready readiness
 	var gaveBack atomic.Int64
-	k := newConsumer(fakeConsumerConfig(f, &joined, func(mine func(*tracker) bool) int {
+	k := newConsumer(fakeConsumerConfig(f, &ready, func(mine func(*tracker) bool) int {
 		gaveBack.Add(1)
 		return 0
 	}))
@@ -309,13 +308,13 @@ func TestGenerationCooperative(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := k.gen.Load()
-	if joined.Load() || len(g.trackers()) != 0 {
-		t.Fatalf("before any assignment: joined %v, %d partitions", joined.Load(), len(g.trackers()))
+	if ready.joined.Load() || len(g.trackers()) != 0 {
+		t.Fatalf("before any assignment: joined %v, %d partitions", ready.joined.Load(), len(g.trackers()))
 	}
 	p0, p1 := kclient.Partition{Topic: "orders", Partition: 0}, kclient.Partition{Topic: "orders", Partition: 1}
 	f.keeper.Assign(3, []kclient.Assigned{{Partition: p0, Offset: 0}, {Partition: p1, Offset: 0}})
-	if !joined.Load() || g.id.Load() != 3 || len(g.trackers()) != 2 {
-		t.Fatalf("assigned: joined %v, generation %d, %d partitions", joined.Load(), g.id.Load(), len(g.trackers()))
+	if !ready.joined.Load() || g.id.Load() != 3 || len(g.trackers()) != 2 {
+		t.Fatalf("assigned: joined %v, generation %d, %d partitions", ready.joined.Load(), g.id.Load(), len(g.trackers()))
 	}
 	waitFor(t, "both partitions committed to their end", func() bool {
 		c, _ := f.commitsMade()
@@ -483,7 +482,7 @@ func TestRevokeGivesBackBeforeKeysGo(t *testing.T) {
 	const n = 20
 	f := newFakeClient(1, n, n)
 	f.cooperative = true
-	var joined atomic.Bool
+	var ready readiness
 	var mu sync.Mutex
 	var steps []string
 	note := func(s string) {
@@ -491,7 +490,7 @@ func TestRevokeGivesBackBeforeKeysGo(t *testing.T) {
 		defer mu.Unlock()
 		steps = append(steps, s)
 	}
-	cfg := fakeConsumerConfig(f, &joined, func(mine func(*tracker) bool) int {
+	cfg := fakeConsumerConfig(f, &ready, func(mine func(*tracker) bool) int {
 		note("give back")
 		return 0
 	})

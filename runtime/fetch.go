@@ -11,31 +11,26 @@ import (
 )
 
 // feeder is how a partition's fetch loop hands its records to its
-// class's pool: built from the runtime's functions, it keeps no pointer
-// to the Runtime.
+// class's pool: it keeps no pointer to the Runtime, and calls nothing
+// through a func value or an interface per record but its source. A
+// class may fetch while its hold says so (not suspended nor paused;
+// runtime/internal/hold).
 type feeder struct {
-	// mayFetchFunc reports whether class c may fetch (not suspended nor
-	// paused), waiting while it may not, until ctx ends (its hold,
-	// runtime/internal/hold).
-	mayFetchFunc func(ctx context.Context, c *class) bool
-	// openFunc reports at once, without waiting, whether class c may
-	// fetch now: what mayFetchFunc would say if it did not wait.
-	openFunc func(c *class) bool
-	// classFunc returns the class consuming topic, nil for none.
-	classFunc func(topic string) *class
-	// epoch is the runtime's start (Runtime.epoch): FirstSeen and the
+	// byTopic is the class consuming each topic (classSet.byTopic).
+	byTopic map[string]*class
+	// epoch is the runtime's start (lifecycle.epoch): FirstSeen and the
 	// trackers' stamps are read from one monotonic clock since it.
 	epoch time.Time
-	// resumeFunc returns what the fetch of tr's partition may skip (its
-	// saved messages re-pushed here, the offsets its last stop knew
-	// done; progress.go), nil for nothing.
-	resumeFunc func(ctx context.Context, tr *tracker) *resumeCursor
+	// resumes says what the fetch of a partition may skip (its saved
+	// messages re-pushed here, the offsets its last stop knew done;
+	// progress.go); nil for nothing.
+	resumes *resumes
 }
 
 // feed returns the fetch loop of a partition of topic, nil when no class
 // consumes topic: the consumer's feedFunc.
 func (f *feeder) feed(topic string) fetchFunc {
-	c := f.classFunc(topic)
+	c := f.byTopic[topic]
 	if c == nil {
 		return nil
 	}
@@ -58,11 +53,11 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 	var fetched uint64 // records, for the timing sample (see sample)
 	var spare []item   // the items the last batch's allocation had left (slab.rest)
 	var rc *resumeCursor
-	if f.resumeFunc != nil {
-		rc = f.resumeFunc(ctx, tr)
+	if f.resumes != nil {
+		rc = f.resumes.begin(ctx, tr)
 	}
 	for {
-		if !f.mayFetchFunc(ctx, c) { // suspended or paused
+		if !c.hold.MayFetch(ctx) { // suspended or paused
 			return
 		}
 		rec, ok := src.Next(ctx)
@@ -82,7 +77,7 @@ func (f *feeder) fetch(ctx context.Context, c *class, tr *tracker, src kclient.S
 		sl := c.slab(tr, 1+min(src.Ready(), fetchBatch-1), stamp{mono: seen, wall: f.epoch.Add(time.Duration(seen))}, spare)
 		batch = append(batch[:0], f.item(c, tr, &ids, &sl, &rec, &fetched))
 		last := rec.Offset+1 >= rec.End
-		for sl.left() && src.Ready() > 0 && f.openFunc(c) {
+		for sl.left() && src.Ready() > 0 && c.hold.MayFetchNow() {
 			more, ok := src.Next(ctx)
 			if !ok {
 				break

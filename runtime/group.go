@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
+	"github.com/handoff-go/handoff/runtime/internal/service"
 )
 
 // The consumer group: the partitions this instance owns, one generation
@@ -25,7 +26,11 @@ import (
 // current generation, and what generations are built from. It keeps no
 // pointer to the Runtime: consumerConfig hands it what it uses.
 type consumer struct {
-	cfg consumerConfig
+	service.Base // the fetching: see Start and Stop
+	cfg          consumerConfig
+	// present is the topics the start's check found (checkTopics), which
+	// Start joins.
+	present []string
 	// client is made by open at the start (when there are topics) and
 	// closed by close at the stop's leave; nil otherwise.
 	client kclient.Client
@@ -37,8 +42,12 @@ type consumer struct {
 
 // consumerConfig is what a consumer is built from.
 type consumerConfig struct {
-	log     *slog.Logger
-	logs    *logBackoff
+	log  *slog.Logger
+	logs *logBackoff
+	// conn is how connections to the brokers are made (connect.go): the
+	// client's, the changelog's, the dead-letter publisher's and the
+	// share classes'.
+	conn    *connection
 	metrics *metrics
 	group   string
 	// commitInterval is Config.CommitInterval, revokeTimeout
@@ -56,18 +65,20 @@ type consumerConfig struct {
 	// feedFunc returns the fetch loop of a partition of topic (fetch.go),
 	// nil for a topic no class consumes.
 	feedFunc func(topic string) fetchFunc
-	// classFunc returns the class consuming topic, nil for none: the stats
-	// of a class sum its partitions.
-	classFunc func(topic string) *class
+	// byTopic is the class consuming each topic (classSet.byTopic): the
+	// stats of a class sum its partitions.
+	byTopic map[string]*class
 	// giveBackFunc takes the unstarted and backing-off Kafka messages of
 	// the trackers mine reports out of the pools and gives them back
 	// (unsettled, counted abandoned); it returns how many.
 	giveBackFunc func(mine func(*tracker) bool) int
-	// monoFunc is the runtime's monotonic clock (Runtime.mono), which
-	// the trackers stamp fetched offsets with.
-	monoFunc func() int64
-	// joinedFunc is called when a generation arrived: readiness.
-	joinedFunc func()
+	// epoch is the runtime's start (lifecycle.epoch): the trackers stamp
+	// fetched offsets with the monotonic time since it (Runtime.mono).
+	epoch time.Time
+	// ready is the runtime's readiness: told when a generation arrived
+	// (join), and of each partition in restoreFunc (beginRestore before
+	// one starts, restored once it called restored or returned).
+	ready *readiness
 	// alive is the runtime's liveness (alive.go): each keeper beats in
 	// it.
 	alive *liveness
@@ -82,12 +93,6 @@ type consumerConfig struct {
 	// is told of each revoked partition once its fetch loop ended.
 	restoreFunc func(ctx context.Context, p kclient.Partition, restored func()) bool
 	revokedFunc func(p kclient.Partition)
-	// restoring counts the partitions in restoreFunc (readiness): begin
-	// before one starts, end once it called restored or returned.
-	restoring interface {
-		beginRestore()
-		restored()
-	}
 }
 
 // fetchFunc is one partition's fetch loop: it reads src and hands the
@@ -116,8 +121,20 @@ func (k *consumer) open() error {
 	return nil
 }
 
+// Start begins the fetching: with a client (see open) it joins the
+// group for the topics checkTopics found present, and the fetch loops
+// run under a context Stop ends (the share classes' poll loops run under
+// it too, Context). It does not wait for the first generation.
+func (k *consumer) Start(ctx context.Context) error {
+	fetchCtx, ok := k.StartInit(ctx)
+	if !ok || k.client == nil {
+		return nil
+	}
+	return k.join(fetchCtx, k.present)
+}
+
 // join starts the membership for topics; its fetching ends with
-// fetchCtx (the stop's quiesce, then wait).
+// fetchCtx.
 func (k *consumer) join(fetchCtx context.Context, topics []string) error {
 	return k.client.Join(fetchCtx, topics, k.begin)
 }
@@ -128,6 +145,15 @@ func (k *consumer) wait() {
 	if k.client != nil {
 		k.client.Wait()
 	}
+}
+
+// Stop ends the fetching and blocks until the client's loops have ended
+// and every generation's fetch loops are quiesced (the partition readers
+// close in the background; close joins them). It does not leave the
+// group: close does, at the stop's leave.
+func (k *consumer) Stop() {
+	k.Base.Stop()
+	k.wait()
 }
 
 // closeGrace is what the leave gives the client's Close beyond the
@@ -171,10 +197,11 @@ func (k *consumer) begin(ctx context.Context, s kclient.Session) kclient.Keeper 
 	g.fetching.Store(true)
 	k.gen.Store(g)
 	if s.Eager() {
-		k.cfg.joinedFunc()
+		k.cfg.ready.join()
 		k.cfg.log.Info("joined group generation", "group", k.cfg.group, "generation", g.id.Load(), "partitions", len(g.trackers()))
 	}
-	g.lag = g.startLag(ctx)
+	g.lag = &lagSampler{g: g}
+	_ = g.lag.Start(ctx) // a loop: it does not fail to start
 	return g
 }
 
@@ -282,7 +309,7 @@ func (g *generation) add(ps []kclient.Assigned) {
 			g.running.Add(1)
 			restore := g.cfg.restoreFunc
 			if restore != nil {
-				g.cfg.restoring.beginRestore() // before the goroutine: no instant of readiness in between
+				g.cfg.ready.beginRestore() // before the goroutine: no instant of readiness in between
 			}
 			g.cfg.stuck.own(p.Partition)
 			go func() {
@@ -291,7 +318,7 @@ func (g *generation) add(ps []kclient.Assigned) {
 				defer g.cfg.stuck.disown(p.Partition)
 				if restore != nil {
 					var once sync.Once
-					restored := func() { once.Do(g.cfg.restoring.restored) }
+					restored := func() { once.Do(g.cfg.ready.restored) }
 					ok := restore(ctx, p.Partition, restored)
 					restored()
 					if !ok {
@@ -372,7 +399,7 @@ func (g *generation) Quiesce() {
 	g.loopMu.Unlock() //nolint:staticcheck // an add in progress has done its Add
 	g.running.Wait()
 	g.fetching.Store(false)
-	g.lag.stop()
+	g.lag.Stop()
 }
 
 // Assign is a cooperative session's assignment of ps, in group
@@ -380,7 +407,7 @@ func (g *generation) Quiesce() {
 func (g *generation) Assign(gen int32, ps []kclient.Assigned) {
 	g.id.Store(gen)
 	g.request(change{add: ps})
-	g.cfg.joinedFunc()
+	g.cfg.ready.join()
 	// As an eager session logs each generation it joins: cooperative
 	// generations keep their partitions, so the count is all it holds.
 	g.cfg.log.Info("joined group generation", "group", g.cfg.group, "generation", gen, "partitions", len(g.trackers()))
@@ -446,18 +473,13 @@ func (g *generation) revoke(trs []*tracker) (given, left int) {
 	return given, left
 }
 
-// newConsumer returns the runtime's consumer, built from its config,
-// classes and functions.
-func (r *Runtime) newConsumer() *consumer {
+// consumerConfig is the runtime's consumerConfig: connections made by
+// conn, repeated warnings through logs.
+func (r *Runtime) consumerConfig(conn *connection, logs *logBackoff) consumerConfig {
 	cfg := &r.cfg
-	classFunc := func(topic string) *class { return r.classes.byTopic[topic] }
-	mayFetch := func(ctx context.Context, c *class) bool { return c.hold.MayFetch(ctx) }
-	noWait, cancel := context.WithCancel(context.Background())
-	cancel() // MayFetch under it answers at once
-	open := func(c *class) bool { return c.hold.MayFetch(noWait) }
-	f := &feeder{mayFetchFunc: mayFetch, openFunc: open, classFunc: classFunc, epoch: r.epoch, resumeFunc: r.resumes.begin}
-	return newConsumer(consumerConfig{
-		log: r.log, logs: r.logs, metrics: r.metrics, group: cfg.Group,
+	f := &feeder{byTopic: r.classes.byTopic, epoch: r.life.epoch, resumes: r.restore.resumes}
+	return consumerConfig{
+		log: r.log, logs: logs, conn: conn, metrics: r.metrics, group: cfg.Group,
 		commitInterval: cfg.CommitInterval, revokeTimeout: cfg.RevokeTimeout,
 		startLast: cfg.StartOffset == StartLast,
 		classes:   cfg.Classes, topics: r.classes.topics,
@@ -465,21 +487,20 @@ func (r *Runtime) newConsumer() *consumer {
 			Client: string(cfg.Client), Brokers: cfg.Brokers, ClientID: cfg.ClientID, Group: cfg.Group,
 			Instance: cfg.staticID, Consumer: cfg.GroupProtocol == GroupProtocolConsumer, SessionTimeout: cfg.SessionTimeout, RebalanceTimeout: cfg.RebalanceTimeout,
 			FetchMaxWait: cfg.FetchMaxWait, FetchQueue: cfg.FetchQueue, StartLast: cfg.StartOffset == StartLast,
-			ReadCommitted: cfg.IsolationLevel == ReadCommitted, DialFunc: r.conn.clientDial(),
-			Log: r.log, WarnFunc: r.logs.warn, FetchErrorFunc: r.metrics.fetchError,
-			FetchFunc: r.stuck.fetched,
+			ReadCommitted: cfg.IsolationLevel == ReadCommitted, DialFunc: conn.clientDial(),
+			Log: r.log, WarnFunc: logs.warn, FetchErrorFunc: r.metrics.fetchError,
+			FetchFunc: r.ready.stuck.fetched,
 		},
 		feedFunc:     f.feed,
-		classFunc:    classFunc,
+		byTopic:      r.classes.byTopic,
 		giveBackFunc: r.giveBack,
-		monoFunc:     r.mono,
-		joinedFunc:   r.ready.join,
+		epoch:        r.life.epoch,
+		ready:        &r.ready,
 		alive:        &r.alive,
-		stuck:        r.stuck,
+		stuck:        r.ready.stuck,
 		restoreFunc:  r.restore.restore,
 		revokedFunc:  r.restore.revoked,
-		restoring:    &r.ready,
-	})
+	}
 }
 
 // giveBack takes the unstarted and backing-off Kafka messages of the

@@ -189,7 +189,7 @@ func (h *handling) retry(c *class) func(*item, error) (time.Duration, bool) {
 			return 0, true // not counted; it waits in the held pool
 		}
 		now := time.Now()
-		it.own().Attempt++ // the handlers' envelope stays as they saw it
+		it.writeEnv().Attempt++ // the handlers' envelope stays as they saw it
 		x := it.ext()
 		if x.firstFailed.IsZero() {
 			x.firstFailed = now

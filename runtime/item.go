@@ -19,7 +19,7 @@ import (
 type item struct {
 	// m is the message's envelope as it came: what its first handler is
 	// handed, and what the runtime saves, until a change to the message
-	// (a retry's Attempt) makes a copy (see own). Once a handler may have
+	// (a retry's Attempt) makes a copy (see writeEnv). Once a handler may have
 	// an envelope, the runtime never writes to it again. Read the
 	// envelope through env.
 	m   handoff.Message
@@ -57,7 +57,7 @@ type item struct {
 // history, a parked key's release.
 type itemExt struct {
 	// msg, when set, is the message's envelope since it changed (see
-	// own): m stays as the handlers before saw it.
+	// writeEnv): m stays as the handlers before saw it.
 	msg *handoff.Message
 
 	// key of the record the message came from (fromPending, fromDead),
@@ -84,7 +84,7 @@ type itemExt struct {
 	relGen  uint64
 	// share is a share class's record: its acknowledgement and lock
 	// (share.go).
-	share *shareHeld
+	share *shareAcquired
 }
 
 // tracker returns a fetched message's partition tracker, nil for
@@ -105,19 +105,19 @@ func (it *item) env() *handoff.Message {
 	return &it.m
 }
 
-// own returns the item's envelope to write in: a copy of the one the
+// writeEnv returns the item's envelope to write in: a copy of the one the
 // handlers were handed, which stays as they saw it (a handler may keep
 // its *Message, see handoff.Message). The retry's Attempt and the hold's
 // Uncount write through it: one allocation per failed attempt, none per
 // delivery.
-func (it *item) own() *handoff.Message {
+func (it *item) writeEnv() *handoff.Message {
 	m := *it.env()
 	it.ext().msg = &m
 	return &m
 }
 
 // moved reports whether the item's envelope changed since it came (see
-// own: a retry's Attempt, the hold's Uncount): a stored message's record
+// writeEnv: a retry's Attempt, the hold's Uncount): a stored message's record
 // then no longer says what it is.
 func (it *item) moved() bool { return it.x != nil && it.x.msg != nil }
 
@@ -151,7 +151,7 @@ func (it *item) HoldMark() *hold.Mark { return &it.hold }
 // Uncount takes back n attempts counted in a streak that tripped its
 // class's suspension, and the first failure time when none is left.
 func (it *item) Uncount(n int) {
-	m := it.own()
+	m := it.writeEnv()
 	m.Attempt -= n
 	if m.Attempt <= 0 {
 		m.Attempt = 0

@@ -122,7 +122,7 @@ func BenchmarkDelivery(b *testing.B) {
 		kept = m // escapes, as with any handler
 		return nil
 	})
-	r := &Runtime{epoch: time.Now()}
+	r := &Runtime{life: lifecycle{epoch: time.Now()}}
 	c := &class{cfg: Class{Name: "orders", Handler: handler}}
 	key, value := []byte("customer-42"), make([]byte, 256)
 	b.Run("copy", func(b *testing.B) {
@@ -136,7 +136,7 @@ func BenchmarkDelivery(b *testing.B) {
 			seen := r.mono()
 			it.m = handoff.Message{ID: ids.id(off), Class: c.cfg.Name, Key: key, Value: value,
 				Origin:    handoff.Origin{Topic: tr.topic, Partition: tr.partition, Offset: off},
-				FirstSeen: r.epoch.Add(time.Duration(seen))}
+				FirstSeen: r.life.epoch.Add(time.Duration(seen))}
 			it.src, it.head = fromKafka, &tr.shared
 			it.slot = tr.add(off, seen)
 			m := it.m
@@ -150,7 +150,7 @@ func BenchmarkDelivery(b *testing.B) {
 		}
 	})
 	b.Run("batch", func(b *testing.B) {
-		f := &feeder{epoch: r.epoch}
+		f := &feeder{epoch: r.life.epoch}
 		tr := newTracker("orders", 3, 0)
 		ids := kafkaIDs{prefix: tr.idPrefix}
 		var fetched uint64
@@ -161,7 +161,7 @@ func BenchmarkDelivery(b *testing.B) {
 			// One record per iteration, in batches of fetchBatch.
 			if !sl.left() {
 				seen := r.mono()
-				sl = newSlab(tr, fetchBatch, stamp{mono: seen, wall: r.epoch.Add(time.Duration(seen))}, sl.rest())
+				sl = newSlab(tr, fetchBatch, stamp{mono: seen, wall: r.life.epoch.Add(time.Duration(seen))}, sl.rest())
 			}
 			it := f.item(c, tr, &ids, &sl, &kclient.Record{Offset: off, Key: key, Value: value}, &fetched)
 			if err := c.cfg.Handler(context.Background(), it.env()); err != nil {
@@ -177,7 +177,7 @@ func BenchmarkDelivery(b *testing.B) {
 		// handler keeps nothing.
 		c := &class{cfg: Class{Name: "orders", Handler: func(context.Context, *handoff.Message) error { return nil }},
 			slabs: newFreeSlabs(64, 8)}
-		f := &feeder{epoch: r.epoch}
+		f := &feeder{epoch: r.life.epoch}
 		tr := newTracker("orders", 3, 0)
 		ids := kafkaIDs{prefix: tr.idPrefix}
 		var fetched uint64
@@ -192,7 +192,7 @@ func BenchmarkDelivery(b *testing.B) {
 				}
 				batch = batch[:0]
 				seen := r.mono()
-				sl = c.slab(tr, fetchBatch, stamp{mono: seen, wall: r.epoch.Add(time.Duration(seen))}, nil)
+				sl = c.slab(tr, fetchBatch, stamp{mono: seen, wall: r.life.epoch.Add(time.Duration(seen))}, nil)
 				sl.handOut(len(sl.items))
 			}
 			it := f.item(c, tr, &ids, &sl, &kclient.Record{Offset: off, Key: key, Value: value}, &fetched)
@@ -354,9 +354,9 @@ func TestDeliveryAllocs(t *testing.T) {
 		kept = m // the envelope escapes, as with any handler
 		return nil
 	})
-	r := &Runtime{epoch: time.Now()}
+	r := &Runtime{life: lifecycle{epoch: time.Now()}}
 	c := &class{cfg: Class{Name: "orders", Handler: handler}}
-	f := &feeder{epoch: r.epoch}
+	f := &feeder{epoch: r.life.epoch}
 	tr := newTracker("orders", 3, 0)
 	ids := kafkaIDs{prefix: tr.idPrefix}
 	key, value := []byte("customer-42"), make([]byte, 256)
@@ -366,7 +366,7 @@ func TestDeliveryAllocs(t *testing.T) {
 	)
 	deliver := func() { // a batch of fetchBatch records
 		seen := r.mono()
-		sl := newSlab(tr, fetchBatch, stamp{mono: seen, wall: r.epoch.Add(time.Duration(seen))}, nil)
+		sl := newSlab(tr, fetchBatch, stamp{mono: seen, wall: r.life.epoch.Add(time.Duration(seen))}, nil)
 		for sl.left() {
 			it := f.item(c, tr, &ids, &sl, &kclient.Record{Offset: off, Key: key, Value: value}, &fetched)
 			if err := c.cfg.Handler(context.Background(), it.env()); err != nil {

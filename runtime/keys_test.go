@@ -86,7 +86,7 @@ func TestOrderedKeysParkAndRelease(t *testing.T) {
 	}
 	k = newOrderedKeys(keysConfig{class: "orders", pool: p, state: state, deletes: &dels, releases: &rel,
 		counts: &counts, log: slog.New(slog.DiscardHandler)})
-	rel.open()
+	_ = rel.Start(context.Background())
 
 	msg := func(id, key string) *item {
 		it := &item{src: fromSubmit}
@@ -119,7 +119,7 @@ func TestOrderedKeysParkAndRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "key a released and free", func() bool { return k.free("a") })
-	rel.close()
+	rel.Stop()
 	mu.Lock()
 	var a []string
 	for _, id := range ran {

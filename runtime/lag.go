@@ -2,7 +2,7 @@ package runtime
 
 import (
 	"context"
-	"sync"
+	"github.com/handoff-go/handoff/runtime/internal/service"
 	"time"
 
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
@@ -130,7 +130,7 @@ func (k *consumer) oldestUnsettled(c *class) time.Duration {
 	}
 	oldest, found := int64(0), false
 	for _, tr := range g.trackers() {
-		if k.cfg.classFunc(tr.topic) != c {
+		if k.cfg.byTopic[tr.topic] != c {
 			continue
 		}
 		if seen, ok := tr.oldest(); ok && (!found || seen < oldest) {
@@ -140,7 +140,7 @@ func (k *consumer) oldestUnsettled(c *class) time.Duration {
 	if !found {
 		return 0
 	}
-	return time.Duration(max(k.cfg.monoFunc()-oldest, 0))
+	return time.Duration(max(int64(time.Since(k.cfg.epoch))-oldest, 0))
 }
 
 // classLag returns how many partitions of class c's topics this
@@ -153,7 +153,7 @@ func (k *consumer) classLag(c *class) (partitions int, lag int64) {
 		return 0, lag
 	}
 	for _, tr := range g.trackers() {
-		if k.cfg.classFunc(tr.topic) != c {
+		if k.cfg.byTopic[tr.topic] != c {
 			continue
 		}
 		partitions++
@@ -164,20 +164,12 @@ func (k *consumer) classLag(c *class) (partitions int, lag int64) {
 	return partitions, lag
 }
 
-// lagSampler runs sampleLag for one generation; stop ends it and waits.
+// lagSampler is a service running sampleLag for one generation, from
+// Start to Stop (the generation's Quiesce).
 type lagSampler struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	service.Base
+	g *generation
 }
 
-func (g *generation) startLag(ctx context.Context) *lagSampler {
-	ctx, cancel := context.WithCancel(ctx)
-	s := &lagSampler{cancel: cancel}
-	s.wg.Go(func() { g.sampleLag(ctx) })
-	return s
-}
-
-func (s *lagSampler) stop() {
-	s.cancel()
-	s.wg.Wait()
-}
+// Start runs the generation's sampleLag until Stop or ctx's end.
+func (s *lagSampler) Start(ctx context.Context) error { return s.StartLoop(ctx, s.g.sampleLag) }

@@ -65,7 +65,41 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 	if reg == nil {
 		return nil, nil
 	}
-	m := &metrics{
+	m := newMetricVecs()
+	handlerErrs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "handoff_handler_errors_total", Help: "Handler calls that returned an error or panicked, per class.",
+	}, []string{"class"})
+	publishFail := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "handoff_dead_letter_publish_failures_total", Help: "Dead letters whose write to the class's DeadLetterTopic failed (the state file keeps them).",
+	}, []string{"class"})
+	cs := m.runtimeCollectors(r, handlerErrs, publishFail)
+	for _, c := range r.classes.order {
+		cs = append(cs, m.classCollectors(r, c, handlerErrs, publishFail)...)
+	}
+	// Every series that can be known now exists from the start, at 0, so
+	// that rate() and alerts see the first increase.
+	for _, c := range r.classes.order {
+		m.drainEst.WithLabelValues(c.cfg.Name)
+		m.overBudget.WithLabelValues(c.cfg.Name)
+	}
+	for _, t := range r.classes.topics {
+		m.fetchErrs.WithLabelValues(t)
+	}
+	var errs []error
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// newMetricVecs returns the metrics with their vectors made.
+func newMetricVecs() *metrics {
+	return &metrics{
 		handler: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "handoff_handler_duration_seconds", Help: "Time handler calls take, per class and outcome (succeeded, failed, timed_out, panicked): one call in 8 of a message class (its count is about an eighth of the calls; handoff_messages_total and handoff_handler_errors_total count them all), every batch call of a batch class.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
@@ -103,27 +137,26 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 			Help: "1 when this run started on a new (empty) state file while the group already had committed offsets for the configured topics: was a disk lost?",
 		}),
 	}
-	handlerErrs := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "handoff_handler_errors_total", Help: "Handler calls that returned an error or panicked, per class.",
-	}, []string{"class"})
-	publishFail := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "handoff_dead_letter_publish_failures_total", Help: "Dead letters whose write to the class's DeadLetterTopic failed (the state file keeps them).",
-	}, []string{"class"})
+}
+
+// runtimeCollectors returns the collectors of the runtime as a whole,
+// m's vectors among them.
+func (m *metrics) runtimeCollectors(r *Runtime, handlerErrs, publishFail *prometheus.CounterVec) []prometheus.Collector {
 	cs := []prometheus.Collector{m.handler, m.batch, handlerErrs, publishFail, m.drainEst, m.overBudget, m.phase, m.snapshotMsg,
 		m.lag, m.rebalances, m.commitFails, m.fetchErrs, m.newFile,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_ready", Help: "1 while the runtime is ready: recovered, joined, every topic present, not stopping."},
 			func() float64 { return b2f(r.Ready()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_start_time_seconds", Help: "When the runtime was made, in Unix seconds: the counters count since then."},
-			func() float64 { return float64(r.epoch.UnixNano()) / 1e9 }),
+			func() float64 { return float64(r.life.epoch.UnixNano()) / 1e9 }),
 		newStateCollector(r.state),
-		newStuckCollector(r.stuck),
+		newStuckCollector(r.ready.stuck),
 		newBuildInfo(r.cfg),
 	}
 	for i, step := range connSteps {
 		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "handoff_kafka_auth_errors_total", Help: "Connections to the brokers whose TLS handshake or SASL authentication failed, by step.",
 			ConstLabels: prometheus.Labels{"step": step},
-		}, func() float64 { return float64(r.conn.authErrs[i].Load()) }))
+		}, func() float64 { return float64(r.kafka.cfg.conn.authErrs[i].Load()) }))
 	}
 	cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "handoff_state_file_lost_total", Help: "Times the state file was found deleted or replaced while running; a deleted one is written back from the open file at once (see the log).",
@@ -142,72 +175,59 @@ func newMetrics(reg prometheus.Registerer, r *Runtime) (*metrics, error) {
 			}, func() float64 { return float64(r.ops.acted[a][o].Load()) }))
 		}
 	}
-	for _, c := range r.classes.order {
-		labels := prometheus.Labels{"class": c.cfg.Name}
-		for o := range numEvents {
-			cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "handoff_messages_total", Help: "Messages by class and outcome.",
-				ConstLabels: prometheus.Labels{"class": c.cfg.Name, "outcome": eventNames[o]},
-			}, func() float64 { return float64(c.count(o)) }))
-		}
-		p := c.pool
-		cs = append(cs,
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_pool_queued", Help: "Messages waiting for a worker.", ConstLabels: labels},
-				func() float64 { return float64(p.Stats().Queued) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_pool_waiting", Help: "Messages waiting out a retry backoff.", ConstLabels: labels},
-				func() float64 { return float64(p.Stats().Waiting) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_pool_running", Help: "Handlers running.", ConstLabels: labels},
-				func() float64 { return float64(p.Stats().Running) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_pool_workers", Help: "The class's worker bound.", ConstLabels: labels},
-				func() float64 { return float64(c.cfg.Workers) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_oldest_unsettled_age_seconds",
-				Help:        "Age of the class's oldest Kafka message fetched and neither done nor saved (what holds its partition's commit back); 0 when none.",
-				ConstLabels: labels},
-				func() float64 { return r.kafka.oldestUnsettled(c).Seconds() }),
-		)
-		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_dead_letter_oldest_age_seconds",
-			Help:        "Age of the class's oldest dead letter of the partitions this instance owns (since it was saved or last failed), sampled every 30s; 0 when none.",
+	return cs
+}
+
+// classCollectors returns class c's collectors and makes its series of
+// m's vectors.
+func (m *metrics) classCollectors(r *Runtime, c *class, handlerErrs, publishFail *prometheus.CounterVec) []prometheus.Collector {
+	var cs []prometheus.Collector
+	labels := prometheus.Labels{"class": c.cfg.Name}
+	for o := range numEvents {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "handoff_messages_total", Help: "Messages by class and outcome.",
+			ConstLabels: prometheus.Labels{"class": c.cfg.Name, "outcome": eventNames[o]},
+		}, func() float64 { return float64(c.count(o)) }))
+	}
+	p := c.pool
+	cs = append(cs,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_pool_queued", Help: "Messages waiting for a worker.", ConstLabels: labels},
+			func() float64 { return float64(p.Stats().Queued) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_pool_waiting", Help: "Messages waiting out a retry backoff.", ConstLabels: labels},
+			func() float64 { return float64(p.Stats().Waiting) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_pool_running", Help: "Handlers running.", ConstLabels: labels},
+			func() float64 { return float64(p.Stats().Running) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_pool_workers", Help: "The class's worker bound.", ConstLabels: labels},
+			func() float64 { return float64(c.cfg.Workers) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_oldest_unsettled_age_seconds",
+			Help:        "Age of the class's oldest Kafka message fetched and neither done nor saved (what holds its partition's commit back); 0 when none.",
 			ConstLabels: labels},
-			func() float64 { return r.retain.oldestAge(c, time.Now()).Seconds() }))
-		for i, reason := range []string{dropAge, dropCount} {
-			cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "handoff_dead_letters_dropped_total",
-				Help:        "Dead letters the class's retention dropped from the state (published to its DeadLetterTopic first when it has one), by reason: age (DeadLetterRetention) or count (MaxDeadLetters).",
-				ConstLabels: prometheus.Labels{"class": c.cfg.Name, "reason": reason}},
-				func() float64 { return float64(r.retain.dropped[c.index][i].Load()) }))
-		}
-		cs = append(cs, c.hold.Collectors(labels)...)
-		var obs [numCallEnds]prometheus.Observer
-		for o := range numCallEnds {
-			obs[o] = m.handler.WithLabelValues(c.cfg.Name, callEndNames[o])
-		}
-		m.handlerObs = append(m.handlerObs, obs)
-		m.handlerErrs = append(m.handlerErrs, handlerErrs.WithLabelValues(c.cfg.Name))
-		m.publishFail = append(m.publishFail, publishFail.WithLabelValues(c.cfg.Name))
-		var bo prometheus.Observer
-		if c.cfg.BatchHandler != nil {
-			bo = m.batch.WithLabelValues(c.cfg.Name)
-		}
-		m.batchObs = append(m.batchObs, bo)
+			func() float64 { return r.kafka.oldestUnsettled(c).Seconds() }),
+	)
+	cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "handoff_dead_letter_oldest_age_seconds",
+		Help:        "Age of the class's oldest dead letter of the partitions this instance owns (since it was saved or last failed), sampled every 30s; 0 when none.",
+		ConstLabels: labels},
+		func() float64 { return r.retain.oldestAge(c, time.Now()).Seconds() }))
+	for i, reason := range []string{dropAge, dropCount} {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "handoff_dead_letters_dropped_total",
+			Help:        "Dead letters the class's retention dropped from the state (published to its DeadLetterTopic first when it has one), by reason: age (DeadLetterRetention) or count (MaxDeadLetters).",
+			ConstLabels: prometheus.Labels{"class": c.cfg.Name, "reason": reason}},
+			func() float64 { return float64(r.retain.dropped[c.index][i].Load()) }))
 	}
-	// Every series that can be known now exists from the start, at 0, so
-	// that rate() and alerts see the first increase.
-	for _, c := range r.classes.order {
-		m.drainEst.WithLabelValues(c.cfg.Name)
-		m.overBudget.WithLabelValues(c.cfg.Name)
+	cs = append(cs, c.hold.Collectors(labels)...)
+	var obs [numCallEnds]prometheus.Observer
+	for o := range numCallEnds {
+		obs[o] = m.handler.WithLabelValues(c.cfg.Name, callEndNames[o])
 	}
-	for _, t := range r.classes.topics {
-		m.fetchErrs.WithLabelValues(t)
+	m.handlerObs = append(m.handlerObs, obs)
+	m.handlerErrs = append(m.handlerErrs, handlerErrs.WithLabelValues(c.cfg.Name))
+	m.publishFail = append(m.publishFail, publishFail.WithLabelValues(c.cfg.Name))
+	var bo prometheus.Observer
+	if c.cfg.BatchHandler != nil {
+		bo = m.batch.WithLabelValues(c.cfg.Name)
 	}
-	var errs []error
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return m, nil
+	m.batchObs = append(m.batchObs, bo)
+	return cs
 }
 
 func b2f(b bool) float64 {

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"github.com/handoff-go/handoff/runtime/internal/service"
 	"log/slog"
 	"slices"
 	"strings"
@@ -355,44 +356,21 @@ func (k *orderedKeys) count() int {
 	return len(k.keys)
 }
 
-// releases runs the key releases of ordered classes. They feed the pools,
-// so they stop at the quiesce, with fetching: close ends their context and
-// joins them; a release started after it does not run (the next start
-// releases the key).
-type releases struct {
-	mu     sync.Mutex
-	ctx    context.Context // nil until open, ended by close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+// releases is the service running the key releases of ordered classes.
+// They feed the pools, so they stop at the quiesce, with fetching: Stop
+// ends their context and joins them; a release started before Start or
+// after Stop does not run (the next start releases the key).
+type releases struct{ service.Base }
+
+// Start lets releases start; see service.Service.
+func (rs *releases) Start(ctx context.Context) error {
+	rs.StartInit(ctx)
+	return nil
 }
 
-// open lets releases start.
-func (rs *releases) open() {
-	rs.mu.Lock()
-	rs.ctx, rs.cancel = context.WithCancel(context.Background())
-	rs.mu.Unlock()
-}
-
-// start runs fn in a goroutine close joins, unless releases are not open.
-func (rs *releases) start(fn func(ctx context.Context)) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	if rs.ctx == nil || rs.ctx.Err() != nil {
-		return
-	}
-	ctx := rs.ctx
-	rs.wg.Go(func() { fn(ctx) })
-}
-
-// close ends the releases' context and waits for them to return.
-func (rs *releases) close() {
-	rs.mu.Lock()
-	if rs.cancel != nil {
-		rs.cancel()
-	}
-	rs.mu.Unlock()
-	rs.wg.Wait()
-}
+// start runs fn in a goroutine Stop joins, unless releases are not
+// started or stopped.
+func (rs *releases) start(fn func(ctx context.Context)) { rs.Go(fn) }
 
 // ParkedKey is a key of an ordered class whose messages wait behind a
 // blocker (a dead letter or a message waiting for redelivery).

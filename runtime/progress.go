@@ -41,10 +41,10 @@ type resumes struct {
 	// clientFunc returns the consumer's Kafka client, nil before it is
 	// made (no topics).
 	clientFunc func() kclient.Client
-	// consumes reports whether a class consumes topic: only those
-	// offsets are ever fetched.
-	consumes func(topic string) bool
-	log      *slog.Logger
+	// byTopic is the class consuming each topic (classSet.byTopic): only
+	// those topics' offsets are ever fetched.
+	byTopic map[string]*class
+	log     *slog.Logger
 
 	mu    sync.Mutex
 	parts map[kclient.Partition]map[int64]*savedOffset
@@ -135,7 +135,7 @@ func (s *savedOffset) leave() {
 // false when rec did not come from a topic a class consumes.
 func (rs *resumes) originOf(rec *snapshot.Record) (kclient.Partition, int64, bool) {
 	o := rec.Message.Origin
-	if !o.IsKafka() || !rs.consumes(o.Topic) {
+	if !o.IsKafka() || rs.byTopic[o.Topic] == nil {
 		return kclient.Partition{}, 0, false
 	}
 	return kclient.Partition{Topic: o.Topic, Partition: o.Partition}, o.Offset, true

@@ -15,6 +15,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
+	"github.com/handoff-go/handoff/runtime/internal/service"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -40,13 +41,15 @@ var errAbandoned = errors.New("runtime: dead-letter publishing abandoned by the 
 // publishTimeout, unpublished the rest. The stop lets the publisher finish what is queued within
 // what is left of the stop's budget, then abandons the rest.
 type publisher struct {
-	cfg    publisherConfig
-	w      kclient.Writer
-	conns  *dlqConns // the writer's connections; nil for a writer of no connections
-	queue  chan deadPublish
-	finish chan struct{} // closed by the stop: return once the queue is empty
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	service.Base // run, from Start to Stop
+	stopOnce     sync.Once
+	cfg          publisherConfig
+	w            kclient.Writer
+	conns        *dlqConns // the writer's connections; nil for a writer of no connections
+	queue        chan deadPublish
+	finish       chan struct{} // closed by the stop: return once the queue is empty
+	cancel       context.CancelFunc
+	wg           sync.WaitGroup
 	// dropping is set from a dropped publish to the next one queued, so
 	// that a run of drops is warned about once.
 	dropping atomic.Bool
@@ -62,16 +65,35 @@ type publisherConfig struct {
 	headersFunc func(m *handoff.Message, headers []handoff.Header) []handoff.Header
 	// incFunc counts event e of a message of class c (tally.inc).
 	incFunc func(c *class, e event)
+	// deadline is the stop's: Stop publishes what is queued until it.
+	deadline *stopDeadline
 }
 
-// newPublisher returns a publisher writing with w; start starts it.
+// newPublisher returns a publisher writing with w; Start starts it.
 func newPublisher(cfg publisherConfig, w kclient.Writer) *publisher {
 	return &publisher{cfg: cfg, w: w, queue: make(chan deadPublish, publishQueue), finish: make(chan struct{})}
 }
 
-// start starts the publisher's goroutine, ended by close.
-func (p *publisher) start() {
-	ctx, cancel := context.WithCancel(context.Background())
+// Start starts the publisher's goroutine (run); Stop ends it. See
+// service.Service.
+func (p *publisher) Start(ctx context.Context) error {
+	if ctx, ok := p.StartInit(ctx); ok {
+		p.start(ctx)
+	}
+	return nil
+}
+
+// Stop is close by the stop's deadline (publisherConfig.deadline; now
+// when no stop has begun). It blocks until the publisher's goroutine
+// and its writer are done.
+func (p *publisher) Stop() {
+	p.stopOnce.Do(func() { p.close(p.cfg.deadline.at()) })
+	p.Base.Stop()
+}
+
+// start starts the publisher's goroutine under ctx, ended by close.
+func (p *publisher) start(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
 	p.cancel = cancel
 	p.wg.Go(func() { p.run(ctx) })
 }
@@ -85,30 +107,31 @@ type deadPublish struct {
 	done chan error
 }
 
-// openDLQ starts the dead-letter publisher when a class has a
-// DeadLetterTopic. Its writer has its own transport, closed with it.
-func (r *Runtime) openDLQ() {
+// newDLQ returns the dead-letter publisher when a class has a
+// DeadLetterTopic, nil otherwise (or when its writer could not be made,
+// which it logs). Its writer has its own transport, closed with it.
+func (r *Runtime) newDLQ() *publisher {
 	for _, c := range r.classes.order {
 		if c.cfg.DeadLetterTopic == "" {
 			continue
 		}
-		conns := &dlqConns{base: r.conn.baseDial()}
+		conns := &dlqConns{base: r.kafka.cfg.conn.baseDial()}
 		w, err := kclient.NewWriter(r.kafka.cfg.kafka, conns.dial)
 		if err != nil {
 			r.log.Error("dead-letter writer not created; dead letters stay in the state file only", "err", fmt.Errorf("runtime: %w", err))
-			return
+			return nil
 		}
 		p := newPublisher(r.publisherConfig(), w)
 		p.conns = conns
-		p.start()
-		r.dlq = p
-		return
+		return p
 	}
+	return nil
 }
 
 // publisherConfig is the runtime's publisherConfig.
 func (r *Runtime) publisherConfig() publisherConfig {
-	return publisherConfig{log: r.log, metrics: r.metrics, headersFunc: r.cfg.PublishHeadersFunc, incFunc: r.tally.inc}
+	return publisherConfig{log: r.log, metrics: r.metrics, headersFunc: r.cfg.PublishHeadersFunc, incFunc: r.tally.inc,
+		deadline: &r.life.deadline}
 }
 
 // publish queues a dead letter for its class's DeadLetterTopic, if any.

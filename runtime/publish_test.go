@@ -162,7 +162,7 @@ func TestPublisherWithoutRuntime(t *testing.T) {
 			w := &fakeWriter{hang: hang}
 			p := newPublisher(publisherConfig{log: slog.New(slog.DiscardHandler),
 				incFunc: func(_ *class, o event) { mu.Lock(); counts[o]++; mu.Unlock() }}, w)
-			p.start()
+			p.start(context.Background())
 			for i := range 3 {
 				p.publish(c, snapshot.Record{Message: handoff.Message{ID: fmt.Sprint(i), Key: []byte("k")}, Err: "boom"})
 			}

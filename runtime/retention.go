@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/handoff-go/handoff/runtime/internal/service"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -28,10 +29,18 @@ const (
 // the owner of a dead letter's partition drops it (owns): another
 // instance's copy of a partition that moved is not its to change.
 type retention struct {
-	state   *stateFile
-	fail    *failures
-	classes []*class
-	owns    func(*snapshot.Record) bool
+	service.Base // run, from Start to Stop
+	// every is how often it turns (retainInterval; shorter in tests).
+	every time.Duration
+	// alive is the runtime's liveness, stopping closed when a stop is
+	// requested (the retention's loop ends then, see Start).
+	alive    *liveness
+	stopping <-chan struct{}
+	state    *stateFile
+	fail     *failures
+	classes  []*class
+	// clog says which dead letters are this instance's (stateLog.mine).
+	clog *stateLog
 	// publish publishes a dropped dead letter of a class with a
 	// DeadLetterTopic and returns once the broker acknowledged it.
 	publish func(ctx context.Context, c *class, rec snapshot.Record, reason string) error
@@ -45,8 +54,9 @@ type retention struct {
 }
 
 func newRetention(r *Runtime) *retention {
-	return &retention{state: r.state, fail: r.fail, classes: r.classes.order,
-		owns: func(rec *snapshot.Record) bool { return r.clog.mine(rec) },
+	return &retention{every: retainInterval, alive: &r.alive, stopping: r.life.stopCh,
+		state: r.state, fail: r.fail, classes: r.classes.order,
+		clog: r.clog,
 		publish: func(ctx context.Context, c *class, rec snapshot.Record, reason string) error {
 			return r.dlq.publishNow(ctx, c, rec, reason)
 		},
@@ -62,6 +72,25 @@ func (t *retention) oldestAge(c *class, now time.Time) time.Duration {
 		return 0
 	}
 	return max(now.Sub(time.Unix(0, ns)), 0)
+}
+
+// Start runs the retention (run) until Stop or the request of a stop:
+// a drop releases parked messages, which the stop no longer takes.
+func (t *retention) Start(ctx context.Context) error {
+	return t.StartLoop(ctx, func(ctx context.Context) {
+		alive := t.alive.start("dead-letter retention", t.every)
+		defer alive.end()
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-t.stopping:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		t.run(ctx, t.every, alive.beat)
+	})
 }
 
 // run turns at once and then every interval until ctx ends (the start
@@ -95,7 +124,7 @@ func (t *retention) turn(ctx context.Context, c *class, now time.Time, beat func
 	if _, err := t.state.get(); err != nil {
 		return // not open (yet, or any more): nothing to read
 	}
-	all, err := t.state.deadTimes(c.cfg.Name, t.owns)
+	all, err := t.state.deadTimes(c.cfg.Name, t.clog.mine)
 	if err != nil {
 		t.fail.cfg.log.Error("dead letters not read for their retention and age; tried again at the next turn", "class", c.cfg.Name, "err", err)
 		return
@@ -135,6 +164,64 @@ func (t *retention) turn(ctx context.Context, c *class, now time.Time, beat func
 	t.oldest[c.index].Store(oldest)
 }
 
+// retainClaim is a dead letter the retention claimed to drop, with its
+// reason.
+type retainClaim struct {
+	key    uint64
+	id     snapshot.DeadID
+	rec    snapshot.Record
+	reason string
+}
+
+// claim claims the dead letters due for the retention (one being
+// requeued or discarded is left alone) and reads each again: one gone,
+// moved to another owner or failed again since the turn's read is left
+// for the next turn. The caller finishes the claims returned.
+func (t *retention) claim(due []deadTime, reasons []string) []retainClaim {
+	var held []retainClaim
+	for i, d := range due {
+		if !t.fail.requeues.start(d.Key) {
+			continue // being requeued or discarded: the next turn sees what is left
+		}
+		id, rec, ok, err := t.state.getDead(d.Key)
+		if err != nil || !ok || !t.clog.mine(&rec) || !rec.SavedAt.Equal(d.Saved) {
+			// Gone, moved to another owner or failed again since the
+			// read: the next turn decides again.
+			t.fail.requeues.finish(d.Key)
+			continue
+		}
+		held = append(held, retainClaim{key: d.Key, id: id, rec: rec, reason: reasons[i]})
+	}
+	return held
+}
+
+// publishAll publishes the claimed dead letters of class c to its
+// DeadLetterTopic, together (one write of the publisher), each awaited.
+// It returns those published; the others' claims it finishes, and
+// reports failed.
+func (t *retention) publishAll(ctx context.Context, c *class, held []retainClaim) (kept []retainClaim, failed bool) {
+	results := make([]chan error, len(held))
+	for i := range held {
+		results[i] = make(chan error, 1)
+		go func(h retainClaim, res chan error) { res <- t.publish(ctx, c, h.rec, h.reason) }(held[i], results[i])
+	}
+	kept = held[:0:0]
+	var firstErr error
+	for i, h := range held {
+		if err := <-results[i]; err != nil {
+			firstErr = cmp.Or(firstErr, err)
+			t.fail.requeues.finish(h.key)
+			continue
+		}
+		kept = append(kept, h)
+	}
+	if firstErr != nil {
+		t.fail.cfg.log.Error("dead letters beyond their class's retention not dropped: their publish failed; tried again at the next turn",
+			"class", c.cfg.Name, "count", len(held)-len(kept), "topic", c.cfg.DeadLetterTopic, "err", firstErr)
+	}
+	return kept, firstErr != nil
+}
+
 // drop drops the dead letters due of class c, each for its reason: it
 // claims each (one being requeued or discarded is left alone), reads it
 // again, publishes those of a class with a DeadLetterTopic (one whose
@@ -142,55 +229,14 @@ func (t *retention) turn(ctx context.Context, c *class, now time.Time, beat func
 // keys in an ordered class, and returns the keys it deleted and whether
 // a publish or the delete failed.
 func (t *retention) drop(ctx context.Context, c *class, due []deadTime, reasons []string) (gone map[uint64]bool, failed bool) {
-	type claimed struct {
-		key    uint64
-		id     snapshot.DeadID
-		rec    snapshot.Record
-		reason string
-		err    chan error
-	}
-	var held []claimed
+	held := t.claim(due, reasons)
 	defer func() {
 		for _, h := range held {
 			t.fail.requeues.finish(h.key)
 		}
 	}()
-	for i, d := range due {
-		if !t.fail.requeues.start(d.Key) {
-			continue // being requeued or discarded: the next turn sees what is left
-		}
-		id, rec, ok, err := t.state.getDead(d.Key)
-		if err != nil || !ok || !t.owns(&rec) || !rec.SavedAt.Equal(d.Saved) {
-			// Gone, moved to another owner or failed again since the
-			// read: the next turn decides again.
-			t.fail.requeues.finish(d.Key)
-			continue
-		}
-		held = append(held, claimed{key: d.Key, id: id, rec: rec, reason: reasons[i]})
-	}
 	if c.cfg.DeadLetterTopic != "" {
-		// Published together (one write of the publisher), each awaited.
-		results := make([]chan error, len(held))
-		for i := range held {
-			results[i] = make(chan error, 1)
-			go func(h claimed, res chan error) { res <- t.publish(ctx, c, h.rec, h.reason) }(held[i], results[i])
-		}
-		kept := held[:0:0]
-		var firstErr error
-		for i, h := range held {
-			if err := <-results[i]; err != nil {
-				firstErr = cmp.Or(firstErr, err)
-				t.fail.requeues.finish(h.key)
-				continue
-			}
-			kept = append(kept, h)
-		}
-		if firstErr != nil {
-			failed = true
-			t.fail.cfg.log.Error("dead letters beyond their class's retention not dropped: their publish failed; tried again at the next turn",
-				"class", c.cfg.Name, "count", len(held)-len(kept), "topic", c.cfg.DeadLetterTopic, "err", firstErr)
-		}
-		held = kept
+		held, failed = t.publishAll(ctx, c, held)
 	}
 	// The publishes took time: what moved to another owner meanwhile is
 	// that owner's now, and a stop begun leaves the rest for the next run.
@@ -199,7 +245,7 @@ func (t *retention) drop(ctx context.Context, c *class, due []deadTime, reasons 
 	}
 	mine := held[:0:0]
 	for _, h := range held {
-		if t.owns(&h.rec) {
+		if t.clog.mine(&h.rec) {
 			mine = append(mine, h)
 		} else {
 			t.fail.requeues.finish(h.key)

@@ -53,7 +53,7 @@ func retentionRunWith(t *testing.T, b *bundle, statePath string, mod func(*Class
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt.retainEvery = retentionTurn
+	rt.retain.every = retentionTurn
 	if before != nil {
 		before(rt)
 	}
@@ -346,7 +346,7 @@ func TestDeadLetterRetentionOwnerOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rtA.retainEvery = retentionTurn
+	rtA.retain.every = retentionTurn
 	waitA := start(t, rtA, context.Background())
 	waitFor(t, "A's four dead letters", func() bool { dls, _, err := rtA.DeadLetters("", "", 10); return err == nil && len(dls) == 4 })
 

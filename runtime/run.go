@@ -69,25 +69,19 @@ func (r *Runtime) Run(ctx context.Context) (rep *Report, err error) {
 }
 
 // runState is what one Run owns from its start to the end of its stop:
-// the loops it started, in the order the stop ends them, and the report.
-// Its start steps are in this file, its stop phases in stop.go.
+// the services it started, by the stop phase that ends them, and the
+// report. Its start steps are in this file, its stop phases in stop.go.
 type runState struct {
 	r   *Runtime
 	rep *Report
 
-	// stopFetch ends the consumer group's fetching (group.go), at the
-	// quiesce.
-	stopFetch context.CancelFunc
+	// ends is the services the start launched, by the phase of the stop
+	// that ends them (see launch and stopPhases).
+	ends [phaseCount][]service.Service
 
-	// The scheduler feeds the pools besides fetching (and the key
-	// releases, r.releases); it ends at the quiesce too.
-	feeds service.Loops
-
-	// Background loops that use the state file: the batched deletes, the
-	// drain-estimate watcher and the retries of unsaved failed messages.
-	// They end at the snapshot.
-	background service.Loops
-
+	// grace and cause are what the hard stop gives running handlers.
+	grace time.Duration
+	cause error
 	// left is what the hard stop took out of the pools, for the snapshot.
 	left []leftover
 	// deadline is when the stop's budget runs out (see stopBudget).
@@ -104,6 +98,21 @@ type runState struct {
 	startFailed bool
 	// Errors of the stop's phases, joined into Run's.
 	snapErr, commitErr, closeErr error
+}
+
+// launch starts svc under ctx and has the stop end it at phase end. A
+// service that did not start is not ended; its error is returned.
+func (s *runState) launch(ctx context.Context, end stopPhase, svc service.Service) error {
+	if err := svc.Start(ctx); err != nil {
+		return err
+	}
+	s.endAt(end, svc)
+	return nil
+}
+
+// endAt has the stop end svc, started or not, at phase end.
+func (s *runState) endAt(end stopPhase, svc service.Service) {
+	s.ends[end] = append(s.ends[end], svc)
 }
 
 // open is the start's first step: it opens the state file and checks
@@ -145,92 +154,113 @@ func (s *runState) start() error {
 	r := s.r
 	started := time.Now()
 	// runCtx ends when a stop is requested; it bounds the recovery push.
-	runCtx, cancelRun := context.WithCancel(context.Background())
+	runCtx, cancelRun := r.life.stopContext()
 	defer cancelRun()
-	go func() {
-		select {
-		case <-r.life.stopCh:
-			cancelRun()
-		case <-runCtx.Done():
-		}
-	}()
 
-	s.background.Start(func(ctx context.Context) {
+	s.startBackground()
+	// The fetching (consumer group and share classes) ends at the
+	// quiesce, joined or not.
+	s.endAt(phaseQuiesce, r.kafka)
+	r.life.accepting.Store(true)
+	r.life.schedules.open()
+
+	if err := r.kafka.cfg.conn.checkBrokers(runCtx, len(r.classes.topics) > 0 || r.hasShare(), r.dlq != nil); err != nil {
+		return err
+	}
+	present, err := s.openKafka(runCtx)
+	if err != nil {
+		return err
+	}
+	if err := s.recover(runCtx, present, started); err != nil {
+		return err
+	}
+	if err := s.startFeeds(runCtx, present); err != nil {
+		return err
+	}
+	if runCtx.Err() != nil {
+		return nil // a stop was requested: never ready
+	}
+	r.ready.started.Store(true)
+	r.log.Info("running", "classes", len(r.classes.order), "topics", len(r.classes.topics), "group", r.cfg.Group, "instance", r.cfg.Instance,
+		"group_protocol", r.cfg.GroupProtocol, "version", handoff.Version)
+	return nil
+}
+
+// startBackground launches the loops that use the state file, ended at
+// the snapshot, and the dead-letter publisher, ended at the leave.
+func (s *runState) startBackground() {
+	r := s.r
+	bg := context.Background()
+	// None of these fails to start.
+	_ = s.launch(bg, phaseSnapshot, service.NewLoop(func(ctx context.Context) {
 		alive := r.alive.start("state file deleter", snapshot.DeleteInterval)
 		defer alive.end()
 		r.state.store.RunDeletes(ctx, &r.deletes, r.log, alive.beat, func(d snapshot.DoneRecords) {
 			r.sched.forget(d.Delayed...)
 			r.clog.unhold(d.Pending...)
 		}, r.state.writeFailed)
-	})
-	s.background.Start(func(ctx context.Context) {
+	}))
+	_ = s.launch(bg, phaseSnapshot, service.NewLoop(func(ctx context.Context) {
 		alive := r.alive.start("state file watch", watchInterval)
 		defer alive.end()
 		r.state.watch(ctx, alive.beat)
-	})
-	watch := drainWatch{stats: r.Stats, metrics: r.metrics, log: r.log, drainTimeout: r.cfg.DrainTimeout, alive: &r.alive}
-	s.background.Start(watch.run)
-	s.background.Start(r.fail.retryUnsaved)
-	fetchCtx, stopFetch := context.WithCancel(context.Background())
-	s.stopFetch = stopFetch
-	r.releases.open()
-	r.openDLQ()
-	s.background.Start(func(ctx context.Context) {
-		alive := r.alive.start("dead-letter retention", r.retainEvery)
-		defer alive.end()
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		go func() {
-			select {
-			case <-r.life.stopCh:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		r.retain.run(ctx, r.retainEvery, alive.beat)
-	})
-	r.life.accepting.Store(true)
-	r.life.schedules.open()
-
-	if err := r.conn.checkBrokers(runCtx, len(r.classes.topics) > 0 || r.hasShare(), r.dlq != nil); err != nil {
-		return err
+	}))
+	_ = s.launch(bg, phaseSnapshot, r.newDrainWatch())
+	_ = s.launch(bg, phaseSnapshot, r.fail)
+	_ = s.launch(bg, phaseQuiesce, &r.releases)
+	if r.dlq = r.newDLQ(); r.dlq != nil {
+		_ = s.launch(bg, phaseLeave, r.dlq)
 	}
-	// With topics the client comes first: the changelog needs the
-	// topics' partitions before the recovery can tell which records
-	// belong to no partition (those it restores now; the others come back
-	// with their partitions' assignments).
+	_ = s.launch(bg, phaseSnapshot, r.retain)
+}
+
+// openKafka makes the Kafka client, checks the topics and opens the
+// changelog, when there are topics; it returns the topics present. With
+// topics the client comes first: the changelog needs the topics'
+// partitions before the recovery can tell which records belong to no
+// partition (those it restores now; the others come back with their
+// partitions' assignments).
+func (s *runState) openKafka(runCtx context.Context) ([]string, error) {
+	r := s.r
 	var present []string
 	if len(r.classes.topics) > 0 && runCtx.Err() == nil {
 		if err := r.kafka.open(); err != nil {
-			return fmt.Errorf("runtime: %w", err)
+			return nil, fmt.Errorf("runtime: %w", err)
 		}
 		var err error
 		if present, err = r.kafka.checkTopics(runCtx); err != nil {
-			return err
+			return nil, err
 		}
 		r.ready.topicsOK.Store(len(present) == len(r.classes.topics))
 		if !r.cfg.LocalStateOnly && runCtx.Err() == nil {
-			if err := r.clog.open(runCtx, r.cfg.changelogConfig(r.conn.clientDial(), r.log), r.kafka.client, r.classes.order, present); err != nil {
-				return err
+			if err := r.clog.open(runCtx, r.cfg.changelogConfig(r.kafka.cfg.conn.clientDial(), r.log), r.kafka.client, r.classes.order, present); err != nil {
+				return nil, err
 			}
 			if err := r.clog.loadPauses(runCtx, r.classes.byName); err != nil {
-				return err
+				return nil, err
 			}
 			r.state.awaitChangelog = r.clog.await
-			s.background.Start(r.clog.retryResend)
+			_ = s.launch(context.Background(), phaseSnapshot, service.NewLoop(r.clog.retryResend))
 		}
 	}
 	if r.cfg.LocalStateOnly {
 		// What this run writes reaches no changelog: a later start with
 		// it sends the file's records (stateLog.sendUnlogged).
 		if err := r.state.clearChangelogComplete(); err != nil {
-			return fmt.Errorf("runtime: %w", err)
+			return nil, fmt.Errorf("runtime: %w", err)
 		}
 	}
+	return present, nil
+}
+
+// recover re-pushes the state file's saved messages into their pools,
+// before any fetch; see recovery.
+func (s *runState) recover(runCtx context.Context, present []string, started time.Time) error {
+	r := s.r
 	rec := recovery{state: r.state, classes: r.classes.byName, order: r.classes.order, orphan: r.fail.orphan, orphans: &r.fail.orphans,
 		log: r.log, strays: true}
 	rec.want = r.clog.startRecovers()
-	rec.resume, rec.elsewhere = r.resumes, r.resumes.run(func(ctx context.Context) []kclient.Partition {
+	rec.resume, rec.elsewhere = r.restore.resumes, r.restore.resumes.run(func(ctx context.Context) []kclient.Partition {
 		return r.kafka.partitions(ctx, present)
 	})
 	if err := rec.run(runCtx, s.rep); err != nil {
@@ -240,10 +270,20 @@ func (s *runState) start() error {
 	r.log.Info("recovery finished", "repushed", rep.Repushed, "quarantined", rep.Quarantined,
 		"unknown_class", rep.UnknownClass, "blocked_keys", rep.BlockedKeys, "took", time.Since(started),
 		"changelog", r.clog.on())
-	s.feeds.Start(r.sched.run)
-	s.feeds.Start(r.ops.run)
+	return nil
+}
+
+// startFeeds launches what feeds the pools besides the recovery, ended
+// at the quiesce: the scheduler, the dead-letter operations, the follow
+// of other instances' writes, the consumer group's fetching and the
+// share classes' members.
+func (s *runState) startFeeds(runCtx context.Context, present []string) error {
+	r := s.r
+	bg := context.Background()
+	_ = s.launch(bg, phaseQuiesce, r.sched)
+	_ = s.launch(bg, phaseQuiesce, r.ops)
 	if r.clog.on() {
-		s.feeds.Start(r.restore.follow)
+		_ = s.launch(bg, phaseQuiesce, service.NewLoop(r.restore.follow))
 	}
 	if len(r.classes.topics) > 0 && runCtx.Err() == nil {
 		if !r.clog.on() {
@@ -251,14 +291,14 @@ func (s *runState) start() error {
 			// with: its partitions' state comes back from the changelog.
 			r.kafka.checkNewFile(runCtx, s.newFile, r.cfg.StatePath, present)
 		}
-		if runCtx.Err() == nil {
-			if err := r.kafka.join(fetchCtx, present); err != nil {
-				return fmt.Errorf("runtime: %w", err)
-			}
+	}
+	if runCtx.Err() == nil {
+		if err := r.kafka.Start(bg); err != nil { // joins the topics present, if any
+			return fmt.Errorf("runtime: %w", err)
 		}
 	}
 	if r.hasShare() && runCtx.Err() == nil {
-		if err := r.shareStart(runCtx, fetchCtx); err != nil { // share.go
+		if err := r.shareStart(runCtx, r.kafka.Context()); err != nil { // share.go
 			if runCtx.Err() != nil {
 				// A stop asked while a share class joined ended its
 				// requests: a stop, not a failed start (exit 2).
@@ -267,11 +307,5 @@ func (s *runState) start() error {
 			return err
 		}
 	}
-	if runCtx.Err() != nil {
-		return nil // a stop was requested: never ready
-	}
-	r.ready.started.Store(true)
-	r.log.Info("running", "classes", len(r.classes.order), "topics", len(r.classes.topics), "group", r.cfg.Group, "instance", r.cfg.Instance,
-		"group_protocol", r.cfg.GroupProtocol, "version", handoff.Version)
 	return nil
 }

@@ -25,26 +25,20 @@ type Runtime struct {
 	log     *slog.Logger
 	classes classSet
 	metrics *metrics
-	// epoch is when New ran; see now.
-	epoch time.Time
 
 	life  lifecycle
 	ready readiness // see Ready
-	// stuck is the owned partitions whose fetch or restore fails
-	// (stuck.go): not ready while one is stuck.
-	stuck *stuckParts
 
 	// The state file, open from the start of Run to the end of its stop.
 	state   *stateFile
 	deletes snapshot.DoneQueue // records of done messages, deleted in batches
 	// clog is the state file's changelog (changelog.go); off with
 	// LocalStateOnly or without topics. restore brings an assigned
-	// partition's state back from it (restore.go).
+	// partition's state back from it (restore.go); its resumes tie the
+	// fetched copies of re-pushed saved Kafka messages to them
+	// (progress.go).
 	clog    *stateLog
 	restore *restorer
-	// resumes ties the fetched copies of re-pushed saved Kafka messages
-	// to them (progress.go).
-	resumes *resumes
 
 	// Feeds of the pools besides fetching.
 	sched    *scheduler
@@ -53,21 +47,18 @@ type Runtime struct {
 	ops      *deadOps  // the group's dead-letter operations (deadops.go)
 	handling *handling // every pool's handler wrapper, retry and result
 
-	// Kafka: the consumer group and its client (group.go), the
-	// dead-letter publisher (nil without a DeadLetterTopic) and how
-	// connections to the brokers are made (connect.go).
+	// Kafka: the consumer group and its client (group.go; how
+	// connections to the brokers are made, connect.go, is its
+	// cfg.conn) and the dead-letter publisher (nil without a
+	// DeadLetterTopic).
 	kafka *consumer
 	dlq   *publisher
-	conn  *connection
 
-	alive liveness    // the loops that beat; see alive.go
-	tally *tally      // event counts
-	logs  *logBackoff // repeated failures' lines
+	alive liveness // the loops that beat; see alive.go
+	tally *tally   // event counts
 
-	// retain is the dead-letter retention (retention.go); retainEvery
-	// how often it turns (retainInterval; shorter in tests).
-	retain      *retention
-	retainEvery time.Duration
+	// retain is the dead-letter retention (retention.go).
+	retain *retention
 }
 
 // classSet is the configured classes, by name, in config order (for
@@ -82,6 +73,8 @@ type classSet struct {
 
 // lifecycle is a Runtime's start and stop signalling.
 type lifecycle struct {
+	// epoch is when New ran; see Runtime.now.
+	epoch    time.Time
 	state    atomic.Int32
 	stopOnce sync.Once
 	stopCh   chan struct{} // closed when a stop is requested
@@ -96,6 +89,8 @@ type lifecycle struct {
 	// stopping is set when the stop begins: from then on a handler's
 	// ErrNotRunning is the stop's refusal (handling.stopRefused).
 	stopping atomic.Bool
+	// deadline is when the stop must be over, set as it begins.
+	deadline stopDeadline
 	// schedules admits Schedule: from the start of Run to the stop's
 	// snapshot, which waits for the calls under way (a Schedule during
 	// the stop saves its message for the next start).
@@ -153,6 +148,9 @@ type readiness struct {
 	// restores do not take the readiness back.
 	restoring atomic.Int64
 	settled   atomic.Bool
+	// stuck is the owned partitions whose fetch or restore fails
+	// (stuck.go): not ready while one is stuck.
+	stuck *stuckParts
 }
 
 // join marks the first generation arrived; the restores of its
@@ -181,7 +179,37 @@ const (
 )
 
 func (l *lifecycle) requestStop() { l.stopOnce.Do(func() { close(l.stopCh) }) }
-func (l *lifecycle) skipDrain()   { l.skipOnce.Do(func() { close(l.skipCh) }) }
+
+// stopContext returns a context that ends when a stop is requested, or
+// with cancel.
+func (l *lifecycle) stopContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-l.stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// stopDeadline is when the stop must be over: set once as the stop
+// begins, read by the services whose Stop works within what is left of
+// it (the dead-letter publisher). Safe for concurrent use.
+type stopDeadline struct{ t atomic.Pointer[time.Time] }
+
+// set records the stop's deadline.
+func (d *stopDeadline) set(t time.Time) { d.t.Store(&t) }
+
+// at returns the stop's deadline, or now when no stop has begun.
+func (d *stopDeadline) at() time.Time {
+	if t := d.t.Load(); t != nil {
+		return *t
+	}
+	return time.Now()
+}
+func (l *lifecycle) skipDrain() { l.skipOnce.Do(func() { close(l.skipCh) }) }
 
 type class struct {
 	cfg Class
@@ -217,13 +245,54 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	r := &Runtime{
-		epoch:   time.Now(),
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "runtime"),
 		classes: classSet{byName: map[string]*class{}, byTopic: map[string]*class{}},
-		life:    lifecycle{stopCh: make(chan struct{}), skipCh: make(chan struct{}), done: make(chan struct{})},
+		life: lifecycle{epoch: time.Now(), stopCh: make(chan struct{}), skipCh: make(chan struct{}),
+			done: make(chan struct{})},
 	}
-	r.logs = newLogBackoff()
+	logs := newLogBackoff()
+	r.buildState(logs)
+	if err := r.buildClasses(); err != nil {
+		return nil, err
+	}
+	r.ready.stuck = newStuckParts(cfg.StuckAfter, r.log)
+	r.retain = newRetention(r)
+	if r.metrics, err = newMetrics(cfg.Registerer, r); err != nil {
+		return nil, fmt.Errorf("runtime: register metrics: %w", err)
+	}
+	r.handling.metrics = r.metrics
+	for _, c := range r.classes.order {
+		if c.batch != nil {
+			c.batch.metrics = r.metrics
+		}
+	}
+	conn := newConnection(&cfg, r.log)
+	for _, c := range r.classes.order {
+		if c.cfg.ShareGroup != "" {
+			c.share = r.shareFeedOf(c, conn, logs)
+		}
+	}
+	if cfg.Registerer != nil && r.hasShare() {
+		if err := cfg.Registerer.Register(newShareCollector(r)); err != nil {
+			return nil, fmt.Errorf("runtime: register metrics: %w", err)
+		}
+	}
+	resumes := &resumes{state: r.state, log: r.log,
+		clientFunc: func() kclient.Client { return r.kafka.client },
+		byTopic:    r.classes.byTopic}
+	r.restore = &restorer{clog: r.clog, state: r.state, classes: r.classes.byName, order: r.classes.order,
+		orphan: r.fail.orphan, wake: r.sched.wake, unhand: r.sched.unhand, leftPool: r.handling.leftPool, log: r.log, warn: newLogBackoff(),
+		resumes: resumes, stuck: r.ready.stuck, claimed: r.fail.requeues.claimed, revokeWait: cfg.RevokeTimeout / 2}
+	r.kafka = newConsumer(r.consumerConfig(conn, logs))
+	return r, nil
+}
+
+// buildState makes what the runtime's state goes through: the state
+// file and its changelog, the failures, the dead-letter operations, the
+// scheduler and the handler wrapper.
+func (r *Runtime) buildState(logs *logBackoff) {
+	cfg := &r.cfg
 	r.tally = &tally{}
 	r.state = &stateFile{log: r.log}
 	r.clog = &stateLog{log: r.log, state: r.state, timeout: cfg.ChangelogTimeout, renames: cfg.ClassRenames}
@@ -233,7 +302,7 @@ func New(cfg Config) (*Runtime, error) {
 	r.fail = newFailures(failuresConfig{state: r.state, tally: r.tally, classes: r.classes.byName, accepting: &r.life.accepting,
 		publish: func(c *class, rec snapshot.Record) { r.dlq.publish(c, rec) }, log: r.log, owns: owns,
 		elsewhere: r.clog.deadElsewhere})
-	r.ops = newDeadOps(r)
+	r.ops = newDeadOps(r, logs)
 	r.clog.ops = r.ops
 	r.sched = newScheduler(schedulerConfig{state: r.state, tally: r.tally, classes: r.classes.byName, orphan: r.fail.orphan, log: r.log,
 		owns: owns})
@@ -242,58 +311,18 @@ func New(cfg Config) (*Runtime, error) {
 	r.handling = &handling{cfg: handlingConfig{state: r.state, deletes: &r.deletes, tally: r.tally, fail: r.fail,
 		sched: r.sched, unhold: r.clog.unhold, stopping: &r.life.stopping, log: r.log}}
 	r.fail.cfg.wake = r.sched.wake
+}
+
+// buildClasses makes every configured class: its handler chain, pool,
+// ordered keys and hold. It reports every class's problem at once.
+func (r *Runtime) buildClasses() error {
 	var errs []error
-	for _, cc := range cfg.Classes {
-		c := &class{cfg: cc, index: len(r.classes.order)}
-		if cc.RecycleMessages {
-			c.slabs = newFreeSlabs(cc.QueueSize, cc.Workers)
-		}
-		// The chain first: whether a batch class has middleware decides
-		// its pool's shape. Its error is reported after the pool's.
-		var chainErr error
-		c.handle, c.hooked, chainErr = chain(&cfg, &cc)
-		var keyFunc func(*item) string
-		if cc.Ordered {
-			keyFunc = itemKey
-		}
-		pc := pool.Config[*item]{
-			Name:       cc.Name,
-			Workers:    cc.Workers,
-			QueueSize:  cc.QueueSize,
-			Ordered:    cc.Ordered,
-			KeyFunc:    keyFunc,
-			Handler:    r.handling.handler(c),
-			RetryFunc:  r.handling.retry(c),
-			ResultFunc: r.handling.result(c),
-			Rate:       cc.RateLimit.PerSecond, // zero: none
-			Burst:      cc.RateLimit.Burst,
-			Logger:     cfg.Logger,
-		}
-		if cc.BatchHandler != nil {
-			c.batch = newBatcher(c, r.log)
-			if c.hooked {
-				pc.Workers = batchPoolWorkers(cc) // a worker per message in a batch (batch.go)
-			} else {
-				pc.Handler, pc.BatchHandler = nil, r.handling.batchHandler(c)
-				pc.MaxBatch, pc.MaxWait = cc.MaxBatch, cc.MaxWait
-			}
-		}
-		p, err := pool.New(pc)
+	for _, cc := range r.cfg.Classes {
+		c, err := r.newClass(cc)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: %w", ErrConfig, err))
+			errs = append(errs, err)
 			continue
 		}
-		if chainErr != nil {
-			errs = append(errs, chainErr)
-			continue
-		}
-		c.pool = p
-		if cc.Ordered {
-			c.keys = newOrderedKeys(keysConfig{class: cc.Name, pool: p, state: r.state, deletes: &r.deletes,
-				releases: &r.releases, counts: &c.stats, route: r.clog.partitionOf, owns: r.clog.ownsPartition, log: r.log})
-		}
-		c.hold = hold.New(hold.Config[*item]{Class: cc.Name, Policy: hold.Policy(cc.Suspend), Permanent: cc.Retry.PermanentFunc,
-			Pool: p, Log: r.log, Stopping: r.life.stopCh, Rewind: r.sched.wake, Backoff: probeBackoff})
 		r.classes.byName[cc.Name] = c
 		r.classes.order = append(r.classes.order, c)
 		r.tally.classes = r.classes.order
@@ -302,41 +331,63 @@ func New(cfg Config) (*Runtime, error) {
 			r.classes.topics = append(r.classes.topics, t)
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
+	return errors.Join(errs...)
+}
+
+// newClass makes class cc, the next in the order: its handler chain, its
+// pool (built for batches when it has a BatchHandler), its ordered keys
+// and its hold.
+func (r *Runtime) newClass(cc Class) (*class, error) {
+	cfg := &r.cfg
+	c := &class{cfg: cc, index: len(r.classes.order)}
+	if cc.RecycleMessages {
+		c.slabs = newFreeSlabs(cc.QueueSize, cc.Workers)
 	}
-	r.stuck = newStuckParts(cfg.StuckAfter, r.log)
-	r.retain, r.retainEvery = newRetention(r), retainInterval
-	m, err := newMetrics(cfg.Registerer, r)
+	// The chain first: whether a batch class has middleware decides its
+	// pool's shape. Its error is reported after the pool's.
+	var chainErr error
+	c.handle, c.hooked, chainErr = chain(cfg, &cc)
+	var keyFunc func(*item) string
+	if cc.Ordered {
+		keyFunc = itemKey
+	}
+	pc := pool.Config[*item]{
+		Name:       cc.Name,
+		Workers:    cc.Workers,
+		QueueSize:  cc.QueueSize,
+		Ordered:    cc.Ordered,
+		KeyFunc:    keyFunc,
+		Handler:    r.handling.handler(c),
+		RetryFunc:  r.handling.retry(c),
+		ResultFunc: r.handling.result(c),
+		Rate:       cc.RateLimit.PerSecond, // zero: none
+		Burst:      cc.RateLimit.Burst,
+		Logger:     cfg.Logger,
+	}
+	if cc.BatchHandler != nil {
+		c.batch = newBatcher(c, r.log)
+		if c.hooked {
+			pc.Workers = batchPoolWorkers(cc) // a worker per message in a batch (batch.go)
+		} else {
+			pc.Handler, pc.BatchHandler = nil, r.handling.batchHandler(c)
+			pc.MaxBatch, pc.MaxWait = cc.MaxBatch, cc.MaxWait
+		}
+	}
+	p, err := pool.New(pc)
 	if err != nil {
-		return nil, fmt.Errorf("runtime: register metrics: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	r.metrics = m
-	r.handling.metrics = m
-	for _, c := range r.classes.order {
-		if c.batch != nil {
-			c.batch.metrics = m
-		}
+	if chainErr != nil {
+		return nil, chainErr
 	}
-	r.conn = newConnection(&cfg, r.log)
-	for _, c := range r.classes.order {
-		if c.cfg.ShareGroup != "" {
-			c.share = r.newShareFeed(c)
-		}
+	c.pool = p
+	if cc.Ordered {
+		c.keys = newOrderedKeys(keysConfig{class: cc.Name, pool: p, state: r.state, deletes: &r.deletes,
+			releases: &r.releases, counts: &c.stats, route: r.clog.partitionOf, owns: r.clog.ownsPartition, log: r.log})
 	}
-	if cfg.Registerer != nil && r.hasShare() {
-		if err := cfg.Registerer.Register(newShareCollector(r)); err != nil {
-			return nil, fmt.Errorf("runtime: register metrics: %w", err)
-		}
-	}
-	r.resumes = &resumes{state: r.state, log: r.log,
-		clientFunc: func() kclient.Client { return r.kafka.client },
-		consumes:   func(topic string) bool { return r.classes.byTopic[topic] != nil }}
-	r.restore = &restorer{clog: r.clog, state: r.state, classes: r.classes.byName, order: r.classes.order,
-		orphan: r.fail.orphan, wake: r.sched.wake, unhand: r.sched.unhand, leftPool: r.handling.leftPool, log: r.log, warn: newLogBackoff(),
-		resumes: r.resumes, stuck: r.stuck, claimed: r.fail.requeues.claimed, revokeWait: cfg.RevokeTimeout / 2}
-	r.kafka = r.newConsumer()
-	return r, nil
+	c.hold = hold.New(hold.Config[*item]{Class: cc.Name, Policy: hold.Policy(cc.Suspend), Permanent: cc.Retry.PermanentFunc,
+		Pool: p, Log: r.log, Stopping: r.life.stopCh, Rewind: r.sched.wake, Backoff: probeBackoff})
+	return c, nil
 }
 
 // now is time.Now from one clock read instead of two: epoch plus the
@@ -344,11 +395,11 @@ func New(cfg Config) (*Runtime, error) {
 // what the fetch loop stamps FirstSeen with, once per message. Unlike
 // time.Now its wall reading does not follow a step of the system clock
 // after New; the monotonic reading is the same.
-func (r *Runtime) now() time.Time { return r.epoch.Add(time.Since(r.epoch)) }
+func (r *Runtime) now() time.Time { return r.life.epoch.Add(time.Since(r.life.epoch)) }
 
 // mono is the monotonic time since New, in nanoseconds: the clock the
 // trackers stamp fetched offsets with.
-func (r *Runtime) mono() int64 { return int64(time.Since(r.epoch)) }
+func (r *Runtime) mono() int64 { return int64(time.Since(r.life.epoch)) }
 
 // Ready reports whether the runtime has recovered its state file, found
 // every configured topic on the brokers, received its first consumer
@@ -361,7 +412,7 @@ func (r *Runtime) mono() int64 { return int64(time.Since(r.epoch)) }
 // not stopping is enough.
 func (r *Runtime) Ready() bool {
 	return r.ready.started.Load() && !r.state.replaced.Load() && (len(r.classes.topics) == 0 ||
-		r.ready.joined.Load() && r.ready.topicsOK.Load() && r.ready.settled.Load() && !r.stuck.any())
+		r.ready.joined.Load() && r.ready.topicsOK.Load() && r.ready.settled.Load() && !r.ready.stuck.any())
 }
 
 // Group returns the consumer group ID, Config.Group.
@@ -374,7 +425,7 @@ func (r *Runtime) Instance() string { return r.cfg.Instance }
 // Started returns when [New] made the runtime: the counters of [Stats]
 // and of the metrics count since then (they start at zero in each
 // process).
-func (r *Runtime) Started() time.Time { return r.epoch }
+func (r *Runtime) Started() time.Time { return r.life.epoch }
 
 // DrainTimeout returns the configured drain bound, defaults applied.
 func (r *Runtime) DrainTimeout() time.Duration { return r.cfg.DrainTimeout }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/handoff-go/handoff/runtime/internal/service"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -28,8 +29,9 @@ const schedBatch = 256
 // next read starts again from that due time, skipping the records it
 // already handed over.
 type scheduler struct {
-	cfg    schedulerConfig
-	wakeCh chan struct{}
+	service.Base // run, from Start to Stop
+	cfg          schedulerConfig
+	wakeCh       chan struct{}
 
 	mu   sync.Mutex
 	next time.Time // when the loop will look again; zero when it sleeps for good
@@ -140,6 +142,9 @@ func (s *scheduler) unhand(key snapshot.DelayedKey) {
 	delete(s.handed, string(key))
 	s.mu.Unlock()
 }
+
+// Start runs the scheduler (run) until Stop; see service.Service.
+func (s *scheduler) Start(ctx context.Context) error { return s.StartLoop(ctx, s.run) }
 
 // run hands due messages to their pools until ctx ends.
 func (s *scheduler) run(ctx context.Context) {

@@ -209,7 +209,7 @@ func TestSecureConsume(t *testing.T) {
 			if got := b.committed(); got != 24 {
 				t.Errorf("committed %d, want 24", got)
 			}
-			if n := rt.conn.authErrs[0].Load() + rt.conn.authErrs[1].Load() + rt.conn.authErrs[2].Load(); n != 0 {
+			if n := rt.kafka.cfg.conn.authErrs[0].Load() + rt.kafka.cfg.conn.authErrs[1].Load() + rt.kafka.cfg.conn.authErrs[2].Load(); n != 0 {
 				t.Errorf("%d auth errors counted", n)
 			}
 			if strings.Contains(logs.String(), pw) {
@@ -342,13 +342,13 @@ func TestConnectWaitsWithBackoff(t *testing.T) {
 		}
 		var dials []time.Duration
 		began := time.Now()
-		rt.conn.sec.NetDial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		rt.kafka.cfg.conn.sec.NetDial = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			dials = append(dials, time.Since(began))
 			return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		if err := rt.conn.connect(ctx); err != nil {
+		if err := rt.kafka.cfg.conn.connect(ctx); err != nil {
 			t.Fatalf("connect: %v", err)
 		}
 		want := []time.Duration{0, time.Second, 3 * time.Second, 7 * time.Second, 15 * time.Second}
@@ -443,7 +443,7 @@ func TestSecureCredentialsRotated(t *testing.T) {
 	cfg2 := cfg
 	cfg2.SASL, cfg2.Registerer, cfg2.Logger = mechanism(t, "scram-sha-256", "alice", pw2), nil, testLogger(t)
 	rt2, wait2 := b.instance("second", cfg2)
-	waitFor(t, "a failed connection counted", func() bool { return rt.conn.authErrs[2].Load() > 0 })
+	waitFor(t, "a failed connection counted", func() bool { return rt.kafka.cfg.conn.authErrs[2].Load() > 0 })
 
 	mfs, err := reg.Gather()
 	if err != nil {

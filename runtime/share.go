@@ -103,7 +103,7 @@ type shareFeed struct {
 
 	mu sync.Mutex
 	// held is the last poll's records; left counts those not acked.
-	held []*shareHeld
+	held []*shareAcquired
 	left int
 	// settled is signalled when left reaches zero.
 	settled chan struct{}
@@ -122,9 +122,9 @@ type shareFeed struct {
 	ackErrors   atomic.Uint64
 }
 
-// shareHeld is one record a share class holds: its acknowledgement (once)
+// shareAcquired is one record a share class holds: its acknowledgement (once)
 // and its lock's deadline as the member knows it.
-type shareHeld struct {
+type shareAcquired struct {
 	rec  *kclient.ShareRecord
 	feed *shareFeed
 	// lock is the record's lock duration (from its first deadline);
@@ -144,18 +144,19 @@ func newShareFeed(c *class, cfg kclient.ShareConfig, log *slog.Logger) *shareFee
 		settled: make(chan struct{}, 1)}
 }
 
-// newShareFeed returns the feed of share class c, built from the
-// runtime's config.
-func (r *Runtime) newShareFeed(c *class) *shareFeed {
+// shareFeedOf returns the feed of share class c, built from the
+// runtime's config: connections made by conn, repeated warnings through
+// logs.
+func (r *Runtime) shareFeedOf(c *class, conn *connection, logs *logBackoff) *shareFeed {
 	cfg := &r.cfg
 	var f *shareFeed
 	f = newShareFeed(c, kclient.ShareConfig{
 		Brokers: cfg.Brokers, ClientID: cfg.ClientID, Group: c.cfg.ShareGroup, Topics: c.cfg.shareTopics,
 		MaxRecords: int32(c.cfg.QueueSize + c.cfg.Workers), StartFirst: cfg.StartOffset == StartFirst,
-		DialFunc: r.conn.clientDial(), Log: r.log, WarnFunc: r.logs.warn,
+		DialFunc: conn.clientDial(), Log: r.log, WarnFunc: logs.warn,
 		AckErrFunc: func(topic string, partition int32, err error) {
 			f.ackErrors.Add(1)
-			r.logs.warn(f.log, "share-ack "+topic, "share record acknowledgements refused; the broker delivers them again after their locks",
+			logs.warn(f.log, "share-ack "+topic, "share record acknowledgements refused; the broker delivers them again after their locks",
 				"topic", topic, "partition", partition, "err", err)
 		},
 	}, r.log)
@@ -165,7 +166,7 @@ func (r *Runtime) newShareFeed(c *class) *shareFeed {
 
 // ack acknowledges the record with st, once: a later ack is ignored. It
 // does not block.
-func (sh *shareHeld) ack(st kclient.AckStatus) {
+func (sh *shareAcquired) ack(st kclient.AckStatus) {
 	if sh == nil || !sh.acked.CompareAndSwap(false, true) {
 		return
 	}
@@ -193,7 +194,7 @@ func (sh *shareHeld) ack(st kclient.AckStatus) {
 
 // saved acknowledges a record saved elsewhere in the state file: a dead
 // letter is rejected, a delayed delivery accepted. Nil does nothing.
-func (sh *shareHeld) saved() {
+func (sh *shareAcquired) saved() {
 	if sh == nil {
 		return
 	}
@@ -207,7 +208,7 @@ func (sh *shareHeld) saved() {
 // unsaved releases a record whose dead letter could not be saved: the
 // broker delivers it again, or, at the delivery limit, archives it, which
 // is logged at Error since nothing keeps it then.
-func (sh *shareHeld) unsaved(log *slog.Logger) {
+func (sh *shareAcquired) unsaved(log *slog.Logger) {
 	if sh.atLimit() {
 		log.Error("share record released at its delivery limit after its dead letter could not be saved; the broker archives it",
 			"class", sh.feed.c.cfg.Name, "topic", sh.rec.Topic, "partition", sh.rec.Partition, "offset", sh.rec.Offset,
@@ -218,7 +219,7 @@ func (sh *shareHeld) unsaved(log *slog.Logger) {
 
 // deadLettering marks the record to be rejected once its dead letter rec
 // is saved, and sets rec's HeaderDeliveryCount.
-func (sh *shareHeld) deadLettering(rec *snapshot.Record) {
+func (sh *shareAcquired) deadLettering(rec *snapshot.Record) {
 	sh.onSave.Store(int32(shareReject))
 	m := &rec.Message
 	hs := slices.DeleteFunc(slices.Clone(m.Headers), func(h handoff.Header) bool { return h.Key == HeaderDeliveryCount })
@@ -227,7 +228,7 @@ func (sh *shareHeld) deadLettering(rec *snapshot.Record) {
 
 // atLimit reports whether the broker would archive the record if it were
 // released: its delivery count reached the group's limit.
-func (sh *shareHeld) atLimit() bool { return int64(sh.rec.DeliveryCount) >= sh.feed.limit.Load() }
+func (sh *shareAcquired) atLimit() bool { return int64(sh.rec.DeliveryCount) >= sh.feed.limit.Load() }
 
 // start makes the member's client, checks its topics and the group's
 // configs (Prepare), then starts the poll loop under fetchCtx and the
@@ -279,7 +280,7 @@ func (f *shareFeed) run(ctx context.Context) {
 		}
 		recs, err := f.client.Load().Poll(ctx)
 		if ctx.Err() != nil {
-			f.releaseUnsubmitted(f.hold(recs)) // none reached the pool
+			f.releaseUnsubmitted(f.acquire(recs)) // none reached the pool
 			return
 		}
 		if err != nil && f.cfg.WarnFunc != nil {
@@ -288,7 +289,7 @@ func (f *shareFeed) run(ctx context.Context) {
 		if len(recs) == 0 {
 			continue
 		}
-		its := f.hold(recs)
+		its := f.acquire(recs)
 		n, err := c.pool.SubmitBatch(ctx, its)
 		if err != nil {
 			f.releaseUnsubmitted(its[n:])
@@ -297,14 +298,14 @@ func (f *shareFeed) run(ctx context.Context) {
 	}
 }
 
-// hold makes the items of a poll's records and makes them the held
-// records; it returns the items.
-func (f *shareFeed) hold(recs []*kclient.ShareRecord) []*item {
+// acquire makes the items of a poll's records and makes them the
+// acquired records; it returns the items.
+func (f *shareFeed) acquire(recs []*kclient.ShareRecord) []*item {
 	now := time.Now()
 	its := make([]*item, len(recs))
-	held := make([]*shareHeld, len(recs))
+	held := make([]*shareAcquired, len(recs))
 	for i, r := range recs {
-		sh := &shareHeld{rec: r, feed: f, lock: r.Deadline.Sub(now)}
+		sh := &shareAcquired{rec: r, feed: f, lock: r.Deadline.Sub(now)}
 		if r.Deadline.IsZero() || sh.lock <= 0 {
 			sh.lock = defaultShareLock
 			sh.deadline.Store(now.Add(sh.lock).UnixNano())
@@ -427,7 +428,7 @@ func (f *shareFeed) renew(ctx context.Context) {
 			}
 		}
 		now := time.Now()
-		var due []*shareHeld
+		var due []*shareAcquired
 		f.mu.Lock()
 		for _, sh := range f.held {
 			if sh.acked.Load() {

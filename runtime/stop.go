@@ -10,6 +10,7 @@ import (
 
 	"github.com/handoff-go/handoff/pool"
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
+	"github.com/handoff-go/handoff/runtime/internal/service"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -46,15 +47,55 @@ func (c *Config) changelogOn() bool {
 	return false
 }
 
-// stop runs the stop's phases in the order of docs/design.md and returns
-// the report with every phase's error joined. Handlers still running at
-// the hard stop get their context cancelled with cause and grace to
-// return. A start that failed is torn down by the same phases, logged
-// at Debug (see end).
+// stopPhase is a phase of the stop, in the order of docs/design.md.
+type stopPhase int
+
+const (
+	phaseQuiesce stopPhase = iota
+	phaseDrain
+	phaseHardStop
+	phaseSnapshot
+	phaseCommit
+	phaseLeave
+	phaseCount
+)
+
+// stopPhases is the stop, one row per phase, run in order: its name (the
+// phase label of the logs and of the phase-duration gauge), where the
+// Report keeps its duration, and its step. A step ends the services the
+// start registered to end at its phase (runState.launch) where the step
+// says; a new background component is such a service and leaves this
+// table alone.
+var stopPhases = [phaseCount]struct {
+	name string
+	took func(*Report) *time.Duration
+	step func(*runState) []any
+}{
+	phaseQuiesce:  {"quiesce", func(r *Report) *time.Duration { return &r.Quiesce }, (*runState).quiesce},
+	phaseDrain:    {"drain", func(r *Report) *time.Duration { return &r.Drain }, (*runState).drain},
+	phaseHardStop: {"hard_stop", func(r *Report) *time.Duration { return &r.HardStop }, (*runState).hardStop},
+	phaseSnapshot: {"snapshot", func(r *Report) *time.Duration { return &r.Snapshot }, (*runState).snapshot},
+	phaseCommit:   {"commit", func(r *Report) *time.Duration { return &r.Commit }, (*runState).commit},
+	phaseLeave:    {"leave", func(r *Report) *time.Duration { return &r.Leave }, (*runState).leave},
+}
+
+// endServices stops, all at once, the services registered to end at
+// phase, and blocks until every one has stopped.
+func (s *runState) endServices(phase stopPhase) {
+	service.StopAll(s.ends[phase]...)
+}
+
+// stop runs the stop's phases (stopPhases) and returns the report with
+// every phase's error joined. Handlers still running at the hard stop
+// get their context cancelled with cause and grace to return. A start
+// that failed is torn down by the same phases, logged at Debug (see
+// end).
 func (s *runState) stop(grace time.Duration, cause error) (*Report, error) {
 	r, rep := s.r, s.rep
 	begin := time.Now()
+	s.grace, s.cause = grace, cause
 	s.deadline = begin.Add(r.cfg.stopBudget())
+	r.life.deadline.set(s.deadline)
 	// The changelog's writes end in time for the final commit and the
 	// leave.
 	r.clog.bound(s.deadline.Add(-commitTimeout - leaveTimeout))
@@ -63,12 +104,9 @@ func (s *runState) stop(grace time.Duration, cause error) (*Report, error) {
 	r.life.stopping.Store(true)
 	r.log.Log(context.Background(), s.phaseLevel(), "stop begins")
 
-	s.phase("quiesce", &rep.Quiesce, s.quiesce)
-	s.phase("drain", &rep.Drain, s.drain)
-	s.phase("hard_stop", &rep.HardStop, func() []any { return s.hardStop(grace, cause) })
-	s.phase("snapshot", &rep.Snapshot, s.snapshot)
-	s.phase("commit", &rep.Commit, s.commit)
-	s.phase("leave", &rep.Leave, s.leave)
+	for _, ph := range stopPhases {
+		s.phase(ph.name, ph.took(rep), func() []any { return ph.step(s) })
+	}
 
 	r.tally.fill(rep)
 	rep.Revoked = int(r.kafka.revoked.Load())
@@ -126,15 +164,12 @@ func (s *runState) phase(name string, d *time.Duration, fn func() []any) {
 	s.r.log.Log(context.Background(), s.phaseLevel(), "stop phase done", append([]any{"phase", name, "took", *d}, attrs...)...)
 }
 
-// quiesce stops everything that feeds the pools: fetching (the partition
-// readers close in the background, joined by leave), the scheduler and
-// the key releases.
+// quiesce stops everything that feeds the pools, the services of
+// phaseQuiesce: fetching (the partition readers close in the
+// background, joined by leave), the scheduler, the dead-letter
+// operations, the follow and the key releases.
 func (s *runState) quiesce() []any {
-	s.stopFetch()
-	s.feeds.Stop()
-	s.r.releases.close()
-	s.feeds.Wait()
-	s.r.kafka.wait()
+	s.endServices(phaseQuiesce)
 	// Share classes: polling ended; what has not started goes back to
 	// the share group at once, for the other members.
 	s.rep.ShareReleased += s.r.shareQuiesce()
@@ -204,8 +239,8 @@ type leftover struct {
 // interrupted first, then those waiting out a backoff, then the
 // unstarted, since each of the first two started before any unstarted
 // message of its key and the restart re-pushes in save order.
-func (s *runState) hardStop(grace time.Duration, cause error) []any {
-	r, rep := s.r, s.rep
+func (s *runState) hardStop() []any {
+	r, rep, grace, cause := s.r, s.rep, s.grace, s.cause
 	results := make([]pool.StopResult[*item], len(r.classes.order))
 	var stops sync.WaitGroup
 	for i, c := range r.classes.order {
@@ -241,9 +276,9 @@ func (s *runState) hardStop(grace time.Duration, cause error) []any {
 			res.Waiting = without(res.Waiting, (*item).isKafka, giveBack)
 			res.Unstarted = without(res.Unstarted, (*item).isKafka, giveBack)
 		}
-		s.keep(res.Interrupted, reasonInterrupted)
-		s.keep(res.Waiting, reasonBackoff)
-		s.keep(res.Unstarted, reasonUnstarted)
+		s.takeForSnapshot(res.Interrupted, reasonInterrupted)
+		s.takeForSnapshot(res.Waiting, reasonBackoff)
+		s.takeForSnapshot(res.Unstarted, reasonUnstarted)
 	}
 	if rep.Stragglers > 0 {
 		r.log.Warn("handlers did not return by the hard-stop grace; recorded as interrupted",
@@ -253,9 +288,9 @@ func (s *runState) hardStop(grace time.Duration, cause error) []any {
 		"given_back", rep.GivenBack, "share_released", rep.ShareReleased}
 }
 
-// keep adds its to what the snapshot saves, ending their ties to the
+// takeForSnapshot adds its to what the snapshot saves, ending their ties to the
 // pools.
-func (s *runState) keep(its []*item, reason string) {
+func (s *runState) takeForSnapshot(its []*item, reason string) {
 	for _, it := range its {
 		if c := s.r.classes.byName[it.env().Class]; c != nil {
 			c.hold.Uncount(it)
@@ -280,8 +315,8 @@ func (l leftover) stale() bool {
 	return l.reason != reasonUnstarted || l.it.moved()
 }
 
-// keepUnsaved adds what is still kept unsaved to what the snapshot saves.
-func (s *runState) keepUnsaved() {
+// takeUnsaved adds the unsaved failed messages to what the snapshot saves.
+func (s *runState) takeUnsaved() {
 	for _, m := range s.r.fail.unsaved.take() {
 		s.left = append(s.left, leftover{it: m.it, reason: reasonFailed, err: m.err})
 	}
@@ -332,9 +367,8 @@ func (s *runState) snapshot() []any {
 	// their writes first (they are resent with the rest below when
 	// their changelog write failed).
 	r.life.schedules.close()
-	s.background.Stop()
-	s.background.Wait()
-	s.keepUnsaved()
+	s.endServices(phaseSnapshot)
+	s.takeUnsaved()
 	r.clog.resendAtStop() // the messages whose changelog write failed, a last time
 	now := time.Now()
 	// Each message taken out is saved anew, or its record updated (see
@@ -360,7 +394,7 @@ func (s *runState) snapshot() []any {
 	// the commit (progress.go): the stop commits no saved Kafka message.
 	var progs []partProgress
 	if g := r.kafka.gen.Load(); g != nil {
-		progs = r.resumes.stopProgress(g.trackers(), now)
+		progs = r.restore.resumes.stopProgress(g.trackers(), now)
 	}
 	var recs []snapshot.Record
 	var keys []uint64
@@ -450,15 +484,15 @@ func (s *runState) commit() []any {
 // a second; they have been closing since the quiesce) and leaves the
 // group within what the stop's budget has left (at least leaveTimeout;
 // see kclient.Client.Close: a join in flight is finished first, a static
-// franz-go member does not leave). Then it gives the dead-letter
-// publisher what is left of the stop's budget and closes it, and closes
-// the state file.
+// franz-go member does not leave). Then it ends the services of
+// phaseLeave (the dead-letter publisher gets what is left of the stop's
+// budget), and closes the state file.
 func (s *runState) leave() []any {
 	r := s.r
 	r.shareClose(s.deadline) // share.go: a failure is logged; the broker redelivers
 	r.kafka.close(s.deadline)
 	r.clog.close()
-	r.dlq.close(s.deadline)
+	s.endServices(phaseLeave)
 	s.kept = r.state.kept()
 	if err := r.state.close(); err != nil {
 		s.closeErr = fmt.Errorf("runtime: close state file: %w", err)

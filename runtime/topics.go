@@ -42,7 +42,7 @@ const (
 // ends. Any other missing topic is logged at Warn, naming it, and the
 // runtime runs without it and is not ready; a class with none of its
 // topics makes it return a *TopicError. It returns the topics that exist,
-// the ones to join the group with: kafka-go's group leader assigns no
+// the ones to join the group with (Start joins them): kafka-go's group leader assigns no
 // partition at all, of any topic, when one of the topics it is given does
 // not exist.
 func (k *consumer) checkTopics(ctx context.Context) ([]string, error) {
@@ -111,6 +111,7 @@ func (k *consumer) judgeTopics(missing map[string]bool) ([]string, error) {
 			}
 		}
 	}
+	k.present = present // what Start joins
 	return present, nil
 }
 

@@ -194,6 +194,18 @@ func (h *Hold[T]) MayFetch(ctx context.Context) bool {
 	}
 }
 
+// MayFetchNow reports at once, without waiting, whether the class may
+// fetch: what MayFetch would say if it did not wait. Lock-free while the
+// class is open.
+func (h *Hold[T]) MayFetchNow() bool {
+	if !h.held.Load() && !h.pushing.Load() {
+		return true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.fetchOpenLocked()
+}
+
 // Starting is called by the handler wrapper before it runs it: the
 // attempts a tripped streak counted are undone, and in a suspended class
 // the message is the probe (a held pool starts nothing else).

@@ -186,6 +186,11 @@ func TestHoldPauseKept(t *testing.T) {
 		if st := g.h.Stats(); st.State != Paused || st.Reason != "maintenance" || !g.p.Held() {
 			t.Fatalf("after pause: %+v, held %v", st, g.p.Held())
 		}
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if g.h.MayFetchNow() || g.h.MayFetch(ctx) {
+			t.Fatal("a paused class may fetch")
+		}
 		g.stop()
 
 		// A new start: the pause comes back from the file.
@@ -215,6 +220,9 @@ func TestHoldPauseKept(t *testing.T) {
 		synctest.Wait()
 		if g2.done.Load() != 70 || g2.h.Stats().State != Running {
 			t.Fatalf("after resume: done %d, %+v", g2.done.Load(), g2.h.Stats())
+		}
+		if !g2.h.MayFetchNow() {
+			t.Error("a resumed class may not fetch now")
 		}
 		pauses = nil
 		if pauses, err = store.Pauses(); err != nil {

@@ -98,6 +98,44 @@ func newFranzGo(cfg Config) (*franzGo, error) {
 func (f *franzGo) Join(ctx context.Context, topics []string, begin BeginFunc) error {
 	cfg := &f.cfg
 	f.life, f.endLife = context.WithCancel(context.Background())
+	opts := f.groupOpts(ctx, topics)
+	if cfg.Consumer {
+		// KIP-848: the broker assigns, with the assignor kgo names
+		// after the first balancer (cooperative-sticky: "uniform").
+		if err := f.checkConsumerProtocol(ctx); err != nil {
+			f.endLife()
+			return err
+		}
+		opts = append(opts, kgo.ServerSideBalancer())
+	}
+	if cfg.DialFunc != nil {
+		// The runtime's own dial does TLS and SASL, so their failures are
+		// typed, counted and logged as on kafka-go.
+		opts = append(opts, kgo.Dialer(cfg.DialFunc))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		f.endLife()
+		return fmt.Errorf("franz-go client: %w", err)
+	}
+	f.cl = cl
+	f.keeper = begin(ctx, f)
+	close(f.begun)
+	go func() {
+		defer close(f.kept)
+		f.keeper.Keep(f.life)
+	}()
+	f.poll.Go(func() {
+		f.pollLoop(ctx)
+		f.keeper.Quiesce() // the stop's quiesce waits for the fetch loops
+	})
+	return nil
+}
+
+// groupOpts returns the kgo options of the member's client for topics:
+// the group's, the fetch's and the hooks'. Its logger logs under ctx.
+func (f *franzGo) groupOpts(ctx context.Context, topics []string) []kgo.Opt {
+	cfg := &f.cfg
 	reset := kgo.NewOffset().AtStart()
 	if cfg.StartLast {
 		reset = kgo.NewOffset().AtEnd()
@@ -149,37 +187,7 @@ func (f *franzGo) Join(ctx context.Context, topics []string, begin BeginFunc) er
 	if cfg.Instance != "" {
 		opts = append(opts, kgo.InstanceID(cfg.Instance))
 	}
-	if cfg.Consumer {
-		// KIP-848: the broker assigns, with the assignor kgo names
-		// after the first balancer (cooperative-sticky: "uniform").
-		if err := f.checkConsumerProtocol(ctx); err != nil {
-			f.endLife()
-			return err
-		}
-		opts = append(opts, kgo.ServerSideBalancer())
-	}
-	if cfg.DialFunc != nil {
-		// The runtime's own dial does TLS and SASL, so their failures are
-		// typed, counted and logged as on kafka-go.
-		opts = append(opts, kgo.Dialer(cfg.DialFunc))
-	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		f.endLife()
-		return fmt.Errorf("franz-go client: %w", err)
-	}
-	f.cl = cl
-	f.keeper = begin(ctx, f)
-	close(f.begun)
-	go func() {
-		defer close(f.kept)
-		f.keeper.Keep(f.life)
-	}()
-	f.poll.Go(func() {
-		f.pollLoop(ctx)
-		f.keeper.Quiesce() // the stop's quiesce waits for the fetch loops
-	})
-	return nil
+	return opts
 }
 
 func (f *franzGo) Wait() { f.poll.Wait() }

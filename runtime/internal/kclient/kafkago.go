@@ -648,36 +648,14 @@ func sendRecords(ctx context.Context, f fetched, offset int64, out chunkOut, rb 
 	// after is the offset after the last record left out, which no
 	// record sent covers when the response ends with it.
 	after := int64(-1)
-	var chunk []Record // made at its first record: an empty fetch makes none
-	send := func() error {
-		if len(chunk) == 0 {
-			return nil
-		}
-		select {
-		case out.chunks <- chunk:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		offset = chunk[len(chunk)-1].Offset + 1
-		chunk = nil
-		return nil
-	}
-	add := func(fr Record) error {
-		if chunk == nil {
-			chunk = out.make()
-		}
-		if chunk = append(chunk, fr); len(chunk) == out.size {
-			return send()
-		}
-		return nil
-	}
+	cs := chunkSender{out: out, offset: offset}
 	for _, batch := range batches {
 		switch b := batch.(type) {
 		case *protocol.ControlBatch:
 			aborted.ended(b.ProducerID)
-			if end := controlEnd(b); end > offset {
-				if err := add(Record{Offset: end - 1, End: f.end, Marker: true}); err != nil {
-					return offset, read, err
+			if end := controlEnd(b); end > cs.offset {
+				if err := cs.add(ctx, Record{Offset: end - 1, End: f.end, Marker: true}); err != nil {
+					return cs.offset, read, err
 				}
 			}
 			continue
@@ -690,46 +668,92 @@ func sendRecords(ctx context.Context, f fetched, offset int64, out chunkOut, rb 
 				continue
 			}
 		}
-		for {
-			rec, err := batch.ReadRecord()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				// What was read before it goes on; the fetch is tried
-				// again from the offset after it.
-				serr := send()
-				return offset, read, errors.Join(serr, fmt.Errorf("decode records: %w", err))
-			}
-			read.records++
-			if rec.Offset < offset && offset >= 0 {
-				read.bytes += closeBytes(rec.Key, rec.Value) // their pages go back to kafka-go's pool
-				continue
-			}
-			fr := Record{Offset: rec.Offset, End: f.end, Time: recordTime(rec.Time)}
-			fr.Key, fr.Value, err = readKeyValue(rec.Key, rec.Value, rb)
-			read.bytes += int64(len(fr.Key) + len(fr.Value))
-			if err != nil {
-				serr := send()
-				return offset, read, errors.Join(serr, fmt.Errorf("read record at offset %d: %w", rec.Offset, err))
-			}
-			if len(rec.Headers) > 0 {
-				// kafka-go decodes each header value into a slice of its own.
-				fr.Headers = make([]handoff.Header, len(rec.Headers))
-				for i, h := range rec.Headers {
-					fr.Headers[i] = handoff.Header{Key: h.Key, Value: h.Value}
-				}
-			}
-			if err := add(fr); err != nil {
-				return offset, read, err
-			}
+		if err := cs.sendBatch(ctx, batch, f.end, rb, &read); err != nil {
+			return cs.offset, read, err
 		}
 	}
-	err := send()
-	if err == nil && after > offset {
-		offset = after
+	err := cs.send(ctx)
+	if err == nil && after > cs.offset {
+		cs.offset = after
 	}
-	return offset, read, err
+	return cs.offset, read, err
+}
+
+// chunkSender gathers a fetch's records into chunks of up to out.size
+// and sends each to out: sendRecords's.
+type chunkSender struct {
+	out chunkOut
+	// chunk is made at its first record: an empty fetch makes none.
+	chunk []Record
+	// offset is the offset to fetch next: past the last record sent.
+	offset int64
+}
+
+// send sends the chunk gathered, if any; it blocks until out takes it
+// or ctx ends.
+func (cs *chunkSender) send(ctx context.Context) error {
+	if len(cs.chunk) == 0 {
+		return nil
+	}
+	select {
+	case cs.out.chunks <- cs.chunk:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	cs.offset = cs.chunk[len(cs.chunk)-1].Offset + 1
+	cs.chunk = nil
+	return nil
+}
+
+// add adds fr to the chunk, and sends the chunk once it is full.
+func (cs *chunkSender) add(ctx context.Context, fr Record) error {
+	if cs.chunk == nil {
+		cs.chunk = cs.out.make()
+	}
+	if cs.chunk = append(cs.chunk, fr); len(cs.chunk) == cs.out.size {
+		return cs.send(ctx)
+	}
+	return nil
+}
+
+// sendBatch adds the records of batch from the offset asked for on
+// (earlier ones are skipped), their keys and values copied into rb's
+// blocks, counting what it read into read. A record that does not
+// decode ends it: what was read before it is sent, and the fetch is
+// tried again from the offset after it.
+func (cs *chunkSender) sendBatch(ctx context.Context, batch protocol.RecordReader, end int64, rb *recordBytes, read *fetchRead) error {
+	for {
+		rec, err := batch.ReadRecord()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			serr := cs.send(ctx)
+			return errors.Join(serr, fmt.Errorf("decode records: %w", err))
+		}
+		read.records++
+		if rec.Offset < cs.offset && cs.offset >= 0 {
+			read.bytes += closeBytes(rec.Key, rec.Value) // their pages go back to kafka-go's pool
+			continue
+		}
+		fr := Record{Offset: rec.Offset, End: end, Time: recordTime(rec.Time)}
+		fr.Key, fr.Value, err = readKeyValue(rec.Key, rec.Value, rb)
+		read.bytes += int64(len(fr.Key) + len(fr.Value))
+		if err != nil {
+			serr := cs.send(ctx)
+			return errors.Join(serr, fmt.Errorf("read record at offset %d: %w", rec.Offset, err))
+		}
+		if len(rec.Headers) > 0 {
+			// kafka-go decodes each header value into a slice of its own.
+			fr.Headers = make([]handoff.Header, len(rec.Headers))
+			for i, h := range rec.Headers {
+				fr.Headers[i] = handoff.Header{Key: h.Key, Value: h.Value}
+			}
+		}
+		if err := cs.add(ctx, fr); err != nil {
+			return err
+		}
+	}
 }
 
 // leaveOut reads (and closes) the records of batch b, which nothing
