@@ -40,6 +40,7 @@ type deployCfg struct {
 	before     time.Duration // steady load before the rollout
 	settle     time.Duration // after each new instance is ready, and after the rollout
 	warm       time.Duration // the first part of before, not counted
+	drain      time.Duration // the runtime's DrainTimeout
 }
 
 // deployRec is every handled message: its partition, when it was sent
@@ -154,7 +155,7 @@ func runDeploy(ctx context.Context, cfg deployCfg, log io.Writer) (deployFig, er
 		}
 		rt, err := hrt.New(hrt.Config{
 			Brokers: []string{br.addr}, Group: group, StatePath: filepath.Join(dir, "state.db"),
-			Logger: slog.New(logs),
+			Logger: slog.New(logs), DrainTimeout: cfg.drain,
 			Classes: []hrt.Class{{Name: "users", Topics: []string{topic}, Workers: cfg.workers,
 				Handler: func(_ context.Context, m *handoff.Message) error {
 					rec.started(m)
@@ -364,8 +365,8 @@ func printDeploy(w io.Writer, figs []deployFig) {
 		return
 	}
 	c := figs[0].cfg
-	fmt.Fprintf(w, "%d instances of the runtime (franz-go, default settings, state changelog on) in one group on one topic of %d partitions; one class of %d workers per instance (queue %d), handler `time.Sleep(%s)`. After %s of steady load, each instance in turn is shut down and replaced by a new one on an empty disk; the next goes %s after the new one is ready. *Longest gap*: per partition, the longest time during the rollout in which none of its messages started (before the rollout, for comparison, the longest of all partitions). Latency from the producer's call to the handler's start, before the rollout (after %s of warm-up) and during it.\n\n",
-		c.instances, c.partitions, c.workers, hrt.DefaultQueueFactor*c.workers, c.work, c.before, c.settle, c.warm)
+	fmt.Fprintf(w, "%d instances of the runtime (franz-go, default settings, state changelog on) in one group on one topic of %d partitions; one class of %d workers per instance (queue %d), handler `time.Sleep(%s)`, DrainTimeout %s (shorter than a full queue's work, so a stop past capacity saves a backlog). After %s of steady load, each instance in turn is shut down and replaced by a new one on an empty disk; the next goes %s after the new one is ready. *Longest gap*: per partition, the longest time during the rollout in which none of its messages started (before the rollout, for comparison, the longest of all partitions). Latency from the producer's call to the handler's start, before the rollout (after %s of warm-up) and during it.\n\n",
+		c.instances, c.partitions, c.workers, hrt.DefaultQueueFactor*c.workers, c.work, c.drain, c.before, c.settle, c.warm)
 	fmt.Fprintln(w, "| load | longest gap per partition (rollout) | longest gap before | p50 / p99 before | p50 / p99 during | p99 ratio | saved at each stop | stop took | new instance ready after | restores: count, longest, most re-pushed | sent / handled |")
 	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- | --- | --- |")
 	for _, f := range figs {

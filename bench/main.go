@@ -126,7 +126,8 @@ func main() {
 	flag.IntVar(&cfg.report.deployInstances, "deploy-instances", 3, "deploy: instances in the group")
 	flag.IntVar(&cfg.report.deployPartitions, "deploy-partitions", 6, "deploy: partitions of the topic")
 	flag.IntVar(&cfg.report.deployWorkers, "deploy-workers", 4, "deploy: workers of the class per instance")
-	flag.DurationVar(&cfg.report.deployWork, "deploy-work", 5*time.Millisecond, "deploy: the handler's sleep")
+	flag.DurationVar(&cfg.report.deployWork, "deploy-work", 45*time.Millisecond, "deploy: the handler's sleep")
+	flag.DurationVar(&cfg.report.deployDrain, "deploy-drain", 100*time.Millisecond, "deploy: the runtime's DrainTimeout (shorter than a full queue's work: a stop past capacity saves a backlog)")
 	flag.DurationVar(&cfg.report.deployBefore, "deploy-before", 4*time.Second, "deploy: steady load before the rollout")
 	flag.DurationVar(&cfg.report.deploySettle, "deploy-settle", 2*time.Second, "deploy: wait after each new instance is ready, and after the rollout")
 	flag.Float64Var(&cfg.report.deployLoad, "deploy-load", 0.5, "deploy: the steady load, of the group's worker ceiling")
@@ -194,8 +195,8 @@ func (c *config) check() error {
 			return fmt.Errorf("-lat-partitions, -lat-workers and -lat-work must be > 0, and -lat-run > -lat-warm >= 0")
 		}
 		if r.deployInstances <= 0 || r.deployPartitions < r.deployInstances || r.deployWorkers <= 0 || r.deployWork <= 0 ||
-			r.deployBefore <= time.Second || r.deploySettle <= 0 || r.deployLoad <= 0 || r.deployOver <= 0 {
-			return fmt.Errorf("-deploy-instances, -deploy-workers, -deploy-work, -deploy-settle and the loads must be > 0, -deploy-partitions at least the instances, -deploy-before over 1s (its warm-up)")
+			r.deployBefore <= time.Second || r.deploySettle <= 0 || r.deployDrain <= 0 || r.deployLoad <= 0 || r.deployOver <= 0 {
+			return fmt.Errorf("-deploy-instances, -deploy-workers, -deploy-work, -deploy-settle, -deploy-drain and the loads must be > 0, -deploy-partitions at least the instances, -deploy-before over 1s (its warm-up)")
 		}
 		if r.cpuN <= 0 {
 			return fmt.Errorf("-cpu-n must be > 0")

@@ -23,6 +23,7 @@ type reportCfg struct {
 	deployWork             time.Duration
 	deployBefore           time.Duration
 	deploySettle           time.Duration
+	deployDrain            time.Duration
 	deployLoad, deployOver float64
 	cpuN                   int
 }
@@ -61,7 +62,7 @@ func runReport(ctx context.Context, cfg config, out, log io.Writer) error {
 		}{{"steady", rc.deployLoad}, {"past capacity", rc.deployOver}} {
 			fig, err := runDeploy(ctx, deployCfg{name: d.name, partitions: rc.deployPartitions, instances: rc.deployInstances,
 				workers: rc.deployWorkers, work: rc.deployWork, load: d.load, before: rc.deployBefore, settle: rc.deploySettle,
-				warm: time.Second}, log)
+				warm: time.Second, drain: rc.deployDrain}, log)
 			if err != nil {
 				return err
 			}
