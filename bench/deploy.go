@@ -41,6 +41,7 @@ type deployCfg struct {
 	settle     time.Duration // after each new instance is ready, and after the rollout
 	warm       time.Duration // the first part of before, not counted
 	drain      time.Duration // the runtime's DrainTimeout
+	down       time.Duration // between a stop and its replacement's start
 }
 
 // deployRec is every handled message: its partition, when it was sent
@@ -223,6 +224,7 @@ func runDeploy(ctx context.Context, cfg deployCfg, log io.Writer) (deployFig, er
 			return fig, fmt.Errorf("stop instance %d: %w", i, err)
 		}
 		fig.saved = append(fig.saved, rep.Snapshotted)
+		time.Sleep(cfg.down) // the survivors own its partitions meanwhile
 		at = time.Now()
 		in, err := start()
 		if err != nil {
@@ -365,8 +367,8 @@ func printDeploy(w io.Writer, figs []deployFig) {
 		return
 	}
 	c := figs[0].cfg
-	fmt.Fprintf(w, "%d instances of the runtime (franz-go, default settings, state changelog on) in one group on one topic of %d partitions; one class of %d workers per instance (queue %d), handler `time.Sleep(%s)`, DrainTimeout %s (shorter than a full queue's work, so a stop past capacity saves a backlog). After %s of steady load, each instance in turn is shut down and replaced by a new one on an empty disk; the next goes %s after the new one is ready. *Longest gap*: per partition, the longest time during the rollout in which none of its messages started (before the rollout, for comparison, the longest of all partitions). Latency from the producer's call to the handler's start, before the rollout (after %s of warm-up) and during it.\n\n",
-		c.instances, c.partitions, c.workers, hrt.DefaultQueueFactor*c.workers, c.work, c.drain, c.before, c.settle, c.warm)
+	fmt.Fprintf(w, "%d instances of the runtime (franz-go, default settings, state changelog on) in one group on one topic of %d partitions; one class of %d workers per instance (queue %d), handler `time.Sleep(%s)`, DrainTimeout %s (shorter than a full queue's work, so a stop past capacity saves a backlog). After %s of steady load, each instance in turn is shut down and, %s later (the survivors take its partitions and restore them), replaced by a new one on an empty disk; the next goes %s after the new one is ready. *Longest gap*: per partition, the longest time during the rollout in which none of its messages started (before the rollout, for comparison, the longest of all partitions). Latency from the producer's call to the handler's start, before the rollout (after %s of warm-up) and during it.\n\n",
+		c.instances, c.partitions, c.workers, hrt.DefaultQueueFactor*c.workers, c.work, c.drain, c.before, c.down, c.settle, c.warm)
 	fmt.Fprintln(w, "| load | longest gap per partition (rollout) | longest gap before | p50 / p99 before | p50 / p99 during | p99 ratio | saved at each stop | stop took | new instance ready after | restores: count, longest, most re-pushed | sent / handled |")
 	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- | --- | --- |")
 	for _, f := range figs {

@@ -130,6 +130,7 @@ func main() {
 	flag.DurationVar(&cfg.report.deployDrain, "deploy-drain", 100*time.Millisecond, "deploy: the runtime's DrainTimeout (shorter than a full queue's work: a stop past capacity saves a backlog)")
 	flag.DurationVar(&cfg.report.deployBefore, "deploy-before", 4*time.Second, "deploy: steady load before the rollout")
 	flag.DurationVar(&cfg.report.deploySettle, "deploy-settle", 2*time.Second, "deploy: wait after each new instance is ready, and after the rollout")
+	flag.DurationVar(&cfg.report.deployDown, "deploy-down", 3*time.Second, "deploy: between a stop and its replacement's start (the survivors own its partitions meanwhile)")
 	flag.Float64Var(&cfg.report.deployLoad, "deploy-load", 0.5, "deploy: the steady load, of the group's worker ceiling")
 	flag.Float64Var(&cfg.report.deployOver, "deploy-over", 1.1, "deploy: the load past capacity, of the group's worker ceiling")
 	flag.IntVar(&cfg.report.cpuN, "cpu-n", 200_000, "cpu: messages per side")
@@ -195,7 +196,7 @@ func (c *config) check() error {
 			return fmt.Errorf("-lat-partitions, -lat-workers and -lat-work must be > 0, and -lat-run > -lat-warm >= 0")
 		}
 		if r.deployInstances <= 0 || r.deployPartitions < r.deployInstances || r.deployWorkers <= 0 || r.deployWork <= 0 ||
-			r.deployBefore <= time.Second || r.deploySettle <= 0 || r.deployDrain <= 0 || r.deployLoad <= 0 || r.deployOver <= 0 {
+			r.deployBefore <= time.Second || r.deploySettle <= 0 || r.deployDrain <= 0 || r.deployDown < 0 || r.deployLoad <= 0 || r.deployOver <= 0 {
 			return fmt.Errorf("-deploy-instances, -deploy-workers, -deploy-work, -deploy-settle, -deploy-drain and the loads must be > 0, -deploy-partitions at least the instances, -deploy-before over 1s (its warm-up)")
 		}
 		if r.cpuN <= 0 {
