@@ -133,7 +133,7 @@ func main() {
 	flag.DurationVar(&cfg.report.deployDown, "deploy-down", 3*time.Second, "deploy: between a stop and its replacement's start (the survivors own its partitions meanwhile)")
 	flag.Float64Var(&cfg.report.deployLoad, "deploy-load", 0.5, "deploy: the steady load, of the group's worker ceiling")
 	flag.Float64Var(&cfg.report.deployOver, "deploy-over", 1.1, "deploy: the load past capacity, of the group's worker ceiling")
-	flag.IntVar(&cfg.report.cpuN, "cpu-n", 200_000, "cpu: messages per side")
+	flag.IntVar(&cfg.report.cpuN, "cpu-n", 400_000, "cpu: messages per side (the join and the first fetch are counted in: fewer inflate the figures)")
 	flag.BoolVar(&recycleMessages, "recycle-messages", false, "every runtime class recycles its messages (Class.RecycleMessages); rental's classes do anyway")
 	flag.Parse()
 	set := map[string]bool{}
