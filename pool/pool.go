@@ -775,7 +775,8 @@ type Stats struct {
 	// room are not counted, nor are items waiting out a retry delay.
 	Queued int
 	// Waiting counts items waiting out a retry delay (see
-	// [Config.RetryFunc]). [Config.QueueSize] bounds Queued + Waiting.
+	// [Config.RetryFunc]). [Config.QueueSize] bounds Queued + Waiting
+	// (twice QueueSize with [Pool.SubmitFirst]).
 	Waiting int
 	// Running counts handlers running or reporting their result, not
 	// counting stragglers left behind by Stop.
