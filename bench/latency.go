@@ -33,8 +33,10 @@ type latCfg struct {
 	workers    int
 	work       time.Duration
 	loads      []float64     // of the ceiling
-	run        time.Duration // producing time per stack and load
+	run        time.Duration // producing time per stack, load and round
 	warm       time.Duration // the first part of run, not counted
+	rounds     int           // each stack at each load; the samples of all rounds are pooled
+	franz      franzFetch    // raw franz-go's fetch settings; zero: defaultFranzFetch
 }
 
 // latStack is one stack under the latency measure.
@@ -56,6 +58,7 @@ type latRun struct {
 	// tracks done offsets in arrays).
 	expect int
 	rec    *latRec
+	franz  franzFetch // raw franz-go's fetch settings; zero: defaultFranzFetch
 }
 
 var latStacks = []latStack{
@@ -121,13 +124,17 @@ type latResult struct {
 // runLatency measures each stack at each load of cfg, on a broker of its
 // own: at each load the stacks take turns, each on a fresh topic.
 func runLatency(ctx context.Context, cfg latCfg, franz franzFetch, log io.Writer) (latResult, error) {
+	cfg.franz = franz
 	res := latResult{cfg: cfg, by: map[string][]latFig{}}
 	res.slept = sleepTime(cfg.work)
 	res.ceiling = float64(cfg.workers) / res.slept.Seconds()
+	topic := func(r, li int, key string) string { return fmt.Sprintf("lat-%d-%d-%s", r, li, key) }
 	var topics []string
-	for li := range cfg.loads {
-		for _, st := range latStacks {
-			topics = append(topics, fmt.Sprintf("lat-%d-%s", li, st.key))
+	for r := range cfg.rounds {
+		for li := range cfg.loads {
+			for _, st := range latStacks {
+				topics = append(topics, topic(r, li, st.key))
+			}
 		}
 	}
 	br, err := startBroker(topics, cfg.partitions)
@@ -135,34 +142,48 @@ func runLatency(ctx context.Context, cfg latCfg, franz franzFetch, log io.Writer
 		return res, err
 	}
 	defer br.close()
-	for li, load := range cfg.loads {
-		rate := load * res.ceiling
-		for k := range latStacks {
-			st := latStacks[(k+li)%len(latStacks)] // each goes first in turn
-			topic := fmt.Sprintf("lat-%d-%s", li, st.key)
-			fig, err := latOne(ctx, br, st, topic, rate, cfg, franz)
-			if err != nil {
-				return res, fmt.Errorf("latency, %s at %.0f%%: %w", st.name, load*100, err)
+	// samples[li][key] pools the rounds' latencies.
+	samples := make([]map[string][]time.Duration, len(cfg.loads))
+	for li := range samples {
+		samples[li] = map[string][]time.Duration{}
+	}
+	for r := range cfg.rounds {
+		for li, load := range cfg.loads {
+			rate := load * res.ceiling
+			for k := range latStacks {
+				st := latStacks[(k+li+r)%len(latStacks)] // each goes first in turn
+				lat, err := latOne(ctx, br, st, topic(r, li, st.key), rate, cfg)
+				if err != nil {
+					return res, fmt.Errorf("latency, %s at %.0f%%: %w", st.name, load*100, err)
+				}
+				samples[li][st.key] = append(samples[li][st.key], lat...)
+				q := quantiles(lat, 0.50, 0.99, 0.999)
+				fmt.Fprintf(log, "latency round %d %3.0f%% (%.0f msgs/s) %-22s p50 %s p99 %s p99.9 %s (%d messages)\n",
+					r, load*100, rate, st.name, q[0].Round(10*time.Microsecond), q[1].Round(10*time.Microsecond), q[2].Round(10*time.Microsecond), len(lat))
 			}
-			res.by[st.key] = append(res.by[st.key], fig)
-			fmt.Fprintf(log, "latency %3.0f%% (%.0f msgs/s) %-22s p50 %s p99 %s p99.9 %s (%d messages)\n",
-				load*100, rate, st.name, fig.p50.Round(10*time.Microsecond), fig.p99.Round(10*time.Microsecond), fig.p999.Round(10*time.Microsecond), fig.n)
 		}
 	}
-	// by[key] was filled in load order for every stack.
+	for li := range cfg.loads {
+		for _, st := range latStacks {
+			lat := samples[li][st.key]
+			q := quantiles(lat, 0.50, 0.99, 0.999)
+			res.by[st.key] = append(res.by[st.key], latFig{n: len(lat), p50: q[0], p99: q[1], p999: q[2]})
+		}
+	}
 	return res, nil
 }
 
-// latOne runs one stack at rate msgs/s on topic.
-func latOne(ctx context.Context, br *broker, st latStack, topic string, rate float64, cfg latCfg, franz franzFetch) (latFig, error) {
+// latOne runs one stack at rate msgs/s on topic and returns the
+// latencies counted.
+func latOne(ctx context.Context, br *broker, st latStack, topic string, rate float64, cfg latCfg) ([]time.Duration, error) {
 	groups++
 	total := int(rate*cfg.run.Seconds()) + 1
 	rec := &latRec{}
 	l := latRun{br: br, topic: topic, group: fmt.Sprintf("lat-%d-%d", os.Getpid(), groups), workers: cfg.workers, work: cfg.work,
-		expect: total + 1000, rec: rec}
+		expect: total + 1000, rec: rec, franz: cfg.franz}
 	stop, err := st.start(ctx, l)
 	if err != nil {
-		return latFig{}, err
+		return nil, err
 	}
 	rec.from = time.Now().Add(cfg.warm).UnixNano()
 	sent, perr := produceAt(ctx, br.addr, topic, rate, cfg.run)
@@ -179,12 +200,11 @@ func latOne(ctx context.Context, br *broker, st latStack, topic string, rate flo
 		perr = err
 	}
 	if perr != nil {
-		return latFig{}, perr
+		return nil, perr
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	q := quantiles(rec.lat, 0.50, 0.99, 0.999)
-	return latFig{n: len(rec.lat), p50: q[0], p99: q[1], p999: q[2]}, nil
+	return rec.lat, nil
 }
 
 // produceAt sends to topic's partitions in turn at rate msgs/s for d,
@@ -291,12 +311,15 @@ func latRawKafka(ctx context.Context, l latRun) (func() error, error) {
 	return c.Close, nil
 }
 
-// latRawFranz is raw franz-go: one client in the group with the
-// runtime's franz-go fetch settings (defaultFranzFetch), a PollFetches
+// latRawFranz is raw franz-go: one client in the group with l.franz's
+// fetch settings (the runtime's franz-go ones by default), a PollFetches
 // loop handing each record to a pond pool of l.workers workers and the
 // runtime's default queue, and autocommit of the records marked done.
 func latRawFranz(ctx context.Context, l latRun) (func() error, error) {
-	f := defaultFranzFetch
+	f := l.franz
+	if f == (franzFetch{}) {
+		f = defaultFranzFetch
+	}
 	assigned := make(chan struct{}, 1)
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(l.br.addr),
@@ -357,9 +380,9 @@ func latRawFranz(ctx context.Context, l latRun) (func() error, error) {
 
 // printLatency writes the latency table.
 func printLatency(w io.Writer, r latResult, franz franzFetch) {
-	fmt.Fprintf(w, "One topic of %d partitions, %d-byte values, produced in this process at a steady rate; one class (or pond pool) of %d workers, queue %d, handler `time.Sleep(%s)` (measured %s: a worker ceiling of %.0f msgs/s); %s counted per stack and load after %s of warm-up. Latency is from the producer's call to the handler's start. Raw franz-go has the runtime's franz-go fetch settings (%s), raw kafka-go its reader queue (%d) and fetch wait.\n\n",
+	fmt.Fprintf(w, "One topic of %d partitions, %d-byte values, produced in this process at a steady rate; one class (or pond pool) of %d workers, queue %d, handler `time.Sleep(%s)` (measured %s: a worker ceiling of %.0f msgs/s); %s counted per stack, load and round after %s of warm-up, %d rounds (the stacks taking turns to go first), the rounds' samples pooled. Latency is from the producer's call to the handler's start. Raw franz-go has the runtime's franz-go fetch settings (%s), raw kafka-go its reader queue (%d) and fetch wait.\n\n",
 		r.cfg.partitions, valueSize, r.cfg.workers, hrt.DefaultQueueFactor*r.cfg.workers, r.cfg.work, r.slept.Round(time.Microsecond), r.ceiling,
-		r.cfg.run-r.cfg.warm, r.cfg.warm, franz, hrt.DefaultFetchQueue)
+		r.cfg.run-r.cfg.warm, r.cfg.warm, r.cfg.rounds, franz, hrt.DefaultFetchQueue)
 	fmt.Fprintln(w, "| load | stack | messages | p50 | p99 | p99.9 |")
 	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: |")
 	for li, load := range r.cfg.loads {

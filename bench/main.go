@@ -123,6 +123,7 @@ func main() {
 	flag.DurationVar(&cfg.report.lat.work, "lat-work", 2*time.Millisecond, "latency: the handler's sleep")
 	flag.DurationVar(&cfg.report.lat.run, "lat-run", 5*time.Second, "latency: producing time per stack and load")
 	flag.DurationVar(&cfg.report.lat.warm, "lat-warm", time.Second, "latency: the first part of -lat-run not counted")
+	flag.IntVar(&cfg.report.lat.rounds, "lat-rounds", 2, "latency: rounds of every stack at every load (samples pooled)")
 	flag.IntVar(&cfg.report.deployInstances, "deploy-instances", 3, "deploy: instances in the group")
 	flag.IntVar(&cfg.report.deployPartitions, "deploy-partitions", 6, "deploy: partitions of the topic")
 	flag.IntVar(&cfg.report.deployWorkers, "deploy-workers", 4, "deploy: workers of the class per instance")
@@ -192,8 +193,8 @@ func (c *config) check() error {
 		return fmt.Errorf("-mem-n must be >= 0")
 	}
 	if r := c.report; r.any() {
-		if r.lat.partitions <= 0 || r.lat.workers <= 0 || r.lat.work <= 0 || r.lat.run <= r.lat.warm || r.lat.warm < 0 {
-			return fmt.Errorf("-lat-partitions, -lat-workers and -lat-work must be > 0, and -lat-run > -lat-warm >= 0")
+		if r.lat.partitions <= 0 || r.lat.workers <= 0 || r.lat.work <= 0 || r.lat.rounds <= 0 || r.lat.run <= r.lat.warm || r.lat.warm < 0 {
+			return fmt.Errorf("-lat-partitions, -lat-workers, -lat-work and -lat-rounds must be > 0, and -lat-run > -lat-warm >= 0")
 		}
 		if r.deployInstances <= 0 || r.deployPartitions < r.deployInstances || r.deployWorkers <= 0 || r.deployWork <= 0 ||
 			r.deployBefore <= time.Second || r.deploySettle <= 0 || r.deployDrain <= 0 || r.deployDown < 0 || r.deployLoad <= 0 || r.deployOver <= 0 {

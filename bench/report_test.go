@@ -18,7 +18,7 @@ func TestReportSmoke(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bench.md")
 	cfg := config{n: 1, slowN: 1, rounds: 1, tablePartition: 1, workers: 1, commitInterval: 100 * time.Millisecond, franz: defaultFranzFetch,
 		report: reportCfg{path: path,
-			lat:             latCfg{partitions: 2, workers: 4, work: time.Millisecond, loads: []float64{0.5}, run: 1500 * time.Millisecond, warm: 500 * time.Millisecond},
+			lat:             latCfg{partitions: 2, workers: 4, work: time.Millisecond, loads: []float64{0.5}, run: 1500 * time.Millisecond, warm: 500 * time.Millisecond, rounds: 1},
 			deployInstances: 2, deployPartitions: 2, deployWorkers: 2, deployWork: 5 * time.Millisecond,
 			deployBefore: 1500 * time.Millisecond, deploySettle: 200 * time.Millisecond, deployDrain: 10 * time.Millisecond,
 			deployDown: 200 * time.Millisecond, deployLoad: 0.3, deployOver: 1.2, cpuN: 3000}}
