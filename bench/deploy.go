@@ -398,4 +398,17 @@ func printDeploy(w io.Writer, figs []deployFig) {
 			strings.Join(saved, ", "), strings.Join(stops, ", "), strings.Join(readies, ", "),
 			len(f.restores), longest.Round(time.Millisecond), most, f.sent, f.handled)
 	}
+	fmt.Fprintf(w, "\nA partition of a stopped instance waits for the group's rebalance: the survivors learn of it at their next heartbeat (SessionTimeout/3, %s by default), then join, sync and restore.\n", (hrt.DefaultSessionTimeout / 3).Round(time.Millisecond))
+	for _, f := range figs {
+		verdict := "not met"
+		if f.before[1] > 0 && f.during[1] <= 2*f.before[1] {
+			verdict = "met"
+		}
+		var longest time.Duration
+		for _, r := range f.restores {
+			longest = max(longest, r.took)
+		}
+		fmt.Fprintf(w, "\nGoals, %s: p99 during the rollout ≤ 2× before it: %s; a restore's re-push takes milliseconds: the longest restore, re-push included, took %s.\n",
+			f.cfg.name, verdict, longest.Round(time.Millisecond))
+	}
 }

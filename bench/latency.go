@@ -380,7 +380,7 @@ func latRawFranz(ctx context.Context, l latRun) (func() error, error) {
 
 // printLatency writes the latency table.
 func printLatency(w io.Writer, r latResult, franz franzFetch) {
-	fmt.Fprintf(w, "One topic of %d partitions, %d-byte values, produced in this process at a steady rate; one class (or pond pool) of %d workers, queue %d, handler `time.Sleep(%s)` (measured %s: a worker ceiling of %.0f msgs/s); %s counted per stack, load and round after %s of warm-up, %d rounds (the stacks taking turns to go first), the rounds' samples pooled. Latency is from the producer's call to the handler's start. Raw franz-go has the runtime's franz-go fetch settings (%s), raw kafka-go its reader queue (%d) and fetch wait.\n\n",
+	fmt.Fprintf(w, "One topic of %d partitions, %d-byte values, produced in this process at a steady rate; one class (or pond pool) of %d workers, queue %d, handler `time.Sleep(%s)` (measured %s: a worker ceiling of %.0f msgs/s); %s counted per stack, load and round after %s of warm-up, %d rounds (the stacks taking turns to go first), the rounds' samples pooled. Latency is from the producer's call to the handler's start. Raw franz-go has the runtime's franz-go fetch settings (%s), raw kafka-go its reader queue (%d) and fetch wait. The ceiling is timed alone before the rounds: while the stacks and the producer run, a sleep on this loaded machine takes longer, so 90%% may be at or past the real capacity and its latency that of a queue.\n\n",
 		r.cfg.partitions, valueSize, r.cfg.workers, hrt.DefaultQueueFactor*r.cfg.workers, r.cfg.work, r.slept.Round(time.Microsecond), r.ceiling,
 		r.cfg.run-r.cfg.warm, r.cfg.warm, r.cfg.rounds, franz, hrt.DefaultFetchQueue)
 	fmt.Fprintln(w, "| load | stack | messages | p50 | p99 | p99.9 |")
