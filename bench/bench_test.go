@@ -218,7 +218,7 @@ func TestGoals(t *testing.T) {
 	}
 }
 
-// sweepOfDocs is the sweep of docs/bench.md's latest run.
+// sweepOfDocs is the sweep of docs/bench-journal.md's latest sweep.
 var sweepOfDocs = sweepResult{
 	n: 1_000_000, rounds: 5, topics: 8,
 	partitions: []point{{x: 3, handled: 1025201, committed: 1022405, raw: 1149048}, {x: 12, handled: 1112389, committed: 1110676, raw: 1190713},

@@ -13,6 +13,8 @@
 //	                                      # examples/rental's configuration, and issue 25's goals in one table
 //	go run ./bench -table=false -batch-n 0 -changelog-ab
 //	                                      # the runtime with the state changelog vs LocalStateOnly, both clients
+//	go run ./bench -report docs/bench.md  # latency, the deploy gap and CPU/msg, written as docs/bench.md
+//	go run ./bench -latency               # one of those alone (also -deploy, -cpu), to stdout
 //
 // Each side of each round reads every message with a fresh consumer
 // group, until the group's committed offsets cover all of them. Sides
@@ -70,6 +72,7 @@ type config struct {
 	changelogAB    bool // the runtime with the state changelog vs LocalStateOnly
 	isolate        bool // the sweep measures each side in a process of its own
 	warmUp         bool // the sweep reads each broker's records once, not counted, before its rounds
+	report         reportCfg
 }
 
 func main() {
@@ -111,6 +114,27 @@ func main() {
 	flag.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "give up after this long")
 	flag.BoolVar(&cfg.warmUp, "warm-up", true, "sweep: read each broker's records once with the first stack, not counted, before the measured rounds: the broker's heap grows to its GC target the first time its records are served, and the kernel's page faults for it cost the side measured then")
 	flag.BoolVar(&cfg.isolate, "isolate", true, "sweep: measure each side in a new process of this binary, so that what an earlier side left resident does not count in its peak RSS or its garbage collection")
+	flag.StringVar(&cfg.report.path, "report", "", "run the latency, deploy-gap and CPU measures and write them as docs/bench.md's markdown to this path (nothing else runs)")
+	flag.BoolVar(&cfg.report.latency, "latency", false, "run only the latency measure (as -report does) and print it")
+	flag.BoolVar(&cfg.report.deploy, "deploy", false, "run only the deploy-gap measure (as -report does) and print it")
+	flag.BoolVar(&cfg.report.cpu, "cpu", false, "run only the CPU-per-message measure (as -report does) and print it")
+	flag.IntVar(&cfg.report.lat.partitions, "lat-partitions", 6, "latency: partitions of each stack's topic")
+	flag.IntVar(&cfg.report.lat.workers, "lat-workers", 8, "latency: workers of the class (raw: of the pond pool)")
+	flag.DurationVar(&cfg.report.lat.work, "lat-work", 2*time.Millisecond, "latency: the handler's sleep")
+	flag.DurationVar(&cfg.report.lat.run, "lat-run", 5*time.Second, "latency: producing time per stack and load")
+	flag.DurationVar(&cfg.report.lat.warm, "lat-warm", time.Second, "latency: the first part of -lat-run not counted")
+	flag.IntVar(&cfg.report.lat.rounds, "lat-rounds", 2, "latency: rounds of every stack at every load (samples pooled)")
+	flag.IntVar(&cfg.report.deployInstances, "deploy-instances", 3, "deploy: instances in the group")
+	flag.IntVar(&cfg.report.deployPartitions, "deploy-partitions", 6, "deploy: partitions of the topic")
+	flag.IntVar(&cfg.report.deployWorkers, "deploy-workers", 4, "deploy: workers of the class per instance")
+	flag.DurationVar(&cfg.report.deployWork, "deploy-work", 45*time.Millisecond, "deploy: the handler's sleep")
+	flag.DurationVar(&cfg.report.deployDrain, "deploy-drain", 100*time.Millisecond, "deploy: the runtime's DrainTimeout (shorter than a full queue's work: a stop past capacity saves a backlog)")
+	flag.DurationVar(&cfg.report.deployBefore, "deploy-before", 4*time.Second, "deploy: steady load before the rollout")
+	flag.DurationVar(&cfg.report.deploySettle, "deploy-settle", 2*time.Second, "deploy: wait after each new instance is ready, and after the rollout")
+	flag.DurationVar(&cfg.report.deployDown, "deploy-down", 3*time.Second, "deploy: between a stop and its replacement's start (the survivors own its partitions meanwhile)")
+	flag.Float64Var(&cfg.report.deployLoad, "deploy-load", 0.5, "deploy: the steady load, of the group's worker ceiling")
+	flag.Float64Var(&cfg.report.deployOver, "deploy-over", 1.1, "deploy: the load past capacity, of the group's worker ceiling")
+	flag.IntVar(&cfg.report.cpuN, "cpu-n", 400_000, "cpu: messages per side (the join and the first fetch are counted in: fewer inflate the figures)")
 	flag.BoolVar(&recycleMessages, "recycle-messages", false, "every runtime class recycles its messages (Class.RecycleMessages); rental's classes do anyway")
 	flag.Parse()
 	set := map[string]bool{}
@@ -136,6 +160,7 @@ func main() {
 		}
 	}
 	cfg.franz.maxBytes, cfg.franz.maxPartitionBytes = int32(franzMax), int32(franzPart)
+	cfg.report.lat.loads = []float64{0.5, 0.9}
 	var err error
 	if cfg.partitions, err = intList(parts); err == nil {
 		cfg.classes, err = intList(classes)
@@ -166,6 +191,18 @@ func (c *config) check() error {
 	}
 	if c.memN < 0 {
 		return fmt.Errorf("-mem-n must be >= 0")
+	}
+	if r := c.report; r.any() {
+		if r.lat.partitions <= 0 || r.lat.workers <= 0 || r.lat.work <= 0 || r.lat.rounds <= 0 || r.lat.run <= r.lat.warm || r.lat.warm < 0 {
+			return fmt.Errorf("-lat-partitions, -lat-workers, -lat-work and -lat-rounds must be > 0, and -lat-run > -lat-warm >= 0")
+		}
+		if r.deployInstances <= 0 || r.deployPartitions < r.deployInstances || r.deployWorkers <= 0 || r.deployWork <= 0 ||
+			r.deployBefore <= time.Second || r.deploySettle <= 0 || r.deployDrain <= 0 || r.deployDown < 0 || r.deployLoad <= 0 || r.deployOver <= 0 {
+			return fmt.Errorf("-deploy-instances, -deploy-workers, -deploy-work, -deploy-settle, -deploy-drain and the loads must be > 0, -deploy-partitions at least the instances, -deploy-before over 1s (its warm-up)")
+		}
+		if r.cpuN <= 0 {
+			return fmt.Errorf("-cpu-n must be > 0")
+		}
 	}
 	if c.batchN < 0 || c.batchN > 0 && c.batchWorkers <= 0 {
 		return fmt.Errorf("-batch-n must be >= 0 and -batch-workers > 0")
@@ -214,6 +251,9 @@ func intList(s string) ([]int, error) {
 // run runs the table and, with cfg.plot, the sweep. Progress goes to
 // log, results to out.
 func run(ctx context.Context, cfg config, out, log io.Writer) error {
+	if cfg.report.any() {
+		return runReport(ctx, cfg, out, log)
+	}
 	var tableRows []*row
 	var tableMem *queued
 	if cfg.table {

@@ -36,7 +36,7 @@ func (p *Pool[T]) SubmitBatch(ctx context.Context, vs []T) (int, error) {
 		return 0, ErrStopped
 	}
 	i := 0
-	if p.waiters.head == nil {
+	if p.waiters.head == nil && p.firsts.head == nil {
 		for ; i < len(vs) && p.queued < p.queueSize; i++ {
 			p.queueLocked(p.newEntryLocked(vs[i], p.keyOf(vs[i])))
 		}

@@ -26,7 +26,9 @@ type Config[T any] struct {
 	// out a retry delay (see RetryFunc), so a class whose items keep failing
 	// pushes back on its own submitters. A retry never waits for room: it
 	// may take the pool over QueueSize by up to Workers items, and Submit
-	// waits until the pool is back under it. It must be > 0; there is no
+	// waits until the pool is back under it. [Pool.SubmitFirst] (saved
+	// messages re-pushed) has a lane of its own of QueueSize more, so the
+	// pool may hold up to 2×QueueSize then. It must be > 0; there is no
 	// default (an unbounded queue is what this package exists to avoid).
 	QueueSize int
 

@@ -32,6 +32,12 @@
 // come, first served, and items start in submission order as far as their
 // keys allow.
 //
+// [Pool.SubmitFirst] is for items accepted once before (messages saved at
+// a stop and re-pushed): it is served before every waiting Submit and
+// SubmitBatch, in a lane of QueueSize more, so its items start before
+// anything submitted after them and a few of them never wait for a
+// worker, however busy the class.
+//
 // [Pool.SubmitBatch] hands several items over in one operation, as that
 // many Submits one after the other would (the same order, backpressure
 // and ctx): one lock for the items there is room for, and at most one

@@ -203,6 +203,7 @@ type waiter[T any] struct {
 	one        [1]*entry[T]
 	ch         chan struct{}
 	granted    bool // all of es admitted
+	first      bool // a SubmitFirst: on Pool.firsts, not Pool.waiters
 	prev, next *waiter[T]
 }
 

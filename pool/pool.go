@@ -71,6 +71,7 @@ type Pool[T any] struct {
 	seq         uint32               // Ordered: acceptance counter, wrapping
 	keys        map[uint64]*entry[T] // Ordered: last accepted item of each busy key, by keyOf
 	waiters     waitList[T]          // Submits waiting for room, first come first served
+	firsts      waitList[T]          // SubmitFirsts waiting for room, served before waiters
 	queued      int                  // len(unstarted) + len(waiting): what QueueSize bounds
 	nwaiting    int                  // len(waiting)
 	nrunning    int                  // len(running)
@@ -192,7 +193,7 @@ func (p *Pool[T]) Submit(ctx context.Context, v T) error {
 		return ErrStopped
 	}
 	e := p.newEntryLocked(v, key)
-	if p.queued < p.queueSize && p.waiters.head == nil {
+	if p.queued < p.queueSize && p.waiters.head == nil && p.firsts.head == nil {
 		dispatch := p.admitLocked(e)
 		p.mu.Unlock()
 		if dispatch {
@@ -207,6 +208,50 @@ func (p *Pool[T]) Submit(ctx context.Context, v T) error {
 	_, err := p.await(ctx, w)
 	return err
 }
+
+// SubmitFirst hands v to the pool ahead of the items of every Submit and
+// SubmitBatch waiting for room: for an item the caller had accepted
+// before (a message saved at a stop and re-pushed by its next owner) that
+// must not wait behind work accepted after it. It has a lane of its own,
+// QueueSize items over the pool's bound: it blocks only while the pool
+// holds 2×QueueSize items accepted and not running, until there is room,
+// ctx ends (ctx.Err(), v not accepted) or [Pool.Stop] begins
+// ([ErrStopped]); waiting SubmitFirsts get room first come, first served
+// and before any waiting Submit. Submit and SubmitBatch still wait while
+// the pool holds QueueSize items, so the lane's items are started before
+// any item submitted after them. Items keep the pool's order once
+// accepted: SubmitFirst does not overtake items already in the queue, and
+// in an Ordered pool its item runs after the earlier accepted items of
+// its key. Safe for concurrent use; on a nil error the pool owns v.
+func (p *Pool[T]) SubmitFirst(ctx context.Context, v T) error {
+	key := p.keyOf(v)
+
+	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		return ErrStopped
+	}
+	e := p.newEntryLocked(v, key)
+	if p.queued < p.firstBound() && p.firsts.head == nil {
+		dispatch := p.admitLocked(e)
+		p.mu.Unlock()
+		if dispatch {
+			p.dispatch()
+		}
+		return nil
+	}
+	w := p.newWaiterLocked(1)
+	w.es[0] = e
+	w.first = true
+	p.firsts.pushBack(w)
+	p.mu.Unlock()
+	_, err := p.await(ctx, w)
+	return err
+}
+
+// firstBound is how many items accepted and not running the pool may hold
+// when SubmitFirst admits one: QueueSize more than Submit's bound.
+func (p *Pool[T]) firstBound() int { return 2 * p.queueSize }
 
 // await waits for the queued waiter w's entries to be admitted, until
 // ctx ends or the pool stops, and frees w. It returns how many of them
@@ -235,7 +280,11 @@ func (p *Pool[T]) await(ctx context.Context, w *waiter[T]) (int, error) {
 		p.freeWaiterLocked(w)
 		return n, nil // admitted before we gave up: the pool owns them
 	}
-	p.waiters.remove(w)
+	if w.first {
+		p.firsts.remove(w)
+	} else {
+		p.waiters.remove(w)
+	}
 	for _, e := range w.es[w.n:] {
 		p.recycleLocked(e)
 	}
@@ -271,7 +320,7 @@ func (p *Pool[T]) newWaiterLocked(n int) *waiter[T] {
 // for a later wait. At most Workers+1 are kept.
 func (p *Pool[T]) freeWaiterLocked(w *waiter[T]) {
 	clear(w.es)
-	w.n, w.granted, w.prev, w.next = 0, false, nil, nil
+	w.n, w.granted, w.first, w.prev, w.next = 0, false, false, nil, nil
 	if len(p.freeWaiters) <= p.maxWorkers {
 		p.freeWaiters = append(p.freeWaiters, w)
 	}
@@ -416,12 +465,24 @@ func (p *Pool[T]) startOneLocked(now int64) (e *entry[T]) {
 	return e
 }
 
-// grantLocked admits the items of waiting Submits while the pool is under
-// QueueSize, first come first served, and returns how many worker loops
-// to dispatch for them.
+// grantLocked admits the items of waiting SubmitFirsts while the pool is
+// under its first bound, then those of waiting Submits while it is under
+// QueueSize, each first come first served, and returns how many worker
+// loops to dispatch for them.
 func (p *Pool[T]) grantLocked() (dispatch int) {
-	for w := p.waiters.head; w != nil && p.queued < p.queueSize; w = p.waiters.head {
-		for w.n < len(w.es) && p.queued < p.queueSize {
+	dispatch = p.grantListLocked(&p.firsts, p.firstBound())
+	if p.firsts.head != nil {
+		return dispatch // nothing overtakes a waiting SubmitFirst
+	}
+	return dispatch + p.grantListLocked(&p.waiters, p.queueSize)
+}
+
+// grantListLocked admits the items of the waiters on l while the pool
+// holds fewer than bound items, first come first served, and returns how
+// many worker loops to dispatch for them.
+func (p *Pool[T]) grantListLocked(l *waitList[T], bound int) (dispatch int) {
+	for w := l.head; w != nil && p.queued < bound; w = l.head {
+		for w.n < len(w.es) && p.queued < bound {
 			e := w.es[w.n]
 			w.n++
 			if p.admitLocked(e) {
@@ -431,7 +492,7 @@ func (p *Pool[T]) grantLocked() (dispatch int) {
 		if w.n < len(w.es) {
 			break
 		}
-		p.waiters.remove(w)
+		l.remove(w)
 		w.granted = true
 		w.ch <- struct{}{} // buffered: the waiter takes it
 	}
@@ -714,7 +775,8 @@ type Stats struct {
 	// room are not counted, nor are items waiting out a retry delay.
 	Queued int
 	// Waiting counts items waiting out a retry delay (see
-	// [Config.RetryFunc]). [Config.QueueSize] bounds Queued + Waiting.
+	// [Config.RetryFunc]). [Config.QueueSize] bounds Queued + Waiting
+	// (twice QueueSize with [Pool.SubmitFirst]).
 	Waiting int
 	// Running counts handlers running or reporting their result, not
 	// counting stragglers left behind by Stop.

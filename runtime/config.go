@@ -354,7 +354,7 @@ type Config struct {
 	// FetchQueue is how many records each partition's reader decodes
 	// ahead of the fetch loop (as kafka-go's ReaderConfig.QueueCapacity,
 	// whose own default is 100, does for its Reader). Deeper costs less
-	// CPU per message (see docs/bench.md). On kafka-go it costs up to
+	// CPU per message (see docs/bench-journal.md). On kafka-go it costs up to
 	// FetchQueue decoded records of memory per assigned partition (about
 	// 30 MB with 1 KiB records on 30 partitions), besides one fetch
 	// response of up to 1 MiB per partition; lower it for large records.

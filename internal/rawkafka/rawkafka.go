@@ -49,6 +49,10 @@ type Config struct {
 	Check func(value []byte) bool
 	// Logf, if set, is told about commit failures (the committer retries).
 	Logf func(format string, args ...any)
+	// Started, if set, is called with each message's value as its
+	// handling starts (on the pool's worker with Work, in the fetch loop
+	// without): the benchmark's latency measure.
+	Started func(value []byte)
 }
 
 // Consumer is a running baseline consumer.
@@ -178,6 +182,9 @@ func (c *Consumer) fetch(ctx context.Context, p *part) {
 			return
 		}
 		if c.workers == nil {
+			if c.cfg.Started != nil {
+				c.cfg.Started(m.Value)
+			}
 			if c.cfg.Check != nil {
 				c.cfg.Check(m.Value)
 			}
@@ -185,8 +192,11 @@ func (c *Consumer) fetch(ctx context.Context, p *part) {
 			c.count()
 			continue
 		}
-		off := m.Offset
+		off, value := m.Offset, m.Value
 		if err := c.workers.Go(func() {
+			if c.cfg.Started != nil {
+				c.cfg.Started(value)
+			}
 			began := time.Now()
 			time.Sleep(c.cfg.Work)
 			c.slept.Add(int64(time.Since(began)))

@@ -52,6 +52,9 @@ type Pool[T any] interface {
 	Release()
 	Probe() bool
 	Submit(ctx context.Context, v T) error
+	// SubmitFirst is Submit for saved messages: ahead of waiting Submits,
+	// in a lane of its own (see pool.Pool.SubmitFirst).
+	SubmitFirst(ctx context.Context, v T) error
 }
 
 // Item is what a Hold needs of a pool's item: its Mark, and a way to undo
@@ -389,7 +392,7 @@ func (h *Hold[T]) armLocked() {
 	if len(h.backlog) > 0 && !h.pushing.Load() {
 		// Nothing in the pool to probe with, but saved messages wait for
 		// the lift: the oldest one probes.
-		if err := h.cfg.Pool.Submit(h.noWait, h.backlog[0]); err == nil {
+		if err := h.cfg.Pool.SubmitFirst(h.noWait, h.backlog[0]); err == nil {
 			h.backlog = h.backlog[1:]
 			if h.cfg.Pool.Probe() {
 				return
@@ -490,7 +493,7 @@ func (h *Hold[T]) pushBacklog(its []T) {
 	}()
 	for {
 		for _, it := range its {
-			if err := h.cfg.Pool.Submit(ctx, it); err != nil {
+			if err := h.cfg.Pool.SubmitFirst(ctx, it); err != nil {
 				its = nil
 				break
 			}
@@ -596,8 +599,9 @@ func (h *Hold[T]) RestorePause(p snapshot.Pause, inFile bool) {
 	h.cfg.Log.Warn(msg, "class", h.cfg.Class, "since", p.Since, "reason", p.Reason)
 }
 
-// Repush hands a saved message to the class's pool during the recovery.
-// While the class is held (suspended or paused) and its pool is full, it
+// Repush hands a saved message to the class's pool during the recovery,
+// ahead of the class's fresh records waiting for room (pool.SubmitFirst),
+// so a restore does not wait behind work fetched after it. While the class is held (suspended or paused) and its pool is full, it
 // keeps the message in the backlog instead of waiting for room, and so
 // every later one until the backlog has been pushed (per-key order): the
 // lift pushes them, before fetching resumes. A class that is not held is
@@ -614,7 +618,7 @@ func (h *Hold[T]) Repush(ctx context.Context, it T) error {
 			return nil
 		}
 		// A Submit that finds room does not look at its ctx.
-		if err := h.cfg.Pool.Submit(h.noWait, it); !errors.Is(err, context.Canceled) {
+		if err := h.cfg.Pool.SubmitFirst(h.noWait, it); !errors.Is(err, context.Canceled) {
 			h.mu.Unlock()
 			return err
 		}
@@ -625,17 +629,17 @@ func (h *Hold[T]) Repush(ctx context.Context, it T) error {
 		}
 		changed := h.changed
 		h.mu.Unlock()
-		if handed, err := h.submitUntil(ctx, it, changed); handed || err != nil {
+		if handed, err := h.submitUntil(ctx, h.cfg.Pool.SubmitFirst, it, changed); handed || err != nil {
 			return err
 		}
 	}
 }
 
-// submitUntil waits for room in the pool, as Pool.Submit does, until ctx
-// ends or the hold changes (changed is closed: the class may be held
-// now). It reports whether it handed it over; the error is ctx's or the
-// pool's, nil when the hold changed first.
-func (h *Hold[T]) submitUntil(ctx context.Context, it T, changed <-chan struct{}) (bool, error) {
+// submitUntil waits for room in the pool through submit (the pool's
+// Submit or SubmitFirst), until ctx ends or the hold changes (changed is
+// closed: the class may be held now). It reports whether it handed it
+// over; the error is ctx's or the pool's, nil when the hold changed first.
+func (h *Hold[T]) submitUntil(ctx context.Context, submit func(context.Context, T) error, it T, changed <-chan struct{}) (bool, error) {
 	wait, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -645,7 +649,7 @@ func (h *Hold[T]) submitUntil(ctx context.Context, it T, changed <-chan struct{}
 		case <-wait.Done():
 		}
 	}()
-	err := h.cfg.Pool.Submit(wait, it)
+	err := submit(wait, it)
 	if err == nil {
 		return true, nil
 	}
@@ -680,7 +684,7 @@ func (h *Hold[T]) Deliver(ctx context.Context, it T, due time.Time) (bool, error
 		}
 		changed := h.changed
 		h.mu.Unlock()
-		if handed, err := h.submitUntil(ctx, it, changed); handed || err != nil {
+		if handed, err := h.submitUntil(ctx, h.cfg.Pool.Submit, it, changed); handed || err != nil {
 			return handed, err
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -203,7 +205,7 @@ func TestHoldPauseKept(t *testing.T) {
 		if st := g2.h.Stats(); st.State != Paused || st.Reason != "maintenance" {
 			t.Fatalf("restored: %+v", st)
 		}
-		for i := range 70 { // QueueSize 64: six go to the backlog
+		for i := range 134 { // QueueSize 64, the saved lane 128: six go to the backlog
 			it := &item{id: fmt.Sprint("p", i)}
 			if err := g2.h.Repush(t.Context(), it); err != nil {
 				t.Fatal(err)
@@ -218,7 +220,7 @@ func TestHoldPauseKept(t *testing.T) {
 		synctest.Wait()
 		time.Sleep(time.Second)
 		synctest.Wait()
-		if g2.done.Load() != 70 || g2.h.Stats().State != Running {
+		if g2.done.Load() != 134 || g2.h.Stats().State != Running {
 			t.Fatalf("after resume: done %d, %+v", g2.done.Load(), g2.h.Stats())
 		}
 		if !g2.h.MayFetchNow() {
@@ -255,7 +257,7 @@ func TestHoldResumeDuringStop(t *testing.T) {
 		if err := g.h.Pause(store, "maintenance"); err != nil {
 			t.Fatal(err)
 		}
-		for i := range 70 { // QueueSize 64: six go to the backlog
+		for i := range 134 { // QueueSize 64, the saved lane 128: six go to the backlog
 			if err := g.h.Repush(t.Context(), &item{id: fmt.Sprint("p", i)}); err != nil {
 				t.Fatal(err)
 			}
@@ -269,8 +271,8 @@ func TestHoldResumeDuringStop(t *testing.T) {
 		}
 		synctest.Wait()
 		st := g.p.Stats()
-		if in := st.Queued + st.Waiting + st.Running + int(st.Succeeded+st.Failed); in != 54 {
-			t.Errorf("the pool holds %d messages after a resume during the stop, want the 54 it held at the quiesce (the backlog of 6 pushed after Stop)", in)
+		if in := st.Queued + st.Waiting + st.Running + int(st.Succeeded+st.Failed); in != 118 {
+			t.Errorf("the pool holds %d messages after a resume during the stop, want the 118 it held at the quiesce (the backlog of 6 pushed after Stop)", in)
 		}
 		if st := g.h.Stats(); st.State != Running {
 			t.Errorf("after the resume: %+v, want running", st)
@@ -292,6 +294,131 @@ func BenchmarkMayFetch(b *testing.B) {
 			if !h.MayFetch(ctx) {
 				b.Fatal("an open class may not fetch")
 			}
+		}
+	})
+}
+
+// TestRepushAheadOfFetched: a class at capacity (its pool full, three
+// fetch loops of its other partitions waiting with batches of fresh
+// records) while a partition's restore re-pushes five saved records, as
+// restore, follow and the start's recovery do through Repush. The saved
+// records must not wait behind the class's fresh work: the re-push
+// returns before any handler finished, and every saved record starts
+// before every fresh record that was not in the pool when the restore
+// began (the waiting batches and a batch fetched during the restore).
+// Counted, not timed: the bubble's clock only orders the handlers.
+func TestRepushAheadOfFetched(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const workers, queue, batch, saved = 2, 8, 16, 5
+		var (
+			mu    sync.Mutex
+			order []string
+		)
+		p, err := pool.New(pool.Config[*item]{
+			Name: "users", Workers: workers, QueueSize: queue,
+			Handler: func(_ context.Context, it *item) error {
+				mu.Lock()
+				order = append(order, it.id) // in the order they start
+				mu.Unlock()
+				time.Sleep(45 * time.Millisecond) // the work
+				return nil
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopping := make(chan struct{})
+		h := New(Config[*item]{Class: "users", Policy: defaults, Pool: p, Log: slog.New(slog.DiscardHandler),
+			Backoff: backoff, Stopping: stopping, Rewind: func(time.Time) {}})
+
+		// The class at capacity: workers busy, queue full.
+		for i := range workers + queue {
+			if err := p.Submit(t.Context(), &item{id: fmt.Sprint("old-", i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Three fetch loops of the class's other partitions wait for room.
+		var fetchers sync.WaitGroup
+		submitBatch := func(prefix string) {
+			fetchers.Go(func() {
+				vs := make([]*item, batch)
+				for i := range vs {
+					vs[i] = &item{id: fmt.Sprint(prefix, i)}
+				}
+				if n, err := p.SubmitBatch(t.Context(), vs); err != nil || n != batch {
+					t.Errorf("fetch loop %s: submitted %d of %d: %v", prefix, n, batch, err)
+				}
+			})
+		}
+		for f := range 3 {
+			submitBatch(fmt.Sprint("fresh", f, "-"))
+		}
+		synctest.Wait() // the fetch loops wait in the pool
+
+		// The restore re-pushes its saved records, one after the other.
+		var repushed atomic.Int64
+		var restore sync.WaitGroup
+		restore.Go(func() {
+			for i := range saved {
+				if err := h.Repush(t.Context(), &item{id: fmt.Sprint("saved-", i)}); err != nil {
+					t.Errorf("repush saved-%d: %v", i, err)
+					return
+				}
+				repushed.Add(1)
+			}
+		})
+		synctest.Wait()      // the restore has begun
+		submitBatch("late-") // fetched while the restore runs
+		synctest.Wait()
+		mu.Lock()
+		startedBefore := len(order)
+		mu.Unlock()
+		if n := repushed.Load(); n != saved || startedBefore != workers {
+			t.Errorf("the restore waited behind fresh work: %d of %d saved records re-pushed while %d handlers had started (%d before it began)",
+				n, saved, startedBefore, workers)
+		}
+
+		restore.Wait()
+		fetchers.Wait()
+		total := workers + queue + 4*batch + saved
+		for {
+			mu.Lock()
+			n := len(order)
+			mu.Unlock()
+			if n == total {
+				break
+			}
+			time.Sleep(45 * time.Millisecond)
+		}
+		close(stopping)
+		h.Stop()
+		res := p.Stop(time.Second, errors.New("test stop"))
+		if left := len(res.Unstarted) + len(res.Waiting) + len(res.Interrupted); left != 0 {
+			t.Errorf("the stop found %d items left; want 0", left)
+		}
+
+		// Every saved record starts before every fresh one admitted after
+		// the restore began; the old ones (in the pool already) come first.
+		lastSaved, firstFresh := -1, len(order)
+		for i, id := range order {
+			switch {
+			case strings.HasPrefix(id, "saved-"):
+				lastSaved = i
+			case strings.HasPrefix(id, "fresh") || strings.HasPrefix(id, "late-"):
+				firstFresh = min(firstFresh, i)
+			}
+		}
+		if lastSaved > firstFresh {
+			ahead := 0
+			for _, id := range order[:lastSaved] {
+				if !strings.HasPrefix(id, "saved-") && !strings.HasPrefix(id, "old-") {
+					ahead++
+				}
+			}
+			t.Errorf("the last saved record started %dth, after %d fresh records fetched after the restore began", lastSaved+1, ahead)
+		}
+		if len(order) != total {
+			t.Errorf("handled %d, want %d (%d old, %d fresh, %d saved)", len(order), total, workers+queue, 4*batch, saved)
 		}
 	})
 }

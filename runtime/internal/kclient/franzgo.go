@@ -39,7 +39,7 @@ import (
 // max.partition.fetch.bytes default) of it per partition. kgo buffers one
 // response per broker until the poll loop takes it; franz-go's own
 // default of 50 MiB made fetches of hundreds of partitions slower, not
-// faster, on the embedded broker (see docs/bench.md).
+// faster, on the embedded broker (see docs/bench-journal.md).
 const franzFetchMaxBytes = 3 << 20
 
 // franzGo is the franz-go client: the group member (cl, made by Join)
@@ -861,7 +861,7 @@ const QueueBytes = FetchMaxBytes
 // A fetch response of franzFetchMaxBytes spreads over many partitions'
 // queues and stays in memory while any of its records is queued or in
 // the runtime's hands: this bounds the record bytes the queues hold, not
-// the responses behind them (see docs/bench.md on the 300-partition
+// the responses behind them (see docs/bench-journal.md on the 300-partition
 // sweep).
 const QueuesBytes = 16 << 20
 
