@@ -17,6 +17,7 @@ import (
 // go command and the deploy module's dependencies (.ci/run downloads
 // them: GOWORK=off go -C deploy mod download).
 func TestDeployModule(t *testing.T) {
+	t.Parallel() // each runs its own go test: together they take the longer of the two
 	if testing.Short() {
 		t.Skip("-short: not running the deploy module's tests")
 	}

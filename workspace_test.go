@@ -24,6 +24,7 @@ import (
 // package's lines (ok, FAIL) are in this test's log: go test -v -run
 // TestWorkspaceModules . lists them.
 func TestWorkspaceModules(t *testing.T) {
+	t.Parallel() // each runs its own go test: together they take the longer of the two
 	gotool, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("the go command is not on PATH: cannot run the workspace modules' tests")
