@@ -21,6 +21,10 @@ func TestConformanceClient(t *testing.T) {
 	fset := token.NewFileSet()
 	needs := map[string]string{} // package dir -> a Config with Brokers in it
 	both := map[string]bool{}    // package dir -> its TestMain runs both clients
+	workspace := map[string]bool{}
+	for _, d := range workspaceModules(t, "go.work") {
+		workspace[filepath.FromSlash(d)] = true
+	}
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -28,8 +32,8 @@ func TestConformanceClient(t *testing.T) {
 		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != "." {
 			return filepath.SkipDir
 		}
-		if d.IsDir() && path != "." && fileExists(filepath.Join(path, "go.mod")) {
-			return filepath.SkipDir // a module of its own (deploy/): not run per client
+		if d.IsDir() && path != "." && !workspace[path] && fileExists(filepath.Join(path, "go.mod")) {
+			return filepath.SkipDir // a module outside the workspace (deploy/): not run per client
 		}
 		if d.IsDir() || !strings.HasSuffix(path, "_test.go") || strings.HasPrefix(d.Name(), "example_") {
 			return nil

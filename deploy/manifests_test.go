@@ -117,8 +117,13 @@ func rentalFlags(t *testing.T) map[string]bool {
 		t.Skip("the go command is not on PATH: cannot build examples/rental to check the manifests' flags")
 	}
 	bin := filepath.Join(t.TempDir(), "rental")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/handoff-go/handoff/examples/rental").CombinedOutput(); err != nil {
-		t.Fatalf("build rental: %v\n%s", err, out)
+	// examples is a module of the root's go.work, which this module is
+	// not in: build it from the root, in the workspace.
+	build := exec.Command("go", "build", "-o", bin, "./examples/rental")
+	build.Dir = ".."
+	build.Env = append(os.Environ(), "GOWORK=")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build rental (go build ./examples/rental at the root): %v\n%s", err, out)
 	}
 	out, _ := exec.Command(bin, "-h").CombinedOutput() // -h exits 2
 	flags := map[string]bool{}

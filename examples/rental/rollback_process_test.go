@@ -77,6 +77,9 @@ var previousRental = sync.OnceValue(func() previous {
 	bin := filepath.Join(dir, "rental-previous")
 	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./examples/rental")
 	build.Dir = dir
+	// The go.work of the extracted tree if it has one (its modules), not
+	// one the environment names.
+	build.Env = append(os.Environ(), "GOWORK=")
 	if out, err := build.CombinedOutput(); err != nil {
 		return previous{err: errors.New("build the previous version's rental (" + prev + "): " + err.Error() + "\n" + string(out))}
 	}
