@@ -158,37 +158,21 @@ func (r *Runtime) groupCtx(ctx context.Context) (context.Context, context.Cancel
 // nameOwners names them).
 func (r *Runtime) groupDead(ctx context.Context, class string, add func(*GroupDeadLetter)) error {
 	l := r.clog
-	if !l.on() {
-		return r.state.eachDead(class, func(id snapshot.DeadID, rec *snapshot.Record) {
-			g := GroupDeadLetter{DeadLetter: deadLetterOf(id, rec), Partition: -1, Owner: r.cfg.Instance}
-			add(&g)
-		})
-	}
-	l.mu.Lock()
-	owned := maps.Clone(l.owned)
-	l.mu.Unlock()
+	c := l.cl()
 	err := r.state.eachDead(class, func(id snapshot.DeadID, rec *snapshot.Record) {
 		g := GroupDeadLetter{DeadLetter: deadLetterOf(id, rec), Partition: -1, Owner: r.cfg.Instance}
-		if t, p, ok := l.route(rec); ok {
-			if !owned[kclient.Partition{Topic: t, Partition: int(p)}] {
+		if p, ok := c.Route(&rec.Message); ok {
+			if !c.OwnsPartition(p) {
 				return // its partition's owner lists it (this copy is unused)
 			}
-			g.Topic, g.Partition = t, p
+			g.Topic, g.Partition = p.Topic, p.Partition
 		}
 		add(&g)
 	})
 	if err != nil {
 		return fmt.Errorf("runtime: group dead letters: %w", err)
 	}
-	parts := *l.parts.Load()
-	var others []kclient.Partition
-	for _, t := range slices.Sorted(maps.Keys(parts)) {
-		for p := range int(parts[t]) {
-			if kp := (kclient.Partition{Topic: t, Partition: p}); !owned[kp] {
-				others = append(others, kp)
-			}
-		}
-	}
+	others := l.unowned()
 	views, err := l.views.refresh(ctx, l, others)
 	if err != nil {
 		return err

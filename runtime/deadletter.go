@@ -239,10 +239,10 @@ func (r *Runtime) Discard(ctx context.Context, key string) error {
 }
 
 // throughOwner returns err, the outcome of action on key here, unless it
-// is a [*NotOwnerError] naming an owner with the changelog on: then the
+// is a [*NotOwnerError] naming an owner (found in the changelog): then the
 // action is asked of the owner (viaOwner, deadops.go).
 func (r *Runtime) throughOwner(ctx context.Context, action, key string, err error) error {
-	if ne, ok := errors.AsType[*NotOwnerError](err); ok && ne.Owner != "" && r.clog.on() {
+	if ne, ok := errors.AsType[*NotOwnerError](err); ok && ne.Owner != "" {
 		return r.viaOwner(ctx, action, key, ne)
 	}
 	return err

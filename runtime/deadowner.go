@@ -3,10 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 
-	"github.com/handoff-go/handoff/runtime/internal/kclient"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -18,18 +15,10 @@ import (
 // With the changelog off it returns nil. It blocks for the reads and one
 // DescribeGroups request, until ctx ends.
 func (l *stateLog) deadElsewhere(ctx context.Context, id snapshot.DeadID) error {
-	if !l.on() || id.Local {
+	if id.Local {
 		return nil
 	}
-	parts := *l.parts.Load()
-	var others []kclient.Partition
-	for _, topic := range slices.Sorted(maps.Keys(parts)) {
-		for p := range int(parts[topic]) {
-			if kp := (kclient.Partition{Topic: topic, Partition: p}); !l.ownsPartition(kp) {
-				others = append(others, kp) // not restored here: the local file's copy, if any, is unused
-			}
-		}
-	}
+	others := l.unowned() // not restored here: the local file's copy, if any, is unused
 	views, err := l.views.refresh(ctx, l, others)
 	if err != nil {
 		return fmt.Errorf("runtime: dead letter %s: %w", id, err)

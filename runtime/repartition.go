@@ -185,13 +185,11 @@ func (rs *restorer) checkCounts(ctx context.Context, force bool) {
 func (rs *restorer) afterGrowth(ctx context.Context, topics []string) {
 	l := rs.clog
 	var mine []kclient.Partition
-	l.mu.Lock()
-	for p := range l.owned {
+	for _, p := range l.owned() {
 		if slices.Contains(topics, p.Topic) {
 			mine = append(mine, p)
 		}
 	}
-	l.mu.Unlock()
 	for _, p := range mine {
 		unlock := rs.locks.lock(p, nil)
 		if l.ownsPartition(p) {
@@ -240,7 +238,7 @@ func (rs *restorer) rekey(p kclient.Partition) {
 		}
 	}
 	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.orphan, orphans: &orphans{}, log: rs.log,
-		want: rs.clog.routedTo(p.Topic, int32(p.Partition))}
+		want: rs.clog.cl().RoutedTo(part(p))}
 	v.orphans.collect()
 	defer v.orphans.flush(rs.log)
 	if err := v.restoreKeys(&Report{}); err != nil {
@@ -439,20 +437,4 @@ func (rs *restorer) moveFollowed(ctx context.Context, p kclient.Partition, recs 
 			return
 		}
 	}
-}
-
-// dropMovedOut returns recs, read from one changelog partition in offset
-// order, without the records of the keys whose last record there is a
-// moved tombstone (moved holds their offsets): those records live in
-// another partition now, and the reader's copy, if any, is left alone.
-// recs' array is reused.
-func dropMovedOut(recs []snapshot.ChangelogRecord, moved map[int64]bool) []snapshot.ChangelogRecord {
-	if len(moved) == 0 {
-		return recs
-	}
-	last := map[string]int64{}
-	for _, r := range recs {
-		last[string(r.Key)] = r.Offset
-	}
-	return slices.DeleteFunc(recs, func(r snapshot.ChangelogRecord) bool { return moved[last[string(r.Key)]] })
 }

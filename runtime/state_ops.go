@@ -259,7 +259,3 @@ func (f *stateFile) scanPending(fn func(batch []snapshot.Entry) bool) ([]*snapsh
 // clearChangelogComplete notes that the file's writes from now on reach
 // no changelog (snapshot.State.ClearChangelogComplete).
 func (f *stateFile) clearChangelogComplete() error { return f.store.ClearChangelogComplete() }
-
-// sendUnlogged sends the records the changelog may never have seen
-// (snapshot.State.SendUnlogged) and returns how many.
-func (f *stateFile) sendUnlogged(fresh bool) (int, error) { return f.store.SendUnlogged(fresh) }
