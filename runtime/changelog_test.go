@@ -251,4 +251,3 @@ func TestChangelogPauseTravels(t *testing.T) {
 	}
 	stopAndWait(t, rt3, wait3)
 }
-

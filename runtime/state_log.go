@@ -1,7 +1,6 @@
 package runtime
 
 import (
-
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
 	"github.com/handoff-go/handoff/snapshot"
 )
