@@ -257,10 +257,11 @@ func (f *failures) list(class string, after Cursor, limit int) ([]DeadLetter, Cu
 	if err != nil {
 		return nil, "", err
 	}
-	found, next, err := f.cfg.state.deadPage(class, from, limit, func(rec *snapshot.Record) bool {
-		// Another partition's owner lists it (a page may come back short).
-		return f.cfg.owns == nil || f.cfg.owns(rec)
-	})
+	found, next, _, err := f.cfg.state.deadList(snapshot.DeadQuery{Class: class, From: from, Limit: limit, Scan: true,
+		Match: func(rec *snapshot.Record) bool {
+			// Another partition's owner lists it (a page may come back short).
+			return f.cfg.owns == nil || f.cfg.owns(rec)
+		}})
 	if err != nil {
 		return nil, "", fmt.Errorf("runtime: dead letters: %w", err)
 	}

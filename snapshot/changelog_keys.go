@@ -17,12 +17,12 @@ func ChangelogDeadID(key []byte) (id DeadID, ok bool) {
 	return store.DeadIDOf(ck)
 }
 
-// ChangelogWrittenBy reports whether the file with changelog ID id wrote
+// changelogWrittenBy reports whether the file with changelog ID id wrote
 // the changelog record with key and writer: the writer the record names
 // (an update or delete of a restored record, under the key of the file
 // that created it), else the file its key names. A key that does not
 // parse was written by no file.
-func ChangelogWrittenBy(key, writer []byte, id [16]byte) bool {
+func changelogWrittenBy(key, writer []byte, id [16]byte) bool {
 	if writer != nil {
 		return string(writer) == string(id[:])
 	}

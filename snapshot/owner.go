@@ -18,10 +18,10 @@ func (s *State) FileID() (id [16]byte, ok bool, err error) {
 	return id, ok, err
 }
 
-// Owner returns, in one read, the file's changelog ID (hasOwn false
+// owner returns, in one read, the file's changelog ID (hasOwn false
 // while it has none) and the file the latest owner marker of topic's
 // partition p that this file remembers names (known false for none).
-func (s *State) Owner(topic string, p int32) (own [16]byte, hasOwn bool, owner [16]byte, known bool, err error) {
+func (s *State) owner(topic string, p int32) (own [16]byte, hasOwn bool, owner [16]byte, known bool, err error) {
 	err = s.st.View(func(tx *store.Tx) (err error) {
 		if own, hasOwn, err = tx.ChangelogFileID(); err != nil {
 			return err
@@ -32,15 +32,15 @@ func (s *State) Owner(topic string, p int32) (own [16]byte, hasOwn bool, owner [
 	return own, hasOwn, owner, known, err
 }
 
-// SetOwner remembers owner as the file the latest owner marker of
+// setOwner remembers owner as the file the latest owner marker of
 // topic's partition p names, in the file alone.
-func (s *State) SetOwner(topic string, p int32, owner [16]byte) error {
+func (s *State) setOwner(topic string, p int32, owner [16]byte) error {
 	return s.st.BatchLocal(func(tx *store.Tx) error { return tx.SetChangelogOwner(topic, p, owner) })
 }
 
-// NoteOwner is SetOwner that also returns the file's changelog ID, read
+// noteOwner is setOwner that also returns the file's changelog ID, read
 // in the same write.
-func (s *State) NoteOwner(topic string, p int32, owner [16]byte) (own [16]byte, err error) {
+func (s *State) noteOwner(topic string, p int32, owner [16]byte) (own [16]byte, err error) {
 	err = s.st.BatchLocal(func(tx *store.Tx) (err error) {
 		if own, _, err = tx.ChangelogFileID(); err != nil {
 			return err
@@ -157,12 +157,12 @@ func (s *State) EachApplied(applied Applied, each func(rec Record, ok bool, err 
 	})
 }
 
-// ApplyFollowed applies recs, other instances' writes to topic's
+// applyFollowed applies recs, other instances' writes to topic's
 // partition p read by a follow, to the file alone, from the file's
 // checkpoint of p (0 without one) without moving it, and gives the
 // records of renamed classes their new names (renames, from -> to), in
 // one write.
-func (s *State) ApplyFollowed(topic string, p int32, recs []ChangelogRecord, renames map[string]string) (applied Applied, err error) {
+func (s *State) applyFollowed(topic string, p int32, recs []ChangelogRecord, renames map[string]string) (applied Applied, err error) {
 	err = s.st.BatchLocal(func(tx *store.Tx) error {
 		kept, ok, err := tx.ChangelogCheckpoint(topic, p)
 		if err != nil {
@@ -179,9 +179,9 @@ func (s *State) ApplyFollowed(topic string, p int32, recs []ChangelogRecord, ren
 	return applied, err
 }
 
-// Restored is how a restore applies what it read of a partition's
+// restoreOpts is how a restore applies what it read of a partition's
 // changelog.
-type Restored struct {
+type restoreOpts struct {
 	// Rebuild replaces the file's records of the partition by what the
 	// read holds (the partition was owned elsewhere since): those that
 	// Belongs accepts and the read does not hold are dropped. Else the
@@ -196,10 +196,10 @@ type Restored struct {
 	Renames map[string]string
 }
 
-// ApplyRestore applies recs, read of topic's partition p up to next, to
+// applyRestore applies recs, read of topic's partition p up to next, to
 // the file alone as r says, in one write, and moves p's checkpoint to
 // next. dropped counts the records a rebuild dropped.
-func (s *State) ApplyRestore(topic string, p int32, recs []ChangelogRecord, next int64, r Restored) (applied Applied, dropped int, err error) {
+func (s *State) applyRestore(topic string, p int32, recs []ChangelogRecord, next int64, r restoreOpts) (applied Applied, dropped int, err error) {
 	err = s.st.BatchLocal(func(tx *store.Tx) (err error) {
 		if r.Rebuild {
 			applied, dropped, err = tx.RebuildChangelog(topic, p, recs, next, r.Belongs)

@@ -86,7 +86,7 @@ func (c *Changelog) Restore(ctx context.Context, p Partition) (Restoration, erro
 		return Restoration{Next: next}, nil // the file is where the changelog is
 	}
 	recs = dropMovedOut(recs, moved)
-	applied, dropped, err := c.s.ApplyRestore(p.Topic, p.Partition, recs, next, Restored{
+	applied, dropped, err := c.s.applyRestore(p.Topic, p.Partition, recs, next, restoreOpts{
 		Rebuild: rebuild, Belongs: c.RoutedTo(p), Latest: latest, Renames: c.renames})
 	if err != nil {
 		return res, err
@@ -117,7 +117,7 @@ func (c *Changelog) read(ctx context.Context, p Partition, from int64, foreign b
 		for i := range batch {
 			r := &batch[i]
 			if foreign {
-				if _, marker, _ := store.ParseOwnerMarker(r.Key, r.Value); !marker && hasOwn && ChangelogWrittenBy(r.Key, r.Writer, own) {
+				if _, marker, _ := store.ParseOwnerMarker(r.Key, r.Value); !marker && hasOwn && changelogWrittenBy(r.Key, r.Writer, own) {
 					continue // in the file already, or deleted since
 				}
 			}
@@ -165,7 +165,7 @@ func (c *Changelog) broken(p Partition, hadCheckpoint bool, latest *[16]byte) (b
 	if !hadCheckpoint {
 		return true, nil
 	}
-	own, hasOwn, owner, remembered, err := c.s.Owner(p.Topic, p.Partition)
+	own, hasOwn, owner, remembered, err := c.s.owner(p.Topic, p.Partition)
 	if err != nil {
 		return false, err
 	}
@@ -202,7 +202,7 @@ func (c *Changelog) Claim(ctx context.Context, p Partition, next int64) (int64, 
 	if c == nil {
 		return next, nil
 	}
-	own, hasOwn, owner, known, err := c.s.Owner(p.Topic, p.Partition)
+	own, hasOwn, owner, known, err := c.s.owner(p.Topic, p.Partition)
 	if err != nil {
 		return next, err
 	}
@@ -222,7 +222,7 @@ func (c *Changelog) Claim(ctx context.Context, p Partition, next int64) (int64, 
 	if err := wait(wctx); err != nil {
 		return next, fmt.Errorf("write the owner marker: %w", err)
 	}
-	if err := c.s.SetOwner(p.Topic, p.Partition, own); err != nil {
+	if err := c.s.setOwner(p.Topic, p.Partition, own); err != nil {
 		return next, err
 	}
 	c.claimed.Add(1)
@@ -262,7 +262,7 @@ func (c *Changelog) Follow(ctx context.Context, p Partition, end int64) (Followe
 	recs, owner := splitMarkers(recs)
 	recs = dropMovedOut(recs, moved)
 	if len(recs) > 0 {
-		if f.Applied, err = c.s.ApplyFollowed(p.Topic, p.Partition, recs, c.renames); err != nil {
+		if f.Applied, err = c.s.applyFollowed(p.Topic, p.Partition, recs, c.renames); err != nil {
 			return f, fmt.Errorf("apply other instances' writes: %w", err)
 		}
 	}
@@ -270,7 +270,7 @@ func (c *Changelog) Follow(ctx context.Context, p Partition, end int64) (Followe
 		// A marker of another file means another instance began owning p
 		// meanwhile: this file's next assignment of p is a break. Kept
 		// before the checkpoint moves past it, else read again next time.
-		own, err := c.s.NoteOwner(p.Topic, p.Partition, *owner)
+		own, err := c.s.noteOwner(p.Topic, p.Partition, *owner)
 		if err != nil {
 			return f, fmt.Errorf("remember the owner marker: %w", err)
 		}

@@ -51,7 +51,6 @@ type (
 var (
 	DecodeRecord     = store.DecodeRecord
 	DelayedKeyAt     = store.DelayedKeyAt
-	OwnerMarker      = store.OwnerMarker
 	ParseDeadID      = store.ParseDeadID
 	ParseOwnerMarker = store.ParseOwnerMarker
 )
