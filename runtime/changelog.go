@@ -62,6 +62,14 @@ type stateLog struct {
 	meta    kclient.Client
 	learnMu sync.Mutex
 
+	// heldMu guards held: the keys of the pending records whose
+	// messages a restore re-pushed and this instance still has, in a
+	// pool or done with their record's delete not yet written. A restore
+	// of their partition again (revoked and given back) does not push
+	// them a second time.
+	heldMu sync.Mutex
+	held   map[uint64]struct{}
+
 	// comp is the state component's changelog side, set once open has
 	// set everything above: the admin API's listings read it from other
 	// goroutines.
@@ -179,11 +187,34 @@ func (l *stateLog) partitionOf(m *handoff.Message) (kclient.Partition, bool) {
 	return kpart(p), ok
 }
 
-// hold marks the pending record key held here (snapshot.Changelog.Hold).
-func (l *stateLog) hold(key uint64) bool { return l.cl().Hold(key) }
+// hold marks the pending record key held here, re-pushed by a restore;
+// false when it is already (its message is in a pool, or done and its
+// record not deleted yet).
+func (l *stateLog) hold(key uint64) bool {
+	l.heldMu.Lock()
+	defer l.heldMu.Unlock()
+	if _, ok := l.held[key]; ok {
+		return false
+	}
+	if l.held == nil {
+		l.held = map[uint64]struct{}{}
+	}
+	l.held[key] = struct{}{}
+	return true
+}
 
-// unhold ends the holds of keys (snapshot.Changelog.Unhold).
-func (l *stateLog) unhold(keys ...uint64) { l.cl().Unhold(keys...) }
+// unhold ends the holds of keys: their messages left this instance with
+// their records still there, or their records are deleted.
+func (l *stateLog) unhold(keys ...uint64) {
+	if l == nil {
+		return
+	}
+	l.heldMu.Lock()
+	defer l.heldMu.Unlock()
+	for _, k := range keys {
+		delete(l.held, k)
+	}
+}
 
 // mine reports whether rec, a stored record, is this instance's to use
 // (snapshot.Changelog.Owns: every record with the changelog off).
@@ -274,6 +305,7 @@ func (l *stateLog) open(ctx context.Context, cfg changelog.Config, meta kclient.
 	}
 	l.client = cl
 	comp, err := l.state.store.OpenChangelog(snapshot.ChangelogConfig{Log: kafkaLog{cl}, Route: l.routeMsg,
+		Count:   func(topic string) int32 { return (*l.parts.Load())[topic] },
 		Timeout: l.timeout, Renames: l.renames, HandedOver: l.handed, Logger: l.log})
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
@@ -355,7 +387,7 @@ func (l *stateLog) resend() bool {
 	settled, sent, err := l.cl().Resend()
 	if err != nil {
 		l.state.writeFails[toChangelog].Add(1)
-		l.log.Warn("changelog still not written; the messages saved meanwhile stay uncommitted", "messages", l.cl().Waiting(), "err", err)
+		l.log.Warn("changelog still not written; the messages saved meanwhile stay uncommitted", "messages", settled, "err", err)
 		return false
 	}
 	if settled > 0 || sent > 0 {

@@ -121,9 +121,6 @@ func (rs *restorer) followOnce(ctx context.Context) {
 // has grown past the checkpoint.
 func (rs *restorer) followPartition(ctx context.Context, p kclient.Partition, end int64) {
 	l, c := rs.clog, rs.clog.cl()
-	if from, ok := c.Checkpoint(part(p)); !ok || end <= from {
-		return
-	}
 	// wctx ends with the run's feeds, or when p is revoked meanwhile.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -148,7 +145,7 @@ func (rs *restorer) followPartition(ctx context.Context, p kclient.Partition, en
 	}
 	rep := &Report{}
 	rs.putToWork(wctx, applied, rep)
-	rs.moveFollowed(wctx, p, f.Records)
+	rs.moveFollowed(wctx, p, f.Misrouted)
 	n := len(applied.Pending) + len(applied.Dead) + len(applied.Delayed) + len(applied.Parked)
 	l.followed.Add(int64(n))
 	l.repushed.Add(int64(rep.Repushed))

@@ -108,8 +108,7 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 	if err := l.learn(ctx, p.Topic); err != nil {
 		return err
 	}
-	scan, err := rs.noticePartition(ctx, p) // repartition.go
-	if err != nil {
+	if err := rs.noticePartition(ctx, p); err != nil { // repartition.go
 		return err
 	}
 	unlock := rs.locks.lock(p, nil)
@@ -118,8 +117,7 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 	if err != nil {
 		return fmt.Errorf("restore %s from %s: %w", p, c.Topic(p.Topic), err)
 	}
-	next, err := c.Claim(ctx, part(p), res.Next)
-	if err != nil {
+	if err := c.Claim(ctx, part(p), res.Next); err != nil {
 		return fmt.Errorf("claim %s in %s: %w", p, c.Topic(p.Topic), err)
 	}
 	applied := res.Applied
@@ -128,15 +126,14 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 	}
 	rep := &Report{}
 	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.orphan,
-		orphans: &orphans{}, log: rs.log, want: c.RoutedTo(part(p)), hold: c.Hold, unhold: c.Unhold}
+		orphans: &orphans{}, log: rs.log, want: c.RoutedTo(part(p)), hold: l.hold, unhold: l.unhold}
 	v.resume, v.elsewhere = rs.resumes, rs.resumes.run(func(context.Context) []kclient.Partition { return []kclient.Partition{p} })
-	c.Own(part(p), next)
 	restored()
 	if err := v.run(ctx, rep); err != nil {
 		c.Disown(part(p), false)
 		return err
 	}
-	rs.moveAfterRestore(ctx, p, scan, applied)
+	rs.moveAfterRestore(ctx, p, res.Misrouted)
 	rs.wake(time.Unix(0, 0)) // its delayed records, from the start
 	n := len(applied.Pending) + len(applied.Dead) + len(applied.Delayed) + len(applied.Parked)
 	l.restored.Add(int64(n))

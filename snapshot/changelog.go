@@ -70,9 +70,6 @@ type Partition struct {
 	Partition int32
 }
 
-// String is "topic/partition".
-func (p Partition) String() string { return fmt.Sprintf("%s/%d", p.Topic, p.Partition) }
-
 // ChangelogConfig is what [State.OpenChangelog] needs.
 type ChangelogConfig struct {
 	// Log is the transport; required.
@@ -81,6 +78,10 @@ type ChangelogConfig struct {
 	// false keeps it local (a class without topics). Called inside write
 	// transactions: quick, no use of the State. Required.
 	Route func(m *handoff.Message) (topic string, partition int32, ok bool)
+	// Count returns the partition count Route routes input topic's
+	// records by now: a restore of a partition the file last read whole
+	// by another count looks for records to move (MoveOut). Required.
+	Count func(topic string) int32
 	// Timeout bounds each wait for the changelog's acknowledgement.
 	// Zero means 30s.
 	Timeout time.Duration
@@ -100,6 +101,7 @@ type Changelog struct {
 	s       *State
 	log     Log
 	route   func(m *handoff.Message) (string, int32, bool)
+	count   func(topic string) int32
 	timeout time.Duration
 	renames map[string]string
 	logger  *slog.Logger
@@ -115,11 +117,6 @@ type Changelog struct {
 	ckpt  map[Partition]*checkpoint
 	// gen counts the changes of owned.
 	gen atomic.Int64
-
-	// heldMu guards held: the keys of the pending records whose messages
-	// a restore re-pushed and this instance still has.
-	heldMu sync.Mutex
-	held   map[uint64]struct{}
 
 	// waitMu guards waiting: the settles of messages saved to the file
 	// whose changelog write failed (Await).
@@ -138,10 +135,10 @@ type Changelog struct {
 // records the changelog may never have seen (a file written with the
 // changelog off, or by a version before it). It blocks for those sends.
 func (s *State) OpenChangelog(cfg ChangelogConfig) (*Changelog, error) {
-	if cfg.Log == nil || cfg.Route == nil {
-		return nil, errors.New("snapshot: changelog: Log and Route are required")
+	if cfg.Log == nil || cfg.Route == nil || cfg.Count == nil {
+		return nil, errors.New("snapshot: changelog: Log, Route and Count are required")
 	}
-	c := &Changelog{s: s, log: cfg.Log, route: cfg.Route, timeout: cfg.Timeout, renames: cfg.Renames, logger: cfg.Logger,
+	c := &Changelog{s: s, log: cfg.Log, route: cfg.Route, count: cfg.Count, timeout: cfg.Timeout, renames: cfg.Renames, logger: cfg.Logger,
 		owned: map[Partition]bool{}, ckpt: map[Partition]*checkpoint{}}
 	if c.timeout <= 0 {
 		c.timeout = 30 * time.Second
@@ -307,8 +304,8 @@ func (c *Changelog) Generation() int64 {
 	return c.gen.Load()
 }
 
-// Own marks p owned, restored up to changelog offset next.
-func (c *Changelog) Own(p Partition, next int64) {
+// own marks p owned, restored up to changelog offset next.
+func (c *Changelog) own(p Partition, next int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gen.Add(1)
@@ -331,36 +328,6 @@ func (c *Changelog) Disown(p Partition, keep bool) {
 	c.gen.Add(1)
 	delete(c.owned, p)
 	delete(c.ckpt, p)
-}
-
-// Hold marks the pending record key held here, re-pushed by a restore;
-// false when it is already (its message is in a pool, or done and its
-// record not deleted yet).
-func (c *Changelog) Hold(key uint64) bool {
-	c.heldMu.Lock()
-	defer c.heldMu.Unlock()
-	if _, ok := c.held[key]; ok {
-		return false
-	}
-	if c.held == nil {
-		c.held = map[uint64]struct{}{}
-	}
-	c.held[key] = struct{}{}
-	return true
-}
-
-// Unhold ends the holds of keys: their messages left this instance with
-// their records still there, or their records are deleted. Nothing with
-// the changelog off.
-func (c *Changelog) Unhold(keys ...uint64) {
-	if c == nil {
-		return
-	}
-	c.heldMu.Lock()
-	defer c.heldMu.Unlock()
-	for _, k := range keys {
-		delete(c.held, k)
-	}
 }
 
 // checkpoint is what the file holds of one owned partition's changelog:
@@ -442,9 +409,9 @@ func (cp *checkpoint) join() {
 	}
 }
 
-// Checkpoint returns where owned partition p's checkpoint is; false
+// checkpointOf returns where owned partition p's checkpoint is; false
 // when p is not owned here (or the changelog is off).
-func (c *Changelog) Checkpoint(p Partition) (int64, bool) {
+func (c *Changelog) checkpointOf(p Partition) (int64, bool) {
 	if c == nil {
 		return 0, false
 	}
@@ -493,8 +460,9 @@ func (c *Changelog) Await(settle func()) {
 // Resend writes to the changelog what the file holds unsent (the writes
 // whose changelog write failed) and, once it succeeded, settles the
 // messages waiting for it (Await). It returns how many messages it
-// settled, how many changes it sent, and the failure, after which
-// nothing is settled. Nothing with the changelog off.
+// settled (on a failure: how many still wait), how many changes it
+// sent, and the failure, after which nothing is settled. Nothing with
+// the changelog off.
 func (c *Changelog) Resend() (settled, sent int, err error) {
 	if c == nil {
 		return 0, 0, nil
@@ -507,23 +475,14 @@ func (c *Changelog) Resend() (settled, sent int, err error) {
 	if err != nil {
 		c.waitMu.Lock()
 		c.waiting = append(waiting, c.waiting...)
+		n := len(c.waiting)
 		c.waitMu.Unlock()
-		return 0, 0, err
+		return n, 0, err
 	}
 	for _, settle := range waiting {
 		settle()
 	}
 	return len(waiting), n, nil
-}
-
-// Waiting returns how many settles wait for a Resend.
-func (c *Changelog) Waiting() int {
-	if c == nil {
-		return 0
-	}
-	c.waitMu.Lock()
-	defer c.waitMu.Unlock()
-	return len(c.waiting)
 }
 
 // KeepCheckpoints writes every owned partition's checkpoint to the file:

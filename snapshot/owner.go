@@ -86,18 +86,18 @@ func routedKey(topic string, p int32) string {
 	return routedMetaPrefix + topic + "/" + strconv.Itoa(int(p))
 }
 
-// SetRoutedBy records, in the file alone, that topic's partition p's
+// setRoutedBy records, in the file alone, that topic's partition p's
 // changelog was read whole and its records moved by partition count n.
-func (s *State) SetRoutedBy(topic string, p int32, n int32) error {
+func (s *State) setRoutedBy(topic string, p int32, n int32) error {
 	return s.st.UpdateLocal(func(tx *store.Tx) error {
 		return tx.PutMeta(routedKey(topic, p), []byte(strconv.Itoa(int(n))))
 	})
 }
 
-// RoutedBy returns the partition count by which topic's partition p's
+// routedBy returns the partition count by which topic's partition p's
 // changelog was last read whole here; 0 when never, or when the file
 // cannot tell.
-func (s *State) RoutedBy(topic string, p int32) int32 {
+func (s *State) routedBy(topic string, p int32) int32 {
 	var n int32
 	_ = s.st.View(func(tx *store.Tx) error {
 		v, ok, err := tx.Meta(routedKey(topic, p))
@@ -139,10 +139,10 @@ func (s *State) ReadApplied(applied Applied, blocks func(*Record) bool, block fu
 	return pending, err
 }
 
-// EachApplied calls each, in one read, with the read of every pending,
+// eachApplied calls each, in one read, with the read of every pending,
 // dead and delayed record applied holds, in that order; a failed read
 // ends nothing.
-func (s *State) EachApplied(applied Applied, each func(rec Record, ok bool, err error)) {
+func (s *State) eachApplied(applied Applied, each func(rec Record, ok bool, err error)) {
 	_ = s.st.View(func(tx *store.Tx) error {
 		for _, k := range applied.Pending {
 			each(tx.GetPending(k))

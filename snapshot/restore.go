@@ -38,6 +38,11 @@ type Restoration struct {
 	// Rebuilt: the partition was owned elsewhere since this file last
 	// owned it, and its records were rebuilt from the whole changelog.
 	Rebuilt bool
+	// Misrouted: records of the partition may route to another partition
+	// now (one applied does, or the file last read the partition whole
+	// by another partition count): the caller moves them (MoveOut), else
+	// marks the partition routed (MarkRouted).
+	Misrouted bool
 }
 
 // Restore reads p's changelog from the file's checkpoint for it (from
@@ -57,6 +62,8 @@ func (c *Changelog) Restore(ctx context.Context, p Partition) (Restoration, erro
 		return res, err
 	}
 	hadCheckpoint := known
+	// Without a checkpoint the read is whole: what it applies is all of p.
+	stale := known && c.routedBy(p) != c.count(p.Topic)
 	recs, moved, next, err := c.read(ctx, p, from, false)
 	if errors.Is(err, ErrBeyondEnd) {
 		// The changelog is shorter than the file's checkpoint: the topic
@@ -83,7 +90,7 @@ func (c *Changelog) Restore(ctx context.Context, p Partition) (Restoration, erro
 		recs, latest = splitMarkers(recs)
 	}
 	if len(recs) == 0 && known && next == from && !rebuild && latest == nil {
-		return Restoration{Next: next}, nil // the file is where the changelog is
+		return Restoration{Next: next, Misrouted: stale}, nil // the file is where the changelog is
 	}
 	recs = dropMovedOut(recs, moved)
 	applied, dropped, err := c.s.applyRestore(p.Topic, p.Partition, recs, next, restoreOpts{
@@ -95,7 +102,8 @@ func (c *Changelog) Restore(ctx context.Context, p Partition) (Restoration, erro
 		c.rebuilt.Add(1)
 		applied.Deleted += dropped
 	}
-	return Restoration{Read: len(recs), Next: next, Applied: applied, Rebuilt: rebuild}, nil
+	return Restoration{Read: len(recs), Next: next, Applied: applied, Rebuilt: rebuild,
+		Misrouted: stale || c.misrouted(p, applied)}, nil
 }
 
 // read reads p's changelog from offset from to its end. With foreign it
@@ -192,16 +200,26 @@ func dropMovedOut(recs []ChangelogRecord, moved map[int64]bool) []ChangelogRecor
 }
 
 // Claim makes this file p's owner, once its restore applied the
-// changelog up to next: unless the latest marker the file knows of is
-// its own already, it writes a marker naming the file, waits for its
-// acknowledgement (bounded as every changelog wait, and by ctx) and
-// remembers it. It returns the checkpoint to own the partition with:
-// next, or past the marker when the marker landed at next. With the
-// changelog off it returns next.
-func (c *Changelog) Claim(ctx context.Context, p Partition, next int64) (int64, error) {
+// changelog up to next (Restoration.Next): unless the latest marker the
+// file knows of is its own already, it writes a marker naming the file,
+// waits for its acknowledgement (bounded as every changelog wait, and by
+// ctx) and remembers it; then p is owned here (Owns, OwnsPartition,
+// Follow), its checkpoint next, or past the marker when the marker
+// landed at next. Nothing with the changelog off.
+func (c *Changelog) Claim(ctx context.Context, p Partition, next int64) error {
 	if c == nil {
-		return next, nil
+		return nil
 	}
+	next, err := c.claim(ctx, p, next)
+	if err != nil {
+		return err
+	}
+	c.own(p, next)
+	return nil
+}
+
+// claim is Claim's marker: it returns the checkpoint to own p with.
+func (c *Changelog) claim(ctx context.Context, p Partition, next int64) (int64, error) {
 	own, hasOwn, owner, known, err := c.s.owner(p.Topic, p.Partition)
 	if err != nil {
 		return next, err
@@ -239,6 +257,10 @@ type Followed struct {
 	Records []ChangelogRecord
 	// Applied are the records written or deleted in the file.
 	Applied Applied
+	// Misrouted: one of Records routes to another partition now (written
+	// by an instance that routed by an older count): the caller moves
+	// the partition's records (MoveOut).
+	Misrouted bool
 }
 
 // Follow applies what other instances wrote to owned partition p's
@@ -251,7 +273,7 @@ type Followed struct {
 // or when p is not owned here.
 func (c *Changelog) Follow(ctx context.Context, p Partition, end int64) (Followed, error) {
 	var f Followed
-	from, ok := c.Checkpoint(p)
+	from, ok := c.checkpointOf(p)
 	if !ok || end <= from {
 		return f, nil
 	}
@@ -276,10 +298,16 @@ func (c *Changelog) Follow(ctx context.Context, p Partition, end int64) (Followe
 		}
 		if own != *owner {
 			c.logger.Warn("another instance began owning a partition this instance owns; its next assignment here rebuilds it from the changelog",
-				"partition", p.String())
+				"topic", p.Topic, "partition", p.Partition)
 		}
 	}
 	c.cover(p, next)
 	f.Records = recs
+	for _, r := range recs {
+		if _, ok := c.movesTo(p, r.Value); ok {
+			f.Misrouted = true
+			break
+		}
+	}
 	return f, nil
 }
