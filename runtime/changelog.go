@@ -93,9 +93,6 @@ type stateLog struct {
 	pauseMu  sync.Mutex
 	pauseOff map[string]int64
 
-	// views is what the changelogs of the partitions this instance does
-	// not own hold of dead letters, for the group's listing (deadgroup.go).
-	views deadViews
 	// ops takes the meta topic's records of the dead-letter operations
 	// (deadops.go), read with the pauses.
 	ops *deadOps
@@ -235,17 +232,17 @@ func (l *stateLog) owned() []kclient.Partition {
 
 // unowned returns every changelog partition this instance does not own,
 // in topic and partition order; none with the changelog off.
-func (l *stateLog) unowned() []kclient.Partition {
+func (l *stateLog) unowned() []snapshot.Partition {
 	c := l.cl()
 	if c == nil {
 		return nil
 	}
 	parts := *l.parts.Load()
-	var others []kclient.Partition
+	var others []snapshot.Partition
 	for _, t := range slices.Sorted(maps.Keys(parts)) {
 		for p := range parts[t] {
 			if sp := (snapshot.Partition{Topic: t, Partition: p}); !c.OwnsPartition(sp) {
-				others = append(others, kpart(sp))
+				others = append(others, sp)
 			}
 		}
 	}

@@ -123,6 +123,10 @@ type Changelog struct {
 	waitMu  sync.Mutex
 	waiting []func()
 
+	// views are the dead letters of partitions owned elsewhere, as DeadIn
+	// last read them (deadviews.go).
+	views deadViews
+
 	// rebuilt counts the partitions rebuilt after a break; claimed the
 	// owner markers written.
 	rebuilt, claimed atomic.Int64
@@ -146,7 +150,7 @@ func (s *State) OpenChangelog(cfg ChangelogConfig) (*Changelog, error) {
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
-	_, had, err := s.FileID()
+	_, had, err := s.fileID()
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: changelog: %w", err)
 	}

@@ -6,10 +6,10 @@ import "github.com/handoff-go/handoff/snapshot/internal/store"
 // and its dead-letter owner lookup) asks of a changelog key, without
 // parsing it itself.
 
-// ChangelogDeadID returns the ID of the dead letter whose changelog key
+// changelogDeadID returns the ID of the dead letter whose changelog key
 // is key; ok is false for a key of another bucket, and for a key that
 // does not parse (the restore reports it).
-func ChangelogDeadID(key []byte) (id DeadID, ok bool) {
+func changelogDeadID(key []byte) (id DeadID, ok bool) {
 	ck, err := store.ParseChangelogKey(key)
 	if err != nil {
 		return DeadID{}, false

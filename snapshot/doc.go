@@ -104,12 +104,12 @@
 // aliases of package snapshot/internal/store's. Of the format, only what
 // a caller needs by name is exported: the bucket names Counts keys its
 // result by (BucketPending...), the dead-letter ID's parser
-// ([ParseDeadID]), what the runtime's changelog reads ask of a changelog
-// record ([ChangelogDeadID], and [ParseOwnerMarker] to skip owner
-// markers; the changelog key itself is not
-// parsed outside the package) and the record decoder the
-// runtime's repartition uses ([DecodeRecord]); MetaGroup and
-// MetaInstance have no user outside the package since the CLI reads
+// ([ParseDeadID]) and what the CLI's cluster listing asks of a changelog
+// record ([IsChangelogDead], [DecodeChangelogDead]); the changelog key,
+// the owner marker and the record codec are not parsed outside the
+// package (the runtime's changelog reads go through [Changelog]).
+// MetaGroup and MetaInstance have no user outside the package since the
+// CLI reads
 // [State.FileInfo]. The file's transactions (store.Tx,
 // store.Store), its buckets' layout and the key codecs are internal:
 // nothing outside package snapshot opens a transaction.

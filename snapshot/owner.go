@@ -12,8 +12,8 @@ import (
 // remembered, the checkpoints, the partition count records were routed
 // by) and the applies of what a restore or a follow read.
 
-// FileID returns the file's changelog ID; ok is false while it has none.
-func (s *State) FileID() (id [16]byte, ok bool, err error) {
+// fileID returns the file's changelog ID; ok is false while it has none.
+func (s *State) fileID() (id [16]byte, ok bool, err error) {
 	err = s.st.View(func(tx *store.Tx) (err error) { id, ok, err = tx.ChangelogFileID(); return err })
 	return id, ok, err
 }
@@ -50,9 +50,9 @@ func (s *State) noteOwner(topic string, p int32, owner [16]byte) (own [16]byte, 
 	return own, err
 }
 
-// Checkpoint returns the changelog offset the file has applied topic's
+// checkpoint returns the changelog offset the file has applied topic's
 // partition p up to; known is false when it keeps none.
-func (s *State) Checkpoint(topic string, p int32) (next int64, known bool, err error) {
+func (s *State) checkpoint(topic string, p int32) (next int64, known bool, err error) {
 	err = s.st.View(func(tx *store.Tx) (err error) { next, known, err = tx.ChangelogCheckpoint(topic, p); return err })
 	return next, known, err
 }

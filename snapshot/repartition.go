@@ -110,7 +110,7 @@ func (c *Changelog) MoveOut(ctx context.Context, p Partition) (int, error) {
 	}
 	if len(last) > 0 {
 		var writer []byte
-		if id, ok, err := c.s.FileID(); err == nil && ok {
+		if id, ok, err := c.s.fileID(); err == nil && ok {
 			writer = id[:]
 		}
 		puts := make([]LogRecord, 0, len(last))

@@ -57,7 +57,7 @@ func (c *Changelog) Restore(ctx context.Context, p Partition) (Restoration, erro
 	if c == nil {
 		return res, nil
 	}
-	from, known, err := c.s.Checkpoint(p.Topic, p.Partition)
+	from, known, err := c.s.checkpoint(p.Topic, p.Partition)
 	if err != nil {
 		return res, err
 	}
@@ -114,7 +114,7 @@ func (c *Changelog) read(ctx context.Context, p Partition, from int64, foreign b
 	var own [16]byte
 	var hasOwn bool
 	if foreign {
-		if own, hasOwn, err = c.s.FileID(); err != nil {
+		if own, hasOwn, err = c.s.fileID(); err != nil {
 			return nil, nil, 0, err
 		}
 	}

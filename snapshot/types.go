@@ -49,10 +49,8 @@ type (
 )
 
 var (
-	DecodeRecord     = store.DecodeRecord
-	DelayedKeyAt     = store.DelayedKeyAt
-	ParseDeadID      = store.ParseDeadID
-	ParseOwnerMarker = store.ParseOwnerMarker
+	DelayedKeyAt = store.DelayedKeyAt
+	ParseDeadID  = store.ParseDeadID
 )
 
 var (
