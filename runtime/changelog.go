@@ -353,10 +353,6 @@ func (k kafkaLog) Read(ctx context.Context, input string, p int32, from int64, f
 
 func (k kafkaLog) Topic(input string) string { return k.c.Topic(input) }
 
-// waitCtx bounds one wait for the changelog as the state component's
-// own writes are: ChangelogTimeout, and the stop's deadline once set.
-func (l *stateLog) waitCtx() (context.Context, context.CancelFunc) { return l.cl().WaitContext() }
-
 // bound makes every later changelog wait end by deadline: the stop's.
 func (l *stateLog) bound(deadline time.Time) { l.cl().Bound(deadline) }
 

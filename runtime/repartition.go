@@ -280,19 +280,14 @@ func (rs *restorer) noticePartition(ctx context.Context, p kclient.Partition) er
 
 // moveAfterRestore moves, once p's restore applied its changelog, the
 // records of p whose keys route elsewhere, when the restore says some
-// may (snapshot.Restoration.Misrouted); else it marks p routed.
+// may (snapshot.Restoration.Misrouted).
 func (rs *restorer) moveAfterRestore(ctx context.Context, p kclient.Partition, misrouted bool) {
-	c := rs.clog.cl()
 	if !misrouted {
-		if err := c.MarkRouted(part(p)); err != nil {
-			rs.log.Warn("partition count of the last move not kept; the next restore of the partition reads its changelog whole again",
-				"partition", p.String(), "err", err)
-		}
 		return
 	}
 	unlock := rs.locks.lock(p, nil)
 	defer unlock()
-	if c.OwnsPartition(part(p)) {
+	if rs.clog.ownsPartition(p) {
 		rs.moveOut(ctx, p)
 	}
 }

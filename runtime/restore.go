@@ -115,10 +115,7 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 	res, err := c.Restore(ctx, part(p))
 	unlock()
 	if err != nil {
-		return fmt.Errorf("restore %s from %s: %w", p, c.Topic(p.Topic), err)
-	}
-	if err := c.Claim(ctx, part(p), res.Next); err != nil {
-		return fmt.Errorf("claim %s in %s: %w", p, c.Topic(p.Topic), err)
+		return fmt.Errorf("restore %s from %s: %w", p, l.client.Topic(p.Topic), err)
 	}
 	applied := res.Applied
 	for _, de := range applied.Bad {

@@ -88,7 +88,8 @@ func (f *stateFile) deadRecords(class string, after uint64, limit int) (page []s
 // letter with ID id; ok is false when the file has none. The caller has
 // checked that the file is open (get).
 func (f *stateFile) findDead(id snapshot.DeadID) (local uint64, rec snapshot.Record, ok bool, err error) {
-	return f.store.FindDead(id)
+	e, ok, err := f.store.DeadByID(id)
+	return e.Key, e.Record, ok, err
 }
 
 // deleteDead deletes the dead letters with keys locals in this file, in

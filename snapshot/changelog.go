@@ -208,30 +208,12 @@ func (c *Changelog) waitCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), max(d, 0))
 }
 
-// WaitContext returns a context bounded as every changelog wait is (the
-// timeout, and the stop's deadline once Bound set it), for a caller's
-// own write to the changelog.
-func (c *Changelog) WaitContext() (context.Context, context.CancelFunc) {
-	if c == nil {
-		return context.WithCancel(context.Background())
-	}
-	return c.waitCtx()
-}
-
 // Bound makes every later changelog wait end by deadline: the stop's.
 // Nothing with the changelog off.
 func (c *Changelog) Bound(deadline time.Time) {
 	if c != nil {
 		c.stopAt.Store(deadline.UnixNano())
 	}
-}
-
-// Topic names input's changelog topic; "" with the changelog off.
-func (c *Changelog) Topic(input string) string {
-	if c == nil {
-		return ""
-	}
-	return c.log.Topic(input)
 }
 
 // Route returns the input partition m's record belongs to; false with

@@ -80,9 +80,6 @@ func TestChangelogOff(t *testing.T) {
 	if res, err := c.Restore(t.Context(), p); err != nil || res.Read != 0 || res.Next != 0 {
 		t.Errorf("off: restore read %+v, %v", res, err)
 	}
-	if err := c.Claim(t.Context(), p, 7); err != nil || c.OwnsPartition(p) != true {
-		t.Errorf("off: claim %v", err)
-	}
 	if f, err := c.Follow(t.Context(), p, 10); err != nil || len(f.Records) != 0 {
 		t.Errorf("off: follow %+v, %v", f, err)
 	}

@@ -7,20 +7,6 @@ import (
 	"github.com/handoff-go/handoff/snapshot/internal/store"
 )
 
-// FindDead returns the key in this file and the record of the dead
-// letter with ID id; ok is false when the file has none.
-func (s *State) FindDead(id DeadID) (local uint64, rec Record, ok bool, err error) {
-	err = s.st.View(func(tx *store.Tx) error {
-		var err error
-		if local, ok, err = tx.FindDead(id); err != nil || !ok {
-			return err
-		}
-		rec, ok, err = tx.GetDead(local)
-		return err
-	})
-	return local, rec, ok, err
-}
-
 // GetDead returns the dead letter with key local in this file and its
 // ID; ok is false when the file has none.
 func (s *State) GetDead(local uint64) (id DeadID, rec Record, ok bool, err error) {

@@ -30,14 +30,11 @@ import (
 // tell.
 func (c *Changelog) routedBy(p Partition) int32 { return c.s.routedBy(p.Topic, p.Partition) }
 
-// MarkRouted keeps in the file, alone, that p's records are where the
+// markRouted keeps in the file, alone, that p's records are where the
 // current count routes them (read whole and moved, or a restore found
 // none to move): the next restore of p does not look again unless the
-// count changed. Nothing with the changelog off.
-func (c *Changelog) MarkRouted(p Partition) error {
-	if c == nil {
-		return nil
-	}
+// count changed.
+func (c *Changelog) markRouted(p Partition) error {
 	return c.s.setRoutedBy(p.Topic, p.Partition, c.count(p.Topic))
 }
 
@@ -83,7 +80,8 @@ type movedRec struct {
 // routes to another partition now: written there, then, once all are
 // acknowledged, tombstoned in p with the moved mark (a failure between
 // the two leaves a record in both, which the next move of p ends, never
-// in none); then it marks p routed (MarkRouted). The checkpoints stay:
+// in none); then it keeps that p is routed by the current count. The
+// checkpoints stay:
 // the follow reads these writes back. It returns how many records it
 // moved. The caller orders it with p's restore, follow and revocation,
 // and owns p. It blocks for the read and the writes until ctx ends.
@@ -133,5 +131,5 @@ func (c *Changelog) MoveOut(ctx context.Context, p Partition) (int, error) {
 			}
 		}
 	}
-	return len(last), c.MarkRouted(p)
+	return len(last), c.markRouted(p)
 }

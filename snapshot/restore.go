@@ -17,8 +17,8 @@ import (
 // wrote for the records it finished are gone, and a stale local copy
 // looks like live state. So ownership is explicit: an instance that
 // begins owning a partition writes an owner marker naming its file to
-// the partition's changelog (Claim), and waits for its acknowledgement
-// before the partition is fetched. At an assignment, the latest marker
+// the partition's changelog, and waits for its acknowledgement
+// before the partition is fetched (Restore). At an assignment, the latest marker
 // (read from the checkpoint on, or remembered in the file when the
 // checkpoint is past it) naming another file, or a file with no
 // checkpoint for the partition, is a break: the partition is read from
@@ -29,8 +29,8 @@ import (
 // Restoration is what [Changelog.Restore] read and applied.
 type Restoration struct {
 	// Read counts the changelog records read (owner markers left out);
-	// Next is where the read ended: the checkpoint to own the partition
-	// with (Claim moves it past its own marker).
+	// Next is the partition's checkpoint: where the read ended, or past
+	// the owner marker written there.
 	Read int
 	Next int64
 	// Applied are the records written or deleted in the file.
@@ -40,8 +40,7 @@ type Restoration struct {
 	Rebuilt bool
 	// Misrouted: records of the partition may route to another partition
 	// now (one applied does, or the file last read the partition whole
-	// by another partition count): the caller moves them (MoveOut), else
-	// marks the partition routed (MarkRouted).
+	// by another partition count): the caller moves them (MoveOut).
 	Misrouted bool
 }
 
@@ -50,8 +49,13 @@ type Restoration struct {
 // elsewhere) up to its end, and applies it to the file, last write
 // winning, tombstones deleting; after a break it reads it whole and
 // rebuilds the file's records of p from it (records of p the read does
-// not hold are dropped). It blocks for the reads until ctx ends. With
-// the changelog off it reads and applies nothing.
+// not hold are dropped). Then it makes this file p's owner (the owner
+// marker, see the comment at the top of this file) and p is owned here
+// (Owns, OwnsPartition, Follow) until Disown; when no record of p may
+// route elsewhere (Restoration.Misrouted false) it keeps that p is
+// routed by the current count. It blocks for the reads and the marker's
+// acknowledgement until ctx ends. With the changelog off it does
+// nothing.
 func (c *Changelog) Restore(ctx context.Context, p Partition) (Restoration, error) {
 	var res Restoration
 	if c == nil {
@@ -89,21 +93,32 @@ func (c *Changelog) Restore(ctx context.Context, p Partition) (Restoration, erro
 		}
 		recs, latest = splitMarkers(recs)
 	}
-	if len(recs) == 0 && known && next == from && !rebuild && latest == nil {
-		return Restoration{Next: next, Misrouted: stale}, nil // the file is where the changelog is
+	res = Restoration{Next: next, Misrouted: stale}
+	if len(recs) > 0 || !known || next != from || rebuild || latest != nil { // else the file is where the changelog is
+		recs = dropMovedOut(recs, moved)
+		applied, dropped, err := c.s.applyRestore(p.Topic, p.Partition, recs, next, restoreOpts{
+			Rebuild: rebuild, Belongs: c.RoutedTo(p), Latest: latest, Renames: c.renames})
+		if err != nil {
+			return Restoration{}, err
+		}
+		if rebuild {
+			c.rebuilt.Add(1)
+			applied.Deleted += dropped
+		}
+		res = Restoration{Read: len(recs), Next: next, Applied: applied, Rebuilt: rebuild,
+			Misrouted: stale || c.misrouted(p, applied)}
 	}
-	recs = dropMovedOut(recs, moved)
-	applied, dropped, err := c.s.applyRestore(p.Topic, p.Partition, recs, next, restoreOpts{
-		Rebuild: rebuild, Belongs: c.RoutedTo(p), Latest: latest, Renames: c.renames})
-	if err != nil {
-		return res, err
+	if res.Next, err = c.claim(ctx, p, res.Next); err != nil {
+		return Restoration{}, fmt.Errorf("claim: %w", err)
 	}
-	if rebuild {
-		c.rebuilt.Add(1)
-		applied.Deleted += dropped
+	c.own(p, res.Next)
+	if !res.Misrouted {
+		if err := c.markRouted(p); err != nil {
+			c.logger.Warn("partition count of the last move not kept; the next restore of the partition reads its changelog whole again",
+				"topic", p.Topic, "partition", p.Partition, "err", err)
+		}
 	}
-	return Restoration{Read: len(recs), Next: next, Applied: applied, Rebuilt: rebuild,
-		Misrouted: stale || c.misrouted(p, applied)}, nil
+	return res, nil
 }
 
 // read reads p's changelog from offset from to its end. With foreign it
@@ -199,26 +214,13 @@ func dropMovedOut(recs []ChangelogRecord, moved map[int64]bool) []ChangelogRecor
 	return slices.DeleteFunc(recs, func(r ChangelogRecord) bool { return moved[last[string(r.Key)]] })
 }
 
-// Claim makes this file p's owner, once its restore applied the
-// changelog up to next (Restoration.Next): unless the latest marker the
-// file knows of is its own already, it writes a marker naming the file,
-// waits for its acknowledgement (bounded as every changelog wait, and by
-// ctx) and remembers it; then p is owned here (Owns, OwnsPartition,
-// Follow), its checkpoint next, or past the marker when the marker
-// landed at next. Nothing with the changelog off.
-func (c *Changelog) Claim(ctx context.Context, p Partition, next int64) error {
-	if c == nil {
-		return nil
-	}
-	next, err := c.claim(ctx, p, next)
-	if err != nil {
-		return err
-	}
-	c.own(p, next)
-	return nil
-}
-
-// claim is Claim's marker: it returns the checkpoint to own p with.
+// claim makes this file p's owner, once its restore applied the
+// changelog up to next: unless the latest marker the file knows of is
+// its own already, it writes a marker naming the file, waits for its
+// acknowledgement (bounded as every changelog wait, and by ctx) and
+// remembers it. It returns the checkpoint to own p with: next, or past
+// the marker when the marker landed at next. The marker may overlap the
+// file's writes: its place among them does not matter.
 func (c *Changelog) claim(ctx context.Context, p Partition, next int64) (int64, error) {
 	own, hasOwn, owner, known, err := c.s.owner(p.Topic, p.Partition)
 	if err != nil {
