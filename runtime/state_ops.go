@@ -94,7 +94,9 @@ func (f *stateFile) findDead(id snapshot.DeadID) (local uint64, rec snapshot.Rec
 
 // deleteDead deletes the dead letters with keys locals in this file, in
 // one write of its own (a tombstone each in the changelog).
-func (f *stateFile) deleteDead(locals ...uint64) error { return f.store.DeleteDead(locals...) }
+func (f *stateFile) deleteDead(locals ...uint64) error {
+	return f.store.Delete(sources(snapshot.FromDead, locals)...)
+}
 
 // deadTime is a dead letter's key in this file and when it was saved
 // (or failed again).
@@ -181,7 +183,18 @@ func (f *stateFile) deleteProgress(topic string, p int32) error {
 
 // deletePending deletes the pending records keys in one write (a
 // tombstone each in the changelog).
-func (f *stateFile) deletePending(keys ...uint64) error { return f.store.DeletePending(keys...) }
+func (f *stateFile) deletePending(keys ...uint64) error {
+	return f.store.Delete(sources(snapshot.FromPending, keys)...)
+}
+
+// sources returns the sources of the records of bucket from with keys.
+func sources(from snapshot.From, keys []uint64) []snapshot.Source {
+	out := make([]snapshot.Source, len(keys))
+	for i, k := range keys {
+		out[i] = snapshot.Source{From: from, Key: k}
+	}
+	return out
+}
 
 // deletePendingLocal is deletePending in the file alone, without
 // tombstones in the changelog.

@@ -87,8 +87,8 @@
 // [State.Quarantine]), [State.Quarantined]; the dead letters with their
 // IDs ([State.ListDead], [State.DeadByID], [State.DeadByMessageID],
 // [State.DeadRefs]: the undecodable ones apart, as [UndecodableDead]);
-// [State.RequeueDead] (to pending, with a fresh budget), [State.DeleteDead],
-// [State.Delete] (replay's acknowledged records, as [Source]s),
+// [State.RequeueDead] (to pending, with a fresh budget), [State.Delete]
+// (a discard's dead letters, replay's acknowledged records, as [Source]s),
 // [State.RenameClasses], [State.PutPause], [State.DeletePause]. Its
 // cluster listing reads a group's changelog without a file:
 // [IsChangelogDead] tells a dead letter's writes, [DecodeChangelogDead]

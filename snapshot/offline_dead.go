@@ -14,7 +14,7 @@ import (
 type DeadRef struct {
 	// Key is its key in this file's dead bucket: a position in this file
 	// only (the from of [DeadQuery], the keys [State.RequeueDead] and
-	// [State.DeleteDead] take). 0 for an undecodable dead letter stored
+	// [State.Delete] take). 0 for an undecodable dead letter stored
 	// under a key of the wrong shape.
 	Key uint64
 	// ID is its ID, the same on every instance of the group (see

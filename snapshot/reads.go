@@ -21,12 +21,6 @@ func (s *State) GetDead(local uint64) (id DeadID, rec Record, ok bool, err error
 	return id, rec, ok, err
 }
 
-// DeleteDead deletes the dead letters with keys locals in this file, in
-// one write of its own (a tombstone each in the changelog).
-func (s *State) DeleteDead(locals ...uint64) error {
-	return s.st.Update(func(tx *store.Tx) error { return tx.DeleteDead(locals...) })
-}
-
 // DeadTime is a dead letter's key in this file and when it was saved
 // (or failed again).
 type DeadTime struct {

@@ -71,14 +71,9 @@ func (s *State) RunDeletes(ctx context.Context, q *DoneQueue, log *slog.Logger, 
 	q.Run(ctx, func(d DoneRecords) error { return s.st.Update(d.Delete) }, log, beat, deleted, failed)
 }
 
-// DeletePending deletes the pending records keys in one write (a
-// tombstone each in the changelog).
-func (s *State) DeletePending(keys ...uint64) error {
-	return s.st.Update(func(tx *store.Tx) error { return tx.DeletePending(keys...) })
-}
-
-// DeletePendingLocal is DeletePending in the file alone, without
-// tombstones in the changelog.
+// DeletePendingLocal deletes the pending records keys in the file
+// alone, in one write, without tombstones in the changelog (Delete
+// writes them).
 func (s *State) DeletePendingLocal(keys ...uint64) error {
 	return s.st.UpdateLocal(func(tx *store.Tx) error { return tx.DeletePending(keys...) })
 }

@@ -113,7 +113,7 @@ func TestDeadListIDsAgree(t *testing.T) {
 	}
 	w0, ok, ferr := a.DeadByMessageID("w0")
 	if err = errors.Join(err, ferr); err == nil && ok {
-		err = a.DeleteDead(w0.Key)
+		err = a.Delete(snapshot.Source{From: snapshot.FromDead, Key: w0.Key})
 	}
 	if cerr := a.Close(); err == nil {
 		err = cerr

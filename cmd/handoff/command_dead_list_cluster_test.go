@@ -408,7 +408,7 @@ func TestDeadListClusterFromStore(t *testing.T) {
 	err = errors.Join(err, perr)
 	refs, _, rerr := st.DeadRefs("")
 	if err = errors.Join(err, rerr); err == nil && len(refs) == 3 {
-		err = errors.Join(st.DeleteDead(refs[0].Key),
+		err = errors.Join(st.Delete(snapshot.Source{From: snapshot.FromDead, Key: refs[0].Key}),
 			st.UpdateDead(snapshot.Move{From: snapshot.Source{From: snapshot.FromDead, Key: refs[1].Key}, Alone: true}, rec("d2", 0, 5, t0.Add(3*time.Second))))
 	}
 	if cerr := st.Close(); err == nil {
