@@ -1,6 +1,10 @@
 package snapshot
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/handoff-go/handoff"
+)
 
 // TestCheckpointAcked: a partition's checkpoint follows this instance's
 // acknowledged writes while they leave no gap, joins writes acknowledged
@@ -90,5 +94,81 @@ func TestChangelogOff(t *testing.T) {
 	c.Await(func() { ran = true })
 	if !ran {
 		t.Error("off: a settle waited")
+	}
+}
+
+// TestChangelogOwnership runs two files over one fake changelog: the
+// second file's restore of a partition on an empty disk rebuilds it from
+// the changelog and claims it; the first file's follow learns the new
+// owner's marker, and its next restore is a break that rebuilds the
+// partition (a record the other owner deleted is gone from it) instead
+// of trusting its stale copy.
+func TestChangelogOwnership(t *testing.T) {
+	var sent []LogRecord
+	log := &fakeLog{sent: &sent}
+	p := Partition{Topic: "orders", Partition: 0}
+	open := func() (*State, *Changelog) {
+		st, _ := openOffline(t, nil)
+		c, err := st.OpenChangelog(ChangelogConfig{Log: log, Count: func(string) int32 { return 1 },
+			Route: func(*handoff.Message) (string, int32, bool) { return "orders", 0, true }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, c
+	}
+	end := func() int64 { n, _ := log.Read(t.Context(), "orders", 0, 0, func([]LogRecord) error { return nil }); return n }
+
+	a, ca := open()
+	if _, err := ca.Restore(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	if !ca.OwnsPartition(p) {
+		t.Fatal("a does not own the partition it restored")
+	}
+	for _, id := range []string{"d1", "d2"} {
+		if err := a.MoveToDead(Move{Alone: true}, offlineRec(id, "c", "k-"+id, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	b, cb := open()
+	res, err := cb.Restore(t.Context(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Rebuilt || len(res.Applied.Dead) != 2 || !cb.OwnsPartition(p) {
+		t.Fatalf("b's restore on an empty disk: rebuilt %v, %d dead letters, owned %v; want a rebuild with 2, owned",
+			res.Rebuilt, len(res.Applied.Dead), cb.OwnsPartition(p))
+	}
+	// b, the owner now, discards d1: a tombstone a's file never applies
+	// unless it rebuilds.
+	l, err := b.ListDead(DeadQuery{Limit: 10, Match: func(r *Record) bool { return r.Message.ID == "d1" }})
+	if err != nil || len(l.Page) != 1 {
+		t.Fatalf("b's d1: %+v, %v", l, err)
+	}
+	if err := b.Delete(Source{From: FromDead, Key: l.Page[0].Key}); err != nil {
+		t.Fatal(err)
+	}
+
+	// a follows what b wrote: b's records and marker.
+	f, err := ca.Follow(t.Context(), p, end())
+	if err != nil || len(f.Records) == 0 {
+		t.Fatalf("a's follow: %d records, %v", len(f.Records), err)
+	}
+	ca.Disown(p, true)
+	res, err = ca.Restore(t.Context(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Rebuilt {
+		t.Fatal("a's restore after b owned the partition trusted its copy; want a rebuild")
+	}
+	counts, err := a.Counts()
+	if err != nil || counts[BucketDead] != 1 {
+		t.Errorf("a after the rebuild: %v dead letters, %v; want 1 (d2)", counts, err)
+	}
+	// The first restore, with no checkpoint, was a rebuild too.
+	if rebuilt, claimed := ca.Counts(); rebuilt != 2 || claimed != 2 {
+		t.Errorf("a: %d rebuilds, %d markers written; want 2 and 2", rebuilt, claimed)
 	}
 }
