@@ -116,7 +116,10 @@ func TestChangelogOwnership(t *testing.T) {
 		}
 		return st, c
 	}
-	end := func() int64 { n, _ := log.Read(t.Context(), "orders", 0, 0, func([]LogRecord) error { return nil }); return n }
+	end := func() int64 {
+		n, _ := log.Read(t.Context(), "orders", 0, 0, func([]LogRecord) error { return nil })
+		return n
+	}
 
 	a, ca := open()
 	if _, err := ca.Restore(t.Context(), p); err != nil {
