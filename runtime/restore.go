@@ -95,10 +95,10 @@ func (rs *restorer) restorePartition(ctx context.Context, p kclient.Partition, r
 	}
 }
 
-// once applies p's changelog to the state file (rebuilding p's records
-// from it after a break, ownership.go), makes this file p's owner in
-// the changelog (claim), then recovers p's
-// records as the start recovers a file: its pending records re-pushed,
+// once applies p's changelog to the state file and makes this file p's
+// owner in the changelog (snapshot.Changelog.Restore: rebuilding p's
+// records after a break), then recovers p's records as the start
+// recovers a file: its pending records re-pushed,
 // the keys its dead letters and redeliveries block, its parked keys, and
 // its delayed records handed to the scheduler (which delivers only
 // records of partitions restored here).
