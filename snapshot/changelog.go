@@ -80,7 +80,9 @@ type ChangelogConfig struct {
 	Route func(m *handoff.Message) (topic string, partition int32, ok bool)
 	// Count returns the partition count Route routes input topic's
 	// records by now: a restore of a partition the file last read whole
-	// by another count looks for records to move (MoveOut). Required.
+	// by another count looks for records to move (MoveOut). Nil means
+	// the counts never change (only the records a restore or a follow
+	// applies are looked at).
 	Count func(topic string) int32
 	// Timeout bounds each wait for the changelog's acknowledgement.
 	// Zero means 30s.
@@ -139,11 +141,14 @@ type Changelog struct {
 // records the changelog may never have seen (a file written with the
 // changelog off, or by a version before it). It blocks for those sends.
 func (s *State) OpenChangelog(cfg ChangelogConfig) (*Changelog, error) {
-	if cfg.Log == nil || cfg.Route == nil || cfg.Count == nil {
-		return nil, errors.New("snapshot: changelog: Log, Route and Count are required")
+	if cfg.Log == nil || cfg.Route == nil {
+		return nil, errors.New("snapshot: changelog: Log and Route are required")
 	}
 	c := &Changelog{s: s, log: cfg.Log, route: cfg.Route, count: cfg.Count, timeout: cfg.Timeout, renames: cfg.Renames, logger: cfg.Logger,
 		owned: map[Partition]bool{}, ckpt: map[Partition]*checkpoint{}}
+	if c.count == nil {
+		c.count = func(string) int32 { return 0 }
+	}
 	if c.timeout <= 0 {
 		c.timeout = 30 * time.Second
 	}
