@@ -139,24 +139,6 @@ func (s *State) ReadApplied(applied Applied, blocks func(*Record) bool, block fu
 	return pending, err
 }
 
-// eachApplied calls each, in one read, with the read of every pending,
-// dead and delayed record applied holds, in that order; a failed read
-// ends nothing.
-func (s *State) eachApplied(applied Applied, each func(rec Record, ok bool, err error)) {
-	_ = s.st.View(func(tx *store.Tx) error {
-		for _, k := range applied.Pending {
-			each(tx.GetPending(k))
-		}
-		for _, k := range applied.Dead {
-			each(tx.GetDead(k))
-		}
-		for _, k := range applied.Delayed {
-			each(tx.GetDelayed(k))
-		}
-		return nil
-	})
-}
-
 // applyFollowed applies recs, other instances' writes to topic's
 // partition p read by a follow, to the file alone, from the file's
 // checkpoint of p (0 without one) without moving it, and gives the

@@ -106,7 +106,7 @@ func (c *Changelog) Restore(ctx context.Context, p Partition) (Restoration, erro
 			applied.Deleted += dropped
 		}
 		res = Restoration{Read: len(recs), Next: next, Applied: applied, Rebuilt: rebuild,
-			Misrouted: stale || c.misrouted(p, applied)}
+			Misrouted: stale || c.misrouted(p, recs)}
 	}
 	if res.Next, err = c.claim(ctx, p, res.Next); err != nil {
 		return Restoration{}, fmt.Errorf("claim: %w", err)
