@@ -338,6 +338,9 @@ func (k kafkaLog) Send(recs []snapshot.LogRecord) func(ctx context.Context) erro
 func (k kafkaLog) Read(ctx context.Context, input string, p int32, from int64, fn func([]snapshot.LogRecord) error) (int64, error) {
 	var buf []snapshot.LogRecord
 	next, err := k.c.Read(ctx, input, p, from, func(batch []changelog.Rec) error {
+		if cap(buf) < len(batch) {
+			buf = make([]snapshot.LogRecord, 0, len(batch))
+		}
 		buf = buf[:0]
 		for _, r := range batch {
 			buf = append(buf, snapshot.LogRecord{Input: input, Partition: p, Offset: r.Offset, Key: r.Key, Value: r.Value,

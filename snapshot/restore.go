@@ -88,10 +88,24 @@ func (c *Changelog) Restore(ctx context.Context, p Partition) (Restoration, erro
 	if rebuild && from != 0 {
 		c.logger.Info("partition owned elsewhere since this file last owned it; rebuilding it from the whole changelog",
 			"topic", c.log.Topic(p.Topic), "partition", p.Partition, "checkpoint", from)
-		if recs, moved, next, err = c.read(ctx, p, 0, false); err != nil {
+		// What the first read holds from the checkpoint on is read
+		// already: the head, from the start up to the checkpoint, goes
+		// before it.
+		head, hmoved, err := c.readHead(ctx, p, from)
+		if err != nil {
 			return res, err
 		}
-		recs, latest = splitMarkers(recs)
+		head, hlatest := splitMarkers(head)
+		if latest == nil {
+			latest = hlatest
+		}
+		recs = append(head, recs...)
+		for o := range hmoved {
+			if moved == nil {
+				moved = map[int64]bool{}
+			}
+			moved[o] = true
+		}
 	}
 	res = Restoration{Next: next, Misrouted: stale}
 	if len(recs) > 0 || !known || next != from || rebuild || latest != nil { // else the file is where the changelog is
@@ -158,6 +172,34 @@ func (c *Changelog) read(ctx context.Context, p Partition, from int64, foreign b
 		return nil, nil, 0, err
 	}
 	return recs, moved, next, nil
+}
+
+// errHeadRead stops readHead's read at its end.
+var errHeadRead = errors.New("snapshot: changelog head read")
+
+// readHead reads p's changelog from its start up to offset until (not
+// included): the records before a checkpoint, for a rebuild.
+func (c *Changelog) readHead(ctx context.Context, p Partition, until int64) (recs []ChangelogRecord, moved map[int64]bool, err error) {
+	_, err = c.log.Read(ctx, p.Topic, p.Partition, 0, func(batch []LogRecord) error {
+		for i := range batch {
+			r := &batch[i]
+			if r.Offset >= until {
+				return errHeadRead
+			}
+			recs = append(recs, ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value, Writer: r.Writer, Moved: r.MovedIn})
+			if r.Moved {
+				if moved == nil {
+					moved = map[int64]bool{}
+				}
+				moved[r.Offset] = true
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errHeadRead) {
+		return nil, nil, err
+	}
+	return recs, moved, nil
 }
 
 // splitMarkers returns recs without their owner markers, in place, and
