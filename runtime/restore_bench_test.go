@@ -27,8 +27,9 @@ import (
 // "partition state restored" log record: the changelog's read, the
 // apply to the file, the owner marker and the re-push), without the
 // group's join. cpu-ms is the process's CPU time (user and system) over
-// the iteration: the two stops of 100k and the two restores, the figure
-// least moved by other processes on a shared machine. It reports the
+// the iteration: the three runs, their stops of 100k and the two
+// restores, the figure least moved by other processes on a shared
+// machine. It reports the
 // figures of the last iteration (run it with -count and
 // compare with benchstat, or read the logged ones):
 //
