@@ -21,15 +21,20 @@ import (
 // state file's records of a class with topics is also written to the
 // changelog topic of the input partition the record belongs to (route),
 // and the file commits a write only once both the bbolt transaction and
-// the changelog's acknowledgement succeeded (snapshot.State.SetChangelog:
-// a failed changelog write is a failed save). Each partition's next
-// owner restores that partition's state from its changelog before it
-// fetches the partition (restorer, restore.go), so the local file is a cache
-// of the changelog: a pod that starts on an empty disk loses nothing.
+// the changelog's acknowledgement succeeded. What is saved, owned,
+// restored and followed is snapshot.Changelog's (the state component);
+// this file is its adapter: the Kafka client (kafkaLog, the
+// snapshot.Log it writes and reads through), where each record goes
+// (route: the runtime's classes and partition counts), and the
+// runtime's own counters. Each partition's next owner restores that
+// partition's state from its changelog before it fetches the partition
+// (restorer, restore.go), so the local file is a cache of the
+// changelog: a pod that starts on an empty disk loses nothing.
 
-// stateLog is the runtime's side of the changelog: the client, where
-// each record goes, and the partitions whose state this instance has
-// restored and owns.
+// stateLog is the runtime's adapter of the changelog: the client, where
+// each record goes, and the state component (comp), nil until open and
+// with the changelog off: its methods then answer as the file alone
+// would.
 type stateLog struct {
 	log     *slog.Logger
 	state   *stateFile
@@ -40,7 +45,7 @@ type stateLog struct {
 	renames map[string]string
 	// handed is scheduler.handedOver: a restored delayed record meets a
 	// local one of its ID that is waiting or not (see
-	// snapshot.State.SetDelayedHandedOver).
+	// snapshot.ChangelogConfig.HandedOver).
 	handed func(snapshot.DelayedKey) bool
 
 	// consumed is every topic a class consumes; classTopic each class's
@@ -57,25 +62,6 @@ type stateLog struct {
 	meta    kclient.Client
 	learnMu sync.Mutex
 
-	// enabled is set once open has set everything above and turned the
-	// state file's capture on: the admin API's listings read them from
-	// other goroutines (see on).
-	enabled atomic.Bool
-
-	// stopAt, when not zero, is the stop's deadline in Unix nanoseconds:
-	// no changelog write waits past it.
-	stopAt atomic.Int64
-
-	mu sync.Mutex
-	// owned are the partitions restored here and not revoked since: the
-	// scheduler delivers only their delayed records. ckpt is their
-	// checkpoints.
-	owned map[kclient.Partition]bool
-	ckpt  map[kclient.Partition]*checkpoint
-	// ownGen counts the changes of owned: the dead-letter operations
-	// look for their IDs again when it moved (deadops.go).
-	ownGen atomic.Int64
-
 	// heldMu guards held: the keys of the pending records whose
 	// messages a restore re-pushed and this instance still has, in a
 	// pool or done with their record's delete not yet written. A restore
@@ -84,10 +70,10 @@ type stateLog struct {
 	heldMu sync.Mutex
 	held   map[uint64]struct{}
 
-	// waitMu guards waiting: the settles of messages saved to the state
-	// file whose changelog write failed (see await).
-	waitMu  sync.Mutex
-	waiting []func()
+	// comp is the state component's changelog side, set once open has
+	// set everything above: the admin API's listings read it from other
+	// goroutines.
+	comp atomic.Pointer[snapshot.Changelog]
 
 	// What the restores brought back, for the report: records,
 	// partitions, messages re-pushed, keys blocked and saved messages of
@@ -96,9 +82,6 @@ type stateLog struct {
 	// followed counts the records of other instances the follow applied
 	// (follow.go).
 	followed atomic.Int64
-	// rebuilt counts the partitions rebuilt from their whole changelog
-	// after a break, claimed the owner markers written (ownership.go).
-	rebuilt, claimed atomic.Int64
 
 	// metaNext is the meta topic's next offset to read (pausemeta.go):
 	// set by loadPauses, then moved by the follow's goroutine alone.
@@ -110,30 +93,71 @@ type stateLog struct {
 	pauseMu  sync.Mutex
 	pauseOff map[string]int64
 
-	// views is what the changelogs of the partitions this instance does
-	// not own hold of dead letters, for the group's listing (deadgroup.go).
-	views deadViews
 	// ops takes the meta topic's records of the dead-letter operations
 	// (deadops.go), read with the pauses.
 	ops *deadOps
 }
 
-// on reports whether the changelog is in use: false with
-// LocalStateOnly, or without topics.
-func (l *stateLog) on() bool { return l != nil && l.enabled.Load() }
-
-// route names the input partition rec belongs to: a Kafka message's own
-// partition; a message that did not come from Kafka (Submit, Schedule),
-// or whose topic no class consumes any more, a partition of its class's
-// first topic chosen from its key as Kafka's default partitioner would
-// (its ID when it has no key), so that it moves with the partition its
-// key's Kafka messages are in. ok is false for a class without topics:
-// its records stay local.
-func (l *stateLog) route(rec *snapshot.Record) (topic string, partition int32, ok bool) {
-	return l.routeMsg(&rec.Message)
+// cl is the state component's changelog side: nil with the changelog
+// off (LocalStateOnly, no topics) or before open; every method of a nil
+// one answers as the file alone would.
+func (l *stateLog) cl() *snapshot.Changelog {
+	if l == nil {
+		return nil
+	}
+	return l.comp.Load()
 }
 
-// routeMsg is route for a message.
+// on reports whether the changelog is in use: false with
+// LocalStateOnly, or without topics. Only this adapter asks it.
+func (l *stateLog) on() bool { return l.cl() != nil }
+
+// The restorer's entry points, the consumer's hooks and the run's
+// feed: with the changelog off no partition's state is restored,
+// revoked or followed (every record is this instance's from the start).
+
+// restore is the consumer's restoreFunc: restorePartition (restore.go),
+// or true at once with the changelog off.
+func (rs *restorer) restore(ctx context.Context, p kclient.Partition, restored func()) bool {
+	if !rs.clog.on() {
+		return true
+	}
+	return rs.restorePartition(ctx, p, restored)
+}
+
+// revoked is the consumer's revokedFunc: revokePartition (restore.go),
+// or nothing with the changelog off.
+func (rs *restorer) revoked(p kclient.Partition) {
+	if rs.clog.on() {
+		rs.revokePartition(p)
+	}
+}
+
+// follow is the run's feed of the follow: followAll (follow.go), or
+// nothing with the changelog off.
+func (rs *restorer) follow(ctx context.Context) {
+	if rs.clog.on() {
+		rs.followAll(ctx)
+	}
+}
+
+// part is p as the state component names it; kpart the reverse.
+func part(p kclient.Partition) snapshot.Partition {
+	return snapshot.Partition{Topic: p.Topic, Partition: int32(p.Partition)}
+}
+
+func kpart(p snapshot.Partition) kclient.Partition {
+	return kclient.Partition{Topic: p.Topic, Partition: int(p.Partition)}
+}
+
+// routeMsg names the input partition m's record belongs to: a Kafka
+// message's own partition; a message that did not come from Kafka
+// (Submit, Schedule), or whose topic no class consumes any more, a
+// partition of its class's first topic chosen from its key as Kafka's
+// default partitioner would (its ID when it has no key), so that it
+// moves with the partition its key's Kafka messages are in. ok is false
+// for a class without topics: its records stay local. It is the state
+// component's snapshot.ChangelogConfig.Route.
 func (l *stateLog) routeMsg(m *handoff.Message) (topic string, partition int32, ok bool) {
 	if m.Origin.Topic != "" && l.consumed[m.Origin.Topic] {
 		return m.Origin.Topic, int32(m.Origin.Partition), true
@@ -153,29 +177,11 @@ func (l *stateLog) routeMsg(m *handoff.Message) (topic string, partition int32, 
 	return t, keyPartition(key, n), true
 }
 
-// partitionOf is routeMsg as a partition; false with the changelog off.
+// partitionOf is the partition m's record belongs to; false with the
+// changelog off.
 func (l *stateLog) partitionOf(m *handoff.Message) (kclient.Partition, bool) {
-	if !l.on() {
-		return kclient.Partition{}, false
-	}
-	t, p, ok := l.routeMsg(m)
-	return kclient.Partition{Topic: t, Partition: int(p)}, ok
-}
-
-// routedTo returns the filter of the records that belong to topic's
-// partition p.
-func (l *stateLog) routedTo(topic string, p int32) func(*snapshot.Record) bool {
-	return func(rec *snapshot.Record) bool {
-		t, q, ok := l.route(rec)
-		return ok && t == topic && q == p
-	}
-}
-
-// unrouted is the filter of the records that belong to no partition:
-// the start recovers them, the assignments the others.
-func (l *stateLog) unrouted(rec *snapshot.Record) bool {
-	_, _, ok := l.route(rec)
-	return !ok
+	p, ok := l.cl().Route(m)
+	return kpart(p), ok
 }
 
 // hold marks the pending record key held here, re-pushed by a restore;
@@ -207,40 +213,64 @@ func (l *stateLog) unhold(keys ...uint64) {
 	}
 }
 
-// owns reports whether rec may be used here: it belongs to no partition,
-// or to one restored here and not revoked since.
-func (l *stateLog) owns(rec *snapshot.Record) bool {
-	t, p, ok := l.route(rec)
-	if !ok {
-		return true
+// mine reports whether rec, a stored record, is this instance's to use
+// (snapshot.Changelog.Owns: every record with the changelog off).
+func (l *stateLog) mine(rec *snapshot.Record) bool { return l.cl().Owns(rec) }
+
+// ownsPartition reports whether p is restored here and not revoked
+// since; true with the changelog off.
+func (l *stateLog) ownsPartition(p kclient.Partition) bool { return l.cl().OwnsPartition(part(p)) }
+
+// owned returns the partitions restored here and not revoked since.
+func (l *stateLog) owned() []kclient.Partition {
+	var ps []kclient.Partition
+	for _, p := range l.cl().Owned() {
+		ps = append(ps, kpart(p))
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.owned[kclient.Partition{Topic: t, Partition: int(p)}]
+	return ps
 }
 
-// setOwned marks p owned, restored up to changelog offset next, or not
-// (revoked).
-func (l *stateLog) setOwned(p kclient.Partition, owned bool, next int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.ownGen.Add(1)
-	if owned {
-		l.owned[p] = true
-		l.ckpt[p] = &checkpoint{next: next}
-	} else {
-		delete(l.owned, p)
-		delete(l.ckpt, p)
+// unowned returns every changelog partition this instance does not own,
+// in topic and partition order; none with the changelog off.
+func (l *stateLog) unowned() []snapshot.Partition {
+	c := l.cl()
+	if c == nil {
+		return nil
 	}
+	parts := *l.parts.Load()
+	var others []snapshot.Partition
+	for _, t := range slices.Sorted(maps.Keys(parts)) {
+		for p := range parts[t] {
+			if sp := (snapshot.Partition{Topic: t, Partition: p}); !c.OwnsPartition(sp) {
+				others = append(others, sp)
+			}
+		}
+	}
+	return others
+}
+
+// writeMeta writes key and value (nil: a tombstone) to the changelog's
+// meta topic, waiting for the acknowledgement at most ChangelogTimeout
+// (and until ctx ends); nothing with the changelog off.
+func (l *stateLog) writeMeta(ctx context.Context, key, value []byte) error {
+	if !l.on() {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	if _, err := l.client.WriteMeta(wctx, key, value); err != nil {
+		return fmt.Errorf("write %s to the changelog's meta topic %s: %w", key, l.client.MetaTopic(), err)
+	}
+	return nil
 }
 
 // open makes the changelog's client, learns the partition counts of the
 // consumed topics (present: those the brokers know), makes sure every
-// changelog topic exists (creating the missing ones) and turns the state
-// file's capture on; then it sends what an earlier run saved locally but
-// could not write to the changelog. It returns an error naming the topic
-// and the permission when a changelog topic is missing and cannot be
-// created.
+// changelog topic exists (creating the missing ones) and opens the state
+// component's changelog side, which sends what an earlier run saved
+// locally but could not write to the changelog, and the records written
+// without it. It returns an error naming the topic and the permission
+// when a changelog topic is missing and cannot be created.
 func (l *stateLog) open(ctx context.Context, cfg changelog.Config, meta kclient.Client, classes []*class, present []string) error {
 	ps, err := meta.Partitions(ctx, present)
 	if err != nil {
@@ -252,7 +282,6 @@ func (l *stateLog) open(ctx context.Context, cfg changelog.Config, meta kclient.
 	}
 	l.consumed, l.classTopic, l.meta = map[string]bool{}, map[string]string{}, meta
 	l.parts.Store(&counts)
-	l.owned, l.ckpt = map[kclient.Partition]bool{}, map[kclient.Partition]*checkpoint{}
 	for _, c := range classes {
 		for _, t := range c.cfg.Topics {
 			l.consumed[t] = true
@@ -272,200 +301,63 @@ func (l *stateLog) open(ctx context.Context, cfg changelog.Config, meta kclient.
 		return fmt.Errorf("runtime: %w", err)
 	}
 	l.client = cl
-	_, had, err := l.state.fileID()
+	comp, err := l.state.store.OpenChangelog(snapshot.ChangelogConfig{Log: kafkaLog{cl}, Route: l.routeMsg,
+		Count:   func(topic string) int32 { return (*l.parts.Load())[topic] },
+		Timeout: l.timeout, Renames: l.renames, HandedOver: l.handed, Logger: l.log})
 	if err != nil {
-		return fmt.Errorf("runtime: changelog: %w", err)
+		return fmt.Errorf("runtime: %w", err)
 	}
-	fresh := !had
-	if err := l.state.store.SetChangelog(snapshot.Changelog{Route: l.route, Send: l.send}); err != nil {
-		return fmt.Errorf("runtime: changelog: %w", err)
-	}
-	l.state.store.SetDelayedHandedOver(l.handed)
-	l.enabled.Store(true)
-	n, err := l.state.store.ResendUnsent()
-	if err != nil {
-		return fmt.Errorf("runtime: changelog: resend what an earlier run could not write: %w", err)
-	}
-	if n > 0 {
-		l.log.Info("changes an earlier run saved locally written to the changelog", "changes", n)
-	}
-	return l.sendUnlogged(fresh)
+	l.comp.Store(comp)
+	return nil
 }
 
-// send is the state file's snapshot.Changelog.Send: it queues changes to
-// their partitions' changelogs and returns the wait for their
-// acknowledgement, bounded by ChangelogTimeout and the stop's deadline.
-func (l *stateLog) send(changes []snapshot.Change) func() error {
-	outs := make([]*changelog.Out, len(changes))
-	slab := make([]changelog.Out, len(changes)) // one allocation for all of them
-	for i := range changes {
-		c := &changes[i]
-		slab[i] = changelog.Out{Input: c.Topic, Partition: c.Partition, Key: c.Key, Value: c.Value, Writer: c.Writer}
+// kafkaLog is the state component's snapshot.Log over the changelog's
+// Kafka client.
+type kafkaLog struct{ c *changelog.Client }
+
+func (k kafkaLog) Send(recs []snapshot.LogRecord) func(ctx context.Context) error {
+	outs := make([]*changelog.Out, len(recs))
+	slab := make([]changelog.Out, len(recs)) // one allocation for all of them
+	for i := range recs {
+		r := &recs[i]
+		slab[i] = changelog.Out{Input: r.Input, Partition: r.Partition, Key: r.Key, Value: r.Value, Writer: r.Writer, Moved: r.Moved}
 		outs[i] = &slab[i]
 	}
-	wait := l.client.Send(outs)
-	return func() error {
-		ctx, cancel := l.waitCtx()
-		defer cancel()
+	wait := k.c.Send(outs)
+	return func(ctx context.Context) error {
 		if err := wait(ctx); err != nil {
 			return err
 		}
-		l.acked(outs)
+		for i := range recs {
+			recs[i].Offset = slab[i].Offset
+		}
 		return nil
 	}
 }
 
-// checkpoint is what the state file holds of one owned partition's
-// changelog: everything before next is applied to it. The partition's
-// restore sets next to the changelog's end; this instance's own writes,
-// once acknowledged, move it on while they follow one another without a
-// gap (a write of another instance in between stops it there: the next
-// restore reads from it).
-type checkpoint struct {
-	next int64
-	// ahead are acknowledged writes past a gap, first offset to end:
-	// they join next once the writes before them are acknowledged. A
-	// gap that stays (another instance wrote there: a submitted message
-	// of this partition dead-lettered elsewhere, a fenced old owner)
-	// would grow it for the rest of the run: past maxAhead entries the
-	// checkpoint stops moving (stuck) until the next restore.
-	ahead map[int64]int64
-	stuck bool
-}
-
-// maxAhead bounds a checkpoint's acknowledged writes past a gap.
-const maxAhead = 1024
-
-// acked moves the checkpoints of the partitions outs were written to.
-func (l *stateLog) acked(outs []*changelog.Out) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, o := range outs {
-		cp := l.ckpt[kclient.Partition{Topic: o.Input, Partition: int(o.Partition)}]
-		if cp == nil || cp.stuck || o.Offset < cp.next {
-			continue
+func (k kafkaLog) Read(ctx context.Context, input string, p int32, from int64, fn func([]snapshot.LogRecord) error) (int64, error) {
+	var buf []snapshot.LogRecord
+	next, err := k.c.Read(ctx, input, p, from, func(batch []changelog.Rec) error {
+		if cap(buf) < len(batch) {
+			buf = make([]snapshot.LogRecord, 0, len(batch))
 		}
-		if o.Offset > cp.next {
-			if len(cp.ahead) >= maxAhead {
-				cp.ahead, cp.stuck = nil, true
-				continue
-			}
-			if cp.ahead == nil {
-				cp.ahead = map[int64]int64{}
-			}
-			cp.ahead[o.Offset] = o.Offset + 1
-			continue
-		}
-		cp.next = o.Offset + 1
-		for {
-			end, ok := cp.ahead[cp.next]
-			if !ok {
-				break
-			}
-			delete(cp.ahead, cp.next)
-			cp.next = end
-		}
-	}
-}
-
-// keepCheckpoints writes the checkpoints of ps (all owned partitions when
-// ps is nil) to the state file: at a revocation and at the stop. A
-// checkpoint not written costs the next restore a longer read, nothing
-// else.
-func (l *stateLog) keepCheckpoints(ps []kclient.Partition) {
-	l.mu.Lock()
-	var keep []snapshot.Checkpoint
-	for p, cp := range l.ckpt {
-		if ps == nil || slices.Contains(ps, p) {
-			keep = append(keep, snapshot.Checkpoint{Topic: p.Topic, Partition: int32(p.Partition), Next: cp.next})
-		}
-	}
-	l.mu.Unlock()
-	if len(keep) == 0 {
-		return
-	}
-	if err := l.state.store.KeepCheckpoints(keep); err != nil {
-		l.log.Warn("changelog checkpoints not kept; the next restore reads more of the changelog", "err", err)
-	}
-}
-
-// waitCtx bounds one wait for the changelog: ChangelogTimeout, and the
-// stop's deadline once the stop set it.
-func (l *stateLog) waitCtx() (context.Context, context.CancelFunc) {
-	d := l.timeout
-	if at := l.stopAt.Load(); at != 0 {
-		d = min(d, time.Until(time.Unix(0, at)))
-	}
-	return context.WithTimeout(context.Background(), max(d, 0))
-}
-
-// bound makes every later changelog wait end by deadline: the stop's.
-func (l *stateLog) bound(deadline time.Time) {
-	if l != nil {
-		l.stopAt.Store(deadline.UnixNano())
-	}
-}
-
-// restore reads topic's partition p's changelog from the state file's
-// checkpoint for it (from the start when it has none: an empty disk, or
-// the partition lived elsewhere) up to its high watermark, and applies
-// it to the file, last write winning, tombstones deleting; after a break
-// (see ownership.go) it reads it from the start and rebuilds the file's
-// records of p from it. It returns how many changelog records it read.
-func (l *stateLog) restore(ctx context.Context, topic string, p int32) (read int, next int64, applied snapshot.Applied, err error) {
-	from, known, err := l.state.store.Checkpoint(topic, p)
-	if err != nil {
-		return 0, 0, applied, err
-	}
-	hadCheckpoint := known
-	var recs []snapshot.ChangelogRecord
-	moved := map[int64]bool{} // moved tombstones (repartition.go)
-	next, err = l.client.Read(ctx, topic, p, from, func(batch []changelog.Rec) error {
+		buf = buf[:0]
 		for _, r := range batch {
-			recs = append(recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value, Writer: r.Writer, Moved: r.MovedIn})
-			if r.Moved {
-				moved[r.Offset] = true
-			}
+			buf = append(buf, snapshot.LogRecord{Input: input, Partition: p, Offset: r.Offset, Key: r.Key, Value: r.Value,
+				Writer: r.Writer, Moved: r.Moved, MovedIn: r.MovedIn})
 		}
-		return nil
+		return fn(buf)
 	})
 	if errors.Is(err, changelog.ErrBeyondEnd) {
-		// The changelog is shorter than the file's checkpoint: the topic
-		// was made again. Read it whole.
-		l.log.Warn("changelog ends before the state file's checkpoint; reading it from the start", "topic", l.client.Topic(topic),
-			"partition", p, "checkpoint", from)
-		recs, from, known = recs[:0], 0, false
-		clear(moved)
-		next, err = l.client.Read(ctx, topic, p, 0, func(batch []changelog.Rec) error {
-			for _, r := range batch {
-				recs = append(recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value, Writer: r.Writer, Moved: r.MovedIn})
-				if r.Moved {
-					moved[r.Offset] = true
-				}
-			}
-			return nil
-		})
+		err = fmt.Errorf("%w: %w", snapshot.ErrBeyondEnd, err)
 	}
-	if err != nil {
-		return 0, 0, applied, err
-	}
-	recs, next, owner, err := l.ownership(ctx, topic, p, from, hadCheckpoint, recs, next)
-	if err != nil {
-		return 0, 0, applied, err
-	}
-	if len(recs) == 0 && known && next == from && !owner.rebuild && owner.latest == nil {
-		return 0, next, applied, nil // the file is where the changelog is
-	}
-	var dropped int
-	recs = dropMovedOut(recs, moved)
-	applied, dropped, err = l.state.store.ApplyRestore(topic, p, recs, next, snapshot.Restored{
-		Rebuild: owner.rebuild, Belongs: l.routedTo(topic, p), Latest: owner.latest, Renames: l.renames})
-	if err == nil && owner.rebuild {
-		l.rebuilt.Add(1)
-		applied.Deleted += dropped
-	}
-	return len(recs), next, applied, err
+	return next, err
 }
+
+func (k kafkaLog) Topic(input string) string { return k.c.Topic(input) }
+
+// bound makes every later changelog wait end by deadline: the stop's.
+func (l *stateLog) bound(deadline time.Time) { l.cl().Bound(deadline) }
 
 // close closes the client, if open made it. Only the run's goroutine,
 // which made it, calls it.
@@ -479,39 +371,23 @@ func (l *stateLog) close() {
 // state file but not to the changelog.
 func isChangelogErr(err error) bool { return errors.Is(err, snapshot.ErrChangelog) }
 
-// await keeps settle, the settling of a message whose save committed to
-// the state file but not to the changelog, until the changelog has the
-// write: resend runs it then.
-func (l *stateLog) await(settle func()) {
-	l.waitMu.Lock()
-	l.waiting = append(l.waiting, settle)
-	l.waitMu.Unlock()
-}
+// await keeps settle until the changelog has the write it waits for
+// (snapshot.Changelog.Await).
+func (l *stateLog) await(settle func()) { l.cl().Await(settle) }
 
-// resend writes to the changelog what the state file holds unsent (the
-// writes whose changelog write failed, whether a message waits for them
-// or not: the tombstones of done messages' records have none) and, once
-// it succeeded, settles the messages waiting for it. It reports whether
-// nothing is left waiting.
+// resend writes to the changelog what the state file holds unsent and,
+// once it succeeded, settles the messages waiting for it
+// (snapshot.Changelog.Resend). It reports whether nothing is left
+// waiting.
 func (l *stateLog) resend() bool {
-	l.waitMu.Lock()
-	waiting := l.waiting
-	l.waiting = nil
-	l.waitMu.Unlock()
-	n, err := l.state.store.ResendUnsent()
+	settled, sent, err := l.cl().Resend()
 	if err != nil {
-		l.waitMu.Lock()
-		l.waiting = append(waiting, l.waiting...)
-		l.waitMu.Unlock()
 		l.state.writeFails[toChangelog].Add(1)
-		l.log.Warn("changelog still not written; the messages saved meanwhile stay uncommitted", "messages", len(waiting), "err", err)
+		l.log.Warn("changelog still not written; the messages saved meanwhile stay uncommitted", "messages", settled, "err", err)
 		return false
 	}
-	for _, settle := range waiting {
-		settle()
-	}
-	if len(waiting) > 0 || n > 0 {
-		l.log.Info("changelog written again; the messages saved meanwhile are committed", "messages", len(waiting), "changes", n)
+	if settled > 0 || sent > 0 {
+		l.log.Info("changelog written again; the messages saved meanwhile are committed", "messages", settled, "changes", sent)
 	}
 	return true
 }
@@ -538,6 +414,59 @@ func every(ctx context.Context, d time.Duration, fn func()) {
 			fn()
 		}
 	}
+}
+
+// The choices between the state's two paths, with the changelog and
+// with the file alone, are the state component's (a nil
+// snapshot.Changelog answers as the file alone): these are its adapter.
+
+// ownedParked returns how many of pc's parked records this instance owns
+// and when the first of them was parked; ok is false when it owns none.
+// It reads the key's records (leaving out undecodable ones) only when
+// some of them may belong to a partition another instance owns.
+func (l *stateLog) ownedParked(pc snapshot.ParkedCount) (count int, oldest time.Time, ok bool, err error) {
+	c := l.cl()
+	if c == nil {
+		return pc.Count, pc.Oldest, true, nil
+	}
+	entries, err := l.state.readParked(pc.Class, pc.Key)
+	if err != nil {
+		return 0, time.Time{}, false, err
+	}
+	entries = slices.DeleteFunc(entries, func(e snapshot.ParkedEntry) bool { return !c.Owns(&e.Record) })
+	if len(entries) == 0 {
+		return 0, time.Time{}, false, nil
+	}
+	return len(entries), entries[0].Record.SavedAt, true, nil
+}
+
+// startRecovers is the filter of the records the start's recovery
+// recovers (snapshot.Changelog.StartRecovers): all with the changelog
+// off, else those that belong to no partition.
+func (l *stateLog) startRecovers() func(*snapshot.Record) bool { return l.cl().StartRecovers() }
+
+// resendAtStop is the stop's last resend of the messages whose changelog
+// write failed (resend); nothing with the changelog off.
+func (l *stateLog) resendAtStop() {
+	if l.on() {
+		l.resend()
+	}
+}
+
+// keepCheckpointsAtStop keeps every owned partition's checkpoint in the
+// file (snapshot.Changelog.KeepCheckpoints).
+func (l *stateLog) keepCheckpointsAtStop() { l.cl().KeepCheckpoints() }
+
+// pauseChange makes a pause or a resume of class: with the changelog
+// off, local alone (the change in this file and pool); with it, through
+// pauseLocal, which also writes it to the meta topic with write (its
+// failure wrapped in errMetaWrite, the change here staying).
+func (l *stateLog) pauseChange(class string, local func() error, write func(at time.Time) (int64, error)) error {
+	if !l.on() {
+		return local()
+	}
+	_, err := l.pauseLocal(class, local, write)
+	return err
 }
 
 // learn makes sure topic, consumed, has its changelog topic: one that

@@ -34,16 +34,7 @@ func keyFor(prefix string, p, n int32, nth int) string {
 // ownedPartitions returns the partitions whose state rt restored and
 // owns; none before its changelog is open.
 func ownedPartitions(rt *Runtime) []kclient.Partition {
-	if !rt.clog.on() {
-		return nil // open is making the maps
-	}
-	rt.clog.mu.Lock()
-	defer rt.clog.mu.Unlock()
-	var ps []kclient.Partition
-	for p := range rt.clog.owned {
-		ps = append(ps, p)
-	}
-	return ps
+	return rt.clog.owned()
 }
 
 // twoOwners runs instances a and b of a group on a topic "orders" of 2
@@ -302,31 +293,6 @@ func TestPartLocksRevokeEndsFollow(t *testing.T) {
 	unlockQ()
 	// The lock is free again, with no follow to end.
 	pl.revoke(p)()
-}
-
-// TestCoverMovesCheckpoint: a follow's read moves the checkpoint over
-// its range, joins the acknowledged writes past it, and moves one that
-// had stopped (stuck) on again; an acknowledgement below it changes
-// nothing.
-func TestCoverMovesCheckpoint(t *testing.T) {
-	p := kclient.Partition{Topic: "t", Partition: 0}
-	l := &stateLog{owned: map[kclient.Partition]bool{p: true}, ckpt: map[kclient.Partition]*checkpoint{}}
-	l.ckpt[p] = &checkpoint{next: 10, ahead: map[int64]int64{20: 21, 21: 22, 30: 31}}
-	l.cover(p, 20)
-	if cp := l.ckpt[p]; cp.next != 22 || len(cp.ahead) != 1 || cp.ahead[30] != 31 {
-		t.Errorf("after a read to 20: next %d, ahead %v; want 22 and map[30:31]", cp.next, cp.ahead)
-	}
-	l.ckpt[p].stuck, l.ckpt[p].ahead = true, nil
-	l.cover(p, 40)
-	if cp := l.ckpt[p]; cp.next != 40 || cp.stuck {
-		t.Errorf("a stuck checkpoint after a read to 40: next %d, stuck %v; want 40, false", cp.next, cp.stuck)
-	}
-	l.cover(p, 35) // a read that ended before an acknowledgement moved it
-	if cp := l.ckpt[p]; cp.next != 40 {
-		t.Errorf("a read to 35 moved the checkpoint from 40 to %d", cp.next)
-	}
-	delete(l.ckpt, p) // revoked: nothing to move
-	l.cover(p, 50)
 }
 
 // TestScheduledAcrossRebalanceRunOnce: messages scheduled through one

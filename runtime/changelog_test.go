@@ -12,8 +12,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/handoff-go/handoff"
-	"github.com/handoff-go/handoff/runtime/internal/changelog"
-	"github.com/handoff-go/handoff/runtime/internal/kclient"
 )
 
 // TestChangelogEmptyDisk stops an instance under load (its snapshot
@@ -252,45 +250,4 @@ func TestChangelogPauseTravels(t *testing.T) {
 		t.Errorf("class after the resume, on a new disk: hold %v, want running", got)
 	}
 	stopAndWait(t, rt3, wait3)
-}
-
-// TestCheckpointAcked: a partition's checkpoint follows this instance's
-// acknowledged writes while they leave no gap, joins writes acknowledged
-// out of order once the gap closes, and stops moving (without growing)
-// behind a gap that stays: another instance's write.
-func TestCheckpointAcked(t *testing.T) {
-	p := kclient.Partition{Topic: "orders", Partition: 1}
-	l := &stateLog{owned: map[kclient.Partition]bool{}, ckpt: map[kclient.Partition]*checkpoint{}}
-	l.setOwned(p, true, 10)
-	out := func(offsets ...int64) []*changelog.Out {
-		var outs []*changelog.Out
-		for _, o := range offsets {
-			outs = append(outs, &changelog.Out{Input: p.Topic, Partition: int32(p.Partition), Offset: o})
-		}
-		return outs
-	}
-	next := func() int64 { return l.ckpt[p].next }
-	l.acked(out(10, 11, 12))
-	if next() != 13 {
-		t.Fatalf("after 10-12: next %d, want 13", next())
-	}
-	l.acked(out(15, 16)) // 13 and 14 not acknowledged yet
-	if next() != 13 {
-		t.Fatalf("past a gap: next %d, want 13", next())
-	}
-	l.acked(out(13, 14))
-	if next() != 17 {
-		t.Fatalf("gap closed: next %d, want 17", next())
-	}
-	l.acked([]*changelog.Out{{Input: "users", Partition: 1, Offset: 17}}) // another partition
-	if next() != 17 {
-		t.Fatalf("another partition's write moved it: next %d", next())
-	}
-	// Offset 17 is another instance's: the rest never joins.
-	for o := int64(18); o < 18+2*maxAhead; o++ {
-		l.acked(out(o))
-	}
-	if cp := l.ckpt[p]; cp.next != 17 || !cp.stuck || len(cp.ahead) != 0 {
-		t.Fatalf("behind a gap that stays: next %d, stuck %v, %d ahead; want 17, stuck, none kept", cp.next, cp.stuck, len(cp.ahead))
-	}
 }

@@ -4,22 +4,17 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
-	"time"
 
-	"github.com/handoff-go/handoff/runtime/internal/changelog"
-	"github.com/handoff-go/handoff/runtime/internal/kclient"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
 // The group's dead letters (Runtime.GroupDeadLetters): those of the
 // partitions this instance owns from its state file, those of the other
 // partitions from their changelogs. What the changelog of a partition
-// holds is kept in memory between listings (deadViews): a listing reads
+// holds is kept in memory between listings (snapshot.Changelog.DeadIn): a listing reads
 // each such partition from where the last one stopped, so a dashboard
 // that pages or polls reads only what was written since.
 
@@ -158,52 +153,27 @@ func (r *Runtime) groupCtx(ctx context.Context) (context.Context, context.Cancel
 // nameOwners names them).
 func (r *Runtime) groupDead(ctx context.Context, class string, add func(*GroupDeadLetter)) error {
 	l := r.clog
-	if !l.on() {
-		return r.state.eachDead(class, func(id snapshot.DeadID, rec *snapshot.Record) {
-			g := GroupDeadLetter{DeadLetter: deadLetterOf(id, rec), Partition: -1, Owner: r.cfg.Instance}
-			add(&g)
-		})
-	}
-	l.mu.Lock()
-	owned := maps.Clone(l.owned)
-	l.mu.Unlock()
+	c := l.cl()
 	err := r.state.eachDead(class, func(id snapshot.DeadID, rec *snapshot.Record) {
 		g := GroupDeadLetter{DeadLetter: deadLetterOf(id, rec), Partition: -1, Owner: r.cfg.Instance}
-		if t, p, ok := l.route(rec); ok {
-			if !owned[kclient.Partition{Topic: t, Partition: int(p)}] {
+		if p, ok := c.Route(&rec.Message); ok {
+			if !c.OwnsPartition(p) {
 				return // its partition's owner lists it (this copy is unused)
 			}
-			g.Topic, g.Partition = t, p
+			g.Topic, g.Partition = p.Topic, p.Partition
 		}
 		add(&g)
 	})
 	if err != nil {
 		return fmt.Errorf("runtime: group dead letters: %w", err)
 	}
-	parts := *l.parts.Load()
-	var others []kclient.Partition
-	for _, t := range slices.Sorted(maps.Keys(parts)) {
-		for p := range int(parts[t]) {
-			if kp := (kclient.Partition{Topic: t, Partition: p}); !owned[kp] {
-				others = append(others, kp)
-			}
+	return c.DeadIn(ctx, l.unowned(), func(p snapshot.Partition, d *snapshot.ChangelogDead) {
+		if class != "" && d.Record.Message.Class != class {
+			return
 		}
-	}
-	views, err := l.views.refresh(ctx, l, others)
-	if err != nil {
-		return err
-	}
-	for i, v := range views {
-		p := others[i]
-		v.each(func(d *deadFound) {
-			if class != "" && d.Record.Message.Class != class {
-				return
-			}
-			g := GroupDeadLetter{DeadLetter: deadLetterOf(d.ID, &d.Record), Topic: p.Topic, Partition: int32(p.Partition)}
-			add(&g)
-		})
-	}
-	return nil
+		g := GroupDeadLetter{DeadLetter: deadLetterOf(d.ID, &d.Record), Topic: p.Topic, Partition: p.Partition}
+		add(&g)
+	})
 }
 
 // nameOwners sets the Owner of the dead letters of page that have none
@@ -330,118 +300,4 @@ func (c Cursor) groupDeadAt(newest bool) (*deadAt, error) {
 		return nil, fmt.Errorf("%w: %q is not a cursor of %s", ErrBadCursor, string(c), what)
 	}
 	return &deadAt{int64(binary.BigEndian.Uint64(b)), string(b[8:])}, nil
-}
-
-// deadViews is what the changelogs of the partitions this instance does
-// not own hold of dead letters, as read by the last listing: a listing
-// reads each partition on from where the last stopped. A partition's
-// view is read from the start again when it is older than
-// deadViewFresh (a tombstone may be compacted away after the topic's
-// delete.retention.ms, a day by default: read within it, none is
-// missed) or the changelog was made again.
-type deadViews struct {
-	mu sync.Mutex
-	m  map[kclient.Partition]*deadView
-}
-
-// deadViewFresh is how long a partition's view is read on before it is
-// read from the start again.
-const deadViewFresh = time.Hour
-
-// deadView is one changelog partition's dead letters, by changelog key.
-type deadView struct {
-	mu    sync.Mutex
-	next  int64
-	since time.Time // when it was read from the start
-	dead  map[string]deadFound
-}
-
-// refreshReaders bounds the partitions a refresh reads at once.
-const refreshReaders = 4
-
-// refresh reads parts' changelogs on, up to refreshReaders at once,
-// and returns their views (in parts' order): read them with each.
-func (vs *deadViews) refresh(ctx context.Context, l *stateLog, parts []kclient.Partition) ([]*deadView, error) {
-	vs.mu.Lock()
-	if vs.m == nil {
-		vs.m = map[kclient.Partition]*deadView{}
-	}
-	views := make([]*deadView, len(parts))
-	for i, p := range parts {
-		if vs.m[p] == nil {
-			vs.m[p] = &deadView{}
-		}
-		views[i] = vs.m[p]
-	}
-	vs.mu.Unlock()
-	errs := make([]error, len(parts))
-	sem := make(chan struct{}, refreshReaders)
-	var wg sync.WaitGroup
-	for i := range parts {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			errs[i] = views[i].read(ctx, l, parts[i])
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return views, nil
-}
-
-// each calls fn with the view's dead letters, under its lock: fn must
-// not keep d.
-func (v *deadView) each(fn func(d *deadFound)) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	for k := range v.dead {
-		d := v.dead[k]
-		fn(&d)
-	}
-}
-
-// read reads p's changelog on from where the view stopped.
-func (v *deadView) read(ctx context.Context, l *stateLog, p kclient.Partition) error {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.dead == nil || time.Since(v.since) > deadViewFresh {
-		v.next, v.since, v.dead = 0, time.Now(), map[string]deadFound{}
-	}
-	apply := func(recs []changelog.Rec) error {
-		for _, rec := range recs {
-			if _, marker, _ := snapshot.ParseOwnerMarker(rec.Key, rec.Value); marker {
-				continue
-			}
-			id, ok := snapshot.ChangelogDeadID(rec.Key)
-			if !ok {
-				continue // another bucket's, or not a record's key: the partition's restore reports it
-			}
-			if rec.Value == nil {
-				delete(v.dead, string(rec.Key))
-				continue
-			}
-			dr, err := snapshot.DecodeRecord(rec.Value)
-			if err != nil {
-				l.log.Warn("undecodable dead letter in the changelog left out of the group's dead letters",
-					"topic", l.client.Topic(p.Topic), "partition", p.Partition, "offset", rec.Offset, "err", err)
-				delete(v.dead, string(rec.Key))
-				continue
-			}
-			v.dead[string(rec.Key)] = deadFound{ID: id, Record: dr}
-		}
-		return nil
-	}
-	next, err := l.client.Read(ctx, p.Topic, int32(p.Partition), v.next, apply)
-	if errors.Is(err, changelog.ErrBeyondEnd) {
-		// The changelog was made again: read it whole.
-		v.next, v.since, v.dead = 0, time.Now(), map[string]deadFound{}
-		next, err = l.client.Read(ctx, p.Topic, int32(p.Partition), 0, apply)
-	}
-	v.next = next // what was applied stays applied, also on a failure
-	if err != nil {
-		return fmt.Errorf("runtime: group dead letters: read the changelog of topic %s partition %d: %w", p.Topic, p.Partition, err)
-	}
-	return nil
 }

@@ -247,10 +247,10 @@ func (r *Runtime) Discard(ctx context.Context, key string) error {
 }
 
 // throughOwner returns err, the outcome of action on key here, unless it
-// is a [*NotOwnerError] naming an owner with the changelog on: then the
+// is a [*NotOwnerError] naming an owner (found in the changelog): then the
 // action is asked of the owner (viaOwner, deadops.go).
 func (r *Runtime) throughOwner(ctx context.Context, action, key string, err error) error {
-	if ne, ok := errors.AsType[*NotOwnerError](err); ok && ne.Owner != "" && r.clog.on() {
+	if ne, ok := errors.AsType[*NotOwnerError](err); ok && ne.Owner != "" {
 		return r.viaOwner(ctx, action, key, ne)
 	}
 	return err
@@ -265,10 +265,11 @@ func (f *failures) list(class string, after Cursor, limit int) ([]DeadLetter, Cu
 	if err != nil {
 		return nil, "", err
 	}
-	found, next, err := f.cfg.state.deadPage(class, from, limit, func(rec *snapshot.Record) bool {
-		// Another partition's owner lists it (a page may come back short).
-		return f.cfg.owns == nil || f.cfg.owns(rec)
-	})
+	found, next, _, err := f.cfg.state.deadList(snapshot.DeadQuery{Class: class, From: from, Limit: limit, Scan: true,
+		Match: func(rec *snapshot.Record) bool {
+			// Another partition's owner lists it (a page may come back short).
+			return f.cfg.owns == nil || f.cfg.owns(rec)
+		}})
 	if err != nil {
 		return nil, "", fmt.Errorf("runtime: dead letters: %w", err)
 	}

@@ -262,10 +262,7 @@ func (o *deadOps) run(ctx context.Context) {
 // gen is the ownership generation: it moves whenever a partition is
 // restored here or revoked.
 func (o *deadOps) gen() int64 {
-	if !o.r.clog.on() {
-		return 0
-	}
-	return o.r.clog.ownGen.Load()
+	return o.r.clog.cl().Generation()
 }
 
 // schedule starts a worker for each operation that may have work here:
@@ -395,25 +392,18 @@ func (o *deadOps) over(e *opEntry) bool {
 // that the topic keeps about the operations the instances show. A failed
 // write is logged; its keys are tried again at the next call.
 func (o *deadOps) prune(ctx context.Context) {
-	l := o.r.clog
-	if !l.on() {
-		return
-	}
 	o.mu.Lock()
 	n := min(len(o.pruned), opPruneBatch)
 	keys := slices.Clone(o.pruned[:n])
 	o.pruned = slices.Delete(o.pruned, 0, n)
 	o.mu.Unlock()
 	for i, k := range keys {
-		wctx, cancel := context.WithTimeout(ctx, l.timeout)
-		_, err := l.client.WriteMeta(wctx, k, nil)
-		cancel()
-		if err != nil {
+		if err := o.r.clog.writeMeta(ctx, k, nil); err != nil {
 			o.mu.Lock()
 			o.pruned = append(o.pruned, keys[i:]...)
 			o.mu.Unlock()
 			o.r.log.Warn("records of old dead-letter operations not deleted from the changelog's meta topic; tried again at the next operation",
-				"topic", l.client.MetaTopic(), "err", err)
+				"err", err)
 			return
 		}
 	}
@@ -436,16 +426,12 @@ func (o *deadOps) write(ctx context.Context, rec deadop.Record) error {
 	default:
 		key, v = deadop.StatusKey(rec.Op, rec.Instance), rec.Status
 	}
-	if l := o.r.clog; l.on() {
-		val, err := deadop.Encode(v)
-		if err != nil {
-			return err
-		}
-		wctx, cancel := context.WithTimeout(ctx, l.timeout)
-		defer cancel()
-		if _, err := l.client.WriteMeta(wctx, key, val); err != nil {
-			return fmt.Errorf("write %s to the changelog's meta topic %s: %w", key, l.client.MetaTopic(), err)
-		}
+	val, err := deadop.Encode(v)
+	if err != nil {
+		return err
+	}
+	if err := o.r.clog.writeMeta(ctx, key, val); err != nil {
+		return err
 	}
 	o.apply(rec)
 	return nil

@@ -652,7 +652,7 @@ func TestRequeuedDeadLetterRevokedRunsOnce(t *testing.T) {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		e := o.ops[op.ID]
-		return e != nil && !e.working && e.scanned == nb.rt.clog.ownGen.Load()
+		return e != nil && !e.working && e.scanned == nb.rt.clog.cl().Generation()
 	})
 	waitFor(t, "no dead letters left", func() bool { return groupCount(t, nb.rt, DeadFilter{}) == 0 })
 	var st DeadOpStatus

@@ -3,49 +3,39 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 
-	"github.com/handoff-go/handoff/runtime/internal/kclient"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
 // deadElsewhere looks for dead letter id in the changelogs of the
 // partitions this instance does not own (read on from where the group's
-// listing last read them, deadViews) and returns the *NotOwnerError
+// listing last read them, snapshot.Changelog.DeadIn) and returns the *NotOwnerError
 // naming its partition and the partition's owner when the last write of
 // its key there is not a tombstone; nil when no such partition holds it.
 // With the changelog off it returns nil. It blocks for the reads and one
 // DescribeGroups request, until ctx ends.
 func (l *stateLog) deadElsewhere(ctx context.Context, id snapshot.DeadID) error {
-	if !l.on() || id.Local {
+	if id.Local {
 		return nil
 	}
-	parts := *l.parts.Load()
-	var others []kclient.Partition
-	for _, topic := range slices.Sorted(maps.Keys(parts)) {
-		for p := range int(parts[topic]) {
-			if kp := (kclient.Partition{Topic: topic, Partition: p}); !l.ownsPartition(kp) {
-				others = append(others, kp) // not restored here: the local file's copy, if any, is unused
-			}
+	// The partitions not restored here: the local file's copy, if any, is
+	// unused.
+	var found *snapshot.Partition
+	err := l.cl().DeadIn(ctx, l.unowned(), func(p snapshot.Partition, d *snapshot.ChangelogDead) {
+		if found == nil && d.ID == id {
+			found = &p
 		}
-	}
-	views, err := l.views.refresh(ctx, l, others)
+	})
 	if err != nil {
 		return fmt.Errorf("runtime: dead letter %s: %w", id, err)
 	}
-	for i, v := range views {
-		alive := false
-		v.each(func(d *deadFound) { alive = alive || d.ID == id })
-		if !alive {
-			continue
-		}
-		p := others[i]
-		owner, err := l.client.Owner(ctx, p.Topic, int32(p.Partition))
+	if found != nil {
+		p := *found
+		owner, err := l.client.Owner(ctx, p.Topic, p.Partition)
 		if err != nil {
 			return fmt.Errorf("runtime: dead letter %s of topic %s partition %d: find the partition's owner: %w", id, p.Topic, p.Partition, err)
 		}
-		return &NotOwnerError{Key: id.String(), Topic: p.Topic, Partition: p.Partition, Owner: owner}
+		return &NotOwnerError{Key: id.String(), Topic: p.Topic, Partition: int(p.Partition), Owner: owner}
 	}
 	return nil
 }

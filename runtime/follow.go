@@ -2,11 +2,9 @@ package runtime
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
-	"github.com/handoff-go/handoff/runtime/internal/changelog"
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
 	"github.com/handoff-go/handoff/snapshot"
 )
@@ -81,14 +79,12 @@ func (pl *partLocks) revoke(p kclient.Partition) (unlock func()) {
 	return pl.lock(p, nil)
 }
 
-// follow applies, every followInterval until ctx ends, what other
+// followAll applies, every followInterval until ctx ends, what other
 // instances wrote to the changelogs of the partitions this instance owns
 // since it restored them (see the comment at the top of this file). A
 // feed of the run: it ends at the quiesce, with the scheduler.
-func (rs *restorer) follow(ctx context.Context) {
-	if rs.clog.on() {
-		every(ctx, followInterval, func() { rs.followOnce(ctx) })
-	}
+func (rs *restorer) followAll(ctx context.Context) {
+	every(ctx, followInterval, func() { rs.followOnce(ctx) })
 }
 
 // followOnce looks at the meta topic's pauses and at every owned
@@ -101,11 +97,9 @@ func (rs *restorer) followOnce(ctx context.Context) {
 			"topic", l.client.MetaTopic(), "err", err)
 	}
 	byTopic := map[string][]int32{}
-	l.mu.Lock()
-	for p := range l.owned {
+	for _, p := range l.owned() {
 		byTopic[p.Topic] = append(byTopic[p.Topic], int32(p.Partition))
 	}
-	l.mu.Unlock()
 	for topic, parts := range byTopic {
 		ectx, cancel := context.WithTimeout(ctx, l.timeout)
 		ends, err := l.client.Ends(ectx, topic, parts)
@@ -126,21 +120,14 @@ func (rs *restorer) followOnce(ctx context.Context) {
 // from p's checkpoint up to end, if it is still owned and its changelog
 // has grown past the checkpoint.
 func (rs *restorer) followPartition(ctx context.Context, p kclient.Partition, end int64) {
-	l := rs.clog
-	if from, ok := l.checkpointOf(p); !ok || end <= from {
-		return
-	}
+	l, c := rs.clog, rs.clog.cl()
 	// wctx ends with the run's feeds, or when p is revoked meanwhile.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	unlock := rs.locks.lock(p, cancel)
 	defer unlock()
-	from, ok := l.checkpointOf(p)
-	if !ok || end <= from {
-		return // revoked meanwhile, or written by this instance and acknowledged
-	}
 	rctx, rcancel := context.WithTimeout(wctx, l.timeout)
-	f, err := l.readForeign(rctx, p, from)
+	f, err := c.Follow(rctx, part(p), end)
 	rcancel()
 	if err != nil {
 		if wctx.Err() == nil {
@@ -149,30 +136,20 @@ func (rs *restorer) followPartition(ctx context.Context, p kclient.Partition, en
 		}
 		return
 	}
-	f.recs = dropMovedOut(f.recs, f.moved)
-	applied, err := l.applyForeign(p, f.recs)
-	if err != nil {
-		rs.warn.warn(rs.log, "follow/"+p.String(), "other instances' changelog writes not applied; tried again at the next look",
-			"partition", p.String(), "err", err)
+	if len(f.Records) == 0 {
 		return
 	}
-	if !l.noteOwner(p, f.owner) {
-		return
-	}
-	l.cover(p, f.next)
-	if len(f.recs) == 0 {
-		return
-	}
+	applied := f.Applied
 	for _, de := range applied.Bad {
 		rs.log.Error("undecodable changelog record skipped", "partition", p.String(), "err", de)
 	}
 	rep := &Report{}
 	rs.putToWork(wctx, applied, rep)
-	rs.moveFollowed(wctx, p, f.recs)
+	rs.moveFollowed(wctx, p, f.Misrouted)
 	n := len(applied.Pending) + len(applied.Dead) + len(applied.Delayed) + len(applied.Parked)
 	l.followed.Add(int64(n))
 	l.repushed.Add(int64(rep.Repushed))
-	rs.log.Info("other instances' changelog writes applied", "partition", p.String(), "records", len(f.recs),
+	rs.log.Info("other instances' changelog writes applied", "partition", p.String(), "records", len(f.Records),
 		"pending", len(applied.Pending), "dead", len(applied.Dead), "delayed", len(applied.Delayed), "parked", len(applied.Parked),
 		"deleted", applied.Deleted, "repushed", rep.Repushed)
 }
@@ -203,125 +180,6 @@ func (rs *restorer) putToWork(ctx context.Context, applied snapshot.Applied, rep
 	}
 	if len(applied.Delayed) > 0 {
 		rs.wake(time.Unix(0, 0))
-	}
-}
-
-// foreign is what a follow read of a partition's changelog: the records
-// other instances wrote (and those whose key does not parse, which the
-// apply reports), and where the read ended.
-type foreign struct {
-	recs []snapshot.ChangelogRecord
-	next int64
-	// owner is the file the last owner marker read names (ownership.go).
-	owner *[16]byte
-	// moved are the offsets of the moved tombstones among recs
-	// (repartition.go).
-	moved map[int64]bool
-}
-
-// checkpointOf returns where p's checkpoint is, if p is owned.
-func (l *stateLog) checkpointOf(p kclient.Partition) (int64, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	cp := l.ckpt[p]
-	if cp == nil || !l.owned[p] {
-		return 0, false
-	}
-	return cp.next, true
-}
-
-// readForeign reads p's changelog from offset from up to its end,
-// keeping the records of other files than this instance's.
-func (l *stateLog) readForeign(ctx context.Context, p kclient.Partition, from int64) (foreign, error) {
-	own, hasOwn, err := l.state.fileID()
-	if err != nil {
-		return foreign{}, err
-	}
-	var f foreign
-	next, err := l.client.Read(ctx, p.Topic, int32(p.Partition), from, func(batch []changelog.Rec) error {
-		for _, r := range batch {
-			if id, ok, err := snapshot.ParseOwnerMarker(r.Key, r.Value); ok {
-				if err == nil {
-					f.owner = &id
-				}
-				continue
-			}
-			if hasOwn && writtenBy(r, own) {
-				continue // in the file already, or deleted since
-			}
-			f.recs = append(f.recs, snapshot.ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value, Writer: r.Writer, Moved: r.MovedIn})
-			if r.Moved {
-				if f.moved == nil {
-					f.moved = map[int64]bool{}
-				}
-				f.moved[r.Offset] = true
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return foreign{}, fmt.Errorf("read %s from %d: %w", l.client.Topic(p.Topic), from, err)
-	}
-	f.next = next
-	return f, nil
-}
-
-// writtenBy reports whether the file with ID id wrote r: the writer r
-// names (an update or delete of a restored record, under the key of the
-// file that created it), else the file its key names.
-func writtenBy(r changelog.Rec, id [16]byte) bool {
-	return snapshot.ChangelogWrittenBy(r.Key, r.Writer, id)
-}
-
-// applyForeign applies recs, other instances' writes to p's changelog,
-// to the state file, leaving its checkpoint of p where it is (the
-// checkpoint moves in memory, see cover, and is kept at a revocation and
-// at the stop), and gives the records of renamed classes their new names
-// as a restore does.
-func (l *stateLog) applyForeign(p kclient.Partition, recs []snapshot.ChangelogRecord) (applied snapshot.Applied, err error) {
-	if len(recs) == 0 {
-		return applied, nil
-	}
-	return l.applyFollowed(p.Topic, int32(p.Partition), recs)
-}
-
-// cover moves p's checkpoint over what a follow read from it, up to next:
-// the other instances' writes there are applied now, and this
-// instance's own were in the file before they were sent (the state file
-// commits a write, then sends it), acknowledged or not. So a checkpoint
-// that a write with no acknowledgement (a timeout) left behind, or that
-// stopped moving (stuck), moves on. The follow holds p's lock, so p was
-// not revoked since the read.
-func (l *stateLog) cover(p kclient.Partition, next int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	cp := l.ckpt[p]
-	if cp == nil {
-		return
-	}
-	if cp.stuck {
-		// The acknowledged writes it dropped are below next, or are
-		// read by the next follow.
-		cp.stuck, cp.ahead = false, nil
-	}
-	// from was the checkpoint when the read began; acknowledgements may
-	// have moved it since, never back.
-	cp.next = max(cp.next, next)
-	cp.join()
-}
-
-// join moves the checkpoint over the applied offsets past it that it
-// has reached.
-func (cp *checkpoint) join() {
-	for moved := true; moved; {
-		moved = false
-		for start, end := range cp.ahead {
-			if start <= cp.next {
-				delete(cp.ahead, start)
-				cp.next = max(cp.next, end)
-				moved = true
-			}
-		}
 	}
 }
 

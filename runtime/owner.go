@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"github.com/handoff-go/handoff/runtime/internal/kclient"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -14,17 +13,6 @@ import (
 // (releaseFollowedParked): parked elsewhere behind a blocker the owner
 // no longer has, it would otherwise wait for good.
 
-// ownsPartition reports whether p is restored here and not revoked
-// since; true with the changelog off (every record is this instance's).
-func (l *stateLog) ownsPartition(p kclient.Partition) bool {
-	if !l.on() {
-		return true
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.owned[p]
-}
-
 // releaseFollowedParked releases the keys of ordered classes that have
 // parked records of a partition owned here and that nothing blocks or
 // releases here: called by the follow after it applied parked records
@@ -34,7 +22,7 @@ func (rs *restorer) releaseFollowedParked(parked []snapshot.ParkedKey) {
 	if len(parked) == 0 {
 		return
 	}
-	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, log: rs.log, want: rs.clog.owns}
+	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, log: rs.log, want: rs.clog.mine}
 	if err := v.releaseParked(); err != nil {
 		rs.log.Error("parked records applied from the changelog not released; their keys wait for the partition's next restore", "err", err)
 		return

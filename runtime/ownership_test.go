@@ -271,7 +271,7 @@ func TestStaleDiskAfterTombstonesExpired(t *testing.T) {
 	if twice != 0 || len(on) != produced+1+2 {
 		t.Errorf("%d messages ran, %d of them more than once; want %d, each once", len(on), twice, produced+3)
 	}
-	if got := rtA2.clog.rebuilt.Load(); got != 2 {
+	if got, _ := rtA2.clog.cl().Counts(); got != 2 {
 		t.Errorf("a rebuilt %d partitions, want 2", got)
 	}
 }
@@ -331,7 +331,7 @@ func TestSameOwnerNotRebuilt(t *testing.T) {
 	if testClient() == ClientKafkaGo && rt.clog.restoredParts.Load() <= restoredBefore {
 		t.Errorf("kafka-go: x's join restored no partition here (%d restores before, %d after)", restoredBefore, rt.clog.restoredParts.Load())
 	}
-	if rebuilt, claimed := rt.clog.rebuilt.Load(), rt.clog.claimed.Load(); rebuilt != 0 || claimed != 0 {
+	if rebuilt, claimed := rt.clog.cl().Counts(); rebuilt != 0 || claimed != 0 {
 		t.Errorf("the same disk's run rebuilt %d partitions and wrote %d owner markers, want none", rebuilt, claimed)
 	}
 	if rep2.Restored != 0 || rep2.Repushed != rep.Snapshotted || rep2.RestoredPartitions < 2 {

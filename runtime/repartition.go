@@ -1,19 +1,16 @@
 package runtime
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/handoff-go/handoff/runtime/internal/changelog"
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
-	"github.com/handoff-go/handoff/snapshot"
 )
 
 // Partitions added to an input topic. A record that did not come from
@@ -38,7 +35,7 @@ import (
 //     their origin partition: they do not move.
 //   - A moved tombstone is not a delete: the record lives on in its new
 //     partition, so a restore or follow of the old partition leaves the
-//     reader's copy alone (dropMovedOut).
+//     reader's copy alone (snapshot's dropMovedOut).
 //   - A record written by the old count after the owner learned the new
 //     one (an instance that had not looked yet) is moved too: the follow
 //     and the restore move what they bring back that routes elsewhere, and
@@ -52,11 +49,6 @@ import (
 // countInterval is how often a running instance asks the brokers for the
 // partition counts of its input topics: one metadata request.
 const countInterval = 10 * time.Second
-
-// routedMetaPrefix prefixes the state file's meta key, per input
-// partition, of the partition count by which the file last read that
-// partition's changelog whole and moved what routes elsewhere.
-const routedMetaPrefix = "changelog-routed/"
 
 // growth is the stateLog's watch of its input topics' partition counts.
 type growth struct {
@@ -185,13 +177,11 @@ func (rs *restorer) checkCounts(ctx context.Context, force bool) {
 func (rs *restorer) afterGrowth(ctx context.Context, topics []string) {
 	l := rs.clog
 	var mine []kclient.Partition
-	l.mu.Lock()
-	for p := range l.owned {
+	for _, p := range l.owned() {
 		if slices.Contains(topics, p.Topic) {
 			mine = append(mine, p)
 		}
 	}
-	l.mu.Unlock()
 	for _, p := range mine {
 		unlock := rs.locks.lock(p, nil)
 		if l.ownsPartition(p) {
@@ -240,7 +230,7 @@ func (rs *restorer) rekey(p kclient.Partition) {
 		}
 	}
 	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.orphan, orphans: &orphans{}, log: rs.log,
-		want: rs.clog.routedTo(p.Topic, int32(p.Partition))}
+		want: rs.clog.cl().RoutedTo(part(p))}
 	v.orphans.collect()
 	defer v.orphans.flush(rs.log)
 	if err := v.restoreKeys(&Report{}); err != nil {
@@ -252,160 +242,47 @@ func (rs *restorer) rekey(p kclient.Partition) {
 	}
 }
 
-// moved is a record of a changelog partition whose key routes to another
-// partition of its topic now.
-type moved struct {
-	to         int32
-	key, value []byte
-}
-
-// moveOut reads p's changelog whole and moves every record whose key
-// routes to another partition now: written there, then tombstoned in p
-// with the moved mark. It records in the state file the count it moved
-// by. The caller holds p's lock (partLocks) and owns p. A failure is
-// logged; the next look (the follow's, a restore's) tries again.
+// moveOut moves the records of p's changelog whose keys route to
+// another partition now (snapshot.Changelog.MoveOut). The caller holds
+// p's lock (partLocks) and owns p. A failure is logged; the next look
+// (the follow's, a restore's) tries again.
 func (rs *restorer) moveOut(ctx context.Context, p kclient.Partition) {
 	l := rs.clog
-	part := int32(p.Partition)
-	n := (*l.parts.Load())[p.Topic]
-	last := map[string]moved{}
 	rctx, cancel := context.WithTimeout(ctx, max(l.timeout, time.Minute))
 	defer cancel()
-	_, err := l.client.Read(rctx, p.Topic, part, 0, func(batch []changelog.Rec) error {
-		for _, r := range batch {
-			to, ok := l.movesTo(p, r.Value)
-			if !ok {
-				delete(last, string(r.Key))
-				continue
-			}
-			last[string(r.Key)] = moved{to: to, key: bytes.Clone(r.Key), value: bytes.Clone(r.Value)}
-		}
-		return nil
-	})
+	n, err := l.cl().MoveOut(rctx, part(p))
 	if err != nil {
-		rs.warn.warn(rs.log, "move/"+p.String(), "changelog not read; its records whose keys route elsewhere move at the next look",
+		rs.warn.warn(rs.log, "move/"+p.String(), "records whose keys route elsewhere not moved, or the move not kept; tried again at the next look",
 			"partition", p.String(), "err", err)
 		return
 	}
-	if err := rs.sendMoves(p, last); err != nil {
-		rs.warn.warn(rs.log, "move/"+p.String(), "records whose keys route elsewhere not moved; tried again at the next look",
-			"partition", p.String(), "records", len(last), "err", err)
-		return
-	}
-	rs.markRouted(p, n)
-	if len(last) > 0 {
+	if n > 0 {
 		rs.log.Info("records moved to the changelog partitions their keys route to now", "partition", p.String(),
-			"records", len(last), "partitions", n)
+			"records", n, "partitions", (*l.parts.Load())[p.Topic])
 	}
-}
-
-// movesTo reports the partition the record value of p's changelog
-// routes to now, if it is live, decodes and routes to another partition
-// of p's topic.
-func (l *stateLog) movesTo(p kclient.Partition, value []byte) (int32, bool) {
-	if value == nil {
-		return 0, false
-	}
-	rec, err := snapshot.DecodeRecord(value)
-	if err != nil {
-		return 0, false
-	}
-	t, q, ok := l.routeMsg(&rec.Message)
-	if !ok || t != p.Topic || int(q) == p.Partition {
-		return 0, false
-	}
-	return q, true
-}
-
-// sendMoves writes each of recs to its new partition and, once all are
-// acknowledged, tombstones them in p with the moved mark: a failure
-// between the two leaves a record in both, which the next move of p
-// ends, never in none. The checkpoints stay: the follow reads these
-// writes back, applies the puts of other files' keys to a partition it
-// owns (its own are in the file), and leaves the moved tombstones
-// (dropMovedOut).
-func (rs *restorer) sendMoves(p kclient.Partition, recs map[string]moved) error {
-	if len(recs) == 0 {
-		return nil
-	}
-	l := rs.clog
-	var writer []byte
-	if id, ok, err := rs.state.fileID(); err == nil && ok {
-		writer = id[:]
-	}
-	puts := make([]*changelog.Out, 0, len(recs))
-	tombs := make([]*changelog.Out, 0, len(recs))
-	for _, k := range slices.Sorted(maps.Keys(recs)) {
-		m := recs[k]
-		// The put says it is a move, and who moved it: the instance that
-		// created the record may have dropped its copy (a rebuild of the
-		// new partition before the move reached it) and must take it back.
-		puts = append(puts, &changelog.Out{Input: p.Topic, Partition: m.to, Key: m.key, Value: m.value, Moved: true, Writer: writer})
-		tombs = append(tombs, &changelog.Out{Input: p.Topic, Partition: int32(p.Partition), Key: m.key, Moved: true})
-	}
-	for _, outs := range [][]*changelog.Out{puts, tombs} {
-		ctx, cancel := l.waitCtx()
-		err := l.client.Send(outs)(ctx)
-		cancel()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// markRouted records in the state file that p's changelog was read whole
-// and its records moved by count n.
-func (rs *restorer) markRouted(p kclient.Partition, n int32) {
-	err := rs.state.setRoutedBy(p, n)
-	if err != nil {
-		rs.log.Warn("partition count of the last move not kept; the next restore of the partition reads its changelog whole again",
-			"partition", p.String(), "err", err)
-	}
-}
-
-// routedKey is the state file's meta key of p's last move.
-func routedKey(p kclient.Partition) string {
-	return routedMetaPrefix + p.Topic + "/" + strconv.Itoa(p.Partition)
-}
-
-// routedBy returns the partition count by which p's changelog was last
-// read whole here; 0 when never.
-func (rs *restorer) routedBy(p kclient.Partition) int32 {
-	return rs.state.routedBy(p)
 }
 
 // noticePartition is the start of a restore of p: a partition past the
 // count this instance routes by makes it look at the counts now; it
 // returns an error naming the command that grows the changelog when the
-// changelog still has no partition for p. It also reports whether the
-// restore must be followed by a whole read of p's changelog (see
-// moveAfterRestore): the file read p before, by another count.
-func (rs *restorer) noticePartition(ctx context.Context, p kclient.Partition) (scan bool, err error) {
+// changelog still has no partition for p.
+func (rs *restorer) noticePartition(ctx context.Context, p kclient.Partition) error {
 	l := rs.clog
 	if n, ok := (*l.parts.Load())[p.Topic]; ok && int32(p.Partition) >= n {
 		rs.checkCounts(ctx, true)
 		if n := (*l.parts.Load())[p.Topic]; int32(p.Partition) >= n {
-			return false, fmt.Errorf("input partition %s has no changelog partition: %s has %d; it needs ALTER on topic %s, or an operator runs: kafka-topics --alter --topic %s --partitions %d",
+			return fmt.Errorf("input partition %s has no changelog partition: %s has %d; it needs ALTER on topic %s, or an operator runs: kafka-topics --alter --topic %s --partitions %d",
 				p, l.client.Topic(p.Topic), n, l.client.Topic(p.Topic), l.client.Topic(p.Topic), p.Partition+1)
 		}
 	}
-	known, err := rs.state.hasCheckpoint(p.Topic, int32(p.Partition))
-	if err != nil {
-		return false, err
-	}
-	// Without a checkpoint the restore reads p whole: what it applies
-	// is all of p.
-	return known && rs.routedBy(p) != (*l.parts.Load())[p.Topic], nil
+	return nil
 }
 
 // moveAfterRestore moves, once p's restore applied its changelog, the
-// records of p whose keys route elsewhere: by a whole read when scan
-// (noticePartition), else when one of the records the restore applied
-// routes elsewhere.
-func (rs *restorer) moveAfterRestore(ctx context.Context, p kclient.Partition, scan bool, applied snapshot.Applied) {
-	if !scan && !rs.clog.misrouted(p, applied) {
-		rs.markRouted(p, (*rs.clog.parts.Load())[p.Topic])
+// records of p whose keys route elsewhere, when the restore says some
+// may (snapshot.Restoration.Misrouted).
+func (rs *restorer) moveAfterRestore(ctx context.Context, p kclient.Partition, misrouted bool) {
+	if !misrouted {
 		return
 	}
 	unlock := rs.locks.lock(p, nil)
@@ -415,44 +292,12 @@ func (rs *restorer) moveAfterRestore(ctx context.Context, p kclient.Partition, s
 	}
 }
 
-// misrouted reports whether one of the pending, dead or delayed records
-// applied to p routes to another partition.
-func (l *stateLog) misrouted(p kclient.Partition, applied snapshot.Applied) bool {
-	found := false
-	other := func(rec snapshot.Record, ok bool, err error) {
-		if ok && err == nil {
-			t, q, routed := l.routeMsg(&rec.Message)
-			found = found || routed && t == p.Topic && int(q) != p.Partition
-		}
+// moveFollowed moves, after a follow applied other instances' writes to
+// p, the records of p whose keys route elsewhere, if one of those writes
+// does (snapshot.Followed.Misrouted): written by an instance that routed
+// by an older count. The caller holds p's lock.
+func (rs *restorer) moveFollowed(ctx context.Context, p kclient.Partition, misrouted bool) {
+	if misrouted {
+		rs.moveOut(ctx, p)
 	}
-	l.state.eachApplied(applied, other)
-	return found
-}
-
-// moveFollowed moves, after a follow applied recs to p, the records of
-// p whose keys route elsewhere, if one of recs does: written by an
-// instance that routed by an older count. The caller holds p's lock.
-func (rs *restorer) moveFollowed(ctx context.Context, p kclient.Partition, recs []snapshot.ChangelogRecord) {
-	for _, r := range recs {
-		if _, ok := rs.clog.movesTo(p, r.Value); ok {
-			rs.moveOut(ctx, p)
-			return
-		}
-	}
-}
-
-// dropMovedOut returns recs, read from one changelog partition in offset
-// order, without the records of the keys whose last record there is a
-// moved tombstone (moved holds their offsets): those records live in
-// another partition now, and the reader's copy, if any, is left alone.
-// recs' array is reused.
-func dropMovedOut(recs []snapshot.ChangelogRecord, moved map[int64]bool) []snapshot.ChangelogRecord {
-	if len(moved) == 0 {
-		return recs
-	}
-	last := map[string]int64{}
-	for _, r := range recs {
-		last[string(r.Key)] = r.Offset
-	}
-	return slices.DeleteFunc(recs, func(r snapshot.ChangelogRecord) bool { return moved[last[string(r.Key)]] })
 }

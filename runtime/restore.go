@@ -64,17 +64,15 @@ type restorer struct {
 // restore.
 const restoreRetryMax = 30 * time.Second
 
-// restore is the consumer's restoreFunc: it brings partition p's state
+// restorePartition is the consumer's restoreFunc with the changelog on
+// (restorer.restore, changelog.go): it brings partition p's state
 // back (once, which calls restored once p's state is in the file and p
 // is owned here) before its fetch loop starts, trying again with a
 // growing wait while it fails: fetching the partition before its saved
 // messages are back would run later messages of a key before earlier
 // ones. It returns false when ctx ended first (the partition was
 // revoked, or the stop began).
-func (rs *restorer) restore(ctx context.Context, p kclient.Partition, restored func()) bool {
-	if !rs.clog.on() {
-		return true
-	}
+func (rs *restorer) restorePartition(ctx context.Context, p kclient.Partition, restored func()) bool {
 	wait := time.Second
 	for {
 		err := rs.once(ctx, p, restored)
@@ -97,47 +95,42 @@ func (rs *restorer) restore(ctx context.Context, p kclient.Partition, restored f
 	}
 }
 
-// once applies p's changelog to the state file (rebuilding p's records
-// from it after a break, ownership.go), makes this file p's owner in
-// the changelog (claim), then recovers p's
-// records as the start recovers a file: its pending records re-pushed,
+// once applies p's changelog to the state file and makes this file p's
+// owner in the changelog (snapshot.Changelog.Restore: rebuilding p's
+// records after a break), then recovers p's records as the start
+// recovers a file: its pending records re-pushed,
 // the keys its dead letters and redeliveries block, its parked keys, and
 // its delayed records handed to the scheduler (which delivers only
 // records of partitions restored here).
 func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func()) error {
-	l := rs.clog
+	l, c := rs.clog, rs.clog.cl()
 	started := time.Now()
-	topic, part := p.Topic, int32(p.Partition)
-	if err := l.learn(ctx, topic); err != nil {
+	if err := l.learn(ctx, p.Topic); err != nil {
 		return err
 	}
-	scan, err := rs.noticePartition(ctx, p) // repartition.go
-	if err != nil {
+	if err := rs.noticePartition(ctx, p); err != nil { // repartition.go
 		return err
 	}
 	unlock := rs.locks.lock(p, nil)
-	read, next, applied, err := l.restore(ctx, topic, part)
+	res, err := c.Restore(ctx, part(p))
 	unlock()
 	if err != nil {
-		return fmt.Errorf("restore %s from %s: %w", p, l.client.Topic(topic), err)
+		return fmt.Errorf("restore %s from %s: %w", p, l.client.Topic(p.Topic), err)
 	}
-	if next, err = l.claim(ctx, topic, part, next); err != nil {
-		return fmt.Errorf("claim %s in %s: %w", p, l.client.Topic(topic), err)
-	}
+	applied := res.Applied
 	for _, de := range applied.Bad {
 		rs.log.Error("undecodable changelog record skipped", "partition", p.String(), "err", de)
 	}
 	rep := &Report{}
 	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.orphan,
-		orphans: &orphans{}, log: rs.log, want: l.routedTo(topic, part), hold: l.hold, unhold: l.unhold}
+		orphans: &orphans{}, log: rs.log, want: c.RoutedTo(part(p)), hold: l.hold, unhold: l.unhold}
 	v.resume, v.elsewhere = rs.resumes, rs.resumes.run(func(context.Context) []kclient.Partition { return []kclient.Partition{p} })
-	l.setOwned(p, true, next)
 	restored()
 	if err := v.run(ctx, rep); err != nil {
-		l.setOwned(p, false, 0)
+		c.Disown(part(p), false)
 		return err
 	}
-	rs.moveAfterRestore(ctx, p, scan, applied)
+	rs.moveAfterRestore(ctx, p, res.Misrouted)
 	rs.wake(time.Unix(0, 0)) // its delayed records, from the start
 	n := len(applied.Pending) + len(applied.Dead) + len(applied.Delayed) + len(applied.Parked)
 	l.restored.Add(int64(n))
@@ -145,12 +138,13 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 	l.repushed.Add(int64(rep.Repushed))
 	l.blockedKeys.Add(int64(rep.BlockedKeys))
 	l.unknownClass.Add(int64(rep.UnknownClass))
-	rs.log.Info("partition state restored", "partition", p.String(), "changelog_records", read, "restored", n,
+	rs.log.Info("partition state restored", "partition", p.String(), "changelog_records", res.Read, "restored", n,
 		"deleted", applied.Deleted, "repushed", rep.Repushed, "blocked_keys", rep.BlockedKeys, "took", time.Since(started))
 	return nil
 }
 
-// revoked is the consumer's revokedFunc: p's records stop being used
+// revokePartition is the consumer's revokedFunc with the changelog on
+// (restorer.revoked, changelog.go): p's records stop being used
 // here. The scheduler no longer delivers its delayed records, the keys
 // of ordered classes its dead letters and redeliveries block, or whose
 // parked messages are being released, are dropped here (its next owner
@@ -159,16 +153,12 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 // and parked ones of those keys not yet started leave the pools (their
 // records stay in the file, for the partition's next owner and for this
 // instance if it gets the partition back).
-func (rs *restorer) revoked(p kclient.Partition) {
+func (rs *restorer) revokePartition(p kclient.Partition) {
 	l := rs.clog
-	if !l.on() {
-		return
-	}
 	// A follow of p under way ends first: what it pushed is taken back
 	// below with the rest.
 	defer rs.locks.revoke(p)()
-	l.keepCheckpoints([]kclient.Partition{p})
-	l.setOwned(p, false, 0)
+	l.cl().Disown(part(p), true)
 	for _, c := range rs.order {
 		var dropped map[string]bool
 		if c.keys != nil {

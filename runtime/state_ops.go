@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -30,41 +31,72 @@ func delayedSource(key snapshot.DelayedKey) snapshot.Source {
 }
 
 // deadFound is a dead letter a listing read, with its ID.
-type deadFound = snapshot.DeadLetter
-
-// deadPage reads a page of class's dead letters after from (every
-// class's for ""), those keep accepts, with their IDs, in one read; next
-// is 0 past the last page. The caller has checked that the file is open
-// (get).
-func (f *stateFile) deadPage(class string, from uint64, limit int, keep func(*snapshot.Record) bool) (out []deadFound, next uint64, err error) {
-	return f.store.DeadListing(class, from, limit, keep)
+type deadFound struct {
+	ID     snapshot.DeadID
+	Record snapshot.Record
 }
 
-// deadSearch reads every dead letter of class (every class's for "")
-// and returns with their IDs a page of those match accepts and the count
-// of them all, in one read ([snapshot.State.DeadSearch]). The caller has
-// checked that the file is open (get).
-func (f *stateFile) deadSearch(class string, from uint64, newest bool, limit int, match func(*snapshot.Record) bool) (out []deadFound, next uint64, total int, err error) {
-	return f.store.DeadSearch(class, from, newest, limit, match)
+// deadList runs q (snapshot.State.ListDead) and returns its page with
+// the IDs; a dead letter that does not decode fails the listing, its
+// *snapshot.DecodeError in the error. The caller has checked that the
+// file is open (get).
+func (f *stateFile) deadList(q snapshot.DeadQuery) (out []deadFound, next uint64, total int, err error) {
+	l, err := f.store.ListDead(q)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if err := undecodable(l); err != nil {
+		return nil, 0, 0, err
+	}
+	out = make([]deadFound, len(l.Page))
+	for i := range l.Page {
+		if err := l.Page[i].IDErr; err != nil {
+			return nil, 0, 0, err
+		}
+		out[i] = deadFound{ID: l.Page[i].ID, Record: l.Page[i].Record}
+	}
+	return out, l.Next, l.Total, nil
 }
 
-// deadRecords reads a page of class's dead letters after from (every
-// class's for ""); next is 0 past the last page. Undecodable records
-// come back in err as [*snapshot.DecodeError]s (decodeErrors).
+// undecodable joins the decode errors of l's dead letters that do not
+// decode; nil when every one does.
+func undecodable(l snapshot.DeadList) error {
+	var errs []error
+	for _, u := range l.Undecodable {
+		errs = append(errs, u.Err)
+	}
+	return errors.Join(errs...)
+}
+
+// deadRecords reads a chunk of class's dead letters after from (every
+// class's for ""); next is 0 past the last chunk. Undecodable records
+// come back in err as [*snapshot.DecodeError]s (decodeErrors), with the
+// page of the others.
 func (f *stateFile) deadRecords(class string, after uint64, limit int) (page []snapshot.Entry, next uint64, err error) {
-	return f.store.DeadPage(class, after, limit)
+	l, err := f.store.ListDead(snapshot.DeadQuery{Class: class, From: after, Limit: limit, Scan: true})
+	if err != nil {
+		return nil, 0, err
+	}
+	page = make([]snapshot.Entry, len(l.Page))
+	for i := range l.Page {
+		page[i] = snapshot.Entry{Key: l.Page[i].Key, Record: l.Page[i].Record}
+	}
+	return page, l.Next, undecodable(l)
 }
 
 // findDead returns the key in this file and the record of the dead
 // letter with ID id; ok is false when the file has none. The caller has
 // checked that the file is open (get).
 func (f *stateFile) findDead(id snapshot.DeadID) (local uint64, rec snapshot.Record, ok bool, err error) {
-	return f.store.FindDead(id)
+	e, ok, err := f.store.DeadByID(id)
+	return e.Key, e.Record, ok, err
 }
 
 // deleteDead deletes the dead letters with keys locals in this file, in
 // one write of its own (a tombstone each in the changelog).
-func (f *stateFile) deleteDead(locals ...uint64) error { return f.store.DeleteDead(locals...) }
+func (f *stateFile) deleteDead(locals ...uint64) error {
+	return f.store.Delete(sources(snapshot.FromDead, locals)...)
+}
 
 // deadTime is a dead letter's key in this file and when it was saved
 // (or failed again).
@@ -151,7 +183,18 @@ func (f *stateFile) deleteProgress(topic string, p int32) error {
 
 // deletePending deletes the pending records keys in one write (a
 // tombstone each in the changelog).
-func (f *stateFile) deletePending(keys ...uint64) error { return f.store.DeletePending(keys...) }
+func (f *stateFile) deletePending(keys ...uint64) error {
+	return f.store.Delete(sources(snapshot.FromPending, keys)...)
+}
+
+// sources returns the sources of the records of bucket from with keys.
+func sources(from snapshot.From, keys []uint64) []snapshot.Source {
+	out := make([]snapshot.Source, len(keys))
+	for i, k := range keys {
+		out[i] = snapshot.Source{From: from, Key: k}
+	}
+	return out
+}
 
 // deletePendingLocal is deletePending in the file alone, without
 // tombstones in the changelog.
@@ -259,7 +302,3 @@ func (f *stateFile) scanPending(fn func(batch []snapshot.Entry) bool) ([]*snapsh
 // clearChangelogComplete notes that the file's writes from now on reach
 // no changelog (snapshot.State.ClearChangelogComplete).
 func (f *stateFile) clearChangelogComplete() error { return f.store.ClearChangelogComplete() }
-
-// sendUnlogged sends the records the changelog may never have seen
-// (snapshot.State.SendUnlogged) and returns how many.
-func (f *stateFile) sendUnlogged(fresh bool) (int, error) { return f.store.SendUnlogged(fresh) }

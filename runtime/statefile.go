@@ -160,7 +160,7 @@ func (f *stateFile) parked(class string, key []byte) ([]snapshot.ParkedEntry, er
 }
 
 // decodeErrors splits the error of a listing that reports undecodable
-// records in a join of [*snapshot.DecodeError]s (State.DeadPage,
+// records in a join of [*snapshot.DecodeError]s (stateFile.deadRecords,
 // State.ListDelayed) into those and the rest, nil when there is none.
 func decodeErrors(err error) ([]*snapshot.DecodeError, error) {
 	if err == nil {

@@ -15,7 +15,7 @@
 // safe for concurrent use; every read and write is one call of one of
 // its methods and one transaction, so a caller never sees, and never
 // writes, half of an operation. A write blocks for the file's fsync and,
-// once [State.SetChangelog] set a changelog, for the changelog's
+// once [State.OpenChangelog] turned the changelog on, for the changelog's
 // acknowledgement of the write; a read neither blocks writers nor waits
 // for them.
 //
@@ -42,7 +42,7 @@
 //     before;
 //   - an error wrapping [ErrChangelog] when the file has it but the
 //     changelog does not: the caller settles only once
-//     [State.ResendUnsent] succeeded;
+//     [Changelog.Resend] succeeded ([Changelog.Await]);
 //   - any other error when nothing was written: the message stays where
 //     it was (Kafka delivers it again, its record stays).
 //
@@ -50,21 +50,28 @@
 // messages saved, the records of done ones deleted, the updated records
 // and each partition's [Progress], in one transaction.
 //
-// # The changelog's bookkeeping
+// # The changelog
 //
-// The file keeps a changelog ID, a checkpoint per partition, the owner
-// marker it last saw per partition and the partition count records were
-// last routed by; [State.FileID], [State.Owner], [State.SetOwner],
-// [State.NoteOwner], [State.Checkpoint], [State.KeepCheckpoints],
-// [State.SetRoutedBy] and [State.RoutedBy] read and write them (in the
-// file alone: they are not changelog records). [State.ApplyRestore] and
-// [State.ApplyFollowed] apply what a restore or a follow read of a
-// partition's changelog, renames included, in one transaction each. The
-// Kafka side (reading the changelog, writing owner markers, the meta
-// topic of pauses, the repartition of records) is still the runtime's
-// (runtime/changelog.go, ownership.go, follow.go, repartition.go,
-// pausemeta.go): it hands this package what it read and writes what this
-// package returns.
+// [State.OpenChangelog] turns the changelog on and returns its side of
+// the state, a [Changelog]: it sends every write of the file to the
+// changelog partition of the input partition its record belongs to (the
+// caller's Route), keeps which partitions this instance owns and their
+// checkpoints, restores a partition ([Changelog.Restore]: read from the
+// file's checkpoint, or whole and rebuilt after a break, judged by the
+// owner markers), claims it ([Changelog.Claim]), follows what other
+// instances write to it ([Changelog.Follow]), and keeps the settles of
+// messages whose changelog write failed until a [Changelog.Resend]. A nil
+// *Changelog is the changelog off: every method answers as the file alone
+// would (every record is this instance's, nothing to restore), so the
+// caller never asks whether it is on. The Kafka side is a small
+// interface, [Log] (send, read a partition to its end, name the topic),
+// that the runtime implements over its Kafka client; this package
+// imports no Kafka client. What a restore or a follow applied comes
+// back as values ([Restoration], [Followed]): the runtime pushes the
+// messages into its pools and blocks keys. The meta topic (pauses,
+// dead-letter operations), the repartition's record moves and the
+// group's dead-letter views are still the runtime's (runtime/changelog.go
+// is their adapter).
 //
 // # Offline: the CLI
 //
@@ -80,8 +87,8 @@
 // [State.Quarantine]), [State.Quarantined]; the dead letters with their
 // IDs ([State.ListDead], [State.DeadByID], [State.DeadByMessageID],
 // [State.DeadRefs]: the undecodable ones apart, as [UndecodableDead]);
-// [State.RequeueDead] (to pending, with a fresh budget), [State.DeleteDead],
-// [State.Delete] (replay's acknowledged records, as [Source]s),
+// [State.RequeueDead] (to pending, with a fresh budget), [State.Delete]
+// (a discard's dead letters, replay's acknowledged records, as [Source]s),
 // [State.RenameClasses], [State.PutPause], [State.DeletePause]. Its
 // cluster listing reads a group's changelog without a file:
 // [IsChangelogDead] tells a dead letter's writes, [DecodeChangelogDead]
@@ -92,17 +99,17 @@
 // [State], its [Options], the value types the runtime and the CLI hand
 // around ([Record], [Entry], [DeadID], [DelayedKey], [DelayedEntry],
 // [ParkedKey], [ParkedEntry], [ParkedCount], [Progress], [Pause],
-// [Applied], [ChangelogRecord], [Change], [Changelog], [Quarantined]) and
+// [Applied], [ChangelogRecord], [Quarantined]) and
 // the errors (ErrLocked, ErrNotState, ErrNewerFormat, ErrDamaged...) are
 // aliases of package snapshot/internal/store's. Of the format, only what
 // a caller needs by name is exported: the bucket names Counts keys its
 // result by (BucketPending...), the dead-letter ID's parser
-// ([ParseDeadID]), what the runtime's changelog reads ask of a changelog
-// record ([ChangelogDeadID], [ChangelogWrittenBy], the owner marker's
-// [OwnerMarker] and [ParseOwnerMarker]; the changelog key itself is not
-// parsed outside the package) and the record decoder the
-// runtime's repartition uses ([DecodeRecord]); MetaGroup and
-// MetaInstance have no user outside the package since the CLI reads
+// ([ParseDeadID]) and what the CLI's cluster listing asks of a changelog
+// record ([IsChangelogDead], [DecodeChangelogDead]); the changelog key,
+// the owner marker and the record codec are not parsed outside the
+// package (the runtime's changelog reads go through [Changelog]).
+// MetaGroup and MetaInstance have no user outside the package since the
+// CLI reads
 // [State.FileInfo]. The file's transactions (store.Tx,
 // store.Store), its buckets' layout and the key codecs are internal:
 // nothing outside package snapshot opens a transaction.

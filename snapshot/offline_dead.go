@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/handoff-go/handoff/snapshot/internal/store"
 )
@@ -13,7 +14,7 @@ import (
 type DeadRef struct {
 	// Key is its key in this file's dead bucket: a position in this file
 	// only (the from of [DeadQuery], the keys [State.RequeueDead] and
-	// [State.DeleteDead] take). 0 for an undecodable dead letter stored
+	// [State.Delete] take). 0 for an undecodable dead letter stored
 	// under a key of the wrong shape.
 	Key uint64
 	// ID is its ID, the same on every instance of the group (see
@@ -62,6 +63,12 @@ type DeadQuery struct {
 	// Limit is the most dead letters of the page; below 1 the page is
 	// empty and only Total is counted.
 	Limit int
+	// Scan reads only the next Limit dead letters from From on, in key
+	// order (Newest is ignored), and pages those Match selects: the page
+	// may come back short of Limit with more to read, and Total is not
+	// counted (0). It reads a chunk instead of every dead letter of the
+	// class.
+	Scan bool
 }
 
 // DeadList is a page of dead letters from [State.ListDead].
@@ -80,9 +87,9 @@ type DeadList struct {
 	Undecodable []UndecodableDead
 }
 
-// ListDead reads every dead letter of q.Class and returns a page of
-// those q.Match selects, with their IDs, and their count, in one read
-// transaction. It decodes every dead letter of the class to count them,
+// ListDead reads every dead letter of q.Class (a chunk of them with
+// q.Scan) and returns a page of those q.Match selects, with their IDs
+// and keys, and their count, in one read transaction. It decodes every dead letter of the class to count them,
 // holding the page and a chunk of records in memory. A dead letter that
 // does not decode is returned apart (DeadList.Undecodable), not as an
 // error.
@@ -93,7 +100,16 @@ func (s *State) ListDead(q DeadQuery) (DeadList, error) {
 	}
 	var out DeadList
 	err := s.st.View(func(tx *store.Tx) error {
-		page, next, total, err := tx.DeadSearch(q.Class, match, q.From, q.Newest, q.Limit)
+		var page []Entry
+		var next uint64
+		var total int
+		var err error
+		if q.Scan {
+			page, next, err = tx.DeadPage(q.Class, q.From, q.Limit)
+			page = slices.DeleteFunc(page, func(e Entry) bool { return !match(&e.Record) })
+		} else {
+			page, next, total, err = tx.DeadSearch(q.Class, match, q.From, q.Newest, q.Limit)
+		}
 		bad, ok := decodeErrors(err)
 		if !ok {
 			return err

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -28,7 +29,7 @@ func offlineRec(id, class, key string, off int64) Record {
 // openOffline opens a new state file in t's temporary directory; with
 // changes non-nil, with a changelog that routes every record to
 // partition 0 of "orders" and appends what it is sent to *changes.
-func openOffline(t *testing.T, changes *[]Change) (*State, string) {
+func openOffline(t *testing.T, changes *[]LogRecord) (*State, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "state.db")
 	st, err := Open(path, Options{NoSync: true})
@@ -37,10 +38,8 @@ func openOffline(t *testing.T, changes *[]Change) (*State, string) {
 	}
 	t.Cleanup(func() { st.Close() })
 	if changes != nil {
-		err := st.SetChangelog(Changelog{
-			Route: func(*Record) (string, int32, bool) { return "orders", 0, true },
-			Send:  func(c []Change) func() error { *changes = append(*changes, c...); return nil },
-		})
+		_, err := st.OpenChangelog(ChangelogConfig{Log: &fakeLog{sent: changes},
+			Route: func(*handoff.Message) (string, int32, bool) { return "orders", 0, true }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +141,7 @@ func TestWalk(t *testing.T) {
 // returns the State, read-only, and the IDs of the three.
 func deadFile(t *testing.T) (*State, []DeadID) {
 	t.Helper()
-	var changes []Change
+	var changes []LogRecord
 	st, path := openOffline(t, &changes)
 	var ids []DeadID
 	err := seed(st, func(tx *store.Tx) error {
@@ -301,7 +300,7 @@ func TestOfflineWrites(t *testing.T) {
 // writes are dead letters'; the last put decodes to the dead letter with
 // the ID its writer's file gives it.
 func TestChangelogDead(t *testing.T) {
-	var changes []Change
+	var changes []LogRecord
 	st, _ := openOffline(t, &changes)
 	var id DeadID
 	err := seed(st, func(tx *store.Tx) error {
@@ -357,3 +356,39 @@ func TestChangelogDead(t *testing.T) {
 // the tests write and check what the offline face reads without it.
 func seed(st *State, fn func(tx *store.Tx) error) error { return st.st.Update(fn) }
 func peek(st *State, fn func(tx *store.Tx) error) error { return st.st.View(fn) }
+
+// fakeLog is a Log that keeps what it is sent (acknowledged at once, at
+// consecutive offsets per partition) and reads it back.
+type fakeLog struct {
+	sent *[]LogRecord
+}
+
+func (f *fakeLog) Send(recs []LogRecord) func(context.Context) error {
+	for i := range recs {
+		n := int64(0)
+		for _, r := range *f.sent {
+			if r.Input == recs[i].Input && r.Partition == recs[i].Partition {
+				n++
+			}
+		}
+		recs[i].Offset = n
+		*f.sent = append(*f.sent, recs[i])
+	}
+	return func(context.Context) error { return nil }
+}
+
+func (f *fakeLog) Read(ctx context.Context, input string, p int32, from int64, fn func([]LogRecord) error) (int64, error) {
+	var batch []LogRecord
+	for _, r := range *f.sent {
+		if r.Input == input && r.Partition == p && r.Offset >= from {
+			batch = append(batch, r)
+		}
+	}
+	next := from
+	if len(batch) > 0 {
+		next = batch[len(batch)-1].Offset + 1
+	}
+	return next, fn(batch)
+}
+
+func (f *fakeLog) Topic(input string) string { return input + ".changelog" }

@@ -12,16 +12,16 @@ import (
 // remembered, the checkpoints, the partition count records were routed
 // by) and the applies of what a restore or a follow read.
 
-// FileID returns the file's changelog ID; ok is false while it has none.
-func (s *State) FileID() (id [16]byte, ok bool, err error) {
+// fileID returns the file's changelog ID; ok is false while it has none.
+func (s *State) fileID() (id [16]byte, ok bool, err error) {
 	err = s.st.View(func(tx *store.Tx) (err error) { id, ok, err = tx.ChangelogFileID(); return err })
 	return id, ok, err
 }
 
-// Owner returns, in one read, the file's changelog ID (hasOwn false
+// owner returns, in one read, the file's changelog ID (hasOwn false
 // while it has none) and the file the latest owner marker of topic's
 // partition p that this file remembers names (known false for none).
-func (s *State) Owner(topic string, p int32) (own [16]byte, hasOwn bool, owner [16]byte, known bool, err error) {
+func (s *State) owner(topic string, p int32) (own [16]byte, hasOwn bool, owner [16]byte, known bool, err error) {
 	err = s.st.View(func(tx *store.Tx) (err error) {
 		if own, hasOwn, err = tx.ChangelogFileID(); err != nil {
 			return err
@@ -32,15 +32,15 @@ func (s *State) Owner(topic string, p int32) (own [16]byte, hasOwn bool, owner [
 	return own, hasOwn, owner, known, err
 }
 
-// SetOwner remembers owner as the file the latest owner marker of
+// setOwner remembers owner as the file the latest owner marker of
 // topic's partition p names, in the file alone.
-func (s *State) SetOwner(topic string, p int32, owner [16]byte) error {
+func (s *State) setOwner(topic string, p int32, owner [16]byte) error {
 	return s.st.BatchLocal(func(tx *store.Tx) error { return tx.SetChangelogOwner(topic, p, owner) })
 }
 
-// NoteOwner is SetOwner that also returns the file's changelog ID, read
+// noteOwner is setOwner that also returns the file's changelog ID, read
 // in the same write.
-func (s *State) NoteOwner(topic string, p int32, owner [16]byte) (own [16]byte, err error) {
+func (s *State) noteOwner(topic string, p int32, owner [16]byte) (own [16]byte, err error) {
 	err = s.st.BatchLocal(func(tx *store.Tx) (err error) {
 		if own, _, err = tx.ChangelogFileID(); err != nil {
 			return err
@@ -50,9 +50,9 @@ func (s *State) NoteOwner(topic string, p int32, owner [16]byte) (own [16]byte, 
 	return own, err
 }
 
-// Checkpoint returns the changelog offset the file has applied topic's
+// checkpoint returns the changelog offset the file has applied topic's
 // partition p up to; known is false when it keeps none.
-func (s *State) Checkpoint(topic string, p int32) (next int64, known bool, err error) {
+func (s *State) checkpoint(topic string, p int32) (next int64, known bool, err error) {
 	err = s.st.View(func(tx *store.Tx) (err error) { next, known, err = tx.ChangelogCheckpoint(topic, p); return err })
 	return next, known, err
 }
@@ -86,18 +86,18 @@ func routedKey(topic string, p int32) string {
 	return routedMetaPrefix + topic + "/" + strconv.Itoa(int(p))
 }
 
-// SetRoutedBy records, in the file alone, that topic's partition p's
+// setRoutedBy records, in the file alone, that topic's partition p's
 // changelog was read whole and its records moved by partition count n.
-func (s *State) SetRoutedBy(topic string, p int32, n int32) error {
+func (s *State) setRoutedBy(topic string, p int32, n int32) error {
 	return s.st.UpdateLocal(func(tx *store.Tx) error {
 		return tx.PutMeta(routedKey(topic, p), []byte(strconv.Itoa(int(n))))
 	})
 }
 
-// RoutedBy returns the partition count by which topic's partition p's
+// routedBy returns the partition count by which topic's partition p's
 // changelog was last read whole here; 0 when never, or when the file
 // cannot tell.
-func (s *State) RoutedBy(topic string, p int32) int32 {
+func (s *State) routedBy(topic string, p int32) int32 {
 	var n int32
 	_ = s.st.View(func(tx *store.Tx) error {
 		v, ok, err := tx.Meta(routedKey(topic, p))
@@ -139,30 +139,12 @@ func (s *State) ReadApplied(applied Applied, blocks func(*Record) bool, block fu
 	return pending, err
 }
 
-// EachApplied calls each, in one read, with the read of every pending,
-// dead and delayed record applied holds, in that order; a failed read
-// ends nothing.
-func (s *State) EachApplied(applied Applied, each func(rec Record, ok bool, err error)) {
-	_ = s.st.View(func(tx *store.Tx) error {
-		for _, k := range applied.Pending {
-			each(tx.GetPending(k))
-		}
-		for _, k := range applied.Dead {
-			each(tx.GetDead(k))
-		}
-		for _, k := range applied.Delayed {
-			each(tx.GetDelayed(k))
-		}
-		return nil
-	})
-}
-
-// ApplyFollowed applies recs, other instances' writes to topic's
+// applyFollowed applies recs, other instances' writes to topic's
 // partition p read by a follow, to the file alone, from the file's
 // checkpoint of p (0 without one) without moving it, and gives the
 // records of renamed classes their new names (renames, from -> to), in
 // one write.
-func (s *State) ApplyFollowed(topic string, p int32, recs []ChangelogRecord, renames map[string]string) (applied Applied, err error) {
+func (s *State) applyFollowed(topic string, p int32, recs []ChangelogRecord, renames map[string]string) (applied Applied, err error) {
 	err = s.st.BatchLocal(func(tx *store.Tx) error {
 		kept, ok, err := tx.ChangelogCheckpoint(topic, p)
 		if err != nil {
@@ -179,9 +161,9 @@ func (s *State) ApplyFollowed(topic string, p int32, recs []ChangelogRecord, ren
 	return applied, err
 }
 
-// Restored is how a restore applies what it read of a partition's
+// restoreOpts is how a restore applies what it read of a partition's
 // changelog.
-type Restored struct {
+type restoreOpts struct {
 	// Rebuild replaces the file's records of the partition by what the
 	// read holds (the partition was owned elsewhere since): those that
 	// Belongs accepts and the read does not hold are dropped. Else the
@@ -196,10 +178,10 @@ type Restored struct {
 	Renames map[string]string
 }
 
-// ApplyRestore applies recs, read of topic's partition p up to next, to
+// applyRestore applies recs, read of topic's partition p up to next, to
 // the file alone as r says, in one write, and moves p's checkpoint to
 // next. dropped counts the records a rebuild dropped.
-func (s *State) ApplyRestore(topic string, p int32, recs []ChangelogRecord, next int64, r Restored) (applied Applied, dropped int, err error) {
+func (s *State) applyRestore(topic string, p int32, recs []ChangelogRecord, next int64, r restoreOpts) (applied Applied, dropped int, err error) {
 	err = s.st.BatchLocal(func(tx *store.Tx) (err error) {
 		if r.Rebuild {
 			applied, dropped, err = tx.RebuildChangelog(topic, p, recs, next, r.Belongs)

@@ -7,84 +7,6 @@ import (
 	"github.com/handoff-go/handoff/snapshot/internal/store"
 )
 
-// DeadLetter is a dead letter a listing read, with its ID.
-type DeadLetter struct {
-	ID     DeadID
-	Record Record
-}
-
-// DeadListing reads a page of class's dead letters after from (every
-// class's for ""), those keep accepts, with their IDs, in one read; next
-// is 0 past the last page.
-func (s *State) DeadListing(class string, from uint64, limit int, keep func(*Record) bool) (out []DeadLetter, next uint64, err error) {
-	err = s.st.View(func(tx *store.Tx) error {
-		entries, n, err := tx.DeadPage(class, from, limit)
-		if err != nil {
-			return err
-		}
-		next = n
-		out = make([]DeadLetter, 0, len(entries))
-		for i := range entries {
-			e := &entries[i]
-			if !keep(&e.Record) {
-				continue
-			}
-			id, err := tx.DeadID(e.Key)
-			if err != nil {
-				return err
-			}
-			out = append(out, DeadLetter{ID: id, Record: e.Record})
-		}
-		return nil
-	})
-	return out, next, err
-}
-
-// DeadSearch reads every dead letter of class (every class's for "")
-// and returns with their IDs a page of those match accepts, from from,
-// newest first when newest, and the count of them all, in one read.
-func (s *State) DeadSearch(class string, from uint64, newest bool, limit int, match func(*Record) bool) (out []DeadLetter, next uint64, total int, err error) {
-	err = s.st.View(func(tx *store.Tx) error {
-		page, n, t, err := tx.DeadSearch(class, match, from, newest, limit)
-		if err != nil {
-			return err
-		}
-		next, total = n, t
-		out = make([]DeadLetter, 0, len(page))
-		for i := range page {
-			id, err := tx.DeadID(page[i].Key)
-			if err != nil {
-				return err
-			}
-			out = append(out, DeadLetter{ID: id, Record: page[i].Record})
-		}
-		return nil
-	})
-	return out, next, total, err
-}
-
-// DeadPage reads a page of class's dead letters after after (every
-// class's for ""); next is 0 past the last page. Undecodable records
-// come back in err as a join of [*DecodeError]s.
-func (s *State) DeadPage(class string, after uint64, limit int) (page []Entry, next uint64, err error) {
-	err = s.st.View(func(tx *store.Tx) (err error) { page, next, err = tx.DeadPage(class, after, limit); return err })
-	return page, next, err
-}
-
-// FindDead returns the key in this file and the record of the dead
-// letter with ID id; ok is false when the file has none.
-func (s *State) FindDead(id DeadID) (local uint64, rec Record, ok bool, err error) {
-	err = s.st.View(func(tx *store.Tx) error {
-		var err error
-		if local, ok, err = tx.FindDead(id); err != nil || !ok {
-			return err
-		}
-		rec, ok, err = tx.GetDead(local)
-		return err
-	})
-	return local, rec, ok, err
-}
-
 // GetDead returns the dead letter with key local in this file and its
 // ID; ok is false when the file has none.
 func (s *State) GetDead(local uint64) (id DeadID, rec Record, ok bool, err error) {
@@ -97,12 +19,6 @@ func (s *State) GetDead(local uint64) (id DeadID, rec Record, ok bool, err error
 		return err
 	})
 	return id, rec, ok, err
-}
-
-// DeleteDead deletes the dead letters with keys locals in this file, in
-// one write of its own (a tombstone each in the changelog).
-func (s *State) DeleteDead(locals ...uint64) error {
-	return s.st.Update(func(tx *store.Tx) error { return tx.DeleteDead(locals...) })
 }
 
 // DeadTime is a dead letter's key in this file and when it was saved

@@ -12,7 +12,7 @@ import (
 // a State method, one transaction, so that what a caller sees is never a
 // half-done move. Its methods are safe for concurrent use; each blocks
 // for its transaction (a write for the file's fsync, and with a
-// changelog set for its acknowledgement, see SetChangelog).
+// changelog open for its acknowledgement, see OpenChangelog).
 type State struct {
 	st *store.Store
 }
@@ -43,28 +43,6 @@ func (s *State) FileGone() (bool, error) { return s.st.FileGone() }
 // ErrFileReplaced when another file took the path.
 func (s *State) Recreate() error { return s.st.Recreate() }
 
-// SetChangelog makes every later write also go to cl: a write returns
-// once cl acknowledged it, or with an error wrapping ErrChangelog when it
-// committed to the file but not to the changelog (ResendUnsent sends it
-// again).
-func (s *State) SetChangelog(cl Changelog) error { return s.st.SetChangelog(cl) }
-
-// SetDelayedHandedOver tells the file which delayed records are handed
-// to a pool (see store.Store.SetDelayedHandedOver): a restored record of
-// such an ID does not displace it.
-func (s *State) SetDelayedHandedOver(handed func(key DelayedKey) bool) {
-	s.st.SetDelayedHandedOver(handed)
-}
-
-// ResendUnsent writes to the changelog the writes whose changelog write
-// failed, and returns how many it sent.
-func (s *State) ResendUnsent() (int, error) { return s.st.ResendUnsent() }
-
-// SendUnlogged sends the records the changelog may never have seen (a
-// file written without it); fresh says the file had no changelog ID
-// before this start. It returns how many it sent.
-func (s *State) SendUnlogged(fresh bool) (int, error) { return s.st.SendUnlogged(fresh) }
-
 // ClearChangelogComplete notes that the file's writes from now on reach
 // no changelog.
 func (s *State) ClearChangelogComplete() error { return s.st.ClearChangelogComplete() }
@@ -93,14 +71,9 @@ func (s *State) RunDeletes(ctx context.Context, q *DoneQueue, log *slog.Logger, 
 	q.Run(ctx, func(d DoneRecords) error { return s.st.Update(d.Delete) }, log, beat, deleted, failed)
 }
 
-// DeletePending deletes the pending records keys in one write (a
-// tombstone each in the changelog).
-func (s *State) DeletePending(keys ...uint64) error {
-	return s.st.Update(func(tx *store.Tx) error { return tx.DeletePending(keys...) })
-}
-
-// DeletePendingLocal is DeletePending in the file alone, without
-// tombstones in the changelog.
+// DeletePendingLocal deletes the pending records keys in the file
+// alone, in one write, without tombstones in the changelog (Delete
+// writes them).
 func (s *State) DeletePendingLocal(keys ...uint64) error {
 	return s.st.UpdateLocal(func(tx *store.Tx) error { return tx.DeletePending(keys...) })
 }

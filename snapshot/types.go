@@ -39,10 +39,6 @@ type (
 	// ChangelogRecord is a changelog record as a restore or a follow
 	// read it.
 	ChangelogRecord = store.ChangelogRecord
-	// Change is a write the file hands its changelog.
-	Change = store.Change
-	// Changelog is how the file reaches its changelog (SetChangelog).
-	Changelog = store.Changelog
 	// DecodeError is a record that did not decode.
 	DecodeError = store.DecodeError
 	// FormatError is a file this version cannot read.
@@ -53,11 +49,8 @@ type (
 )
 
 var (
-	DecodeRecord     = store.DecodeRecord
-	DelayedKeyAt     = store.DelayedKeyAt
-	OwnerMarker      = store.OwnerMarker
-	ParseDeadID      = store.ParseDeadID
-	ParseOwnerMarker = store.ParseOwnerMarker
+	DelayedKeyAt = store.DelayedKeyAt
+	ParseDeadID  = store.ParseDeadID
 )
 
 var (

@@ -37,7 +37,7 @@ without it the command prints how many it selects and exits with status
 2, writing nothing.`,
 		Args: deadOpArgs,
 		RunE: deadOpRun(deadop.Discard, &sel, &of, sel.run(&sf, "discard", true, func(cmd *cobra.Command, st *snapshot.State, dead []snapshot.DeadRef) error {
-			if err := st.DeleteDead(keys(dead)...); err != nil {
+			if err := st.Delete(deadSources(dead)...); err != nil {
 				return err
 			}
 			_, err := fmt.Fprintf(cmd.OutOrStdout(), "discarded %d %s\n", len(dead), sel.what())

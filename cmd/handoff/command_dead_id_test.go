@@ -1,39 +1,69 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/devbroker"
 	"github.com/handoff-go/handoff/internal/testio"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
-// capturingStore opens a state file at path with the changelog capture
-// on: every change it sends is appended to *changes.
-func capturingStore(t *testing.T, path string, changes *[]snapshot.Change) *snapshot.State {
+// capturingStore opens a state file at path with the changelog on: every
+// record it sends is appended to *changes, which is also what its
+// changelog reads back (Restore).
+func capturingStore(t *testing.T, path string, changes *[]snapshot.LogRecord) (*snapshot.State, *snapshot.Changelog) {
 	t.Helper()
 	st, err := snapshot.Open(path, snapshot.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = st.SetChangelog(snapshot.Changelog{
-		Route: func(r *snapshot.Record) (string, int32, bool) {
-			return r.Message.Origin.Topic, int32(r.Message.Origin.Partition), true
-		},
-		Send: func(c []snapshot.Change) func() error { *changes = append(*changes, c...); return nil },
-	})
+	cl, err := st.OpenChangelog(snapshot.ChangelogConfig{Log: memLog{changes},
+		Route: func(m *handoff.Message) (string, int32, bool) { return m.Origin.Topic, int32(m.Origin.Partition), true }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st
+	return st, cl
 }
+
+// memLog is a snapshot.Log over a slice: a record sent is acknowledged
+// at once, at the next offset of its partition.
+type memLog struct{ recs *[]snapshot.LogRecord }
+
+func (l memLog) Send(recs []snapshot.LogRecord) func(context.Context) error {
+	for i := range recs {
+		for _, r := range *l.recs {
+			if r.Input == recs[i].Input && r.Partition == recs[i].Partition {
+				recs[i].Offset = r.Offset + 1
+			}
+		}
+		*l.recs = append(*l.recs, recs[i])
+	}
+	return func(context.Context) error { return nil }
+}
+
+func (l memLog) Read(_ context.Context, input string, p int32, from int64, fn func([]snapshot.LogRecord) error) (int64, error) {
+	var batch []snapshot.LogRecord
+	next := from
+	for _, r := range *l.recs {
+		if r.Input == input && r.Partition == p && r.Offset >= from {
+			batch = append(batch, r)
+			next = r.Offset + 1
+		}
+	}
+	return next, fn(batch)
+}
+
+func (memLog) Topic(input string) string { return input + ".changelog" }
 
 // keyColumn runs a dead list and returns its KEY column by message ID;
 // col is the KEY column's index (0 for a file, 3 for --brokers).
@@ -74,16 +104,16 @@ func TestDeadListIDsAgree(t *testing.T) {
 	dir := t.TempDir()
 
 	// The writer: three dead letters, the first discarded.
-	var written []snapshot.Change
+	var written []snapshot.LogRecord
 	pathA := filepath.Join(dir, "a.db")
-	a := capturingStore(t, pathA, &written)
+	a, _ := capturingStore(t, pathA, &written)
 	for _, r := range []snapshot.Record{deadRecord("orders", "w0", 1, "permanent: w0", t0), deadRecord("orders", "w1", 1, "permanent: w1", t0.Add(time.Second)),
 		deadRecord("orders", "w2", 2, "permanent: w2", t0.Add(2*time.Second))} {
 		err = errors.Join(err, a.MoveToDead(snapshot.Move{Alone: true}, r))
 	}
 	w0, ok, ferr := a.DeadByMessageID("w0")
 	if err = errors.Join(err, ferr); err == nil && ok {
-		err = a.DeleteDead(w0.Key)
+		err = a.Delete(snapshot.Source{From: snapshot.FromDead, Key: w0.Key})
 	}
 	if cerr := a.Close(); err == nil {
 		err = cerr
@@ -93,22 +123,19 @@ func TestDeadListIDsAgree(t *testing.T) {
 	}
 
 	// The restorer: two dead letters of its own (keys 1 and 2), then the
-	// writer's partition restored under its next keys (3 and 4; the
-	// writer's were 2 and 3).
-	var own []snapshot.Change
+	// partition restored from the changelog (the writer's records, then
+	// its own), the writer's under its next keys (3 and 4; the writer's
+	// were 2 and 3).
+	own := slices.Clone(written)
 	pathB := filepath.Join(dir, "b.db")
-	bst := capturingStore(t, pathB, &own)
+	bst, bcl := capturingStore(t, pathB, &own)
 	for _, r := range []snapshot.Record{deadRecord("orders", "r0", 1, "permanent: r0", t0.Add(3*time.Second)), deadRecord("orders", "r1", 1, "permanent: r1", t0.Add(4*time.Second))} {
 		err = errors.Join(err, bst.MoveToDead(snapshot.Move{Alone: true}, r))
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs := make([]snapshot.ChangelogRecord, len(written))
-	for i, c := range written {
-		recs[i] = snapshot.ChangelogRecord{Offset: int64(i), Key: c.Key, Value: c.Value}
-	}
-	_, _, err = bst.ApplyRestore("orders", 0, recs, int64(len(recs)), snapshot.Restored{})
+	_, err = bcl.Restore(t.Context(), snapshot.Partition{Topic: "orders", Partition: 0})
 	if cerr := bst.Close(); err == nil {
 		err = cerr
 	}
@@ -116,8 +143,8 @@ func TestDeadListIDsAgree(t *testing.T) {
 		t.Fatal(err)
 	}
 	var produced []*kgo.Record
-	for _, c := range append(written, own...) {
-		produced = append(produced, &kgo.Record{Topic: changelogTopicName(group, c.Topic), Partition: c.Partition, Key: c.Key, Value: c.Value})
+	for _, c := range own {
+		produced = append(produced, &kgo.Record{Topic: changelogTopicName(group, c.Input), Partition: c.Partition, Key: c.Key, Value: c.Value})
 	}
 	produce(t, b.Addr(), produced...)
 

@@ -28,8 +28,8 @@ import (
 // dead letters: the values the changelog carries.
 func storedValues(t *testing.T, recs ...snapshot.Record) [][]byte {
 	t.Helper()
-	var changes []snapshot.Change
-	st := capturingStore(t, filepath.Join(t.TempDir(), "values.db"), &changes)
+	var changes []snapshot.LogRecord
+	st, _ := capturingStore(t, filepath.Join(t.TempDir(), "values.db"), &changes)
 	var err error
 	for _, r := range recs {
 		err = errors.Join(err, st.MoveToDead(snapshot.Move{Alone: true}, r))
@@ -393,8 +393,8 @@ func TestDeadListClusterFromStore(t *testing.T) {
 	t.Cleanup(b.Close)
 
 	path := filepath.Join(t.TempDir(), "state.db")
-	var changes []snapshot.Change // Send runs in commit order, under the store's lock
-	st := capturingStore(t, path, &changes)
+	var changes []snapshot.LogRecord // Send runs in commit order, under the store's lock
+	st, _ := capturingStore(t, path, &changes)
 	t0 := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
 	rec := func(id string, p, attempt int, saved time.Time) snapshot.Record {
 		r := deadRecord("orders", id, attempt, "permanent: "+id, saved)
@@ -408,7 +408,7 @@ func TestDeadListClusterFromStore(t *testing.T) {
 	err = errors.Join(err, perr)
 	refs, _, rerr := st.DeadRefs("")
 	if err = errors.Join(err, rerr); err == nil && len(refs) == 3 {
-		err = errors.Join(st.DeleteDead(refs[0].Key),
+		err = errors.Join(st.Delete(snapshot.Source{From: snapshot.FromDead, Key: refs[0].Key}),
 			st.UpdateDead(snapshot.Move{From: snapshot.Source{From: snapshot.FromDead, Key: refs[1].Key}, Alone: true}, rec("d2", 0, 5, t0.Add(3*time.Second))))
 	}
 	if cerr := st.Close(); err == nil {
@@ -419,7 +419,7 @@ func TestDeadListClusterFromStore(t *testing.T) {
 	}
 	var recs []*kgo.Record
 	for _, c := range changes {
-		recs = append(recs, &kgo.Record{Topic: changelogTopicName(group, c.Topic), Partition: c.Partition, Key: c.Key, Value: c.Value})
+		recs = append(recs, &kgo.Record{Topic: changelogTopicName(group, c.Input), Partition: c.Partition, Key: c.Key, Value: c.Value})
 	}
 	produce(t, b.Addr(), recs...)
 

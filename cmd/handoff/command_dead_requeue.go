@@ -124,6 +124,16 @@ func (s *deadSelection) resolve(st *snapshot.State, given []snapshot.DeadID, und
 }
 
 // keys returns the keys in the file of sel.
+// deadSources returns the sources of the dead letters sel, for
+// snapshot.State.Delete.
+func deadSources(sel []snapshot.DeadRef) []snapshot.Source {
+	out := make([]snapshot.Source, len(sel))
+	for i := range sel {
+		out[i] = snapshot.Source{From: snapshot.FromDead, Key: sel[i].Key}
+	}
+	return out
+}
+
 func keys(sel []snapshot.DeadRef) []uint64 {
 	out := make([]uint64, len(sel))
 	for i := range sel {

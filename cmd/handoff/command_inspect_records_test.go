@@ -135,10 +135,8 @@ func TestInspectChangelog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = st.SetChangelog(snapshot.Changelog{
-		Route: func(*snapshot.Record) (string, int32, bool) { return "", 0, false },
-		Send:  func([]snapshot.Change) func() error { return nil },
-	})
+	_, err = st.OpenChangelog(snapshot.ChangelogConfig{Log: memLog{&[]snapshot.LogRecord{}},
+		Route: func(*handoff.Message) (string, int32, bool) { return "", 0, false }})
 	if err == nil {
 		err = st.KeepCheckpoints([]snapshot.Checkpoint{{Topic: "users", Partition: 0, Next: 7}, {Topic: "orders", Partition: 1, Next: 42},
 			{Topic: "orders", Partition: 0, Next: 3}})
@@ -197,10 +195,8 @@ func TestWriteWarnsOfChangelog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = st.SetChangelog(snapshot.Changelog{
-		Route: func(*snapshot.Record) (string, int32, bool) { return "", 0, false },
-		Send:  func([]snapshot.Change) func() error { return nil },
-	})
+	_, err = st.OpenChangelog(snapshot.ChangelogConfig{Log: memLog{&[]snapshot.LogRecord{}},
+		Route: func(*handoff.Message) (string, int32, bool) { return "", 0, false }})
 	if err := errors.Join(err, st.Close()); err != nil {
 		t.Fatal(err)
 	}

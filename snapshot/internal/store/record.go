@@ -141,6 +141,12 @@ func appendTime(dst []byte, t time.Time) []byte {
 // corrupt too (a changelog tombstone is not a record).
 func DecodeRecord(b []byte) (Record, error) { return decodeRecord(b) }
 
+// PeekRecord decodes b as DecodeRecord does, without copying it: the
+// byte fields of the result alias b, so the caller must not keep them
+// past b's life nor write to b. For a look at a record's fields (where
+// it routes) over many values.
+func PeekRecord(b []byte) (Record, error) { return decodeOwned(b, nil) }
+
 // decodeRecord decodes one record written by appendRecord. The result
 // shares no memory with b, so b may be reused or, for bbolt, die with its
 // transaction. Times come back in UTC without a monotonic clock reading
