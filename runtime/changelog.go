@@ -62,13 +62,13 @@ type stateLog struct {
 	meta    kclient.Client
 	learnMu sync.Mutex
 
-	// heldMu guards held: the keys of the pending records whose
+	// pushedMu guards pushed: the keys of the pending records whose
 	// messages a restore re-pushed and this instance still has, in a
 	// pool or done with their record's delete not yet written. A restore
 	// of their partition again (revoked and given back) does not push
 	// them a second time.
-	heldMu sync.Mutex
-	held   map[uint64]struct{}
+	pushedMu sync.Mutex
+	pushed   map[uint64]struct{}
 
 	// comp is the state component's changelog side, set once open has
 	// set everything above: the admin API's listings read it from other
@@ -111,6 +111,13 @@ func (l *stateLog) cl() *snapshot.Changelog {
 // on reports whether the changelog is in use: false with
 // LocalStateOnly, or without topics. Only this adapter asks it.
 func (l *stateLog) on() bool { return l.cl() != nil }
+
+// newFileLosesState reports whether a new state file at the start may
+// stand for lost saved state (the start then checks the group's
+// committed offsets and warns, checkNewFile): true with the changelog
+// off. With it, a new file is what a new pod starts with, and its
+// partitions' state comes back from the changelog.
+func (l *stateLog) newFileLosesState() bool { return !l.on() }
 
 // The restorer's entry points, the consumer's hooks and the run's
 // feed: with the changelog off no partition's state is restored,
@@ -184,32 +191,32 @@ func (l *stateLog) partitionOf(m *handoff.Message) (kclient.Partition, bool) {
 	return kpart(p), ok
 }
 
-// hold marks the pending record key held here, re-pushed by a restore;
+// markPushed marks the pending record key as pushed here by a restore;
 // false when it is already (its message is in a pool, or done and its
 // record not deleted yet).
-func (l *stateLog) hold(key uint64) bool {
-	l.heldMu.Lock()
-	defer l.heldMu.Unlock()
-	if _, ok := l.held[key]; ok {
+func (l *stateLog) markPushed(key uint64) bool {
+	l.pushedMu.Lock()
+	defer l.pushedMu.Unlock()
+	if _, ok := l.pushed[key]; ok {
 		return false
 	}
-	if l.held == nil {
-		l.held = map[uint64]struct{}{}
+	if l.pushed == nil {
+		l.pushed = map[uint64]struct{}{}
 	}
-	l.held[key] = struct{}{}
+	l.pushed[key] = struct{}{}
 	return true
 }
 
-// unhold ends the holds of keys: their messages left this instance with
+// unmarkPushed ends the marks of keys: their messages left this instance with
 // their records still there, or their records are deleted.
-func (l *stateLog) unhold(keys ...uint64) {
+func (l *stateLog) unmarkPushed(keys ...uint64) {
 	if l == nil {
 		return
 	}
-	l.heldMu.Lock()
-	defer l.heldMu.Unlock()
+	l.pushedMu.Lock()
+	defer l.pushedMu.Unlock()
 	for _, k := range keys {
-		delete(l.held, k)
+		delete(l.pushed, k)
 	}
 }
 

@@ -163,7 +163,7 @@ func (rs *restorer) followPartition(ctx context.Context, p kclient.Partition, en
 // (releaseFollowedParked).
 func (rs *restorer) putToWork(ctx context.Context, applied snapshot.Applied, rep *Report) {
 	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.orphan,
-		orphans: &orphans{}, log: rs.log, hold: rs.clog.hold, unhold: rs.clog.unhold}
+		orphans: &orphans{}, log: rs.log, markPushed: rs.clog.markPushed, unmarkPushed: rs.clog.unmarkPushed}
 	pending, err := rs.state.readApplied(applied, v.blockKey)
 	if err != nil {
 		rs.log.Error("records applied from the changelog not read back; they wait for the partition's next restore", "err", err)

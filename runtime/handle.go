@@ -23,9 +23,9 @@ type handlingConfig struct {
 	tally   *tally
 	fail    *failures
 	sched   *scheduler
-	// unhold ends the restore's hold of a re-pushed pending record
-	// (stateLog.unhold).
-	unhold func(keys ...uint64)
+	// unmarkPushed ends the restore's mark of a re-pushed pending record
+	// (stateLog.unmarkPushed).
+	unmarkPushed func(keys ...uint64)
 	// stopping is set when the stop begins (lifecycle.stopping).
 	stopping *atomic.Bool
 	log      *slog.Logger
@@ -254,7 +254,7 @@ func (h *handling) result(c *class) func(*item, error) {
 				it.tellOutcome(OutcomeDeadLettered, err, 0)
 			}
 		}
-		h.leftPool(it)
+		h.outOfPool(it)
 		if err == nil {
 			it.recycle() // last: nothing uses it after
 		}
@@ -270,9 +270,9 @@ func (h *handling) done(c *class, it *item) {
 	}
 }
 
-// leftPool ends an item's ties to the work that put it in a pool: a key's
+// outOfPool ends an item's ties to the work that put it in a pool: a key's
 // release waiting for it, a requeue in progress.
-func (h *handling) leftPool(it *item) {
+func (h *handling) outOfPool(it *item) {
 	if x := it.x; x != nil && x.release != nil {
 		x.release()
 		x.release = nil
@@ -283,8 +283,8 @@ func (h *handling) leftPool(it *item) {
 	case fromPending:
 		// A done one's hold ends once its record is deleted (run.go).
 		x := it.extOrZero()
-		if !x.deleting && h.cfg.unhold != nil {
-			h.cfg.unhold(x.key)
+		if !x.deleting && h.cfg.unmarkPushed != nil {
+			h.cfg.unmarkPushed(x.key)
 		}
 		x.saved.leave() // unless it is done or moved
 	}

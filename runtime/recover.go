@@ -31,12 +31,12 @@ type recovery struct {
 	// one partition at its assignment, those of no partition at the start
 	// (see stateLog). Nil means every record.
 	want func(*snapshot.Record) bool
-	// hold, when set (a restore's), marks a pending record's key held
-	// before its message is pushed, and reports false for one held
+	// markPushed, when set (a restore's), marks a pending record's key
+	// before its message is pushed, and reports false for one marked
 	// already: its message is this instance's still, and is not pushed
-	// again. unhold ends a hold whose push failed.
-	hold   func(key uint64) bool
-	unhold func(keys ...uint64)
+	// again. unmarkPushed ends a mark whose push failed.
+	markPushed   func(key uint64) bool
+	unmarkPushed func(keys ...uint64)
 	// resume, when set, learns the saved Kafka messages it re-pushes, so
 	// that the fetch does not run their fetched copies; elsewhere drops
 	// the saved ones handled elsewhere since (progress.go).
@@ -97,7 +97,7 @@ func (v *recovery) run(ctx context.Context, rep *Report) error {
 	if err != nil {
 		return fmt.Errorf("runtime: recover: %w", err)
 	}
-	if n, err := v.elsewhere.drop(v.unhold); err != nil {
+	if n, err := v.elsewhere.drop(v.unmarkPushed); err != nil {
 		return fmt.Errorf("runtime: recover: delete saved messages handled elsewhere: %w", err)
 	} else if n > 0 {
 		v.log.Info("saved messages handled elsewhere since they were saved dropped (the group committed past them)", "dropped", n)
@@ -126,7 +126,7 @@ func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (
 		rep.UnknownClass++
 		return true, nil
 	}
-	if v.hold != nil && !v.hold(e.Key) {
+	if v.markPushed != nil && !v.markPushed(e.Key) {
 		return true, nil // pushed by an earlier restore, and not done with here
 	}
 	if v.elsewhere.handledElsewhere(ctx, &e.Record) {
@@ -138,8 +138,8 @@ func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (
 		// committed offsets were asked): nothing more is pushed (a pool
 		// with room would still take it, to run on a partition this
 		// instance no longer owns).
-		if v.unhold != nil {
-			v.unhold(e.Key)
+		if v.unmarkPushed != nil {
+			v.unmarkPushed(e.Key)
 		}
 		return false, nil
 	}
@@ -156,8 +156,8 @@ func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (
 		c.keys.blockIfReleasing(it)
 	}
 	if err := c.hold.Repush(ctx, it); err != nil {
-		if v.unhold != nil {
-			v.unhold(e.Key)
+		if v.unmarkPushed != nil {
+			v.unmarkPushed(e.Key)
 		}
 		it.x.saved.leave()
 		return false, nil

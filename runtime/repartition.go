@@ -202,7 +202,7 @@ func (rs *restorer) afterGrowth(ctx context.Context, topics []string) {
 			if it.src == fromDelayed {
 				rs.unhand(it.extOrZero().delayedKey)
 			}
-			rs.leftPool(it)
+			rs.outOfPool(it)
 		}
 	}
 	rs.wake(time.Unix(0, 0))
@@ -226,7 +226,7 @@ func (rs *restorer) rekey(p kclient.Partition) {
 			continue
 		}
 		for _, it := range c.pool.Remove(func(it *item) bool { return it.src == fromParked && dropped[string(it.env().Key)] }) {
-			rs.leftPool(it)
+			rs.outOfPool(it)
 		}
 	}
 	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.orphan, orphans: &orphans{}, log: rs.log,

@@ -38,10 +38,10 @@ type restorer struct {
 	// (scheduler.unhand), for a later restore here to deliver it again.
 	wake   func(due time.Time)
 	unhand func(key snapshot.DelayedKey)
-	// leftPool ends the ties of an item taken out of its pool
-	// (handling.leftPool).
-	leftPool func(*item)
-	log      *slog.Logger
+	// outOfPool ends the ties of an item taken out of its pool
+	// (handling.outOfPool).
+	outOfPool func(*item)
+	log       *slog.Logger
 	// warn logs the follow's failures with backoff (follow.go).
 	warn *logBackoff
 	// locks orders a partition's restore, follows and revocation.
@@ -123,7 +123,7 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 	}
 	rep := &Report{}
 	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.orphan,
-		orphans: &orphans{}, log: rs.log, want: c.RoutedTo(part(p)), hold: l.hold, unhold: l.unhold}
+		orphans: &orphans{}, log: rs.log, want: c.RoutedTo(part(p)), markPushed: l.markPushed, unmarkPushed: l.unmarkPushed}
 	v.resume, v.elsewhere = rs.resumes, rs.resumes.run(func(context.Context) []kclient.Partition { return []kclient.Partition{p} })
 	restored()
 	if err := v.run(ctx, rep); err != nil {
@@ -183,7 +183,7 @@ func (rs *restorer) revokePartition(p kclient.Partition) {
 			if it.src == fromDelayed {
 				rs.unhand(it.extOrZero().delayedKey)
 			}
-			rs.leftPool(it)
+			rs.outOfPool(it)
 		}
 	}
 	rs.awaitRequeues(p)

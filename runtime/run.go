@@ -83,7 +83,7 @@ type runState struct {
 	grace time.Duration
 	cause error
 	// left is what the hard stop took out of the pools, for the snapshot.
-	left []leftover
+	left []takenOut
 	// deadline is when the stop's budget runs out (see stopBudget).
 	deadline time.Time
 	// kept is what the state file holds at the end of the stop, for its
@@ -197,7 +197,7 @@ func (s *runState) startBackground() {
 		defer alive.end()
 		r.state.store.RunDeletes(ctx, &r.deletes, r.log, alive.beat, func(d snapshot.DoneRecords) {
 			r.sched.forget(d.Delayed...)
-			r.clog.unhold(d.Pending...)
+			r.clog.unmarkPushed(d.Pending...)
 		}, r.state.writeFailed)
 	}))
 	_ = s.launch(bg, phaseSnapshot, service.NewLoop(func(ctx context.Context) {
@@ -245,7 +245,7 @@ func (s *runState) openKafka(runCtx context.Context) ([]string, error) {
 	}
 	if r.cfg.LocalStateOnly {
 		// What this run writes reaches no changelog: a later start with
-		// it sends the file's records (stateLog.sendUnlogged).
+		// it sends the file's records (snapshot.State.OpenChangelog).
 		if err := r.state.clearChangelogComplete(); err != nil {
 			return nil, fmt.Errorf("runtime: %w", err)
 		}
@@ -282,15 +282,9 @@ func (s *runState) startFeeds(runCtx context.Context, present []string) error {
 	bg := context.Background()
 	_ = s.launch(bg, phaseQuiesce, r.sched)
 	_ = s.launch(bg, phaseQuiesce, r.ops)
-	if r.clog.on() {
-		_ = s.launch(bg, phaseQuiesce, service.NewLoop(r.restore.follow))
-	}
-	if len(r.classes.topics) > 0 && runCtx.Err() == nil {
-		if !r.clog.on() {
-			// With the changelog a new file is what a new pod starts
-			// with: its partitions' state comes back from the changelog.
-			r.kafka.checkNewFile(runCtx, s.newFile, r.cfg.StatePath, present)
-		}
+	_ = s.launch(bg, phaseQuiesce, service.NewLoop(r.restore.follow))
+	if len(r.classes.topics) > 0 && runCtx.Err() == nil && r.clog.newFileLosesState() {
+		r.kafka.checkNewFile(runCtx, s.newFile, r.cfg.StatePath, present)
 	}
 	if runCtx.Err() == nil {
 		if err := r.kafka.Start(bg); err != nil { // joins the topics present, if any

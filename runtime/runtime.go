@@ -282,7 +282,7 @@ func New(cfg Config) (*Runtime, error) {
 		clientFunc: func() kclient.Client { return r.kafka.client },
 		byTopic:    r.classes.byTopic}
 	r.restore = &restorer{clog: r.clog, state: r.state, classes: r.classes.byName, order: r.classes.order,
-		orphan: r.fail.orphan, wake: r.sched.wake, unhand: r.sched.unhand, leftPool: r.handling.leftPool, log: r.log, warn: newLogBackoff(),
+		orphan: r.fail.orphan, wake: r.sched.wake, unhand: r.sched.unhand, outOfPool: r.handling.outOfPool, log: r.log, warn: newLogBackoff(),
 		resumes: resumes, stuck: r.ready.stuck, claimed: r.fail.requeues.claimed, revokeWait: cfg.RevokeTimeout / 2}
 	r.kafka = newConsumer(r.consumerConfig(conn, logs))
 	return r, nil
@@ -309,7 +309,7 @@ func (r *Runtime) buildState(logs *logBackoff) {
 	r.state.forgetDelayed = r.sched.forget
 	r.clog.handed = r.sched.handedOver
 	r.handling = &handling{cfg: handlingConfig{state: r.state, deletes: &r.deletes, tally: r.tally, fail: r.fail,
-		sched: r.sched, unhold: r.clog.unhold, stopping: &r.life.stopping, log: r.log}}
+		sched: r.sched, unmarkPushed: r.clog.unmarkPushed, stopping: &r.life.stopping, log: r.log}}
 	r.fail.cfg.wake = r.sched.wake
 }
 

@@ -208,7 +208,7 @@ func (f *stateFile) deletePendingLocal(keys ...uint64) error {
 // others), deletes del, updates the records of updates and of delayed's
 // stale ones, and puts progs. recs are the records saved, keys their
 // keys, fromKafka which came from Kafka.
-func (f *stateFile) writeSnapshot(fresh, delayed, updates []leftover, del snapshot.DoneRecords, progs []partProgress,
+func (f *stateFile) writeSnapshot(fresh, delayed, updates []takenOut, del snapshot.DoneRecords, progs []partProgress,
 	now time.Time) (recs []snapshot.Record, keys []uint64, fromKafka []bool, err error) {
 	snap := snapshot.StopSnapshot{Done: del}
 	for _, l := range fresh {

@@ -225,9 +225,9 @@ func (s *runState) drain() []any {
 	return append([]any{"drained", rep.Drained}, leftAttrs...)
 }
 
-// leftover is a message the hard stop took out of its pool, or a held
+// takenOut is a message the hard stop took out of its pool, or a held
 // one, with the reason it is saved under and its last error.
-type leftover struct {
+type takenOut struct {
 	it     *item
 	reason string
 	err    error
@@ -248,7 +248,7 @@ func (s *runState) hardStop() []any {
 	}
 	stops.Wait()
 	for i, res := range results {
-		res.Interrupted = without(res.Interrupted, (*item).isDiverted, r.handling.leftPool)
+		res.Interrupted = without(res.Interrupted, (*item).isDiverted, r.handling.outOfPool)
 		for _, it := range res.Interrupted {
 			it.tellOutcome(OutcomeInterrupted, nil, 0)
 		}
@@ -259,7 +259,7 @@ func (s *runState) hardStop() []any {
 		if sf := r.classes.order[i].share; sf != nil {
 			// Nothing of a share class is saved: the broker has it.
 			giveBack := func(it *item) {
-				r.handling.leftPool(it)
+				r.handling.outOfPool(it)
 				if sf.giveBack(it) {
 					rep.ShareReleased++
 				}
@@ -295,8 +295,8 @@ func (s *runState) takeForSnapshot(its []*item, reason string) {
 		if c := s.r.classes.byName[it.env().Class]; c != nil {
 			c.hold.Uncount(it)
 		}
-		s.r.handling.leftPool(it)
-		s.left = append(s.left, leftover{it: it, reason: reason})
+		s.r.handling.outOfPool(it)
+		s.left = append(s.left, takenOut{it: it, reason: reason})
 	}
 }
 
@@ -308,7 +308,7 @@ func (s *runState) takeForSnapshot(its []*item, reason string) {
 // one that never failed here is as its record says. A requeued dead
 // letter's record stays its dead letter, as it failed, unless it waits
 // out a backoff (see putSource).
-func (l leftover) stale() bool {
+func (l takenOut) stale() bool {
 	if l.it.src == fromDead {
 		return l.reason == reasonBackoff
 	}
@@ -318,7 +318,7 @@ func (l leftover) stale() bool {
 // takeUnsaved adds the unsaved failed messages to what the snapshot saves.
 func (s *runState) takeUnsaved() {
 	for _, m := range s.r.fail.unsaved.take() {
-		s.left = append(s.left, leftover{it: m.it, reason: reasonFailed, err: m.err})
+		s.left = append(s.left, takenOut{it: m.it, reason: reasonFailed, err: m.err})
 	}
 }
 
@@ -350,7 +350,7 @@ func (it *item) isKafka() bool { return it.src == fromKafka }
 // for it, and its ties to the pool end.
 func (r *Runtime) abandon(it *item) {
 	it.abandon()
-	r.handling.leftPool(it)
+	r.handling.outOfPool(it)
 }
 
 // snapshot saves, in ONE transaction, what the hard stop took out and has
@@ -374,7 +374,7 @@ func (s *runState) snapshot() []any {
 	// Each message taken out is saved anew, or its record updated (see
 	// stale), or left as it is; which, a delayed one's can only tell in
 	// the transaction.
-	var fresh, delayed, updates []leftover
+	var fresh, delayed, updates []takenOut
 	for _, l := range s.left {
 		switch {
 		case !l.it.src.persisted():
@@ -436,7 +436,7 @@ func (s *runState) snapshot() []any {
 // instance or the partition's next owner) and a restart on the same disk
 // does not run them twice; the others (submitted, scheduled: Kafka has no
 // copy of them) stay in the file, which sends them to the changelog at
-// the next start (snapshot.State.ResendUnsent). It returns the
+// the next start (snapshot.State.OpenChangelog). It returns the
 // snapshot's error.
 func (s *runState) takeBack(recs []snapshot.Record, keys []uint64, fromKafka []bool, err error) error {
 	r := s.r
