@@ -127,20 +127,7 @@ func (c *Client) read(ctx context.Context, topic string, p int32, from int64, fn
 		if fp.Err != nil && len(fp.Records) == 0 {
 			return off, fmt.Errorf("changelog: decoding %s/%d at %d: %w", topic, p, off, fp.Err)
 		}
-		recs := make([]Rec, 0, len(fp.Records))
-		for _, r := range fp.Records {
-			if r.Offset >= end {
-				break // written after the read began
-			}
-			rec := Rec{Offset: r.Offset, Key: r.Key, Value: r.Value, Moved: r.Value == nil && isMoved(r.Headers), MovedIn: r.Value != nil && isMoved(r.Headers)}
-			for _, h := range r.Headers {
-				if h.Key == WriterHeader {
-					rec.Writer = h.Value
-				}
-			}
-			recs = append(recs, rec)
-		}
-		if len(recs) > 0 {
+		if recs := recsBefore(fp.Records, end); len(recs) > 0 {
 			if err := fn(recs); err != nil {
 				return recs[len(recs)-1].Offset + 1, err
 			}
@@ -459,4 +446,23 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// recsBefore converts the fetched records below end (those written
+// after the read began are left for a later read).
+func recsBefore(records []*kgo.Record, end int64) []Rec {
+	recs := make([]Rec, 0, len(records))
+	for _, r := range records {
+		if r.Offset >= end {
+			break // written after the read began
+		}
+		rec := Rec{Offset: r.Offset, Key: r.Key, Value: r.Value, Moved: r.Value == nil && isMoved(r.Headers), MovedIn: r.Value != nil && isMoved(r.Headers)}
+		for _, h := range r.Headers {
+			if h.Key == WriterHeader {
+				rec.Writer = h.Value
+			}
+		}
+		recs = append(recs, rec)
+	}
+	return recs
 }
