@@ -158,13 +158,7 @@ func (c *Changelog) read(ctx context.Context, p Partition, from int64, foreign b
 					continue // in the file already, or deleted since
 				}
 			}
-			recs = append(recs, ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value, Writer: r.Writer, Moved: r.MovedIn})
-			if r.Moved {
-				if moved == nil {
-					moved = map[int64]bool{}
-				}
-				moved[r.Offset] = true
-			}
+			recs, moved = appendRead(recs, moved, r)
 		}
 		return nil
 	})
@@ -186,13 +180,7 @@ func (c *Changelog) readHead(ctx context.Context, p Partition, until int64) (rec
 			if r.Offset >= until {
 				return errHeadRead
 			}
-			recs = append(recs, ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value, Writer: r.Writer, Moved: r.MovedIn})
-			if r.Moved {
-				if moved == nil {
-					moved = map[int64]bool{}
-				}
-				moved[r.Offset] = true
-			}
+			recs, moved = appendRead(recs, moved, r)
 		}
 		return nil
 	})
@@ -354,4 +342,17 @@ func (c *Changelog) Follow(ctx context.Context, p Partition, end int64) (Followe
 		}
 	}
 	return f, nil
+}
+
+// appendRead adds r, read from the changelog, to recs, and its offset to
+// moved when r is the tombstone a repartition left (made on first use).
+func appendRead(recs []ChangelogRecord, moved map[int64]bool, r *LogRecord) ([]ChangelogRecord, map[int64]bool) {
+	recs = append(recs, ChangelogRecord{Offset: r.Offset, Key: r.Key, Value: r.Value, Writer: r.Writer, Moved: r.MovedIn})
+	if r.Moved {
+		if moved == nil {
+			moved = map[int64]bool{}
+		}
+		moved[r.Offset] = true
+	}
+	return recs, moved
 }
