@@ -567,73 +567,8 @@ func (s *Store) ResendUnsent() (int, error) {
 	if st == nil {
 		return 0, fmt.Errorf("snapshot: resend the unsent changes of %s: changelog capture is off", s.path)
 	}
-	type entry struct{ k, v []byte }
-	var (
-		changes []Change
-		entries []entry
-	)
 	s.sendMu.Lock()
-	err := s.view(func(tx *Tx) error {
-		c, err := tx.cursor(bucketChangelogUnsent)
-		if err != nil {
-			return err
-		}
-		keys, err := tx.bucket(bucketChangelogKeys)
-		if err != nil {
-			return err
-		}
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			entries = append(entries, entry{bytes.Clone(k), bytes.Clone(v)})
-			ck, err := splitChangelogKey(k)
-			if err != nil {
-				continue
-			}
-			tomb, topic, part, err := parseUnsent(v)
-			if err != nil {
-				continue
-			}
-			if ck.FileID == st.fileID {
-				b, err := tx.bucket(ck.Bucket)
-				if err != nil {
-					return err
-				}
-				if cur := b.Get(ck.Local); cur != nil {
-					if r, err := decodeRecord(cur); err == nil {
-						if topic, part, ok := st.cl.Route(&r); ok {
-							changes = append(changes, Change{Topic: topic, Partition: part, Key: bytes.Clone(k), Value: bytes.Clone(cur)})
-						}
-					}
-					continue
-				}
-			}
-			var writer []byte
-			if ck.FileID != st.fileID {
-				writer = st.fileID[:]
-				if !tomb {
-					// An update of a restored record, under its
-					// original key: send its current value.
-					if ref := keys.Get(mapKey(mapChangelogPrefix, k)); len(ref) > 1 && codeBucket(ref[0]) == ck.Bucket {
-						b, err := tx.bucket(ck.Bucket)
-						if err != nil {
-							return err
-						}
-						if cur := b.Get(ref[1:]); cur != nil {
-							if r, err := decodeRecord(cur); err == nil {
-								if topic, part, ok := st.cl.Route(&r); ok {
-									changes = append(changes, Change{Topic: topic, Partition: part, Key: bytes.Clone(k), Value: bytes.Clone(cur), Writer: writer})
-								}
-							}
-						}
-					}
-					continue
-				}
-			}
-			if tomb {
-				changes = append(changes, Change{Topic: topic, Partition: part, Key: bytes.Clone(k), Writer: writer})
-			}
-		}
-		return nil
-	})
+	changes, entries, err := s.readUnsent(st)
 	if err != nil {
 		s.sendMu.Unlock()
 		return 0, fmt.Errorf("snapshot: read the unsent changes of %s: %w", s.path, err)
@@ -651,7 +586,119 @@ func (s *Store) ResendUnsent() (int, error) {
 	if len(entries) == 0 {
 		return 0, nil
 	}
-	err = s.boltUpdate(func(btx *bolt.Tx) error {
+	if err := s.clearResent(entries); err != nil {
+		return len(changes), fmt.Errorf("snapshot: clear the resent changes of %s: %w", s.path, err)
+	}
+	return len(changes), nil
+}
+
+// unsentEntry is one entry of the unsent bucket, copied out of the read
+// transaction so that [Store.clearResent] can tell whether it was
+// recorded again meanwhile.
+type unsentEntry struct{ k, v []byte }
+
+// readUnsent reads the unsent bucket in one view transaction and returns
+// the changes to send (see [Store.ResendUnsent] for which) and every
+// entry read, the unparsable ones included. It blocks as a view does.
+func (s *Store) readUnsent(st *clState) ([]Change, []unsentEntry, error) {
+	var (
+		changes []Change
+		entries []unsentEntry
+	)
+	err := s.view(func(tx *Tx) error {
+		c, err := tx.cursor(bucketChangelogUnsent)
+		if err != nil {
+			return err
+		}
+		keys, err := tx.bucket(bucketChangelogKeys)
+		if err != nil {
+			return err
+		}
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			entries = append(entries, unsentEntry{bytes.Clone(k), bytes.Clone(v)})
+			ch, ok, err := tx.unsentChange(st, keys, k, v)
+			if err != nil {
+				return err
+			}
+			if ok {
+				changes = append(changes, ch)
+			}
+		}
+		return nil
+	})
+	return changes, entries, err
+}
+
+// unsentChange returns the change to send for the unsent entry k, v, and
+// false when there is none: the entry does not parse, the record of a put
+// is gone, or the current record routes nowhere. keys is the bucket of
+// the changelog keys of restored records. It fails only when a record's
+// bucket is missing.
+func (tx *Tx) unsentChange(st *clState, keys *bolt.Bucket, k, v []byte) (Change, bool, error) {
+	ck, err := splitChangelogKey(k)
+	if err != nil {
+		return Change{}, false, nil
+	}
+	tomb, topic, part, err := parseUnsent(v)
+	if err != nil {
+		return Change{}, false, nil
+	}
+	if ck.FileID == st.fileID {
+		b, err := tx.bucket(ck.Bucket)
+		if err != nil {
+			return Change{}, false, err
+		}
+		if cur := b.Get(ck.Local); cur != nil {
+			ch, ok := routeCurrent(st, k, cur, nil)
+			return ch, ok, nil
+		}
+		if tomb {
+			return Change{Topic: topic, Partition: part, Key: bytes.Clone(k)}, true, nil
+		}
+		return Change{}, false, nil
+	}
+	writer := st.fileID[:]
+	if tomb {
+		return Change{Topic: topic, Partition: part, Key: bytes.Clone(k), Writer: writer}, true, nil
+	}
+	// An update of a restored record, under its original key: send its
+	// current value.
+	ref := keys.Get(mapKey(mapChangelogPrefix, k))
+	if len(ref) <= 1 || codeBucket(ref[0]) != ck.Bucket {
+		return Change{}, false, nil
+	}
+	b, err := tx.bucket(ck.Bucket)
+	if err != nil {
+		return Change{}, false, err
+	}
+	if cur := b.Get(ref[1:]); cur != nil {
+		ch, ok := routeCurrent(st, k, cur, writer)
+		return ch, ok, nil
+	}
+	return Change{}, false, nil
+}
+
+// routeCurrent returns the change that sends the encoded record cur under
+// the changelog key k, and false when cur does not decode or its record
+// routes nowhere. writer is the Change's Writer (nil for the file's own
+// keys).
+func routeCurrent(st *clState, k, cur, writer []byte) (Change, bool) {
+	r, err := decodeRecord(cur)
+	if err != nil {
+		return Change{}, false
+	}
+	topic, part, ok := st.cl.Route(&r)
+	if !ok {
+		return Change{}, false
+	}
+	return Change{Topic: topic, Partition: part, Key: bytes.Clone(k), Value: bytes.Clone(cur), Writer: writer}, true
+}
+
+// clearResent deletes the entries from the unsent bucket, each only if
+// its value is still the one read (an entry recorded again meanwhile
+// stays for the next resend). It blocks as an update does.
+func (s *Store) clearResent(entries []unsentEntry) error {
+	return s.boltUpdate(func(btx *bolt.Tx) error {
 		b := btx.Bucket([]byte(bucketChangelogUnsent))
 		if b == nil {
 			return fmt.Errorf("bucket %s missing", bucketChangelogUnsent)
@@ -665,10 +712,6 @@ func (s *Store) ResendUnsent() (int, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		return len(changes), fmt.Errorf("snapshot: clear the resent changes of %s: %w", s.path, err)
-	}
-	return len(changes), nil
 }
 
 // checkpointKey returns the meta key of the checkpoint of an input
