@@ -8,6 +8,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // ChangelogRecord is one record read from a changelog partition.
@@ -184,18 +186,8 @@ func (tx *Tx) applyChangelog(recs []ChangelogRecord) (Applied, error) {
 			return out, err
 		}
 		if hasOwn && f.ck.FileID == own && !tx.rebuilding && !(f.rec.Moved && f.rec.Value != nil && b.Get(local) == nil) {
-			switch {
-			case b.Get(local) == nil:
-			case f.rec.Value == nil:
-				if err := tx.deleteLocal(name, local); err != nil {
-					return out, err
-				}
-				out.Deleted++
-			case len(f.rec.Writer) == 16:
-				if err := b.Put(local, bytes.Clone(f.rec.Value)); err != nil {
-					return out, fmt.Errorf("put %s/%x: %w", name, local, err)
-				}
-				out.add(name, local)
+			if err := tx.applyOwn(b, f, &out); err != nil {
+				return out, err
 			}
 			continue
 		}
@@ -204,25 +196,12 @@ func (tx *Tx) applyChangelog(recs []ChangelogRecord) (Applied, error) {
 			ref = keys.Get(mapKey(mapChangelogPrefix, f.rec.Key))
 		}
 		if len(ref) > 1 && codeBucket(ref[0]) == name {
-			mlocal := bytes.Clone(ref[1:])
-			if b.Get(mlocal) != nil {
-				if f.rec.Value == nil {
-					if err := tx.deleteLocal(name, mlocal); err != nil {
-						return out, err
-					}
-					out.Deleted++
-					continue
-				}
-				if err := b.Put(mlocal, bytes.Clone(f.rec.Value)); err != nil {
-					return out, fmt.Errorf("put %s/%x: %w", name, mlocal, err)
-				}
-				out.add(name, mlocal)
-				continue
-			}
-			// The record is gone (deleted with capture off): a stale
-			// mapping, dropped.
-			if _, err := tx.unmap(ref[0], mlocal); err != nil {
+			done, err := tx.applyMapped(b, f, ref, &out)
+			if err != nil {
 				return out, err
+			}
+			if done {
+				continue
 			}
 		}
 		if f.rec.Value != nil {
@@ -234,6 +213,56 @@ func (tx *Tx) applyChangelog(recs []ChangelogRecord) (Applied, error) {
 		return out, err
 	}
 	return out, nil
+}
+
+// applyOwn applies f, the last record of a key of this file's own, to
+// its record in bucket b: a tombstone deletes the record, a value written
+// by another file (an update of a moved record) replaces it, and nothing
+// happens when the record is gone or the value is this file's own.
+// Changes are counted in out.
+func (tx *Tx) applyOwn(b *bolt.Bucket, f *finalRecord, out *Applied) error {
+	name, local := f.ck.Bucket, f.ck.Local
+	switch {
+	case b.Get(local) == nil:
+	case f.rec.Value == nil:
+		if err := tx.deleteLocal(name, local); err != nil {
+			return err
+		}
+		out.Deleted++
+	case len(f.rec.Writer) == 16:
+		if err := b.Put(local, bytes.Clone(f.rec.Value)); err != nil {
+			return fmt.Errorf("put %s/%x: %w", name, local, err)
+		}
+		out.add(name, local)
+	}
+	return nil
+}
+
+// applyMapped applies f, the last record of a key restored before, to the
+// local record its mapping ref (bucket code, then local key) names in
+// bucket b: a tombstone deletes it, a value replaces it, and it reports
+// true. When that record is gone (deleted with capture off) it drops the
+// stale mapping and reports false: f is then inserted as a new record.
+// Changes are counted in out.
+func (tx *Tx) applyMapped(b *bolt.Bucket, f *finalRecord, ref []byte, out *Applied) (bool, error) {
+	name := f.ck.Bucket
+	mlocal := bytes.Clone(ref[1:])
+	if b.Get(mlocal) == nil {
+		_, err := tx.unmap(ref[0], mlocal)
+		return false, err
+	}
+	if f.rec.Value == nil {
+		if err := tx.deleteLocal(name, mlocal); err != nil {
+			return false, err
+		}
+		out.Deleted++
+		return true, nil
+	}
+	if err := b.Put(mlocal, bytes.Clone(f.rec.Value)); err != nil {
+		return false, fmt.Errorf("put %s/%x: %w", name, mlocal, err)
+	}
+	out.add(name, mlocal)
+	return true, nil
 }
 
 // lastRecords returns the last record of each changelog key of recs that
@@ -481,10 +510,9 @@ func (tx *Tx) insertDelayed(ins []insert, out *Applied) ([]insert, error) {
 	if h := tx.s.handedOver.Load(); h != nil {
 		handed = *h
 	}
-	id := func(in *insert) []byte { return in.f.ck.Local[8:] }
 	// By ID, the first saved of an ID first.
 	slices.SortStableFunc(ins, func(a, b insert) int {
-		if c := bytes.Compare(id(&a), id(&b)); c != 0 {
+		if c := bytes.Compare(delayedID(&a), delayedID(&b)); c != 0 {
 			return c
 		}
 		return savedFirst(a.f.savedAt, a.f.rec.Key, b.f.savedAt, b.f.rec.Key)
@@ -492,73 +520,97 @@ func (tx *Tx) insertDelayed(ins []insert, out *Applied) ([]insert, error) {
 	var kept, lost []insert
 	for start := 0; start < len(ins); {
 		end := start + 1
-		for end < len(ins) && bytes.Equal(id(&ins[end]), id(&ins[start])) {
+		for end < len(ins) && bytes.Equal(delayedID(&ins[end]), delayedID(&ins[start])) {
 			end++
 		}
-		group := ins[start:end]
-		start = end
-		old := ids.Get(id(&group[0]))
-		if old == nil {
-			kept, lost = append(kept, group[0]), append(lost, group[1:]...)
-			continue
-		}
-		oldKey := bytes.Clone(old)
-		local, err := tx.localDelayed(oldKey)
+		k, l, err := tx.resolveDelayed(ids, handed, ins[start:end], out)
 		if err != nil {
 			return nil, err
 		}
-		if local == nil { // an index entry without its record: dropped
-			if err := tx.deleteLocal(BucketDelayed, oldKey); err != nil {
-				return nil, err
-			}
-			kept, lost = append(kept, group[0]), append(lost, group[1:]...)
-			continue
-		}
-		before := func(in *insert) bool {
-			return savedFirst(in.f.savedAt, in.f.rec.Key, local.savedAt, local.identity) < 0
-		}
-		if handed != nil && handed(DelayedKey(oldKey)) {
-			// Its message is running or done: the ID may be scheduled
-			// again; what was saved before it ran lost to it.
-			n := 0
-			for n < len(group) && before(&group[n]) {
-				n++
-			}
-			lost = append(lost, group[:n]...)
-			group = group[n:]
-			if len(group) == 0 {
-				continue
-			}
-		} else if !before(&group[0]) {
-			lost = append(lost, group...)
-			continue
-		}
-		if err := tx.displaceDelayed(oldKey, local.val); err != nil {
-			return nil, err
-		}
-		out.Deleted++
-		kept, lost = append(kept, group[0]), append(lost, group[1:]...)
+		kept, lost = append(kept, k...), append(lost, l...)
+		start = end
 	}
 	for i := range lost {
 		if err := tx.tombstoneForeign(lost[i].f); err != nil {
 			return nil, err
 		}
 	}
+	if err := putDelayed(b, ids, kept); err != nil {
+		return nil, err
+	}
+	return kept, nil
+}
+
+// delayedID returns the ID part of a delayed record's local key.
+func delayedID(in *insert) []byte { return in.f.ck.Local[8:] }
+
+// resolveDelayed decides between group, the records of one ID in an
+// insertDelayed call (the first saved first), and the local record of
+// that ID found through the ID index ids: it returns the record to put
+// (none or one) and those that lose, deleting the local record (counted
+// in out.Deleted) when one of group displaces it. handed reports a local
+// record whose message was handed over (nil: none was); what was saved
+// before such a record loses to it, and a later one is put beside it.
+func (tx *Tx) resolveDelayed(ids *bolt.Bucket, handed func(DelayedKey) bool, group []insert, out *Applied) (kept, lost []insert, err error) {
+	old := ids.Get(delayedID(&group[0]))
+	if old == nil {
+		return group[:1], group[1:], nil
+	}
+	oldKey := bytes.Clone(old)
+	local, err := tx.localDelayed(oldKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	if local == nil { // an index entry without its record: dropped
+		if err := tx.deleteLocal(BucketDelayed, oldKey); err != nil {
+			return nil, nil, err
+		}
+		return group[:1], group[1:], nil
+	}
+	before := func(in *insert) bool {
+		return savedFirst(in.f.savedAt, in.f.rec.Key, local.savedAt, local.identity) < 0
+	}
+	if handed != nil && handed(DelayedKey(oldKey)) {
+		// Its message is running or done: the ID may be scheduled
+		// again; what was saved before it ran lost to it.
+		n := 0
+		for n < len(group) && before(&group[n]) {
+			n++
+		}
+		lost = group[:n]
+		group = group[n:]
+		if len(group) == 0 {
+			return nil, lost, nil
+		}
+	} else if !before(&group[0]) {
+		return nil, group, nil
+	}
+	if err := tx.displaceDelayed(oldKey, local.val); err != nil {
+		return nil, nil, err
+	}
+	out.Deleted++
+	return group[:1], append(lost[:len(lost):len(lost)], group[1:]...), nil
+}
+
+// putDelayed puts the kept records under their own keys in the delayed
+// bucket b and indexes each by its ID in ids. It sorts kept by key and
+// sets each one's local key.
+func putDelayed(b, ids *bolt.Bucket, kept []insert) error {
 	for i := range kept {
 		kept[i].local = kept[i].f.ck.Local
 	}
 	for _, in := range kept { // in ID order
-		if err := ids.Put(bytes.Clone(id(&in)), bytes.Clone(in.local)); err != nil {
-			return nil, fmt.Errorf("put %s/%x: %w", bucketDelayedIDs, id(&in), err)
+		if err := ids.Put(bytes.Clone(delayedID(&in)), bytes.Clone(in.local)); err != nil {
+			return fmt.Errorf("put %s/%x: %w", bucketDelayedIDs, delayedID(&in), err)
 		}
 	}
 	slices.SortFunc(kept, func(a, b insert) int { return bytes.Compare(a.local, b.local) })
 	for _, in := range kept {
 		if err := b.Put(bytes.Clone(in.local), in.val); err != nil {
-			return nil, fmt.Errorf("put %s/%x: %w", BucketDelayed, in.local, err)
+			return fmt.Errorf("put %s/%x: %w", BucketDelayed, in.local, err)
 		}
 	}
-	return kept, nil
+	return nil
 }
 
 // savedFirst orders two records of one ID by when they were saved, then
