@@ -70,20 +70,7 @@ func (p *Pool[T]) Stop(grace time.Duration, cause error) StopResult[T] {
 	}
 	p.stopped = true
 	close(p.stopCh)
-	if n := p.queued - p.nwaiting; n > 0 {
-		res.Unstarted = make([]T, 0, n)
-	}
-	for e := p.unstarted.head; e != nil; {
-		next := e.next
-		e.prev, e.next, e.readyNext, e.keyNext = nil, nil, nil, nil
-		e.state.Store(stateTaken)
-		res.Unstarted = append(res.Unstarted, e.v)
-		e = next
-	}
-	p.unstarted = list[T]{}
-	p.ready.reset()
-	clear(p.keys)
-	p.queued -= len(res.Unstarted)
+	res.Unstarted = p.takeUnstartedLocked()
 	res.Waiting = p.takeWaitingLocked(res.Waiting)
 	running := p.nrunning
 	var done chan struct{}
@@ -98,35 +85,7 @@ func (p *Pool[T]) Stop(grace time.Duration, cause error) StopResult[T] {
 
 	var stragglers []T
 	if done != nil {
-		if grace > 0 {
-			t := time.NewTimer(grace)
-			select {
-			case <-done:
-			case <-t.C:
-			}
-			t.Stop()
-		}
-		p.mu.Lock()
-		for e := p.running.head; e != nil; {
-			next := e.next
-			// A handler that has returned is finishing: it is waited for
-			// below, not counted as a straggler.
-			if e.state.CompareAndSwap(stateRunning, stateStraggler) {
-				p.running.remove(e)
-				p.nrunning--
-				stragglers = append(stragglers, e.v)
-			}
-			e = next
-		}
-		finishing := p.nrunning > 0
-		if !finishing {
-			p.stopDone = nil
-		}
-		p.noteIdleLocked()
-		p.mu.Unlock()
-		if finishing {
-			<-done // bounded by the ResultFunc calls in progress
-		}
+		stragglers = p.awaitRunning(grace, done)
 	}
 
 	p.mu.Lock()
@@ -153,4 +112,65 @@ func (p *Pool[T]) Stop(grace time.Duration, cause error) StopResult[T] {
 		"unstarted", len(res.Unstarted), "waiting", len(res.Waiting), "running", running, "interrupted", len(res.Interrupted),
 		"stragglers", res.Stragglers, "grace", grace, "cause", cause, "took", time.Since(began))
 	return res
+}
+
+// takeUnstartedLocked empties the queue of items not yet started (the
+// ready index and the per-key queues with it) and returns them in queue
+// order, each marked taken. p.mu must be held.
+func (p *Pool[T]) takeUnstartedLocked() []T {
+	var items []T
+	if n := p.queued - p.nwaiting; n > 0 {
+		items = make([]T, 0, n)
+	}
+	for e := p.unstarted.head; e != nil; {
+		next := e.next
+		e.prev, e.next, e.readyNext, e.keyNext = nil, nil, nil, nil
+		e.state.Store(stateTaken)
+		items = append(items, e.v)
+		e = next
+	}
+	p.unstarted = list[T]{}
+	p.ready.reset()
+	clear(p.keys)
+	p.queued -= len(items)
+	return items
+}
+
+// awaitRunning waits up to grace (zero: not at all) for the running
+// handlers to return, which closes done, then marks those still running
+// as stragglers and returns their items; it then waits, without bound,
+// for the ResultFunc calls of handlers that had returned. It is Stop's
+// second step: p.stopDone is done and p.mu is not held.
+func (p *Pool[T]) awaitRunning(grace time.Duration, done chan struct{}) []T {
+	if grace > 0 {
+		t := time.NewTimer(grace)
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	var stragglers []T
+	p.mu.Lock()
+	for e := p.running.head; e != nil; {
+		next := e.next
+		// A handler that has returned is finishing: it is waited for
+		// below, not counted as a straggler.
+		if e.state.CompareAndSwap(stateRunning, stateStraggler) {
+			p.running.remove(e)
+			p.nrunning--
+			stragglers = append(stragglers, e.v)
+		}
+		e = next
+	}
+	finishing := p.nrunning > 0
+	if !finishing {
+		p.stopDone = nil
+	}
+	p.noteIdleLocked()
+	p.mu.Unlock()
+	if finishing {
+		<-done // bounded by the ResultFunc calls in progress
+	}
+	return stragglers
 }
