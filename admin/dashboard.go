@@ -199,10 +199,23 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 		h.render(w, p)
 		return
 	}
-	p.DeadAfter = runtime.Cursor(q.Get("after"))
-	p.DeadQ = deadFilterQuery(q)
 	ctx, cancel := context.WithTimeout(r.Context(), opTimeout)
 	defer cancel()
+	h.deadPanel(ctx, q, &p)
+	h.bulkPanel(ctx, r, &p)
+	h.parkedPanel(&p)
+	h.delayedPanel(&p)
+
+	h.render(w, p)
+}
+
+// deadPanel fills p's dead-letter panel: the page of dead letters after
+// the cursor in q's "after" (a bad cursor is flashed and the first page
+// shown), filtered by q, or the error that read it. It blocks on the
+// state file up to ctx.
+func (h *handler) deadPanel(ctx context.Context, q url.Values, p *page) {
+	p.DeadAfter = runtime.Cursor(q.Get("after"))
+	p.DeadQ = deadFilterQuery(q)
 	filter, err := parseDeadFilter(q)
 	var (
 		dls  []runtime.GroupDeadLetter
@@ -229,7 +242,11 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 			p.Dead = append(p.Dead, toDeadView(&dls[i]))
 		}
 	}
-	h.bulkPanel(ctx, r, &p)
+}
+
+// parkedPanel fills p's parked panel: up to pageParked parked keys, or
+// the error that read them.
+func (h *handler) parkedPanel(p *page) {
 	if keys, err := h.rt.ParkedKeys(); err != nil {
 		p.ParkedErr = errText(err)
 	} else {
@@ -240,6 +257,12 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 			p.Parked = append(p.Parked, parkedJSON{Class: k.Class, KeyText: ptr(printable(k.Key)), Count: k.Count, Oldest: k.Oldest})
 		}
 	}
+}
+
+// delayedPanel fills p's delayed panel: the first pageDelayed delayed
+// messages as [runtime.Runtime.Delayed] lists them, or the error that
+// read them.
+func (h *handler) delayedPanel(p *page) {
 	if entries, _, err := h.rt.Delayed("", pageDelayed); err != nil {
 		p.DelayedErr = errText(err)
 	} else {
@@ -249,8 +272,6 @@ func (h *handler) dashboard(w http.ResponseWriter, r *http.Request) {
 				Redeliveries: e.Redeliveries, Tries: m.Attempt})
 		}
 	}
-
-	h.render(w, p)
 }
 
 // bulkPanel fills p's bulk panel from r's query: the dry run of
