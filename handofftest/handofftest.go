@@ -600,66 +600,10 @@ func (h *Harness) settled() (map[string]Result, int, error) {
 // an attempt, that is gone), else pending. A parked message whose key
 // has no dead letter or redelivery any more is being released: pending.
 func (h *Harness) results() (map[string]Result, error) {
-	rt := h.rt
-	state := map[string]Result{}
-	blocked := map[string]bool{} // class + "\x00" + key
-	var cur runtime.Cursor
-	for {
-		dls, next, err := rt.DeadLetters("", cur, 1000)
-		if err != nil {
-			return nil, fmt.Errorf("read dead letters: %w", err)
-		}
-		for _, d := range dls {
-			if !h.classes[d.Message.Class] {
-				continue
-			}
-			state[d.Message.ID] = Result{Outcome: DeadLettered, Attempts: d.Message.Attempt, Err: d.Err, Message: d.Message}
-			blocked[d.Message.Class+"\x00"+string(d.Message.Key)] = true
-		}
-		if cur = next; cur == "" {
-			break
-		}
-	}
-	for {
-		ds, next, err := rt.Delayed(cur, 1000)
-		if err != nil {
-			return nil, fmt.Errorf("read delayed messages: %w", err)
-		}
-		for _, d := range ds {
-			if !h.classes[d.Message.Class] {
-				continue
-			}
-			if _, ok := state[d.Message.ID]; !ok {
-				state[d.Message.ID] = Result{Outcome: Scheduled, Attempts: d.Message.Attempt, Err: d.Err, Due: d.Due,
-					Redelivery: d.Redelivery, Message: d.Message}
-			}
-			if d.Redelivery {
-				blocked[d.Message.Class+"\x00"+string(d.Message.Key)] = true
-			}
-		}
-		if cur = next; cur == "" {
-			break
-		}
-	}
-	keys, err := rt.ParkedKeys()
+	state, err := h.savedResults()
 	if err != nil {
-		return nil, fmt.Errorf("read parked keys: %w", err)
+		return nil, err
 	}
-	for _, k := range keys {
-		if !h.classes[k.Class] {
-			continue
-		}
-		ms, err := rt.Parked(k.Class, k.Key)
-		if err != nil {
-			return nil, fmt.Errorf("read parked messages: %w", err)
-		}
-		for _, m := range ms {
-			if _, ok := state[m.ID]; !ok && blocked[k.Class+"\x00"+string(k.Key)] {
-				state[m.ID] = Result{Outcome: Parked, Attempts: m.Attempt, Message: m}
-			}
-		}
-	}
-
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := make(map[string]Result, len(h.sent))
@@ -679,6 +623,99 @@ func (h *Harness) results() (map[string]Result, error) {
 		out[id] = r
 	}
 	return out, nil
+}
+
+// savedResults returns, by message ID, the outcome the state file holds
+// for the messages of the harness's classes: dead-lettered, scheduled
+// (delayed or waiting for redelivery) or parked behind one of those. A
+// message in several stores gets the first in that order.
+func (h *Harness) savedResults() (map[string]Result, error) {
+	state := map[string]Result{}
+	blocked := map[string]bool{} // class + "\x00" + key
+	if err := h.deadResults(state, blocked); err != nil {
+		return nil, err
+	}
+	if err := h.delayedResults(state, blocked); err != nil {
+		return nil, err
+	}
+	if err := h.parkedResults(state, blocked); err != nil {
+		return nil, err
+	}
+	return state, nil
+}
+
+// deadResults adds the dead letters of the harness's classes to state
+// and marks their keys in blocked (class + "\x00" + key).
+func (h *Harness) deadResults(state map[string]Result, blocked map[string]bool) error {
+	var cur runtime.Cursor
+	for {
+		dls, next, err := h.rt.DeadLetters("", cur, 1000)
+		if err != nil {
+			return fmt.Errorf("read dead letters: %w", err)
+		}
+		for _, d := range dls {
+			if !h.classes[d.Message.Class] {
+				continue
+			}
+			state[d.Message.ID] = Result{Outcome: DeadLettered, Attempts: d.Message.Attempt, Err: d.Err, Message: d.Message}
+			blocked[d.Message.Class+"\x00"+string(d.Message.Key)] = true
+		}
+		if cur = next; cur == "" {
+			return nil
+		}
+	}
+}
+
+// delayedResults adds the delayed messages of the harness's classes not
+// already in state as Scheduled, and marks in blocked the keys of those
+// waiting for redelivery.
+func (h *Harness) delayedResults(state map[string]Result, blocked map[string]bool) error {
+	var cur runtime.Cursor
+	for {
+		ds, next, err := h.rt.Delayed(cur, 1000)
+		if err != nil {
+			return fmt.Errorf("read delayed messages: %w", err)
+		}
+		for _, d := range ds {
+			if !h.classes[d.Message.Class] {
+				continue
+			}
+			if _, ok := state[d.Message.ID]; !ok {
+				state[d.Message.ID] = Result{Outcome: Scheduled, Attempts: d.Message.Attempt, Err: d.Err, Due: d.Due,
+					Redelivery: d.Redelivery, Message: d.Message}
+			}
+			if d.Redelivery {
+				blocked[d.Message.Class+"\x00"+string(d.Message.Key)] = true
+			}
+		}
+		if cur = next; cur == "" {
+			return nil
+		}
+	}
+}
+
+// parkedResults adds the parked messages of the harness's classes not
+// already in state as Parked, those of the keys marked in blocked only.
+func (h *Harness) parkedResults(state map[string]Result, blocked map[string]bool) error {
+	keys, err := h.rt.ParkedKeys()
+	if err != nil {
+		return fmt.Errorf("read parked keys: %w", err)
+	}
+	for _, k := range keys {
+		if !h.classes[k.Class] {
+			continue
+		}
+		ms, err := h.rt.Parked(k.Class, k.Key)
+		if err != nil {
+			return fmt.Errorf("read parked messages: %w", err)
+		}
+		for _, m := range ms {
+			if _, ok := state[m.ID]; !ok && blocked[k.Class+"\x00"+string(k.Key)] {
+				state[m.ID] = Result{Outcome: Parked, Attempts: m.Attempt, Message: m}
+			}
+		}
+	}
+	return nil
 }
 
 // discardedLocked reports whether the message with id, which is not
