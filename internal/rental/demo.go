@@ -112,11 +112,7 @@ func Demo(out io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	fmt.Fprintf(out, "handoff demo: %d messages (orders %d, users %d, heartbeats %d) on an embedded broker, %s of work each,\n"+
-		"  %.0f%% of attempts fail and are retried (a message out of attempts becomes a dead letter: heartbeats get %d,\n"+
-		"  orders 3, users 3 and 2 delayed redeliveries), %d poison messages fail for good until an operator fixes the bug;\n"+
-		"  heartbeats run on a Kafka share group (%s): what a stop leaves goes back to the broker, not to the state file\n",
-		produced, demoOrders, demoUsers, demoHeartbeats, demoWork, demoFailRate*100, demoBeatAttempts, poison, demoShareGroup)
+	printIntro(out, produced, poison)
 
 	t := &tally{seen: map[string]int{}}
 	h, err := New(Options{Work: demoWork, OnDone: t.done, FailRate: demoFailRate})
@@ -124,37 +120,16 @@ func Demo(out io.Writer) int {
 		return fail(err)
 	}
 	defer h.Close()
-	cfg := runtime.Config{
-		Brokers:       broker.Addrs(),
-		Group:         "rental-demo",
-		Instance:      "rental-demo-1",
-		StatePath:     filepath.Join(dir, "rental.db"),
-		DrainTimeout:  demoDrain,
-		HardStopGrace: time.Second,
-		Classes:       shareBeats(h.Classes()),
-		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-	}
+	cfg := demoConfig(broker.Addrs(), dir, h)
 
 	// Run 1: stop mid-load, with a drain too short to finish.
-	rt, err := runtime.New(cfg)
+	rep1, err := demoRun1(cfg, t)
 	if err != nil {
 		return fail(err)
 	}
-	res := make(chan runResult, 1)
-	go func() { rep, err := rt.Run(context.Background()); res <- runResult{rep, err} }()
-	select {
-	case <-t.when(demoStopAfter, false):
-	case <-time.After(30 * time.Second):
-		return fail(fmt.Errorf("run 1 handled only %d messages in 30s", t.total))
-	}
-	rt.Shutdown(context.Background())
-	r1 := <-res
-	if r1.err != nil {
-		return fail(fmt.Errorf("run 1 stop: %w", r1.err))
-	}
 	u1, _ := t.counts()
 	fmt.Fprintf(out, "run 1: stopped after %d handled; %s; %d saved to the state file (%d unstarted, %d interrupted, %d waiting out a retry)\n",
-		u1, drainSays(r1.rep.DrainTimedOut), r1.rep.Snapshotted, r1.rep.Unstarted, r1.rep.Interrupted, r1.rep.Waiting)
+		u1, drainSays(rep1.DrainTimedOut), rep1.Snapshotted, rep1.Unstarted, rep1.Interrupted, rep1.Waiting)
 
 	// Run 2 is a new pod: a new instance on a new, empty state directory
 	// (run 1's file is left alone), as a Deployment's replacement would
@@ -189,10 +164,90 @@ func Demo(out io.Writer) int {
 	}
 	defer h2.Close()
 	cfg.Classes = shareBeats(h2.Classes())
-	rt2, err := runtime.New(cfg)
+	rep2, orders, dead, err := demoRun2(cfg, t, produced, h2)
 	if err != nil {
 		return fail(err)
 	}
+	printRun2(out, cfg.Instance, len(files), rep2, orders, h2.OutageFailed(0), dead, poison)
+
+	return demoSummary(out, produced, t, rep1, rep2, dead, orders)
+}
+
+// printIntro prints what the demo is about to do with the produced
+// messages, poison of them poison.
+func printIntro(out io.Writer, produced, poison int) {
+	fmt.Fprintf(out, "handoff demo: %d messages (orders %d, users %d, heartbeats %d) on an embedded broker, %s of work each,\n"+
+		"  %.0f%% of attempts fail and are retried (a message out of attempts becomes a dead letter: heartbeats get %d,\n"+
+		"  orders 3, users 3 and 2 delayed redeliveries), %d poison messages fail for good until an operator fixes the bug;\n"+
+		"  heartbeats run on a Kafka share group (%s): what a stop leaves goes back to the broker, not to the state file\n",
+		produced, demoOrders, demoUsers, demoHeartbeats, demoWork, demoFailRate*100, demoBeatAttempts, poison, demoShareGroup)
+}
+
+// demoConfig returns the runtime configuration of the demo's first run:
+// the service h on the brokers addrs, its state file in dir.
+func demoConfig(addrs []string, dir string, h *Service) runtime.Config {
+	return runtime.Config{
+		Brokers:       addrs,
+		Group:         "rental-demo",
+		Instance:      "rental-demo-1",
+		StatePath:     filepath.Join(dir, "rental.db"),
+		DrainTimeout:  demoDrain,
+		HardStopGrace: time.Second,
+		Classes:       shareBeats(h.Classes()),
+		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+	}
+}
+
+// printRun2 prints what the second run (the new pod, instance on a state
+// directory that held files files at its start) restored, re-pushed and
+// requeued, and what the orders outage (outageFailed failed attempts)
+// did; poison is the number of poison messages produced.
+func printRun2(out io.Writer, instance string, files int, rep2 *runtime.Report, orders runtime.ClassHold, outageFailed int64, dead deadCounts, poison int) {
+	fmt.Fprintf(out, "new pod: instance %s on an empty state directory (%d files before its start; run 1's file unused)\n"+
+		"  restored from the changelog: %d records of %d partitions; re-pushed %d\n",
+		instance, files, rep2.Restored, rep2.RestoredPartitions, rep2.Repushed)
+	fmt.Fprintf(out, "run 2: re-pushed %d saved messages before fetching, then consumed the rest;\n"+
+		"  orders' database was down for %s: the class was suspended %d time(s) for %.1fs in all, %d attempts failed,\n"+
+		"  and the outage made %d dead letters;\n"+
+		"  %d dead letters requeued after the fix (%d poison, %d out of attempts: %s), %d parked messages released behind them%s\n\n",
+		rep2.Repushed, demoOutageFor, orders.Suspensions, orders.SuspendedSeconds, outageFailed, dead.outage,
+		dead.total, dead.poison, dead.exhausted(), dead.exhaustedByClass(), rep2.Released, parkedPoison(poison-dead.poison))
+}
+
+// demoRun1 runs the service with cfg until t counts demoStopAfter
+// handled messages (at most 30s), then stops it and returns its report.
+func demoRun1(cfg runtime.Config, t *tally) (*runtime.Report, error) {
+	rt, err := runtime.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	res := make(chan runResult, 1)
+	go func() { rep, err := rt.Run(context.Background()); res <- runResult{rep, err} }()
+	select {
+	case <-t.when(demoStopAfter, false):
+	case <-time.After(30 * time.Second):
+		return nil, fmt.Errorf("run 1 handled only %d messages in 30s", t.total)
+	}
+	rt.Shutdown(context.Background())
+	r1 := <-res
+	if r1.err != nil {
+		return nil, fmt.Errorf("run 1 stop: %w", r1.err)
+	}
+	return r1.rep, nil
+}
+
+// demoRun2 runs the service h2 with cfg: it starts h2's outages once the
+// runtime is ready, requeues the dead letters through healAfter, waits
+// (at most 45s) until t counts every one of the produced messages
+// handled, then stops it. It returns its report, the orders class's
+// hold and the requeued dead letters.
+func demoRun2(cfg runtime.Config, t *tally, produced int, h2 *Service) (*runtime.Report, runtime.ClassHold, deadCounts, error) {
+	var orders runtime.ClassHold
+	rt2, err := runtime.New(cfg)
+	if err != nil {
+		return nil, orders, deadCounts{}, err
+	}
+	res := make(chan runResult, 1)
 	go func() { rep, err := rt2.Run(context.Background()); res <- runResult{rep, err} }()
 	readyCtx, readyDone := context.WithCancel(context.Background())
 	go func() {
@@ -212,7 +267,7 @@ func Demo(out io.Writer) int {
 	if err != nil {
 		rt2.Shutdown(context.Background())
 		<-res
-		return fail(err)
+		return nil, orders, dead, err
 	}
 	select {
 	case <-t.when(produced, true):
@@ -221,24 +276,20 @@ func Demo(out io.Writer) int {
 	rt2.Shutdown(context.Background())
 	r2 := <-res
 	if r2.err != nil {
-		return fail(fmt.Errorf("run 2 stop: %w", r2.err))
+		return nil, orders, dead, fmt.Errorf("run 2 stop: %w", r2.err)
 	}
-	var orders runtime.ClassHold
 	for _, cs := range rt2.Stats() {
 		if cs.Name == "orders" {
 			orders = cs.Hold
 		}
 	}
-	fmt.Fprintf(out, "new pod: instance %s on an empty state directory (%d files before its start; run 1's file unused)\n"+
-		"  restored from the changelog: %d records of %d partitions; re-pushed %d\n",
-		cfg.Instance, len(files), r2.rep.Restored, r2.rep.RestoredPartitions, r2.rep.Repushed)
-	fmt.Fprintf(out, "run 2: re-pushed %d saved messages before fetching, then consumed the rest;\n"+
-		"  orders' database was down for %s: the class was suspended %d time(s) for %.1fs in all, %d attempts failed,\n"+
-		"  and the outage made %d dead letters;\n"+
-		"  %d dead letters requeued after the fix (%d poison, %d out of attempts: %s), %d parked messages released behind them%s\n\n",
-		r2.rep.Repushed, demoOutageFor, orders.Suspensions, orders.SuspendedSeconds, h2.OutageFailed(0), dead.outage,
-		dead.total, dead.poison, dead.exhausted(), dead.exhaustedByClass(), r2.rep.Released, parkedPoison(poison-dead.poison))
+	return r2.rep, orders, dead, nil
+}
 
+// demoSummary prints the table of what happened to the produced
+// messages over both runs, then the verdict, and returns the exit
+// status: 0 only when no message was lost.
+func demoSummary(out io.Writer, produced int, t *tally, rep1, rep2 *runtime.Report, dead deadCounts, orders runtime.ClassHold) int {
 	unique, total := t.counts()
 	lost := produced - unique
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -248,24 +299,24 @@ func Demo(out io.Writer) int {
 	}{
 		{"produced", produced},
 		{"handled", unique},
-		{"snapshotted at stop", r1.rep.Snapshotted},
-		{"restored from changelog", r2.rep.Restored},
-		{"re-pushed at start", r2.rep.Repushed},
-		{"released to the share group", r1.rep.ShareReleased + r2.rep.ShareReleased},
+		{"snapshotted at stop", rep1.Snapshotted},
+		{"restored from changelog", rep2.Restored},
+		{"re-pushed at start", rep2.Repushed},
+		{"released to the share group", rep1.ShareReleased + rep2.ShareReleased},
 		{"lost", lost},
 		{"duplicates", total - unique},
-		{"retried in place", r1.rep.Retried + r2.rep.Retried},
-		{"dead-lettered", r1.rep.DeadLettered + r2.rep.DeadLettered},
+		{"retried in place", rep1.Retried + rep2.Retried},
+		{"dead-lettered", rep1.DeadLettered + rep2.DeadLettered},
 		{"  poison", dead.poison},
 		{"  out of attempts", dead.exhausted()},
 		{"  by the outage", dead.outage},
 		{"suspended (orders)", time.Duration(orders.SuspendedSeconds * float64(time.Second)).Round(time.Millisecond)},
-		{"redelivered later", r1.rep.Redelivered + r2.rep.Redelivered},
-		{"parked", r1.rep.Parked + r2.rep.Parked},
-		{"requeued", r2.rep.Requeued},
-		{"drain phase took", r1.rep.Drain.Round(time.Millisecond)},
-		{"snapshot time", r1.rep.Snapshot.Round(time.Microsecond)},
-		{"stop time", r1.rep.Stop.Round(time.Millisecond)},
+		{"redelivered later", rep1.Redelivered + rep2.Redelivered},
+		{"parked", rep1.Parked + rep2.Parked},
+		{"requeued", rep2.Requeued},
+		{"drain phase took", rep1.Drain.Round(time.Millisecond)},
+		{"snapshot time", rep1.Snapshot.Round(time.Microsecond)},
+		{"stop time", rep1.Stop.Round(time.Millisecond)},
 	} {
 		fmt.Fprintf(tw, "%s\t%v\t\n", row.name, row.v)
 	}
