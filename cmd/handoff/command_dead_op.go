@@ -113,31 +113,9 @@ func runDeadOp(cmd *cobra.Command, action string, sel *deadSelection, f *deadOpF
 	if err != nil {
 		return err
 	}
-	selecting := sel.all || sel.class != ""
-	for _, name := range selectionFlagNames {
-		selecting = selecting || cmd.Flags().Changed(name)
-	}
-	switch {
-	case len(ids) > 0 && selecting:
-		return usagef("give IDs or a selection (--all, --class, --error-contains, ...), not both")
-	case len(ids) == 0 && !selecting && len(f.cluster.topics) == 0:
-		return usagef("missing a selection: IDs, --class, --error-contains, --key, --since, --until, ..., or --all for every dead letter of the group")
-	case f.rate < 0 || math.IsNaN(f.rate) || math.IsInf(f.rate, 0):
-		return usagef("--rate must be a number of dead letters a second >= 0, got %v", f.rate)
-	case f.limit < 0 || f.limit > deadop.MaxIDs:
-		return usagef("--limit must be between 0 (all) and %d, got %d", deadop.MaxIDs, f.limit)
-	case f.wait < 0:
-		return usagef("--wait must be >= 0, got %s", f.wait)
-	}
-	given := make([]string, 0, len(ids))
-	for _, a := range ids {
-		id, err := parseDeadID(a)
-		if err != nil {
-			return err
-		}
-		if s := id.String(); !slices.Contains(given, s) {
-			given = append(given, s)
-		}
+	given, err := deadOpIDs(cmd, sel, f, ids)
+	if err != nil {
+		return err
 	}
 	who := f.who
 	if who == "" {
@@ -174,16 +152,9 @@ func runDeadOp(cmd *cobra.Command, action string, sel *deadSelection, f *deadOpF
 		_, err := fmt.Fprintf(out, "no %s to %s\n", what, action)
 		return err
 	}
-	matched := len(dead)
-	if f.limit > 0 && len(dead) > f.limit {
-		dead = dead[:f.limit] // the oldest: the listing is by last failure
-	}
-	if len(dead) > deadop.MaxIDs {
-		return usagef("the selection holds %d %s, more than one operation takes (%d): narrow it, or give --limit", len(dead), what, deadop.MaxIDs)
-	}
-	taken := fmt.Sprintf("%d %s", len(dead), what)
-	if matched > len(dead) {
-		taken = fmt.Sprintf("%d of the %d matching %s (--limit %d, the oldest)", len(dead), matched, what, f.limit)
+	dead, taken, err := limitDead(dead, f.limit, what)
+	if err != nil {
+		return err
 	}
 	if f.dryRun {
 		return printDryRun(out, action, taken, dead, f.cluster.group)
@@ -193,8 +164,85 @@ func runDeadOp(cmd *cobra.Command, action string, sel *deadSelection, f *deadOpF
 		return usagef("discard selects %d dead letters: add --yes to discard them (--dry-run shows a sample)", len(dead))
 	}
 
+	req, value, err := newDeadOpRequest(action, &filter, f, who, dead)
+	if err != nil {
+		return err
+	}
+	m, err := newMetaClient(ctx, &f.cluster, d)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	offset, err := m.write(ctx, deadop.RequestKey(req.ID), value)
+	if err != nil {
+		return err
+	}
+	printOpWritten(cmd, req, taken, dead, f.cluster.group)
+	if f.wait == 0 {
+		_, err := fmt.Fprintf(out, "not waiting (--wait 0): 'handoff dead ops --brokers %s --group %s' shows its progress\n",
+			strings.Join(f.cluster.brokers, ","), f.cluster.group)
+		return err
+	}
+	return followOp(cmd, sigCtx, m, req, offset, f)
+}
+
+// limitDead keeps the first limit of dead (the oldest; zero: all) and
+// returns them with the words that say how many of how many were taken,
+// what naming them. It fails when more than one operation takes are left.
+func limitDead(dead []clusterDead, limit int, what string) ([]clusterDead, string, error) {
+	matched := len(dead)
+	if limit > 0 && len(dead) > limit {
+		dead = dead[:limit] // the oldest: the listing is by last failure
+	}
+	if len(dead) > deadop.MaxIDs {
+		return nil, "", usagef("the selection holds %d %s, more than one operation takes (%d): narrow it, or give --limit", len(dead), what, deadop.MaxIDs)
+	}
+	taken := fmt.Sprintf("%d %s", len(dead), what)
+	if matched > len(dead) {
+		taken = fmt.Sprintf("%d of the %d matching %s (--limit %d, the oldest)", len(dead), matched, what, limit)
+	}
+	return dead, taken, nil
+}
+
+// deadOpIDs checks runDeadOp's selection and flags and returns the dead
+// letter IDs given, each once, in their order: none when the command
+// selects by flags.
+func deadOpIDs(cmd *cobra.Command, sel *deadSelection, f *deadOpFlags, ids []string) ([]string, error) {
+	selecting := sel.all || sel.class != ""
+	for _, name := range selectionFlagNames {
+		selecting = selecting || cmd.Flags().Changed(name)
+	}
+	switch {
+	case len(ids) > 0 && selecting:
+		return nil, usagef("give IDs or a selection (--all, --class, --error-contains, ...), not both")
+	case len(ids) == 0 && !selecting && len(f.cluster.topics) == 0:
+		return nil, usagef("missing a selection: IDs, --class, --error-contains, --key, --since, --until, ..., or --all for every dead letter of the group")
+	case f.rate < 0 || math.IsNaN(f.rate) || math.IsInf(f.rate, 0):
+		return nil, usagef("--rate must be a number of dead letters a second >= 0, got %v", f.rate)
+	case f.limit < 0 || f.limit > deadop.MaxIDs:
+		return nil, usagef("--limit must be between 0 (all) and %d, got %d", deadop.MaxIDs, f.limit)
+	case f.wait < 0:
+		return nil, usagef("--wait must be >= 0, got %s", f.wait)
+	}
+	given := make([]string, 0, len(ids))
+	for _, a := range ids {
+		id, err := parseDeadID(a)
+		if err != nil {
+			return nil, err
+		}
+		if s := id.String(); !slices.Contains(given, s) {
+			given = append(given, s)
+		}
+	}
+	return given, nil
+}
+
+// newDeadOpRequest returns the operation request asking the owners of
+// dead to apply action, by who, and its encoded value. Its At is now, or
+// the latest last failure of dead when that is later.
+func newDeadOpRequest(action string, filter *runtime.DeadFilter, f *deadOpFlags, who string, dead []clusterDead) (*deadop.Request, []byte, error) {
 	now := time.Now().UTC()
-	req := &deadop.Request{ID: newOpID(), Action: action, Filter: opFilter(&filter, f.cluster.topics), Rate: f.rate,
+	req := &deadop.Request{ID: newOpID(), Action: action, Filter: opFilter(filter, f.cluster.topics), Rate: f.rate,
 		Limit: f.limit, Who: who, Via: "cli", At: now}
 	if req.Rate > 0 {
 		req.StartAt = now.Add(deadop.StartDelay)
@@ -211,36 +259,29 @@ func runDeadOp(cmd *cobra.Command, action string, sel *deadSelection, f *deadOpF
 		}
 	}
 	if err := req.Validate(); err != nil {
-		return err
+		return nil, nil, err
 	}
 	value, err := deadop.Encode(req)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	m, err := newMetaClient(ctx, &f.cluster, d)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	offset, err := m.write(ctx, deadop.RequestKey(req.ID), value)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "operation %s: %s %s, asked of their owners as %s", req.ID, action, taken, who)
+	return req, value, nil
+}
+
+// printOpWritten prints that the request req (for taken, the selected
+// dead) was written, and warns on stderr about those no member of group
+// owns now.
+func printOpWritten(cmd *cobra.Command, req *deadop.Request, taken string, dead []clusterDead, group string) {
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "operation %s: %s %s, asked of their owners as %s", req.ID, req.Action, taken, req.Who)
 	if req.Rate > 0 {
 		fmt.Fprintf(out, " at %g a second", req.Rate)
 	}
 	fmt.Fprintln(out)
 	if unowned := countUnowned(dead); unowned > 0 {
 		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %d of them are in partitions no member of group %s owns now: they wait for one\n",
-			unowned, f.cluster.group)
+			unowned, group)
 	}
-	if f.wait == 0 {
-		_, err := fmt.Fprintf(out, "not waiting (--wait 0): 'handoff dead ops --brokers %s --group %s' shows its progress\n",
-			strings.Join(f.cluster.brokers, ","), f.cluster.group)
-		return err
-	}
-	return followOp(cmd, sigCtx, m, req, offset, f)
 }
 
 // followOp follows req's statuses in the meta topic from offset on,
