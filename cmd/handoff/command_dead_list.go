@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/handoff-go/handoff/runtime"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -27,39 +28,7 @@ func newDeadListCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list STATE | --brokers HOST:PORT[,...] --group GROUP",
 		Short: "List or search dead letters, oldest or newest first: of a state file a page at a time, or of a group's changelog",
-		Long: `List prints the dead letters of the state file STATE in the order this
-file saved them: the dead letter's ID (the KEY column: the same on every
-instance of the group, see 'handoff dead'), class, message ID, attempts,
-when it first and last failed, and the start of its error. When more
-remain it prints the --after value of the next page (a position in this
-file, not an ID; with --newest, the page goes on below it). With a
-search flag other than --class it prints, after the table, how many
-dead letters match in all ("N matches"; --json always has it as
-"total"): counting them reads every dead letter of --class, or of every
-class, in the file.
-
-The search flags narrow the listing (they are and-ed): --class, --topic
-and --partition (where the message was read from; a submitted message
-has no topic and partition 0), --key (the message key's exact text),
---error-contains (a substring of the last error), --min-attempts,
---since and --until (RFC 3339; the last failure: since <= last failed <
-until), --first-since and --first-until (the same on the first failure;
-a dead letter with none matches neither). --newest lists the newest
-first. On a state file, --topic is
-the origin topic (give it once).
-
-With --brokers and --group instead of STATE it lists the dead letters of
-every instance of the group, from the group's changelog topics on the
-cluster (GROUP.TOPIC.handoff-changelog, every one the cluster has, or
-those of the --topic input topics): it reads each partition to its end,
-keeps the last write of each key (a later tombstone deletes a dead
-letter), and prints the dead letters by last failure, oldest first, at
-most --limit of them, with the input topic and partition, the member of
-the group that owns that partition now ("-": nobody; a member is named by
-its instance name) and the dead letter's ID, the one the owner's admin
-API and 'dead list STATE' print. The search flags apply to them too
-(--topic picks the changelogs to read, the input topics; --newest lists
-the last failed first). It reads only; the security flags are replay's.`,
+		Long:  deadListLong,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("brokers") {
 				if len(args) > 0 {
@@ -104,27 +73,7 @@ the last failed first). It reads only; the security flags are replay's.`,
 				return err
 			}
 			return withStateReadOnly(args[0], &sf, func(st *snapshot.State) error {
-				list, err := st.ListDead(snapshot.DeadQuery{Class: class, Match: recordMatch(&filter), From: after,
-					Newest: filter.Newest, Limit: limit})
-				if err != nil {
-					return err
-				}
-				page, next, total := list.Page, list.Next, list.Total
-				if jsonFlag {
-					out := deadPageJSON(page, next)
-					out.Total = &total
-					err = writeJSON(cmd.OutOrStdout(), out)
-				} else {
-					count := -1 // not printed: the listing of before the search
-					for _, name := range searchFlagNames {
-						if cmd.Flags().Changed(name) {
-							count = total
-						}
-					}
-					err = printDeadList(cmd.OutOrStdout(), page, next, class, count)
-				}
-				warnUndecodable(cmd.ErrOrStderr(), list.Undecodable)
-				return err
+				return listStateDead(cmd, st, class, after, limit, jsonFlag, &filter)
 			})
 		}),
 	}
@@ -136,6 +85,70 @@ the last failed first). It reads only; the security flags are replay's.`,
 	cmd.Flags().BoolVar(&jsonFlag, "json", false, "print JSON instead of a table")
 	ff.register(cmd)
 	return cmd
+}
+
+// deadListLong is the long help of 'dead list'.
+const deadListLong = `List prints the dead letters of the state file STATE in the order this
+file saved them: the dead letter's ID (the KEY column: the same on every
+instance of the group, see 'handoff dead'), class, message ID, attempts,
+when it first and last failed, and the start of its error. When more
+remain it prints the --after value of the next page (a position in this
+file, not an ID; with --newest, the page goes on below it). With a
+search flag other than --class it prints, after the table, how many
+dead letters match in all ("N matches"; --json always has it as
+"total"): counting them reads every dead letter of --class, or of every
+class, in the file.
+
+The search flags narrow the listing (they are and-ed): --class, --topic
+and --partition (where the message was read from; a submitted message
+has no topic and partition 0), --key (the message key's exact text),
+--error-contains (a substring of the last error), --min-attempts,
+--since and --until (RFC 3339; the last failure: since <= last failed <
+until), --first-since and --first-until (the same on the first failure;
+a dead letter with none matches neither). --newest lists the newest
+first. On a state file, --topic is
+the origin topic (give it once).
+
+With --brokers and --group instead of STATE it lists the dead letters of
+every instance of the group, from the group's changelog topics on the
+cluster (GROUP.TOPIC.handoff-changelog, every one the cluster has, or
+those of the --topic input topics): it reads each partition to its end,
+keeps the last write of each key (a later tombstone deletes a dead
+letter), and prints the dead letters by last failure, oldest first, at
+most --limit of them, with the input topic and partition, the member of
+the group that owns that partition now ("-": nobody; a member is named by
+its instance name) and the dead letter's ID, the one the owner's admin
+API and 'dead list STATE' print. The search flags apply to them too
+(--topic picks the changelogs to read, the input topics; --newest lists
+the last failed first). It reads only; the security flags are replay's.`
+
+// listStateDead prints, as a table or JSON, the page of st's dead
+// letters of class (empty: every class) after the file position after
+// (zero: from the start) matching filter, at most limit of them, with
+// the total of those matching when a search flag was given; then it
+// warns about undecodable ones.
+func listStateDead(cmd *cobra.Command, st *snapshot.State, class string, after uint64, limit int, jsonFlag bool, filter *runtime.DeadFilter) error {
+	list, err := st.ListDead(snapshot.DeadQuery{Class: class, Match: recordMatch(filter), From: after,
+		Newest: filter.Newest, Limit: limit})
+	if err != nil {
+		return err
+	}
+	page, next, total := list.Page, list.Next, list.Total
+	if jsonFlag {
+		out := deadPageJSON(page, next)
+		out.Total = &total
+		err = writeJSON(cmd.OutOrStdout(), out)
+	} else {
+		count := -1 // not printed: the listing of before the search
+		for _, name := range searchFlagNames {
+			if cmd.Flags().Changed(name) {
+				count = total
+			}
+		}
+		err = printDeadList(cmd.OutOrStdout(), page, next, class, count)
+	}
+	warnUndecodable(cmd.ErrOrStderr(), list.Undecodable)
+	return err
 }
 
 // printDeadList prints a page of dead letters and, when total (the
