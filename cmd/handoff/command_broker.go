@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -26,23 +27,8 @@ func newBrokerCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "broker",
 		Short: "Run an embedded Kafka-protocol broker for local development until Ctrl-C",
-		Long: `Broker runs a single-node, in-memory broker that speaks the Kafka wire
-protocol (franz-go's kfake), so a service, kcat or any Kafka client can
-talk to it. It creates --topics at start (topics are not created on first
-use) and keeps nothing when it stops: for development and tests only.
-
-With --tls it serves TLS only, with a throwaway CA and a server
-certificate for the listen host, localhost and 127.0.0.1, written with a
-client certificate to --tls-dir (a new temporary folder when empty) as
-ca.pem, server.pem, server-key.pem, client.pem and client-key.pem; it
-prints the folder. --tls-client-auth also requires a client certificate
-signed by that CA (mutual TLS).
-
-With --sasl-user MECHANISM:NAME:PASSWORD (repeatable; plain,
-scram-sha-256 or scram-sha-512) clients must authenticate as one of the
-users; only the mechanisms of the users are enabled. The passwords are
-for a local broker: they are not printed.`,
-		Args: noArgs,
+		Long:  brokerLong,
+		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			if partitions <= 0 {
 				return usagef("--partitions must be > 0, got %d", partitions)
@@ -66,19 +52,8 @@ for a local broker: they are not printed.`,
 			}
 			var files *devbroker.TLSFiles
 			if tlsOn {
-				dir := tlsDir
-				if dir == "" {
-					var err error
-					if dir, err = os.MkdirTemp("", "handoff-broker-tls-"); err != nil {
-						return err
-					}
-				}
-				hosts := []string{"localhost", "127.0.0.1"}
-				if h, _, err := net.SplitHostPort(addr); err == nil && h != "" && h != "localhost" && h != "127.0.0.1" {
-					hosts = append(hosts, h)
-				}
 				var err error
-				if files, err = devbroker.WriteTLSFiles(dir, hosts, clientAuth); err != nil {
+				if files, err = brokerTLS(addr, tlsDir, clientAuth); err != nil {
 					return err
 				}
 				cfg.TLS = files.Server
@@ -91,28 +66,7 @@ for a local broker: they are not printed.`,
 			}
 			defer b.Close()
 			out := cmd.OutOrStdout()
-			what := "no topics"
-			if len(clean) > 0 {
-				what = fmt.Sprintf("topics %s, %d partitions each", strings.Join(clean, ", "), partitions)
-			}
-			fmt.Fprintf(out, "broker listening on %s (%s); Ctrl-C to stop\n", strings.Join(b.Addrs(), ","), what)
-			if files != nil {
-				mode := "TLS"
-				connect := "--tls-ca " + files.CAFile
-				if clientAuth {
-					mode = "mutual TLS"
-					connect += " --tls-cert " + files.ClientCert + " --tls-key " + files.ClientKey
-				}
-				fmt.Fprintf(out, "%s: CA and certificates in %s (ca.pem, server.pem, server-key.pem, client.pem, client-key.pem); connect with %s\n",
-					mode, files.Dir, connect)
-			}
-			if len(cfg.Users) > 0 {
-				var parts []string
-				for _, u := range cfg.Users {
-					parts = append(parts, fmt.Sprintf("%s (%s)", u.Name, u.Mechanism))
-				}
-				fmt.Fprintf(out, "SASL users: %s\n", strings.Join(parts, ", "))
-			}
+			printBrokerStarted(out, b.Addrs(), &cfg, files, clientAuth)
 			<-ctx.Done()
 			b.Close()
 			fmt.Fprintln(out, "broker stopped")
@@ -129,6 +83,69 @@ for a local broker: they are not printed.`,
 	fl.StringArrayVar(&users, "sasl-user", nil, "MECHANISM:NAME:PASSWORD: a SASL user (plain, scram-sha-256, scram-sha-512); repeatable")
 	return cmd
 }
+
+// brokerTLS writes a throwaway CA, a server certificate for the host of
+// addr, localhost and 127.0.0.1, and a client certificate to dir (a new
+// temporary folder when empty), and returns the files.
+func brokerTLS(addr, dir string, clientAuth bool) (*devbroker.TLSFiles, error) {
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "handoff-broker-tls-"); err != nil {
+			return nil, err
+		}
+	}
+	hosts := []string{"localhost", "127.0.0.1"}
+	if h, _, err := net.SplitHostPort(addr); err == nil && h != "" && h != "localhost" && h != "127.0.0.1" {
+		hosts = append(hosts, h)
+	}
+	return devbroker.WriteTLSFiles(dir, hosts, clientAuth)
+}
+
+// printBrokerStarted prints where the broker started with cfg listens
+// (addrs), its topics, how to connect with TLS when files is not nil
+// (clientAuth: with a client certificate) and its SASL users.
+func printBrokerStarted(out io.Writer, addrs []string, cfg *devbroker.Config, files *devbroker.TLSFiles, clientAuth bool) {
+	what := "no topics"
+	if len(cfg.Topics) > 0 {
+		what = fmt.Sprintf("topics %s, %d partitions each", strings.Join(cfg.Topics, ", "), cfg.Partitions)
+	}
+	fmt.Fprintf(out, "broker listening on %s (%s); Ctrl-C to stop\n", strings.Join(addrs, ","), what)
+	if files != nil {
+		mode := "TLS"
+		connect := "--tls-ca " + files.CAFile
+		if clientAuth {
+			mode = "mutual TLS"
+			connect += " --tls-cert " + files.ClientCert + " --tls-key " + files.ClientKey
+		}
+		fmt.Fprintf(out, "%s: CA and certificates in %s (ca.pem, server.pem, server-key.pem, client.pem, client-key.pem); connect with %s\n",
+			mode, files.Dir, connect)
+	}
+	if len(cfg.Users) > 0 {
+		var parts []string
+		for _, u := range cfg.Users {
+			parts = append(parts, fmt.Sprintf("%s (%s)", u.Name, u.Mechanism))
+		}
+		fmt.Fprintf(out, "SASL users: %s\n", strings.Join(parts, ", "))
+	}
+}
+
+// brokerLong is the long help of 'broker'.
+const brokerLong = `Broker runs a single-node, in-memory broker that speaks the Kafka wire
+protocol (franz-go's kfake), so a service, kcat or any Kafka client can
+talk to it. It creates --topics at start (topics are not created on first
+use) and keeps nothing when it stops: for development and tests only.
+
+With --tls it serves TLS only, with a throwaway CA and a server
+certificate for the listen host, localhost and 127.0.0.1, written with a
+client certificate to --tls-dir (a new temporary folder when empty) as
+ca.pem, server.pem, server-key.pem, client.pem and client-key.pem; it
+prints the folder. --tls-client-auth also requires a client certificate
+signed by that CA (mutual TLS).
+
+With --sasl-user MECHANISM:NAME:PASSWORD (repeatable; plain,
+scram-sha-256 or scram-sha-512) clients must authenticate as one of the
+users; only the mechanisms of the users are enabled. The passwords are
+for a local broker: they are not printed.`
 
 // parseUser parses --sasl-user's MECHANISM:NAME:PASSWORD.
 func parseUser(s string) (devbroker.User, error) {
