@@ -27,23 +27,8 @@ func newDeadOpsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ops --brokers HOST:PORT[,...] --group GROUP [OP] [--cancel OP]",
 		Short: "List a group's recent dead-letter operations (the audit trail) with their progress, or cancel one",
-		Long: `Ops reads the group's dead-letter operations from its meta topic
-(GROUP.handoff-meta): the bulk requeues and discards asked through any
-instance's admin API or dashboard, or with 'dead requeue|discard
---brokers'. It prints them newest first, at most --limit: the
-operation's ID, action, state (running, done, canceled), who asked and
-through what (an instance's name, or cli), when, how many dead letters
-it names, its rate, the owners' progress (done, failed, failed again,
-skipped: no longer dead letters, left: still to do, reported or not; a
-done operation with some left named dead letters no owner acted on:
-gone when their owner looked, or of a partition nobody owned) and the
-selection it was made with. The meta topic is compacted: the
-operations it still holds are the recent ones.
-
-With OP it prints that operation in detail, each owner's part on its
-own line. --cancel OP writes a cancel of a running operation: its
-owners stop taking its dead letters, what they did stays done.`,
-		Args: cobra.MaximumNArgs(1),
+		Long:  deadOpsLong,
+		Args:  cobra.MaximumNArgs(1),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("topic") {
 				return usagef("--topic is not for ops: an operation names its dead letters by ID")
@@ -79,30 +64,10 @@ owners stop taking its dead letters, what they did stays done.`,
 			if cancelOp != "" {
 				return cancelDeadOp(ctx, out, m, ops, cancelOp, who, cf.group)
 			}
-			list := ops.requested()
 			if len(args) > 0 {
-				op := ops.ops[args[0]]
-				if op == nil || op.Request == nil {
-					return usagef("no operation %s in meta topic %s", args[0], m.topic)
-				}
-				if jsonFlag {
-					return writeJSON(out, opJSONOf(op))
-				}
-				return printDeadOp(out, op)
+				return showDeadOp(out, ops, args[0], m.topic, jsonFlag)
 			}
-			more := 0
-			if len(list) > limit {
-				more = len(list) - limit
-				list = list[:limit]
-			}
-			if jsonFlag {
-				res := opsJSON{Operations: make([]opJSON, len(list)), More: more}
-				for i, op := range list {
-					res.Operations[i] = opJSONOf(op)
-				}
-				return writeJSON(out, res)
-			}
-			return printDeadOps(out, list, more, cf.group)
+			return listDeadOps(out, ops, limit, jsonFlag, cf.group)
 		}),
 	}
 	cf.register(cmd)
@@ -115,6 +80,57 @@ owners stop taking its dead letters, what they did stays done.`,
 	cmd.Flags().StringVar(&who, "who", "", "with --cancel: who cancels, for the audit trail (default: the OS user name)")
 	return cmd
 }
+
+// showDeadOp prints the operation id of ops, as text or JSON; it fails
+// when ops (read from the meta topic topic) has no request of that ID.
+func showDeadOp(out io.Writer, ops *metaOps, id, topic string, jsonFlag bool) error {
+	op := ops.ops[id]
+	if op == nil || op.Request == nil {
+		return usagef("no operation %s in meta topic %s", id, topic)
+	}
+	if jsonFlag {
+		return writeJSON(out, opJSONOf(op))
+	}
+	return printDeadOp(out, op)
+}
+
+// listDeadOps prints the requested operations of ops, at most limit of
+// them (the first ops.requested lists), as a table or JSON, with how
+// many more there are; group is the consumer group the text names.
+func listDeadOps(out io.Writer, ops *metaOps, limit int, jsonFlag bool, group string) error {
+	list := ops.requested()
+	more := 0
+	if len(list) > limit {
+		more = len(list) - limit
+		list = list[:limit]
+	}
+	if jsonFlag {
+		res := opsJSON{Operations: make([]opJSON, len(list)), More: more}
+		for i, op := range list {
+			res.Operations[i] = opJSONOf(op)
+		}
+		return writeJSON(out, res)
+	}
+	return printDeadOps(out, list, more, group)
+}
+
+// deadOpsLong is the long help of 'dead ops'.
+const deadOpsLong = `Ops reads the group's dead-letter operations from its meta topic
+(GROUP.handoff-meta): the bulk requeues and discards asked through any
+instance's admin API or dashboard, or with 'dead requeue|discard
+--brokers'. It prints them newest first, at most --limit: the
+operation's ID, action, state (running, done, canceled), who asked and
+through what (an instance's name, or cli), when, how many dead letters
+it names, its rate, the owners' progress (done, failed, failed again,
+skipped: no longer dead letters, left: still to do, reported or not; a
+done operation with some left named dead letters no owner acted on:
+gone when their owner looked, or of a partition nobody owned) and the
+selection it was made with. The meta topic is compacted: the
+operations it still holds are the recent ones.
+
+With OP it prints that operation in detail, each owner's part on its
+own line. --cancel OP writes a cancel of a running operation: its
+owners stop taking its dead letters, what they did stays done.`
 
 // cancelDeadOp writes a Cancel of operation id, unless it is over.
 func cancelDeadOp(ctx context.Context, w io.Writer, m *metaClient, ops *metaOps, id, who, group string) error {
