@@ -232,10 +232,6 @@ bucket, as the service would do.`,
 // holds.
 func inspect(st *snapshot.State, quarantine bool, limit int) (*inspectReport, error) {
 	rep := &inspectReport{Path: st.Path(), Copied: st.Copied(), Parked: []parkedRecord{}, Delayed: []delayedRecord{}}
-	room := func(n int) bool { return limit < 0 || n < limit }
-	// blockers maps blockerOf(class, key) to the message a parked key
-	// waits for, as the runtime finds it at start.
-	blockers := map[string]*blockerReport{}
 	byName := map[string]*bucketReport{}
 	add := func(name string) *bucketReport {
 		b := &bucketReport{Name: name, Classes: map[string]int{}}
@@ -248,7 +244,56 @@ func inspect(st *snapshot.State, quarantine bool, limit int) (*inspectReport, er
 		return nil, err
 	}
 	pending, dead, delayed, parked := add(snapshot.BucketPending), add(snapshot.BucketDead), add(snapshot.BucketDelayed), add(snapshot.BucketParked)
-	undecodable, err := st.Walk(snapshot.Walk{
+	undecodable, err := st.Walk(inspectWalk(rep, limit, pending, dead, delayed, parked))
+	if err != nil {
+		return nil, err
+	}
+	bad := countUndecodable(rep, undecodable)
+	if rep.Meta, err = readMeta(st); err != nil {
+		return nil, err
+	}
+	if quarantine {
+		if err := st.Quarantine(bad...); err != nil {
+			return nil, err
+		}
+	}
+
+	quar := add(snapshot.BucketQuarantine)
+	quar.Classes = nil
+	qs, err := st.Quarantined()
+	if err != nil {
+		return nil, err
+	}
+	for i := range qs {
+		quar.saw("", qs[i].At)
+	}
+	// The counts are the file's own, undecodable records included.
+	counts, err := st.Counts()
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range slices.Sorted(maps.Keys(counts)) {
+		b := byName[name]
+		if b == nil {
+			b = add(name)
+			b.Classes = nil
+		}
+		b.Records = counts[name]
+	}
+	rep.Quarantined = counts[snapshot.BucketQuarantine] - before[snapshot.BucketQuarantine]
+	return rep, nil
+}
+
+// inspectWalk returns the walk of a state file that counts its pending,
+// dead, delayed and parked records into those buckets' reports, lists in
+// rep the first limit (negative: all) delayed and parked records, and
+// names the message each parked key waits for.
+func inspectWalk(rep *inspectReport, limit int, pending, dead, delayed, parked *bucketReport) snapshot.Walk {
+	room := func(n int) bool { return limit < 0 || n < limit }
+	// blockers maps blockerOf(class, key) to the message a parked key
+	// waits for, as the runtime finds it at start.
+	blockers := map[string]*blockerReport{}
+	return snapshot.Walk{
 		Pending: func(e *snapshot.Entry) {
 			r := &e.Record
 			pending.saw(r.Message.Class, r.SavedAt)
@@ -287,12 +332,14 @@ func inspect(st *snapshot.State, quarantine bool, limit int) (*inspectReport, er
 				}
 			}
 		},
-	})
-	if err != nil {
-		return nil, err
 	}
-	// Undecodable dead letters are not counted here: the dead commands
-	// report them. Those of pending and parked are quarantined.
+}
+
+// countUndecodable counts in rep the undecodable records of the delayed,
+// pending and parked buckets and returns those of pending and parked,
+// the ones to quarantine. Undecodable dead letters are not counted here:
+// the dead commands report them.
+func countUndecodable(rep *inspectReport, undecodable []*snapshot.DecodeError) []*snapshot.DecodeError {
 	var bad []*snapshot.DecodeError
 	for _, de := range undecodable {
 		switch de.Bucket {
@@ -303,39 +350,7 @@ func inspect(st *snapshot.State, quarantine bool, limit int) (*inspectReport, er
 			bad = append(bad, de)
 		}
 	}
-	if rep.Meta, err = readMeta(st); err != nil {
-		return nil, err
-	}
-	if quarantine {
-		if err := st.Quarantine(bad...); err != nil {
-			return nil, err
-		}
-	}
-
-	quar := add(snapshot.BucketQuarantine)
-	quar.Classes = nil
-	qs, err := st.Quarantined()
-	if err != nil {
-		return nil, err
-	}
-	for i := range qs {
-		quar.saw("", qs[i].At)
-	}
-	// The counts are the file's own, undecodable records included.
-	counts, err := st.Counts()
-	if err != nil {
-		return nil, err
-	}
-	for _, name := range slices.Sorted(maps.Keys(counts)) {
-		b := byName[name]
-		if b == nil {
-			b = add(name)
-			b.Classes = nil
-		}
-		b.Records = counts[name]
-	}
-	rep.Quarantined = counts[snapshot.BucketQuarantine] - before[snapshot.BucketQuarantine]
-	return rep, nil
+	return bad
 }
 
 // reasonRedelivery is the Reason of a delayed record that waits for a
@@ -365,10 +380,9 @@ func readMeta(st *snapshot.State) (*metaReport, error) {
 	return m, nil
 }
 
-// printRecords prints the meta and the listed parked and delayed
-// records of rep, after the buckets.
-func printRecords(w io.Writer, rep *inspectReport, counts map[string]int) error {
-	m := rep.Meta
+// printMeta prints what the file's meta bucket says of it, m: group,
+// instance, format, classes, pauses and changelog checkpoints.
+func printMeta(w io.Writer, m *metaReport) error {
 	orNone := func(s string) string {
 		if s == "" {
 			return "(none)"
@@ -411,7 +425,13 @@ func printRecords(w io.Writer, rep *inspectReport, counts map[string]int) error 
 	for _, c := range m.Checkpoints {
 		tab.row(fmt.Sprintf("  changelog/%s/%d", oneLine(c.Topic, 80), c.Partition), fmt.Sprintf("next offset %d", c.Next))
 	}
-	if err := tab.flush(); err != nil {
+	return tab.flush()
+}
+
+// printRecords prints the meta and the listed parked and delayed
+// records of rep, after the buckets.
+func printRecords(w io.Writer, rep *inspectReport, counts map[string]int) error {
+	if err := printMeta(w, rep.Meta); err != nil {
 		return err
 	}
 	more := func(listed int, bucket string) {
@@ -421,7 +441,7 @@ func printRecords(w io.Writer, rep *inspectReport, counts map[string]int) error 
 	}
 	if counts[snapshot.BucketParked] > 0 {
 		fmt.Fprintf(w, "\nparked records, in the order they run\n")
-		tab = newTable(w)
+		tab := newTable(w)
 		tab.row("  CLASS", "KEY", "ID", "SAVED", "WAITS FOR")
 		for _, p := range rep.Parked {
 			blocker := "(nothing in this file: released at the next start)"
@@ -437,7 +457,7 @@ func printRecords(w io.Writer, rep *inspectReport, counts map[string]int) error 
 	}
 	if counts[snapshot.BucketDelayed] > 0 {
 		fmt.Fprintf(w, "\ndelayed records, in due order\n")
-		tab = newTable(w)
+		tab := newTable(w)
 		tab.row("  DUE", "CLASS", "KEY", "ID", "REASON")
 		for _, d := range rep.Delayed {
 			tab.row("  "+fmtTime(d.Due), oneLine(d.Class, 40), oneLine(fmtBytes(d.Key), 40), oneLine(d.ID, 60), oneLine(d.Reason, 20))
