@@ -265,6 +265,30 @@ func sum(m map[string]int) int {
 // requeued offline (a pending record, sent first); with none, at once.
 func planReplay(st *snapshot.State, dead bool, topics map[string]string) (*replayPlan, error) {
 	plan := &replayPlan{skipped: map[string]int{}}
+	// held are the parked records behind a redelivery, by blocker.
+	held := map[string][]replayItem{}
+	undecodable, err := st.Walk(replayWalk(plan, dead, topics, held))
+	if err != nil {
+		return nil, err
+	}
+	if len(held) > 0 {
+		plan.placeHeld(held)
+	}
+	bad, badDead := plan.countUndecodable(undecodable, dead)
+	if badDead {
+		// Their IDs, to name them as 'dead list' does.
+		if _, plan.badDead, err = st.DeadRefs(""); err != nil {
+			return nil, err
+		}
+	}
+	return plan, st.Quarantine(bad...)
+}
+
+// replayWalk returns the walk of a state file that adds its records to
+// plan in the order planReplay describes: dead letters only with dead,
+// each record to the topic topics names. The parked records behind a
+// redelivery go to held, by blocker, instead of plan.items.
+func replayWalk(plan *replayPlan, dead bool, topics map[string]string, held map[string][]replayItem) snapshot.Walk {
 	add := func(bucket string, key uint64, r *snapshot.Record) bool {
 		return plan.add(bucket, key, r, topics, time.Time{}) != nil
 	}
@@ -275,9 +299,7 @@ func planReplay(st *snapshot.State, dead bool, topics map[string]string) (*repla
 		due  time.Time
 	}
 	blockers := map[string]blocker{}
-	// held are the parked records behind a redelivery, by blocker.
-	held := map[string][]replayItem{}
-	undecodable, err := st.Walk(snapshot.Walk{
+	return snapshot.Walk{
 		Pending: func(e *snapshot.Entry) {
 			if add(snapshot.BucketPending, e.Key, &e.Record) {
 				plan.pending++
@@ -329,39 +351,39 @@ func planReplay(st *snapshot.State, dead bool, topics map[string]string) (*repla
 				}
 			}
 		},
-	})
-	if err != nil {
-		return nil, err
 	}
-	if len(held) > 0 {
-		// Messages parked behind a redelivery go right after it, in the
-		// same batch: a replay interrupted between the two would send
-		// them, when run again, with no blocker left in the file, so at
-		// once. Those whose blocker is not sent (it has no topic) go last.
-		items := make([]replayItem, 0, len(plan.items)+plan.parked)
-		for _, it := range plan.items {
-			items = append(items, it)
-			if fs, ok := held[it.blocks]; ok && it.blocks != "" {
-				for i := range fs {
-					fs[i].follows = true
-				}
-				items = append(items, fs...)
-				delete(held, it.blocks)
+}
+
+// placeHeld puts the parked items held behind a redelivery (by the
+// blocker key the redelivery's item blocks) right after it in
+// plan.items, in the same batch: a replay interrupted between the two
+// would send them, when run again, with no blocker left in the file, so
+// at once. Those whose blocker is not sent (it has no topic) go last, by
+// blocker key. It empties held.
+func (plan *replayPlan) placeHeld(held map[string][]replayItem) {
+	items := make([]replayItem, 0, len(plan.items)+plan.parked)
+	for _, it := range plan.items {
+		items = append(items, it)
+		if fs, ok := held[it.blocks]; ok && it.blocks != "" {
+			for i := range fs {
+				fs[i].follows = true
 			}
+			items = append(items, fs...)
+			delete(held, it.blocks)
 		}
-		for _, k := range slices.Sorted(maps.Keys(held)) {
-			items = append(items, held[k]...)
-		}
-		plan.items = items
 	}
-	// Undecodable pending and parked records go to the quarantine, as
-	// the service moves them; an undecodable dead letter is reported (by
-	// the replay that sends the dead letters) and a delayed one stays, as
-	// the service leaves them.
-	var (
-		bad     []*snapshot.DecodeError
-		badDead bool
-	)
+	for _, k := range slices.Sorted(maps.Keys(held)) {
+		items = append(items, held[k]...)
+	}
+	plan.items = items
+}
+
+// countUndecodable counts the undecodable records in plan and returns
+// the pending and parked ones, which go to the quarantine as the service
+// moves them, and whether there is an undecodable dead letter to report
+// (only with dead: the replay that sends the dead letters reports them).
+// A delayed one stays, as the service leaves them.
+func (plan *replayPlan) countUndecodable(undecodable []*snapshot.DecodeError, dead bool) (bad []*snapshot.DecodeError, badDead bool) {
 	for _, de := range undecodable {
 		switch de.Bucket {
 		case snapshot.BucketPending:
@@ -374,13 +396,7 @@ func planReplay(st *snapshot.State, dead bool, topics map[string]string) (*repla
 			badDead = dead
 		}
 	}
-	if badDead {
-		// Their IDs, to name them as 'dead list' does.
-		if _, plan.badDead, err = st.DeadRefs(""); err != nil {
-			return nil, err
-		}
-	}
-	return plan, st.Quarantine(bad...)
+	return bad, badDead
 }
 
 // add appends record r of bucket (key: its key in the pending or dead
