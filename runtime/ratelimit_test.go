@@ -46,16 +46,21 @@ func (p *paceLog) rate(burst int) (float64, time.Duration) {
 }
 
 // checkLimit fails the test when more calls started by any time t than
-// the limit allows since the first start, with 10% slack: (burst +
-// perSecond×(t-first))×1.1.
+// the limit allows since the first start, with 10% slack and one call
+// more: (burst + perSecond×(t-first))×1.1 + 1. The one call is the
+// first start's own lateness: the times are the handlers' starts, not
+// the tokens', and a first start that a loaded machine delays by a few
+// milliseconds brings the next on-time start closer to it than the
+// limit's interval (it failed so once in a full -race run: 2 starts
+// 14ms apart at 50/s). A limit not kept at all still fails at once.
 func (p *paceLog) checkLimit(t *testing.T, perSecond float64, burst int) {
 	t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, at := range p.at {
 		since := at.Sub(p.at[0]).Seconds()
-		if most := (float64(burst) + perSecond*since) * 1.1; float64(i+1) > most {
-			t.Fatalf("%d calls started within %.3fs of the first; a limit of %v/s with burst %d allows %.1f (10%% slack)",
+		if most := (float64(burst)+perSecond*since)*1.1 + 1; float64(i+1) > most {
+			t.Fatalf("%d calls started within %.3fs of the first; a limit of %v/s with burst %d allows %.1f (10%% slack and one start)",
 				i+1, since, perSecond, burst, most)
 		}
 	}
