@@ -282,8 +282,8 @@ func New(cfg Config) (*Runtime, error) {
 		clientFunc: func() kclient.Client { return r.kafka.client },
 		byTopic:    r.classes.byTopic}
 	r.restore = &restorer{clog: r.clog, state: r.state, classes: r.classes.byName, order: r.classes.order,
-		orphan: r.fail.orphan, wake: r.sched.wake, unhand: r.sched.unhand, outOfPool: r.handling.outOfPool, log: r.log, warn: newLogBackoff(),
-		resumes: resumes, stuck: r.ready.stuck, claimed: r.fail.requeues.claimed, revokeWait: cfg.RevokeTimeout / 2}
+		fail: r.fail, sched: r.sched, handling: r.handling, log: r.log, warn: newLogBackoff(),
+		resumes: resumes, stuck: r.ready.stuck, revokeWait: cfg.RevokeTimeout / 2}
 	r.kafka = newConsumer(r.consumerConfig(conn, logs))
 	return r, nil
 }
