@@ -96,10 +96,10 @@ type shareFeed struct {
 	// limit is the group's delivery limit (Prepare).
 	limit atomic.Int64
 	// fail saves a record the member hands back at its delivery limit
-	// as a dead letter; outOfPool ends an item's ties to the pool it was
+	// as a dead letter; handling ends an item's ties to the pool it was
 	// taken out of (handling.outOfPool).
-	fail      *failures
-	outOfPool func(*item)
+	fail     *failures
+	handling *handling
 
 	mu sync.Mutex
 	// held is the last poll's records; left counts those not acked.
@@ -160,7 +160,7 @@ func (r *Runtime) shareFeedOf(c *class, conn *connection, logs *logBackoff) *sha
 				"topic", topic, "partition", partition, "err", err)
 		},
 	}, r.log)
-	f.fail, f.outOfPool = r.fail, r.handling.outOfPool
+	f.fail, f.handling = r.fail, r.handling
 	return f
 }
 
@@ -542,7 +542,7 @@ func (f *shareFeed) releaseUnstarted(all bool) int {
 	n := 0
 	for _, it := range f.c.pool.Remove(func(it *item) bool { return it.src == fromShare && (all || it.env().Attempt == 0) }) {
 		f.c.hold.Uncount(it)
-		f.outOfPool(it)
+		f.handling.outOfPool(it)
 		if f.giveBack(it) {
 			n++
 		}

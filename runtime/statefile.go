@@ -22,9 +22,10 @@ type stateFile struct {
 	log   *slog.Logger
 	store *snapshot.State // set by open, before any component uses it
 	open  atomic.Bool     // the admin API may use it
-	// forgetDelayed tells the scheduler that delayed records it handed to
-	// a pool are deleted.
-	forgetDelayed func(keys ...snapshot.DelayedKey)
+	// sched is told that delayed records it handed to a pool are
+	// deleted (scheduler.forget); New sets it once the scheduler exists.
+	// Nil (a test's) tells none.
+	sched *scheduler
 	// awaitChangelog, set when the changelog is on, keeps the settle of a
 	// message whose write committed to the file but not to the changelog
 	// (stateLog.await).
@@ -253,8 +254,8 @@ func (f *stateFile) settleFunc(it *item) func() {
 		}
 		share.saved() // a share record's (share.go)
 		saved.finish()
-		if delayed {
-			f.forgetDelayed(key)
+		if delayed && f.sched != nil {
+			f.sched.forget(key)
 		}
 	}
 }
