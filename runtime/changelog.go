@@ -123,7 +123,7 @@ func (l *stateLog) newFileLosesState() bool { return !l.on() }
 // feed: with the changelog off no partition's state is restored,
 // revoked or followed (every record is this instance's from the start).
 
-// restore is the consumer's restoreFunc: restorePartition (restore.go),
+// restore is the consumer's states.restore (partitionStates): restorePartition (restore.go),
 // or true at once with the changelog off.
 func (rs *restorer) restore(ctx context.Context, p kclient.Partition, restored func()) bool {
 	if !rs.clog.on() {
@@ -132,7 +132,7 @@ func (rs *restorer) restore(ctx context.Context, p kclient.Partition, restored f
 	return rs.restorePartition(ctx, p, restored)
 }
 
-// revoked is the consumer's revokedFunc: revokePartition (restore.go),
+// revoked is the consumer's states.revoked (partitionStates): revokePartition (restore.go),
 // or nothing with the changelog off.
 func (rs *restorer) revoked(p kclient.Partition) {
 	if rs.clog.on() {

@@ -23,7 +23,7 @@ func (c *Config) changelogConfig(dial func(context.Context, string, string) (net
 
 // restorer brings an assigned partition's state back from the changelog
 // before the partition is fetched, and stops using a revoked partition's
-// records: the consumer's restoreFunc and revokedFunc. It keeps no state
+// records: the consumer's partitionStates. It keeps no state
 // of its own; what it restores and owns is the stateLog's.
 type restorer struct {
 	clog    *stateLog
@@ -63,7 +63,7 @@ type restorer struct {
 // restore.
 const restoreRetryMax = 30 * time.Second
 
-// restorePartition is the consumer's restoreFunc with the changelog on
+// restorePartition is the consumer's states.restore with the changelog on
 // (restorer.restore, changelog.go): it brings partition p's state
 // back (once, which calls restored once p's state is in the file and p
 // is owned here) before its fetch loop starts, trying again with a
@@ -142,7 +142,7 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 	return nil
 }
 
-// revokePartition is the consumer's revokedFunc with the changelog on
+// revokePartition is the consumer's states.revoked with the changelog on
 // (restorer.revoked, changelog.go): p's records stop being used
 // here. The scheduler no longer delivers its delayed records, the keys
 // of ordered classes its dead letters and redeliveries block, or whose
