@@ -239,7 +239,7 @@ func (s *runState) openKafka(runCtx context.Context) ([]string, error) {
 			if err := r.clog.loadPauses(runCtx, r.classes.byName); err != nil {
 				return nil, err
 			}
-			r.state.awaitChangelog = r.clog.await
+			r.state.clog = r.clog
 			_ = s.launch(context.Background(), phaseSnapshot, service.NewLoop(r.clog.retryResend))
 		}
 	}
