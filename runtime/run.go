@@ -292,7 +292,7 @@ func (s *runState) startFeeds(runCtx context.Context, present []string) error {
 		}
 	}
 	if r.hasShare() && runCtx.Err() == nil {
-		if err := r.shareStart(runCtx, r.kafka.Context()); err != nil { // share.go
+		if err := s.startShares(runCtx); err != nil { // share.go
 			if runCtx.Err() != nil {
 				// A stop asked while a share class joined ended its
 				// requests: a stop, not a failed start (exit 2).
