@@ -162,7 +162,7 @@ func (rs *restorer) followPartition(ctx context.Context, p kclient.Partition, en
 // blocker, or are released when nothing blocks their key here
 // (releaseFollowedParked).
 func (rs *restorer) putToWork(ctx context.Context, applied snapshot.Applied, rep *Report) {
-	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.fail.orphan,
+	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, fail: rs.fail,
 		orphans: &orphans{}, log: rs.log, pushed: rs.clog}
 	pending, err := rs.state.readApplied(applied, v.blockKey)
 	if err != nil {

@@ -20,9 +20,9 @@ type recovery struct {
 	state   *stateFile
 	classes map[string]*class
 	order   []*class
-	// orphan makes a saved message of a class no longer configured a
-	// dead letter, deleting its record with del.
-	orphan func(rec snapshot.Record, from snapshot.Source) bool
+	// fail makes a saved message of a class no longer configured a dead
+	// letter, deleting its record (failures.orphan).
+	fail *failures
 	// orphans collects the orphans' log lines into one while the
 	// recovery runs.
 	orphans *orphans
@@ -119,7 +119,7 @@ func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (
 	c := v.classes[e.Record.Message.Class]
 	if c == nil {
 		key := e.Key
-		if !v.orphan(e.Record, pendingSource(key)) {
+		if !v.fail.orphan(e.Record, pendingSource(key)) {
 			return false, fmt.Errorf("could not dead-letter a message of unknown class %q", e.Record.Message.Class)
 		}
 		rep.UnknownClass++

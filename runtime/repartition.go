@@ -229,7 +229,7 @@ func (rs *restorer) rekey(p kclient.Partition) {
 			rs.handling.outOfPool(it)
 		}
 	}
-	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.fail.orphan, orphans: &orphans{}, log: rs.log,
+	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, fail: rs.fail, orphans: &orphans{}, log: rs.log,
 		want: rs.clog.cl().RoutedTo(part(p))}
 	v.orphans.collect()
 	defer v.orphans.flush(rs.log)

@@ -121,7 +121,7 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 		rs.log.Error("undecodable changelog record skipped", "partition", p.String(), "err", de)
 	}
 	rep := &Report{}
-	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.fail.orphan,
+	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, fail: rs.fail,
 		orphans: &orphans{}, log: rs.log, want: c.RoutedTo(part(p)), pushed: l}
 	v.resume, v.elsewhere = rs.resumes, rs.resumes.run(func(context.Context) []kclient.Partition { return []kclient.Partition{p} })
 	restored()

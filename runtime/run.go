@@ -257,7 +257,7 @@ func (s *runState) openKafka(runCtx context.Context) ([]string, error) {
 // before any fetch; see recovery.
 func (s *runState) recover(runCtx context.Context, present []string, started time.Time) error {
 	r := s.r
-	rec := recovery{state: r.state, classes: r.classes.byName, order: r.classes.order, orphan: r.fail.orphan, orphans: &r.fail.orphans,
+	rec := recovery{state: r.state, classes: r.classes.byName, order: r.classes.order, fail: r.fail, orphans: &r.fail.orphans,
 		log: r.log, strays: true}
 	rec.want = r.clog.startRecovers()
 	rec.resume, rec.elsewhere = r.restore.resumes, r.restore.resumes.run(func(ctx context.Context) []kclient.Partition {
