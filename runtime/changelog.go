@@ -43,10 +43,10 @@ type stateLog struct {
 	// renames is Config.ClassRenames: a restore applies them to the
 	// records it brings back, as the start does to the file's.
 	renames map[string]string
-	// handed is scheduler.handedOver: a restored delayed record meets a
-	// local one of its ID that is waiting or not (see
+	// sched says whether a restored delayed record meets a local one of
+	// its ID that is waiting or not (scheduler.handedOver, see
 	// snapshot.ChangelogConfig.HandedOver).
-	handed func(snapshot.DelayedKey) bool
+	sched *scheduler
 
 	// consumed is every topic a class consumes; classTopic each class's
 	// first topic and parts its partition count: where a message that
@@ -123,7 +123,7 @@ func (l *stateLog) newFileLosesState() bool { return !l.on() }
 // feed: with the changelog off no partition's state is restored,
 // revoked or followed (every record is this instance's from the start).
 
-// restore is the consumer's restoreFunc: restorePartition (restore.go),
+// restore is the consumer's states.restore (partitionStates): restorePartition (restore.go),
 // or true at once with the changelog off.
 func (rs *restorer) restore(ctx context.Context, p kclient.Partition, restored func()) bool {
 	if !rs.clog.on() {
@@ -132,7 +132,7 @@ func (rs *restorer) restore(ctx context.Context, p kclient.Partition, restored f
 	return rs.restorePartition(ctx, p, restored)
 }
 
-// revoked is the consumer's revokedFunc: revokePartition (restore.go),
+// revoked is the consumer's states.revoked (partitionStates): revokePartition (restore.go),
 // or nothing with the changelog off.
 func (rs *restorer) revoked(p kclient.Partition) {
 	if rs.clog.on() {
@@ -310,7 +310,7 @@ func (l *stateLog) open(ctx context.Context, cfg changelog.Config, meta kclient.
 	l.client = cl
 	comp, err := l.state.store.OpenChangelog(snapshot.ChangelogConfig{Log: kafkaLog{cl}, Route: l.routeMsg,
 		Count:   func(topic string) int32 { return (*l.parts.Load())[topic] },
-		Timeout: l.timeout, Renames: l.renames, HandedOver: l.handed, Logger: l.log})
+		Timeout: l.timeout, Renames: l.renames, HandedOver: l.sched.handedOver, Logger: l.log})
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}

@@ -49,10 +49,9 @@ type connection struct {
 	authErrs [len(connSteps)]atomic.Int64
 	// A run of such failures is logged once per authLogEvery, with how
 	// many there were since the last line.
-	logMu      sync.Mutex
-	lastLog    time.Time
-	sinceLog   int
-	authLogger func(err *kafkasec.ConnectError, repeats int)
+	logMu    sync.Mutex
+	lastLog  time.Time
+	sinceLog int
 }
 
 // authLogEvery is how often a run of failed connections is logged.
@@ -64,10 +63,6 @@ func newConnection(cfg *Config, log *slog.Logger) *connection {
 	c := &connection{brokers: cfg.Brokers, log: log,
 		sec:    &kafkasec.Dialer{TLS: cfg.TLS, SASL: cfg.SASL, ClientID: cfg.ClientID},
 		secure: cfg.TLS != nil || cfg.SASL != nil}
-	c.authLogger = func(err *kafkasec.ConnectError, repeats int) {
-		log.Error("kafka connection failed in a way retrying cannot fix; kafka-go keeps retrying, fix the credentials or certificates",
-			"broker", err.Broker, "mechanism", err.Mechanism, "user", err.User, "step", err.Step, "repeats", repeats, "err", err)
-	}
 	return c
 }
 
@@ -103,7 +98,8 @@ func (c *connection) failed(err *kafkasec.ConnectError) {
 	n := c.sinceLog
 	c.sinceLog, c.lastLog = 0, now
 	c.logMu.Unlock()
-	c.authLogger(err, n)
+	c.log.Error("kafka connection failed in a way retrying cannot fix; kafka-go keeps retrying, fix the credentials or certificates",
+		"broker", err.Broker, "mechanism", err.Mechanism, "user", err.User, "step", err.Step, "repeats", n, "err", err)
 }
 
 // refused counts err when it is a failure that retrying cannot fix (a

@@ -27,17 +27,18 @@ type failuresConfig struct {
 	accepting *atomic.Bool
 	// publish queues a dead letter for its class's DeadLetterTopic.
 	publish func(c *class, rec snapshot.Record)
-	// wake tells the scheduler a delayed record due at due was written.
-	wake func(due time.Time)
-	log  *slog.Logger
-	// owns, when set, says whether a dead letter is this instance's to
-	// list: with the changelog, those of partitions restored here (and
-	// of no partition).
-	owns func(rec *snapshot.Record) bool
-	// elsewhere, when set (with the changelog), returns the
-	// *NotOwnerError of a dead letter that is not this instance's and
-	// exists in the group, and nil when it exists nowhere else.
-	elsewhere func(ctx context.Context, id snapshot.DeadID) error
+	// sched is told a delayed record due at due was written
+	// (scheduler.wake); New sets it once the scheduler exists, which is
+	// built with these failures. Nil (a test's) wakes none.
+	sched *scheduler
+	log   *slog.Logger
+	// clog says whether a dead letter is this instance's to list
+	// (stateLog.mine): with the changelog, those of partitions restored
+	// here (and of no partition); and returns the *NotOwnerError of one
+	// that is not this instance's and exists in the group
+	// (stateLog.deadElsewhere). Nil (a test's) lists every one and
+	// knows no other instance.
+	clog *stateLog
 }
 
 // failures is what happens to a message that failed for good or for
@@ -268,7 +269,7 @@ func (f *failures) list(class string, after Cursor, limit int) ([]DeadLetter, Cu
 	found, next, _, err := f.cfg.state.deadList(snapshot.DeadQuery{Class: class, From: from, Limit: limit, Scan: true,
 		Match: func(rec *snapshot.Record) bool {
 			// Another partition's owner lists it (a page may come back short).
-			return f.cfg.owns == nil || f.cfg.owns(rec)
+			return f.cfg.clog.mine(rec)
 		}})
 	if err != nil {
 		return nil, "", fmt.Errorf("runtime: dead letters: %w", err)
@@ -299,14 +300,14 @@ func (f *failures) get(ctx context.Context, key string) (uint64, DeadLetter, err
 	if err != nil {
 		return 0, DeadLetter{}, fmt.Errorf("runtime: dead letter %s: %w", key, err)
 	}
-	if ok && (f.cfg.owns == nil || f.cfg.owns(&rec)) {
+	if ok && f.cfg.clog.mine(&rec) {
 		return local, deadLetterOf(id, &rec), nil
 	}
 	// Not here, or here in a partition that moved (the new owner
 	// restored it and lists, requeues and discards it; this file's copy
 	// is unused): with the changelog, it may be another instance's.
-	if f.cfg.elsewhere != nil {
-		if err := f.cfg.elsewhere(ctx, id); err != nil {
+	if f.cfg.clog != nil {
+		if err := f.cfg.clog.deadElsewhere(ctx, id); err != nil {
 			return 0, DeadLetter{}, err
 		}
 	}

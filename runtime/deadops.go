@@ -1031,7 +1031,7 @@ func (o *deadOps) scan(req *deadop.Request, acted map[string]bool) ([]opTask, er
 		if rec == nil || acted[req.IDs[i]] || rec.SavedAt.After(req.At) {
 			continue
 		}
-		if o.r.fail.cfg.owns != nil && !o.r.fail.cfg.owns(rec) {
+		if !o.r.fail.cfg.clog.mine(rec) {
 			continue
 		}
 		out = append(out, opTask{key: req.IDs[i]})
@@ -1049,7 +1049,7 @@ func (o *deadOps) stillToDo(req *deadop.Request, key string) bool {
 		return true // the act says what failed
 	}
 	rec := recs[0]
-	return rec != nil && !rec.SavedAt.After(req.At) && (o.r.fail.cfg.owns == nil || o.r.fail.cfg.owns(rec))
+	return rec != nil && !rec.SavedAt.After(req.At) && o.r.fail.cfg.clog.mine(rec)
 }
 
 // act requeues or discards dead letter key for req through Requeue's or

@@ -121,7 +121,7 @@ func (f *failures) find(filter DeadFilter, after Cursor, limit int) ([]DeadLette
 	}
 	found, next, total, err := f.cfg.state.deadList(snapshot.DeadQuery{Class: filter.Class, From: from, Newest: filter.Newest, Limit: limit,
 		Match: func(rec *snapshot.Record) bool {
-			return (f.cfg.owns == nil || f.cfg.owns(rec)) && filter.matchRecord(rec)
+			return f.cfg.clog.mine(rec) && filter.matchRecord(rec)
 		}})
 	if err != nil {
 		return nil, "", 0, fmt.Errorf("runtime: search dead letters: %w", err)

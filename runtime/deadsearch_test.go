@@ -33,7 +33,7 @@ func newSearchRig(t *testing.T) *searchRig {
 	var accepting atomic.Bool
 	g := &searchRig{t0: time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)}
 	g.fail = newFailures(failuresConfig{state: state, tally: &tally{}, classes: map[string]*class{}, accepting: &accepting,
-		log: slog.New(slog.DiscardHandler), wake: func(time.Time) {}, publish: func(*class, snapshot.Record) {}})
+		log: slog.New(slog.DiscardHandler), publish: func(*class, snapshot.Record) {}})
 	for i := range 40 {
 		class := "mail"
 		if i%2 == 1 {

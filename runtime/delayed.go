@@ -42,7 +42,9 @@ func (f *failures) redeliver(c *class, it *item, herr error) {
 	if c.cfg.Ordered {
 		c.keys.block(it)
 	}
-	f.cfg.wake(due)
+	if f.cfg.sched != nil {
+		f.cfg.sched.wake(due)
+	}
 }
 
 // deferDelivery stores a Kafka message whose header asks for a later
@@ -120,7 +122,7 @@ func (r *Runtime) Schedule(ctx context.Context, class string, m *handoff.Message
 // schedule stores msg of class c, due at at; see [Runtime.Schedule].
 func (s *scheduler) schedule(c *class, msg handoff.Message, at time.Time) error {
 	rec := snapshot.Record{Message: msg, Reason: reasonScheduled, SavedAt: time.Now()}
-	added, replaced, err := s.cfg.state.saveSchedule(rec, at, s.handedOver, s.cfg.owns)
+	added, replaced, err := s.cfg.state.saveSchedule(rec, at, s.handedOver, s.cfg.clog.mine)
 	if err != nil {
 		return fmt.Errorf("runtime: schedule %s to class %q: %w", msg.ID, c.cfg.Name, err)
 	}
@@ -177,7 +179,7 @@ func (s *scheduler) list(after Cursor, limit int) ([]DelayedMessage, Cursor, err
 	}
 	out := make([]DelayedMessage, 0, len(entries))
 	for _, e := range entries {
-		if s.cfg.owns != nil && !s.cfg.owns(&e.Record) {
+		if !s.cfg.clog.mine(&e.Record) {
 			continue // its partition's owner lists it (a page may come back short)
 		}
 		out = append(out, DelayedMessage{Message: e.Record.Message, Due: e.Due, Redelivery: e.Record.Reason == reasonRedelivery,

@@ -48,7 +48,6 @@ func newFailRig(t *testing.T) *failRig {
 	classes := map[string]*class{"mail": g.c}
 	g.tally = &tally{classes: []*class{g.c}}
 	g.fail = newFailures(failuresConfig{state: g.state, tally: g.tally, classes: classes, accepting: &g.accepting, log: log,
-		wake: func(time.Time) {},
 		publish: func(_ *class, rec snapshot.Record) {
 			g.mu.Lock()
 			g.published = append(g.published, rec.Message.ID)

@@ -471,7 +471,7 @@ func TestStopLeaveHangs(t *testing.T) {
 
 // TestRevokeGivesBackBeforeKeysGo checks the order of a revocation's
 // steps: the revoked partition's unstarted Kafka messages leave the pools
-// (giveBackFunc) before its records stop being used here (revokedFunc,
+// (giveBackFunc) before its records stop being used here (states.revoked,
 // which drops the ordered classes' keys its dead letters block). In the
 // other order a queued message of a key blocked by a dead letter of the
 // partition comes up to run in between, finds its key no longer blocked
@@ -494,7 +494,7 @@ func TestRevokeGivesBackBeforeKeysGo(t *testing.T) {
 		note("give back")
 		return 0
 	})
-	cfg.revokedFunc = func(p kclient.Partition) { note("revoked " + p.String()) }
+	cfg.states = notedStates{note}
 	k := newConsumer(cfg)
 	if err := k.open(); err != nil {
 		t.Fatal(err)
@@ -523,3 +523,11 @@ func TestRevokeGivesBackBeforeKeysGo(t *testing.T) {
 		t.Errorf("revocation steps %q: the unstarted messages must be given back before the partition's keys are dropped", steps)
 	}
 }
+
+// notedStates is a consumer's partitionStates that restores nothing (as
+// with the changelog off) and notes each revoked partition.
+type notedStates struct{ note func(string) }
+
+func (notedStates) restore(context.Context, kclient.Partition, func()) bool { return true }
+
+func (s notedStates) revoked(p kclient.Partition) { s.note("revoked " + p.String()) }

@@ -162,8 +162,8 @@ func (rs *restorer) followPartition(ctx context.Context, p kclient.Partition, en
 // blocker, or are released when nothing blocks their key here
 // (releaseFollowedParked).
 func (rs *restorer) putToWork(ctx context.Context, applied snapshot.Applied, rep *Report) {
-	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.orphan,
-		orphans: &orphans{}, log: rs.log, markPushed: rs.clog.markPushed, unmarkPushed: rs.clog.unmarkPushed}
+	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, fail: rs.fail,
+		orphans: &orphans{}, log: rs.log, pushed: rs.clog}
 	pending, err := rs.state.readApplied(applied, v.blockKey)
 	if err != nil {
 		rs.log.Error("records applied from the changelog not read back; they wait for the partition's next restore", "err", err)
@@ -179,7 +179,7 @@ func (rs *restorer) putToWork(ctx context.Context, applied snapshot.Applied, rep
 		}
 	}
 	if len(applied.Delayed) > 0 {
-		rs.wake(time.Unix(0, 0))
+		rs.sched.wake(time.Unix(0, 0))
 	}
 }
 

@@ -76,7 +76,7 @@ type consumerConfig struct {
 	// fetched offsets with the monotonic time since it (Runtime.mono).
 	epoch time.Time
 	// ready is the runtime's readiness: told when a generation arrived
-	// (join), and of each partition in restoreFunc (beginRestore before
+	// (join), and of each partition in states.restore (beginRestore before
 	// one starts, restored once it called restored or returned).
 	ready *readiness
 	// alive is the runtime's liveness (alive.go): each keeper beats in
@@ -85,14 +85,23 @@ type consumerConfig struct {
 	// stuck learns the partitions' fetch loops beginning and ending
 	// (stuck.go); the client tells it of each fetch (kclient.FetchFunc).
 	stuck *stuckParts
-	// restoreFunc, when set (the changelog is on), brings an assigned
-	// partition's state back before its fetch loop starts; false when
-	// ctx ended first. It calls restored once the state is in the file
-	// and the partition's records are this instance's (readiness: the
-	// re-push that follows may wait for room in the pools). revokedFunc
-	// is told of each revoked partition once its fetch loop ended.
-	restoreFunc func(ctx context.Context, p kclient.Partition, restored func()) bool
-	revokedFunc func(p kclient.Partition)
+	// states is the partitions' state (the restorer); nil (a test's)
+	// restores and revokes none.
+	states partitionStates
+}
+
+// partitionStates is what the consumer asks of the partitions' state
+// at their assignment and revocation.
+type partitionStates interface {
+	// restore brings an assigned partition's state back before its
+	// fetch loop starts; false when ctx ended first. It calls restored
+	// once the state is in the file and the partition's records are
+	// this instance's (readiness: the re-push that follows may wait for
+	// room in the pools).
+	restore(ctx context.Context, p kclient.Partition, restored func()) bool
+	// revoked is told of each revoked partition once its fetch loop
+	// ended.
+	revoked(p kclient.Partition)
 }
 
 // fetchFunc is one partition's fetch loop: it reads src and hands the
@@ -307,8 +316,8 @@ func (g *generation) add(ps []kclient.Assigned) {
 			src.Close()
 		} else {
 			g.running.Add(1)
-			restore := g.cfg.restoreFunc
-			if restore != nil {
+			states := g.cfg.states
+			if states != nil {
 				g.cfg.ready.beginRestore() // before the goroutine: no instant of readiness in between
 			}
 			g.cfg.stuck.own(p.Partition)
@@ -316,10 +325,10 @@ func (g *generation) add(ps []kclient.Assigned) {
 				defer g.running.Done()
 				defer close(fl.done)
 				defer g.cfg.stuck.disown(p.Partition)
-				if restore != nil {
+				if states != nil {
 					var once sync.Once
 					restored := func() { once.Do(g.cfg.ready.restored) }
-					ok := restore(ctx, p.Partition, restored)
+					ok := states.restore(ctx, p.Partition, restored)
 					restored()
 					if !ok {
 						src.Close() // the partition went, or the stop came, before its state was back
@@ -360,15 +369,15 @@ func (g *generation) remove(ps []kclient.Partition, lost bool) {
 		<-g.parts[tr].done
 		delete(g.parts, tr)
 	}
-	// Their unstarted Kafka messages leave the pools before revokedFunc
+	// Their unstarted Kafka messages leave the pools before states.revoked
 	// drops the keys their dead letters block: a queued message of such
 	// a key that came up to run in between would find it unblocked and
 	// run ahead of the key's parked messages.
 	first := g.giveBack(gone)
 	g.k.revoked.Add(int64(first))
-	if g.cfg.revokedFunc != nil {
+	if g.cfg.states != nil {
 		for _, tr := range gone {
-			g.cfg.revokedFunc(tr.partitionName())
+			g.cfg.states.revoked(tr.partitionName())
 		}
 	}
 	given, left := g.revoke(gone)
@@ -498,8 +507,7 @@ func (r *Runtime) consumerConfig(conn *connection, logs *logBackoff) consumerCon
 		ready:        &r.ready,
 		alive:        &r.alive,
 		stuck:        r.ready.stuck,
-		restoreFunc:  r.restore.restore,
-		revokedFunc:  r.restore.revoked,
+		states:       r.restore,
 	}
 }
 

@@ -23,9 +23,9 @@ type handlingConfig struct {
 	tally   *tally
 	fail    *failures
 	sched   *scheduler
-	// unmarkPushed ends the restore's mark of a re-pushed pending record
-	// (stateLog.unmarkPushed).
-	unmarkPushed func(keys ...uint64)
+	// clog ends the restore's mark of a re-pushed pending record
+	// (stateLog.unmarkPushed); nil (a test's) marks none.
+	clog *stateLog
 	// stopping is set when the stop begins (lifecycle.stopping).
 	stopping *atomic.Bool
 	log      *slog.Logger
@@ -283,8 +283,8 @@ func (h *handling) outOfPool(it *item) {
 	case fromPending:
 		// A done one's hold ends once its record is deleted (run.go).
 		x := it.extOrZero()
-		if !x.deleting && h.cfg.unmarkPushed != nil {
-			h.cfg.unmarkPushed(x.key)
+		if !x.deleting {
+			h.cfg.clog.unmarkPushed(x.key)
 		}
 		x.saved.leave() // unless it is done or moved
 	}

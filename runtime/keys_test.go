@@ -29,7 +29,7 @@ func openState(t testing.TB, seed ...func(path string)) (*snapshot.State, *state
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	state := &stateFile{log: slog.New(slog.DiscardHandler), forgetDelayed: func(...snapshot.DelayedKey) {}}
+	state := &stateFile{log: slog.New(slog.DiscardHandler)}
 	state.opened(store)
 	return store, state
 }

@@ -49,12 +49,11 @@ type keysConfig struct {
 	deletes  *snapshot.DoneQueue // a done parked message whose delete failed is not pushed again
 	releases *releases           // runs the key releases; the stop's quiesce closes it
 	counts   *counters           // the class's
-	// route names the input partition a message belongs to; false (or
-	// route nil) for none (see stateLog.routeMsg).
-	route func(m *handoff.Message) (kclient.Partition, bool)
-	// owns reports whether this instance owns a partition route named
-	// (restored here, not revoked since); nil means every one.
-	owns func(kclient.Partition) bool
+	// clog names the input partition a message belongs to
+	// (stateLog.partitionOf: false for none) and reports whether this
+	// instance owns it (stateLog.ownsPartition: restored here, not
+	// revoked since). Nil (a test's) routes none and owns every one.
+	clog *stateLog
 	log  *slog.Logger
 }
 
@@ -130,7 +129,7 @@ func (k *orderedKeys) blockHere(it *item) { k.blockAt(it, kclient.Partition{}, f
 // blocker, which the owner requeues or discards, and park the key's
 // later messages for good).
 func (k *orderedKeys) blockAt(it *item, part kclient.Partition, routed bool) {
-	if routed && k.cfg.owns != nil && !k.cfg.owns(part) {
+	if routed && !k.cfg.clog.ownsPartition(part) {
 		return
 	}
 	k.mu.Lock()
@@ -144,12 +143,13 @@ func (k *orderedKeys) blockAt(it *item, part kclient.Partition, routed bool) {
 	st.part, st.routed = part, routed
 }
 
-// routeOf is cfg.route, false when there is none.
+// routeOf is the partition of m's record (stateLog.partitionOf), false
+// when there is none.
 func (k *orderedKeys) routeOf(m *handoff.Message) (kclient.Partition, bool) {
-	if k.cfg.route == nil || m == nil {
+	if m == nil {
 		return kclient.Partition{}, false
 	}
-	return k.cfg.route(m)
+	return k.cfg.clog.partitionOf(m)
 }
 
 // forget drops the keys blocked or releasing whose blockers and parked

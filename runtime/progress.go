@@ -278,7 +278,7 @@ func (v *recoveryRun) handledElsewhere(ctx context.Context, rec *snapshot.Record
 // drop deletes the pending records handledElsewhere found, in one
 // transaction (a tombstone each in the changelog), and returns how many
 // it deleted.
-func (v *recoveryRun) drop(unmarkPushed func(keys ...uint64)) (int, error) {
+func (v *recoveryRun) drop(pushed *stateLog) (int, error) {
 	if v == nil || len(v.dropped) == 0 {
 		return 0, nil
 	}
@@ -288,9 +288,7 @@ func (v *recoveryRun) drop(unmarkPushed func(keys ...uint64)) (int, error) {
 	if err != nil && !isChangelogErr(err) {
 		return 0, err
 	}
-	if unmarkPushed != nil {
-		unmarkPushed(keys...)
-	}
+	pushed.unmarkPushed(keys...)
 	return len(keys), nil
 }
 

@@ -63,8 +63,8 @@ type publisherConfig struct {
 	metrics *metrics
 	// headersFunc is Config.PublishHeadersFunc.
 	headersFunc func(m *handoff.Message, headers []handoff.Header) []handoff.Header
-	// incFunc counts event e of a message of class c (tally.inc).
-	incFunc func(c *class, e event)
+	// tally counts the dead letters published and unpublished.
+	tally *tally
 	// deadline is the stop's: Stop publishes what is queued until it.
 	deadline *stopDeadline
 }
@@ -130,7 +130,7 @@ func (r *Runtime) newDLQ() *publisher {
 
 // publisherConfig is the runtime's publisherConfig.
 func (r *Runtime) publisherConfig() publisherConfig {
-	return publisherConfig{log: r.log, metrics: r.metrics, headersFunc: r.cfg.PublishHeadersFunc, incFunc: r.tally.inc,
+	return publisherConfig{log: r.log, metrics: r.metrics, headersFunc: r.cfg.PublishHeadersFunc, tally: r.tally,
 		deadline: &r.life.deadline}
 }
 
@@ -145,7 +145,7 @@ func (p *publisher) publish(c *class, rec snapshot.Record) {
 	case p.queue <- deadPublish{c: c, rec: rec}:
 		p.dropping.Store(false)
 	default:
-		p.cfg.incFunc(c, evUnpublished)
+		p.cfg.tally.inc(c, evUnpublished)
 		if !p.dropping.Swap(true) {
 			p.cfg.log.Warn("dead-letter publish queue full; dead letters are not published until it empties, they stay in the state file",
 				"class", c.cfg.Name, "id", rec.Message.ID, "topic", c.cfg.DeadLetterTopic, "queue", publishQueue)
@@ -236,7 +236,7 @@ func (p *publisher) write(ctx context.Context, batch []deadPublish) {
 			continue
 		}
 		if e == nil {
-			p.cfg.incFunc(d.c, evPublished)
+			p.cfg.tally.inc(d.c, evPublished)
 			continue
 		}
 		if ctx.Err() != nil {
@@ -246,7 +246,7 @@ func (p *publisher) write(ctx context.Context, batch []deadPublish) {
 			p.cfg.log.Error("dead letter not published; it stays in the state file", "class", d.c.cfg.Name, "id", d.rec.Message.ID,
 				"topic", d.c.cfg.DeadLetterTopic, "err", e)
 		}
-		p.cfg.incFunc(d.c, evUnpublished)
+		p.cfg.tally.inc(d.c, evUnpublished)
 	}
 }
 
@@ -274,7 +274,7 @@ func (p *publisher) abandon(batch []deadPublish) {
 				d.done <- errAbandoned
 				continue
 			}
-			p.cfg.incFunc(d.c, evUnpublished)
+			p.cfg.tally.inc(d.c, evUnpublished)
 			p.abandoned++
 		}
 		batch = batch[:0]

@@ -153,22 +153,19 @@ func (w *fakeWriter) Close() error {
 // and counts it unpublished.
 func TestPublisherWithoutRuntime(t *testing.T) {
 	t.Parallel()
-	c := &class{cfg: Class{Name: "orders", DeadLetterTopic: "orders-dlq"}}
 	for _, hang := range []bool{false, true} {
 		t.Run(fmt.Sprintf("hang=%v", hang), func(t *testing.T) {
 			t.Parallel()
-			var mu sync.Mutex
-			counts := map[event]int{}
+			c := &class{cfg: Class{Name: "orders", DeadLetterTopic: "orders-dlq"}}
+			tl := &tally{classes: []*class{c}}
 			w := &fakeWriter{hang: hang}
-			p := newPublisher(publisherConfig{log: slog.New(slog.DiscardHandler),
-				incFunc: func(_ *class, o event) { mu.Lock(); counts[o]++; mu.Unlock() }}, w)
+			p := newPublisher(publisherConfig{log: slog.New(slog.DiscardHandler), tally: tl}, w)
 			p.start(context.Background())
 			for i := range 3 {
 				p.publish(c, snapshot.Record{Message: handoff.Message{ID: fmt.Sprint(i), Key: []byte("k")}, Err: "boom"})
 			}
 			p.close(time.Now().Add(200 * time.Millisecond))
-			mu.Lock()
-			defer mu.Unlock()
+			counts := map[event]uint64{evPublished: tl.total(evPublished), evUnpublished: tl.total(evUnpublished)}
 			if hang {
 				if counts[evUnpublished] != 3 || counts[evPublished] != 0 || p.abandoned != 3 {
 					t.Errorf("counts %v, abandoned %d; want 3 unpublished and abandoned", counts, p.abandoned)

@@ -20,9 +20,9 @@ type recovery struct {
 	state   *stateFile
 	classes map[string]*class
 	order   []*class
-	// orphan makes a saved message of a class no longer configured a
-	// dead letter, deleting its record with del.
-	orphan func(rec snapshot.Record, from snapshot.Source) bool
+	// fail makes a saved message of a class no longer configured a dead
+	// letter, deleting its record (failures.orphan).
+	fail *failures
 	// orphans collects the orphans' log lines into one while the
 	// recovery runs.
 	orphans *orphans
@@ -31,12 +31,11 @@ type recovery struct {
 	// one partition at its assignment, those of no partition at the start
 	// (see stateLog). Nil means every record.
 	want func(*snapshot.Record) bool
-	// markPushed, when set (a restore's), marks a pending record's key
-	// before its message is pushed, and reports false for one marked
-	// already: its message is this instance's still, and is not pushed
-	// again. unmarkPushed ends a mark whose push failed.
-	markPushed   func(key uint64) bool
-	unmarkPushed func(keys ...uint64)
+	// pushed, when set (a restore's), marks a pending record's key
+	// before its message is pushed (stateLog.markPushed), and a key
+	// marked already is not pushed again: its message is this instance's
+	// still. A push that failed ends its mark. Nil marks nothing.
+	pushed *stateLog
 	// resume, when set, learns the saved Kafka messages it re-pushes, so
 	// that the fetch does not run their fetched copies; elsewhere drops
 	// the saved ones handled elsewhere since (progress.go).
@@ -97,7 +96,7 @@ func (v *recovery) run(ctx context.Context, rep *Report) error {
 	if err != nil {
 		return fmt.Errorf("runtime: recover: %w", err)
 	}
-	if n, err := v.elsewhere.drop(v.unmarkPushed); err != nil {
+	if n, err := v.elsewhere.drop(v.pushed); err != nil {
 		return fmt.Errorf("runtime: recover: delete saved messages handled elsewhere: %w", err)
 	} else if n > 0 {
 		v.log.Info("saved messages handled elsewhere since they were saved dropped (the group committed past them)", "dropped", n)
@@ -120,13 +119,13 @@ func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (
 	c := v.classes[e.Record.Message.Class]
 	if c == nil {
 		key := e.Key
-		if !v.orphan(e.Record, pendingSource(key)) {
+		if !v.fail.orphan(e.Record, pendingSource(key)) {
 			return false, fmt.Errorf("could not dead-letter a message of unknown class %q", e.Record.Message.Class)
 		}
 		rep.UnknownClass++
 		return true, nil
 	}
-	if v.markPushed != nil && !v.markPushed(e.Key) {
+	if v.pushed != nil && !v.pushed.markPushed(e.Key) {
 		return true, nil // pushed by an earlier restore, and not done with here
 	}
 	if v.elsewhere.handledElsewhere(ctx, &e.Record) {
@@ -138,9 +137,7 @@ func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (
 		// committed offsets were asked): nothing more is pushed (a pool
 		// with room would still take it, to run on a partition this
 		// instance no longer owns).
-		if v.unmarkPushed != nil {
-			v.unmarkPushed(e.Key)
-		}
+		v.pushed.unmarkPushed(e.Key)
 		return false, nil
 	}
 	it := fromRecord(e.Record, fromPending)
@@ -156,9 +153,7 @@ func (v *recovery) repush(ctx context.Context, e *snapshot.Entry, rep *Report) (
 		c.keys.blockIfReleasing(it)
 	}
 	if err := c.hold.Repush(ctx, it); err != nil {
-		if v.unmarkPushed != nil {
-			v.unmarkPushed(e.Key)
-		}
+		v.pushed.unmarkPushed(e.Key)
 		it.x.saved.leave()
 		return false, nil
 	}

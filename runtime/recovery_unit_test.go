@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 
 // TestRecoveryRun runs the start's recovery on a real state file and a
 // real ordered pool, without a Runtime: pending records are pushed in
-// save order, one of a class no longer configured is handed to orphan,
+// save order, one of a class no longer configured becomes a dead letter,
 // a key with a dead letter is restored blocked and one with parked
 // records and no blocker releasing, and the report counts them.
 func TestRecoveryRun(t *testing.T) {
@@ -48,12 +49,10 @@ func TestRecoveryRun(t *testing.T) {
 	c.hold = hold.New(hold.Config[*item]{Class: "orders", Pool: p, Log: log, Rewind: func(time.Time) {}, Backoff: probeBackoff})
 	c.keys = newOrderedKeys(keysConfig{class: "orders", pool: p, state: state, deletes: &snapshot.DoneQueue{}, releases: &rel,
 		counts: &c.stats, log: log})
-	var orphaned []string
-	v := recovery{state: state, classes: map[string]*class{"orders": c}, order: []*class{c}, log: log, orphans: &orphans{},
-		orphan: func(rec snapshot.Record, from snapshot.Source) bool {
-			orphaned = append(orphaned, rec.Message.ID)
-			return store.DeleteDone(snapshot.Move{From: from}) == nil
-		}}
+	var accepting atomic.Bool
+	tl := &tally{classes: []*class{c}}
+	fail := newFailures(failuresConfig{state: state, tally: tl, classes: map[string]*class{"orders": c}, accepting: &accepting, log: log})
+	v := recovery{state: state, classes: map[string]*class{"orders": c}, order: []*class{c}, log: log, orphans: &orphans{}, fail: fail}
 	rep := &Report{}
 	if err := v.run(t.Context(), rep); err != nil {
 		t.Fatal(err)
@@ -64,8 +63,13 @@ func TestRecoveryRun(t *testing.T) {
 		t.Errorf("ran %v, want [p1 p2]", ran)
 	}
 	mu.Unlock()
-	if rep.Repushed != 2 || rep.UnknownClass != 1 || rep.BlockedKeys != 2 || !slices.Equal(orphaned, []string{"gone"}) {
-		t.Errorf("report %+v, orphans %v; want 2 re-pushed, 1 unknown class, 2 blocked keys, orphan gone", rep, orphaned)
+	_, gone, err := store.DeadByMessageID("gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Repushed != 2 || rep.UnknownClass != 1 || rep.BlockedKeys != 2 || !gone || tl.total(evDeadLettered) != 1 {
+		t.Errorf("report %+v, orphan gone a dead letter %v, dead-lettered %d; want 2 re-pushed, 1 unknown class, 2 blocked keys, gone a dead letter, 1",
+			rep, gone, tl.total(evDeadLettered))
 	}
 	if c.keys.free("blocked") || c.keys.free("free") || !c.keys.free("x") {
 		t.Error("key states not restored: want blocked and free (releasing) not free, x free")

@@ -200,12 +200,12 @@ func (rs *restorer) afterGrowth(ctx context.Context, topics []string) {
 		})
 		for _, it := range gone {
 			if it.src == fromDelayed {
-				rs.unhand(it.extOrZero().delayedKey)
+				rs.sched.unhand(it.extOrZero().delayedKey)
 			}
-			rs.outOfPool(it)
+			rs.handling.outOfPool(it)
 		}
 	}
-	rs.wake(time.Unix(0, 0))
+	rs.sched.wake(time.Unix(0, 0))
 }
 
 // rekey builds again the blocked and releasing keys of ordered classes
@@ -226,10 +226,10 @@ func (rs *restorer) rekey(p kclient.Partition) {
 			continue
 		}
 		for _, it := range c.pool.Remove(func(it *item) bool { return it.src == fromParked && dropped[string(it.env().Key)] }) {
-			rs.outOfPool(it)
+			rs.handling.outOfPool(it)
 		}
 	}
-	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.orphan, orphans: &orphans{}, log: rs.log,
+	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, fail: rs.fail, orphans: &orphans{}, log: rs.log,
 		want: rs.clog.cl().RoutedTo(part(p))}
 	v.orphans.collect()
 	defer v.orphans.flush(rs.log)

@@ -23,25 +23,26 @@ func (c *Config) changelogConfig(dial func(context.Context, string, string) (net
 
 // restorer brings an assigned partition's state back from the changelog
 // before the partition is fetched, and stops using a revoked partition's
-// records: the consumer's restoreFunc and revokedFunc. It keeps no state
+// records: the consumer's partitionStates. It keeps no state
 // of its own; what it restores and owns is the stateLog's.
 type restorer struct {
 	clog    *stateLog
 	state   *stateFile
 	classes map[string]*class
 	order   []*class
-	// orphan makes a saved message of a class no longer configured a
-	// dead letter (failures.orphan).
-	orphan func(rec snapshot.Record, from snapshot.Source) bool
-	// wake rewinds the scheduler to due (scheduler.wake); unhand
-	// forgets a delayed record handed to a pool that left it unstarted
+	// fail makes a saved message of a class no longer configured a
+	// dead letter (failures.orphan) and knows the dead letters a
+	// requeue or discard holds (failures.requeues); nil (a test's) holds
+	// none.
+	fail *failures
+	// sched is rewound after a restore (scheduler.wake) and forgets a
+	// delayed record handed to a pool that left it unstarted
 	// (scheduler.unhand), for a later restore here to deliver it again.
-	wake   func(due time.Time)
-	unhand func(key snapshot.DelayedKey)
-	// outOfPool ends the ties of an item taken out of its pool
+	sched *scheduler
+	// handling ends the ties of an item taken out of its pool
 	// (handling.outOfPool).
-	outOfPool func(*item)
-	log       *slog.Logger
+	handling *handling
+	log      *slog.Logger
 	// warn logs the follow's failures with backoff (follow.go).
 	warn *logBackoff
 	// locks orders a partition's restore, follows and revocation.
@@ -52,11 +53,9 @@ type restorer struct {
 	// stuck learns each failed restore and the one that succeeds
 	// (stuck.go).
 	stuck *stuckParts
-	// claimed returns the keys of the dead letters a requeue or discard
-	// holds (failures.requeues); revokeWait is half of RevokeTimeout
-	// (the generation's end waits for the running Kafka messages after
-	// it): a revocation waits that long for those of its partition.
-	claimed    func() []uint64
+	// revokeWait is half of RevokeTimeout (the generation's end waits
+	// for the running Kafka messages after it): a revocation waits that
+	// long for the requeued dead letters of its partition.
 	revokeWait time.Duration
 }
 
@@ -64,7 +63,7 @@ type restorer struct {
 // restore.
 const restoreRetryMax = 30 * time.Second
 
-// restorePartition is the consumer's restoreFunc with the changelog on
+// restorePartition is the consumer's states.restore with the changelog on
 // (restorer.restore, changelog.go): it brings partition p's state
 // back (once, which calls restored once p's state is in the file and p
 // is owned here) before its fetch loop starts, trying again with a
@@ -122,8 +121,8 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 		rs.log.Error("undecodable changelog record skipped", "partition", p.String(), "err", de)
 	}
 	rep := &Report{}
-	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, orphan: rs.orphan,
-		orphans: &orphans{}, log: rs.log, want: c.RoutedTo(part(p)), markPushed: l.markPushed, unmarkPushed: l.unmarkPushed}
+	v := recovery{state: rs.state, classes: rs.classes, order: rs.order, fail: rs.fail,
+		orphans: &orphans{}, log: rs.log, want: c.RoutedTo(part(p)), pushed: l}
 	v.resume, v.elsewhere = rs.resumes, rs.resumes.run(func(context.Context) []kclient.Partition { return []kclient.Partition{p} })
 	restored()
 	if err := v.run(ctx, rep); err != nil {
@@ -131,7 +130,7 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 		return err
 	}
 	rs.moveAfterRestore(ctx, p, res.Misrouted)
-	rs.wake(time.Unix(0, 0)) // its delayed records, from the start
+	rs.sched.wake(time.Unix(0, 0)) // its delayed records, from the start
 	n := len(applied.Pending) + len(applied.Dead) + len(applied.Delayed) + len(applied.Parked)
 	l.restored.Add(int64(n))
 	l.restoredParts.Add(1)
@@ -143,7 +142,7 @@ func (rs *restorer) once(ctx context.Context, p kclient.Partition, restored func
 	return nil
 }
 
-// revokePartition is the consumer's revokedFunc with the changelog on
+// revokePartition is the consumer's states.revoked with the changelog on
 // (restorer.revoked, changelog.go): p's records stop being used
 // here. The scheduler no longer delivers its delayed records, the keys
 // of ordered classes its dead letters and redeliveries block, or whose
@@ -181,9 +180,9 @@ func (rs *restorer) revokePartition(p kclient.Partition) {
 		}
 		for _, it := range c.pool.Remove(match) {
 			if it.src == fromDelayed {
-				rs.unhand(it.extOrZero().delayedKey)
+				rs.sched.unhand(it.extOrZero().delayedKey)
 			}
-			rs.outOfPool(it)
+			rs.handling.outOfPool(it)
 		}
 	}
 	rs.awaitRequeues(p)
@@ -198,7 +197,7 @@ func (rs *restorer) revokePartition(p kclient.Partition) {
 // requeue it again. Past revokeWait it logs how many still run (the
 // next owner may run them again: at least once).
 func (rs *restorer) awaitRequeues(p kclient.Partition) {
-	if rs.claimed == nil {
+	if rs.fail == nil {
 		return
 	}
 	deadline := time.Now().Add(rs.revokeWait)
@@ -221,7 +220,7 @@ func (rs *restorer) awaitRequeues(p kclient.Partition) {
 // requeuesOf counts the dead letters claimed by a requeue or a discard
 // whose records belong to p.
 func (rs *restorer) requeuesOf(p kclient.Partition) (int, error) {
-	keys := rs.claimed()
+	keys := rs.fail.requeues.claimed()
 	if len(keys) == 0 {
 		return 0, nil
 	}

@@ -239,7 +239,7 @@ func (s *runState) openKafka(runCtx context.Context) ([]string, error) {
 			if err := r.clog.loadPauses(runCtx, r.classes.byName); err != nil {
 				return nil, err
 			}
-			r.state.awaitChangelog = r.clog.await
+			r.state.clog = r.clog
 			_ = s.launch(context.Background(), phaseSnapshot, service.NewLoop(r.clog.retryResend))
 		}
 	}
@@ -257,7 +257,7 @@ func (s *runState) openKafka(runCtx context.Context) ([]string, error) {
 // before any fetch; see recovery.
 func (s *runState) recover(runCtx context.Context, present []string, started time.Time) error {
 	r := s.r
-	rec := recovery{state: r.state, classes: r.classes.byName, order: r.classes.order, orphan: r.fail.orphan, orphans: &r.fail.orphans,
+	rec := recovery{state: r.state, classes: r.classes.byName, order: r.classes.order, fail: r.fail, orphans: &r.fail.orphans,
 		log: r.log, strays: true}
 	rec.want = r.clog.startRecovers()
 	rec.resume, rec.elsewhere = r.restore.resumes, r.restore.resumes.run(func(ctx context.Context) []kclient.Partition {
@@ -292,7 +292,7 @@ func (s *runState) startFeeds(runCtx context.Context, present []string) error {
 		}
 	}
 	if r.hasShare() && runCtx.Err() == nil {
-		if err := r.shareStart(runCtx, r.kafka.Context()); err != nil { // share.go
+		if err := s.startShares(runCtx); err != nil { // share.go
 			if runCtx.Err() != nil {
 				// A stop asked while a share class joined ended its
 				// requests: a stop, not a failed start (exit 2).

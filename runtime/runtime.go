@@ -282,8 +282,8 @@ func New(cfg Config) (*Runtime, error) {
 		clientFunc: func() kclient.Client { return r.kafka.client },
 		byTopic:    r.classes.byTopic}
 	r.restore = &restorer{clog: r.clog, state: r.state, classes: r.classes.byName, order: r.classes.order,
-		orphan: r.fail.orphan, wake: r.sched.wake, unhand: r.sched.unhand, outOfPool: r.handling.outOfPool, log: r.log, warn: newLogBackoff(),
-		resumes: resumes, stuck: r.ready.stuck, claimed: r.fail.requeues.claimed, revokeWait: cfg.RevokeTimeout / 2}
+		fail: r.fail, sched: r.sched, handling: r.handling, log: r.log, warn: newLogBackoff(),
+		resumes: resumes, stuck: r.ready.stuck, revokeWait: cfg.RevokeTimeout / 2}
 	r.kafka = newConsumer(r.consumerConfig(conn, logs))
 	return r, nil
 }
@@ -296,21 +296,16 @@ func (r *Runtime) buildState(logs *logBackoff) {
 	r.tally = &tally{}
 	r.state = &stateFile{log: r.log}
 	r.clog = &stateLog{log: r.log, state: r.state, timeout: cfg.ChangelogTimeout, renames: cfg.ClassRenames}
-	// owns says whether a stored record is this instance's to use: all
-	// are with local state only.
-	owns := func(rec *snapshot.Record) bool { return r.clog.mine(rec) }
 	r.fail = newFailures(failuresConfig{state: r.state, tally: r.tally, classes: r.classes.byName, accepting: &r.life.accepting,
-		publish: func(c *class, rec snapshot.Record) { r.dlq.publish(c, rec) }, log: r.log, owns: owns,
-		elsewhere: r.clog.deadElsewhere})
+		publish: func(c *class, rec snapshot.Record) { r.dlq.publish(c, rec) }, log: r.log, clog: r.clog})
 	r.ops = newDeadOps(r, logs)
 	r.clog.ops = r.ops
-	r.sched = newScheduler(schedulerConfig{state: r.state, tally: r.tally, classes: r.classes.byName, orphan: r.fail.orphan, log: r.log,
-		owns: owns})
-	r.state.forgetDelayed = r.sched.forget
-	r.clog.handed = r.sched.handedOver
+	r.sched = newScheduler(schedulerConfig{state: r.state, tally: r.tally, classes: r.classes.byName, fail: r.fail, log: r.log,
+		clog: r.clog})
+	r.state.sched, r.clog.sched = r.sched, r.sched
 	r.handling = &handling{cfg: handlingConfig{state: r.state, deletes: &r.deletes, tally: r.tally, fail: r.fail,
-		sched: r.sched, unmarkPushed: r.clog.unmarkPushed, stopping: &r.life.stopping, log: r.log}}
-	r.fail.cfg.wake = r.sched.wake
+		sched: r.sched, clog: r.clog, stopping: &r.life.stopping, log: r.log}}
+	r.fail.cfg.sched = r.sched
 }
 
 // buildClasses makes every configured class: its handler chain, pool,
@@ -383,7 +378,7 @@ func (r *Runtime) newClass(cc Class) (*class, error) {
 	c.pool = p
 	if cc.Ordered {
 		c.keys = newOrderedKeys(keysConfig{class: cc.Name, pool: p, state: r.state, deletes: &r.deletes,
-			releases: &r.releases, counts: &c.stats, route: r.clog.partitionOf, owns: r.clog.ownsPartition, log: r.log})
+			releases: &r.releases, counts: &c.stats, clog: r.clog, log: r.log})
 	}
 	c.hold = hold.New(hold.Config[*item]{Class: cc.Name, Policy: hold.Policy(cc.Suspend), Permanent: cc.Retry.PermanentFunc,
 		Pool: p, Log: r.log, Stopping: r.life.stopCh, Rewind: r.sched.wake, Backoff: probeBackoff})

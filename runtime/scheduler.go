@@ -54,14 +54,15 @@ type schedulerConfig struct {
 	state   *stateFile
 	tally   *tally
 	classes map[string]*class // a due message's class: its pool and hold
-	// orphan makes a due message of a class no longer configured a dead
-	// letter, deleting its record with del.
-	orphan func(rec snapshot.Record, from snapshot.Source) bool
-	log    *slog.Logger
-	// owns, when set, says whether a record may be delivered here: with
-	// the changelog, only those of partitions restored here (and those of
-	// no partition). Delivering the others is their partition owner's.
-	owns func(rec *snapshot.Record) bool
+	// fail makes a due message of a class no longer configured a dead
+	// letter, deleting its record (failures.orphan).
+	fail *failures
+	log  *slog.Logger
+	// clog says whether a record may be delivered here (stateLog.mine):
+	// with the changelog, only those of partitions restored here (and
+	// those of no partition). Delivering the others is their partition
+	// owner's. Nil (a test's) delivers every one.
+	clog *stateLog
 }
 
 func newScheduler(cfg schedulerConfig) *scheduler {
@@ -166,11 +167,11 @@ func (s *scheduler) run(ctx context.Context) {
 		for _, e := range due {
 			c := s.cfg.classes[e.Record.Message.Class]
 			cursor = e.Key
-			if s.cfg.owns != nil && !s.cfg.owns(&e.Record) {
+			if !s.cfg.clog.mine(&e.Record) {
 				continue // its partition's owner delivers it; a restore here wakes the scheduler
 			}
 			if c == nil {
-				s.cfg.orphan(e.Record, delayedSource(e.Key))
+				s.cfg.fail.orphan(e.Record, delayedSource(e.Key))
 				continue
 			}
 			if !s.hand(e.Key) {

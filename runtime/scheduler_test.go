@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -27,7 +28,7 @@ func TestSchedulerDueOrder(t *testing.T) {
 		at := func(d time.Duration) time.Time { return start.Add(d) }
 		// An orphan: a delayed record of a class no longer configured, in
 		// the file as an older run left it.
-		store, state := openState(t, func(path string) {
+		_, state := openState(t, func(path string) {
 			snapshottest.SeedDelayed(t, path, snapshot.Delayed{Due: at(1500 * time.Millisecond),
 				Record: snapshot.Record{Message: handoff.Message{ID: "gone", Class: "retired"}, Reason: reasonScheduled}})
 		})
@@ -52,13 +53,10 @@ func TestSchedulerDueOrder(t *testing.T) {
 		c := &class{cfg: Class{Name: "jobs"}, pool: p}
 		c.hold = hold.New(hold.Config[*item]{Class: "jobs", Pool: p, Log: log, Rewind: func(time.Time) {}, Backoff: probeBackoff})
 		tl := &tally{classes: []*class{c}}
-		orphans := 0
-		s := newScheduler(schedulerConfig{state: state, tally: tl, classes: map[string]*class{"jobs": c}, log: log,
-			orphan: func(rec snapshot.Record, from snapshot.Source) bool {
-				orphans++
-				return store.DeleteDone(snapshot.Move{From: from}) == nil
-			}})
-		state.forgetDelayed = s.forget
+		var accepting atomic.Bool
+		fail := newFailures(failuresConfig{state: state, tally: tl, classes: map[string]*class{"jobs": c}, accepting: &accepting, log: log})
+		s := newScheduler(schedulerConfig{state: state, tally: tl, classes: map[string]*class{"jobs": c}, fail: fail, log: log})
+		state.sched = s
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		wg.Go(func() { s.run(ctx) })
@@ -94,7 +92,7 @@ func TestSchedulerDueOrder(t *testing.T) {
 				t.Errorf("delivery %d: %v, want %v", i, got[i], want[i])
 			}
 		}
-		if orphans != 1 || tl.total(evDelivered) != 4 || tl.total(evScheduled) != 4 {
+		if orphans := tl.total(evDeadLettered); orphans != 1 || tl.total(evDelivered) != 4 || tl.total(evScheduled) != 4 {
 			t.Errorf("orphans %d, delivered %d, scheduled %d; want 1, 4, 4", orphans, tl.total(evDelivered), tl.total(evScheduled))
 		}
 	})

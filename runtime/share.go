@@ -15,6 +15,7 @@ import (
 
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/runtime/internal/kclient"
+	"github.com/handoff-go/handoff/runtime/internal/service"
 	"github.com/handoff-go/handoff/snapshot"
 )
 
@@ -96,10 +97,10 @@ type shareFeed struct {
 	// limit is the group's delivery limit (Prepare).
 	limit atomic.Int64
 	// fail saves a record the member hands back at its delivery limit
-	// as a dead letter; outOfPool ends an item's ties to the pool it was
+	// as a dead letter; handling ends an item's ties to the pool it was
 	// taken out of (handling.outOfPool).
-	fail      *failures
-	outOfPool func(*item)
+	fail     *failures
+	handling *handling
 
 	mu sync.Mutex
 	// held is the last poll's records; left counts those not acked.
@@ -108,9 +109,10 @@ type shareFeed struct {
 	// settled is signalled when left reaches zero.
 	settled chan struct{}
 
-	// poll joins the poll loop (it ends with the fetching), renewWG the
-	// renewals (they end at close, by stopRenew).
-	poll      sync.WaitGroup
+	// Base runs the poll loop (Start): it ends with the fetching, at the
+	// stop's quiesce. renewWG joins the renewals (they end at close, by
+	// stopRenew).
+	service.Base
 	renewWG   sync.WaitGroup
 	stopRenew context.CancelFunc
 	// unsubmitted counts the records the poll loop released at its end.
@@ -160,7 +162,7 @@ func (r *Runtime) shareFeedOf(c *class, conn *connection, logs *logBackoff) *sha
 				"topic", topic, "partition", partition, "err", err)
 		},
 	}, r.log)
-	f.fail, f.outOfPool = r.fail, r.handling.outOfPool
+	f.fail, f.handling = r.fail, r.handling
 	return f
 }
 
@@ -230,10 +232,9 @@ func (sh *shareAcquired) deadLettering(rec *snapshot.Record) {
 // released: its delivery count reached the group's limit.
 func (sh *shareAcquired) atLimit() bool { return int64(sh.rec.DeliveryCount) >= sh.feed.limit.Load() }
 
-// start makes the member's client, checks its topics and the group's
-// configs (Prepare), then starts the poll loop under fetchCtx and the
-// renewals, which end at close.
-func (f *shareFeed) start(runCtx, fetchCtx context.Context) error {
+// prepare makes the member's client and checks its topics and the
+// group's configs (Prepare) under runCtx; Start follows it.
+func (f *shareFeed) prepare(runCtx context.Context) error {
 	cl, err := kclient.NewShare(f.cfg)
 	if err != nil {
 		return fmt.Errorf("runtime: class %q: %w", f.c.cfg.Name, err)
@@ -250,11 +251,21 @@ func (f *shareFeed) start(runCtx, fetchCtx context.Context) error {
 		f.log.Warn("share class waits for its topics", "missing", missing)
 	}
 	f.limit.Store(int64(limit))
+	f.log.Info("share class joined its share group", "topics", f.cfg.Topics, "delivery_limit", limit, "max_records", f.cfg.MaxRecords)
+	return nil
+}
+
+// Start starts the poll loop under ctx (the fetching's, ended at the
+// stop's quiesce; Stop ends it too and waits for it) and the renewals,
+// which end at close. It runs after prepare; see [service.Service].
+func (f *shareFeed) Start(ctx context.Context) error {
+	if _, ok := f.StartInit(ctx); !ok {
+		return nil
+	}
 	renewCtx, stop := context.WithCancel(context.Background())
 	f.stopRenew = stop
 	f.renewWG.Go(func() { f.renew(renewCtx) })
-	f.poll.Go(func() { f.run(fetchCtx) })
-	f.log.Info("share class joined its share group", "topics", f.cfg.Topics, "delivery_limit", limit, "max_records", f.cfg.MaxRecords)
+	f.Go(f.run)
 	return nil
 }
 
@@ -500,22 +511,24 @@ func (f *shareFeed) close(ctx context.Context) error {
 	return errors.Join(ferr, cerr)
 }
 
-// shareStart starts the share classes' members (see shareFeed.start).
-func (r *Runtime) shareStart(runCtx, fetchCtx context.Context) error {
-	for _, c := range r.classes.order {
+// startShares prepares the share classes' members under runCtx and
+// launches each (shareFeed.Start) under the fetching's context, to end
+// at the quiesce.
+func (s *runState) startShares(runCtx context.Context) error {
+	for _, c := range s.r.classes.order {
 		if c.share == nil {
 			continue
 		}
-		if err := c.share.start(runCtx, fetchCtx); err != nil {
+		if err := c.share.prepare(runCtx); err != nil {
 			return err
 		}
+		_ = s.launch(s.r.kafka.Context(), phaseQuiesce, c.share)
 	}
 	return nil
 }
 
-// shareQuiesce waits for the share classes' poll loops, which end with
-// the fetching (releasing the records the pool had not taken), and
-// releases the records the pools hold that have not started (never
+// shareQuiesce, once the quiesce stopped the share classes' poll loops
+// (which release the records the pool had not taken), releases the records the pools hold that have not started (never
 // failed here: those waiting out a backoff stay for the drain). It
 // returns how many were released.
 func (r *Runtime) shareQuiesce() int {
@@ -524,7 +537,6 @@ func (r *Runtime) shareQuiesce() int {
 		if c.share == nil {
 			continue
 		}
-		c.share.poll.Wait()
 		n += int(c.share.unsubmitted.Load())
 		if c.pool == nil {
 			continue
@@ -542,7 +554,7 @@ func (f *shareFeed) releaseUnstarted(all bool) int {
 	n := 0
 	for _, it := range f.c.pool.Remove(func(it *item) bool { return it.src == fromShare && (all || it.env().Attempt == 0) }) {
 		f.c.hold.Uncount(it)
-		f.outOfPool(it)
+		f.handling.outOfPool(it)
 		if f.giveBack(it) {
 			n++
 		}

@@ -22,13 +22,14 @@ type stateFile struct {
 	log   *slog.Logger
 	store *snapshot.State // set by open, before any component uses it
 	open  atomic.Bool     // the admin API may use it
-	// forgetDelayed tells the scheduler that delayed records it handed to
-	// a pool are deleted.
-	forgetDelayed func(keys ...snapshot.DelayedKey)
-	// awaitChangelog, set when the changelog is on, keeps the settle of a
-	// message whose write committed to the file but not to the changelog
-	// (stateLog.await).
-	awaitChangelog func(settle func())
+	// sched is told that delayed records it handed to a pool are
+	// deleted (scheduler.forget); New sets it once the scheduler exists.
+	// Nil (a test's) tells none.
+	sched *scheduler
+	// clog, set by the start when the changelog is on, keeps the settle
+	// of a message whose write committed to the file but not to the
+	// changelog (stateLog.await).
+	clog *stateLog
 	// beforeWrite, when set by a test, runs in the transaction of a move
 	// (see move) or of the delete of a done parked message before it
 	// writes, with the operation's name; an error it returns fails the
@@ -215,12 +216,12 @@ func (f *stateFile) write(it *item, what string, alone bool, move func(m snapsho
 	if err != nil {
 		f.writeFailed(err)
 	}
-	if err != nil && isChangelogErr(err) && f.awaitChangelog != nil {
+	if err != nil && isChangelogErr(err) && f.clog != nil {
 		// Saved to the file but not to the changelog: the message is
 		// kept, and settled once the changelog has the write.
 		f.log.Warn("state file write not written to the changelog; offset stays uncommitted until it is", "op", what,
 			"class", it.env().Class, "id", it.env().ID, "err", err)
-		f.awaitChangelog(f.settleFunc(it))
+		f.clog.await(f.settleFunc(it))
 		return true
 	}
 	if err != nil {
@@ -253,8 +254,8 @@ func (f *stateFile) settleFunc(it *item) func() {
 		}
 		share.saved() // a share record's (share.go)
 		saved.finish()
-		if delayed {
-			f.forgetDelayed(key)
+		if delayed && f.sched != nil {
+			f.sched.forget(key)
 		}
 	}
 }
