@@ -184,30 +184,7 @@ func (p *Pool[T]) Name() string { return p.name }
 //
 // On a nil error the pool owns v: its handler will run, or [Pool.Stop]
 // will return it.
-func (p *Pool[T]) Submit(ctx context.Context, v T) error {
-	key := p.keyOf(v)
-
-	p.mu.Lock()
-	if p.stopped {
-		p.mu.Unlock()
-		return ErrStopped
-	}
-	e := p.newEntryLocked(v, key)
-	if p.queued < p.queueSize && p.waiters.head == nil && p.firsts.head == nil {
-		dispatch := p.admitLocked(e)
-		p.mu.Unlock()
-		if dispatch {
-			p.dispatch()
-		}
-		return nil
-	}
-	w := p.newWaiterLocked(1)
-	w.es[0] = e
-	p.waiters.pushBack(w)
-	p.mu.Unlock()
-	_, err := p.await(ctx, w)
-	return err
-}
+func (p *Pool[T]) Submit(ctx context.Context, v T) error { return p.submit(ctx, v, false) }
 
 // SubmitFirst hands v to the pool ahead of the items of every Submit and
 // SubmitBatch waiting for room: for an item the caller had accepted
@@ -223,7 +200,14 @@ func (p *Pool[T]) Submit(ctx context.Context, v T) error {
 // accepted: SubmitFirst does not overtake items already in the queue, and
 // in an Ordered pool its item runs after the earlier accepted items of
 // its key. Safe for concurrent use; on a nil error the pool owns v.
-func (p *Pool[T]) SubmitFirst(ctx context.Context, v T) error {
+func (p *Pool[T]) SubmitFirst(ctx context.Context, v T) error { return p.submit(ctx, v, true) }
+
+// submit is Submit, or SubmitFirst when first. It admits v at once when
+// there is room for it: for a SubmitFirst up to firstBound and behind no
+// waiting SubmitFirst, for a Submit up to QueueSize and behind no waiter
+// of either kind. Else it queues a waiter on its kind's list and awaits
+// room.
+func (p *Pool[T]) submit(ctx context.Context, v T, first bool) error {
 	key := p.keyOf(v)
 
 	p.mu.Lock()
@@ -232,7 +216,11 @@ func (p *Pool[T]) SubmitFirst(ctx context.Context, v T) error {
 		return ErrStopped
 	}
 	e := p.newEntryLocked(v, key)
-	if p.queued < p.firstBound() && p.firsts.head == nil {
+	room := p.queued < p.queueSize && p.waiters.head == nil && p.firsts.head == nil
+	if first {
+		room = p.queued < p.firstBound() && p.firsts.head == nil
+	}
+	if room {
 		dispatch := p.admitLocked(e)
 		p.mu.Unlock()
 		if dispatch {
@@ -242,8 +230,12 @@ func (p *Pool[T]) SubmitFirst(ctx context.Context, v T) error {
 	}
 	w := p.newWaiterLocked(1)
 	w.es[0] = e
-	w.first = true
-	p.firsts.pushBack(w)
+	w.first = first
+	if first {
+		p.firsts.pushBack(w)
+	} else {
+		p.waiters.pushBack(w)
+	}
 	p.mu.Unlock()
 	_, err := p.await(ctx, w)
 	return err
