@@ -141,11 +141,14 @@ func TestSchedulerDoesNotScan(t *testing.T) {
 
 // TestDeliverAtHeader: a Kafka record with a future deliver-at header
 // waits in the state file (its offset committed) until due; a malformed
-// header makes a dead letter.
+// header makes a dead letter. The due time is 3s ahead: the runtime's
+// start (the group's join) must end before it, or the record is due when
+// fetched and runs at once (it took over 500ms once under a loaded CI
+// run on kafka-go).
 func TestDeliverAtHeader(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, "orders")
-	due := time.Now().Add(500 * time.Millisecond)
+	due := time.Now().Add(3 * time.Second)
 	w := devbroker.NewWriter(b.broker.Addrs())
 	err := w.WriteMessages(context.Background(),
 		kafka.Message{Topic: "orders", Value: []byte("later"), Headers: []kafka.Header{{Key: HeaderDeliverAt, Value: []byte(due.Format(time.RFC3339Nano))}}},
