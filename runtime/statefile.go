@@ -56,17 +56,10 @@ const watchInterval = time.Second
 // still at its path, and puts it back when it is not (checkGone). It
 // blocks until ctx ends.
 func (f *stateFile) watch(ctx context.Context, beat func()) {
-	t := time.NewTicker(watchInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, watchInterval, func() {
 		beat()
 		f.checkGone()
-	}
+	})
 }
 
 // checkGone puts the state file back at its path when it was deleted
