@@ -103,6 +103,7 @@ func watchedInstance(t *testing.T, b *bundle, name string, cfg Config) (*Runtime
 	t.Helper()
 	cfg.Instance = name
 	cfg.StatePath = filepath.Join(t.TempDir(), name+".db")
+	cfg.Logger = cfg.Logger.With("instance", name) // HANDOFF_TEST_LOG=1 tells them apart
 	rt, err := newRuntime(cfg)
 	if err != nil {
 		t.Fatal(err)

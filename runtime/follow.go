@@ -149,6 +149,9 @@ func (rs *restorer) followPartition(ctx context.Context, p kclient.Partition, en
 	n := len(applied.Pending) + len(applied.Dead) + len(applied.Delayed) + len(applied.Parked)
 	l.followed.Add(int64(n))
 	l.repushed.Add(int64(rep.Repushed))
+	if n == 0 && applied.Deleted == 0 {
+		return // this instance's own moves, held already
+	}
 	rs.log.Info("other instances' changelog writes applied", "partition", p.String(), "records", len(f.Records),
 		"pending", len(applied.Pending), "dead", len(applied.Dead), "delayed", len(applied.Delayed), "parked", len(applied.Parked),
 		"deleted", applied.Deleted, "repushed", rep.Repushed)

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/handoff-go/handoff"
+	"github.com/handoff-go/handoff/snapshot/internal/store"
 )
 
 // TestCheckpointAcked: a partition's checkpoint follows this instance's
@@ -173,5 +174,124 @@ func TestChangelogOwnership(t *testing.T) {
 	// The first restore, with no checkpoint, was a rebuild too.
 	if rebuilt, claimed := ca.Counts(); rebuilt != 2 || claimed != 2 {
 		t.Errorf("a: %d rebuilds, %d markers written; want 2 and 2", rebuilt, claimed)
+	}
+}
+
+// TestMovedBackToRebuiltCreator (issue 43, case 4): one file creates a
+// record in partition 1, whose key routes to partition 2 once the topic
+// has 3 partitions. The file restores partition 2 (assigned after the
+// growth) before it moves partition 1's records: the rebuild drops the
+// file's copy, which the new partition's changelog does not hold yet.
+// The file's own move then writes the record to partition 2, and its
+// follow of partition 2 must take the record back although this file
+// wrote that put. Before, the follow skipped it as one of its own
+// writes ("the file has it"), and the record was listed and run by
+// nobody: TestAddedPartitionsMoveRecords failed about 1 run in 7 on
+// kafka-go, whose eager rebalance restores both partitions afresh.
+func TestMovedBackToRebuiltCreator(t *testing.T) {
+	var sent []LogRecord
+	log := &fakeLog{sent: &sent}
+	count := int32(2)
+	// "k" routes to partition 1 by 2 and to partition 2 by 3.
+	route := func(m *handoff.Message) (string, int32, bool) { return "orders", count - 1, true }
+	st, _ := openOffline(t, nil)
+	c, err := st.OpenChangelog(ChangelogConfig{Log: log, Route: route, Count: func(string) int32 { return count }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, p2 := Partition{Topic: "orders", Partition: 1}, Partition{Topic: "orders", Partition: 2}
+	if _, err := c.Restore(t.Context(), p1); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.MoveToDead(Move{Alone: true}, offlineRec("d1", "c", "k", 1)); err != nil {
+		t.Fatal(err)
+	}
+
+	count = 3
+	res, err := c.Restore(t.Context(), p2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Rebuilt || res.Applied.Deleted != 1 {
+		t.Fatalf("restore of the new partition: rebuilt %v, %d deleted; want a rebuild that drops the file's copy", res.Rebuilt, res.Applied.Deleted)
+	}
+	if n, err := c.MoveOut(t.Context(), p1); err != nil || n != 1 {
+		t.Fatalf("move out of partition 1: %d moved, %v; want 1", n, err)
+	}
+	end, _ := log.Read(t.Context(), "orders", 2, 0, func([]LogRecord) error { return nil })
+	f, err := c.Follow(t.Context(), p2, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Applied.Dead) != 1 {
+		t.Errorf("follow of partition 2 applied %d dead letters, want the moved one", len(f.Applied.Dead))
+	}
+	if counts, err := st.Counts(); err != nil || counts[BucketDead] != 1 {
+		t.Errorf("after the follow: %v, %v; want the dead letter back", counts, err)
+	}
+	// A second follow, and a move of partition 1 again, change nothing.
+	if n, err := c.MoveOut(t.Context(), p1); err != nil || n != 0 {
+		t.Errorf("second move out of partition 1: %d moved, %v; want none", n, err)
+	}
+	if counts, err := st.Counts(); err != nil || counts[BucketDead] != 1 {
+		t.Errorf("after the second move: %v, %v; want one dead letter", counts, err)
+	}
+}
+
+// TestCountLearnedDuringRestore (issue 43, case 4): the topic's
+// partition count grows while a file restores a partition, after the
+// restore looked for records that route elsewhere and before it owns
+// the partition. The growth's own moves skip the partition (not owned
+// yet when they looked), so the restore must say its records may route
+// elsewhere, and must not keep that the partition is routed by the new
+// count. Before, it kept the new count read at its end: the partition's
+// records were never moved, and listed by nobody
+// (TestAddedPartitionsMoveRecords failed about 1 run in 16 on
+// kafka-go).
+func TestCountLearnedDuringRestore(t *testing.T) {
+	var sent []LogRecord
+	log := &fakeLog{sent: &sent}
+	count := int32(2)
+	// "k" routes to partition 0 by 2 and to partition 2 by 3.
+	route := func(m *handoff.Message) (string, int32, bool) { return "orders", 2 * (count - 2), true }
+	p0 := Partition{Topic: "orders", Partition: 0}
+	open := func() (*State, *Changelog) {
+		st, _ := openOffline(t, nil)
+		c, err := st.OpenChangelog(ChangelogConfig{Log: log, Route: route, Count: func(string) int32 { return count }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, c
+	}
+	a, ca := open()
+	if _, err := ca.Restore(t.Context(), p0); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.MoveToDead(Move{Alone: true}, offlineRec("d1", "c", "k", 1)); err != nil {
+		t.Fatal(err)
+	}
+
+	// b restores partition 0 on an empty disk; the count grows while it
+	// writes its owner marker.
+	_, cb := open()
+	log.onSend = func(recs []LogRecord) {
+		if len(recs) == 1 && recs[0].Value != nil && recs[0].Partition == 0 {
+			if _, marker, _ := store.ParseOwnerMarker(recs[0].Key, recs[0].Value); marker {
+				count = 3
+			}
+		}
+	}
+	res, err := cb.Restore(t.Context(), p0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Misrouted {
+		t.Error("restore during which the count grew: not misrouted; want its records looked at (MoveOut)")
+	}
+	if n := cb.routedBy(p0); n == 3 {
+		t.Error("restore during which the count grew kept the partition routed by the new count, unmoved")
+	}
+	if n, err := cb.MoveOut(t.Context(), p0); err != nil || n != 1 || cb.routedBy(p0) != 3 {
+		t.Errorf("move out: %d moved, %v, routed by %d; want 1, routed by 3", n, err, cb.routedBy(p0))
 	}
 }

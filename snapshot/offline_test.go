@@ -361,9 +361,14 @@ func peek(st *State, fn func(tx *store.Tx) error) error { return st.st.View(fn) 
 // consecutive offsets per partition) and reads it back.
 type fakeLog struct {
 	sent *[]LogRecord
+	// onSend, when set, sees each send first.
+	onSend func([]LogRecord)
 }
 
 func (f *fakeLog) Send(recs []LogRecord) func(context.Context) error {
+	if f.onSend != nil {
+		f.onSend(recs)
+	}
 	for i := range recs {
 		n := int64(0)
 		for _, r := range *f.sent {
@@ -381,6 +386,8 @@ func (f *fakeLog) Read(ctx context.Context, input string, p int32, from int64, f
 	var batch []LogRecord
 	for _, r := range *f.sent {
 		if r.Input == input && r.Partition == p && r.Offset >= from {
+			// As the Kafka log reads them: a moved put is MovedIn.
+			r.MovedIn, r.Moved = r.Moved && r.Value != nil, r.Moved && r.Value == nil
 			batch = append(batch, r)
 		}
 	}

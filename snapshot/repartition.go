@@ -30,12 +30,13 @@ import (
 // tell.
 func (c *Changelog) routedBy(p Partition) int32 { return c.s.routedBy(p.Topic, p.Partition) }
 
-// markRouted keeps in the file, alone, that p's records are where the
-// current count routes them (read whole and moved, or a restore found
-// none to move): the next restore of p does not look again unless the
-// count changed.
-func (c *Changelog) markRouted(p Partition) error {
-	return c.s.setRoutedBy(p.Topic, p.Partition, c.count(p.Topic))
+// markRouted keeps in the file, alone, that p's records are where count
+// routes them (read whole and moved, or a restore found none to move):
+// the next restore of p does not look again unless the count changed.
+// count is the one read before the look began: one learned during it
+// may have routed a record the look did not move.
+func (c *Changelog) markRouted(p Partition, count int32) error {
+	return c.s.setRoutedBy(p.Topic, p.Partition, count)
 }
 
 // movesTo reports the partition the record value of p's changelog
@@ -99,6 +100,7 @@ func (c *Changelog) MoveOut(ctx context.Context, p Partition) (int, error) {
 	if c == nil {
 		return 0, nil
 	}
+	count := c.count(p.Topic)
 	last := map[string]movedRec{}
 	_, err := c.log.Read(ctx, p.Topic, p.Partition, 0, func(batch []LogRecord) error {
 		for i := range batch {
@@ -140,5 +142,5 @@ func (c *Changelog) MoveOut(ctx context.Context, p Partition) (int, error) {
 			}
 		}
 	}
-	return len(last), c.markRouted(p)
+	return len(last), c.markRouted(p, count)
 }

@@ -39,8 +39,9 @@ type Restoration struct {
 	// owned it, and its records were rebuilt from the whole changelog.
 	Rebuilt bool
 	// Misrouted: records of the partition may route to another partition
-	// now (one applied does, or the file last read the partition whole
-	// by another partition count): the caller moves them (MoveOut).
+	// now (one applied does, the file last read the partition whole by
+	// another partition count, or the count changed during the
+	// restore): the caller moves them (MoveOut).
 	Misrouted bool
 }
 
@@ -52,8 +53,9 @@ type Restoration struct {
 // not hold are dropped). Then it makes this file p's owner (the owner
 // marker, see the comment at the top of this file) and p is owned here
 // (Owns, OwnsPartition, Follow) until Disown; when no record of p may
-// route elsewhere (Restoration.Misrouted false) it keeps that p is
-// routed by the current count. It blocks for the reads and the marker's
+// route elsewhere (Restoration.Misrouted false: none does, and the count
+// did not change during the restore) it keeps that p is routed by the
+// count. It blocks for the reads and the marker's
 // acknowledgement until ctx ends. With the changelog off it does
 // nothing.
 func (c *Changelog) Restore(ctx context.Context, p Partition) (Restoration, error) {
@@ -67,7 +69,8 @@ func (c *Changelog) Restore(ctx context.Context, p Partition) (Restoration, erro
 	}
 	hadCheckpoint := known
 	// Without a checkpoint the read is whole: what it applies is all of p.
-	stale := known && c.routedBy(p) != c.count(p.Topic)
+	count := c.count(p.Topic)
+	stale := known && c.routedBy(p) != count
 	recs, moved, next, err := c.read(ctx, p, from, false)
 	if errors.Is(err, ErrBeyondEnd) {
 		// The changelog is shorter than the file's checkpoint: the topic
@@ -126,8 +129,16 @@ func (c *Changelog) Restore(ctx context.Context, p Partition) (Restoration, erro
 		return Restoration{}, fmt.Errorf("claim: %w", err)
 	}
 	c.own(p, res.Next)
+	// A count learned during the restore may route records of p
+	// elsewhere that the looks above did not see as such; the growth's
+	// own moves (of the partitions owned when it was learned) did not
+	// include p, owned only now. Read after own: a growth either sees
+	// p owned or is seen here.
+	if c.count(p.Topic) != count {
+		res.Misrouted = true
+	}
 	if !res.Misrouted {
-		if err := c.markRouted(p); err != nil {
+		if err := c.markRouted(p, count); err != nil {
 			c.logger.Warn("partition count of the last move not kept; the next restore of the partition reads its changelog whole again",
 				"topic", p.Topic, "partition", p.Partition, "err", err)
 		}
@@ -154,7 +165,9 @@ func (c *Changelog) read(ctx context.Context, p Partition, from int64, foreign b
 		for i := range batch {
 			r := &batch[i]
 			if foreign {
-				if _, marker, _ := store.ParseOwnerMarker(r.Key, r.Value); !marker && hasOwn && changelogWrittenBy(r.Key, r.Writer, own) {
+				// A move's put is read whoever moved it: the file may have
+				// dropped its copy (the apply inserts it only then).
+				if _, marker, _ := store.ParseOwnerMarker(r.Key, r.Value); !marker && !r.MovedIn && hasOwn && changelogWrittenBy(r.Key, r.Writer, own) {
 					continue // in the file already, or deleted since
 				}
 			}
@@ -284,8 +297,9 @@ func (c *Changelog) claim(ctx context.Context, p Partition, next int64) (int64, 
 
 // Followed is what [Changelog.Follow] read and applied.
 type Followed struct {
-	// Records are the other instances' writes it applied (moved-out keys
-	// left out), in offset order.
+	// Records are the other instances' writes it read, and every
+	// move's put (moved-out keys left out), in offset order; Applied
+	// says which changed the file.
 	Records []ChangelogRecord
 	// Applied are the records written or deleted in the file.
 	Applied Applied
@@ -300,8 +314,9 @@ type Followed struct {
 // changelog grew past the checkpoint: the writes of other files are
 // applied to the file (renamed classes renamed; the file's checkpoint
 // of p stays, the one in memory moves), this file's own are skipped (the
-// file has them). The caller orders it with p's restore and revocation.
-// It blocks for the read until ctx ends. Nothing with the changelog off,
+// file has them), but for the puts of its moves of records it no longer
+// holds (see store's ApplyChangelog). The caller orders it with p's
+// restore and revocation. It blocks for the read until ctx ends. Nothing with the changelog off,
 // or when p is not owned here.
 func (c *Changelog) Follow(ctx context.Context, p Partition, end int64) (Followed, error) {
 	var f Followed

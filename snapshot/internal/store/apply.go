@@ -27,10 +27,11 @@ type ChangelogRecord struct {
 	// another file with a version that did not say so.
 	Writer []byte
 	// Moved says the record is the put of a move from another partition
-	// of the changelog (its input topic gained partitions): a put of one
-	// of this file's own keys that the file does not hold (it dropped it
-	// rebuilding this partition before the move reached it) is inserted,
-	// where another file's put of an own key only replaces a copy held.
+	// of the changelog (its input topic gained partitions): when the
+	// file does not hold the record (it dropped it rebuilding this
+	// partition before the move reached it) the put is inserted, even
+	// when this file created the record or moved it itself; a put that
+	// is not a move only replaces a copy of an own key held.
 	Moved bool
 }
 
@@ -95,7 +96,10 @@ type insert struct {
 // it, which its updates keep wherever it was restored. Then:
 //
 //   - A record the changelog says this file wrote (its Writer) changes
-//     nothing: the file has it, or deleted it since.
+//     nothing: the file has it, or deleted it since. But the put of a
+//     move (Moved) of a record the file does not hold, under any key, is
+//     inserted as below: the file dropped its copy rebuilding the
+//     partition before the move, its own or another file's, reached it.
 //   - A key of this file's own ID: a tombstone deletes the local record
 //     under its local key, if there is one (another owner finished it);
 //     a put another file says it wrote (it restored the record and
@@ -177,15 +181,18 @@ func (tx *Tx) applyChangelog(recs []ChangelogRecord) (Applied, error) {
 	ins := make([]insert, 0, len(finals))
 	for i := range finals {
 		f := &finals[i]
-		if hasOwn && !tx.rebuilding && f.writtenBy(&own) {
-			continue
-		}
-		name, local := f.ck.Bucket, f.ck.Local
+		name := f.ck.Bucket
 		b, err := tx.bucket(name)
 		if err != nil {
 			return out, err
 		}
-		if hasOwn && f.ck.FileID == own && !tx.rebuilding && !(f.rec.Moved && f.rec.Value != nil && b.Get(local) == nil) {
+		// The put of a move whose record the file does not hold is
+		// inserted, whoever moved it: this file too (see lacks).
+		lacking := f.rec.Moved && f.rec.Value != nil && hasOwn && tx.lacks(b, keys, mapped, f, &own)
+		if hasOwn && !tx.rebuilding && f.writtenBy(&own) && !lacking {
+			continue
+		}
+		if hasOwn && f.ck.FileID == own && !tx.rebuilding && !lacking {
 			if err := tx.applyOwn(b, f, &out); err != nil {
 				return out, err
 			}
@@ -236,6 +243,25 @@ func (tx *Tx) applyOwn(b *bolt.Bucket, f *finalRecord, out *Applied) error {
 		out.add(name, local)
 	}
 	return nil
+}
+
+// lacks reports whether the file holds no record under f's changelog
+// key in bucket b: neither its own record of that local key (a key of
+// this file, own) nor the record the key is mapped to (keys: the
+// mappings; mapped false when there are none). Such a file dropped its
+// copy rebuilding the partition f was moved into before the move
+// reached it, and the move's put brings it back. The mover may be this
+// file itself: it moved the record out of a partition it owned after it
+// had rebuilt the new one (an eager rebalance hands both over afresh).
+func (tx *Tx) lacks(b *bolt.Bucket, keys *bolt.Bucket, mapped bool, f *finalRecord, own *[16]byte) bool {
+	if f.ck.FileID == *own {
+		return b.Get(f.ck.Local) == nil
+	}
+	if !mapped {
+		return true
+	}
+	ref := keys.Get(mapKey(mapChangelogPrefix, f.rec.Key))
+	return len(ref) <= 1 || codeBucket(ref[0]) != f.ck.Bucket || b.Get(ref[1:]) == nil
 }
 
 // applyMapped applies f, the last record of a key restored before, to the
