@@ -134,7 +134,7 @@ func main() {
 	flag.DurationVar(&cfg.report.deployDown, "deploy-down", 3*time.Second, "deploy: between a stop and its replacement's start (the survivors own its partitions meanwhile)")
 	flag.Float64Var(&cfg.report.deployLoad, "deploy-load", 0.5, "deploy: the steady load, of the group's worker ceiling")
 	flag.Float64Var(&cfg.report.deployOver, "deploy-over", 1.1, "deploy: the load past capacity, of the group's worker ceiling")
-	flag.IntVar(&cfg.report.cpuN, "cpu-n", 400_000, "cpu: messages per side (the join and the first fetch are counted in: fewer inflate the figures)")
+	flag.IntVar(&cfg.report.cpuN, "cpu-n", 2_000_000, "cpu: messages per side (each side's start, join and first fetch are counted in, spread over them: fewer inflate the figures, the runtime's more, its start creating and reading the changelog)")
 	flag.BoolVar(&recycleMessages, "recycle-messages", false, "every runtime class recycles its messages (Class.RecycleMessages); rental's classes do anyway")
 	flag.Parse()
 	set := map[string]bool{}
