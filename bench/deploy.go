@@ -42,6 +42,7 @@ type deployCfg struct {
 	warm       time.Duration // the first part of before, not counted
 	drain      time.Duration // the runtime's DrainTimeout
 	down       time.Duration // between a stop and its replacement's start
+	heartbeat  time.Duration // the runtime's HeartbeatInterval (zero: its default)
 }
 
 // deployRec is every handled message: its partition, when it was sent
@@ -156,7 +157,7 @@ func runDeploy(ctx context.Context, cfg deployCfg, log io.Writer) (deployFig, er
 		}
 		rt, err := hrt.New(hrt.Config{
 			Brokers: []string{br.addr}, Group: group, StatePath: filepath.Join(dir, "state.db"),
-			Logger: slog.New(logs), DrainTimeout: cfg.drain,
+			Logger: slog.New(logs), DrainTimeout: cfg.drain, HeartbeatInterval: cfg.heartbeat,
 			Classes: []hrt.Class{{Name: "users", Topics: []string{topic}, Workers: cfg.workers,
 				Handler: func(_ context.Context, m *handoff.Message) error {
 					rec.started(m)
@@ -367,8 +368,12 @@ func printDeploy(w io.Writer, figs []deployFig) {
 		return
 	}
 	c := figs[0].cfg
-	fmt.Fprintf(w, "%d instances of the runtime (franz-go, default settings, state changelog on) in one group on one topic of %d partitions; one class of %d workers per instance (queue %d), handler `time.Sleep(%s)`, DrainTimeout %s (shorter than a full queue's work, so a stop past capacity saves a backlog). After %s of steady load, each instance in turn is shut down and, %s later (the survivors take its partitions and restore them), replaced by a new one on an empty disk; the next goes %s after the new one is ready. *Longest gap*: per partition, the longest time during the rollout in which none of its messages started (before the rollout, for comparison, the longest of all partitions). Latency from the producer's call to the handler's start, before the rollout (after %s of warm-up) and during it.\n\n",
-		c.instances, c.partitions, c.workers, hrt.DefaultQueueFactor*c.workers, c.work, c.drain, c.before, c.down, c.settle, c.warm)
+	hb := c.heartbeat
+	if hb == 0 {
+		hb = min(hrt.DefaultHeartbeatInterval, hrt.DefaultSessionTimeout/3)
+	}
+	fmt.Fprintf(w, "%d instances of the runtime (franz-go, HeartbeatInterval %s, otherwise default settings, state changelog on) in one group on one topic of %d partitions; one class of %d workers per instance (queue %d), handler `time.Sleep(%s)`, DrainTimeout %s (shorter than a full queue's work, so a stop past capacity saves a backlog). After %s of steady load, each instance in turn is shut down and, %s later (the survivors take its partitions and restore them), replaced by a new one on an empty disk; the next goes %s after the new one is ready. *Longest gap*: per partition, the longest time during the rollout in which none of its messages started (before the rollout, for comparison, the longest of all partitions). Latency from the producer's call to the handler's start, before the rollout (after %s of warm-up) and during it.\n\n",
+		c.instances, hb, c.partitions, c.workers, hrt.DefaultQueueFactor*c.workers, c.work, c.drain, c.before, c.down, c.settle, c.warm)
 	fmt.Fprintln(w, "| load | longest gap per partition (rollout) | longest gap before | p50 / p99 before | p50 / p99 during | p99 ratio | saved at each stop | stop took | new instance ready after | restores: count, longest, most re-pushed | sent / handled |")
 	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- | --- | --- |")
 	for _, f := range figs {
@@ -398,7 +403,7 @@ func printDeploy(w io.Writer, figs []deployFig) {
 			strings.Join(saved, ", "), strings.Join(stops, ", "), strings.Join(readies, ", "),
 			len(f.restores), longest.Round(time.Millisecond), most, f.sent, f.handled)
 	}
-	fmt.Fprintf(w, "\nA partition of a stopped instance waits for the group's rebalance: the survivors learn of it at their next heartbeat (SessionTimeout/3, %s by default), then join, sync and restore.\n", (hrt.DefaultSessionTimeout / 3).Round(time.Millisecond))
+	fmt.Fprintf(w, "\nA partition of a stopped instance waits for the group's rebalance: the survivors learn of it at their next heartbeat (HeartbeatInterval, %s here), then join, sync and restore. One that moves to a new instance keeps being handled until its owner revokes it, in the first of the two cooperative rebalances its join starts, and waits for the second, which its new owner learns of at its next heartbeat (franz-go checks 500ms after a rebalance, or sooner with a shorter interval).\n", hb)
 	for _, f := range figs {
 		verdict := "not met"
 		if f.before[1] > 0 && f.during[1] <= 2*f.before[1] {

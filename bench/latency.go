@@ -330,7 +330,7 @@ func latRawFranz(ctx context.Context, l latRun) (func() error, error) {
 		kgo.AutoCommitInterval(time.Second),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.SessionTimeout(hrt.DefaultSessionTimeout),
-		kgo.HeartbeatInterval(hrt.DefaultSessionTimeout/3),
+		kgo.HeartbeatInterval(hrt.DefaultHeartbeatInterval),
 		kgo.FetchMaxBytes(f.maxBytes),
 		kgo.FetchMaxPartitionBytes(f.maxPartitionBytes),
 		kgo.FetchMaxWait(f.maxWait),

@@ -132,6 +132,7 @@ func main() {
 	flag.DurationVar(&cfg.report.deployBefore, "deploy-before", 4*time.Second, "deploy: steady load before the rollout")
 	flag.DurationVar(&cfg.report.deploySettle, "deploy-settle", 2*time.Second, "deploy: wait after each new instance is ready, and after the rollout")
 	flag.DurationVar(&cfg.report.deployDown, "deploy-down", 3*time.Second, "deploy: between a stop and its replacement's start (the survivors own its partitions meanwhile)")
+	flag.DurationVar(&cfg.report.deployHeartbeat, "deploy-heartbeat", 0, "deploy: the runtime's HeartbeatInterval (0: its default)")
 	flag.Float64Var(&cfg.report.deployLoad, "deploy-load", 0.5, "deploy: the steady load, of the group's worker ceiling")
 	flag.Float64Var(&cfg.report.deployOver, "deploy-over", 1.1, "deploy: the load past capacity, of the group's worker ceiling")
 	flag.IntVar(&cfg.report.cpuN, "cpu-n", 2_000_000, "cpu: messages per side (each side's start, join and first fetch are counted in, spread over them: fewer inflate the figures, the runtime's more, its start creating and reading the changelog)")
@@ -197,8 +198,8 @@ func (c *config) check() error {
 			return fmt.Errorf("-lat-partitions, -lat-workers, -lat-work and -lat-rounds must be > 0, and -lat-run > -lat-warm >= 0")
 		}
 		if r.deployInstances <= 0 || r.deployPartitions < r.deployInstances || r.deployWorkers <= 0 || r.deployWork <= 0 ||
-			r.deployBefore <= time.Second || r.deploySettle <= 0 || r.deployDrain <= 0 || r.deployDown < 0 || r.deployLoad <= 0 || r.deployOver <= 0 {
-			return fmt.Errorf("-deploy-instances, -deploy-workers, -deploy-work, -deploy-settle, -deploy-drain and the loads must be > 0, -deploy-partitions at least the instances, -deploy-before over 1s (its warm-up)")
+			r.deployBefore <= time.Second || r.deploySettle <= 0 || r.deployDrain <= 0 || r.deployDown < 0 || r.deployHeartbeat < 0 || r.deployLoad <= 0 || r.deployOver <= 0 {
+			return fmt.Errorf("-deploy-instances, -deploy-workers, -deploy-work, -deploy-settle, -deploy-drain and the loads must be > 0, -deploy-partitions at least the instances, -deploy-before over 1s (its warm-up), -deploy-heartbeat not negative")
 		}
 		if r.cpuN <= 0 {
 			return fmt.Errorf("-cpu-n must be > 0")

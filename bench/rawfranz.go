@@ -244,7 +244,7 @@ func rawFranzOpts(s spec) []kgo.Opt {
 		kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.SessionTimeout(hrt.DefaultSessionTimeout),
-		kgo.HeartbeatInterval(hrt.DefaultSessionTimeout / 3),
+		kgo.HeartbeatInterval(hrt.DefaultHeartbeatInterval),
 		kgo.FetchMaxBytes(f.maxBytes),
 		kgo.FetchMaxPartitionBytes(f.maxPartitionBytes),
 		kgo.FetchMaxWait(f.maxWait),

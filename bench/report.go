@@ -25,6 +25,7 @@ type reportCfg struct {
 	deploySettle           time.Duration
 	deployDrain            time.Duration
 	deployDown             time.Duration
+	deployHeartbeat        time.Duration
 	deployLoad, deployOver float64
 	cpuN                   int
 }
@@ -63,7 +64,7 @@ func runReport(ctx context.Context, cfg config, out, log io.Writer) error {
 		}{{"steady", rc.deployLoad}, {"past capacity", rc.deployOver}} {
 			fig, err := runDeploy(ctx, deployCfg{name: d.name, partitions: rc.deployPartitions, instances: rc.deployInstances,
 				workers: rc.deployWorkers, work: rc.deployWork, load: d.load, before: rc.deployBefore, settle: rc.deploySettle,
-				warm: time.Second, drain: rc.deployDrain, down: rc.deployDown}, log)
+				warm: time.Second, drain: rc.deployDrain, down: rc.deployDown, heartbeat: rc.deployHeartbeat}, log)
 			if err != nil {
 				return err
 			}

@@ -35,6 +35,9 @@ const (
 	DefaultClientID         = "handoff"
 	// DefaultQueueFactor times Workers is the default QueueSize.
 	DefaultQueueFactor = 8
+	// DefaultHeartbeatInterval is HeartbeatInterval's default (or
+	// SessionTimeout/3 when that is shorter).
+	DefaultHeartbeatInterval = 500 * time.Millisecond
 )
 
 // StartOffset says where a group with no committed offset starts reading a
@@ -320,6 +323,20 @@ type Config struct {
 	// broker waits for a dead instance's heartbeat before it gives its
 	// partitions to others. Zero means 10s.
 	SessionTimeout time.Duration
+
+	// HeartbeatInterval is how often the member heartbeats to the
+	// group's coordinator, which is how it learns that the group
+	// rebalances. A stopping instance leaves the group at once (unless
+	// static, see Instance), but its partitions stay unhandled until the
+	// other members' next heartbeat, up to HeartbeatInterval later, then
+	// their join, sync and restore; a partition moving to a new instance
+	// waits likewise for its new owner's next heartbeat after the first
+	// of the two cooperative rebalances. It costs one Heartbeat request
+	// (under 100 bytes) per interval per member. It must be less than
+	// SessionTimeout. Under [GroupProtocolConsumer] the broker sets
+	// the interval (group.consumer.heartbeat.interval.ms) and this is not
+	// used. Zero means 500ms, or SessionTimeout/3 when that is shorter.
+	HeartbeatInterval time.Duration
 
 	// RebalanceTimeout is how long the broker waits for every member to
 	// rejoin during a rebalance; a member that died without leaving holds
@@ -739,6 +756,14 @@ func (cfg *Config) defaultNumbers(bad func(format string, args ...any)) {
 		case *d.v == 0:
 			*d.v = d.def
 		}
+	}
+	switch {
+	case cfg.HeartbeatInterval < 0:
+		bad("HeartbeatInterval must not be negative, got %s", cfg.HeartbeatInterval)
+	case cfg.HeartbeatInterval == 0:
+		cfg.HeartbeatInterval = min(DefaultHeartbeatInterval, cfg.SessionTimeout/3)
+	case cfg.HeartbeatInterval >= cfg.SessionTimeout:
+		bad("HeartbeatInterval (%s) must be less than SessionTimeout (%s)", cfg.HeartbeatInterval, cfg.SessionTimeout)
 	}
 	if cfg.ChangelogReplication < 0 {
 		bad("ChangelogReplication must not be negative, got %d", cfg.ChangelogReplication)

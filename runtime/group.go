@@ -495,7 +495,7 @@ func (r *Runtime) consumerConfig(conn *connection, logs *logBackoff) consumerCon
 		kafka: kclient.Config{
 			Client: string(cfg.Client), Brokers: cfg.Brokers, ClientID: cfg.ClientID, Group: cfg.Group,
 			Instance: cfg.staticID, Consumer: cfg.GroupProtocol == GroupProtocolConsumer, SessionTimeout: cfg.SessionTimeout, RebalanceTimeout: cfg.RebalanceTimeout,
-			FetchMaxWait: cfg.FetchMaxWait, FetchQueue: cfg.FetchQueue, StartLast: cfg.StartOffset == StartLast,
+			HeartbeatInterval: cfg.HeartbeatInterval, FetchMaxWait: cfg.FetchMaxWait, FetchQueue: cfg.FetchQueue, StartLast: cfg.StartOffset == StartLast,
 			ReadCommitted: cfg.IsolationLevel == ReadCommitted, DialFunc: conn.clientDial(),
 			Log: r.log, WarnFunc: logs.warn, FetchErrorFunc: r.metrics.fetchError,
 			FetchFunc: r.ready.stuck.fetched,

@@ -57,6 +57,9 @@ type restorer struct {
 	// for the running Kafka messages after it): a revocation waits that
 	// long for the requeued dead letters of its partition.
 	revokeWait time.Duration
+	// deletes holds the records of done messages until their batched
+	// delete; a revocation deletes them at once (flushDone).
+	deletes *snapshot.DoneQueue
 }
 
 // restoreRetryMax bounds the wait between two tries of a partition's
@@ -186,6 +189,28 @@ func (rs *restorer) revokePartition(p kclient.Partition) {
 		}
 	}
 	rs.awaitRequeues(p)
+	rs.flushDone(p)
+}
+
+// flushDone deletes at once, from the file and the changelog, the
+// records of done messages queued for the next batched delete
+// (snapshot.DeleteInterval): those of p's delayed and re-pushed messages
+// that ended just before its revocation are gone when its next owner
+// restores it, rather than run again there. Those of messages still
+// running end later (see Known limits).
+func (rs *restorer) flushDone(p kclient.Partition) {
+	if err := rs.state.store.FlushDeletes(rs.deletes, rs.doneDeleted); err != nil {
+		rs.state.writeFailed(err)
+		rs.log.Error("records of done messages not deleted at a revocation; the partition's next owner may run them again",
+			"partition", p.String(), "err", err)
+	}
+}
+
+// doneDeleted is told of the records of done messages once deleted: the
+// scheduler and the changelog's pushed marks forget them.
+func (rs *restorer) doneDeleted(d snapshot.DoneRecords) {
+	rs.sched.forget(d.Delayed...)
+	rs.clog.unmarkPushed(d.Pending...)
 }
 
 // awaitRequeues waits, up to revokeWait, for the requeues and discards

@@ -195,10 +195,7 @@ func (s *runState) startBackground() {
 	_ = s.launch(bg, phaseSnapshot, service.NewLoop(func(ctx context.Context) {
 		alive := r.alive.start("state file deleter", snapshot.DeleteInterval)
 		defer alive.end()
-		r.state.store.RunDeletes(ctx, &r.deletes, r.log, alive.beat, func(d snapshot.DoneRecords) {
-			r.sched.forget(d.Delayed...)
-			r.clog.unmarkPushed(d.Pending...)
-		}, r.state.writeFailed)
+		r.state.store.RunDeletes(ctx, &r.deletes, r.log, alive.beat, r.restore.doneDeleted, r.state.writeFailed)
 	}))
 	_ = s.launch(bg, phaseSnapshot, service.NewLoop(func(ctx context.Context) {
 		alive := r.alive.start("state file watch", watchInterval)

@@ -283,7 +283,7 @@ func New(cfg Config) (*Runtime, error) {
 		byTopic:    r.classes.byTopic}
 	r.restore = &restorer{clog: r.clog, state: r.state, classes: r.classes.byName, order: r.classes.order,
 		fail: r.fail, sched: r.sched, handling: r.handling, log: r.log, warn: newLogBackoff(),
-		resumes: resumes, stuck: r.ready.stuck, revokeWait: cfg.RevokeTimeout / 2}
+		resumes: resumes, stuck: r.ready.stuck, revokeWait: cfg.RevokeTimeout / 2, deletes: &r.deletes}
 	r.kafka = newConsumer(r.consumerConfig(conn, logs))
 	return r, nil
 }

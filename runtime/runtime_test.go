@@ -103,6 +103,51 @@ func TestConfigGroupProtocol(t *testing.T) {
 	}
 }
 
+// TestConfigHeartbeatInterval: zero HeartbeatInterval means
+// DefaultHeartbeatInterval, or SessionTimeout/3 when that is shorter; a
+// set one is kept; one not below SessionTimeout, or negative, is refused
+// naming the fields.
+func TestConfigHeartbeatInterval(t *testing.T) {
+	t.Parallel()
+	h := func(context.Context, *handoff.Message) error { return nil }
+	for _, tc := range []struct {
+		session, heartbeat time.Duration
+		want               time.Duration
+		refused            []string
+	}{
+		{0, 0, DefaultHeartbeatInterval, nil},
+		{900 * time.Millisecond, 0, 300 * time.Millisecond, nil},
+		{0, 2 * time.Second, 2 * time.Second, nil},
+		{6 * time.Second, 5999 * time.Millisecond, 5999 * time.Millisecond, nil},
+		{6 * time.Second, 6 * time.Second, 0, []string{"HeartbeatInterval (6s) must be less than SessionTimeout (6s)"}},
+		{0, 11 * time.Second, 0, []string{"HeartbeatInterval (11s) must be less than SessionTimeout (10s)"}},
+		{0, -time.Second, 0, []string{"HeartbeatInterval must not be negative, got -1s"}},
+	} {
+		rt, err := newRuntime(Config{Brokers: []string{"127.0.0.1:9"}, Group: "g", StatePath: filepath.Join(t.TempDir(), "s.db"),
+			SessionTimeout: tc.session, HeartbeatInterval: tc.heartbeat,
+			Classes: []Class{{Name: "orders", Topics: []string{"orders"}, Handler: h}}})
+		if tc.refused != nil {
+			if !errors.Is(err, ErrConfig) {
+				t.Errorf("SessionTimeout %s, HeartbeatInterval %s: %v, want ErrConfig", tc.session, tc.heartbeat, err)
+				continue
+			}
+			for _, want := range tc.refused {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("SessionTimeout %s, HeartbeatInterval %s: error %q does not say %q", tc.session, tc.heartbeat, err, want)
+				}
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("SessionTimeout %s, HeartbeatInterval %s: %v", tc.session, tc.heartbeat, err)
+			continue
+		}
+		if rt.cfg.HeartbeatInterval != tc.want {
+			t.Errorf("SessionTimeout %s, HeartbeatInterval %s: got %s, want %s", tc.session, tc.heartbeat, rt.cfg.HeartbeatInterval, tc.want)
+		}
+	}
+}
+
 // TestConsumeAndCommit: every produced message is handled once and the
 // group's committed offsets cover all of them after a graceful stop.
 func TestConsumeAndCommit(t *testing.T) {

@@ -71,6 +71,12 @@ func (s *State) RunDeletes(ctx context.Context, q *DoneQueue, log *slog.Logger, 
 	q.Run(ctx, func(d DoneRecords) error { return s.st.Update(d.Delete) }, log, beat, deleted, failed)
 }
 
+// FlushDeletes deletes now what q holds, in one transaction, and waits
+// for its changelog write (see DoneQueue.Flush).
+func (s *State) FlushDeletes(q *DoneQueue, deleted func(DoneRecords)) error {
+	return q.Flush(func(d DoneRecords) error { return s.st.Update(d.Delete) }, deleted)
+}
+
 // DeletePendingLocal deletes the pending records keys in the file
 // alone, in one write, without tombstones in the changelog (Delete
 // writes them).

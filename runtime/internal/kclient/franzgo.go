@@ -152,7 +152,9 @@ func (f *franzGo) groupOpts(ctx context.Context, topics []string) []kgo.Opt {
 		kgo.Balancers(kgo.CooperativeStickyBalancer(), kgo.RangeBalancer()),
 		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
-		kgo.HeartbeatInterval(cfg.SessionTimeout / 3),
+		// Under the consumer protocol the broker's interval rules
+		// (each heartbeat's answer sets the next).
+		kgo.HeartbeatInterval(cfg.heartbeat()),
 		kgo.ConsumeResetOffset(reset),
 		kgo.DisableAutoCommit(),
 		// Commit makes its OffsetCommit requests itself, by topic name:
@@ -504,8 +506,8 @@ func pauseFull(full []*franzQueue) {
 // itself rather than through kgo's CommitOffsetsSync, which holds every
 // commit until a join and sync in progress are done: a join lasts until
 // every member has rejoined (each notices the rebalance at its next
-// heartbeat, SessionTimeout/3 later, or once its revoke's handlers
-// returned), often longer than CommitTimeout, so the commits of a member
+// heartbeat, up to HeartbeatInterval later, or once its revoke's
+// handlers returned), can last longer than CommitTimeout, so the commits of a member
 // that keeps its partitions through a cooperative rebalance, and a
 // stop's final commit, failed for its whole length although the broker
 // accepts a commit in the current generation until the join is answered

@@ -74,7 +74,7 @@ func (k *kafkaGo) Join(ctx context.Context, topics []string, begin BeginFunc) er
 		StartOffset:       start,
 		SessionTimeout:    k.cfg.SessionTimeout,
 		RebalanceTimeout:  k.cfg.RebalanceTimeout,
-		HeartbeatInterval: k.cfg.SessionTimeout / 3,
+		HeartbeatInterval: k.cfg.heartbeat(),
 		JoinGroupBackoff:  time.Second,
 		// The leader rebalances a topic that gained partitions in,
 		// looking every 5s (kafka-go's PartitionWatchInterval).

@@ -228,6 +228,10 @@ type Config struct {
 	// FranzGo only: New refuses it for KafkaGo.
 	Consumer                                       bool
 	SessionTimeout, RebalanceTimeout, FetchMaxWait time.Duration
+	// HeartbeatInterval is how often the member heartbeats under the
+	// classic protocol (under the consumer protocol the broker's
+	// interval rules); zero means SessionTimeout/3.
+	HeartbeatInterval time.Duration
 	// FetchQueue is how many records a partition's source holds ahead of
 	// its fetch loop.
 	FetchQueue int
@@ -294,6 +298,15 @@ func NewWriter(cfg Config, dial func(ctx context.Context, network, addr string) 
 // not leave the stop waiting here for it).
 func (c *Config) leaveWait(deadline time.Time) time.Duration {
 	return max(LeaveTimeout, min(time.Until(deadline), c.RebalanceTimeout+LeaveTimeout+c.FetchMaxWait))
+}
+
+// heartbeat is the member's heartbeat interval: HeartbeatInterval, or
+// SessionTimeout/3 when it is zero.
+func (c *Config) heartbeat() time.Duration {
+	if c.HeartbeatInterval > 0 {
+		return c.HeartbeatInterval
+	}
+	return c.SessionTimeout / 3
 }
 
 // topicAnswer is what the brokers said of one topic asked about.

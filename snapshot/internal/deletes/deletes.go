@@ -29,6 +29,9 @@ const Interval = 200 * time.Millisecond
 type Queue struct {
 	mu   sync.Mutex
 	done Records
+	// flushing orders Flush and Run's batches: a Flush returns once the
+	// batch under way, if any, is deleted too.
+	flushing sync.Mutex
 	// undeleted holds the keys of the parked records queued here: their
 	// key's release skips them, as pushed again they would run again.
 	// They are kept for the rest of the run, deleted or not: a parked key
@@ -133,17 +136,36 @@ func (d *Queue) Run(ctx context.Context, del func(Records) error, log *slog.Logg
 		case <-t.C:
 		}
 		beat()
-		batch := d.Take()
-		if batch.Empty() {
-			continue
-		}
-		if err := del(batch); err != nil {
+		if batch, err := d.flush(del, deleted); err != nil {
 			log.Error("records of done messages not deleted; they will run again", "pending", len(batch.Pending),
 				"delayed", len(batch.Delayed), "parked", len(batch.Parked), "err", err)
 			failed(err)
-			d.putBack(batch)
-			continue
 		}
-		deleted(batch)
 	}
+}
+
+// Flush deletes now, in one call of del, the records queued, and tells
+// deleted which were, as Run's next batch would; a batch of Run's under
+// way is waited for, so once Flush returns nil every record queued
+// before the call is deleted. A failed delete queues its records again,
+// before the newer ones, and is returned.
+func (d *Queue) Flush(del func(Records) error, deleted func(Records)) error {
+	_, err := d.flush(del, deleted)
+	return err
+}
+
+// flush is Flush, which also returns the records it took.
+func (d *Queue) flush(del func(Records) error, deleted func(Records)) (Records, error) {
+	d.flushing.Lock()
+	defer d.flushing.Unlock()
+	batch := d.Take()
+	if batch.Empty() {
+		return batch, nil
+	}
+	if err := del(batch); err != nil {
+		d.putBack(batch)
+		return batch, err
+	}
+	deleted(batch)
+	return batch, nil
 }

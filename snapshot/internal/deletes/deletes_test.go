@@ -2,6 +2,7 @@ package deletes
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -115,4 +116,31 @@ func TestDeletesBatch(t *testing.T) {
 			t.Errorf("%d beats in 4 intervals, want 4", n)
 		}
 	})
+}
+
+// TestDeletesFlush: Flush deletes what is queued at once, without Run's
+// tick, and tells deleted; a failed delete is returned and its records
+// are queued again, before those queued since.
+func TestDeletesFlush(t *testing.T) {
+	var d Queue
+	d.Pending(1)
+	d.Delayed(store.DelayedKey("d1"))
+	var got []Records
+	deleted := func(r Records) { got = append(got, r) }
+	if err := d.Flush(func(Records) error { return nil }, deleted); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || len(got[0].Pending) != 1 || len(got[0].Delayed) != 1 || !d.Take().Empty() {
+		t.Fatalf("flushed %+v", got)
+	}
+
+	d.Pending(2)
+	failed := errors.New("disk full")
+	if err := d.Flush(func(Records) error { return failed }, deleted); !errors.Is(err, failed) {
+		t.Fatalf("Flush: %v, want %v", err, failed)
+	}
+	d.Pending(3)
+	if r := d.Take(); len(got) != 1 || len(r.Pending) != 2 || r.Pending[0] != 2 || r.Pending[1] != 3 {
+		t.Fatalf("after a failed flush: deleted %d batches, queued %v", len(got), r.Pending)
+	}
 }
