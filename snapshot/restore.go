@@ -91,23 +91,8 @@ func (c *Changelog) Restore(ctx context.Context, p Partition) (Restoration, erro
 	if rebuild && from != 0 {
 		c.logger.Info("partition owned elsewhere since this file last owned it; rebuilding it from the whole changelog",
 			"topic", c.log.Topic(p.Topic), "partition", p.Partition, "checkpoint", from)
-		// What the first read holds from the checkpoint on is read
-		// already: the head, from the start up to the checkpoint, goes
-		// before it.
-		head, hmoved, err := c.readHead(ctx, p, from)
-		if err != nil {
+		if recs, moved, latest, err = c.withHead(ctx, p, from, recs, moved, latest); err != nil {
 			return res, err
-		}
-		head, hlatest := splitMarkers(head)
-		if latest == nil {
-			latest = hlatest
-		}
-		recs = append(head, recs...)
-		for o := range hmoved {
-			if moved == nil {
-				moved = map[int64]bool{}
-			}
-			moved[o] = true
 		}
 	}
 	res = Restoration{Next: next, Misrouted: stale}
@@ -128,22 +113,53 @@ func (c *Changelog) Restore(ctx context.Context, p Partition) (Restoration, erro
 	if res.Next, err = c.claim(ctx, p, res.Next); err != nil {
 		return Restoration{}, fmt.Errorf("claim: %w", err)
 	}
+	c.ownRestored(p, &res, count)
+	return res, nil
+}
+
+// withHead puts before recs, read of p's changelog from offset from on,
+// the head of it (its start up to from), for a rebuild: the first read
+// holds the rest already. The head's moved tombstones join moved, and
+// its latest owner marker stands for latest when latest is nil.
+func (c *Changelog) withHead(ctx context.Context, p Partition, from int64, recs []ChangelogRecord, moved map[int64]bool,
+	latest *[16]byte) ([]ChangelogRecord, map[int64]bool, *[16]byte, error) {
+	head, hmoved, err := c.readHead(ctx, p, from)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	head, hlatest := splitMarkers(head)
+	if latest == nil {
+		latest = hlatest
+	}
+	for o := range hmoved {
+		if moved == nil {
+			moved = map[int64]bool{}
+		}
+		moved[o] = true
+	}
+	return append(head, recs...), moved, latest, nil
+}
+
+// ownRestored makes p owned here once restored, and keeps that it is
+// routed by count, the count read before the restore began, unless res
+// says records of p may route elsewhere, or the count changed since: a
+// count learned during the restore may route records of p elsewhere
+// that the restore's looks did not see as such, and the growth's own
+// moves (of the partitions owned when it was learned) did not include
+// p, owned only now. The count is read after own: a growth either sees
+// p owned or is seen here.
+func (c *Changelog) ownRestored(p Partition, res *Restoration, count int32) {
 	c.own(p, res.Next)
-	// A count learned during the restore may route records of p
-	// elsewhere that the looks above did not see as such; the growth's
-	// own moves (of the partitions owned when it was learned) did not
-	// include p, owned only now. Read after own: a growth either sees
-	// p owned or is seen here.
 	if c.count(p.Topic) != count {
 		res.Misrouted = true
 	}
-	if !res.Misrouted {
-		if err := c.markRouted(p, count); err != nil {
-			c.logger.Warn("partition count of the last move not kept; the next restore of the partition reads its changelog whole again",
-				"topic", p.Topic, "partition", p.Partition, "err", err)
-		}
+	if res.Misrouted {
+		return
 	}
-	return res, nil
+	if err := c.markRouted(p, count); err != nil {
+		c.logger.Warn("partition count of the last move not kept; the next restore of the partition reads its changelog whole again",
+			"topic", p.Topic, "partition", p.Partition, "err", err)
+	}
 }
 
 // read reads p's changelog from offset from to its end. With foreign it
