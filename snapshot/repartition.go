@@ -90,10 +90,10 @@ type movedRec struct {
 // routes to another partition now: written there, then, once all are
 // acknowledged, tombstoned in p with the moved mark (a failure between
 // the two leaves a record in both, which the next move of p ends, never
-// in none); then it keeps that p is routed by the current count. The
-// checkpoints stay:
-// the follow reads these writes back. It returns how many records it
-// moved. The caller orders it with p's restore, follow and revocation,
+// in none); then it keeps that p is routed by the count read before
+// its read (a count learned meanwhile makes the growth move p again, p
+// being owned). The checkpoints stay: the follow reads these writes
+// back. It returns how many records it moved. The caller orders it with p's restore, follow and revocation,
 // and owns p. It blocks for the read and the writes until ctx ends.
 // Nothing with the changelog off.
 func (c *Changelog) MoveOut(ctx context.Context, p Partition) (int, error) {
