@@ -38,6 +38,10 @@ type consumer struct {
 	gen atomic.Pointer[generation]
 	// revoked counts the messages given back at rebalances.
 	revoked atomic.Int64
+	// handover announces this member's handovers and watches the
+	// others' (handover.go): started after the join, stopped with the
+	// fetching.
+	handover *handovers
 }
 
 // consumerConfig is what a consumer is built from.
@@ -88,6 +92,9 @@ type consumerConfig struct {
 	// states is the partitions' state (the restorer); nil (a test's)
 	// restores and revokes none.
 	states partitionStates
+	// clog is the changelog, whose meta topic carries the handovers
+	// (handover.go); nil (a test's) announces none.
+	clog *stateLog
 }
 
 // partitionStates is what the consumer asks of the partitions' state
@@ -116,17 +123,20 @@ func newConsumer(cfg consumerConfig) *consumer {
 	if cfg.newClientFunc == nil {
 		cfg.newClientFunc = kclient.New
 	}
-	return &consumer{cfg: cfg}
+	return &consumer{cfg: cfg, handover: &handovers{log: cfg.log, clog: cfg.clog}}
 }
 
 // open makes the client: the start's topic check, the join and the lag
 // sampler go through it.
 func (k *consumer) open() error {
-	cl, err := k.cfg.newClientFunc(k.cfg.kafka)
+	kcfg := k.cfg.kafka
+	kcfg.HandedOverFunc = k.handover.announce
+	cl, err := k.cfg.newClientFunc(kcfg)
 	if err != nil {
 		return err
 	}
 	k.client = cl
+	k.handover.member, _ = cl.(kclient.Rejoiner)
 	return nil
 }
 
@@ -139,7 +149,10 @@ func (k *consumer) Start(ctx context.Context) error {
 	if !ok || k.client == nil {
 		return nil
 	}
-	return k.join(fetchCtx, k.present)
+	if err := k.join(fetchCtx, k.present); err != nil {
+		return err
+	}
+	return k.handover.Start(fetchCtx)
 }
 
 // join starts the membership for topics; its fetching ends with
@@ -162,6 +175,7 @@ func (k *consumer) wait() {
 // group: close does, at the stop's leave.
 func (k *consumer) Stop() {
 	k.Base.Stop()
+	k.handover.Stop()
 	k.wait()
 }
 
@@ -508,6 +522,7 @@ func (r *Runtime) consumerConfig(conn *connection, logs *logBackoff) consumerCon
 		alive:        &r.alive,
 		stuck:        r.ready.stuck,
 		states:       r.restore,
+		clog:         r.clog,
 	}
 }
 

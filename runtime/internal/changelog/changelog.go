@@ -62,6 +62,10 @@ type Client struct {
 	cfg  Config
 	prod *kgo.Client // Send and WriteMeta
 	cl   *kgo.Client // metadata, creation, offsets, fetches: no group
+	// watch makes WatchMeta's fetches: a broker answers the requests of
+	// one connection in order, so a fetch waiting for the meta topic's
+	// next record would hold up a restore's fetches behind it.
+	watch *kgo.Client
 
 	// life ends at Close: records still queued then fail.
 	life context.Context
@@ -135,7 +139,13 @@ func New(cfg Config) (*Client, error) {
 		prod.Close()
 		return nil, fmt.Errorf("changelog: reader: %w", err)
 	}
-	c := &Client{cfg: cfg, prod: prod, cl: cl, leaders: map[string]*topicMeta{}, asking: map[string]*metaCall{}, names: map[string]string{}}
+	watch, err := kgo.NewClient(base...) // connects at its first fetch
+	if err != nil {
+		prod.Close()
+		cl.Close()
+		return nil, fmt.Errorf("changelog: meta watcher: %w", err)
+	}
+	c := &Client{cfg: cfg, prod: prod, cl: cl, watch: watch, leaders: map[string]*topicMeta{}, asking: map[string]*metaCall{}, names: map[string]string{}}
 	c.life, c.end = context.WithCancel(context.Background())
 	return c, nil
 }
@@ -147,6 +157,7 @@ func (c *Client) Close() {
 	c.end()
 	c.prod.Close()
 	c.cl.Close()
+	c.watch.Close()
 }
 
 // Topic returns the changelog topic of input topic t:

@@ -93,7 +93,7 @@ func (c *Client) read(ctx context.Context, topic string, p int32, from int64, fn
 		if err := context.Cause(ctx); err != nil && ctx.Err() != nil {
 			return off, fmt.Errorf("changelog: reading %s/%d at %d: %w", topic, p, off, err)
 		}
-		rp, err := c.fetch(ctx, topic, p, off)
+		rp, err := c.fetch(ctx, c.cl, topic, p, off)
 		if err != nil {
 			if ctx.Err() != nil {
 				err = context.Cause(ctx)
@@ -202,6 +202,39 @@ func (c *Client) MetaEnd(ctx context.Context) (int64, error) {
 	return ends[0], nil
 }
 
+// WatchMeta waits for the meta topic's records at or after offset from:
+// it fetches from there and returns what the fetch brought, in offset
+// order, with the offset to watch from next. The broker answers as soon
+// as a record is there, or after fetchMaxWait (500ms) with none. A from
+// before the log's start (compacted) watches from the start; one past
+// its end (the topic recreated) from its end. A failed fetch returns
+// its error and from; the next call asks for the topic's leader again.
+// It blocks at most about fetchMaxWait, or until ctx ends.
+func (c *Client) WatchMeta(ctx context.Context, from int64) ([]Rec, int64, error) {
+	topic := c.MetaTopic()
+	rp, err := c.fetch(ctx, c.watch, topic, 0, from)
+	if err != nil {
+		c.forget(topic)
+		return nil, from, fmt.Errorf("changelog: watching %s at %d: %w", topic, from, err)
+	}
+	switch ferr := kerr.ErrorForCode(rp.ErrorCode); {
+	case ferr == nil:
+	case errors.Is(ferr, kerr.OffsetOutOfRange) && rp.LogStartOffset > from:
+		return nil, rp.LogStartOffset, nil
+	case errors.Is(ferr, kerr.OffsetOutOfRange) && rp.HighWatermark >= 0 && rp.HighWatermark < from:
+		return nil, rp.HighWatermark, nil
+	default:
+		c.forget(topic)
+		return nil, from, fmt.Errorf("changelog: watching %s at %d: %w", topic, from, ferr)
+	}
+	fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{Offset: from, Topic: topic, Partition: 0}, rp, kgo.DefaultDecompressor(), nil)
+	if fp.Err != nil && len(fp.Records) == 0 {
+		return nil, from, fmt.Errorf("changelog: decoding %s at %d: %w", topic, from, fp.Err)
+	}
+	recs := recsBefore(fp.Records, rp.HighWatermark)
+	return recs, max(next, from), nil
+}
+
 // ends is Ends for changelog topic topic.
 func (c *Client) ends(ctx context.Context, topic string, parts []int32) (map[int32]int64, error) {
 	tm, err := c.meta(ctx, topic)
@@ -307,9 +340,9 @@ func (c *Client) leader(ctx context.Context, topic string, p int32) (int32, [16]
 	return leader, tm.id, nil
 }
 
-// fetch sends one Fetch request for partition p at off to its leader
-// and returns the partition's answer.
-func (c *Client) fetch(ctx context.Context, topic string, p int32, off int64) (*kmsg.FetchResponseTopicPartition, error) {
+// fetch sends one Fetch request for partition p at off to its leader,
+// through cl, and returns the partition's answer.
+func (c *Client) fetch(ctx context.Context, cl *kgo.Client, topic string, p int32, off int64) (*kmsg.FetchResponseTopicPartition, error) {
 	leader, id, err := c.leader(ctx, topic, p)
 	if err != nil {
 		return nil, err
@@ -333,7 +366,7 @@ func (c *Client) fetch(ctx context.Context, topic string, p int32, off int64) (*
 	rp.PartitionMaxBytes = fetchMaxBytes
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	kresp, err := c.cl.Broker(int(leader)).Request(ctx, req)
+	kresp, err := cl.Broker(int(leader)).Request(ctx, req)
 	if err != nil {
 		return nil, &brokerError{leader, err}
 	}

@@ -380,3 +380,58 @@ func TestSendReadWriter(t *testing.T) {
 		t.Errorf("tombstone read with value %q", got[2].Value)
 	}
 }
+
+// TestWatchMeta: WatchMeta returns the meta topic's records from an
+// offset as soon as one is written (the broker holds the fetch until
+// then, up to fetchMaxWait), nothing after fetchMaxWait when none is,
+// and moves an offset past the end back to it (the topic recreated).
+func TestWatchMeta(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	cl := newClient(t, c, nil)
+	ctx := timeout(t)
+	if err := cl.Ensure(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.WriteMeta(ctx, []byte("a"), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	end, err := cl.MetaEnd(ctx)
+	if err != nil || end != 1 {
+		t.Fatalf("meta end %d, %v; want 1", end, err)
+	}
+
+	recs, next, err := cl.WatchMeta(ctx, end)
+	if err != nil || len(recs) != 0 || next != end {
+		t.Fatalf("watch at the end with nothing written: %d records, next %d, %v; want none, %d", len(recs), next, err, end)
+	}
+
+	written := make(chan error, 1)
+	go func() {
+		time.Sleep(50 * time.Millisecond) // the watch is waiting in the broker by then, or finds the record at once
+		_, err := cl.WriteMeta(ctx, []byte("b"), []byte("2"))
+		written <- err
+	}()
+	recs, next, err = cl.WatchMeta(ctx, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-written; err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) == 0 {
+		// The write landed after the broker answered the fetch: the next
+		// watch has it.
+		recs, next, err = cl.WatchMeta(ctx, next)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(recs) != 1 || string(recs[0].Key) != "b" || string(recs[0].Value) != "2" || recs[0].Offset != 1 || next != 2 {
+		t.Fatalf("watch from %d after a write: %+v, next %d; want b=2 at 1, next 2", end, recs, next)
+	}
+
+	if _, next, err = cl.WatchMeta(ctx, 10); err != nil || next != 2 {
+		t.Fatalf("watch past the end (10): next %d, %v; want the end, 2", next, err)
+	}
+}

@@ -71,11 +71,20 @@ type franzGo struct {
 	// logged; under mu.
 	gone     map[string]time.Time
 	goneSaid map[string]bool
+	// leaving is set by the leave: its revocations are the leave's,
+	// whose handover is told once the member left.
+	leaving atomic.Bool
+	// rejoined is the latest generation after which this member joined
+	// the next rebalance by itself (a revocation's) or through Rejoin:
+	// a handover of that generation needs no second join, which would
+	// start a rebalance of its own after this one.
+	rejoined atomic.Int32
 }
 
 func newFranzGo(cfg Config) (*franzGo, error) {
 	f := &franzGo{cfg: cfg, log: cfg.Log.With("client", FranzGo), queues: map[Partition]*franzQueue{},
 		gone: map[string]time.Time{}, goneSaid: map[string]bool{}, begun: make(chan struct{}), kept: make(chan struct{})}
+	f.rejoined.Store(-1)
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
@@ -300,6 +309,50 @@ func (f *franzGo) end(cl *kgo.Client, gone map[string][]int32, lost bool) {
 		// A pause outlives the assignment: a partition that comes back
 		// must fetch.
 		cl.ResumeFetchPartitions(paused)
+	}
+	if !lost && !f.leaving.Load() && f.cfg.HandedOverFunc != nil {
+		// Committed: the partitions' next owners may start; this
+		// member rejoins when the callback returns.
+		if member, gen := cl.GroupMetadata(); member != "" {
+			f.noteRejoin(gen)
+			f.cfg.HandedOverFunc(member, gen)
+		}
+	}
+}
+
+// Rejoin joins the group's next rebalance now (kgo's ForceRebalance;
+// under the consumer protocol a heartbeat now) when another member
+// gave partitions away in this member's generation or a later one; see
+// [Rejoiner].
+func (f *franzGo) Rejoin(member string, gen int32) bool {
+	if f.cl == nil || f.leaving.Load() {
+		return false
+	}
+	own, cur := f.cl.GroupMetadata()
+	if own == "" || own == member {
+		return false
+	}
+	// Generations order the classic protocol's rebalances; under the
+	// consumer protocol they are each member's own epochs, and a
+	// heartbeat costs no rebalance.
+	if !f.cfg.Consumer && (cur > gen || !f.noteRejoin(gen)) {
+		return false
+	}
+	f.cl.ForceRebalance()
+	return true
+}
+
+// noteRejoin records that this member joins the rebalance after
+// generation gen; false when it already did.
+func (f *franzGo) noteRejoin(gen int32) bool {
+	for {
+		old := f.rejoined.Load()
+		if gen <= old {
+			return false
+		}
+		if f.rejoined.CompareAndSwap(old, gen) {
+			return true
+		}
 	}
 }
 
@@ -662,11 +715,18 @@ func (f *franzGo) leave(bound time.Duration) {
 	// within one), the leave the rest.
 	closeWait := min(LeaveTimeout, bound/2)
 	ctx, cancel := context.WithTimeout(context.Background(), bound-closeWait)
+	member, gen := f.cl.GroupMetadata()
+	f.leaving.Store(true)
 	err := f.cl.LeaveGroupContext(ctx)
 	cancel()
-	if err != nil {
+	switch {
+	case err != nil:
 		f.cfg.Log.Warn("leaving the group did not finish within the stop's budget (a join may be in flight, or the broker does not answer); the broker will give this member partitions until its session expires",
 			"phase", "leave", "waited", bound, "session_timeout", f.cfg.SessionTimeout, "err", err)
+	case f.cfg.Instance == "" && member != "" && f.cfg.HandedOverFunc != nil:
+		// A dynamic member left: the group rebalances without it. (A
+		// static one keeps its partitions for its restart.)
+		f.cfg.HandedOverFunc(member, gen)
 	}
 	if !wait.Within(closeWait, f.cl.Close) {
 		f.cfg.Log.Warn("closing the franz-go client did not finish in time; left closing", "phase", "leave", "waited", closeWait)
