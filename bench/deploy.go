@@ -403,7 +403,7 @@ func printDeploy(w io.Writer, figs []deployFig) {
 			strings.Join(saved, ", "), strings.Join(stops, ", "), strings.Join(readies, ", "),
 			len(f.restores), longest.Round(time.Millisecond), most, f.sent, f.handled)
 	}
-	fmt.Fprintf(w, "\nA partition of a stopped instance waits for the group's rebalance: the survivors learn of it at their next heartbeat (HeartbeatInterval, %s here), then join, sync and restore. One that moves to a new instance keeps being handled until its owner revokes it, in the first of the two cooperative rebalances its join starts, and waits for the second, which its new owner learns of at its next heartbeat (franz-go checks 500ms after a rebalance, or sooner with a shorter interval).\n", hb)
+	fmt.Fprintf(w, "\nA partition of a stopped instance waits for its drain (the handlers running at the stop finish), the leave, and the group's rebalance: the stopped instance announces its leave in the changelog's meta topic and the survivors, watching it, join at once (without the announcement they would learn of it at their next heartbeat, HeartbeatInterval, %s here), then sync and restore. One that moves to a new instance keeps being handled until its owner revokes it, in the first of the two cooperative rebalances the join starts (the owners learn of the join at their next heartbeat, while still fetching); the owner announces the revocation once committed, and the new instance joins the second at once. So a moving partition's gap is its drain, a join and sync, its restore and its first fetch; the load's own longest gap (its messages' spacing) is in the column before.\n", hb)
 	for _, f := range figs {
 		verdict := "not met"
 		if f.before[1] > 0 && f.during[1] <= 2*f.before[1] {

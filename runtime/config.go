@@ -325,16 +325,19 @@ type Config struct {
 	SessionTimeout time.Duration
 
 	// HeartbeatInterval is how often the member heartbeats to the
-	// group's coordinator, which is how it learns that the group
-	// rebalances. A stopping instance leaves the group at once (unless
-	// static, see Instance), but its partitions stay unhandled until the
-	// other members' next heartbeat, up to HeartbeatInterval later, then
-	// their join, sync and restore; a partition moving to a new instance
-	// waits likewise for its new owner's next heartbeat after the first
-	// of the two cooperative rebalances. It costs one Heartbeat request
-	// (under 100 bytes) per interval per member. It must be less than
-	// SessionTimeout. Under [GroupProtocolConsumer] the broker sets
-	// the interval (group.consumer.heartbeat.interval.ms) and this is not
+	// group's coordinator, which is how it learns of a rebalance nobody
+	// announced: another member's join, or its crash. A handover is
+	// announced (franz-go with the changelog on): a stopping instance
+	// leaves the group at once (unless static, see Instance), and a
+	// member that revokes partitions for a new one does so once its
+	// commit is done, in the changelog's meta topic, and the other
+	// franz-go members join the rebalance at once rather than at their
+	// next heartbeat. Without the announcement (kafka-go, LocalStateOnly)
+	// the partitions wait for the others' next heartbeat, up to
+	// HeartbeatInterval. It costs one Heartbeat request (under 100
+	// bytes) per interval per member. It must be less than
+	// SessionTimeout. Under [GroupProtocolConsumer] the broker sets the
+	// interval (group.consumer.heartbeat.interval.ms) and this is not
 	// used. Zero means 500ms, or SessionTimeout/3 when that is shorter.
 	HeartbeatInterval time.Duration
 
