@@ -188,7 +188,9 @@ func (k *consumer) closeGrace() time.Duration {
 }
 
 // close leaves the group, if joined, and closes the client's
-// connections, by deadline (see closeGrace).
+// connections, by deadline (see closeGrace); then it waits for the
+// leave's announcement to the others (handover.go), at most
+// handoverWait.
 func (k *consumer) close(deadline time.Time) {
 	if k.client == nil {
 		return
@@ -198,6 +200,7 @@ func (k *consumer) close(deadline time.Time) {
 		k.cfg.log.Warn("closing the Kafka client did not finish within the stop's budget; left closing",
 			"phase", "leave", "waited", wait)
 	}
+	k.handover.wait() // the leave's announcement, before the changelog closes
 }
 
 // fetchingGen returns the current generation while its partitions are

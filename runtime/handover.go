@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/handoff-go/handoff/runtime/internal/changelog"
@@ -56,6 +57,8 @@ type handovers struct {
 	// member is the client, when it can rejoin at once (franz-go); set
 	// by the consumer's open. The watch runs only with one.
 	member kclient.Rejoiner
+	// writes are the announcements under way.
+	writes sync.WaitGroup
 }
 
 // meta returns the changelog's client, nil with the changelog off
@@ -68,14 +71,26 @@ func (h *handovers) meta() *changelog.Client {
 }
 
 // announce writes that member gave partitions away in generation gen
-// (kclient.Config.HandedOverFunc). It blocks until the broker
-// acknowledged the record, at most handoverWait; a failure is logged at
-// Debug: the others learn of the rebalance at their heartbeat instead.
+// (kclient.Config.HandedOverFunc), on a goroutine of its own: the
+// client calls it in its revocation callback, which holds up this
+// member's polls and its rejoin. It does not block; wait joins the
+// writes.
 func (h *handovers) announce(member string, gen int32) {
 	cl := h.meta()
 	if cl == nil {
 		return
 	}
+	h.writes.Go(func() { h.write(cl, member, gen) })
+}
+
+// wait blocks until the announcements under way are written or failed,
+// each within handoverWait.
+func (h *handovers) wait() { h.writes.Wait() }
+
+// write writes the handover record and waits for the broker's
+// acknowledgement, at most handoverWait; a failure is logged at Debug:
+// the others learn of the rebalance at their heartbeat instead.
+func (h *handovers) write(cl *changelog.Client, member string, gen int32) {
 	v, err := json.Marshal(handoverValue{Member: member, Generation: gen, At: time.Now()})
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), handoverWait)
