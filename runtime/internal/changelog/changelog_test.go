@@ -42,6 +42,18 @@ func newClient(t testing.TB, c *kfake.Cluster, mod func(*Config)) *Client {
 	return cl
 }
 
+// metaClient returns a client of a cluster of its own whose topics
+// (the meta topic) exist, and the test's timeout.
+func metaClient(t *testing.T) (*Client, context.Context) {
+	t.Helper()
+	cl := newClient(t, cluster(t), nil)
+	ctx := timeout(t)
+	if err := cl.Ensure(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	return cl, ctx
+}
+
 func timeout(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)

@@ -63,12 +63,7 @@ func TestEnds(t *testing.T) {
 // write.
 func TestMetaEnd(t *testing.T) {
 	t.Parallel()
-	c := cluster(t)
-	cl := newClient(t, c, nil)
-	ctx := timeout(t)
-	if err := cl.Ensure(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	cl, ctx := metaClient(t)
 	for i := range int64(3) {
 		end, err := cl.MetaEnd(ctx)
 		if err != nil || end != i {

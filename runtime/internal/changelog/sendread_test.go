@@ -181,12 +181,7 @@ func readMeta(ctx context.Context, cl *Client) (map[string][]byte, error) {
 
 func TestMeta(t *testing.T) {
 	t.Parallel()
-	c := cluster(t)
-	cl := newClient(t, c, nil)
-	ctx := timeout(t)
-	if err := cl.Ensure(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	cl, ctx := metaClient(t)
 	if m, err := readMeta(ctx, cl); err != nil || len(m) != 0 {
 		t.Fatalf("empty meta: %v, %v", m, err)
 	}
@@ -387,12 +382,7 @@ func TestSendReadWriter(t *testing.T) {
 // and moves an offset past the end back to it (the topic recreated).
 func TestWatchMeta(t *testing.T) {
 	t.Parallel()
-	c := cluster(t)
-	cl := newClient(t, c, nil)
-	ctx := timeout(t)
-	if err := cl.Ensure(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	cl, ctx := metaClient(t)
 	if _, err := cl.WriteMeta(ctx, []byte("a"), []byte("1")); err != nil {
 		t.Fatal(err)
 	}
