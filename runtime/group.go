@@ -130,7 +130,7 @@ func newConsumer(cfg consumerConfig) *consumer {
 // sampler go through it.
 func (k *consumer) open() error {
 	kcfg := k.cfg.kafka
-	kcfg.HandedOverFunc = k.handover.announce
+	kcfg.Handovers = k.handover
 	cl, err := k.cfg.newClientFunc(kcfg)
 	if err != nil {
 		return err

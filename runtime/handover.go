@@ -18,7 +18,7 @@ import (
 // for a new member, its partitions wait that long for their next owner
 // to join, sync and restore them, after the commit that ends them here.
 // So the member that gave partitions away says so, in the meta topic,
-// once its commit is done (kclient.Config.HandedOverFunc: after a
+// once its commit is done (kclient.Handovers: after a
 // cooperative revocation, and after the leave), and every instance
 // watches the topic with a fetch that the broker answers as soon as a
 // record is there: told of a handover in its generation, a franz-go
@@ -48,7 +48,7 @@ type handoverValue struct {
 
 // handovers announces this member's handovers and tells the client of
 // the others'. Its watch is a service the consumer starts after its join
-// and stops with its fetching; announce works until the changelog
+// and stops with its fetching; HandedOver works until the changelog
 // closes, after the leave.
 type handovers struct {
 	service.Base
@@ -70,12 +70,12 @@ func (h *handovers) meta() *changelog.Client {
 	return h.clog.client
 }
 
-// announce writes that member gave partitions away in generation gen
-// (kclient.Config.HandedOverFunc), on a goroutine of its own: the
+// HandedOver writes that member gave partitions away in generation gen
+// (kclient.Handovers), on a goroutine of its own: the
 // client calls it in its revocation callback, which holds up this
 // member's polls and its rejoin. It does not block; wait joins the
 // writes.
-func (h *handovers) announce(member string, gen int32) {
+func (h *handovers) HandedOver(member string, gen int32) {
 	cl := h.meta()
 	if cl == nil {
 		return

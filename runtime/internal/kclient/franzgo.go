@@ -310,12 +310,12 @@ func (f *franzGo) end(cl *kgo.Client, gone map[string][]int32, lost bool) {
 		// must fetch.
 		cl.ResumeFetchPartitions(paused)
 	}
-	if !lost && !f.leaving.Load() && f.cfg.HandedOverFunc != nil {
+	if !lost && !f.leaving.Load() && f.cfg.Handovers != nil {
 		// Committed: the partitions' next owners may start; this
 		// member rejoins when the callback returns.
 		if member, gen := cl.GroupMetadata(); member != "" {
 			f.noteRejoin(gen)
-			f.cfg.HandedOverFunc(member, gen)
+			f.cfg.Handovers.HandedOver(member, gen)
 		}
 	}
 }
@@ -723,10 +723,10 @@ func (f *franzGo) leave(bound time.Duration) {
 	case err != nil:
 		f.cfg.Log.Warn("leaving the group did not finish within the stop's budget (a join may be in flight, or the broker does not answer); the broker will give this member partitions until its session expires",
 			"phase", "leave", "waited", bound, "session_timeout", f.cfg.SessionTimeout, "err", err)
-	case f.cfg.Instance == "" && member != "" && f.cfg.HandedOverFunc != nil:
+	case f.cfg.Instance == "" && member != "" && f.cfg.Handovers != nil:
 		// A dynamic member left: the group rebalances without it. (A
 		// static one keeps its partitions for its restart.)
-		f.cfg.HandedOverFunc(member, gen)
+		f.cfg.Handovers.HandedOver(member, gen)
 	}
 	if !wait.Within(closeWait, f.cl.Close) {
 		f.cfg.Log.Warn("closing the franz-go client did not finish in time; left closing", "phase", "leave", "waited", closeWait)

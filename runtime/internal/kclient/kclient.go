@@ -260,23 +260,29 @@ type Config struct {
 	// which hands on no empty fetch: one that brought records), the
 	// error of one that failed. It does not block.
 	FetchFunc func(p Partition, err error)
-	// HandedOverFunc, when set, is told that this member gave partitions
-	// away and stays in the group (a cooperative revocation, once its
-	// keeper applied it), or left the group: its member ID and the
-	// generation it gave them away in. The other members join the
-	// rebalance that follows at their next heartbeat; told of it through
-	// a [Rejoiner] they join at once. It runs on the client's goroutine,
-	// before the client rejoins; it should not block long. FranzGo only:
-	// a kafka-go member's sessions are eager, and it has no way to join at
-	// once.
-	HandedOverFunc func(member string, gen int32)
+	// Handovers, when set, is told of this member's handovers (FranzGo
+	// only: a kafka-go member's sessions are eager, and it has no way to
+	// join at once).
+	Handovers Handovers
+}
+
+// Handovers is told that this member gave partitions away and stays in
+// the group (a cooperative revocation, once its keeper applied it), or
+// left the group: its member ID and the generation it gave them away in.
+// The other members join the rebalance that follows at their next
+// heartbeat; told of it through a [Rejoiner] they join at once.
+type Handovers interface {
+	// HandedOver runs on the client's goroutine, in the revocation
+	// callback (which holds up the member's polls and its rejoin) or in
+	// the leave: it should not block.
+	HandedOver(member string, gen int32)
 }
 
 // Rejoiner is a [Client] that can join the group's next rebalance at
 // once rather than at its next heartbeat (FranzGo).
 type Rejoiner interface {
 	// Rejoin is told that member gave partitions away in generation gen
-	// (what another member's HandedOverFunc was told). Unless member is
+	// (what another member's [Handovers] was told). Unless member is
 	// this one, or this member is already past gen, it joins the
 	// rebalance now (under the consumer protocol: heartbeats now, which
 	// brings the broker's new assignment). It reports whether it did. It
