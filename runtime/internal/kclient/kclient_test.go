@@ -104,3 +104,28 @@ func TestMissingOf(t *testing.T) {
 		t.Errorf("an error other than unknown: %v", err)
 	}
 }
+
+// TestNoteRejoin: a member joins the rebalance after a generation once.
+// Two members that revoke in the same generation announce it twice; a
+// second ForceRebalance while the first join is under way would start a
+// rebalance of its own after it, which holds up the new owner's first
+// fetch until every member's next heartbeat.
+func TestNoteRejoin(t *testing.T) {
+	t.Parallel()
+	f, err := newFranzGo(Config{Brokers: []string{"127.0.0.1:1"}, Log: slog.New(slog.DiscardHandler)}) // makes no connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.admin.Close()
+	for i, c := range []struct {
+		gen  int32
+		want bool
+	}{{0, true}, {0, false}, {3, true}, {3, false}, {2, false}, {4, true}} {
+		if got := f.noteRejoin(c.gen); got != c.want {
+			t.Errorf("step %d: noteRejoin(%d) = %t, want %t", i, c.gen, got, c.want)
+		}
+	}
+	if f.Rejoin("other", 9) {
+		t.Error("Rejoin before Join rejoined")
+	}
+}
