@@ -18,8 +18,8 @@ import (
 // for a new member, its partitions wait that long for their next owner
 // to join, sync and restore them, after the commit that ends them here.
 // So the member that gave partitions away says so, in the meta topic,
-// once its commit is done (kclient.Handovers: after a
-// cooperative revocation, and after the leave), and every instance
+// once its commit is done (kclient.Handovers: after a cooperative
+// revocation, and after the leave), and every instance
 // watches the topic with a fetch that the broker answers as soon as a
 // record is there: told of a handover in its generation, a franz-go
 // member joins the rebalance at once (kclient.Rejoiner). The heartbeat
@@ -35,8 +35,8 @@ import (
 // handoverKey is the meta topic's key of the last handover.
 var handoverKey = []byte("rejoin")
 
-// handoverWait bounds the write of a handover record: it runs in the
-// client's revocation or leave, which it should not hold up.
+// handoverWait bounds the write of a handover record, and so the stop's
+// wait for the leave's (consumer.close).
 const handoverWait = 2 * time.Second
 
 // handoverValue is a handover record's value.
@@ -71,10 +71,9 @@ func (h *handovers) meta() *changelog.Client {
 }
 
 // HandedOver writes that member gave partitions away in generation gen
-// (kclient.Handovers), on a goroutine of its own: the
-// client calls it in its revocation callback, which holds up this
-// member's polls and its rejoin. It does not block; wait joins the
-// writes.
+// (kclient.Handovers), on a goroutine of its own: the client calls it
+// in its revocation callback, which holds up this member's polls and
+// its rejoin. It does not block; wait joins the writes.
 func (h *handovers) HandedOver(member string, gen int32) {
 	cl := h.meta()
 	if cl == nil {
