@@ -244,6 +244,24 @@ func (g *e2eGroup) ownDead(rt *runtime.Runtime) int {
 // dead is how many dead letters both instances hold.
 func (g *e2eGroup) dead() int { return g.ownDead(g.a) + g.ownDead(g.b) }
 
+// listed waits until the CLI lists deadA dead letters of a and deadB of
+// b through the group: once their changelog writes are acknowledged (the
+// instances hold them before), which an operation's selection needs.
+func (g *e2eGroup) listed(t *testing.T, deadA, deadB int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := run(t, "dead", "list", "--brokers", g.addr, "--group", g.group, "--limit", "100")
+		if r.code == 0 && strings.Count(r.stdout, " a ") == deadA && strings.Count(r.stdout, " b ") == deadB {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dead list --brokers: exit %d, want %d of a and %d of b:\n%s%s", r.code, deadA, deadB, r.stdout, r.stderr)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the changelogs, not synchronising
+	}
+}
+
 // TestDeadOpEndToEnd: two running instances hold dead letters of
 // partitions of their own; 'dead requeue --brokers --group --class
 // --rate' through the group has each owner requeue its own, at the rate:
@@ -258,24 +276,11 @@ func TestDeadOpEndToEnd(t *testing.T) {
 	)
 	g := newE2EGroup(t, "e2e")
 	deadA, deadB := g.poison(n)
-	// The CLI sees them all, each with its owner, once their changelog
-	// writes are acknowledged (the instances hold them before).
-	var r result
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r = run(t, "dead", "list", "--brokers", g.addr, "--group", g.group, "--limit", "100")
-		if r.code == 0 && strings.Count(r.stdout, " a ") == deadA && strings.Count(r.stdout, " b ") == deadB {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dead list --brokers: exit %d, want %d of a and %d of b:\n%s%s", r.code, deadA, deadB, r.stdout, r.stderr)
-		}
-		time.Sleep(100 * time.Millisecond) // polling the changelogs, not synchronising
-	}
+	g.listed(t, deadA, deadB)
 
 	g.fixed.Store(true)
 	began := time.Now()
-	r = run(t, "dead", "requeue", "--brokers", g.addr, "--group", g.group, "--class", "orders", "--rate", fmt.Sprint(rate), "--wait", "2m")
+	r := run(t, "dead", "requeue", "--brokers", g.addr, "--group", g.group, "--class", "orders", "--rate", fmt.Sprint(rate), "--wait", "2m")
 	took := time.Since(began)
 	t.Logf("requeue --brokers took %s:\n%s%s", took, r.stdout, r.stderr)
 	if r.code != 0 {
@@ -327,7 +332,9 @@ func TestDeadOpEndToEndCancel(t *testing.T) {
 	t.Parallel()
 	const n = 24
 	g := newE2EGroup(t, "e2e-cancel")
-	g.poison(n)
+	// The requeue selects what the changelogs hold when it is asked.
+	deadA, deadB := g.poison(n)
+	g.listed(t, deadA, deadB)
 	g.fixed.Store(true)
 	meta := metaTopicName(g.group)
 
