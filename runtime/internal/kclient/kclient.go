@@ -283,10 +283,12 @@ type Handovers interface {
 type Rejoiner interface {
 	// Rejoin is told that member gave partitions away in generation gen
 	// (what another member's [Handovers] was told). Unless member is
-	// this one, or this member is already past gen, it joins the
-	// rebalance now (under the consumer protocol: heartbeats now, which
-	// brings the broker's new assignment). It reports whether it did. It
-	// does not block; before Join it does nothing.
+	// this one, this member is already past gen, or it already joined
+	// the rebalance after gen (a second join would start a rebalance of
+	// its own), it joins the rebalance now (under the consumer protocol:
+	// heartbeats now, which brings the broker's new assignment). It
+	// reports whether it did. It does not block; before Join it does
+	// nothing.
 	Rejoin(member string, gen int32) bool
 }
 
