@@ -79,6 +79,38 @@ type franzGo struct {
 	// a handover of that generation needs no second join, which would
 	// start a rebalance of its own after this one.
 	rejoined atomic.Int32
+	// joins sees the member's joins (a kgo hook): a handover that comes
+	// while one is under way needs no other.
+	joins joinWatch
+}
+
+// joinWatch is a kgo hook on the member's client that notes when it
+// wrote its last JoinGroup request and read its last SyncGroup answer:
+// between them the member is joining a rebalance. kgo does not say so
+// otherwise, and a ForceRebalance then would be kept for after the join,
+// and start a rebalance of its own.
+type joinWatch struct {
+	joined, synced atomic.Int64 // unix nanoseconds
+}
+
+func (w *joinWatch) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == int16(kmsg.JoinGroup) && err == nil {
+		w.joined.Store(time.Now().UnixNano())
+	}
+}
+
+func (w *joinWatch) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, _ error) {
+	if key == int16(kmsg.SyncGroup) {
+		w.synced.Store(time.Now().UnixNano())
+	}
+}
+
+// joining reports whether the member wrote a JoinGroup after the last
+// SyncGroup answer, less than bound ago (a join that failed without a
+// sync is over by then).
+func (w *joinWatch) joining(bound time.Duration) bool {
+	j := w.joined.Load()
+	return j > w.synced.Load() && time.Since(time.Unix(0, j)) < bound
 }
 
 func newFranzGo(cfg Config) (*franzGo, error) {
@@ -176,6 +208,7 @@ func (f *franzGo) groupOpts(ctx context.Context, topics []string) []kgo.Opt {
 		kgo.OnPartitionsAssigned(f.assigned),
 		kgo.OnPartitionsRevoked(f.revoked),
 		kgo.OnPartitionsLost(f.lost),
+		kgo.WithHooks(&f.joins),
 		kgo.FetchMaxWait(cfg.FetchMaxWait),
 		kgo.FetchMaxBytes(franzFetchMaxBytes),
 		kgo.FetchMaxPartitionBytes(FetchMaxBytes),
@@ -322,8 +355,8 @@ func (f *franzGo) end(cl *kgo.Client, gone map[string][]int32, lost bool) {
 
 // Rejoin joins the group's next rebalance now (kgo's ForceRebalance;
 // under the consumer protocol a heartbeat now) when another member
-// gave partitions away in this member's generation or a later one; see
-// [Rejoiner].
+// gave partitions away in this member's generation or a later one and
+// this member is not joining already; see [Rejoiner].
 func (f *franzGo) Rejoin(member string, gen int32) bool {
 	if f.cl == nil || f.leaving.Load() {
 		return false
@@ -335,7 +368,7 @@ func (f *franzGo) Rejoin(member string, gen int32) bool {
 	// Generations order the classic protocol's rebalances; under the
 	// consumer protocol they are each member's own epochs, and a
 	// heartbeat costs no rebalance.
-	if !f.cfg.Consumer && (cur > gen || !f.noteRejoin(gen)) {
+	if !f.cfg.Consumer && (cur > gen || f.joins.joining(f.cfg.RebalanceTimeout) || !f.noteRejoin(gen)) {
 		return false
 	}
 	f.cl.ForceRebalance()

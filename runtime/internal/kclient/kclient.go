@@ -284,8 +284,8 @@ type Rejoiner interface {
 	// Rejoin is told that member gave partitions away in generation gen
 	// (what another member's [Handovers] was told). Unless member is
 	// this one, this member is already past gen, or it already joined
-	// the rebalance after gen (a second join would start a rebalance of
-	// its own), it joins the rebalance now (under the consumer protocol:
+	// the rebalance after gen or is joining one now (a second join would
+	// start a rebalance of its own), it joins the rebalance now (under the consumer protocol:
 	// heartbeats now, which brings the broker's new assignment). It
 	// reports whether it did. It does not block; before Join it does
 	// nothing.

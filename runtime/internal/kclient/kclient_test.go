@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/handoff-go/handoff"
 	"github.com/handoff-go/handoff/devbroker"
 )
@@ -127,5 +130,35 @@ func TestNoteRejoin(t *testing.T) {
 	}
 	if f.Rejoin("other", 9) {
 		t.Error("Rejoin before Join rejoined")
+	}
+}
+
+// TestJoinWatch: the member is joining between a JoinGroup written and
+// the next SyncGroup answer read, for at most the bound given.
+func TestJoinWatch(t *testing.T) {
+	t.Parallel()
+	var w joinWatch
+	var meta kgo.BrokerMetadata
+	if w.joining(time.Minute) {
+		t.Fatal("joining before any join")
+	}
+	w.OnBrokerWrite(meta, int16(kmsg.JoinGroup), 100, 0, 0, errors.New("broken pipe"))
+	if w.joining(time.Minute) {
+		t.Fatal("joining after a JoinGroup that was not written")
+	}
+	w.OnBrokerWrite(meta, int16(kmsg.Heartbeat), 100, 0, 0, nil)
+	if w.joining(time.Minute) {
+		t.Fatal("joining after a heartbeat")
+	}
+	w.OnBrokerWrite(meta, int16(kmsg.JoinGroup), 100, 0, 0, nil)
+	if !w.joining(time.Minute) {
+		t.Fatal("not joining after a JoinGroup written")
+	}
+	if w.joining(0) {
+		t.Fatal("joining past the bound")
+	}
+	w.OnBrokerRead(meta, int16(kmsg.SyncGroup), 100, 0, 0, nil)
+	if w.joining(time.Minute) {
+		t.Fatal("joining after the SyncGroup answer")
 	}
 }
