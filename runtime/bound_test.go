@@ -133,6 +133,13 @@ func TestStopIdleBounded(t *testing.T) {
 			rt, wait := startNew(t, cfg)
 			waitFor(t, "everything handled", func() bool { return handled.Load() == int64(produced) })
 			waitFor(t, "everything committed", func() bool { return b.committed() == int64(produced) })
+			// And counted: the pool counts a success after its result
+			// callback, which settles the offset, so a commit can come
+			// first; one counted after the stop began would be drained.
+			waitFor(t, "the pool idle", func() bool {
+				s := rt.classes.order[0].pool.Stats()
+				return s.Running == 0 && s.Queued == 0 && s.Succeeded == uint64(produced)
+			})
 			rep, took := timedStop(t, rt, wait)
 			if took > rt.cfg.stopBudget() {
 				t.Errorf("idle stop took %s, budget %s", took, rt.cfg.stopBudget())
