@@ -174,13 +174,21 @@ func scheduleDuringStop(t *testing.T, newDisk bool) {
 	t.Cleanup(cancel)
 	wait := start(t, rt, ctx)
 	pool := rt.classes.byName["billing"].pool
+	var seen string // what the wait saw last, for a failure's message
 	waitFor(t, "10 charged with their receipts sent, 4 charges running and 32 queued", func() bool {
 		_, _, sent, _ := bl.counts()
 		s := pool.Stats()
 		// started: the running handlers are the 4 that wait, not a free
 		// one still returning after its receipt was sent (then only 35
 		// would wait, and the stop would have 35 charges in flight).
-		return rt.Ready() && sent == free && bl.started.Load() == free+workers && s.Running == workers && s.Queued == queue
+		ok := rt.Ready() && sent == free && bl.started.Load() == free+workers && s.Running == workers && s.Queued == queue
+		if now := fmt.Sprintf("ready %t (joined %t, topics %t, settled %t, stuck %t), receipts sent %d, charges started %d, billing %+v, receipts %+v",
+			rt.Ready(), rt.ready.joined.Load(), rt.ready.topicsOK.Load(), rt.ready.settled.Load(), rt.ready.stuck.any(),
+			sent, bl.started.Load(), s, rt.classes.byName["receipts"].pool.Stats()); !ok && now != seen {
+			t.Logf("waiting: %s", now) // the last of these is where a timeout stopped
+			seen = now
+		}
+		return ok
 	})
 	cancel() // what signal.NotifyContext does at SIGTERM
 	waitFor(t, "the stop begun", func() bool { return !rt.Ready() && !rt.life.accepting.Load() })
