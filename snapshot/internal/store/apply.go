@@ -198,11 +198,7 @@ func (tx *Tx) applyChangelog(recs []ChangelogRecord) (Applied, error) {
 			}
 			continue
 		}
-		var ref []byte
-		if mapped {
-			ref = keys.Get(mapKey(mapChangelogPrefix, f.rec.Key))
-		}
-		if len(ref) > 1 && codeBucket(ref[0]) == name {
+		if ref := mappedRef(keys, mapped, f.rec.Key, name); ref != nil {
 			done, err := tx.applyMapped(b, f, ref, &out)
 			if err != nil {
 				return out, err
@@ -257,11 +253,22 @@ func (tx *Tx) lacks(b *bolt.Bucket, keys *bolt.Bucket, mapped bool, f *finalReco
 	if f.ck.FileID == *own {
 		return b.Get(f.ck.Local) == nil
 	}
+	ref := mappedRef(keys, mapped, f.rec.Key, f.ck.Bucket)
+	return ref == nil || b.Get(ref[1:]) == nil
+}
+
+// mappedRef returns the mapping of changelog key k (bucket code, then
+// local key) when it names a record of bucket name, nil otherwise or
+// when the file has no mappings (mapped false).
+func mappedRef(keys *bolt.Bucket, mapped bool, k []byte, name string) []byte {
 	if !mapped {
-		return true
+		return nil
 	}
-	ref := keys.Get(mapKey(mapChangelogPrefix, f.rec.Key))
-	return len(ref) <= 1 || codeBucket(ref[0]) != f.ck.Bucket || b.Get(ref[1:]) == nil
+	ref := keys.Get(mapKey(mapChangelogPrefix, k))
+	if len(ref) <= 1 || codeBucket(ref[0]) != name {
+		return nil
+	}
+	return ref
 }
 
 // applyMapped applies f, the last record of a key restored before, to the

@@ -663,8 +663,8 @@ func (tx *Tx) unsentChange(st *clState, keys *bolt.Bucket, k, v []byte) (Change,
 	}
 	// An update of a restored record, under its original key: send its
 	// current value.
-	ref := keys.Get(mapKey(mapChangelogPrefix, k))
-	if len(ref) <= 1 || codeBucket(ref[0]) != ck.Bucket {
+	ref := mappedRef(keys, true, k, ck.Bucket)
+	if ref == nil {
 		return Change{}, false, nil
 	}
 	b, err := tx.bucket(ck.Bucket)
